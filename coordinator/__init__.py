@@ -1,0 +1,1 @@
+"""The coordinator: ledger, node states, rollup, capacity and reservation API, alerts."""

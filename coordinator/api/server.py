@@ -1,0 +1,138 @@
+"""aiohttp application: routes generated from the registry, authentication, body
+validation, and the one place where errors become the `{"error": …}` envelope."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+# Importing the method modules registers their methods.
+from coordinator.api import admin, capacity  # noqa: F401
+from coordinator.api.auth import authenticate, authorize, bearer_key
+from coordinator.api.context import CallContext, Services
+from coordinator.api.openapi import build_openapi
+from coordinator.api.registry import REGISTRY, Method, Registry
+from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+SERVICES = web.AppKey("services", Services)
+
+
+def error_body(code: str, message: str, details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """("devices", 0, "count") → "devices[0].count"."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out or "(body)"
+
+
+def invalid_input(exc: ValidationError) -> InvalidInput:
+    fields = [
+        {"path": field_path(e["loc"]), "message": e["msg"], "type": e["type"]}
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    paths = ", ".join(dict.fromkeys(f["path"] for f in fields))
+    return InvalidInput(f"invalid input: {paths}", {"fields": fields})
+
+
+@web.middleware
+async def error_envelope(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except CoordinatorError as exc:
+        return web.json_response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+    except web.HTTPException as exc:
+        if exc.status == 413:
+            return web.json_response(
+                error_body("PAYLOAD_TOO_LARGE", "request body too large", {}), status=413
+            )
+        if exc.status in (404, 405):
+            return web.json_response(
+                error_body("NOT_FOUND", f"no route {request.method} {request.path}", {}),
+                status=exc.status,
+            )
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return web.json_response(error_body("INTERNAL", "internal error", {}), status=500)
+
+
+async def _read_body(request: web.Request) -> bytes:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is over {MAX_BODY_BYTES} bytes")
+    body = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is over {MAX_BODY_BYTES} bytes")
+    return body
+
+
+def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def endpoint(request: web.Request) -> web.Response:
+        services = request.app[SERVICES]
+        key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
+        principal = await authenticate(services.ledger, key)
+        raw = await _read_body(request)
+        try:
+            body = method.input.model_validate_json(raw or b"{}")
+        except ValidationError as exc:
+            raise invalid_input(exc) from None
+        pool = await authorize(method, principal, body, services.ledger)
+        result = await method.handler(CallContext(principal, services, pool), body)
+        return web.json_response(result)
+
+    return endpoint
+
+
+def build_app(services: Services, registry: Registry = REGISTRY) -> web.Application:
+    app = web.Application(middlewares=[error_envelope], client_max_size=MAX_BODY_BYTES)
+    app[SERVICES] = services
+    for method in registry:
+        app.router.add_post(method.path, _endpoint(method))
+    document = build_openapi(registry, "0.1.0")
+    openapi_text = json.dumps(document)
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(text=openapi_text, content_type="application/json")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app.router.add_get("/api/openapi.json", openapi)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+class HttpServer:
+    """The API on a TCP socket; port 0 picks a free one (see `.port` after start)."""
+
+    def __init__(self, app: web.Application, host: str, port: int) -> None:
+        self._runner = web.AppRunner(app, access_log=None)
+        self.host = host
+        self.port = port
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        sockets = self._runner.addresses
+        if sockets:
+            self.port = int(sockets[0][1])
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()

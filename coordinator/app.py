@@ -1,0 +1,114 @@
+"""Wiring: builds every part of the coordinator from one settings object and runs them
+under one exit stack, so shutdown undoes startup in reverse order (aiohttp's
+cleanup-context idea, applied to the whole process).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from coordinator.api.context import Services
+from coordinator.api.server import HttpServer, build_app
+from coordinator.bus.alerts import AlertPublisher
+from coordinator.bus.connection import Bus
+from coordinator.bus.ingest import Ingest
+from coordinator.config import CoordinatorSettings
+from coordinator.domain.clock import Clock, SystemClock
+from coordinator.domain.liveness import LivenessTracker
+from coordinator.ledger import Ledger
+from coordinator.tasks.loops import Loops
+from coordinator.tasks.nodestate import NodeStateService
+from shared.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+OPERATOR_TENANT = "operator"
+
+
+@dataclass
+class Coordinator:
+    settings: CoordinatorSettings
+    ledger: Ledger
+    bus: Bus
+    ingest: Ingest
+    nodes: NodeStateService
+    tracker: LivenessTracker
+    http: HttpServer
+    loops: Loops
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.http_host}:{self.http.port}"
+
+
+async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
+    await ledger.tenants.ensure(OPERATOR_TENANT, "platform operator", now)
+    await ledger.keys.ensure(key, OPERATOR_TENANT, frozenset({"operator"}), "bootstrap", now)
+
+
+@asynccontextmanager
+async def running_coordinator(
+    settings: CoordinatorSettings, clock: Clock | None = None
+) -> AsyncIterator[Coordinator]:
+    clock = clock or SystemClock()
+    subjects = Subjects(settings.subject_prefix)
+    async with AsyncExitStack() as stack:
+        ledger = await Ledger.open(settings.effective_database_url)
+        stack.push_async_callback(ledger.close)
+        if settings.bootstrap_operator_key:
+            await bootstrap_operator(ledger, settings.bootstrap_operator_key, clock.now_ms())
+
+        tracker = LivenessTracker(misses=settings.misses)
+        bus = Bus(
+            settings.nats_url,
+            on_up=lambda: tracker.bus_up(clock.now_ms()),
+            on_down=tracker.bus_down,
+            user_credentials=settings.nats_credentials,
+        )
+        alerts = AlertPublisher(bus, subjects)
+        # The service and ingest refer to each other only through the drop counter.
+        ingest_ref: list[Ingest] = []
+        nodes = NodeStateService(
+            ledger,
+            tracker,
+            subjects,
+            clock,
+            bus,
+            alerts,
+            drop=lambda reason, subject: ingest_ref[0].drop(reason, subject),
+        )
+        ingest = Ingest(subjects, nodes)
+        ingest_ref.append(ingest)
+        await nodes.load()
+
+        await bus.connect()
+        stack.push_async_callback(bus.close)
+        await alerts.setup(settings.alert_stream_max_msgs, settings.alert_stream_max_age_s)
+        # A queue group, so that N coordinator replicas share the heartbeat stream.
+        await bus.subscribe(subjects.all_heartbeats, ingest.on_message, queue="coordinators")
+        await bus.subscribe(subjects.all_inventories, ingest.on_message, queue="coordinators")
+
+        loops = Loops()
+        loops.add("write-pending", 0.05, nodes.write_pending)
+        loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen)
+        loops.add("sweep", settings.sweep_interval_s, nodes.sweep)
+
+        async def rebuild() -> None:
+            drift = await ledger.rebuild_all(clock.now_ms())
+            if drift:
+                log.warning("rollup rebuild corrected %d drifted rows", drift)
+
+        loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild)
+        loops.start()
+        stack.push_async_callback(loops.stop)
+
+        http = HttpServer(
+            build_app(Services(ledger, clock)), settings.http_host, settings.http_port
+        )
+        await http.start()
+        stack.push_async_callback(http.stop)
+        log.info("coordinator API on http://%s:%d", settings.http_host, http.port)
+        yield Coordinator(settings, ledger, bus, ingest, nodes, tracker, http, loops)

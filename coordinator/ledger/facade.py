@@ -1,0 +1,47 @@
+"""`Ledger`: the repositories behind one database, as the rest of the coordinator sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+
+from coordinator.domain.model import RollupRow
+from coordinator.ledger import schema
+from coordinator.ledger.database import Database
+from coordinator.ledger.nodes import NodeRepo
+from coordinator.ledger.pools import PoolRepo
+from coordinator.ledger.rollups import read_rollup, rebuild_pool
+from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
+
+
+class Ledger:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.tenants = TenantRepo(db)
+        self.keys = ApiKeyRepo(db)
+        self.pools = PoolRepo(db)
+        self.nodes = NodeRepo(db)
+
+    @classmethod
+    async def open(cls, url: str) -> Ledger:
+        db = Database(url)
+        await db.migrate()
+        return cls(db)
+
+    async def close(self) -> None:
+        await self.db.dispose()
+
+    async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
+        async with self.db.read() as conn:
+            return await read_rollup(conn, pool_ids)
+
+    async def rebuild_all(self, now: int) -> int:
+        """Recompute every pool's rows; returns how many rows had drifted."""
+        async with self.db.read() as conn:
+            pool_ids = (await conn.execute(select(schema.pools.c.pool_id))).scalars().all()
+        drift = 0
+        for pool_id in pool_ids:
+            async with self.db.transaction() as conn:
+                drift += await rebuild_pool(conn, pool_id, now)
+        return drift

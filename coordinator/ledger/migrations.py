@@ -1,0 +1,63 @@
+"""Ordered schema migrations, recorded in `gpufleet_schema_version`; same steps on both
+SQLite and PostgreSQL.
+
+A plain numbered list instead of Alembic: the schema is small, the coordinator migrates
+itself at start (so a systemd `Type=notify` unit reports READY only once migrated), and
+there is no autogeneration to trust. Each step is a function of a sync connection and
+must never change once released; add a new step instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Connection, select
+
+from coordinator.ledger import schema
+
+_V1_TABLES = (
+    schema.schema_version,
+    schema.tenants,
+    schema.api_keys,
+    schema.pools,
+    schema.pool_offers,
+    schema.nodes,
+    schema.atoms,
+    schema.node_events,
+    schema.rollup,
+)
+
+
+def _v1_initial(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=list(_V1_TABLES))
+
+
+MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = ((1, _v1_initial),)
+
+
+def current_version(conn: Connection) -> int:
+    if not conn.dialect.has_table(conn, schema.schema_version.name):
+        return 0
+    versions = conn.execute(select(schema.schema_version.c.version)).scalars().all()
+    return max(versions, default=0)
+
+
+def migrate(conn: Connection) -> list[int]:
+    """Apply every step above the recorded version; returns the versions applied."""
+    if conn.dialect.name == "postgresql":
+        # Two coordinators starting together must not both migrate.
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7355608)")
+    applied = []
+    have = current_version(conn)
+    for version, step in MIGRATIONS:
+        if version <= have:
+            continue
+        step(conn)
+        conn.execute(
+            schema.schema_version.insert().values(
+                version=version, applied_at=int(time.time() * 1000)
+            )
+        )
+        applied.append(version)
+    return applied

@@ -1,0 +1,107 @@
+"""Stored rollup rows: read them, write them, and rebuild them from the ledger.
+
+Every change that moves atoms between buckets rebuilds the touched pool's rows in the
+same transaction; the periodic rebuild compares what it computes with what is stored
+and counts the rows it had to correct (drift).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.model import AtomView, NodeState, NodeView, RollupRow
+from coordinator.domain.rollup import compute_rollup
+from coordinator.ledger import schema
+
+_COLUMNS = (
+    "total",
+    "allocatable",
+    "allocated",
+    "reserved",
+    "available",
+    "provisioning",
+    "unhealthy",
+    "maintenance",
+    "unreachable",
+)
+
+
+async def write_rollup(conn: AsyncConnection, pool_id: str, rows: Mapping[str, RollupRow]) -> None:
+    await conn.execute(delete(schema.rollup).where(schema.rollup.c.pool_id == pool_id))
+    await conn.execute(
+        schema.rollup.insert(),
+        [
+            {"pool_id": pool_id, "resource": r.resource, "updated_at": r.updated_at}
+            | {c: getattr(r, c) for c in _COLUMNS}
+            for r in rows.values()
+        ],
+    )
+
+
+async def read_rollup(conn: AsyncConnection, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
+    """Rows per pool, each list ordered by resource name."""
+    ids = list(pool_ids)
+    out: dict[str, list[RollupRow]] = {p: [] for p in ids}
+    if not ids:
+        return out
+    r = schema.rollup.c
+    result = await conn.execute(
+        select(schema.rollup).where(r.pool_id.in_(ids)).order_by(r.pool_id, r.resource)
+    )
+    for row in result.all():
+        out[row.pool_id].append(
+            RollupRow(
+                resource=row.resource,
+                updated_at=row.updated_at,
+                **{c: int(getattr(row, c)) for c in _COLUMNS},
+            )
+        )
+    return out
+
+
+async def load_node_views(conn: AsyncConnection, pool_id: str) -> list[NodeView]:
+    n, a = schema.nodes.c, schema.atoms.c
+    node_rows = (await conn.execute(select(schema.nodes).where(n.pool_id == pool_id))).all()
+    atoms_by_node: dict[str, list[AtomView]] = defaultdict(list)
+    atom_rows = await conn.execute(
+        select(a.atom_id, a.node_id, a["class"], a.device_id, a.health).where(
+            (a.pool_id == pool_id) & (a.retired.is_(False))
+        )
+    )
+    for row in atom_rows.all():
+        atoms_by_node[row.node_id].append(
+            AtomView(row.atom_id, row.node_id, row[2], row.device_id, row.health)
+        )
+    return [
+        NodeView(
+            node_id=row.node_id,
+            pool_id=row.pool_id,
+            state=NodeState(
+                reachable=bool(row.reachable),
+                health=row.health,
+                maintenance=bool(row.maintenance),
+                provisioning=bool(row.provisioning),
+            ),
+            atoms=tuple(atoms_by_node[row.node_id]),
+            vcpu=row.vcpu,
+            memory_gib=row.memory_gib,
+            hugepages_1gi=row.hugepages_1gi,
+        )
+        for row in node_rows
+    ]
+
+
+async def rebuild_pool(conn: AsyncConnection, pool_id: str, now: int) -> int:
+    """Recompute one pool's rows from nodes and atoms; returns how many rows had drifted."""
+    views = await load_node_views(conn, pool_id)
+    fresh = compute_rollup(views, None, now)
+    stored = {r.resource: r for r in (await read_rollup(conn, [pool_id]))[pool_id]}
+    drift = sum(
+        1 for res, row in fresh.items() if res not in stored or not stored[res].same_counts(row)
+    )
+    await write_rollup(conn, pool_id, fresh)
+    return drift

@@ -1,0 +1,148 @@
+"""Tables of the ledger (SQLAlchemy Core). Migrations in `migrations.py` create them.
+
+Times are integer milliseconds since the epoch, as on the API.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+schema_version = Table(
+    "gpufleet_schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("applied_at", BigInteger, nullable=False),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant_id", String(128), primary_key=True),
+    Column("name", String(256), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("tenant_id", String(128), ForeignKey("tenants.tenant_id"), nullable=False),
+    # sha256 of the secret: keys are 256-bit random, so a fast hash is enough.
+    Column("key_hash", String(64), nullable=False),
+    Column("roles", String(256), nullable=False),
+    Column("label", String(256), nullable=False, default=""),
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger, nullable=True),
+)
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("pool_id", String(57), primary_key=True),
+    Column("name", String(256), nullable=False),
+    Column("owner", String(128), ForeignKey("tenants.tenant_id"), nullable=False),
+    Column("gpu_model", String(256), nullable=True),
+    Column("archived", Boolean, nullable=False, default=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+pool_offers = Table(
+    "pool_offers",
+    metadata,
+    Column("pool_id", String(57), ForeignKey("pools.pool_id"), primary_key=True),
+    Column("tenant_id", String(128), primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("pool_id", String(57), ForeignKey("pools.pool_id"), nullable=False, index=True),
+    Column("hostname", String(256), nullable=False, default=""),
+    Column("boot_id", String(64), nullable=False, default=""),
+    Column("labels", JSON, nullable=False),
+    Column("profile_id", String(128), nullable=True),
+    Column("profile_version", Integer, nullable=True),
+    Column("inventory_hash", String(128), nullable=False, default=""),
+    Column("inventory", JSON, nullable=True),
+    Column("interval_ms", Integer, nullable=False, default=5000),
+    Column("last_seen", BigInteger, nullable=False),
+    Column("reachable", Boolean, nullable=False, default=True),
+    Column("reachable_since", BigInteger, nullable=False),
+    Column("health", String(16), nullable=False, default="healthy"),
+    Column("health_reasons", JSON, nullable=False),
+    Column("health_since", BigInteger, nullable=False),
+    Column("maintenance", Boolean, nullable=False, default=False),
+    Column("maintenance_reason", Text, nullable=False, default=""),
+    Column("maintenance_by", String(128), nullable=False, default=""),
+    Column("maintenance_since", BigInteger, nullable=True),
+    Column("provisioning", Boolean, nullable=False, default=True),
+    Column("vcpu", Integer, nullable=False, default=0),
+    Column("memory_gib", Integer, nullable=False, default=0),
+    Column("hugepages_1gi", Integer, nullable=False, default=0),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+atoms = Table(
+    "atoms",
+    metadata,
+    Column("atom_id", String(256), primary_key=True),
+    Column("node_id", String(128), ForeignKey("nodes.node_id"), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("class", String(16), nullable=False),
+    Column("device_id", String(128), nullable=False, default=""),
+    Column("attrs", JSON, nullable=False),
+    Column("health", String(16), nullable=False, default="healthy"),
+    Column("health_reasons", JSON, nullable=False),
+    # An atom that left the inventory is retired, not deleted: bookings may name it.
+    Column("retired", Boolean, nullable=False, default=False),
+    Index("ix_atoms_node", "node_id"),
+    Index("ix_atoms_pool", "pool_id"),
+)
+
+node_events = Table(
+    "node_events",
+    metadata,
+    Column("event_id", Integer, primary_key=True, autoincrement=True),
+    Column("node_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("by", String(128), nullable=False, default="coordinator"),
+    Column("at", BigInteger, nullable=False),
+    Column("device_id", String(128), nullable=True),
+    Index("ix_node_events_node", "node_id", "event_id"),
+)
+
+rollup = Table(
+    "rollup",
+    metadata,
+    Column("pool_id", String(57), primary_key=True),
+    Column("resource", String(32), primary_key=True),
+    Column("total", BigInteger, nullable=False, default=0),
+    Column("allocatable", BigInteger, nullable=False, default=0),
+    Column("allocated", BigInteger, nullable=False, default=0),
+    Column("reserved", BigInteger, nullable=False, default=0),
+    Column("available", BigInteger, nullable=False, default=0),
+    Column("provisioning", BigInteger, nullable=False, default=0),
+    Column("unhealthy", BigInteger, nullable=False, default=0),
+    Column("maintenance", BigInteger, nullable=False, default=0),
+    Column("unreachable", BigInteger, nullable=False, default=0),
+    Column("updated_at", BigInteger, nullable=False, default=0),
+)

@@ -1,0 +1,151 @@
+"""Tenants and their API keys. Keys are random, shown once, stored as sha256 hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from coordinator.domain.model import Principal, Tenant
+from coordinator.errors import Conflict, NotFound
+from coordinator.ledger import schema
+from coordinator.ledger.database import Database
+from shared.ids import CROCKFORD
+
+KEY_PREFIX = "gpf"
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _new_key_id() -> str:
+    return "".join(secrets.choice(CROCKFORD) for _ in range(16))
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """`gpf_<keyId>_<secret>` → (keyId, secret); None for anything else."""
+    parts = key.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or len(parts[1]) != 16 or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+class TenantRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, tenant_id: str, name: str, now: int) -> Tenant:
+        try:
+            async with self._db.transaction() as conn:
+                await conn.execute(
+                    schema.tenants.insert().values(tenant_id=tenant_id, name=name, created_at=now)
+                )
+        except IntegrityError as exc:
+            raise Conflict(f"tenant {tenant_id!r} already exists") from exc
+        return Tenant(tenant_id, name, now)
+
+    async def ensure(self, tenant_id: str, name: str, now: int) -> Tenant:
+        existing = await self.get(tenant_id)
+        if existing is not None:
+            return existing
+        try:
+            return await self.create(tenant_id, name, now)
+        except Conflict:
+            # Lost a race with another coordinator starting: theirs is as good.
+            found = await self.get(tenant_id)
+            assert found is not None
+            return found
+
+    async def get(self, tenant_id: str) -> Tenant | None:
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.tenants).where(schema.tenants.c.tenant_id == tenant_id)
+                )
+            ).first()
+        return Tenant(row.tenant_id, row.name, row.created_at) if row else None
+
+
+class ApiKeyRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self, tenant_id: str, roles: frozenset[str], label: str, now: int
+    ) -> tuple[str, str]:
+        """Returns (keyId, the full key). The full key is never stored."""
+        key_id = _new_key_id()
+        secret = secrets.token_urlsafe(32)
+        await self.insert(key_id, secret, tenant_id, roles, label, now)
+        return key_id, f"{KEY_PREFIX}_{key_id}_{secret}"
+
+    async def insert(
+        self,
+        key_id: str,
+        secret: str,
+        tenant_id: str,
+        roles: frozenset[str],
+        label: str,
+        now: int,
+    ) -> None:
+        try:
+            async with self._db.transaction() as conn:
+                await conn.execute(
+                    schema.api_keys.insert().values(
+                        key_id=key_id,
+                        tenant_id=tenant_id,
+                        key_hash=_hash(secret),
+                        roles=",".join(sorted(roles)),
+                        label=label,
+                        created_at=now,
+                        revoked_at=None,
+                    )
+                )
+        except IntegrityError as exc:
+            raise NotFound(f"tenant {tenant_id!r} not found") from exc
+
+    async def ensure(
+        self, key: str, tenant_id: str, roles: frozenset[str], label: str, now: int
+    ) -> None:
+        """Register a key given from configuration (the bootstrap operator key)."""
+        parts = split_key(key)
+        if parts is None:
+            raise ValueError("bootstrap key must look like gpf_<16 chars>_<secret>")
+        key_id, secret = parts
+        if await self.authenticate(key) is not None:
+            return
+        async with self._db.transaction() as conn:
+            await conn.execute(schema.api_keys.delete().where(schema.api_keys.c.key_id == key_id))
+        await self.insert(key_id, secret, tenant_id, roles, label, now)
+
+    async def authenticate(self, key: str) -> Principal | None:
+        parts = split_key(key)
+        if parts is None:
+            return None
+        key_id, secret = parts
+        k = schema.api_keys.c
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(k.tenant_id, k.key_hash, k.roles, k.revoked_at).where(k.key_id == key_id)
+                )
+            ).first()
+        if row is None or row.revoked_at is not None:
+            return None
+        if not hmac.compare_digest(row.key_hash, _hash(secret)):
+            return None
+        return Principal(key_id, row.tenant_id, frozenset(filter(None, row.roles.split(","))))
+
+    async def revoke(self, key_id: str, tenant_id: str | None, now: int) -> bool:
+        """Revoke a key; with `tenant_id` only a key of that tenant. True if it was live."""
+        k = schema.api_keys.c
+        cond = (k.key_id == key_id) & k.revoked_at.is_(None)
+        if tenant_id is not None:
+            cond = cond & (k.tenant_id == tenant_id)
+        async with self._db.transaction() as conn:
+            result = await conn.execute(update(schema.api_keys).where(cond).values(revoked_at=now))
+        return bool(result.rowcount)

@@ -1,0 +1,63 @@
+"""`gpufleet-coordinator`: settings, logging, signals, systemd readiness, run until told
+to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+from coordinator.app import running_coordinator
+from coordinator.config import ConfigError, CoordinatorSettings, settings_from_argv
+
+log = logging.getLogger("gpufleet.coordinator")
+
+
+def sd_notify(message: str, notify_socket: str | None) -> None:
+    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
+    if not notify_socket:
+        return
+    address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+
+
+async def serve(settings: CoordinatorSettings, notify_socket: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_coordinator(settings) as coordinator:
+        # READY only now: migrated, connected to NATS, subscribed, listening.
+        sd_notify("READY=1", notify_socket)
+        print(f"gpufleet-coordinator listening on {coordinator.url}", flush=True)
+        await stop.wait()
+        sd_notify("STOPPING=1", notify_socket)
+    log.info("coordinator stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = settings_from_argv(argv, os.environ)
+    except ConfigError as exc:
+        print(f"gpufleet-coordinator: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(serve(settings, os.environ.get("NOTIFY_SOCKET")))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Named periodic loops: started together, log-and-continue per iteration, cancelled and
+awaited on shutdown. No fire-and-forget tasks anywhere in the coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSpec:
+    name: str
+    interval_s: float
+    body: Callable[[], Awaitable[None]]
+
+
+class Loops:
+    def __init__(self) -> None:
+        self._specs: list[LoopSpec] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.failures: dict[str, int] = {}
+
+    def add(self, name: str, interval_s: float, body: Callable[[], Awaitable[None]]) -> None:
+        self._specs.append(LoopSpec(name, interval_s, body))
+
+    async def _run(self, spec: LoopSpec) -> None:
+        while True:
+            try:
+                await spec.body()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.failures[spec.name] = self.failures.get(spec.name, 0) + 1
+                log.exception("loop %s failed; continuing", spec.name)
+            await asyncio.sleep(spec.interval_s)
+
+    def start(self) -> None:
+        for spec in self._specs:
+            self._tasks.append(asyncio.create_task(self._run(spec), name=f"gpufleet:{spec.name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()

@@ -1,0 +1,226 @@
+"""Node state service: turns ingested heartbeats and inventories into ledger writes and
+alerts.
+
+The ingest callbacks only touch memory (the liveness tracker and a few pending maps);
+the loops below do the I/O: `write_pending` applies inventories and health transitions
+(rare, written at once), `flush_last_seen` writes liveness in one batch, `sweep` marks
+silent nodes unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from coordinator.domain.clock import Clock
+from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from coordinator.ledger import Ledger
+from coordinator.ledger.nodes import UnknownPool
+from shared.ids import ulid
+from shared.subjects import Subjects
+from shared.wire import Alert, Heartbeat, Inventory
+
+log = logging.getLogger(__name__)
+
+INVENTORY_REQUEST_EVERY_MS = 5000
+_ALERT_KINDS = {
+    "node.unreachable",
+    "node.reachable",
+    "node.unhealthy",
+    "node.healthy",
+    "node.maintenance",
+    "device.unhealthy",
+    "device.healthy",
+}
+
+
+class Publisher(Protocol):
+    async def publish(self, subject: str, payload: bytes) -> None: ...
+
+
+class AlertSink(Protocol):
+    async def publish(self, alert: Alert) -> None: ...
+
+
+class NodeStateService:
+    def __init__(
+        self,
+        ledger: Ledger,
+        tracker: LivenessTracker,
+        subjects: Subjects,
+        clock: Clock,
+        bus: Publisher,
+        alerts: AlertSink,
+        drop: Callable[[str, str], None],
+    ) -> None:
+        self.ledger = ledger
+        self.tracker = tracker
+        self.subjects = subjects
+        self.clock = clock
+        self.bus = bus
+        self.alerts = alerts
+        self._drop = drop
+        self._inventories: dict[str, Inventory] = {}
+        self._health_dirty: dict[str, Heartbeat] = {}
+        self._came_back: dict[str, str] = {}
+        self._unknown: dict[str, str] = {}
+        self._inv_requested: dict[str, int] = {}
+        self._known_pools: set[str] = set()
+
+    async def load(self) -> None:
+        now = self.clock.now_ms()
+        for (
+            node_id,
+            pool_id,
+            last_seen,
+            interval_ms,
+            reachable,
+            health,
+            inv_hash,
+        ) in await self.ledger.nodes.liveness_snapshot():
+            self.tracker.load(
+                NodeLiveness(
+                    node_id=node_id,
+                    pool_id=pool_id,
+                    last_seen=last_seen,
+                    interval_ms=interval_ms,
+                    reachable=reachable,
+                    health=health,  # type: ignore[arg-type]
+                    inventory_hash=inv_hash,
+                ),
+                now,
+            )
+        self._known_pools = {p.pool_id for p in await self.ledger.pools.list_all()}
+
+    # -- ingest callbacks: memory only ---------------------------------------------------
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
+        if not outcome.known:
+            self._unknown[hb.node_id] = hb.pool_id
+            return
+        if outcome.health_changed:
+            self._health_dirty[hb.node_id] = hb
+        if outcome.came_back:
+            self._came_back[hb.node_id] = hb.pool_id
+        if outcome.needs_inventory:
+            self._unknown[hb.node_id] = hb.pool_id
+
+    def on_inventory(self, inv: Inventory) -> None:
+        self._inventories[inv.node_id] = inv
+
+    # -- loops -----------------------------------------------------------------------------
+
+    async def write_pending(self) -> None:
+        now = self.clock.now_ms()
+        inventories, self._inventories = self._inventories, {}
+        for inv in inventories.values():
+            await self._apply_inventory(inv, now)
+        came_back, self._came_back = self._came_back, {}
+        if came_back:
+            flipped = await self.ledger.nodes.set_reachable(
+                came_back, True, "heartbeat received", now
+            )
+            for node_id, pool_id in flipped:
+                await self._alert("node.reachable", pool_id, node_id, "heartbeat received", now)
+        dirty, self._health_dirty = self._health_dirty, {}
+        for hb in dirty.values():
+            transitions = await self.ledger.nodes.apply_health(
+                hb.node_id,
+                hb.health.status,
+                hb.health.reasons,
+                hb.devices,
+                hb.provisioning,
+                now,
+            )
+            for kind, reason, device_id in transitions:
+                await self._alert(kind, hb.pool_id, hb.node_id, reason, now, device_id)
+        unknown, self._unknown = self._unknown, {}
+        for node_id, pool_id in unknown.items():
+            await self._request_inventory(pool_id, node_id, now)
+
+    async def _apply_inventory(self, inv: Inventory, now: int) -> None:
+        try:
+            outcome = await self.ledger.nodes.apply_inventory(inv, now)
+        except UnknownPool:
+            self._drop("unknown_pool", self.subjects.inventory(inv.pool_id, inv.node_id))
+            return
+        self._known_pools.add(inv.pool_id)
+        node = self.tracker.nodes.get(inv.node_id)
+        if node is None:
+            node = NodeLiveness(inv.node_id, inv.pool_id, now, 5000)
+            self.tracker.nodes[inv.node_id] = node
+        node.pool_id = inv.pool_id
+        node.inventory_hash = inv.inventory_hash
+        node.health = inv.health.status
+        node.devices = frozenset(inv.devices)
+        node.provisioning = inv.provisioning
+        node.reachable = True
+        node.last_seen = now
+        for kind, reason in outcome.events:
+            await self._alert(kind, inv.pool_id, inv.node_id, reason, now)
+
+    async def _request_inventory(self, pool_id: str, node_id: str, now: int) -> None:
+        if pool_id not in self._known_pools:
+            # A pool created after start: look again before calling it unknown.
+            self._known_pools = {p.pool_id for p in await self.ledger.pools.list_all()}
+            if pool_id not in self._known_pools:
+                self._drop("unknown_pool", self.subjects.heartbeat(pool_id, node_id))
+                return
+        if now - self._inv_requested.get(node_id, -INVENTORY_REQUEST_EVERY_MS) < (
+            INVENTORY_REQUEST_EVERY_MS
+        ):
+            return
+        self._inv_requested[node_id] = now
+        try:
+            await self.bus.publish(self.subjects.inventory_request(pool_id, node_id), b"{}")
+        except Exception as exc:
+            log.warning("could not ask %s for its inventory: %s", node_id, exc)
+
+    async def flush_last_seen(self) -> None:
+        batch = self.tracker.take_unflushed()
+        if batch:
+            try:
+                await self.ledger.nodes.flush_last_seen(batch)
+            except Exception:
+                # Put them back so that the next flush carries them (newer values win).
+                for node_id, value in batch.items():
+                    self.tracker.unflushed.setdefault(node_id, value)
+                raise
+
+    async def sweep(self) -> None:
+        now = self.clock.now_ms()
+        expired = self.tracker.expired(now)
+        if not expired:
+            return
+        flipped = await self.ledger.nodes.set_reachable(
+            expired, False, "no heartbeat within misses x interval", now
+        )
+        self.tracker.mark_unreachable(expired)
+        for node_id, pool_id in flipped:
+            await self._alert("node.unreachable", pool_id, node_id, "heartbeat missed", now)
+
+    async def _alert(
+        self,
+        kind: str,
+        pool_id: str,
+        node_id: str,
+        reason: str,
+        now: int,
+        device_id: str | None = None,
+    ) -> None:
+        if kind not in _ALERT_KINDS:
+            return
+        await self.alerts.publish(
+            Alert(
+                alert_id=ulid(now),
+                kind=kind,
+                pool_id=pool_id,
+                node_id=node_id,
+                at=now,
+                reason=reason,
+                since=now,
+                device_id=device_id,
+            )
+        )

@@ -1,0 +1,1 @@
+"""Wire contract shared by agent and coordinator: models, subjects, ids. No I/O here."""

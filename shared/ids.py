@@ -1,0 +1,64 @@
+"""Identifier formats: ULIDs in lowercase Crockford base32 and the prefixed ids built on them.
+
+The patterns are the seed's (`pool_`/`prj_` + 26..52 chars of lowercase Crockford base32);
+tenant and node ids are chosen by people and only validated here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+TENANT_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+NODE_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+POOL_ID_PATTERN = r"^pool_[0-9a-hjkmnp-tv-z]{26,52}$"
+PROJECT_ID_PATTERN = r"^prj_[0-9a-hjkmnp-tv-z]{26,52}$"
+RESERVATION_ID_PATTERN = r"^rsv_[0-9a-hjkmnp-tv-z]{26,52}$"
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+_TENANT_RE = re.compile(TENANT_ID_PATTERN)
+_NODE_RE = re.compile(NODE_ID_PATTERN)
+_POOL_RE = re.compile(POOL_ID_PATTERN)
+
+
+def ulid(now_ms: int | None = None, randomness: bytes | None = None) -> str:
+    """A 26-character ULID: 48-bit millisecond timestamp then 80 random bits."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if not 0 <= ms < 1 << 48:
+        raise ValueError("ULID timestamp out of range")
+    rnd = os.urandom(10) if randomness is None else randomness
+    if len(rnd) != 10:
+        raise ValueError("ULID randomness must be 10 bytes")
+    value = (ms << 80) | int.from_bytes(rnd, "big")
+    chars = []
+    for _ in range(26):
+        chars.append(CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_pool_id() -> str:
+    return "pool_" + ulid()
+
+
+def new_project_id() -> str:
+    return "prj_" + ulid()
+
+
+def new_reservation_id() -> str:
+    return "rsv_" + ulid()
+
+
+def is_tenant_id(value: str) -> bool:
+    return bool(_TENANT_RE.match(value))
+
+
+def is_node_id(value: str) -> bool:
+    return bool(_NODE_RE.match(value))
+
+
+def is_pool_id(value: str) -> bool:
+    return bool(_POOL_RE.match(value))

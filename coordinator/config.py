@@ -114,9 +114,7 @@ def load_settings(args: argparse.Namespace, env: Mapping[str, str]) -> Coordinat
         raise ConfigError(f"invalid coordinator configuration: {problems}") from None
 
 
-def settings_from_argv(
-    argv: Sequence[str] | None, env: Mapping[str, str]
-) -> CoordinatorSettings:
+def settings_from_argv(argv: Sequence[str] | None, env: Mapping[str, str]) -> CoordinatorSettings:
     parser = argparse.ArgumentParser(prog="gpufleet-coordinator")
     add_arguments(parser)
     return load_settings(parser.parse_args(argv), env)

@@ -11,7 +11,11 @@ from shared.wire import Alert
 
 log = logging.getLogger(__name__)
 
-STREAM_NAME = "GPUFLEET_ALERTS"
+
+
+def stream_name(prefix: str) -> str:
+    """One stream per subject prefix, so deployments sharing a NATS server stay apart."""
+    return "".join(c if c.isalnum() else "_" for c in prefix).upper() + "_ALERTS"
 
 
 class AlertPublisher:
@@ -21,7 +25,9 @@ class AlertPublisher:
         self.published = 0
 
     async def setup(self, max_msgs: int = 100_000, max_age_s: float = 7 * 86400) -> None:
-        await self.bus.ensure_stream(STREAM_NAME, [self.subjects.all_alerts], max_msgs, max_age_s)
+        await self.bus.ensure_stream(
+            stream_name(self.subjects.prefix), [self.subjects.all_alerts], max_msgs, max_age_s
+        )
 
     async def publish(self, alert: Alert) -> None:
         subject = self.subjects.alert(alert.pool_id, alert.node_id, alert.kind)

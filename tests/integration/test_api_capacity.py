@@ -1,0 +1,209 @@
+"""capacity.summary and capacity.byPool over real HTTP, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.api.registry import REGISTRY
+from coordinator.app import Coordinator
+from coordinator.domain.model import RESOURCES
+from tests.factories import make_inventory
+from tests.integration.conftest import Api
+
+
+async def _fleet(api: Api, coordinator: Coordinator) -> dict[str, Any]:
+    for tenant in ("acme", "globex", "initech"):
+        await api.ok("tenants.create", {"tenantId": tenant})
+    h100 = await api.ok("pools.create", {"tenantId": "acme", "name": "h", "gpuModel": "H100"})
+    plain = await api.ok("pools.create", {"tenantId": "acme", "name": "plain"})
+    other = await api.ok("pools.create", {"tenantId": "globex", "name": "g", "gpuModel": "H100"})
+    await api.ok("pools.offer", {"poolId": plain["poolId"], "tenantId": "globex"})
+    nodes = coordinator.ledger.nodes
+    await nodes.apply_inventory(make_inventory("h1", h100["poolId"], gpus=8), 1)
+    await nodes.apply_inventory(make_inventory("h2", h100["poolId"], gpus=8, mig=7), 1)
+    await nodes.apply_inventory(make_inventory("p1", plain["poolId"], gpus=4), 1)
+    await nodes.apply_inventory(make_inventory("g1", other["poolId"], gpus=2), 1)
+    keys = {
+        t: (await api.ok("apiKeys.create", {"tenantId": t}))["key"]
+        for t in ("acme", "globex", "initech")
+    }
+    return {
+        "h100": h100["poolId"],
+        "plain": plain["poolId"],
+        "other": other["poolId"],
+        "keys": keys,
+    }
+
+
+async def test_summary_lists_owned_and_offered_pools_with_rows_and_gpu_models(
+    api: Api, coordinator: Coordinator
+) -> None:
+    f = await _fleet(api, coordinator)
+    acme = await api.ok("capacity.summary", {"tenantId": "acme"}, f["keys"]["acme"])
+    assert acme["tenantId"] == "acme"
+    assert {p["poolId"] for p in acme["pools"]} == {f["h100"], f["plain"]}
+    for pool in acme["pools"]:
+        assert [r["resource"] for r in pool["capacity"]] == sorted(RESOURCES)
+        assert pool["owner"] == "acme"
+    h100 = next(p for p in acme["pools"] if p["poolId"] == f["h100"])
+    gpu = next(r for r in h100["capacity"] if r["resource"] == "gpu")
+    assert (gpu["total"], gpu["allocatable"], gpu["available"]) == (16, 16, 16)
+    mig = next(r for r in h100["capacity"] if r["resource"] == "gpu.mig")
+    assert mig["total"] == 7
+    # Only gpu rows, per model; a pool without a model counts as "other".
+    assert acme["byGpuModel"] == {
+        "H100": {"total": 16, "allocatable": 16, "allocated": 0, "reserved": 0, "available": 16},
+        "other": {"total": 4, "allocatable": 4, "allocated": 0, "reserved": 0, "available": 4},
+    }
+    globex = await api.ok("capacity.summary", {"tenantId": "globex"}, f["keys"]["globex"])
+    assert {p["poolId"] for p in globex["pools"]} == {f["plain"], f["other"]}
+    assert globex["byGpuModel"]["H100"]["total"] == 2
+    assert globex["byGpuModel"]["other"]["total"] == 4
+    initech = await api.ok("capacity.summary", {"tenantId": "initech"}, f["keys"]["initech"])
+    assert initech == {"tenantId": "initech", "pools": [], "byGpuModel": {}}
+
+
+async def test_archived_pools_vanish_for_everyone_but_their_owner(
+    api: Api, coordinator: Coordinator
+) -> None:
+    f = await _fleet(api, coordinator)
+    await coordinator.ledger.pools.archive(f["plain"])
+    globex = await api.ok("capacity.summary", {"tenantId": "globex"}, f["keys"]["globex"])
+    assert {p["poolId"] for p in globex["pools"]} == {f["other"]}
+    status, body = await api.call(
+        "capacity.byPool", {"tenantId": "globex", "poolId": f["plain"]}, f["keys"]["globex"]
+    )
+    assert (status, body["error"]["code"]) == (404, "NOT_FOUND")
+    acme = await api.ok("capacity.summary", {"tenantId": "acme"}, f["keys"]["acme"])
+    archived = next(p for p in acme["pools"] if p["poolId"] == f["plain"])
+    assert archived["archived"] is True
+    rows = await api.ok(
+        "capacity.byPool", {"tenantId": "acme", "poolId": f["plain"]}, f["keys"]["acme"]
+    )
+    assert rows["poolId"] == f["plain"]
+
+
+async def test_by_pool_returns_rows_ordered_by_resource_and_hides_foreign_pools(
+    api: Api, coordinator: Coordinator
+) -> None:
+    f = await _fleet(api, coordinator)
+    body = await api.ok(
+        "capacity.byPool", {"tenantId": "globex", "poolId": f["plain"]}, f["keys"]["globex"]
+    )
+    assert [r["resource"] for r in body["rows"]] == sorted(RESOURCES)
+    gpu = next(r for r in body["rows"] if r["resource"] == "gpu")
+    assert set(gpu) == {
+        "resource", "total", "allocatable", "allocated", "reserved", "available",
+        "provisioning", "unhealthy", "maintenance", "unreachable", "updatedAt",
+    }  # fmt: skip
+    assert gpu["total"] == 4
+    for tenant, pool in (("globex", f["h100"]), ("initech", f["plain"]), ("acme", f["other"])):
+        status, err = await api.call(
+            "capacity.byPool", {"tenantId": tenant, "poolId": pool}, f["keys"][tenant]
+        )
+        assert (status, err["error"]["code"]) == (404, "NOT_FOUND"), (tenant, pool)
+    missing = "pool_" + "0" * 26
+    status, err = await api.call(
+        "capacity.byPool", {"tenantId": "acme", "poolId": missing}, f["keys"]["acme"]
+    )
+    assert status == 404
+    # The error never tells a pool that exists apart from one that does not.
+    status2, err2 = await api.call(
+        "capacity.byPool", {"tenantId": "initech", "poolId": f["h100"]}, f["keys"]["initech"]
+    )
+    assert err["error"]["message"].replace(missing, "X") == err2["error"]["message"].replace(
+        f["h100"], "X"
+    )
+
+
+BAD_INPUTS = [
+    ("capacity.summary", {}, "tenantId"),
+    ("capacity.summary", {"tenantId": "a" * 129}, "tenantId"),
+    ("capacity.summary", {"tenantId": "bad tenant"}, "tenantId"),
+    ("capacity.summary", {"tenantId": ""}, "tenantId"),
+    ("capacity.summary", {"tenantId": 42}, "tenantId"),
+    ("capacity.summary", {"tenantId": "acme", "extra": 1}, "extra"),
+    ("capacity.byPool", {"tenantId": "acme"}, "poolId"),
+    ("capacity.byPool", {"poolId": "pool_" + "0" * 26}, "tenantId"),
+    ("capacity.byPool", {"tenantId": "acme", "poolId": "pool_" + "0" * 53}, "poolId"),
+    ("capacity.byPool", {"tenantId": "acme", "poolId": "pool_" + "0" * 25}, "poolId"),
+    ("capacity.byPool", {"tenantId": "acme", "poolId": "pool_" + "U" * 26}, "poolId"),
+    ("capacity.byPool", {"tenantId": "acme", "poolId": "prj_" + "0" * 26}, "poolId"),
+    ("capacity.byPool", {"tenantId": "acme", "poolId": None}, "poolId"),
+]
+
+
+@pytest.mark.parametrize(("method", "body", "field"), BAD_INPUTS)
+async def test_every_constraint_is_invalid_input_naming_the_field(
+    api: Api, method: str, body: dict[str, Any], field: str
+) -> None:
+    status, err = await api.call(method, body)
+    assert status == 400
+    assert err["error"]["code"] == "INVALID_INPUT"
+    assert field in [f["path"] for f in err["error"]["details"]["fields"]]
+
+
+async def test_malformed_bodies_are_invalid_input_not_500(api: Api) -> None:
+    for raw in (b"", b"{not json", b"[1,2]", b'"acme"', b"null"):
+        status, err = await api.call("capacity.summary", None, raw=raw)
+        assert (status, err["error"]["code"]) == (400, "INVALID_INPUT"), raw
+
+
+async def test_authentication_and_tenant_authorization(api: Api, coordinator: Coordinator) -> None:
+    f = await _fleet(api, coordinator)
+    status, err = await api.call("capacity.summary", {"tenantId": "acme"}, key="gpf_nope")
+    assert (status, err["error"]["code"]) == (401, "UNAUTHENTICATED")
+    async with api.session.post(
+        f"{api.base}/api/compute/capacity/summary", json={"tenantId": "acme"}
+    ) as resp:
+        assert resp.status == 401
+    async with api.session.post(
+        f"{api.base}/api/compute/capacity/summary",
+        json={"tenantId": "acme"},
+        headers={"X-API-Key": f["keys"]["acme"]},
+    ) as resp:
+        assert resp.status == 200
+    status, err = await api.call("capacity.summary", {"tenantId": "globex"}, f["keys"]["acme"])
+    assert (status, err["error"]["code"]) == (403, "PERMISSION_DENIED")
+    status, err = await api.call("tenants.create", {"tenantId": "evil"}, f["keys"]["acme"])
+    assert (status, err["error"]["code"]) == (403, "PERMISSION_DENIED")
+    # Operators act for any tenant.
+    await api.ok("capacity.summary", {"tenantId": "globex"})
+
+
+async def test_a_revoked_key_stops_working_at_once(api: Api) -> None:
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    created = await api.ok("apiKeys.create", {"tenantId": "acme"})
+    await api.ok("capacity.summary", {"tenantId": "acme"}, created["key"])
+    await api.ok("apiKeys.revoke", {"keyId": created["keyId"]})
+    status, err = await api.call("capacity.summary", {"tenantId": "acme"}, created["key"])
+    assert (status, err["error"]["code"]) == (401, "UNAUTHENTICATED")
+
+
+async def test_keys_are_stored_hashed(api: Api, coordinator: Coordinator) -> None:
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    created = await api.ok("apiKeys.create", {"tenantId": "acme"})
+    secret = created["key"].split("_", 2)[2]
+    from sqlalchemy import select
+
+    from coordinator.ledger import schema
+
+    async with coordinator.ledger.db.read() as conn:
+        rows = (await conn.execute(select(schema.api_keys))).all()
+    assert rows and all(secret not in " ".join(map(str, r)) for r in rows)
+
+
+async def test_openapi_is_generated_from_the_registry(api: Api) -> None:
+    async with api.session.get(f"{api.base}/api/openapi.json") as resp:
+        doc = await resp.json()
+    ops = {op["post"]["operationId"]: op["post"] for op in doc["paths"].values()}
+    assert set(ops) == {m.name for m in REGISTRY}
+    summary = ops["capacity.summary"]
+    assert summary["x-gpufleet"]["permission"] == "compute:capacity:read"
+    assert summary["x-gpufleet"]["scope"] == "compute-tenant"
+    assert ops["capacity.byPool"]["x-gpufleet"]["scope"] == "compute-pool"
+    schema_ref = summary["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = doc["components"]["schemas"][schema_ref.rsplit("/", 1)[1]]
+    assert schema["properties"]["tenantId"]["maxLength"] == 128

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shared.ids import POOL_ID_PATTERN, PROJECT_ID_PATTERN, new_pool_id, new_project_id, ulid
+from shared.subjects import Subjects
+from shared.wire import Heartbeat, NodeHealth
+from tests.factories import make_heartbeat, make_inventory
+
+
+def test_ulid_is_lowercase_crockford_and_time_ordered() -> None:
+    a = ulid(1_000)
+    b = ulid(2_000)
+    assert re.fullmatch(r"[0-9a-hjkmnp-tv-z]{26}", a)
+    assert a < b
+    assert ulid(0, bytes(10)) == "0" * 26
+
+
+def test_prefixed_ids_match_the_seed_patterns() -> None:
+    assert re.fullmatch(POOL_ID_PATTERN, new_pool_id())
+    assert re.fullmatch(PROJECT_ID_PATTERN, new_project_id())
+
+
+def test_node_ids_with_dots_get_their_own_subject_and_parse_back() -> None:
+    s = Subjects("gpufleet")
+    pool = new_pool_id()
+    subject = s.heartbeat(pool, "gpu01.rack2.example")
+    assert subject.count(".") == 3
+    assert s.parse_node_subject(subject) == ("hb", pool, "gpu01.rack2.example")
+    assert s.heartbeat(pool, "a.b") != s.heartbeat(pool, "a_b")
+
+
+def test_subject_prefix_is_configurable_and_validated() -> None:
+    assert Subjects("acme.fleet").inventory("pool_x", "n1") == "acme.fleet.inv.pool_x.n1"
+    with pytest.raises(ValueError):
+        Subjects("bad prefix")
+    assert Subjects("x").parse_node_subject("y.hb.p.n") is None
+
+
+def test_heartbeat_is_small_and_tolerates_unknown_fields() -> None:
+    inv = make_inventory("node-1", new_pool_id())
+    hb = make_heartbeat(inv)
+    assert len(hb.to_json()) < 1024
+    raw = hb.to_json()[:-1] + b',"someFutureField":{"x":1}}'
+    assert Heartbeat.model_validate_json(raw) == hb
+
+
+def test_heartbeat_rejects_a_node_id_outside_the_pattern() -> None:
+    with pytest.raises(ValueError):
+        Heartbeat(
+            node_id="bad node",
+            pool_id=new_pool_id(),
+            boot_id="b",
+            seq=0,
+            sent_at=0,
+            interval_ms=1000,
+            inventory_hash="h",
+            health=NodeHealth(status="healthy"),
+        )

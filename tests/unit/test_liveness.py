@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from coordinator.domain.clock import FakeClock
+from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from shared.ids import new_pool_id
+from tests.factories import make_heartbeat, make_inventory
+
+POOL = new_pool_id()
+
+
+def _tracker(clock: FakeClock, nodes: int = 3) -> LivenessTracker:
+    t = LivenessTracker(misses=3)
+    for i in range(nodes):
+        inv = make_inventory(f"n{i}", POOL)
+        t.load(
+            NodeLiveness(f"n{i}", POOL, clock.now_ms(), 1000, inventory_hash=inv.inventory_hash),
+            clock.now_ms(),
+        )
+    return t
+
+
+def test_silent_node_expires_after_misses_times_its_interval() -> None:
+    clock = FakeClock()
+    t = _tracker(clock)
+    t.bus_up(clock.now_ms())
+    clock.advance(3001)
+    for i in (0, 1):
+        t.on_heartbeat(make_heartbeat(make_inventory(f"n{i}", POOL)), clock.now_ms())
+    assert t.expired(clock.now_ms()) == ["n2"]
+
+
+def test_nothing_expires_while_the_bus_is_down_or_in_the_window_after_reconnect() -> None:
+    clock = FakeClock()
+    t = _tracker(clock)
+    t.bus_up(clock.now_ms())
+    t.bus_down()
+    clock.advance(60_000)
+    assert t.expired(clock.now_ms()) == []
+    t.bus_up(clock.now_ms())
+    clock.advance(2_999)
+    assert t.expired(clock.now_ms()) == []
+    clock.advance(2)
+    assert sorted(t.expired(clock.now_ms())) == ["n0", "n1", "n2"]
+
+
+def test_heartbeat_outcomes_flag_health_changes_returns_and_stale_inventory() -> None:
+    clock = FakeClock()
+    t = _tracker(clock, nodes=1)
+    inv = make_inventory("n0", POOL)
+    first = t.on_heartbeat(make_heartbeat(inv), clock.now_ms())
+    assert first.known and not first.health_changed and not first.needs_inventory
+    t.mark_unreachable(["n0"])
+    sick = t.on_heartbeat(make_heartbeat(inv, health="unhealthy"), clock.now_ms())
+    assert sick.health_changed and sick.came_back
+    stale = t.on_heartbeat(make_heartbeat(inv, inventory_hash="other"), clock.now_ms())
+    assert stale.needs_inventory
+    unknown = t.on_heartbeat(make_heartbeat(make_inventory("zz", POOL)), clock.now_ms())
+    assert not unknown.known
+
+
+def test_last_seen_is_batched_for_one_flush() -> None:
+    clock = FakeClock()
+    t = _tracker(clock)
+    inv = make_inventory("n1", POOL)
+    for seq in range(5):
+        clock.advance(10)
+        t.on_heartbeat(make_heartbeat(inv, seq), clock.now_ms())
+    assert t.take_unflushed() == {"n1": (clock.now_ms(), 1000)}
+    assert t.take_unflushed() == {}

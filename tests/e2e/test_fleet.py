@@ -1,0 +1,175 @@
+"""End to end with real processes: nats-server, gpufleet-coordinator, gpufleet-agent, and
+`gpufleet demo` as an operator would run them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import new_key
+from coordinator.client import ApiClient, ApiError
+from coordinator.embedded_nats import EmbeddedNats, free_port
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+def _wait(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not met within {timeout}s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        raise
+
+
+@pytest.fixture
+def nats_proc(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    with EmbeddedNats(store_dir=str(tmp_path / "js")) as server:
+        yield server
+
+
+def test_agent_to_coordinator_to_capacity_summary_over_http(
+    tmp_path: Path, nats_proc: EmbeddedNats
+) -> None:
+    port = free_port()
+    operator_key = new_key()
+    log = open(tmp_path / "coordinator.log", "wb")  # noqa: SIM115
+    agent_log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115
+    coordinator = subprocess.Popen(
+        [
+            str(BIN / "gpufleet-coordinator"),
+            "--state-dir", str(tmp_path),
+            "--nats-url", nats_proc.url,
+            "--port", str(port),
+            "--bootstrap-operator-key", operator_key,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    agent: subprocess.Popen[bytes] | None = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        op = ApiClient(url, operator_key)
+        _wait(op.healthy, what="coordinator up")
+        op.call("tenants.create", {"tenantId": "acme"})
+        pool = op.call(
+            "pools.create", {"tenantId": "acme", "name": "east", "gpuModel": "H100 SXM"}
+        )["poolId"]
+        key = op.call("apiKeys.create", {"tenantId": "acme"})["key"]
+        agent = subprocess.Popen(
+            [
+                str(BIN / "gpufleet-agent"),
+                "--pool-id", pool,
+                "--node-id", "h100-node-01",
+                "--nats-url", nats_proc.url,
+                "--simulate", "h100-sxm-8",
+                "--interval", "1",
+            ],
+            stdout=agent_log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        tenant = ApiClient(url, key)
+
+        def gpus() -> int:
+            summary = tenant.call("capacity.summary", {"tenantId": "acme"})
+            return int(summary["byGpuModel"].get("H100 SXM", {}).get("allocatable", 0))
+
+        _wait(lambda: gpus() == 8, what="8 allocatable H100s")
+        rows = tenant.call("capacity.byPool", {"tenantId": "acme", "poolId": pool})["rows"]
+        by = {r["resource"]: r for r in rows}
+        assert by["node"]["total"] == 1
+        assert by["gpu"]["total"] == 8
+        assert by["vcpu"]["total"] > 0 and by["memoryGiB"]["total"] > 0
+        with pytest.raises(ApiError) as denied:
+            tenant.call("capacity.summary", {"tenantId": "someone-else"})
+        assert denied.value.code == "PERMISSION_DENIED"
+        assert _stop(agent) == 0
+        agent = None
+        assert _stop(coordinator) == 0
+    finally:
+        if agent is not None:
+            _stop(agent)
+        if coordinator.poll() is None:
+            _stop(coordinator)
+        log.close()
+        agent_log.close()
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces; the fields after its ")" are fixed.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: Path) -> None:
+    state = tmp_path / "demo-state"
+    demo = subprocess.Popen(
+        [str(BIN / "gpufleet"), "demo", "--state-dir", str(state), "--interval", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert demo.stdout is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = demo.stdout.readline().decode()
+            if not line:
+                break
+            lines.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        text = "".join(lines)
+        assert "Press Ctrl-C" in text, text
+        assert "acme key:" in text and "gpf_" in text
+        assert "NVIDIA H100 80GB HBM3" in text and "total=16" in text
+        # Four agents, a coordinator and nats-server.
+        children = _children_of(demo.pid)
+        assert len(children) == 6, children
+        demo.send_signal(signal.SIGINT)
+        rest = demo.stdout.read().decode()
+        assert demo.wait(30) == 0
+        assert "every child process has exited" in rest
+        assert [pid for pid in children if _alive(pid)] == []
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        demo.stdout.close()

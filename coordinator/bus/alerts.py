@@ -12,7 +12,6 @@ from shared.wire import Alert
 log = logging.getLogger(__name__)
 
 
-
 def stream_name(prefix: str) -> str:
     """One stream per subject prefix, so deployments sharing a NATS server stay apart."""
     return "".join(c if c.isalnum() else "_" for c in prefix).upper() + "_ALERTS"

@@ -52,8 +52,8 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
 ) -> None:
     port = free_port()
     operator_key = new_key()
-    log = open(tmp_path / "coordinator.log", "wb")  # noqa: SIM115
-    agent_log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115
+    log = open(tmp_path / "coordinator.log", "wb")
+    agent_log = open(tmp_path / "agent.log", "wb")
     coordinator = subprocess.Popen(
         [
             str(BIN / "gpufleet-coordinator"),

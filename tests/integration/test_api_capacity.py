@@ -110,7 +110,7 @@ async def test_by_pool_returns_rows_ordered_by_resource_and_hides_foreign_pools(
     )
     assert status == 404
     # The error never tells a pool that exists apart from one that does not.
-    status2, err2 = await api.call(
+    _, err2 = await api.call(
         "capacity.byPool", {"tenantId": "initech", "poolId": f["h100"]}, f["keys"]["initech"]
     )
     assert err["error"]["message"].replace(missing, "X") == err2["error"]["message"].replace(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import nats
 import pytest
@@ -14,14 +12,7 @@ from shared.subjects import Subjects
 from shared.wire import Alert, DeviceHealth
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+from tests.waiting import eventually
 
 
 async def _pool(api: Api) -> str:

@@ -72,3 +72,58 @@ def sum_rows(rows: Iterable[RollupRow], resource: str) -> RollupRow:
         resource, total, allocatable, allocated, reserved, available,
         prov, unhealthy, maint, unreach, updated,
     )  # fmt: skip
+
+
+# Columns that depend only on nodes and atoms (bookings move allocated/reserved).
+STATE_COLUMNS: tuple[str, ...] = ("total", *BUCKETS)
+Delta = dict[str, dict[str, int]]  # resource → column → change
+
+
+def contribution(node: NodeView) -> Delta:
+    """What one node adds to its pool's rows: per resource, `total` and each bucket."""
+    out: Delta = {}
+    for atom in node.atoms:
+        col = out.setdefault(atom.cls, {})
+        bucket = atom_bucket(node.state, atom)
+        col[bucket] = col.get(bucket, 0) + 1
+        col["total"] = col.get("total", 0) + 1
+    bucket = node_bucket(node.state)
+    for resource in SCALAR_RESOURCES:
+        amount = node.scalar(resource)
+        if amount:
+            out[resource] = {bucket: amount, "total": amount}
+    return out
+
+
+def rollup_delta(before: NodeView | None, after: NodeView | None) -> Delta:
+    """The change to a pool's rows when one node goes from `before` to `after` (either
+    may be None: a new node, a removed node). Both must be in the same pool."""
+    delta: Delta = {}
+    for sign, node in ((-1, before), (1, after)):
+        if node is None:
+            continue
+        for resource, cols in contribution(node).items():
+            target = delta.setdefault(resource, {})
+            for col, n in cols.items():
+                target[col] = target.get(col, 0) + sign * n
+    return {
+        r: {c: n for c, n in cols.items() if n} for r, cols in delta.items() if any(cols.values())
+    }
+
+
+def apply_delta(rows: dict[str, RollupRow], delta: Delta, now_ms: int) -> dict[str, RollupRow]:
+    """Pure twin of the ledger's SQL update: add the delta, recompute `available`."""
+    out = dict(rows)
+    for resource, cols in delta.items():
+        row = out[resource]
+        values = {c: getattr(row, c) + cols.get(c, 0) for c in STATE_COLUMNS}
+        available = max(0, values["allocatable"] - row.allocated - row.reserved)
+        out[resource] = RollupRow(
+            resource=resource,
+            allocated=row.allocated,
+            reserved=row.reserved,
+            available=available,
+            updated_at=now_ms,
+            **values,
+        )
+    return out

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
-from coordinator.ledger.rollups import rebuild_pool
+from coordinator.ledger.rollups import NodeChange
 from shared.wire import DeviceHealth, HealthStatus, Inventory
 
 
@@ -88,6 +88,7 @@ class NodeRepo:
             ).first()
             if pool is None:
                 raise UnknownPool(f"unknown pool {inv.pool_id}")
+            change = await NodeChange.begin(conn, [inv.node_id])
             existing = (
                 await conn.execute(select(schema.nodes).where(n.node_id == inv.node_id))
             ).first()
@@ -107,7 +108,6 @@ class NodeRepo:
                 "hugepages_1gi": inv.scalars.hugepages_1gi,
                 "updated_at": now,
             }
-            touched_pools = {inv.pool_id}
             if existing is None:
                 await conn.execute(
                     schema.nodes.insert().values(
@@ -126,7 +126,6 @@ class NodeRepo:
                 )
                 events.append(("node.registered", f"first inventory from {inv.hostname}"))
             else:
-                touched_pools.add(existing.pool_id)
                 if existing.pool_id != inv.pool_id:
                     events.append(("node.moved", f"from {existing.pool_id}"))
                 if not existing.reachable:
@@ -146,8 +145,7 @@ class NodeRepo:
             await self._replace_atoms(conn, inv)
             for kind, reason in events:
                 await add_event(conn, inv.node_id, inv.pool_id, kind, reason, now)
-            for pool_id in touched_pools:
-                await rebuild_pool(conn, pool_id, now)
+            await change.settle(now)
         return InventoryOutcome(inv.node_id, inv.pool_id, existing is None, tuple(events))
 
     async def _replace_atoms(self, conn: AsyncConnection, inv: Inventory) -> None:
@@ -206,6 +204,7 @@ class NodeRepo:
             node = (await conn.execute(select(schema.nodes).where(n.node_id == node_id))).first()
             if node is None:
                 return out
+            change = await NodeChange.begin(conn, [node_id])
             values: dict[str, object] = {"health_reasons": list(reasons), "updated_at": now}
             if node.health != health:
                 values |= {"health": health, "health_since": now}
@@ -248,7 +247,7 @@ class NodeRepo:
                     conn, node_id, node.pool_id, ev_kind, ev_reason, now, device_id=ev_device
                 )
             if out:
-                await rebuild_pool(conn, node.pool_id, now)
+                await change.settle(now)
         return out
 
     async def set_reachable(
@@ -271,6 +270,7 @@ class NodeRepo:
             if not rows:
                 return []
             flipped = [(r.node_id, r.pool_id) for r in rows]
+            change = await NodeChange.begin(conn, [f[0] for f in flipped])
             await conn.execute(
                 update(schema.nodes)
                 .where(n.node_id.in_([f[0] for f in flipped]))
@@ -279,9 +279,38 @@ class NodeRepo:
             kind = "node.reachable" if reachable else "node.unreachable"
             for node_id, pool_id in flipped:
                 await add_event(conn, node_id, pool_id, kind, reason, now)
-            for pool_id in {p for _, p in flipped}:
-                await rebuild_pool(conn, pool_id, now)
+            await change.settle(now)
         return flipped
+
+    async def set_maintenance(
+        self, node_id: str, on: bool, reason: str, by: str, now: int
+    ) -> tuple[str, bool]:
+        """Put a node in or out of maintenance; returns (poolId, changed)."""
+        n = schema.nodes.c
+        async with self._db.transaction() as conn:
+            node = (
+                await conn.execute(select(n.pool_id, n.maintenance).where(n.node_id == node_id))
+            ).first()
+            if node is None:
+                raise NotFound(f"node {node_id} not found")
+            if bool(node.maintenance) == on:
+                return node.pool_id, False
+            change = await NodeChange.begin(conn, [node_id])
+            await conn.execute(
+                update(schema.nodes)
+                .where(n.node_id == node_id)
+                .values(
+                    maintenance=on,
+                    maintenance_reason=reason if on else "",
+                    maintenance_by=by if on else "",
+                    maintenance_since=now if on else None,
+                    updated_at=now,
+                )
+            )
+            kind = "node.maintenance" if on else "node.maintenance_ended"
+            await add_event(conn, node_id, node.pool_id, kind, reason, now, by=by)
+            await change.settle(now)
+        return node.pool_id, True
 
     async def flush_last_seen(self, seen: dict[str, tuple[int, int]]) -> None:
         """One executemany for a batch of heartbeats: nodeId → (lastSeen, intervalMs)."""

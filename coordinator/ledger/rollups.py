@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, case, delete, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.model import AtomView, NodeState, NodeView, RollupRow
-from coordinator.domain.rollup import compute_rollup
+from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
 from coordinator.ledger import schema
 
 _COLUMNS = (
@@ -63,13 +63,23 @@ async def read_rollup(conn: AsyncConnection, pool_ids: Iterable[str]) -> dict[st
     return out
 
 
-async def load_node_views(conn: AsyncConnection, pool_id: str) -> list[NodeView]:
+async def load_node_views(
+    conn: AsyncConnection, pool_id: str | None = None, node_ids: Iterable[str] | None = None
+) -> list[NodeView]:
+    """Nodes with their live atoms, of one pool or of the given node ids."""
     n, a = schema.nodes.c, schema.atoms.c
-    node_rows = (await conn.execute(select(schema.nodes).where(n.pool_id == pool_id))).all()
+    node_cond: ColumnElement[bool]
+    atom_cond: ColumnElement[bool]
+    if node_ids is not None:
+        ids = list(node_ids)
+        node_cond, atom_cond = n.node_id.in_(ids), a.node_id.in_(ids)
+    else:
+        node_cond, atom_cond = n.pool_id == pool_id, a.pool_id == pool_id
+    node_rows = (await conn.execute(select(schema.nodes).where(node_cond))).all()
     atoms_by_node: dict[str, list[AtomView]] = defaultdict(list)
     atom_rows = await conn.execute(
         select(a.atom_id, a.node_id, a["class"], a.device_id, a.health).where(
-            (a.pool_id == pool_id) & (a.retired.is_(False))
+            atom_cond & (a.retired.is_(False))
         )
     )
     for row in atom_rows.all():
@@ -105,3 +115,47 @@ async def rebuild_pool(conn: AsyncConnection, pool_id: str, now: int) -> int:
     )
     await write_rollup(conn, pool_id, fresh)
     return drift
+
+
+async def apply_rollup_delta(conn: AsyncConnection, pool_id: str, delta: Delta, now: int) -> None:
+    """Add a delta to stored rows in SQL; `available` is recomputed from the new values."""
+    r = schema.rollup.c
+    for resource, cols in delta.items():
+        values: dict[str, object] = {
+            c: getattr(r, c) + literal(cols.get(c, 0)) for c in STATE_COLUMNS if cols.get(c)
+        }
+        free = r.allocatable + literal(cols.get("allocatable", 0)) - r.allocated - r.reserved
+        values["available"] = case((free > 0, free), else_=0)
+        values["updated_at"] = now
+        await conn.execute(
+            update(schema.rollup)
+            .where((r.pool_id == pool_id) & (r.resource == resource))
+            .values(**values)
+        )
+
+
+class NodeChange:
+    """Brackets a change to some nodes: `begin` snapshots them, `settle` applies the
+    rollup deltas of what changed, both in the caller's transaction (incremental, not a
+    pool rebuild)."""
+
+    def __init__(self, conn: AsyncConnection, ids: list[str], before: list[NodeView]) -> None:
+        self._conn = conn
+        self._ids = ids
+        self._before = {v.node_id: v for v in before}
+
+    @classmethod
+    async def begin(cls, conn: AsyncConnection, node_ids: Iterable[str]) -> NodeChange:
+        ids = list(node_ids)
+        return cls(conn, ids, await load_node_views(conn, node_ids=ids))
+
+    async def settle(self, now: int) -> None:
+        after = {v.node_id: v for v in await load_node_views(self._conn, node_ids=self._ids)}
+        for node_id in self._ids:
+            old, new = self._before.get(node_id), after.get(node_id)
+            if old is not None and new is not None and old.pool_id != new.pool_id:
+                await apply_rollup_delta(self._conn, old.pool_id, rollup_delta(old, None), now)
+                await apply_rollup_delta(self._conn, new.pool_id, rollup_delta(None, new), now)
+            elif old is not None or new is not None:
+                pool_id = (new or old).pool_id  # type: ignore[union-attr]
+                await apply_rollup_delta(self._conn, pool_id, rollup_delta(old, new), now)

@@ -106,7 +106,7 @@ async def running_coordinator(
         stack.push_async_callback(loops.stop)
 
         http = HttpServer(
-            build_app(Services(ledger, clock)), settings.http_host, settings.http_port
+            build_app(Services(ledger, clock, alerts)), settings.http_host, settings.http_port
         )
         await http.start()
         stack.push_async_callback(http.stop)

@@ -56,9 +56,15 @@ def _parser() -> argparse.ArgumentParser:
     pool.add_argument("name")
     pool.add_argument("--gpu-model")
 
-    offer = sub.add_parser("pool-offer", help="offer a pool to a tenant (operator)")
+    offer = sub.add_parser("pool-offer", help="offer a pool to another tenant (owner)")
+    offer.add_argument("owner", help="the owning tenant")
     offer.add_argument("pool_id")
-    offer.add_argument("tenant_id")
+    offer.add_argument("offer_to", help="the tenant to offer it to")
+
+    maint = sub.add_parser("maintenance", help="put a node in or out of maintenance (operator)")
+    maint.add_argument("node_id")
+    maint.add_argument("--off", action="store_true", help="end maintenance")
+    maint.add_argument("--reason", default="")
     return p
 
 
@@ -99,7 +105,17 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         body = {"tenantId": args.tenant_id, "name": args.name}
         return "pools.create", body | ({"gpuModel": args.gpu_model} if args.gpu_model else {})
     if args.command == "pool-offer":
-        return "pools.offer", {"poolId": args.pool_id, "tenantId": args.tenant_id}
+        return "pools.offer", {
+            "tenantId": args.owner,
+            "poolId": args.pool_id,
+            "offerTo": args.offer_to,
+        }
+    if args.command == "maintenance":
+        return "nodes.setMaintenance", {
+            "nodeId": args.node_id,
+            "maintenance": not args.off,
+            "reason": args.reason,
+        }
     raise AssertionError(args.command)
 
 

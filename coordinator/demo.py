@@ -116,7 +116,7 @@ class Demo:
             {"tenantId": "acme", "name": "h100-east", "gpuModel": "NVIDIA H100 80GB HBM3"},
         )
         mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed-west"})
-        op.call("pools.offer", {"poolId": mixed["poolId"], "tenantId": "globex"})
+        op.call("pools.offer", {"tenantId": "acme", "poolId": mixed["poolId"], "offerTo": "globex"})
         acme = op.call("apiKeys.create", {"tenantId": "acme", "label": "demo"})
         globex = op.call("apiKeys.create", {"tenantId": "globex", "label": "demo"})
         return {

@@ -1,4 +1,4 @@
-"""Operator methods for bootstrapping a platform: tenants, API keys, pools and offers."""
+"""Operator methods: tenants, API keys and quotas."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pydantic import Field
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
-from coordinator.domain.model import Pool
+from coordinator.domain.model import RESOURCES, Quota
 from coordinator.errors import NotFound
-from shared.ids import new_pool_id
 
 Role = Literal["tenant", "operator"]
 
@@ -36,31 +35,15 @@ class ApiKeyCreateInput(ApiInput):
     label: Annotated[str, Field(max_length=256)] = ""
 
 
+class QuotaSetInput(ApiInput):
+    tenant_id: TenantId
+    pool_id: PoolId | None = None  # absent: the limit holds across all the tenant's pools
+    resource: Literal[RESOURCES]  # type: ignore[valid-type]
+    limit: Annotated[int, Field(ge=0, le=1 << 40)]
+
+
 class ApiKeyRevokeInput(ApiInput):
     key_id: Annotated[str, Field(min_length=16, max_length=16)]
-
-
-class PoolCreateInput(ApiInput):
-    tenant_id: TenantId  # the owner
-    name: Name
-    gpu_model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-
-
-class PoolOfferInput(ApiInput):
-    pool_id: PoolId
-    tenant_id: TenantId  # the tenant the pool is offered to
-
-
-def pool_out(pool: Pool) -> dict[str, Any]:
-    return {
-        "poolId": pool.pool_id,
-        "name": pool.name,
-        "gpuModel": pool.gpu_model,
-        "owner": pool.owner,
-        "archived": pool.archived,
-        "offeredTo": sorted(pool.offered_to),
-        "createdAt": pool.created_at,
-    }
 
 
 @REGISTRY.method(
@@ -108,36 +91,26 @@ async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> dict[str
 
 
 @REGISTRY.method(
-    "pools.create",
+    "quotas.set",
     kind="write",
     permission="platform:admin",
     scope="platform",
-    input=PoolCreateInput,
+    input=QuotaSetInput,
+    phase="v0.2",
 )
-async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any]:
-    """Create a pool owned by a tenant (operator)."""
+async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> dict[str, Any]:
+    """Set a tenant's limit on a resource, in one pool or across its pools (operator).
+
+    For `memoryGiB` it is also the `max_memory_gb` of interval reservations."""
     if await ctx.ledger.tenants.get(body.tenant_id) is None:
         raise NotFound(f"tenant {body.tenant_id!r} not found")
-    pool = await ctx.ledger.pools.create(
-        new_pool_id(), body.name, body.tenant_id, body.gpu_model, ctx.now()
-    )
-    return pool_out(pool)
-
-
-@REGISTRY.method(
-    "pools.offer",
-    kind="write",
-    permission="platform:admin",
-    scope="platform",
-    input=PoolOfferInput,
-)
-async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
-    """Offer a pool to another tenant (operator)."""
-    if await ctx.ledger.pools.get(body.pool_id) is None:
+    if body.pool_id is not None and await ctx.ledger.pools.get(body.pool_id) is None:
         raise NotFound(f"pool {body.pool_id} not found")
-    if await ctx.ledger.tenants.get(body.tenant_id) is None:
-        raise NotFound(f"tenant {body.tenant_id!r} not found")
-    await ctx.ledger.pools.offer(body.pool_id, body.tenant_id, ctx.now())
-    pool = await ctx.ledger.pools.get(body.pool_id)
-    assert pool is not None
-    return pool_out(pool)
+    await ctx.ledger.quotas.set(
+        Quota(body.tenant_id, body.pool_id, body.resource, body.limit), ctx.now()
+    )
+    quotas = await ctx.ledger.quotas.for_tenant(body.tenant_id)
+    return {
+        "tenantId": body.tenant_id,
+        "quotas": [{"poolId": q.pool_id, "resource": q.resource, "limit": q.limit} for q in quotas],
+    }

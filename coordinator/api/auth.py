@@ -17,6 +17,7 @@ TENANT_PERMISSIONS = frozenset(
         "compute:reservations:read",
         "compute:reservations:write",
         "compute:pools:read",
+        "compute:pools:write",
         "compute:nodes:read",
     }
 )

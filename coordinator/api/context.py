@@ -3,17 +3,25 @@ the coordinator's services. Defined apart from the server so handlers never see 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.domain.clock import Clock
 from coordinator.domain.model import Pool, Principal
+from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
+from shared.wire import Alert
+
+
+class _NoAlerts:
+    async def publish(self, alert: Alert) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
     ledger: Ledger
     clock: Clock
+    alerts: AlertSink = field(default_factory=_NoAlerts)
 
 
 @dataclass(frozen=True, slots=True)

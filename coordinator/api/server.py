@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 # Importing the method modules registers their methods.
-from coordinator.api import admin, capacity  # noqa: F401
+from coordinator.api import admin, capacity, nodes, pools  # noqa: F401
 from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.context import CallContext, Services
 from coordinator.api.openapi import build_openapi

@@ -170,3 +170,60 @@ class BookedUnits:
 
     allocated: dict[str, int] = field(default_factory=dict)
     reserved: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """One recorded transition of a node (or of one of its devices)."""
+
+    event_id: int
+    node_id: str
+    pool_id: str
+    kind: str
+    reason: str
+    by: str
+    at: int
+    device_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node as the API shows it: identity, state flags with reason/since/by, counts."""
+
+    node_id: str
+    pool_id: str
+    hostname: str
+    labels: dict[str, str]
+    profile_id: str | None
+    profile_version: int | None
+    state: NodeState
+    reachable_since: int
+    health_reasons: tuple[str, ...]
+    health_since: int
+    maintenance_reason: str
+    maintenance_by: str
+    maintenance_since: int | None
+    last_seen: int
+    interval_ms: int
+    vcpu: int
+    memory_gib: int
+    hugepages_1gi: int
+    atoms: tuple[AtomRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AtomRecord:
+    atom_id: str
+    cls: str
+    device_id: str
+    health: str
+    health_reasons: tuple[str, ...]
+    attrs: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    tenant_id: str
+    pool_id: str | None
+    resource: str
+    limit: int

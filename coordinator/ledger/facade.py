@@ -8,9 +8,11 @@ from sqlalchemy import select
 
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import schema
+from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
+from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 
@@ -22,6 +24,8 @@ class Ledger:
         self.keys = ApiKeyRepo(db)
         self.pools = PoolRepo(db)
         self.nodes = NodeRepo(db)
+        self.catalog = Catalog(db)
+        self.quotas = QuotaRepo(db)
 
     @classmethod
     async def open(cls, url: str) -> Ledger:

@@ -33,7 +33,14 @@ def _v1_initial(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=list(_V1_TABLES))
 
 
-MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = ((1, _v1_initial),)
+def _v2_quotas(conn: Connection) -> None:
+    schema.quotas.create(conn)
+
+
+MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = (
+    (1, _v1_initial),
+    (2, _v2_quotas),
+)
 
 
 def current_version(conn: Connection) -> int:

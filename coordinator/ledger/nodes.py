@@ -26,18 +26,6 @@ class UnknownPool(NotFound):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeEvent:
-    event_id: int
-    node_id: str
-    pool_id: str
-    kind: str
-    reason: str
-    by: str
-    at: int
-    device_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class InventoryOutcome:
     node_id: str
     pool_id: str
@@ -339,19 +327,3 @@ class NodeRepo:
                 )
             )  # fmt: skip
             return [tuple(r) for r in rows.all()]
-
-    async def events(self, node_id: str, after: int = 0, limit: int = 100) -> list[NodeEvent]:
-        e = schema.node_events.c
-        async with self._db.read() as conn:
-            rows = await conn.execute(
-                select(schema.node_events)
-                .where((e.node_id == node_id) & (e.event_id > after))
-                .order_by(e.event_id)
-                .limit(limit)
-            )
-            return [
-                NodeEvent(
-                    r.event_id, r.node_id, r.pool_id, r.kind, r.reason, r.by, r.at, r.device_id
-                )
-                for r in rows.all()
-            ]

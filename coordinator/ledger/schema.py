@@ -146,3 +146,15 @@ rollup = Table(
     Column("unreachable", BigInteger, nullable=False, default=0),
     Column("updated_at", BigInteger, nullable=False, default=0),
 )
+
+# v2
+quotas = Table(
+    "quotas",
+    metadata,
+    Column("tenant_id", String(128), primary_key=True),
+    # "" means every pool of the tenant; a pool id limits one pool.
+    Column("pool_id", String(57), primary_key=True),
+    Column("resource", String(32), primary_key=True),
+    Column("limit", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger
 from coordinator.ledger.nodes import UnknownPool
 from shared.ids import ulid
@@ -33,14 +33,6 @@ _ALERT_KINDS = {
     "device.unhealthy",
     "device.healthy",
 }
-
-
-class Publisher(Protocol):
-    async def publish(self, subject: str, payload: bytes) -> None: ...
-
-
-class AlertSink(Protocol):
-    async def publish(self, alert: Alert) -> None: ...
 
 
 class NodeStateService:

@@ -19,7 +19,9 @@ async def _fleet(api: Api, coordinator: Coordinator) -> dict[str, Any]:
     h100 = await api.ok("pools.create", {"tenantId": "acme", "name": "h", "gpuModel": "H100"})
     plain = await api.ok("pools.create", {"tenantId": "acme", "name": "plain"})
     other = await api.ok("pools.create", {"tenantId": "globex", "name": "g", "gpuModel": "H100"})
-    await api.ok("pools.offer", {"poolId": plain["poolId"], "tenantId": "globex"})
+    await api.ok(
+        "pools.offer", {"tenantId": "acme", "poolId": plain["poolId"], "offerTo": "globex"}
+    )
     nodes = coordinator.ledger.nodes
     await nodes.apply_inventory(make_inventory("h1", h100["poolId"], gpus=8), 1)
     await nodes.apply_inventory(make_inventory("h2", h100["poolId"], gpus=8, mig=7), 1)

@@ -114,7 +114,7 @@ async def test_device_fault_in_a_heartbeat_moves_atoms_records_an_event_and_aler
     await eventually(moved)
     await eventually(lambda: _alerted(alerts, "device.unhealthy"))
     assert alerts[-1].device_id == "GPU-n1-2" and "xid 79" in alerts[-1].reason
-    events = await coordinator.ledger.nodes.events("n1")
+    events = await coordinator.ledger.catalog.events("n1")
     assert [e.kind for e in events][-1] == "device.unhealthy"
     # Recovery: the next heartbeat without the device brings the atom back.
     await nc.publish(s.heartbeat(pool, "n1"), make_heartbeat(inv, 2).to_json())
@@ -147,7 +147,7 @@ async def test_a_silent_node_goes_unreachable_and_comes_back(
         return (await _gpu_row(api, pool))["unreachable"] == 2
 
     await eventually(unreachable)
-    events = [e.kind for e in await coordinator.ledger.nodes.events("n1")]
+    events = [e.kind for e in await coordinator.ledger.catalog.events("n1")]
     assert "node.unreachable" in events
     await nc.publish(s.heartbeat(pool, "n1"), make_heartbeat(inv, 2, interval_ms=200).to_json())
     await eventually(lambda: _has_allocatable(api, pool, 2))

@@ -66,7 +66,7 @@ async def test_maintenance_is_an_event_with_reason_and_author_and_moves_the_node
     assert (await ledger.nodes.set_maintenance("n1", True, "again", "ops:bob", 6))[1] is False
     rows = {r.resource: r for r in (await ledger.rollup([pool]))[pool]}
     assert rows["gpu"].maintenance == 8 and rows["vcpu"].maintenance == 64
-    event = (await ledger.nodes.events("n1"))[-1]
+    event = (await ledger.catalog.events("n1"))[-1]
     assert (event.kind, event.reason, event.by, event.at) == (
         "node.maintenance",
         "swap PSU",

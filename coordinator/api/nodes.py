@@ -1,0 +1,192 @@
+"""nodes.list/get/events/setMaintenance.
+
+A node is visible to a tenant exactly when its pool is; anything else is NOT_FOUND.
+Maintenance is an operator's act and is recorded with its reason and author.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from coordinator.api.context import CallContext
+from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.fields import PoolId, TenantId
+from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.domain.model import NodeEvent, NodeRecord
+from coordinator.domain.states import node_status
+from coordinator.errors import NotFound
+from shared.ids import NODE_ID_PATTERN, ulid
+from shared.wire import Alert
+
+NodeId = Annotated[str, Field(max_length=128, pattern=NODE_ID_PATTERN)]
+
+
+class NodeListInput(ApiInput):
+    tenant_id: TenantId
+    pool_id: PoolId
+    cursor: Annotated[str, Field(max_length=512)] | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class NodeRef(ApiInput):
+    tenant_id: TenantId
+    node_id: NodeId
+
+
+class NodeEventsInput(ApiInput):
+    tenant_id: TenantId
+    node_id: NodeId
+    after: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class MaintenanceInput(ApiInput):
+    node_id: NodeId
+    maintenance: bool
+    reason: Annotated[str, Field(max_length=1024)] = ""
+
+    @model_validator(mode="after")
+    def _reason_required(self) -> MaintenanceInput:
+        if self.maintenance and not self.reason.strip():
+            raise ValueError("reason is required when entering maintenance")
+        return self
+
+
+def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    s = node.state
+    out: dict[str, Any] = {
+        "nodeId": node.node_id,
+        "poolId": node.pool_id,
+        "hostname": node.hostname,
+        "status": node_status(s),
+        "labels": node.labels,
+        "profileId": node.profile_id,
+        "profileVersion": node.profile_version,
+        "state": {
+            "reachable": {"value": s.reachable, "since": node.reachable_since},
+            "health": {
+                "value": s.health,
+                "reasons": list(node.health_reasons),
+                "since": node.health_since,
+            },
+            "maintenance": {
+                "value": s.maintenance,
+                "reason": node.maintenance_reason,
+                "by": node.maintenance_by,
+                "since": node.maintenance_since,
+            },
+            "provisioning": {"value": s.provisioning},
+        },
+        "lastSeen": node.last_seen,
+        "intervalMs": node.interval_ms,
+        "resources": {
+            "vcpu": node.vcpu,
+            "memoryGiB": node.memory_gib,
+            "hugepages1Gi": node.hugepages_1gi,
+        },
+    }
+    if counts is not None:
+        out["atoms"] = counts
+    else:
+        out["atoms"] = [
+            {
+                "atomId": a.atom_id,
+                "class": a.cls,
+                "deviceId": a.device_id,
+                "health": a.health,
+                "healthReasons": list(a.health_reasons),
+                "attrs": a.attrs,
+            }
+            for a in node.atoms
+        ]
+    return out
+
+
+def event_out(e: NodeEvent) -> dict[str, Any]:
+    return {
+        "eventId": e.event_id,
+        "nodeId": e.node_id,
+        "poolId": e.pool_id,
+        "kind": e.kind,
+        "reason": e.reason,
+        "by": e.by,
+        "at": e.at,
+        "deviceId": e.device_id,
+    }
+
+
+async def _visible_node(ctx: CallContext, tenant_id: str, node_id: str) -> NodeRecord:
+    node = await ctx.ledger.catalog.node(node_id)
+    pool = await ctx.ledger.pools.get(node.pool_id) if node else None
+    if node is None or pool is None or not pool.visible_to(tenant_id):
+        raise NotFound(f"node {node_id} not found")
+    return node
+
+
+@REGISTRY.method(
+    "nodes.list", kind="read", permission="compute:nodes:read", scope="compute-pool",
+    input=NodeListInput, phase="v0.2",
+)  # fmt: skip
+async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
+    """A pool's nodes with their state, ordered by nodeId, a page at a time."""
+    after = str(decode_cursor(body.cursor)) if body.cursor else None
+    nodes, counts = await ctx.ledger.catalog.nodes(body.pool_id, after, body.limit + 1)
+    page, more = nodes[: body.limit], len(nodes) > body.limit
+    return {
+        "poolId": body.pool_id,
+        "nodes": [node_out(n, counts.get(n.node_id, {})) for n in page],
+        "nextCursor": encode_cursor(page[-1].node_id) if more and page else None,
+    }
+
+
+@REGISTRY.method(
+    "nodes.get", kind="read", permission="compute:nodes:read", scope="compute-tenant",
+    input=NodeRef, phase="v0.2",
+)  # fmt: skip
+async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
+    """One node with its state flags and every atom (NOT_FOUND unless its pool is visible)."""
+    return node_out(await _visible_node(ctx, body.tenant_id, body.node_id))
+
+
+@REGISTRY.method(
+    "nodes.events", kind="read", permission="compute:nodes:read", scope="compute-tenant",
+    input=NodeEventsInput, phase="v0.2",
+)  # fmt: skip
+async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any]:
+    """A node's recorded transitions, oldest first, after an event id."""
+    await _visible_node(ctx, body.tenant_id, body.node_id)
+    events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
+    return {"nodeId": body.node_id, "events": [event_out(e) for e in events]}
+
+
+@REGISTRY.method(
+    "nodes.setMaintenance", kind="write", permission="platform:admin", scope="platform",
+    input=MaintenanceInput, phase="v0.2",
+)  # fmt: skip
+async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dict[str, Any]:
+    """Put a node in or out of maintenance with a reason (operator). Its atoms move to
+    the maintenance bucket at once; the change is a node event and an alert."""
+    by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
+    now = ctx.now()
+    pool_id, changed = await ctx.ledger.nodes.set_maintenance(
+        body.node_id, body.maintenance, body.reason, by, now
+    )
+    if changed:
+        await ctx.services.alerts.publish(
+            Alert(
+                alert_id=ulid(now),
+                kind="node.maintenance",
+                pool_id=pool_id,
+                node_id=body.node_id,
+                at=now,
+                reason=body.reason,
+                since=now,
+                by=by,
+                details={"maintenance": body.maintenance},
+            )
+        )
+    node = await ctx.ledger.catalog.node(body.node_id)
+    assert node is not None
+    return node_out(node) | {"changed": changed}

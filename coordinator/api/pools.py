@@ -1,0 +1,145 @@
+"""pools.create/get/list/offer/unoffer/archive and pools.capacity.
+
+Operators create pools for a tenant; the owner (or an operator acting for it) offers,
+unoffers and archives them. Anyone the pool is visible to may read it. Offers show only
+to the owner: a tenant is never told who else a pool is offered to.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from coordinator.api.capacity import ByPoolInput, by_pool
+from coordinator.api.context import CallContext
+from coordinator.api.fields import PoolId, TenantId
+from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.domain.model import Pool
+from coordinator.errors import NotFound, PermissionDenied
+from shared.ids import new_pool_id
+
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class PoolCreateInput(ApiInput):
+    tenant_id: TenantId  # the owner
+    name: Name
+    gpu_model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
+class PoolRef(ApiInput):
+    tenant_id: TenantId
+    pool_id: PoolId
+
+
+class PoolListInput(ApiInput):
+    tenant_id: TenantId
+
+
+class PoolOfferInput(ApiInput):
+    tenant_id: TenantId  # the owner, acting
+    pool_id: PoolId
+    offer_to: TenantId
+
+
+def pool_out(pool: Pool, viewer: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "poolId": pool.pool_id,
+        "name": pool.name,
+        "gpuModel": pool.gpu_model,
+        "owner": pool.owner,
+        "archived": pool.archived,
+        "createdAt": pool.created_at,
+    }
+    if viewer == pool.owner:
+        out["offeredTo"] = sorted(pool.offered_to)
+    return out
+
+
+def _require_owner(ctx: CallContext, tenant_id: str, action: str) -> Pool:
+    pool = ctx.require_pool()
+    if pool.owner != tenant_id:
+        raise PermissionDenied(f"only the pool's owner may {action} it")
+    return pool
+
+
+@REGISTRY.method(
+    "pools.create", kind="write", permission="platform:admin", scope="platform",
+    input=PoolCreateInput,
+)  # fmt: skip
+async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any]:
+    """Create a pool owned by a tenant (operator)."""
+    if await ctx.ledger.tenants.get(body.tenant_id) is None:
+        raise NotFound(f"tenant {body.tenant_id!r} not found")
+    pool = await ctx.ledger.pools.create(
+        new_pool_id(), body.name, body.tenant_id, body.gpu_model, ctx.now()
+    )
+    return pool_out(pool, body.tenant_id)
+
+
+@REGISTRY.method(
+    "pools.get", kind="read", permission="compute:pools:read", scope="compute-pool",
+    input=PoolRef, phase="v0.2",
+)  # fmt: skip
+async def pools_get(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
+    """One pool the tenant owns or is offered."""
+    return pool_out(ctx.require_pool(), body.tenant_id)
+
+
+@REGISTRY.method(
+    "pools.list", kind="read", permission="compute:pools:read", scope="compute-tenant",
+    input=PoolListInput, phase="v0.2",
+)  # fmt: skip
+async def pools_list(ctx: CallContext, body: PoolListInput) -> dict[str, Any]:
+    """Every pool the tenant owns (archived included) or is offered (not archived)."""
+    pools = await ctx.ledger.pools.list_visible(body.tenant_id)
+    return {"tenantId": body.tenant_id, "pools": [pool_out(p, body.tenant_id) for p in pools]}
+
+
+@REGISTRY.method(
+    "pools.offer", kind="write", permission="compute:pools:write", scope="compute-pool",
+    input=PoolOfferInput, phase="v0.2",
+)  # fmt: skip
+async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
+    """Offer a pool to another tenant (owner)."""
+    pool = _require_owner(ctx, body.tenant_id, "offer")
+    if await ctx.ledger.tenants.get(body.offer_to) is None:
+        raise NotFound(f"tenant {body.offer_to!r} not found")
+    await ctx.ledger.pools.offer(pool.pool_id, body.offer_to, ctx.now())
+    updated = await ctx.ledger.pools.get(pool.pool_id)
+    assert updated is not None
+    return pool_out(updated, body.tenant_id)
+
+
+@REGISTRY.method(
+    "pools.unoffer", kind="write", permission="compute:pools:write", scope="compute-pool",
+    input=PoolOfferInput, phase="v0.2",
+)  # fmt: skip
+async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
+    """Withdraw an offer (owner); the pool vanishes for that tenant at once."""
+    pool = _require_owner(ctx, body.tenant_id, "unoffer")
+    await ctx.ledger.pools.unoffer(pool.pool_id, body.offer_to)
+    updated = await ctx.ledger.pools.get(pool.pool_id)
+    assert updated is not None
+    return pool_out(updated, body.tenant_id)
+
+
+@REGISTRY.method(
+    "pools.archive", kind="write", permission="compute:pools:write", scope="compute-pool",
+    input=PoolRef, phase="v0.2",
+)  # fmt: skip
+async def pools_archive(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
+    """Archive a pool (owner): it stays visible to its owner only."""
+    pool = _require_owner(ctx, body.tenant_id, "archive")
+    await ctx.ledger.pools.archive(pool.pool_id)
+    updated = await ctx.ledger.pools.get(pool.pool_id)
+    assert updated is not None
+    return pool_out(updated, body.tenant_id)
+
+
+# The same rows as capacity.byPool, under the pools module.
+REGISTRY.method(
+    "pools.capacity", kind="read", permission="compute:capacity:read", scope="compute-pool",
+    input=ByPoolInput, phase="v0.2",
+)(by_pool)  # fmt: skip

@@ -61,7 +61,9 @@ async def running_coordinator(
         if settings.bootstrap_operator_key:
             await bootstrap_operator(ledger, settings.bootstrap_operator_key, clock.now_ms())
 
-        tracker = LivenessTracker(misses=settings.misses)
+        tracker = LivenessTracker(
+            misses=settings.misses, recovery_hold_ms=int(settings.recovery_hold_s * 1000)
+        )
         bus = Bus(
             settings.nats_url,
             on_up=lambda: tracker.bus_up(clock.now_ms()),

@@ -36,6 +36,7 @@ class CoordinatorSettings(BaseModel):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
     misses: int = Field(default=3, ge=1, le=100)
+    recovery_hold_s: float = Field(default=10.0, ge=0, le=3600)
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
     sweep_interval_s: float = Field(default=0.5, gt=0, le=60)
     rebuild_interval_s: float = Field(default=10.0, gt=0, le=3600)

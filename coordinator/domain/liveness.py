@@ -7,6 +7,10 @@ coordinator's own clock decides liveness, never the agent's `sentAt` (clock skew
 Unreachable detection is suppressed while the coordinator is cut off from NATS and for
 one detection window after it (re)connects or starts: silence then is our outage, not
 the node's.
+
+Hysteresis: losing a node is immediate, but an unreachable node is reachable again only
+after its heartbeats have kept coming for `recovery_hold_ms` without a gap longer than
+its detection window, so a flapping node yields one alert, not a storm.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class NodeLiveness:
     provisioning: bool = False
     inventory_hash: str = ""
     boot_id: str = ""
+    back_since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class HeartbeatOutcome:
 @dataclass(slots=True)
 class LivenessTracker:
     misses: int = 3
+    recovery_hold_ms: int = 10_000
     nodes: dict[str, NodeLiveness] = field(default_factory=dict)
     # Pending last-seen writes, flushed in one statement: nodeId → (lastSeen, intervalMs).
     unflushed: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -74,6 +80,12 @@ class LivenessTracker:
         node = self.nodes.get(hb.node_id)
         if node is None or node.pool_id != hb.pool_id:
             return HeartbeatOutcome(False, True, False, False)
+        came_back = False
+        if not node.reachable:
+            if node.back_since is None or now - node.last_seen > self.window_ms(hb.interval_ms):
+                node.back_since = now
+            if now - node.back_since >= self.recovery_hold_ms:
+                node.reachable, node.back_since, came_back = True, None, True
         node.last_seen = now
         node.interval_ms = hb.interval_ms
         self.unflushed[hb.node_id] = (now, hb.interval_ms)
@@ -86,8 +98,6 @@ class LivenessTracker:
         node.health = hb.health.status
         node.devices = devices
         node.provisioning = hb.provisioning
-        came_back = not node.reachable
-        node.reachable = True
         needs_inventory = node.inventory_hash != hb.inventory_hash
         return HeartbeatOutcome(True, needs_inventory, health_changed, came_back)
 
@@ -110,3 +120,4 @@ class LivenessTracker:
             node = self.nodes.get(node_id)
             if node is not None:
                 node.reachable = False
+                node.back_since = None

@@ -116,9 +116,7 @@ class NodeRepo:
             else:
                 if existing.pool_id != inv.pool_id:
                     events.append(("node.moved", f"from {existing.pool_id}"))
-                if not existing.reachable:
-                    values |= {"reachable": True, "reachable_since": now}
-                    events.append(("node.reachable", "inventory received"))
+                # Reachability is the liveness tracker's call (with hysteresis), not ours.
                 if existing.health != inv.health.status:
                     values |= {"health": inv.health.status, "health_since": now}
                     events.append((f"node.{inv.health.status}", "; ".join(inv.health.reasons)))

@@ -148,7 +148,6 @@ class NodeStateService:
         node.health = inv.health.status
         node.devices = frozenset(inv.devices)
         node.provisioning = inv.provisioning
-        node.reachable = True
         node.last_seen = now
         for kind, reason in outcome.events:
             await self._alert(kind, inv.pool_id, inv.node_id, reason, now)

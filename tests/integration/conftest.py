@@ -48,6 +48,7 @@ def coordinator_settings(database_url: str, nats_url: str, **overrides: Any) -> 
         "subject_prefix": f"t{secrets.token_hex(4)}",
         "sweep_interval_s": 0.1,
         "flush_interval_s": 0.2,
+        "recovery_hold_s": 0.5,
     }
     return CoordinatorSettings(**(values | overrides))
 

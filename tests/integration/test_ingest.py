@@ -149,5 +149,15 @@ async def test_a_silent_node_goes_unreachable_and_comes_back(
     await eventually(unreachable)
     events = [e.kind for e in await coordinator.ledger.catalog.events("n1")]
     assert "node.unreachable" in events
-    await nc.publish(s.heartbeat(pool, "n1"), make_heartbeat(inv, 2, interval_ms=200).to_json())
-    await eventually(lambda: _has_allocatable(api, pool, 2))
+    # Back only once its heartbeats have held steady for the recovery hold (0.5 s here).
+    seq = 2
+
+    async def beat_until_back() -> bool:
+        nonlocal seq
+        seq += 1
+        hb = make_heartbeat(inv, seq, interval_ms=200)
+        await nc.publish(s.heartbeat(pool, "n1"), hb.to_json())
+        return await _has_allocatable(api, pool, 2)
+
+    await eventually(beat_until_back)
+    assert seq > 4

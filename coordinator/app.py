@@ -85,6 +85,10 @@ async def running_coordinator(
         ingest = Ingest(subjects, nodes)
         ingest_ref.append(ingest)
         await nodes.load()
+        # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
+        drift = await ledger.rebuild_all(clock.now_ms())
+        if drift:
+            log.warning("startup rebuild corrected %d rollup rows", drift)
 
         await bus.connect()
         stack.push_async_callback(bus.close)

@@ -11,12 +11,11 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-# Importing the method modules registers their methods.
-from coordinator.api import admin, capacity, nodes, pools  # noqa: F401
 from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.context import CallContext, Services
+from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import REGISTRY, Method, Registry
+from coordinator.api.registry import Method, Registry
 from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from coordinator.api.docs import with_method_table
+from coordinator.api.methods import REGISTRY
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+
+def test_docs_method_table_is_the_registry() -> None:
+    text = DOC.read_text()
+    assert with_method_table(text) == text, "run: python -m coordinator.api.docs docs/api.md"
+    for method in REGISTRY:
+        assert f"`{method.name}`" in text
+
+
+def test_every_method_has_a_summary_and_a_known_scope() -> None:
+    for method in REGISTRY:
+        assert method.summary, method.name
+        assert method.scope in ("compute-tenant", "compute-pool", "platform")
+        if method.scope != "platform":
+            assert "tenant_id" in method.input.model_fields, method.name
+        if method.scope == "compute-pool":
+            assert "pool_id" in method.input.model_fields, method.name

@@ -1,0 +1,1 @@
+"""The per-host agent: NVML and sysfs inventory, health, heartbeats on NATS."""

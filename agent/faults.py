@@ -1,0 +1,149 @@
+"""Fault injection for the simulated NVML: a JSON file re-read whenever it changes.
+
+The file holds `{"faults": [...]}`; each entry is an object with a `kind`:
+
+- `{"kind": "xid", "gpu": 3, "xid": 79}` — one XID event, delivered once while the entry
+  stays in the file (remove it and add it again to fire again);
+- `{"kind": "dbe", "gpu": 1, "count": 2}` — volatile double-bit ECC errors;
+- `{"kind": "lost", "gpu": 2}` — every call on that GPU raises NVML_ERROR_GPU_IS_LOST;
+- `{"kind": "nvlink_down", "gpu": 0, "link": 3}` — one link inactive (no `link`: all);
+- `{"kind": "thermal", "gpu": 4}` / `{"kind": "power", "gpu": 4}` — clock slowdown;
+- `{"kind": "retired_pending", "gpu": 5}`, `{"kind": "remap_pending", "gpu": 5}`,
+  `{"kind": "remap_failure", "gpu": 5}` — memory retirement conditions;
+- `{"kind": "nvml_down"}` — NVML stops answering (driver unloaded).
+
+Clearing is writing the file without the entry (`{"faults": []}` clears everything).
+A file that is missing or not valid JSON counts as no faults, and is logged, never fatal.
+Write it atomically (write a temporary file, then rename), as `write_faults` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+log = logging.getLogger(__name__)
+
+FaultKind = Literal[
+    "xid",
+    "dbe",
+    "lost",
+    "nvlink_down",
+    "thermal",
+    "power",
+    "retired_pending",
+    "remap_pending",
+    "remap_failure",
+    "nvml_down",
+]
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    gpu: int | None = None
+    xid: int = 0
+    link: int | None = None
+    count: int = 1
+    key: str = ""  # identifies one XID entry so it is delivered once
+
+
+@dataclass(frozen=True)
+class Faults:
+    items: tuple[Fault, ...] = ()
+
+    def on(self, kind: str, gpu: int | None = None) -> tuple[Fault, ...]:
+        return tuple(f for f in self.items if f.kind == kind and (gpu is None or f.gpu == gpu))
+
+    def has(self, kind: str, gpu: int | None = None) -> bool:
+        return bool(self.on(kind, gpu))
+
+
+class FaultError(ValueError):
+    pass
+
+
+def parse_faults(data: Any) -> Faults:
+    if not isinstance(data, dict) or not isinstance(data.get("faults", []), list):
+        raise FaultError('expected {"faults": [...]}')
+    seen: dict[str, int] = {}
+    items: list[Fault] = []
+    for i, entry in enumerate(data.get("faults", [])):
+        if not isinstance(entry, dict) or entry.get("kind") not in FAULT_KINDS:
+            raise FaultError(f"faults[{i}]: kind must be one of {', '.join(FAULT_KINDS)}")
+        for field in ("gpu", "xid", "link", "count"):
+            value = entry.get(field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise FaultError(f"faults[{i}].{field}: expected an integer")
+        kind = str(entry["kind"])
+        if kind != "nvml_down" and entry.get("gpu") is None:
+            raise FaultError(f"faults[{i}].gpu: required for {kind}")
+        if kind == "xid" and entry.get("xid") is None:
+            raise FaultError(f"faults[{i}].xid: required for xid")
+        text = json.dumps(entry, sort_keys=True)
+        seen[text] = seen.get(text, 0) + 1
+        items.append(
+            Fault(
+                kind=kind,
+                gpu=entry.get("gpu"),
+                xid=int(entry.get("xid") or 0),
+                link=entry.get("link"),
+                count=int(entry.get("count") or 1),
+                key=f"{text}#{seen[text]}",
+            )
+        )
+    return Faults(tuple(items))
+
+
+class FaultFile:
+    """The current faults from one file, re-parsed only when its mtime or size changes.
+    Thread-safe: the poll thread and the XID thread both read it."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._faults = Faults()
+        self._lock = threading.Lock()
+
+    @property
+    def watching(self) -> bool:
+        return self._path is not None
+
+    def current(self) -> Faults:
+        if self._path is None:
+            return self._faults
+        with self._lock:
+            try:
+                st = os.stat(self._path)
+                # The inode changes on every atomic replace, even within one mtime tick.
+                stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except FileNotFoundError:
+                stamp = (0, -1, 0)
+            if stamp != self._stamp:
+                self._stamp = stamp
+                self._faults = self._load(stamp)
+            return self._faults
+
+    def _load(self, stamp: tuple[int, int, int]) -> Faults:
+        if stamp[1] < 0 or self._path is None:
+            return Faults()
+        try:
+            faults = parse_faults(json.loads(self._path.read_text() or "{}"))
+        except (OSError, ValueError) as exc:
+            log.warning("fault file %s ignored: %s", self._path, exc)
+            return Faults()
+        log.info("fault file %s: %d fault(s)", self._path, len(faults.items))
+        return faults
+
+
+def write_faults(path: Path, faults: list[dict[str, Any]]) -> None:
+    """Replace the fault file atomically, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"faults": faults}))
+    os.replace(tmp, path)

@@ -1,0 +1,291 @@
+"""Pure: readings → the wire `Inventory` (GPUs, NICs, disks, scalars, atoms, hash).
+
+Atom ids are `<nodeId>:<class>:<stable device key>` — a GPU or MIG UUID, a PCI address,
+a disk name — so they are unique per node and survive agent restarts. Each atom's
+`device_id` is the device whose health moves it (a MIG instance or a time-slice replica
+moves with its physical GPU). The inventory hash covers everything except what changes
+on every send (`sentAt`, `bootId`) and health, which travels in heartbeats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.readings import GpuReading, HostReading, NicReading, NvmlSnapshot
+from shared.wire import (
+    Atom,
+    AttrValue,
+    DeviceHealth,
+    DiskInfo,
+    GpuInfo,
+    Inventory,
+    MigInstance,
+    NicInfo,
+    NodeHealth,
+    Scalars,
+    Sharing,
+)
+
+GIB = 1024**3
+_HASH_EXCLUDE = {"sent_at", "boot_id", "inventory_hash", "health", "devices"}
+
+
+@dataclass(frozen=True)
+class SharingRule:
+    """GPUs (by UUID, index, or `all`) offered as `replicas` time-slice or MPS slots."""
+
+    gpus: tuple[str, ...]
+    mode: Sharing
+    replicas: int
+
+    def matches(self, gpu: GpuReading) -> bool:
+        return "all" in self.gpus or gpu.uuid in self.gpus or str(gpu.index) in self.gpus
+
+
+@dataclass(frozen=True)
+class Identity:
+    node_id: str
+    pool_id: str
+    hostname: str = ""
+    agent_version: str = ""
+    profile_id: str | None = None
+    profile_version: int | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    provisioning: bool = False
+
+
+def nvlink_cliques(gpus: Iterable[GpuReading]) -> dict[str, str]:
+    """GPU UUID → clique name, for GPUs joined by NVLink directly or through NVSwitches.
+
+    Connected components over a graph of PCI addresses (GPUs, peer GPUs, switches);
+    cliques are named `nvl0`, `nvl1`… in order of their lowest GPU index. GPUs without
+    an active link get no clique.
+    """
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    linked = [g for g in sorted(gpus, key=lambda g: g.index) if g.nvlink_remotes]
+    for gpu in linked:
+        for remote in gpu.nvlink_remotes:
+            parent[find(remote)] = find(gpu.pci_bus_id or gpu.uuid)
+    names: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for gpu in linked:
+        root = find(gpu.pci_bus_id or gpu.uuid)
+        names.setdefault(root, f"nvl{len(names)}")
+        out[gpu.uuid] = names[root]
+    return out
+
+
+def _gpu_info(gpu: GpuReading, clique: str | None, rule: SharingRule | None) -> GpuInfo:
+    shared = rule is not None and not gpu.mig_enabled
+    return GpuInfo(
+        uuid=gpu.uuid,
+        index=gpu.index,
+        name=gpu.name,
+        memory_mib=gpu.memory_mib,
+        pci_bus_id=gpu.pci_bus_id,
+        numa_node=gpu.numa_node,
+        cpu_affinity=gpu.cpu_affinity,
+        compute_capability=gpu.compute_capability,
+        mig_enabled=gpu.mig_enabled,
+        mig_instances=tuple(
+            MigInstance(
+                uuid=m.uuid,
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+                profile=m.profile,
+                memory_mib=m.memory_mib,
+            )
+            for m in gpu.migs
+        ),
+        nvlink_peers=gpu.nvlink_remotes,
+        nvlink_clique=clique,
+        fabric_clique=gpu.fabric_clique,
+        sharing=rule.mode if shared and rule is not None else "exclusive",
+        replicas=rule.replicas if shared and rule is not None else 1,
+    )
+
+
+def _gpu_atoms(node_id: str, gpu: GpuInfo) -> list[Atom]:
+    base: dict[str, AttrValue] = {
+        "model": gpu.name,
+        "gpuUuid": gpu.uuid,
+        "gpuIndex": gpu.index,
+        "pciBusId": gpu.pci_bus_id,
+        "numaNode": gpu.numa_node,
+        "nvlinkClique": gpu.nvlink_clique,
+        "fabricClique": gpu.fabric_clique,
+        "computeCapability": gpu.compute_capability,
+    }
+    if gpu.mig_enabled:
+        return [
+            Atom(
+                atom_id=f"{node_id}:gpu.mig:{m.uuid}",
+                cls="gpu.mig",
+                device_id=gpu.uuid,
+                attrs={
+                    **base,
+                    "uuid": m.uuid,
+                    "profile": m.profile,
+                    "memoryMiB": m.memory_mib,
+                    "gpuInstanceId": m.gpu_instance_id,
+                    "computeInstanceId": m.compute_instance_id,
+                },
+            )
+            for m in gpu.mig_instances
+        ]
+    attrs: dict[str, AttrValue] = {**base, "uuid": gpu.uuid, "memoryMiB": gpu.memory_mib}
+    if gpu.sharing == "exclusive":
+        return [
+            Atom(atom_id=f"{node_id}:gpu:{gpu.uuid}", cls="gpu", device_id=gpu.uuid, attrs=attrs)
+        ]
+    return [
+        Atom(
+            atom_id=f"{node_id}:gpu.slot:{gpu.uuid}:{k}",
+            cls="gpu.slot",
+            device_id=gpu.uuid,
+            attrs={**attrs, "sharing": gpu.sharing, "replica": k, "replicas": gpu.replicas},
+        )
+        for k in range(gpu.replicas)
+    ]
+
+
+def _nic_atoms(node_id: str, nic: NicReading) -> list[Atom]:
+    device = nic.pci_address or nic.name
+    attrs: dict[str, AttrValue] = {
+        "nic": nic.name,
+        "model": nic.model,
+        "speedMbps": nic.speed_mbps,
+        "numaNode": nic.numa_node,
+        "pfPciAddress": nic.pci_address,
+    }
+    if nic.sriov_num_vfs == 0 or not nic.vfs:
+        whole = {**attrs, "pciAddress": nic.pci_address, "sriov": False}
+        return [
+            Atom(atom_id=f"{node_id}:nic:{device}", cls="nic.vf", device_id=device, attrs=whole)
+        ]
+    return [
+        Atom(
+            atom_id=f"{node_id}:nic.vf:{vf}",
+            cls="nic.vf",
+            device_id=device,
+            attrs={**attrs, "pciAddress": vf, "vfIndex": k, "sriov": True},
+        )
+        for k, vf in enumerate(nic.vfs)
+    ]
+
+
+def _derived_labels(gpus: tuple[GpuInfo, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {"gpu.count": str(len(gpus))}
+    models = {g.name for g in gpus}
+    if len(models) == 1:
+        labels["gpu.model"] = models.pop()
+    cliques = {g.nvlink_clique for g in gpus if g.nvlink_clique}
+    labels["nvlink.cliques"] = str(len(cliques))
+    fabric = {g.fabric_clique for g in gpus if g.fabric_clique}
+    if len(fabric) == 1:
+        labels["nvlink.fabric"] = fabric.pop()
+    return labels
+
+
+def build_inventory(
+    ident: Identity,
+    nvml: NvmlSnapshot,
+    host: HostReading,
+    sharing: tuple[SharingRule, ...] = (),
+    *,
+    boot_id: str,
+    sent_at: int,
+    health: NodeHealth | None = None,
+    devices: tuple[DeviceHealth, ...] = (),
+) -> Inventory:
+    cliques = nvlink_cliques(nvml.gpus)
+    gpus = tuple(
+        _gpu_info(g, cliques.get(g.uuid), next((r for r in sharing if r.matches(g)), None))
+        for g in sorted(nvml.gpus, key=lambda g: g.index)
+    )
+    scalars = Scalars(
+        vcpu=host.vcpu, memory_gib=host.memory_bytes // GIB, hugepages_1gi=host.hugepages_1gi
+    )
+    labels = {**_derived_labels(gpus), **dict(ident.labels)}
+    node_attrs: dict[str, AttrValue] = {
+        "hostname": ident.hostname,
+        "gpuModel": labels.get("gpu.model"),
+        "gpuCount": len(gpus),
+        "vcpu": scalars.vcpu,
+        "memoryGiB": scalars.memory_gib,
+        "profileId": ident.profile_id,
+    }
+    atoms = [Atom(atom_id=f"{ident.node_id}:node", cls="node", attrs=node_attrs)]
+    for gpu in gpus:
+        atoms += _gpu_atoms(ident.node_id, gpu)
+    for nic in host.nics:
+        atoms += _nic_atoms(ident.node_id, nic)
+    for disk in host.disks:
+        attrs: dict[str, AttrValue] = {
+            "sizeBytes": disk.size_bytes,
+            "sizeGiB": disk.size_bytes // GIB,
+            "rotational": disk.rotational,
+            "model": disk.model,
+        }
+        atoms.append(
+            Atom(
+                atom_id=f"{ident.node_id}:disk:{disk.name}",
+                cls="disk",
+                device_id=disk.name,
+                attrs=attrs,
+            )
+        )
+    inv = Inventory(
+        node_id=ident.node_id,
+        pool_id=ident.pool_id,
+        boot_id=boot_id,
+        sent_at=sent_at,
+        inventory_hash="",
+        hostname=ident.hostname,
+        agent_version=ident.agent_version,
+        driver_version=nvml.driver_version,
+        cuda_version=nvml.cuda_version,
+        profile_id=ident.profile_id,
+        profile_version=ident.profile_version,
+        labels=labels,
+        provisioning=ident.provisioning,
+        gpus=gpus,
+        nics=tuple(
+            NicInfo(
+                name=n.name,
+                pci_address=n.pci_address,
+                speed_mbps=n.speed_mbps,
+                sriov_total_vfs=n.sriov_total_vfs,
+                sriov_num_vfs=n.sriov_num_vfs,
+                vfs=n.vfs,
+            )
+            for n in host.nics
+        ),
+        disks=tuple(
+            DiskInfo(name=d.name, size_bytes=d.size_bytes, rotational=d.rotational, model=d.model)
+            for d in host.disks
+        ),
+        scalars=scalars,
+        atoms=tuple(atoms),
+        health=health or NodeHealth(status="healthy"),
+        devices=devices,
+    )
+    return inv.model_copy(update={"inventory_hash": inventory_hash(inv)})
+
+
+def inventory_hash(inv: Inventory) -> str:
+    """sha256 of the canonical JSON of the inventory without per-send fields and health."""
+    body = inv.model_dump(mode="json", by_alias=False, exclude=_HASH_EXCLUDE)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,107 @@
+"""What the agent read from the host, as plain frozen values.
+
+These sit between the readers (NVML, sysfs), which do I/O and swallow errors, and the
+pure functions (inventory, health), which never touch the host. A field that could not
+be read is `None`; `problems` says why, once, in words an operator can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MigReading:
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int
+    pci_bus_id: str
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    compute_capability: str | None = None
+    mig_enabled: bool = False
+    migs: tuple[MigReading, ...] = ()
+    # PCI bus ids at the far end of each active NVLink (a peer GPU or an NVSwitch).
+    nvlink_remotes: tuple[str, ...] = ()
+    nvlink_active: tuple[int, ...] = ()
+    fabric_clique: str | None = None
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot:
+    """One full NVML read. `error` is set when NVML itself is unusable (node unmonitored)."""
+
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[GpuReading, ...] = ()
+    counters: tuple[GpuCounters, ...] = ()
+    lost: tuple[int, ...] = ()
+    error: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuCounters:
+    """Health inputs polled from one GPU; `None` means the GPU does not support that
+    counter, which is never a fault by itself."""
+
+    index: int
+    uuid: str
+    lost: bool = False
+    dbe_volatile: int | None = None
+    retired_pages: int | None = None
+    retired_pending: bool | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    thermal_slowdown: bool = False
+    power_slowdown: bool = False
+    nvlink_down: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    uuid: str
+    xid: int
+    at: float
+
+
+@dataclass(frozen=True)
+class NicReading:
+    name: str
+    pci_address: str | None
+    speed_mbps: int | None
+    numa_node: int | None
+    model: str | None
+    sriov_total_vfs: int
+    sriov_num_vfs: int
+    vfs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DiskReading:
+    name: str
+    size_bytes: int
+    rotational: bool
+    model: str | None
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """What sysfs and procfs say about the host outside the GPUs."""
+
+    vcpu: int = 0
+    memory_bytes: int = 0
+    hugepages_1gi: int = 0
+    nics: tuple[NicReading, ...] = ()
+    disks: tuple[DiskReading, ...] = ()
+    problems: tuple[str, ...] = ()

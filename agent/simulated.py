@@ -1,0 +1,349 @@
+"""A simulated NVML built from a host profile, with faults injected from a file.
+
+It implements the `NvmlLike` names and raises pynvml's own exception classes wherever
+a real driver would (`NVMLError_NotSupported` for counters the GPU generation lacks,
+`NVMLError_GpuIsLost` for a lost GPU, `NVMLError_Timeout` from an idle event wait), so
+the agent's guarded paths run in tests exactly as on a host. GPU and MIG UUIDs are
+derived from the node id, so simulated agents of one profile never share a UUID.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from agent.faults import FaultFile, Faults
+from agent.profile import GpuSpec, HostProfile
+
+# Memory a MIG instance reports on an 80 GB A100/H100, by profile name.
+_MIG_MEMORY_MIB = {
+    "1g.10gb": 9856,
+    "1g.20gb": 19968,
+    "2g.20gb": 19968,
+    "3g.40gb": 40192,
+    "4g.40gb": 40192,
+    "7g.80gb": 80896,
+}
+_MIG_CAPABLE = {(8, 0), (9, 0), (10, 0)}
+_MAX_MIG_DEVICES = 7
+
+
+def _err(code: int) -> Exception:
+    return pynvml.NVMLError(code)  # type: ignore[no-any-return]
+
+
+def _uuid(prefix: str, seed: str) -> str:
+    h = hashlib.sha256(seed.encode()).hexdigest()
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _nvml_bus_id(pci: str) -> bytes:
+    """NVML writes an 8-digit PCI domain; profiles use the 4-digit sysfs form."""
+    domain, rest = pci.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}".encode()
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    spec: GpuSpec
+    uuid: str
+
+
+@dataclass(frozen=True)
+class _Mig:
+    gpu: _Gpu
+    slot: int
+    profile: str
+    uuid: str
+
+
+@dataclass(frozen=True)
+class _Event:
+    device: Any
+    eventType: int  # pynvml's field names
+    eventData: int
+    gpuInstanceId: int = 0
+    computeInstanceId: int = 0
+
+
+@dataclass
+class _EventSet:
+    gpus: set[int] = field(default_factory=set)
+
+
+class SimulatedNvml:
+    def __init__(self, profile: HostProfile, node_id: str, faults: FaultFile | None = None):
+        self.profile = profile
+        self._faults = faults or FaultFile(None)
+        self._gpus = [
+            _Gpu(spec, _uuid("GPU", f"{node_id}/{profile.id}/{spec.index}"))
+            for spec in profile.gpus
+        ]
+        self._initialised = 0
+        self._delivered: set[str] = set()
+        self._lock = threading.Lock()
+        self.calls = 0  # counted so tests and benchmarks can see the cost of a poll
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def faults(self) -> Faults:
+        return self._faults.current()
+
+    def _ready(self) -> Faults:
+        self.calls += 1
+        faults = self.faults()
+        if faults.has("nvml_down"):
+            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        if self._initialised <= 0:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        return faults
+
+    def _gpu(self, handle: Any) -> _Gpu:
+        faults = self._ready()
+        gpu = handle.gpu if isinstance(handle, _Mig) else handle
+        if not isinstance(gpu, _Gpu):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if faults.has("lost", gpu.spec.index):
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    def _whole(self, handle: Any) -> _Gpu:
+        if isinstance(handle, _Mig):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._gpu(handle)
+
+    # -- system -----------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.calls += 1
+        if self.faults().has("nvml_down"):
+            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        self._initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._ready()
+        self._initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._ready()
+        return self.profile.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._ready()
+        return self.profile.cuda_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._ready()
+        return len(self._gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        self._ready()
+        if not 0 <= index < len(self._gpus):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._gpus[index]
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _Mig):
+            return f"{gpu.spec.name} MIG {handle.profile}"
+        return gpu.spec.name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        gpu = self._gpu(handle)
+        return handle.uuid if isinstance(handle, _Mig) else gpu.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        gpu = self._gpu(handle)
+        if isinstance(handle, _Mig):
+            mib = _MIG_MEMORY_MIB.get(handle.profile, 0)
+        else:
+            mib = gpu.spec.memory_mib
+        total = mib * 1024 * 1024
+        return pynvml.c_nvmlMemory_t(total=total, free=total, used=0)
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        gpu = self._whole(handle)
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = _nvml_bus_id(gpu.spec.pci_bus_id)
+        return info
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+        return self._whole(handle).spec.numa_node
+
+    def nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
+        numa = self._whole(handle).spec.numa_node
+        per_node = self.profile.vcpu // self.profile.numa_nodes
+        words = [0] * cpuSetSize
+        for cpu in range(numa * per_node, (numa + 1) * per_node):
+            if cpu // 64 < cpuSetSize:
+                words[cpu // 64] |= 1 << (cpu % 64)
+        return words
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        return self._gpu(handle).spec.compute_capability
+
+    # -- MIG --------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        gpu = self._whole(handle)
+        if gpu.spec.compute_capability not in _MIG_CAPABLE:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mode = 1 if gpu.spec.mig_profiles else 0
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        gpu = self._whole(handle)
+        return _MAX_MIG_DEVICES if gpu.spec.compute_capability in _MIG_CAPABLE else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
+        gpu = self._whole(handle)
+        if not 0 <= index < len(gpu.spec.mig_profiles):
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        profile = gpu.spec.mig_profiles[index]
+        return _Mig(gpu, index, profile, _uuid("MIG", f"{gpu.uuid}/{index}"))
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        self._gpu(handle)
+        if not isinstance(handle, _Mig):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return handle.slot + 1
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        self._gpu(handle)
+        if not isinstance(handle, _Mig):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 0
+
+    # -- NVLink and fabric ------------------------------------------------------------------
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        gpu = self._whole(handle)
+        if gpu.spec.nvlink_links == 0:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < gpu.spec.nvlink_links:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for fault in self.faults().on("nvlink_down", gpu.spec.index):
+            if fault.link is None or fault.link == link:
+                return 0
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
+        if not self.nvmlDeviceGetNvLinkState(handle, link):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        switches = self.profile.nvswitch_pci
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = _nvml_bus_id(switches[link % len(switches)])
+        return info
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
+        self._whole(handle)
+        raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)  # HGX boards have no multi-node fabric
+
+    # -- health counters --------------------------------------------------------------------
+
+    def nvmlDeviceGetTotalEccErrors(
+        self,
+        handle: Any,
+        errorType: int,
+        counterType: int,
+    ) -> int:
+        gpu = self._whole(handle)
+        if errorType != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return 0
+        if counterType != pynvml.NVML_VOLATILE_ECC:
+            return 0
+        return sum(f.count for f in self.faults().on("dbe", gpu.spec.index))
+
+    def _has_remapping(self, gpu: _Gpu) -> bool:
+        return gpu.spec.compute_capability >= (8, 0)
+
+    def nvmlDeviceGetRetiredPages(self, handle: Any, sourceFilter: int) -> list[int]:
+        gpu = self._whole(handle)
+        if self._has_remapping(gpu):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if sourceFilter != pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
+            return []
+        return [0x1000 * (i + 1) for i, _ in enumerate(self.faults().on("dbe", gpu.spec.index))]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        gpu = self._whole(handle)
+        if self._has_remapping(gpu):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(self.faults().has("retired_pending", gpu.spec.index))
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        gpu = self._whole(handle)
+        if not self._has_remapping(gpu):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        faults = self.faults()
+        pending = int(faults.has("remap_pending", gpu.spec.index))
+        failure = int(faults.has("remap_failure", gpu.spec.index))
+        return (0, len(faults.on("dbe", gpu.spec.index)), pending, failure)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        gpu = self._whole(handle)
+        faults = self.faults()
+        bits = int(pynvml.nvmlClocksThrottleReasonGpuIdle)
+        if faults.has("thermal", gpu.spec.index):
+            bits |= int(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)
+        if faults.has("power", gpu.spec.index):
+            bits |= int(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
+        return bits
+
+    # -- XID events -------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> Any:
+        self._ready()
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        gpu = self._whole(handle)
+        if not isinstance(eventSet, _EventSet):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
+            with self._lock:
+                eventSet.gpus.add(gpu.spec.index)
+
+    def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
+        if not isinstance(eventSet, _EventSet):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        deadline = time.monotonic() + timeoutms / 1000
+        while True:
+            event = self._next_xid(eventSet)
+            if event is not None:
+                return event
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _err(pynvml.NVML_ERROR_TIMEOUT)
+            # Without a fault file no event can come: sleep the whole wait, like the driver.
+            time.sleep(min(left, 0.1) if self._faults.watching else left)
+
+    def _next_xid(self, eventSet: _EventSet) -> _Event | None:
+        faults = self._ready()
+        with self._lock:
+            present = {f.key for f in faults.on("xid")}
+            self._delivered &= present  # a removed entry may fire again when re-added
+            for fault in faults.on("xid"):
+                if fault.key in self._delivered or fault.gpu not in eventSet.gpus:
+                    continue
+                if fault.gpu is None or not 0 <= fault.gpu < len(self._gpus):
+                    continue
+                self._delivered.add(fault.key)
+                return _Event(
+                    device=self._gpus[fault.gpu],
+                    eventType=int(pynvml.nvmlEventTypeXidCriticalError),
+                    eventData=fault.xid,
+                )
+        return None
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        if isinstance(eventSet, _EventSet):
+            with self._lock:
+                eventSet.gpus.clear()

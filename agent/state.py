@@ -1,0 +1,15 @@
+"""What one poll concluded, handed from the poller to the publisher (latest wins)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.wire import DeviceHealth, Inventory, NodeHealth
+
+
+@dataclass(frozen=True)
+class AgentState:
+    inventory: Inventory
+    health: NodeHealth
+    devices: tuple[DeviceHealth, ...]
+    polled_at: float  # monotonic seconds, so the publisher can tell a stalled poll

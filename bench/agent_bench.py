@@ -1,0 +1,154 @@
+"""Agent footprint benchmark: RSS and CPU of a simulated 8-GPU agent against a real
+nats-server (SPEC §8 goal: < 40 MB RSS, < 1 % of one core at the default interval).
+
+Runs `gpufleet-agent --simulate h100-sxm-8` as a subprocess for N seconds at each
+interval, counts its heartbeats, samples its RSS and CPU time from /proc, and compares
+with a baseline measured in the same run: a bare Python process that imports the same
+libraries (nats-py, pydantic, pynvml) and sleeps. Prints a table and writes
+bench/results/agent.json.
+
+    .venv/bin/python bench/agent_bench.py [--seconds 30] [--intervals 5,0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from coordinator.embedded_nats import EmbeddedNats
+from shared.ids import new_pool_id
+
+TICKS = os.sysconf("SC_CLK_TCK")
+# What the agent process imports, minus aiohttp (the agent leaves it out; see agent.main).
+BASELINE = (
+    "import sys, time; sys.modules['aiohttp'] = None; import agent.main, agent.publisher; "
+    "print('ready', flush=True); time.sleep(3600)"
+)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def uss_mb(pid: int) -> float:
+    """Memory private to the process: RSS minus library pages shared with others."""
+    total = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1])
+    return total / 1024
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+async def measure_baseline() -> dict[str, float]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", BASELINE, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 60)
+        return {"rssMB": round(rss_mb(proc.pid), 2), "ussMB": round(uss_mb(proc.pid), 2)}
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def measure_agent(url: str, interval: float, seconds: float) -> dict[str, Any]:
+    pool, node = new_pool_id(), "bench-node"
+    nc = await nats.connect(url)
+    beats = 0
+    first = asyncio.Event()
+
+    async def count(_msg: Any) -> None:
+        nonlocal beats
+        beats += 1
+        first.set()
+
+    await nc.subscribe(f"gpufleet.hb.{pool}.{node}", cb=count)
+    cmd = [sys.executable, "-m", "agent.main", "--pool-id", pool, "--node-id", node]
+    cmd += ["--nats-url", url, "--simulate", "h100-sxm-8", "--interval", str(interval)]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "GPUFLEET_LOG_LEVEL": "WARNING"}
+    )
+    try:
+        # Imports and the first poll are not steady state: start counting after them.
+        await asyncio.wait_for(first.wait(), 60)
+        start_cpu, start_beats, start = cpu_s(proc.pid), beats, time.monotonic()
+        peak = rss_mb(proc.pid)
+        while time.monotonic() - start < seconds:
+            await asyncio.sleep(min(1.0, seconds / 10))
+            peak = max(peak, rss_mb(proc.pid))
+        used, elapsed = cpu_s(proc.pid) - start_cpu, time.monotonic() - start
+        polls = beats - start_beats
+        uss = uss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        await proc.wait()
+        await nc.close()
+    return {
+        "intervalS": interval,
+        "seconds": round(elapsed, 2),
+        "heartbeats": polls,
+        "rssMB": round(peak, 2),
+        "ussMB": round(uss, 2),
+        "cpuPercent": round(100 * used / elapsed, 3),
+        "cpuMsPerPoll": round(1000 * used / polls, 3) if polls else None,
+        "exitCode": proc.returncode,
+    }
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--intervals", default="5,0.5")
+    args = parser.parse_args()
+    intervals = [float(x) for x in args.intervals.split(",")]
+    baseline = await measure_baseline()
+    rows = []
+    with EmbeddedNats() as server:
+        for interval in intervals:
+            rows.append(await measure_agent(server.url, interval, args.seconds))
+    for row in rows:
+        row["rssVsBaseline"] = round(row["rssMB"] / baseline["rssMB"], 2)
+        # At the default 5 s interval the goal applies as stated; faster runs show cost per poll.
+        row["meetsGoal"] = row["rssMB"] < 40 and (row["intervalS"] < 5 or row["cpuPercent"] < 1)
+    print(
+        f"baseline (python + the agent's imports, idle): RSS {baseline['rssMB']:.1f} MB, "
+        f"USS {baseline['ussMB']:.1f} MB"
+    )
+    head = ("interval s", "beats", "RSS MB", "xbase", "USS MB", "CPU %", "ms/poll", "goal")
+    print("{:>10} {:>6} {:>7} {:>6} {:>7} {:>7} {:>8} {}".format(*head))
+    for r in rows:
+        cells = (r["intervalS"], r["heartbeats"], r["rssMB"], r["rssVsBaseline"], r["ussMB"])
+        cells += (r["cpuPercent"], r["cpuMsPerPoll"] or 0.0, "ok" if r["meetsGoal"] else "MISS")
+        print("{:>10} {:>6} {:>7.1f} {:>6} {:>7.1f} {:>7.3f} {:>8.2f} {}".format(*cells))
+    write_results({"baseline": baseline, "runs": rows})
+    return 0 if all(r["meetsGoal"] for r in rows) else 1
+
+
+def write_results(data: dict[str, Any]) -> None:
+    out = Path(__file__).resolve().parent / "results" / "agent.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,134 @@
+"""Health classification and hysteresis, driven by a fake clock (plain numbers)."""
+
+from __future__ import annotations
+
+from agent.health import HealthPolicy, HealthState, evaluate, findings
+from agent.readings import GpuCounters, XidEvent
+from agent.xid import XidTable
+
+A, B = "GPU-a", "GPU-b"
+POLICY = HealthPolicy(recover_after_s=30, xid_hold_s=60)
+
+
+def ok(uuid: str = A, **kw: object) -> GpuCounters:
+    return GpuCounters(index=0 if uuid == A else 1, uuid=uuid, **kw)  # type: ignore[arg-type]
+
+
+def step(
+    prev: HealthState,
+    now: float,
+    a: GpuCounters | None = None,
+    xids: tuple[XidEvent, ...] = (),
+    policy: HealthPolicy = POLICY,
+) -> HealthState:
+    return evaluate(prev, [a or ok(A), ok(B)], xids, now, policy)
+
+
+def test_all_clear_is_healthy() -> None:
+    s = step(HealthState(), 0)
+    assert s.node.status == "healthy" and s.unhealthy_devices() == ()
+
+
+def test_application_xids_are_not_faults() -> None:
+    for xid in (13, 31, 43, 45, 68):
+        s = step(HealthState(), 0, xids=(XidEvent(A, xid, 0),))
+        assert s.devices[A].status == "healthy", xid
+
+
+def test_fault_xids_make_the_device_unhealthy() -> None:
+    for xid in (48, 63, 64, 74, 79, 92, 94, 95, 119, 120):
+        s = step(HealthState(), 0, xids=(XidEvent(A, xid, 0),))
+        assert s.devices[A].status == "unhealthy", xid
+        assert f"xid {xid}" in s.devices[A].reasons[0]
+        assert s.devices[B].status == "healthy"
+        assert s.node.status == "degraded"  # one bad GPU does not take the node down
+
+
+def test_xid_table_is_configurable_both_ways() -> None:
+    policy = HealthPolicy(xids=XidTable.configured(add=(13,), ignore=(79,)))
+    s = step(HealthState(), 0, xids=(XidEvent(A, 79, 0), XidEvent(B, 13, 0)), policy=policy)
+    assert s.devices[A].status == "healthy"
+    s = evaluate(HealthState(), [ok(B)], (XidEvent(B, 13, 0),), 0, policy)
+    assert s.devices[B].status == "unhealthy"
+
+
+def test_xid_holds_then_recovers_after_hysteresis() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent(A, 79, 0),))
+    s = step(s, 59)
+    assert s.devices[A].status == "unhealthy"  # still within xid_hold_s
+    s = step(s, 61)  # the condition has cleared; recovery must wait 30 s
+    assert s.devices[A].status == "unhealthy"
+    s = step(s, 90)
+    assert s.devices[A].status == "unhealthy"
+    s = step(s, 91)
+    assert s.devices[A].status == "healthy" and s.node.status == "healthy"
+
+
+def test_flapping_condition_does_not_flip_back() -> None:
+    dbe = ok(A, dbe_volatile=1)
+    s = step(HealthState(), 0, dbe)
+    for t in range(1, 100, 10):
+        s = step(s, t, dbe if t % 20 == 1 else ok(A))
+        assert s.devices[A].status == "unhealthy", t
+    s = step(s, 100)
+    s = step(s, 131)
+    assert s.devices[A].status == "healthy"
+
+
+def test_thermal_and_power_only_degrade() -> None:
+    s = step(HealthState(), 0, ok(A, thermal_slowdown=True, power_slowdown=True))
+    assert s.devices[A].status == "degraded"
+    assert s.devices[A].reasons == ("thermal slowdown", "power brake slowdown")
+    assert s.node.status == "degraded"
+
+
+def test_worse_condition_escalates_at_once() -> None:
+    s = step(HealthState(), 0, ok(A, thermal_slowdown=True))
+    s = step(s, 1, ok(A, remap_failure=True))
+    assert s.devices[A].status == "unhealthy"
+
+
+def test_each_counter_condition() -> None:
+    cases = {
+        "GPU is lost": ok(A, lost=True),
+        "double-bit": ok(A, dbe_volatile=2),
+        "page retirement pending": ok(A, retired_pending=True),
+        "retired pages: 60": ok(A, retired_pages=60),
+        "row remapping failure": ok(A, remap_failure=True),
+        "row remapping pending": ok(A, remap_pending=True),
+        "NVLink down: link 2,5": ok(A, nvlink_down=(2, 5)),
+    }
+    for text, counters in cases.items():
+        found = findings(counters, POLICY)
+        assert found and found[0][0] == "unhealthy" and text in found[0][1], text
+    assert findings(ok(A, retired_pages=3), POLICY) == []
+
+
+def test_every_gpu_unhealthy_makes_the_node_unhealthy() -> None:
+    s = evaluate(HealthState(), [ok(A, lost=True), ok(B, lost=True)], (), 0, POLICY)
+    assert s.node.status == "unhealthy"
+    assert len(s.unhealthy_devices()) == 2
+
+
+def test_nvml_failure_is_unmonitored_and_keeps_device_states() -> None:
+    s = step(HealthState(), 0, ok(A, dbe_volatile=1))
+    s = evaluate(s, [], (), 5, POLICY, nvml_error="nvml init failed")
+    assert s.node.status == "unmonitored"
+    assert s.node.reasons == ("nvml init failed",)
+    assert s.devices[A].status == "unhealthy"
+
+
+def test_reasons_are_capped_for_small_heartbeats() -> None:
+    bad = ok(
+        A,
+        dbe_volatile=1,
+        retired_pending=True,
+        remap_failure=True,
+        remap_pending=True,
+        nvlink_down=tuple(range(18)),
+        thermal_slowdown=True,
+    )
+    s = step(HealthState(), 0, bad, xids=(XidEvent(A, 79, 0),))
+    (device,) = s.unhealthy_devices()
+    assert len(device.reasons) == 4
+    assert all(len(r) <= 120 for r in device.reasons)

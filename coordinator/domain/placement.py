@@ -1,0 +1,117 @@
+"""Values the placer works on: the request, a snapshot of one pool for one time window,
+and the placement it returns. Pure data, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coordinator.domain.model import NodeState
+
+Topology = Literal["any", "nvlink-all"]
+Binding = Literal["hold", "node"]
+SCALARS: tuple[str, ...] = ("vcpu", "memoryGiB", "hugepages1Gi")
+SelectorValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    cls: str
+    count: int
+    selector: tuple[tuple[str, tuple[SelectorValue, ...]], ...] = ()
+    topology: Topology | None = None
+    sharing: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    devices: tuple[DeviceRequest, ...]
+    topology: Topology = "any"
+    binding: Binding = "hold"
+    resources: tuple[tuple[str, int], ...] = ()
+    profile_id: str | None = None
+    profile_version: int | None = None
+    gang_size: int = 1
+    gang_key: str | None = None
+    spot: bool = False
+
+    @property
+    def whole_node(self) -> bool:
+        return self.binding == "node" or any(d.cls == "node" for d in self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class AtomSlot:
+    atom_id: str
+    cls: str
+    healthy: bool
+    attrs: dict[str, object]
+
+    @property
+    def clique(self) -> str | None:
+        value = self.attrs.get("nvlinkClique")
+        return str(value) if value not in (None, "") else None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSlot:
+    node_id: str
+    state: NodeState
+    labels: dict[str, str]
+    profile_id: str | None
+    profile_version: int | None
+    atoms: tuple[AtomSlot, ...]
+    capacity: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds an atom (or node resources) somewhere in the window."""
+
+    reservation_id: str
+    spot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """One pool, seen for the window [start, end)."""
+
+    nodes: tuple[NodeSlot, ...]
+    atom_holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)
+    # nodeId → resource → [(amount, holder)] of scalar bookings overlapping the window.
+    scalar_holders: dict[str, dict[str, tuple[tuple[int, Holder], ...]]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodePick:
+    node_id: str
+    atoms: tuple[AtomSlot, ...]
+    resources: tuple[tuple[str, int], ...]
+    score: float
+    victims: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    index: int | None
+    cls: str | None
+    requested: int
+    available: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The answer: ranked candidate nodes (a gang's members when gang), or shortfalls."""
+
+    fits: bool
+    candidates: tuple[NodePick, ...] = ()
+    shortfalls: tuple[Shortfall, ...] = ()
+    reason: str | None = None
+    victims: frozenset[str] = frozenset()
+
+    @property
+    def chosen(self) -> tuple[NodePick, ...]:
+        return self.candidates

@@ -1,0 +1,272 @@
+"""The placer: filter → per-node device selection (topology, sharing, selectors) →
+scalar resources → score → rank; gangs over a node label; whole-node bindings.
+
+Scoring packs: a node scores higher the fewer free atoms of the requested classes it has
+left after the placement, so a stream of small requests fills partly used nodes before
+breaking into whole ones, and within a node atoms of small NVLink cliques go before
+those of large ones. Ties break on nodeId, so the result is deterministic.
+
+`ignore_spot=True` places as if spot bookings were gone; the picks then carry the spot
+reservations that would have to be preempted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from coordinator.domain.placement import (
+    AtomSlot,
+    DeviceRequest,
+    NodePick,
+    NodeSlot,
+    Placement,
+    PlacementRequest,
+    PoolSnapshot,
+    Shortfall,
+)
+from coordinator.domain.states import node_bucket
+
+MAX_CANDIDATES = 10
+
+
+def _matches(atom: AtomSlot, d: DeviceRequest) -> bool:
+    if atom.cls != d.cls:
+        return False
+    if d.cls == "gpu.slot" and d.sharing in ("timeslice", "mps"):
+        if atom.attrs.get("sharing") not in (None, d.sharing):
+            return False
+    for key, allowed in d.selector:
+        value = atom.attrs.get(key)
+        if not any(value == v or str(value) == str(v) for v in allowed):
+            return False
+    return True
+
+
+class _NodeView:
+    """One node's free atoms and free scalars for a window."""
+
+    def __init__(self, node: NodeSlot, snap: PoolSnapshot, ignore_spot: bool) -> None:
+        self.node = node
+        self.free: list[AtomSlot] = []
+        self.victims: dict[str, set[str]] = {}
+        self.any_held = False
+        for atom in node.atoms:
+            holders = snap.atom_holders.get(atom.atom_id, ())
+            if holders:
+                self.any_held = True
+            if not atom.healthy:
+                continue
+            if any(not (ignore_spot and h.spot) for h in holders):
+                continue
+            self.free.append(atom)
+            self.victims[atom.atom_id] = {h.reservation_id for h in holders if h.spot}
+        self.scalar_free: dict[str, int] = {}
+        self.scalar_victims: dict[str, set[str]] = defaultdict(set)
+        scalars = snap.scalar_holders.get(node.node_id, {})
+        for resource, capacity in node.capacity.items():
+            used = 0
+            for amount, holder in scalars.get(resource, ()):
+                if ignore_spot and holder.spot:
+                    self.scalar_victims[resource].add(holder.reservation_id)
+                else:
+                    used += amount
+            self.scalar_free[resource] = max(0, capacity - used)
+
+    def pick_devices(self, req: PlacementRequest) -> tuple[list[AtomSlot] | None, int | None, str]:
+        """Atoms for every device entry, or (None, failing index, reason)."""
+        taken: set[str] = set()
+        picked: list[AtomSlot] = []
+        for i, d in enumerate(req.devices):
+            pool = [a for a in self.free if a.atom_id not in taken and _matches(a, d)]
+            topology = d.topology or req.topology
+            if topology == "nvlink-all" and d.cls == "gpu" and d.count > 1:
+                groups: dict[str, list[AtomSlot]] = defaultdict(list)
+                for a in pool:
+                    groups[a.clique or f"solo:{a.atom_id}"].append(a)
+                viable = sorted(
+                    (g for g in groups.values() if len(g) >= d.count),
+                    key=lambda g: (len(g), g[0].clique or ""),
+                )
+                if not viable:
+                    best = max((len(g) for g in groups.values()), default=0)
+                    return None, i, f"at most {best} NVLink-connected free {d.cls} on one node"
+                chosen = sorted(viable[0], key=lambda a: a.atom_id)[: d.count]
+            else:
+                if len(pool) < d.count:
+                    return None, i, f"at most {len(pool)} free matching {d.cls} on one node"
+                sizes = Counter(a.clique for a in pool)
+                chosen = sorted(
+                    pool,
+                    key=lambda a: (sizes[a.clique] if a.clique else 0, a.clique or "", a.atom_id),
+                )[: d.count]
+            taken.update(a.atom_id for a in chosen)
+            picked.extend(chosen)
+        return picked, None, ""
+
+    def matching_free(self, d: DeviceRequest, req: PlacementRequest) -> int:
+        pool = [a for a in self.free if _matches(a, d)]
+        if (d.topology or req.topology) == "nvlink-all" and d.cls == "gpu":
+            counts = Counter(a.clique or a.atom_id for a in pool)
+            return max(counts.values(), default=0)
+        return len(pool)
+
+
+def _eligible(node: NodeSlot, req: PlacementRequest) -> bool:
+    if node_bucket(node.state) != "allocatable":
+        return False
+    if req.profile_id is not None and node.profile_id != req.profile_id:
+        return False
+    return req.profile_version is None or node.profile_version == req.profile_version
+
+
+def _fit(view: _NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | None, str]:
+    node = view.node
+    if req.whole_node:
+        healthy = sum(1 for a in node.atoms if a.healthy)
+        scalars_free = all(view.scalar_free[r] >= c for r, c in node.capacity.items())
+        if len(view.free) != healthy or not scalars_free:
+            return None, None, "node is partly booked in the window"
+        devices, index, reason = view.pick_devices(req)
+        if devices is None:
+            return None, index, reason
+        whole_victims = set().union(
+            *(view.victims[a.atom_id] for a in view.free), *view.scalar_victims.values()
+        )
+        pick = NodePick(
+            node.node_id,
+            tuple(view.free),
+            tuple(sorted(node.capacity.items())),
+            score=round(1.0 / (1 + len(node.atoms)), 6),
+            victims=frozenset(whole_victims),
+        )
+        return pick, None, ""
+    devices, index, reason = view.pick_devices(req)
+    if devices is None:
+        return None, index, reason
+    victims: set[str] = set()
+    for a in devices:
+        victims |= view.victims[a.atom_id]
+    for resource, amount in req.resources:
+        if amount <= 0:
+            continue
+        if view.scalar_free.get(resource, 0) < amount:
+            free = view.scalar_free.get(resource, 0)
+            return None, None, f"{free} {resource} free on the node in the window, {amount} asked"
+        victims |= view.scalar_victims.get(resource, set())
+    classes = {d.cls for d in req.devices}
+    left = sum(1 for a in view.free if a.cls in classes) - len(devices)
+    pick = NodePick(
+        node.node_id,
+        tuple(devices),
+        tuple((r, a) for r, a in req.resources if a > 0),
+        score=round(1.0 / (1 + left), 6),
+        victims=frozenset(victims),
+    )
+    return pick, None, ""
+
+
+def _rank(picks: Iterable[NodePick]) -> list[NodePick]:
+    return sorted(picks, key=lambda p: (-p.score, p.node_id))
+
+
+def place(
+    req: PlacementRequest,
+    snap: PoolSnapshot,
+    *,
+    ignore_spot: bool = False,
+    limit: int = MAX_CANDIDATES,
+) -> Placement:
+    views = [_NodeView(n, snap, ignore_spot) for n in snap.nodes if _eligible(n, req)]
+    results = [(v, *_fit(v, req)) for v in views]
+    picks = [p for _, p, _, _ in results if p is not None]
+    if req.gang_size > 1:
+        return _place_gang(req, snap, picks)
+    if picks:
+        ranked = _rank(picks)[:limit]
+        return Placement(True, tuple(ranked), victims=ranked[0].victims)
+    return Placement(
+        False, shortfalls=_shortfalls(req, snap, views, results), reason=_why(req, snap, views)
+    )
+
+
+def _place_gang(req: PlacementRequest, snap: PoolSnapshot, picks: list[NodePick]) -> Placement:
+    labels = {n.node_id: n.labels for n in snap.nodes}
+    key = req.gang_key
+    domains: dict[str, list[NodePick]] = defaultdict(list)
+    for pick in picks:
+        if key is None:
+            domains["*"].append(pick)
+        elif key in labels[pick.node_id]:
+            domains[labels[pick.node_id][key]].append(pick)
+    best_name, best_members, best_score = None, [], -1.0
+    for name in sorted(domains):
+        ranked = _rank(domains[name])
+        if len(ranked) < req.gang_size:
+            continue
+        members = ranked[: req.gang_size]
+        score = sum(m.score for m in members)
+        if score > best_score:
+            best_name, best_members, best_score = name, members, score
+    if best_name is not None:
+        victims = frozenset().union(*(m.victims for m in best_members))
+        return Placement(True, tuple(best_members), victims=victims)
+    where = f"one {key}" if key else "the pool"
+    if domains:
+        top_name = max(sorted(domains), key=lambda n: len(domains[n]))
+        have = len(domains[top_name])
+        best = f"best {key} {top_name} has {have}" if key else f"the pool has {have}"
+    else:
+        best = f"no {key} has any" if key else "no node fits one member"
+    reason = f"needs {req.gang_size} nodes in {where}, {best}"
+    return Placement(
+        False,
+        shortfalls=(
+            Shortfall(
+                None,
+                None,
+                req.gang_size,
+                max((len(d) for d in domains.values()), default=0),
+                reason,
+            ),
+        ),
+        reason=reason,
+    )
+
+
+def _why(req: PlacementRequest, snap: PoolSnapshot, views: list[_NodeView]) -> str:
+    if not snap.nodes:
+        return "the pool has no nodes"
+    if not views:
+        if req.profile_id is not None:
+            return f"no allocatable node with profile {req.profile_id}"
+        return "no allocatable node in the pool"
+    if req.whole_node:
+        return "no whole node is free in the window"
+    return "no node can take the whole request"
+
+
+def _shortfalls(
+    req: PlacementRequest,
+    snap: PoolSnapshot,
+    views: list[_NodeView],
+    results: list[tuple[_NodeView, NodePick | None, int | None, str]],
+) -> tuple[Shortfall, ...]:
+    out: list[Shortfall] = []
+    reasons: dict[int | None, Counter[str]] = defaultdict(Counter)
+    for _, pick, index, reason in results:
+        if pick is None:
+            reasons[index][reason] += 1
+    for i, d in enumerate(req.devices):
+        available = max((v.matching_free(d, req) for v in views), default=0)
+        if not views:
+            why = _why(req, snap, views)
+        elif available < d.count:
+            kind = "NVLink-connected " if (d.topology or req.topology) == "nvlink-all" else ""
+            why = f"at most {available} free {kind}{d.cls} matching on one node"
+        elif reasons.get(None):
+            why = reasons[None].most_common(1)[0][0]
+        else:
+            why = "fits alone, not together with the other devices on one node"
+        out.append(Shortfall(i, d.cls, d.count, available, why))
+    return tuple(out)

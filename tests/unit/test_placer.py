@@ -1,0 +1,161 @@
+"""The placer over hand-built fleets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.domain.model import NodeState
+from coordinator.domain.placement import (
+    AtomSlot,
+    DeviceRequest,
+    Holder,
+    NodeSlot,
+    PlacementRequest,
+    PoolSnapshot,
+)
+from coordinator.domain.placer import place
+
+READY = NodeState(reachable=True, health="healthy", maintenance=False, provisioning=False)
+
+
+def node(
+    node_id: str,
+    gpus: int = 8,
+    cliques: int = 1,
+    rack: str = "r1",
+    model: str = "H100",
+    state: NodeState = READY,
+    sick: tuple[int, ...] = (),
+    memory: int = 1024,
+) -> NodeSlot:
+    per = max(1, gpus // cliques)
+    atoms = [AtomSlot(f"{node_id}:node", "node", True, {})]
+    for i in range(gpus):
+        attrs = {"model": model, "index": i, "nvlinkClique": f"{node_id}-c{i // per}"}
+        atoms.append(AtomSlot(f"{node_id}:gpu:{i}", "gpu", i not in sick, attrs))
+    return NodeSlot(
+        node_id, state, {"rack": rack}, "std", 1, tuple(atoms),
+        {"vcpu": 128, "memoryGiB": memory, "hugepages1Gi": 0},
+    )  # fmt: skip
+
+
+def gpus(count: int, **kw: object) -> PlacementRequest:
+    return PlacementRequest(devices=(DeviceRequest("gpu", count),), **kw)  # type: ignore[arg-type]
+
+
+def book(snap: PoolSnapshot, atom_ids: list[str], rid: str, spot: bool = False) -> PoolSnapshot:
+    holders = dict(snap.atom_holders)
+    for a in atom_ids:
+        holders[a] = (*holders.get(a, ()), Holder(rid, spot))
+    return replace(snap, atom_holders=holders)
+
+
+def test_a_stream_of_one_gpu_requests_packs_and_keeps_nvlink_nodes_whole() -> None:
+    snap = PoolSnapshot(tuple(node(f"n{i}") for i in range(4)))
+    for k in range(8):
+        result = place(gpus(1), snap)
+        assert result.fits
+        pick = result.candidates[0]
+        snap = book(snap, [a.atom_id for a in pick.atoms], f"r{k}")
+    used = {h for hs in snap.atom_holders for h in [hs.split(":")[0]]}
+    assert used == {"n0"}  # one node filled, three left whole
+    whole = place(gpus(8, topology="nvlink-all"), snap)
+    assert whole.fits and whole.candidates[0].node_id == "n1"
+    assert [c.node_id for c in whole.candidates] == ["n1", "n2", "n3"]
+
+
+def test_packing_prefers_the_partly_used_node_and_ties_break_on_node_id() -> None:
+    snap = PoolSnapshot((node("b"), node("a"), node("c")))
+    first = place(gpus(2), snap)
+    assert [c.node_id for c in first.candidates] == ["a", "b", "c"]
+    snap = book(snap, ["c:gpu:0", "c:gpu:1", "c:gpu:2"], "x")
+    assert place(gpus(2), snap).candidates[0].node_id == "c"
+
+
+def test_nvlink_all_takes_gpus_from_one_clique_and_says_when_it_cannot() -> None:
+    snap = PoolSnapshot((node("pcie", gpus=8, cliques=4),))
+    ok = place(gpus(2, topology="nvlink-all"), snap)
+    assert ok.fits
+    assert len({a.attrs["nvlinkClique"] for a in ok.candidates[0].atoms}) == 1
+    too_big = place(gpus(4, topology="nvlink-all"), snap)
+    assert not too_big.fits
+    short = too_big.shortfalls[0]
+    assert (short.requested, short.available) == (4, 2)
+    assert "NVLink" in short.reason
+    assert place(gpus(4), snap).fits  # without the topology it fits
+
+
+def test_any_topology_spends_small_cliques_before_breaking_big_ones() -> None:
+    mixed = node("m", gpus=6, cliques=1)
+    atoms = list(mixed.atoms)
+    atoms[5] = replace(atoms[5], attrs={**atoms[5].attrs, "nvlinkClique": "lonely"})
+    snap = PoolSnapshot((replace(mixed, atoms=tuple(atoms)),))
+    pick = place(gpus(1), snap).candidates[0]
+    assert pick.atoms[0].attrs["nvlinkClique"] == "lonely"
+
+
+def test_selectors_node_states_and_device_health_filter_nodes() -> None:
+    down = NodeState(reachable=False, health="healthy", maintenance=False, provisioning=False)
+    snap = PoolSnapshot(
+        (
+            node("a100", model="A100"),
+            node("h100", model="H100", sick=(0, 1, 2, 3, 4, 5)),
+            node("gone", model="H100", state=down),
+        )
+    )
+    want = PlacementRequest(devices=(DeviceRequest("gpu", 2, selector=(("model", ("H100",)),)),))
+    result = place(want, snap)
+    assert [c.node_id for c in result.candidates] == ["h100"]
+    assert {a.atom_id for a in result.candidates[0].atoms} == {"h100:gpu:6", "h100:gpu:7"}
+    three = replace(want, devices=(replace(want.devices[0], count=3),))
+    failed = place(three, snap)
+    assert not failed.fits and failed.shortfalls[0].available == 2
+
+
+def test_gang_lands_in_one_rack_or_names_the_best_racks_shortfall() -> None:
+    nodes = [node(f"a{i}", rack="r1") for i in range(2)] + [
+        node(f"b{i}", rack="r2") for i in range(3)
+    ]
+    snap = PoolSnapshot(tuple(nodes))
+    gang = gpus(8, gang_size=3, gang_key="rack")
+    result = place(gang, snap)
+    assert result.fits and [c.node_id for c in result.candidates] == ["b0", "b1", "b2"]
+    failed = place(gpus(8, gang_size=4, gang_key="rack"), snap)
+    assert not failed.fits
+    assert failed.reason == "needs 4 nodes in one rack, best rack r2 has 3"
+
+
+def test_node_binding_takes_whole_free_nodes_only() -> None:
+    snap = book(PoolSnapshot((node("a"), node("b", gpus=4))), ["a:gpu:3"], "x")
+    result = place(gpus(1, binding="node"), snap)
+    assert [c.node_id for c in result.candidates] == ["b"]
+    taken = {a.atom_id for a in result.candidates[0].atoms}
+    assert "b:node" in taken and len(taken) == 5
+    assert dict(result.candidates[0].resources)["memoryGiB"] == 1024
+
+
+def test_scalar_resources_must_fit_on_the_same_node() -> None:
+    snap = PoolSnapshot((node("small", memory=64), node("big", memory=512)))
+    req = replace(gpus(1), resources=(("memoryGiB", 256),))
+    assert [c.node_id for c in place(req, snap).candidates] == ["big"]
+    req = replace(gpus(1), resources=(("memoryGiB", 1024),))
+    failed = place(req, snap)
+    assert not failed.fits and "memoryGiB" in failed.shortfalls[0].reason
+
+
+def test_a_regular_request_that_only_fits_by_preempting_spot_names_its_victims() -> None:
+    snap = PoolSnapshot((node("a", gpus=2),))
+    snap = book(snap, ["a:gpu:0"], "spot-1", spot=True)
+    snap = book(snap, ["a:gpu:1"], "spot-2", spot=True)
+    assert not place(gpus(2), snap).fits
+    again = place(gpus(2), snap, ignore_spot=True)
+    assert again.fits and again.victims == {"spot-1", "spot-2"}
+    one = place(gpus(1), snap, ignore_spot=True)
+    assert len(one.victims) == 1
+
+
+def test_node_profile_filter() -> None:
+    snap = PoolSnapshot((node("a"),))
+    assert place(replace(gpus(1), profile_id="std", profile_version=1), snap).fits
+    failed = place(replace(gpus(1), profile_id="other"), snap)
+    assert not failed.fits and "profile other" in (failed.reason or "")

@@ -136,8 +136,9 @@ async def main() -> int:
     head = ("interval s", "beats", "RSS MB", "xbase", "USS MB", "CPU %", "ms/poll", "goal")
     print("{:>10} {:>6} {:>7} {:>6} {:>7} {:>7} {:>8} {}".format(*head))
     for r in rows:
-        cells = (r["intervalS"], r["heartbeats"], r["rssMB"], r["rssVsBaseline"], r["ussMB"])
-        cells += (r["cpuPercent"], r["cpuMsPerPoll"] or 0.0, "ok" if r["meetsGoal"] else "MISS")
+        cells: list[Any] = [r["intervalS"], r["heartbeats"], r["rssMB"], r["rssVsBaseline"]]
+        cells += [r["ussMB"], r["cpuPercent"], r["cpuMsPerPoll"] or 0.0]
+        cells.append("ok" if r["meetsGoal"] else "MISS")
         print("{:>10} {:>6} {:>7.1f} {:>6} {:>7.1f} {:>7.3f} {:>8.2f} {}".format(*cells))
     write_results({"baseline": baseline, "runs": rows})
     return 0 if all(r["meetsGoal"] for r in rows) else 1

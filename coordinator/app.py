@@ -15,12 +15,14 @@ from coordinator.api.server import HttpServer, build_app
 from coordinator.bus.alerts import AlertPublisher
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
+from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.nodestate import NodeStateService
+from coordinator.tasks.reservation_clock import ReservationClock
 from shared.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ async def running_coordinator(
             user_credentials=settings.nats_credentials,
         )
         alerts = AlertPublisher(bus, subjects)
+        capacity = CapacitySignal()
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
         nodes = NodeStateService(
@@ -81,6 +84,7 @@ async def running_coordinator(
             bus,
             alerts,
             drop=lambda reason, subject: ingest_ref[0].drop(reason, subject),
+            capacity=capacity,
         )
         ingest = Ingest(subjects, nodes)
         ingest_ref.append(ingest)
@@ -108,11 +112,17 @@ async def running_coordinator(
                 log.warning("rollup rebuild corrected %d drifted rows", drift)
 
         loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild)
+        reservation_clock = ReservationClock(ledger, clock, capacity)
+        loops.add("reservation-clock", settings.reservation_tick_s, reservation_clock.tick)
         loops.start()
         stack.push_async_callback(loops.stop)
 
         http = HttpServer(
-            build_app(Services(ledger, clock, alerts)), settings.http_host, settings.http_port
+            build_app(
+                Services(ledger, clock, alerts, capacity, notice_ms=int(settings.notice_s * 1000))
+            ),
+            settings.http_host,
+            settings.http_port,
         )
         await http.start()
         stack.push_async_callback(http.stop)

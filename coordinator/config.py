@@ -40,6 +40,8 @@ class CoordinatorSettings(BaseModel):
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
     sweep_interval_s: float = Field(default=0.5, gt=0, le=60)
     rebuild_interval_s: float = Field(default=10.0, gt=0, le=3600)
+    reservation_tick_s: float = Field(default=1.0, gt=0, le=60)
+    notice_s: float = Field(default=120.0, ge=0, le=86400)
     alert_stream_max_msgs: int = Field(default=100_000, ge=1)
     alert_stream_max_age_s: float = Field(default=7 * 86400, gt=0)
     bootstrap_operator_key: str | None = None

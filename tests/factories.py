@@ -33,7 +33,11 @@ def make_inventory(
                 atom_id=f"{node_id}:gpu:{uuid}",
                 cls="gpu",
                 device_id=uuid,
-                attrs={"model": "NVIDIA H100 80GB HBM3", "index": i},
+                attrs={
+                    "model": "NVIDIA H100 80GB HBM3",
+                    "index": i,
+                    "nvlinkClique": f"{node_id}:nvl",
+                },
             )
         )
     for i in range(mig):

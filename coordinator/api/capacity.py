@@ -1,4 +1,4 @@
-"""capacity.summary and capacity.byPool, exactly as seed 000 describes them.
+"""capacity.summary, byPool, preview and timeline, exactly as seed 000 describes them.
 
 Both read the stored per-pool rollup. `byGpuModel` sums only each pool's `gpu` row, and
 pools without a GPU model count under `other`.
@@ -6,13 +6,20 @@ pools without a GPU model count under `other`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from coordinator.api.context import CallContext
-from coordinator.api.fields import PoolId, TenantId
+from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.reservations import resolve_start, shortfall_details
 from coordinator.domain.model import RollupRow
+from coordinator.domain.placement import NodePick
 from coordinator.domain.rollup import sum_rows
+from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
+from coordinator.errors import InvalidInput
 
 
 class SummaryInput(ApiInput):
@@ -84,3 +91,79 @@ async def by_pool(ctx: CallContext, body: ByPoolInput) -> dict[str, Any]:
     pool = ctx.require_pool()
     rows = (await ctx.ledger.rollup([pool.pool_id]))[pool.pool_id]
     return {"poolId": pool.pool_id, "rows": [r.to_api() for r in rows]}
+
+
+class TimelineInput(ApiInput):
+    tenant_id: TenantId
+    pool_id: PoolId
+    from_: EpochMs | None = Field(default=None, alias="from")
+    to: EpochMs | None = None
+    step_minutes: Annotated[int, Field(ge=5, le=1440)] | None = None
+
+
+def _candidate(pick: NodePick) -> dict[str, Any]:
+    return {
+        "nodeId": pick.node_id,
+        "atoms": [{"atomId": a.atom_id, "class": a.cls, **a.attrs} for a in pick.atoms],
+        "score": pick.score,
+    }
+
+
+@REGISTRY.method(
+    "capacity.preview", kind="read", permission="compute:capacity:read",
+    scope="compute-pool", input=ReservationCreateInput, phase="v0.2",
+)  # fmt: skip
+async def preview(ctx: CallContext, body: ReservationCreateInput) -> dict[str, Any]:
+    """Run the placer on a reservation request without booking anything.
+
+    The input is validated as for reservations.create (idempotencyKey included); nothing
+    is written and no quota is checked. Up to 10 ranked candidates (a gang's members;
+    whole nodes for binding 'node'); `preemptible` gives a count and a start, never ids."""
+    now = ctx.now()
+    start = resolve_start(body, now)
+    placement, preemptible = await ctx.ledger.bookings.preview(
+        body.pool_id, body.placement(), start, start + body.duration_ms, now,
+        ctx.services.notice_ms,
+    )  # fmt: skip
+    out: dict[str, Any] = {
+        "fits": placement.fits,
+        "candidates": [_candidate(p) for p in placement.candidates],
+    }
+    if not placement.fits:
+        details = shortfall_details(placement)
+        out["reason"] = placement.reason
+        out["shortfalls"] = details["devices"]
+    if preemptible is not None:
+        out["preemptible"] = {"count": preemptible[0], "startsAt": preemptible[1]}
+    return out
+
+
+@REGISTRY.method(
+    "capacity.timeline", kind="read", permission="compute:capacity:read",
+    scope="compute-pool", input=TimelineInput, phase="v0.2",
+)  # fmt: skip
+async def timeline(ctx: CallContext, body: TimelineInput) -> dict[str, Any]:
+    """Whole GPUs booked per time bucket and how many of the allocatable remain free.
+
+    `from` defaults to the start of the current hour, `to` to 24 h after `from`,
+    `stepMinutes` to 60; at most 7 days and 336 buckets. MIG and slot atoms not counted."""
+    try:
+        window = resolve_window(ctx.now(), body.from_, body.to, body.step_minutes)
+    except TimelineError as exc:
+        raise InvalidInput(
+            str(exc), {"fields": [{"path": exc.field, "message": str(exc), "type": "range"}]}
+        ) from None
+    rows = (await ctx.ledger.rollup([body.pool_id]))[body.pool_id]
+    allocatable = next((r.allocatable for r in rows if r.resource == "gpu"), 0)
+    booked = await ctx.ledger.reservations.booked_gpus(body.pool_id, window.start, window.end)
+    return {
+        "poolId": body.pool_id,
+        "from": window.start,
+        "to": window.end,
+        "stepMinutes": window.step_ms // 60_000,
+        "allocatable": allocatable,
+        "buckets": [
+            {"start": s, "end": e, "booked": n, "free": max(0, allocatable - n)}
+            for s, e, n in booked_per_bucket(window, booked)
+        ],
+    }

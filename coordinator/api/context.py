@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
@@ -22,6 +23,8 @@ class Services:
     ledger: Ledger
     clock: Clock
     alerts: AlertSink = field(default_factory=_NoAlerts)
+    capacity: CapacitySignal = field(default_factory=CapacitySignal)
+    notice_ms: int = 120_000
 
 
 @dataclass(frozen=True, slots=True)

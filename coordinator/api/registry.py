@@ -19,6 +19,14 @@ Scope = Literal["compute-tenant", "compute-pool", "platform"]
 Handler = Callable[[CallContext, Any], Awaitable[Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A handler's answer with an explicit status (a replayed idempotent response)."""
+
+    status: int
+    body: Any
+
+
 class ApiInput(BaseModel):
     """Base of every input model: camelCase names, strict types, unknown fields rejected
     (a misspelt optional field must not be silently ignored)."""

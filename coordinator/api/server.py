@@ -15,7 +15,7 @@ from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import Method, Registry
+from coordinator.api.registry import Method, Registry, Reply
 from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
             raise invalid_input(exc) from None
         pool = await authorize(method, principal, body, services.ledger)
         result = await method.handler(CallContext(principal, services, pool), body)
+        if isinstance(result, Reply):
+            return web.json_response(result.body, status=result.status)
         return web.json_response(result)
 
     return endpoint

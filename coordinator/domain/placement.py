@@ -111,7 +111,9 @@ class Placement:
     shortfalls: tuple[Shortfall, ...] = ()
     reason: str | None = None
     victims: frozenset[str] = frozenset()
+    gang: bool = False
 
     @property
     def chosen(self) -> tuple[NodePick, ...]:
-        return self.candidates
+        """What a booking takes: every gang member, or the best single node."""
+        return self.candidates if self.gang else self.candidates[:1]

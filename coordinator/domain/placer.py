@@ -210,7 +210,7 @@ def _place_gang(req: PlacementRequest, snap: PoolSnapshot, picks: list[NodePick]
             best_name, best_members, best_score = name, members, score
     if best_name is not None:
         victims = frozenset().union(*(m.victims for m in best_members))
-        return Placement(True, tuple(best_members), victims=victims)
+        return Placement(True, tuple(best_members), victims=victims, gang=True)
     where = f"one {key}" if key else "the pool"
     if domains:
         top_name = max(sorted(domains), key=lambda n: len(domains[n]))
@@ -231,6 +231,7 @@ def _place_gang(req: PlacementRequest, snap: PoolSnapshot, picks: list[NodePick]
             ),
         ),
         reason=reason,
+        gang=True,
     )
 
 

@@ -8,11 +8,13 @@ from sqlalchemy import select
 
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import schema
+from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
+from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 
@@ -26,6 +28,8 @@ class Ledger:
         self.nodes = NodeRepo(db)
         self.catalog = Catalog(db)
         self.quotas = QuotaRepo(db)
+        self.bookings = BookingRepo(db)
+        self.reservations = ReservationRepo(db)
 
     @classmethod
     async def open(cls, url: str) -> Ledger:

@@ -37,9 +37,28 @@ def _v2_quotas(conn: Connection) -> None:
     schema.quotas.create(conn)
 
 
+def _v3_reservations(conn: Connection) -> None:
+    for table in (
+        schema.reservations,
+        schema.bookings,
+        schema.scalar_bookings,
+        schema.idempotency,
+    ):
+        table.create(conn)
+    if conn.dialect.name == "postgresql":
+        # The database itself refuses two bookings of one atom for overlapping time,
+        # whatever the number of coordinators or their bugs.
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS btree_gist")
+        conn.exec_driver_sql(
+            "ALTER TABLE bookings ADD CONSTRAINT bookings_no_overlap "
+            'EXCLUDE USING gist (atom_id WITH =, int8range(start, "end") WITH &&)'
+        )
+
+
 MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = (
     (1, _v1_initial),
     (2, _v2_quotas),
+    (3, _v3_reservations),
 )
 
 

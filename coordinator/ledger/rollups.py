@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from sqlalchemy import ColumnElement, case, delete, literal, select, update
+from sqlalchemy import ColumnElement, case, delete, distinct, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.model import AtomView, NodeState, NodeView, RollupRow
+from coordinator.domain.model import (
+    RESOURCES,
+    AtomView,
+    BookedUnits,
+    NodeState,
+    NodeView,
+    RollupRow,
+)
 from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
 from coordinator.ledger import schema
 
@@ -105,13 +112,66 @@ async def load_node_views(
     ]
 
 
+async def booked_units(conn: AsyncConnection, pool_id: str, now: int) -> BookedUnits:
+    """Atoms booked now (`allocated`) and booked to start later (`reserved`), counted once
+    per atom in each, and the scalar amounts likewise."""
+    b, s = schema.bookings.c, schema.scalar_bookings.c
+    allocated: dict[str, int] = {}
+    reserved: dict[str, int] = {}
+    for target, cond in (
+        (allocated, (b.start <= now) & (b.end > now)),
+        (reserved, b.start > now),
+    ):
+        rows = await conn.execute(
+            select(b["class"], func.count(distinct(b.atom_id)))
+            .where((b.pool_id == pool_id) & (b.end > now) & cond)
+            .group_by(b["class"])
+        )
+        target.update({cls: int(n) for cls, n in rows.all()})
+    for target, cond in ((allocated, (s.start <= now) & (s.end > now)), (reserved, s.start > now)):
+        rows = await conn.execute(
+            select(s.resource, func.sum(s.amount))
+            .where((s.pool_id == pool_id) & (s.end > now) & cond)
+            .group_by(s.resource)
+        )
+        target.update({res: int(n or 0) for res, n in rows.all()})
+    return BookedUnits(allocated, reserved)
+
+
+async def refresh_booked(conn: AsyncConnection, pool_id: str, now: int) -> None:
+    """Write a pool's allocated/reserved/available after bookings changed (same
+    transaction as the booking)."""
+    booked = await booked_units(conn, pool_id, now)
+    r = schema.rollup.c
+    for resource in RESOURCES:
+        allocated = booked.allocated.get(resource, 0)
+        reserved = booked.reserved.get(resource, 0)
+        free = r.allocatable - literal(allocated) - literal(reserved)
+        await conn.execute(
+            update(schema.rollup)
+            .where((r.pool_id == pool_id) & (r.resource == resource))
+            .values(
+                allocated=allocated,
+                reserved=reserved,
+                available=case((free > 0, free), else_=0),
+                updated_at=now,
+            )
+        )
+
+
 async def rebuild_pool(conn: AsyncConnection, pool_id: str, now: int) -> int:
-    """Recompute one pool's rows from nodes and atoms; returns how many rows had drifted."""
+    """Recompute one pool's rows from nodes, atoms and bookings; returns how many rows
+    had drifted from what was stored."""
     views = await load_node_views(conn, pool_id)
-    fresh = compute_rollup(views, None, now)
+    fresh = compute_rollup(views, await booked_units(conn, pool_id, now), now)
     stored = {r.resource: r for r in (await read_rollup(conn, [pool_id]))[pool_id]}
+    # Booked columns move with the clock alone (a booking starts), so only the columns
+    # that follow nodes and atoms count as drift.
     drift = sum(
-        1 for res, row in fresh.items() if res not in stored or not stored[res].same_counts(row)
+        1
+        for res, row in fresh.items()
+        if res not in stored
+        or any(getattr(stored[res], c) != getattr(row, c) for c in STATE_COLUMNS)
     )
     await write_rollup(conn, pool_id, fresh)
     return drift

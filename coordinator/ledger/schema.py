@@ -158,3 +158,79 @@ quotas = Table(
     Column("limit", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+# v3: reservations and their bookings
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("reservation_id", String(57), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("project_id", String(56), nullable=True),
+    # Stored: "booked" while live, or the terminal released/expired/preempted; scheduled,
+    # active, noticed and completed are derived from the clock when read.
+    Column("state", String(16), nullable=False),
+    Column("spot", Boolean, nullable=False),
+    Column("binding", String(8), nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("end", BigInteger, nullable=False),
+    Column("lease_seconds", Integer, nullable=True),
+    Column("lease_expires_at", BigInteger, nullable=True),
+    Column("preempt_at", BigInteger, nullable=True),
+    Column("resources", JSON, nullable=False),
+    Column("gang", JSON, nullable=True),
+    Column("atoms", JSON, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    Index("ix_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
+    Index("ix_reservations_live", "state", "lease_expires_at"),
+)
+
+bookings = Table(
+    "bookings",
+    metadata,
+    Column("booking_id", Integer, primary_key=True, autoincrement=True),
+    Column("reservation_id", String(57), nullable=False, index=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("atom_id", String(256), nullable=False),
+    Column("class", String(16), nullable=False),
+    Column("spot", Boolean, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    # Ended early (release, expiry, preemption) by moving `end`; a booking that never
+    # started ends at its start and then overlaps nothing.
+    Column("end", BigInteger, nullable=False),
+    Index("ix_bookings_pool_end", "pool_id", "end"),
+    Index("ix_bookings_atom", "atom_id", "start"),
+)
+
+scalar_bookings = Table(
+    "scalar_bookings",
+    metadata,
+    Column("booking_id", Integer, primary_key=True, autoincrement=True),
+    Column("reservation_id", String(57), nullable=False, index=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    # Empty for pool-level bookings (interval reservations of memory).
+    Column("node_id", String(128), nullable=False),
+    Column("resource", String(32), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("spot", Boolean, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("end", BigInteger, nullable=False),
+    Index("ix_scalar_bookings_pool_end", "pool_id", "end"),
+)
+
+idempotency = Table(
+    "idempotency",
+    metadata,
+    Column("tenant_id", String(128), primary_key=True),
+    Column("endpoint", String(64), primary_key=True),
+    Column("key", String(128), primary_key=True),
+    Column("body_hash", String(64), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("response", JSON, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
@@ -45,7 +46,9 @@ class NodeStateService:
         bus: Publisher,
         alerts: AlertSink,
         drop: Callable[[str, str], None],
+        capacity: CapacitySignal | None = None,
     ) -> None:
+        self.capacity = capacity or CapacitySignal()
         self.ledger = ledger
         self.tracker = tracker
         self.subjects = subjects
@@ -128,6 +131,9 @@ class NodeStateService:
             )
             for kind, reason, device_id in transitions:
                 await self._alert(kind, hb.pool_id, hb.node_id, reason, now, device_id)
+        if inventories or came_back or dirty:
+            # A node came back or changed health: waiting requests may fit now.
+            self.capacity.notify()
         unknown, self._unknown = self._unknown, {}
         for node_id, pool_id in unknown.items():
             await self._request_inventory(pool_id, node_id, now)

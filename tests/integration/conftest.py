@@ -13,6 +13,7 @@ import pytest
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.cli import new_key
 from coordinator.config import CoordinatorSettings
+from coordinator.domain.clock import FakeClock
 
 
 @dataclass
@@ -57,6 +58,27 @@ def coordinator_settings(database_url: str, nats_url: str, **overrides: Any) -> 
 async def coordinator(database_url: str, nats_url: str) -> AsyncIterator[Coordinator]:
     async with running_coordinator(coordinator_settings(database_url, nats_url)) as c:
         yield c
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_800_000_000_000)
+
+
+@pytest.fixture
+async def clocked(database_url: str, nats_url: str, clock: FakeClock) -> AsyncIterator[Coordinator]:
+    """A coordinator whose clock moves only when the test moves it."""
+    settings = coordinator_settings(database_url, nats_url, reservation_tick_s=0.05, notice_s=120)
+    async with running_coordinator(settings, clock) as c:
+        yield c
+
+
+@pytest.fixture
+async def capi(clocked: Coordinator) -> AsyncIterator[Api]:
+    key = clocked.settings.bootstrap_operator_key
+    assert key is not None
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, clocked.url, key)
 
 
 @pytest.fixture

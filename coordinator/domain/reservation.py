@@ -1,0 +1,87 @@
+"""Reservations as values: what is stored, and the state a reader sees at `now`.
+
+Only terminal states are stored (released, expired, preempted); scheduled, active,
+noticed and completed follow from the clock, so nothing has to run for a reservation to
+become active or complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LIVE = "booked"
+TERMINAL = ("released", "expired", "preempted")
+
+
+@dataclass(frozen=True, slots=True)
+class BookedAtom:
+    atom_id: str
+    node_id: str
+    cls: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    reservation_id: str
+    tenant_id: str
+    pool_id: str
+    project_id: str | None
+    stored_state: str
+    spot: bool
+    binding: str
+    start: int
+    end: int
+    lease_seconds: int | None
+    lease_expires_at: int | None
+    preempt_at: int | None
+    resources: dict[str, int]
+    gang: dict[str, Any] | None
+    atoms: tuple[BookedAtom, ...]
+    created_at: int
+    ended_at: int | None = None
+
+    def state(self, now: int) -> str:
+        if self.stored_state in TERMINAL:
+            return self.stored_state
+        if self.preempt_at is not None:
+            return "noticed" if now < self.preempt_at else "preempted"
+        if self.lease_expires_at is not None and now >= self.lease_expires_at:
+            return "expired"
+        if now < self.start:
+            return "scheduled"
+        if now < self.end:
+            return "active"
+        return "completed"
+
+    def live(self, now: int) -> bool:
+        return self.state(now) in ("scheduled", "active", "noticed")
+
+    def to_api(self, now: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "reservationId": self.reservation_id,
+            "tenantId": self.tenant_id,
+            "poolId": self.pool_id,
+            "state": self.state(now),
+            "start": self.start,
+            "end": self.end,
+            "spot": self.spot,
+            "binding": self.binding,
+            "atoms": [
+                {"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in self.atoms
+            ],
+            "createdAt": self.created_at,
+        }
+        if self.project_id:
+            out["projectId"] = self.project_id
+        if self.lease_expires_at is not None:
+            out["leaseExpiresAt"] = self.lease_expires_at
+        if self.preempt_at is not None:
+            out["preemptAt"] = self.preempt_at
+        if self.resources:
+            out["resources"] = self.resources
+        if self.gang:
+            out["gang"] = self.gang
+        if self.ended_at is not None:
+            out["endedAt"] = self.ended_at
+        return out

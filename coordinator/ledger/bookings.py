@@ -1,0 +1,269 @@
+"""The booking transaction and the reservation lifecycle in the ledger.
+
+create: lock the pool (PostgreSQL advisory lock; SQLite has one writer), replay or
+refuse by idempotency key, load the pool snapshot for the window, run the placer, check
+quota, insert the reservation and its bookings, notice spot victims, refresh the
+rollup's booked columns and store the idempotency record — all in one transaction. On
+PostgreSQL an exclusion constraint over (atom, time range) backs the placer: if it ever
+fires, the transaction is retried on a fresh snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import distinct, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.placement import Placement, PlacementRequest
+from coordinator.domain.placer import place
+from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
+from coordinator.errors import QuotaExceeded, Unavailable
+from coordinator.ledger import idempotency, schema
+from coordinator.ledger.database import Database
+from coordinator.ledger.reservations import end_bookings, reservation_from_row
+from coordinator.ledger.rollups import refresh_booked
+from coordinator.ledger.snapshot import load_snapshot
+from shared.ids import new_reservation_id
+
+ENDPOINT = "reservations.create"
+RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BookingRequest:
+    tenant_id: str
+    pool_id: str
+    project_id: str | None
+    placement: PlacementRequest
+    start: int
+    duration_ms: int
+    lease_seconds: int | None
+    resources: dict[str, int]
+    gang: dict[str, Any] | None
+    idempotency_key: str
+    digest: str
+    notice_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Booked:
+    reservation: Reservation
+    victims: tuple[Reservation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NotPlaced:
+    placement: Placement
+    preemptible: tuple[int, int] | None  # (spot reservations noticed, when it would start)
+
+
+async def _lock_pool(conn: AsyncConnection, pool_id: str) -> None:
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext($1))", (pool_id,))
+
+
+class BookingRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def preview(
+        self, pool_id: str, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
+    ) -> tuple[Placement, tuple[int, int] | None]:
+        async with self._db.read() as conn:
+            snap = await load_snapshot(conn, pool_id, start, end)
+        placement = place(req, snap)
+        if placement.fits or req.spot:
+            return placement, None
+        preempting = place(req, snap, ignore_spot=True)
+        if preempting.fits:
+            return placement, (len(preempting.victims), max(start, now + notice_ms))
+        return placement, None
+
+    async def create(
+        self, r: BookingRequest, now: int
+    ) -> Booked | NotPlaced | idempotency.Recorded:
+        for attempt in range(RETRIES):
+            try:
+                async with self._db.transaction() as conn:
+                    return await self._create(conn, r, now)
+            except IntegrityError:
+                # A concurrent duplicate recorded first, or (PostgreSQL) the exclusion
+                # constraint caught an overlap: look again on a fresh snapshot.
+                if attempt == RETRIES - 1:
+                    raise Unavailable("the ledger was too busy to book; retry") from None
+        raise AssertionError("unreachable")
+
+    async def _create(
+        self, conn: AsyncConnection, r: BookingRequest, now: int
+    ) -> Booked | NotPlaced | idempotency.Recorded:
+        await _lock_pool(conn, r.pool_id)
+        found = await idempotency.lookup(conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest)
+        if found is not None:
+            return found
+        start, end = r.start, r.start + r.duration_ms
+        snap = await load_snapshot(conn, r.pool_id, start, end)
+        placement = place(r.placement, snap)
+        victims: frozenset[str] = frozenset()
+        preempt_at: int | None = None
+        if not placement.fits and not r.placement.spot:
+            preempting = place(r.placement, snap, ignore_spot=True)
+            if not preempting.fits:
+                return NotPlaced(placement, None)
+            victims = preempting.victims
+            preempt_at = now + r.notice_ms
+            start = max(start, preempt_at)
+            end = start + r.duration_ms
+            # The victims' bookings end at preemptAt; place again in the moved window.
+            snap = await load_snapshot(conn, r.pool_id, start, end, ignore_reservations=victims)
+            placement = place(r.placement, snap)
+            if not placement.fits:
+                return NotPlaced(placement, (len(victims), start))
+        elif not placement.fits:
+            return NotPlaced(placement, None)
+        await self._check_quota(conn, r, placement, start, end)
+
+        reservation = Reservation(
+            reservation_id=new_reservation_id(),
+            tenant_id=r.tenant_id,
+            pool_id=r.pool_id,
+            project_id=r.project_id,
+            stored_state=LIVE,
+            spot=r.placement.spot,
+            binding=r.placement.binding,
+            start=start,
+            end=end,
+            lease_seconds=r.lease_seconds,
+            lease_expires_at=now + r.lease_seconds * 1000 if r.lease_seconds else None,
+            preempt_at=None,
+            resources=r.resources,
+            gang=r.gang,
+            atoms=tuple(
+                BookedAtom(a.atom_id, pick.node_id, a.cls)
+                for pick in placement.chosen
+                for a in pick.atoms
+            ),
+            created_at=now,
+        )
+        noticed = await self._notice(conn, sorted(victims), preempt_at, now) if victims else ()
+        await self._insert(conn, reservation, placement)
+        await refresh_booked(conn, r.pool_id, now)
+        await idempotency.store(
+            conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest, 200,
+            reservation.to_api(now), now,
+        )  # fmt: skip
+        return Booked(reservation, noticed)
+
+    async def _insert(self, conn: AsyncConnection, res: Reservation, placement: Placement) -> None:
+        await conn.execute(
+            schema.reservations.insert().values(
+                reservation_id=res.reservation_id,
+                tenant_id=res.tenant_id,
+                pool_id=res.pool_id,
+                project_id=res.project_id,
+                state=LIVE,
+                spot=res.spot,
+                binding=res.binding,
+                start=res.start,
+                end=res.end,
+                lease_seconds=res.lease_seconds,
+                lease_expires_at=res.lease_expires_at,
+                preempt_at=None,
+                resources=res.resources,
+                gang=res.gang,
+                atoms=[
+                    {"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in res.atoms
+                ],
+                created_at=res.created_at,
+                updated_at=res.created_at,
+            )
+        )
+        common = {
+            "reservation_id": res.reservation_id,
+            "tenant_id": res.tenant_id,
+            "pool_id": res.pool_id,
+            "spot": res.spot,
+            "start": res.start,
+            "end": res.end,
+        }
+        rows = [
+            common | {"node_id": a.node_id, "atom_id": a.atom_id, "class": a.cls} for a in res.atoms
+        ]
+        await conn.execute(schema.bookings.insert(), rows)
+        scalars = [
+            common | {"node_id": pick.node_id, "resource": resource, "amount": amount}
+            for pick in placement.chosen
+            for resource, amount in pick.resources
+            if amount > 0
+        ]
+        if scalars:
+            await conn.execute(schema.scalar_bookings.insert(), scalars)
+
+    async def _notice(
+        self, conn: AsyncConnection, victims: list[str], preempt_at: int | None, now: int
+    ) -> tuple[Reservation, ...]:
+        assert preempt_at is not None
+        rv = schema.reservations.c
+        await conn.execute(
+            update(schema.reservations)
+            .where(rv.reservation_id.in_(victims) & rv.preempt_at.is_(None))
+            .values(preempt_at=preempt_at, updated_at=now)
+        )
+        await end_bookings(conn, victims, preempt_at)
+        rows = await conn.execute(select(schema.reservations).where(rv.reservation_id.in_(victims)))
+        return tuple(reservation_from_row(row) for row in rows.all())
+
+    async def _check_quota(
+        self, conn: AsyncConnection, r: BookingRequest, placement: Placement, start: int, end: int
+    ) -> None:
+        q = schema.quotas.c
+        quotas = (
+            await conn.execute(
+                select(q.pool_id, q.resource, q.limit).where(
+                    (q.tenant_id == r.tenant_id) & q.pool_id.in_(["", r.pool_id])
+                )
+            )
+        ).all()
+        if not quotas:
+            return
+        asked: dict[str, int] = {}
+        for pick in placement.chosen:
+            for a in pick.atoms:
+                asked[a.cls] = asked.get(a.cls, 0) + 1
+            for resource, amount in pick.resources:
+                asked[resource] = asked.get(resource, 0) + amount
+        b, s = schema.bookings.c, schema.scalar_bookings.c
+        for scope, resource, limit in quotas:
+            want = asked.get(resource, 0)
+            if not want:
+                continue
+            if resource in ("vcpu", "memoryGiB", "hugepages1Gi"):
+                cond = (s.tenant_id == r.tenant_id) & (s.resource == resource)
+                cond &= (s.start < end) & (s.end > start)
+                if scope:
+                    cond &= s.pool_id == scope
+                used = (
+                    await conn.execute(select(func.coalesce(func.sum(s.amount), 0)).where(cond))
+                ).scalar_one()
+            else:
+                cond = (b.tenant_id == r.tenant_id) & (b["class"] == resource)
+                cond &= (b.start < end) & (b.end > start)
+                if scope:
+                    cond &= b.pool_id == scope
+                used = (
+                    await conn.execute(select(func.count(distinct(b.atom_id))).where(cond))
+                ).scalar_one()
+            if int(used) + want > limit:
+                raise QuotaExceeded(
+                    f"quota for {resource} exceeded: {used} in use in the window, {want} asked, "
+                    f"limit {limit}",
+                    {
+                        "resource": resource,
+                        "poolId": scope or None,
+                        "limit": limit,
+                        "used": int(used),
+                        "requested": want,
+                    },
+                )

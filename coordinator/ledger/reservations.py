@@ -1,0 +1,220 @@
+"""Reservations after booking: reads, release, renew, and what the clock decides
+(lease expiry, preemption, bookings starting and ending)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Row, and_, case, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
+from coordinator.errors import NotFound
+from coordinator.ledger import schema
+from coordinator.ledger.database import Database
+from coordinator.ledger.rollups import refresh_booked
+
+
+def reservation_from_row(row: Row[Any]) -> Reservation:
+    return Reservation(
+        reservation_id=row.reservation_id,
+        tenant_id=row.tenant_id,
+        pool_id=row.pool_id,
+        project_id=row.project_id,
+        stored_state=row.state,
+        spot=bool(row.spot),
+        binding=row.binding,
+        start=row.start,
+        end=row.end,
+        lease_seconds=row.lease_seconds,
+        lease_expires_at=row.lease_expires_at,
+        preempt_at=row.preempt_at,
+        resources=dict(row.resources or {}),
+        gang=row.gang,
+        atoms=tuple(BookedAtom(a["atomId"], a["nodeId"], a["class"]) for a in row.atoms),
+        created_at=row.created_at,
+        ended_at=row.ended_at,
+    )
+
+
+async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: int) -> None:
+    """End the reservations' bookings at `at` (those not started yet end at their start)."""
+    for table in (schema.bookings, schema.scalar_bookings):
+        c = table.c
+        await conn.execute(
+            update(table)
+            .where(c.reservation_id.in_(reservation_ids) & (c.end > at))
+            .values(end=case((c.start > at, c.start), else_=at))
+        )
+
+
+class ReservationRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def get(self, reservation_id: str, tenant_id: str) -> Reservation:
+        rv = schema.reservations.c
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.reservations).where(
+                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
+                    )
+                )
+            ).first()
+        if row is None:
+            raise NotFound(f"reservation {reservation_id} not found")
+        return reservation_from_row(row)
+
+    async def page(
+        self, tenant_id: str, pool_id: str | None, before: tuple[int, str] | None, limit: int
+    ) -> list[Reservation]:
+        """Newest first; `before` is the (createdAt, reservationId) of the last one seen."""
+        rv = schema.reservations.c
+        cond = rv.tenant_id == tenant_id
+        if pool_id:
+            cond &= rv.pool_id == pool_id
+        if before is not None:
+            created, rid = before
+            cond &= or_(
+                rv.created_at < created, and_(rv.created_at == created, rv.reservation_id < rid)
+            )
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(schema.reservations)
+                .where(cond)
+                .order_by(rv.created_at.desc(), rv.reservation_id.desc())
+                .limit(limit)
+            )
+            return [reservation_from_row(row) for row in rows.all()]
+
+    async def release(self, reservation_id: str, tenant_id: str, now: int) -> Reservation:
+        """End a live reservation now; the rest of its time is free at once."""
+        rv = schema.reservations.c
+        async with self._db.transaction() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.reservations).where(
+                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
+                    )
+                )
+            ).first()
+            if row is None:
+                raise NotFound(f"reservation {reservation_id} not found")
+            res = reservation_from_row(row)
+            if not res.live(now):
+                return res
+            await conn.execute(
+                update(schema.reservations)
+                .where(rv.reservation_id == reservation_id)
+                .values(state="released", ended_at=now, updated_at=now)
+            )
+            await end_bookings(conn, [reservation_id], now)
+            await refresh_booked(conn, res.pool_id, now)
+        return replace(res, stored_state="released", ended_at=now)
+
+    async def renew(
+        self, reservation_id: str, tenant_id: str, lease_seconds: int | None, now: int
+    ) -> Reservation | None:
+        """Extend the lease from now; None when the reservation has no lease or is over."""
+        rv = schema.reservations.c
+        async with self._db.transaction() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.reservations).where(
+                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
+                    )
+                )
+            ).first()
+            if row is None:
+                raise NotFound(f"reservation {reservation_id} not found")
+            res = reservation_from_row(row)
+            if res.lease_seconds is None or not res.live(now):
+                return None
+            seconds = lease_seconds or res.lease_seconds
+            expires = now + seconds * 1000
+            await conn.execute(
+                update(schema.reservations)
+                .where(rv.reservation_id == reservation_id)
+                .values(lease_seconds=seconds, lease_expires_at=expires, updated_at=now)
+            )
+        return replace(res, lease_seconds=seconds, lease_expires_at=expires)
+
+    async def expire_and_preempt(self, now: int) -> list[Reservation]:
+        """Persist what the clock decided: leases that ran out free their atoms, noticed
+        spot reservations become preempted. Returns the reservations that ended."""
+        rv = schema.reservations.c
+        ended: list[Reservation] = []
+        async with self._db.transaction() as conn:
+            expired = (
+                await conn.execute(
+                    select(schema.reservations).where(
+                        (rv.state == LIVE) & rv.lease_expires_at.is_not(None)
+                        & (rv.lease_expires_at <= now) & (rv.end > now)
+                    )
+                )
+            ).all()  # fmt: skip
+            preempted = (
+                await conn.execute(
+                    select(schema.reservations).where(
+                        (rv.state == LIVE) & rv.preempt_at.is_not(None) & (rv.preempt_at <= now)
+                    )
+                )
+            ).all()
+            pools: set[str] = set()
+            for rows, state in ((expired, "expired"), (preempted, "preempted")):
+                ids = [row.reservation_id for row in rows]
+                if not ids:
+                    continue
+                await conn.execute(
+                    update(schema.reservations)
+                    .where(rv.reservation_id.in_(ids))
+                    .values(state=state, ended_at=now, updated_at=now)
+                )
+                await end_bookings(conn, ids, now)
+                for row in rows:
+                    pools.add(row.pool_id)
+                    ended.append(
+                        replace(reservation_from_row(row), stored_state=state, ended_at=now)
+                    )
+            for pool_id in pools:
+                await refresh_booked(conn, pool_id, now)
+        return ended
+
+    async def pools_with_boundaries(self, after: int, upto: int) -> list[str]:
+        """Pools where a booking started or ended in (after, upto]: their booked columns
+        moved with the clock alone."""
+        b = schema.bookings.c
+        s = schema.scalar_bookings.c
+        found: set[str] = set()
+        async with self._db.read() as conn:
+            for c in (b, s):
+                rows = await conn.execute(
+                    select(c.pool_id).distinct().where(
+                        ((c.start > after) & (c.start <= upto))
+                        | ((c.end > after) & (c.end <= upto))
+                    )
+                )
+                found.update(rows.scalars().all())
+        return sorted(found)
+
+    async def refresh_pools(self, pool_ids: Iterable[str], now: int) -> None:
+        for pool_id in pool_ids:
+            async with self._db.transaction() as conn:
+                await refresh_booked(conn, pool_id, now)
+
+    async def booked_gpus(self, pool_id: str, start: int, end: int) -> list[tuple[str, int, int]]:
+        """Whole-GPU bookings overlapping [start, end) (MIG and slot atoms not counted)."""
+        b = schema.bookings.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(b.atom_id, b.start, b.end).where(
+                    (b.pool_id == pool_id)
+                    & (b["class"] == "gpu")
+                    & (b.start < end)
+                    & (b.end > start)
+                )
+            )
+            return [(a, int(s_), int(e)) for a, s_, e in rows.all()]

@@ -1,0 +1,129 @@
+"""The publisher alone against a real nats-server: inventory on hash change, immediate
+heartbeats on health change, and `unmonitored` when polling stalls."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
+import nats
+import pytest
+from nats.aio.msg import Msg
+
+from agent.clock import SystemClock
+from agent.inventory import Identity, build_inventory
+from agent.publisher import Publisher
+from agent.readings import HostReading, NvmlSnapshot
+from agent.state import AgentState
+from shared.ids import new_pool_id
+from shared.subjects import Subjects
+from shared.wire import DeviceHealth, Heartbeat, Inventory, NodeHealth
+
+CLOCK = SystemClock()
+HEALTHY = NodeHealth(status="healthy")
+
+
+def state(pool: str, vcpu: int, health: NodeHealth = HEALTHY, age: float = 0.0) -> AgentState:
+    inv = build_inventory(
+        Identity(node_id="n1", pool_id=pool),
+        NvmlSnapshot(),
+        HostReading(vcpu=vcpu),
+        boot_id="",
+        sent_at=0,
+    )
+    devices = (
+        () if health.status == "healthy" else (DeviceHealth(device_id="GPU-1", status="unhealthy"),)
+    )
+    return AgentState(inv, health, devices, CLOCK.monotonic() - age)
+
+
+class Wire:
+    def __init__(self) -> None:
+        self.heartbeats: asyncio.Queue[Heartbeat] = asyncio.Queue()
+        self.inventories: asyncio.Queue[Inventory] = asyncio.Queue()
+
+    async def hb(self, msg: Msg) -> None:
+        await self.heartbeats.put(Heartbeat.model_validate_json(msg.data))
+
+    async def inv(self, msg: Msg) -> None:
+        await self.inventories.put(Inventory.model_validate_json(msg.data))
+
+
+@pytest.fixture
+async def rig(nats_url: str) -> AsyncIterator[tuple[Publisher, Wire, str]]:
+    pool = new_pool_id()
+    subjects = Subjects(f"t{secrets.token_hex(4)}")
+    nc = await nats.connect(nats_url)
+    wire = Wire()
+    await nc.subscribe(subjects.heartbeat(pool, "n1"), cb=wire.hb)
+    await nc.subscribe(subjects.inventory(pool, "n1"), cb=wire.inv)
+    await nc.flush()
+    pub = Publisher(
+        servers=nats_url,
+        subjects=subjects,
+        pool_id=pool,
+        node_id="n1",
+        boot_id="boot-1",
+        interval_s=0.3,
+        clock=CLOCK,
+    )
+    task = asyncio.create_task(pub.run(), name="publisher")
+    try:
+        yield pub, wire, pool
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await nc.close()
+
+
+T = TypeVar("T")
+
+
+async def next_of(queue: asyncio.Queue[T]) -> T:
+    return await asyncio.wait_for(queue.get(), 10)
+
+
+async def test_inventory_resent_when_hash_changes(rig: tuple[Publisher, Wire, str]) -> None:
+    pub, wire, pool = rig
+    pub.update(state(pool, vcpu=8))
+    first = await next_of(wire.inventories)
+    await next_of(wire.heartbeats)
+    pub.update(state(pool, vcpu=8))  # same content: no new inventory
+    pub.update(state(pool, vcpu=16))
+    second = await next_of(wire.inventories)
+    assert first.scalars.vcpu == 8 and second.scalars.vcpu == 16
+    assert first.inventory_hash != second.inventory_hash
+    assert first.boot_id == second.boot_id == "boot-1"
+    hb = await next_of(wire.heartbeats)
+    while hb.inventory_hash != second.inventory_hash:
+        hb = await next_of(wire.heartbeats)
+    assert wire.inventories.empty()
+    assert pub.stats.inventories == 2
+
+
+async def test_health_change_is_sent_at_once(rig: tuple[Publisher, Wire, str]) -> None:
+    pub, wire, pool = rig
+    pub.update(state(pool, vcpu=8))
+    await next_of(wire.heartbeats)
+    sick = NodeHealth(status="degraded", reasons=("GPU-1: unhealthy: xid 79",))
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    pub.update(state(pool, vcpu=8, health=sick))
+    hb = await next_of(wire.heartbeats)
+    while hb.health.status == "healthy":
+        hb = await next_of(wire.heartbeats)
+    assert loop.time() - sent < 0.25  # sooner than the 0.3 s heartbeat timer
+    assert [d.device_id for d in hb.devices] == ["GPU-1"]
+
+
+async def test_stalled_polling_reports_unmonitored(rig: tuple[Publisher, Wire, str]) -> None:
+    pub, wire, pool = rig
+    pub.update(state(pool, vcpu=8, age=5.0))  # last poll 5 s ago, interval 0.3 s
+    hb = await next_of(wire.heartbeats)
+    assert hb.health.status == "unmonitored"
+    assert "poll stalled" in hb.health.reasons[0]
+    pub.update(state(pool, vcpu=8))
+    hb = await next_of(wire.heartbeats)
+    assert hb.health.status == "healthy"

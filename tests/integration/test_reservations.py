@@ -1,0 +1,365 @@
+"""reservations.* and capacity.preview/timeline over HTTP, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import pytest
+
+from coordinator.app import Coordinator
+from coordinator.domain.clock import FakeClock
+from shared.subjects import Subjects
+from shared.wire import Alert
+from tests.factories import make_inventory
+from tests.integration.conftest import Api
+from tests.waiting import eventually
+
+T0 = 1_800_000_000_000
+
+
+async def _pool(api: Api, c: Coordinator, nodes: int = 2, gpus: int = 8, **labels: str) -> str:
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    for i in range(nodes):
+        inv = make_inventory(f"n{i}", pool, gpus=gpus, labels={"rack": labels.get(f"n{i}", "r1")})
+        await c.ledger.nodes.apply_inventory(inv, 1)
+    return str(pool)
+
+
+def req(pool: str, key: str, count: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "tenantId": "acme",
+        "poolId": pool,
+        "devices": [{"class": "gpu", "count": count}],
+        "duration": "1h",
+        "idempotencyKey": key,
+    } | extra
+
+
+async def _gpu(api: Api, pool: str) -> dict[str, int]:
+    rows = (await api.ok("capacity.byPool", {"tenantId": "acme", "poolId": pool}))["rows"]
+    return next(r for r in rows if r["resource"] == "gpu")
+
+
+async def test_create_books_updates_the_rollup_and_replays_by_key(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked)
+    first = await capi.ok("reservations.create", req(pool, "k1", 3))
+    assert first["reservationId"].startswith("rsv_") and first["state"] == "active"
+    assert first["start"] == T0 and first["end"] == T0 + 3_600_000
+    assert len(first["atoms"]) == 3 and {a["nodeId"] for a in first["atoms"]} == {"n0"}
+    gpu = await _gpu(capi, pool)
+    assert (gpu["allocated"], gpu["available"]) == (3, 13)
+    again = await capi.ok("reservations.create", req(pool, "k1", 3))
+    assert again == first
+    status, err = await capi.call("reservations.create", req(pool, "k1", 4))
+    assert (status, err["error"]["code"]) == (409, "IDEMPOTENCY_KEY_CONFLICT")
+    assert (await _gpu(capi, pool))["allocated"] == 3
+
+
+async def test_a_recorded_409_is_replayed_even_after_capacity_frees(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    held = await capi.ok("reservations.create", req(pool, "hold", 6))
+    status, err = await capi.call("reservations.create", req(pool, "big", 4))
+    assert (status, err["error"]["code"]) == (409, "CAPACITY_NOT_AVAILABLE")
+    device = err["error"]["details"]["devices"][0]
+    assert (device["class"], device["requested"], device["available"]) == ("gpu", 4, 2)
+    assert "free" in device["reason"]
+    await capi.ok(
+        "reservations.release", {"tenantId": "acme", "reservationId": held["reservationId"]}
+    )
+    status2, err2 = await capi.call("reservations.create", req(pool, "big", 4))
+    assert (status2, err2) == (status, err)
+    assert (await capi.call("reservations.create", req(pool, "big2", 4)))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"),
+    [("90m", 5400), ("2h", 7200), ("1d", 86400), ("PT2H", 7200), ("P1DT30M", 88200), (600, 600)],
+)
+async def test_durations(capi: Api, clocked: Coordinator, duration: Any, seconds: int) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    out = await capi.ok("reservations.create", req(pool, "d", duration=duration))
+    assert out["end"] - out["start"] == seconds * 1000
+
+
+BAD = [
+    ({"devices": []}, "devices"),
+    ({"devices": [{"class": "gpu", "count": 1}] * 9}, "devices"),
+    ({"devices": [{"class": "gpu", "count": 0}]}, "devices[0].count"),
+    ({"devices": [{"class": "gpu", "count": 65}]}, "devices[0].count"),
+    ({"devices": [{"class": "tpu", "count": 1}]}, "devices[0].class"),
+    ({"devices": [{"class": "gpu", "count": 1, "sharing": "mig"}]}, "devices[0].sharing"),
+    ({"devices": [{"class": "gpu", "count": 1, "topology": "ring"}]}, "devices[0].topology"),
+    ({"topology": "mesh"}, "topology"),
+    ({"duration": "2x"}, "duration"),
+    ({"duration": 0}, "duration"),
+    ({"duration": 1.5}, "duration"),
+    ({"start": -1}, "start"),
+    ({"start": 140737488355329}, "start"),
+    ({"binding": "rack"}, "binding"),
+    ({"resources": {"vcpu": 4097}}, "resources.vcpu"),
+    ({"resources": {"memoryGiB": 65537}}, "resources.memoryGiB"),
+    ({"resources": {"hugepages1Gi": -1}}, "resources.hugepages1Gi"),
+    ({"node": {"profileVersion": 1}}, "node.profileId"),
+    ({"node": {"profileId": "x y"}}, "node.profileId"),
+    ({"node": {"profileId": "p", "profileVersion": 0}}, "node.profileVersion"),
+    ({"leaseSeconds": 29}, "leaseSeconds"),
+    ({"leaseSeconds": 86401}, "leaseSeconds"),
+    ({"spot": "yes"}, "spot"),
+    ({"idempotencyKey": "bad key"}, "idempotencyKey"),
+    ({"idempotencyKey": "k" * 129}, "idempotencyKey"),
+    ({"wait": {}}, "wait.timeoutMs"),
+    ({"wait": {"timeoutMs": 30001}}, "wait.timeoutMs"),
+    ({"gang": {"size": 1}}, "gang.size"),
+    ({"gang": {"size": 65}}, "gang.size"),
+    ({"gang": {"size": 2, "topologyKey": "k" * 129}}, "gang.topologyKey"),
+    ({"projectId": "proj_1"}, "projectId"),
+    ({"poolId": "pool_x"}, "poolId"),
+]
+
+
+@pytest.mark.parametrize("method", ["reservations.create", "capacity.preview"])
+async def test_create_and_preview_validate_every_seed_constraint(capi: Api, method: str) -> None:
+    pool = "pool_" + "0" * 26
+    for patch, field in BAD:
+        status, err = await capi.call(method, req(pool, "v") | patch)
+        assert status == 400, (patch, err)
+        assert field in [f["path"] for f in err["error"]["details"]["fields"]], (patch, err)
+
+
+async def test_idempotency_key_is_required_for_preview_too(capi: Api) -> None:
+    body = req("pool_" + "0" * 26, "x")
+    del body["idempotencyKey"]
+    status, err = await capi.call("capacity.preview", body)
+    assert status == 400 and err["error"]["details"]["fields"][0]["path"] == "idempotencyKey"
+
+
+async def test_preview_writes_nothing_and_ranks_at_most_ten_candidates(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked, nodes=12)
+    before = await _gpu(capi, pool)
+    out = await capi.ok("capacity.preview", req(pool, "p", 2))
+    assert out["fits"] is True and len(out["candidates"]) == 10
+    assert [c["nodeId"] for c in out["candidates"]] == [
+        f"n{i}" for i in (0, 1, 10, 11, 2, 3, 4, 5, 6, 7)
+    ]
+    assert all(len(c["atoms"]) == 2 and c["score"] > 0 for c in out["candidates"])
+    assert await _gpu(capi, pool) == before
+    listed = await capi.ok("reservations.list", {"tenantId": "acme"})
+    assert listed["reservations"] == []
+    # The same key can then be used to book: preview recorded nothing.
+    assert (await capi.call("reservations.create", req(pool, "p", 2)))[0] == 200
+
+
+async def test_preview_gang_members_whole_nodes_and_visibility(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked, nodes=4, n0="a", n1="a", n2="b", n3="b")
+    gang = await capi.ok(
+        "capacity.preview", req(pool, "g", 8, gang={"size": 2, "topologyKey": "rack"})
+    )
+    assert gang["fits"] and [c["nodeId"] for c in gang["candidates"]] == ["n0", "n1"]
+    no = await capi.ok(
+        "capacity.preview", req(pool, "g", 8, gang={"size": 3, "topologyKey": "rack"})
+    )
+    assert not no["fits"] and no["reason"] == "needs 3 nodes in one rack, best rack a has 2"
+    whole = await capi.ok("capacity.preview", req(pool, "w", 1, binding="node"))
+    atoms = whole["candidates"][0]["atoms"]
+    assert {a["class"] for a in atoms} == {"gpu", "node"} and len(atoms) == 9
+    await capi.ok("tenants.create", {"tenantId": "globex"})
+    status, err = await capi.call("capacity.preview", req(pool, "g", 1) | {"tenantId": "globex"})
+    assert (status, err["error"]["code"]) == (404, "NOT_FOUND")
+
+
+async def test_spot_is_preempted_with_notice_and_preview_gives_only_a_count(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    spot = await capi.ok("reservations.create", req(pool, "s", 8, spot=True))
+    preview = await capi.ok("capacity.preview", req(pool, "r", 4))
+    assert preview["fits"] is False
+    assert preview["preemptible"] == {"count": 1, "startsAt": T0 + 120_000}
+    assert "rsv_" not in str(preview)
+    nc = await nats.connect(clocked.settings.nats_url)
+    notices: list[Alert] = []
+
+    async def on_alert(msg: Any) -> None:
+        notices.append(Alert.model_validate_json(msg.data))
+
+    await nc.subscribe(Subjects(clocked.settings.subject_prefix).all_alerts, cb=on_alert)
+    await nc.flush()
+    regular = await capi.ok("reservations.create", req(pool, "r", 4))
+    assert regular["start"] == T0 + 120_000 and regular["state"] == "scheduled"
+
+    async def noticed() -> bool:
+        return any(a.kind == "reservation.notice" for a in notices)
+
+    await eventually(noticed)
+    await nc.close()
+    assert notices[0].reservation_id == spot["reservationId"]
+    assert notices[0].details["preemptAt"] == T0 + 120_000
+    victim = await capi.ok(
+        "reservations.get", {"tenantId": "acme", "reservationId": spot["reservationId"]}
+    )
+    assert (victim["state"], victim["preemptAt"]) == ("noticed", T0 + 120_000)
+    clock.advance(120_001)
+
+    async def preempted() -> bool:
+        got = await capi.ok(
+            "reservations.get", {"tenantId": "acme", "reservationId": spot["reservationId"]}
+        )
+        return bool(got["state"] == "preempted")
+
+    await eventually(preempted)
+
+    async def handed_over() -> bool:
+        return (await _gpu(capi, pool))["allocated"] == 4
+
+    await eventually(handed_over)
+
+
+async def test_leases_expire_unless_renewed(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    res = await capi.ok("reservations.create", req(pool, "l", 2, leaseSeconds=60))
+    assert res["leaseExpiresAt"] == T0 + 60_000
+    clock.advance(50_000)
+    renewed = await capi.ok(
+        "reservations.renew", {"tenantId": "acme", "reservationId": res["reservationId"]}
+    )
+    assert renewed["leaseExpiresAt"] == T0 + 110_000
+    clock.advance(50_000)
+    await asyncio.sleep(0.2)
+    assert (await _gpu(capi, pool))["allocated"] == 2
+    clock.advance(20_000)
+
+    async def freed() -> bool:
+        return (await _gpu(capi, pool))["allocated"] == 0
+
+    await eventually(freed)
+    got = await capi.ok(
+        "reservations.get", {"tenantId": "acme", "reservationId": res["reservationId"]}
+    )
+    assert got["state"] == "expired"
+    status, _ = await capi.call(
+        "reservations.renew", {"tenantId": "acme", "reservationId": res["reservationId"]}
+    )
+    assert status == 400
+
+
+async def test_the_rollup_follows_time_from_reserved_to_allocated_to_free(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    await capi.ok("reservations.create", req(pool, "f", 2, start=T0 + 60_000, duration=600))
+    gpu = await _gpu(capi, pool)
+    assert (gpu["allocated"], gpu["reserved"], gpu["available"]) == (0, 2, 6)
+    clock.advance(60_000)
+
+    async def started() -> bool:
+        g = await _gpu(capi, pool)
+        return (g["allocated"], g["reserved"]) == (2, 0)
+
+    await eventually(started)
+    clock.advance(600_000)
+
+    async def ended() -> bool:
+        g = await _gpu(capi, pool)
+        return (g["allocated"], g["reserved"], g["available"]) == (0, 0, 8)
+
+    await eventually(ended)
+
+
+async def test_release_frees_the_rest_at_once_and_list_pages_newest_first(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    ids = []
+    for i in range(5):
+        ids.append((await capi.ok("reservations.create", req(pool, f"k{i}")))["reservationId"])
+        clock.advance(1)
+    page = await capi.ok("reservations.list", {"tenantId": "acme", "limit": 2})
+    seen = [r["reservationId"] for r in page["reservations"]]
+    while page["nextCursor"]:
+        page = await capi.ok(
+            "reservations.list", {"tenantId": "acme", "limit": 2, "cursor": page["nextCursor"]}
+        )
+        seen += [r["reservationId"] for r in page["reservations"]]
+    assert seen == ids[::-1]
+    released = await capi.ok("reservations.release", {"tenantId": "acme", "reservationId": ids[0]})
+    assert released["state"] == "released"
+    assert (await _gpu(capi, pool))["allocated"] == 4
+    await capi.ok("tenants.create", {"tenantId": "globex"})
+    status, err = await capi.call(
+        "reservations.get", {"tenantId": "globex", "reservationId": ids[1]}
+    )
+    assert (status, err["error"]["code"]) == (404, "NOT_FOUND")
+
+
+async def test_quota_per_tenant_pool_and_resource(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=2)
+    await capi.ok("quotas.set", {"tenantId": "acme", "poolId": pool, "resource": "gpu", "limit": 6})
+    await capi.ok("reservations.create", req(pool, "q1", 4))
+    status, err = await capi.call("reservations.create", req(pool, "q2", 4))
+    assert (status, err["error"]["code"]) == (409, "QUOTA_EXCEEDED")
+    assert err["error"]["details"] | {} == {
+        "resource": "gpu", "poolId": pool, "limit": 6, "used": 4, "requested": 4,
+    }  # fmt: skip
+    assert (await capi.call("reservations.create", req(pool, "q3", 2)))[0] == 200
+
+
+async def test_wait_for_capacity_that_frees_up(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    held = await capi.ok("reservations.create", req(pool, "h", 8))
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.3)
+        await capi.ok(
+            "reservations.release", {"tenantId": "acme", "reservationId": held["reservationId"]}
+        )
+
+    releaser = asyncio.create_task(release_soon())
+    status, out = await capi.call(
+        "reservations.create", req(pool, "w", 8, wait={"timeoutMs": 5000})
+    )
+    await releaser
+    assert status == 200 and len(out["atoms"]) == 8
+    status, err = await capi.call(
+        "reservations.create", req(pool, "w2", 1, wait={"timeoutMs": 200})
+    )
+    assert (status, err["error"]["code"]) == (409, "CAPACITY_NOT_AVAILABLE")
+
+
+async def test_timeline_defaults_limits_and_free(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    hour = T0 - T0 % 3_600_000
+    await capi.ok("reservations.create", req(pool, "t", 3, start=hour + 3_600_000, duration="2h"))
+    out = await capi.ok("capacity.timeline", {"tenantId": "acme", "poolId": pool})
+    assert (out["from"], out["to"], out["stepMinutes"]) == (hour, hour + 86_400_000, 60)
+    assert out["allocatable"] == 8 and len(out["buckets"]) == 24
+    assert [b["booked"] for b in out["buckets"][:4]] == [0, 3, 3, 0]
+    assert out["buckets"][1]["free"] == 5
+    base = {"tenantId": "acme", "poolId": pool}
+    for bad, field in (
+        ({"from": hour, "to": hour}, "to"),
+        ({"from": hour, "to": hour + 8 * 86_400_000}, "to"),
+        ({"from": hour, "to": hour + 7 * 86_400_000, "stepMinutes": 5}, "stepMinutes"),
+        ({"stepMinutes": 4}, "stepMinutes"),
+        ({"stepMinutes": 1441}, "stepMinutes"),
+        ({"from": -5}, "from"),
+    ):
+        status, err = await capi.call("capacity.timeline", base | bad)
+        assert status == 400, bad
+        assert field in [f["path"] for f in err["error"]["details"]["fields"]], bad
+    week = await capi.ok(
+        "capacity.timeline", base | {"from": hour, "to": hour + 7 * 86_400_000, "stepMinutes": 30}
+    )
+    assert len(week["buckets"]) == 336

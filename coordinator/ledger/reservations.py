@@ -192,7 +192,9 @@ class ReservationRepo:
         async with self._db.read() as conn:
             for c in (b, s):
                 rows = await conn.execute(
-                    select(c.pool_id).distinct().where(
+                    select(c.pool_id)
+                    .distinct()
+                    .where(
                         ((c.start > after) & (c.start <= upto))
                         | ((c.end > after) & (c.end <= upto))
                     )

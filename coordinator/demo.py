@@ -100,9 +100,20 @@ class Demo:
                     "--simulate", profile,
                     "--interval", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
+                    "--fault-file", str(self.fault_file(node_id)),
                 ],
             )  # fmt: skip
         return info
+
+    def fault_file(self, node_id: str) -> Path:
+        return self.state_dir / f"faults-{node_id}.json"
+
+    def inject(self, node_id: str, faults: list[dict[str, Any]]) -> None:
+        """Fault injection into a running simulated agent (see docs/agent.md)."""
+        path = self.fault_file(node_id)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"faults": faults}))
+        tmp.replace(path)
 
     def _bootstrap(self, op: ApiClient) -> dict[str, Any]:
         for tenant in ("acme", "globex"):
@@ -143,6 +154,48 @@ class Demo:
             time.sleep(0.25)
         return summary
 
+    def show_features(self, acme: ApiClient, pools: dict[str, str]) -> list[str]:
+        """Book something and break something, so the first table shows every bucket."""
+        lines = []
+        booking = acme.call(
+            "reservations.create",
+            {
+                "tenantId": "acme",
+                "poolId": pools["h100"],
+                "devices": [{"class": "gpu", "count": 4, "topology": "nvlink-all"}],
+                "duration": "2h",
+                "idempotencyKey": "demo-training-run",
+            },
+        )
+        nodes = sorted({a["nodeId"] for a in booking["atoms"]})
+        lines.append(
+            f"  booked {booking['reservationId']}: 4 NVLink-connected GPUs on {', '.join(nodes)} "
+            f"for 2h ({booking['state']})"
+        )
+        later = acme.call(
+            "reservations.create",
+            {
+                "tenantId": "acme",
+                "poolId": pools["h100"],
+                "devices": [{"class": "gpu", "count": 8}],
+                "start": booking["start"] + 3_600_000,
+                "duration": "1h",
+                "idempotencyKey": "demo-eval-later",
+            },
+        )
+        lines.append(f"  booked {later['reservationId']}: 8 GPUs starting in 1h (reserved)")
+        self.inject("h100-b", [{"kind": "xid", "gpu": 3, "xid": 79}])
+        lines.append("  injected XID 79 (GPU fallen off the bus) into h100-b GPU 3")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            rows = acme.call("capacity.byPool", {"tenantId": "acme", "poolId": pools["h100"]})
+            gpu = next(r for r in rows["rows"] if r["resource"] == "gpu")
+            if gpu["unhealthy"] >= 1:
+                lines.append("  the coordinator moved that GPU to the unhealthy bucket")
+                break
+            time.sleep(0.2)
+        return lines
+
     def check_children(self) -> None:
         for name, proc in self.children:
             if proc.poll() is not None:
@@ -181,7 +234,9 @@ def run_demo(settings: DemoSettings) -> int:
     try:
         info = demo.start()
         acme = ApiClient(info["url"], info["keys"]["acme"])
-        summary = demo.wait_for_fleet(acme)
+        demo.wait_for_fleet(acme)
+        shown = demo.show_features(acme, info["pools"])
+        summary = acme.call("capacity.summary", {"tenantId": "acme"})
         print(f"gpufleet demo is running (state in {info['stateDir']})")
         print(f"  API:           {info['url']}   (OpenAPI: {info['url']}/api/openapi.json)")
         print(f"  NATS:          {demo.nats.url if demo.nats else '-'}")
@@ -193,6 +248,8 @@ def run_demo(settings: DemoSettings) -> int:
             f"    curl -s -X POST {info['url']}/api/compute/capacity/summary "
             f"-H 'Authorization: Bearer {info['keys']['acme']}' -d '{{\"tenantId\":\"acme\"}}'"
         )
+        print("  what happened:")
+        print("\n".join(shown))
         print()
         print(render_summary(summary))
         print("\nPress Ctrl-C to stop.", flush=True)

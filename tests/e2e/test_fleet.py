@@ -160,6 +160,10 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         assert "Press Ctrl-C" in text, text
         assert "acme key:" in text and "gpf_" in text
         assert "NVIDIA H100 80GB HBM3" in text and "total=16" in text
+        # The demo books capacity and injects a fault; the table shows both.
+        assert "4 NVLink-connected GPUs" in text
+        assert "moved that GPU to the unhealthy bucket" in text
+        assert "allocatable=15 available=3" in text
         # Four agents, a coordinator and nats-server.
         children = _children_of(demo.pid)
         assert len(children) == 6, children

@@ -363,3 +363,27 @@ async def test_timeline_defaults_limits_and_free(capi: Api, clocked: Coordinator
         "capacity.timeline", base | {"from": hour, "to": hour + 7 * 86_400_000, "stepMinutes": 30}
     )
     assert len(week["buckets"]) == 336
+
+
+async def test_concurrent_duplicates_commit_once(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=2)
+    answers = await asyncio.gather(
+        *(capi.call("reservations.create", req(pool, "same", 2)) for _ in range(10))
+    )
+    assert {status for status, _ in answers} == {200}
+    assert len({body["reservationId"] for _, body in answers}) == 1
+    listed = await capi.ok("reservations.list", {"tenantId": "acme"})
+    assert len(listed["reservations"]) == 1
+    assert (await _gpu(capi, pool))["allocated"] == 2
+
+
+async def test_a_gang_books_every_member_or_nothing(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=3, n0="a", n1="a", n2="b")
+    gang = {"size": 2, "topologyKey": "rack"}
+    out = await capi.ok("reservations.create", req(pool, "g1", 8, gang=gang))
+    assert {a["nodeId"] for a in out["atoms"]} == {"n0", "n1"} and len(out["atoms"]) == 16
+    assert out["gang"] == gang
+    status, err = await capi.call("reservations.create", req(pool, "g2", 8, gang=gang))
+    assert status == 409
+    assert err["error"]["message"] == "needs 2 nodes in one rack, best rack b has 1"
+    assert (await _gpu(capi, pool))["allocated"] == 16

@@ -11,12 +11,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from coordinator.api.auth import authenticate, authorize, bearer_key
+from coordinator.api import intervals
+from coordinator.api.auth import authenticate, authorize, bearer_key, has_permission
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
 from coordinator.api.registry import Method, Registry, Reply
-from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge
+from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge, PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,31 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
     return endpoint
 
 
+def _rest_endpoint(
+    handler: intervals.Handler, permission: str
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def endpoint(request: web.Request) -> web.Response:
+        services = request.app[SERVICES]
+        key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
+        principal = await authenticate(services.ledger, key)
+        if not has_permission(principal, permission):
+            raise PermissionDenied(f"{permission} is not granted to this key")
+        raw = await _read_body(request) if request.method == "POST" else b""
+        answer = await handler(services, principal, request.headers, request.query, raw)
+        if answer.is_text:
+            return web.Response(status=answer.status, text=answer.body, content_type="text/plain")
+        return web.json_response(answer.body, status=answer.status)
+
+    return endpoint
+
+
 def build_app(services: Services, registry: Registry = REGISTRY) -> web.Application:
     app = web.Application(middlewares=[error_envelope], client_max_size=MAX_BODY_BYTES)
     app[SERVICES] = services
     for method in registry:
         app.router.add_post(method.path, _endpoint(method))
+    for verb, path, handler, permission in intervals.ROUTES:
+        app.router.add_route(verb, path, _rest_endpoint(handler, permission))
     document = build_openapi(registry, "0.1.0")
     openapi_text = json.dumps(document)
 

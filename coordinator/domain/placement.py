@@ -82,6 +82,9 @@ class PoolSnapshot:
     scalar_holders: dict[str, dict[str, tuple[tuple[int, Holder], ...]]] = field(
         default_factory=dict
     )
+    # Pool-wide free quantity per scalar resource at the window's peak, after node-level
+    # and pool-level (interval reservation) bookings; absent means unconstrained.
+    pool_free: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,16 @@ def place(
     views = [_NodeView(n, snap, ignore_spot) for n in snap.nodes if _eligible(n, req)]
     results = [(v, *_fit(v, req)) for v in views]
     picks = [p for _, p, _, _ in results if p is not None]
+    short = _pool_short(req, snap)
+    if short is not None:
+        resource, free, asked = short
+        reason = f"{free} {resource} of the pool is uncommitted in the window, {asked} asked"
+        return Placement(
+            False,
+            shortfalls=(Shortfall(None, resource, asked, free, reason),),
+            reason=reason,
+            gang=req.gang_size > 1,
+        )
     if req.gang_size > 1:
         return _place_gang(req, snap, picks)
     if picks:
@@ -188,6 +198,17 @@ def place(
     return Placement(
         False, shortfalls=_shortfalls(req, snap, views, results), reason=_why(req, snap, views)
     )
+
+
+def _pool_short(req: PlacementRequest, snap: PoolSnapshot) -> tuple[str, int, int] | None:
+    """Pool-wide commitments (interval reservations of memory) bound what every member
+    together may take."""
+    for resource, amount in req.resources:
+        asked = amount * max(1, req.gang_size)
+        free = snap.pool_free.get(resource)
+        if free is not None and asked > free:
+            return resource, free, asked
+    return None
 
 
 def _place_gang(req: PlacementRequest, snap: PoolSnapshot, picks: list[NodePick]) -> Placement:

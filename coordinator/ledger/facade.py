@@ -11,6 +11,7 @@ from coordinator.ledger import schema
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database
+from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
@@ -30,6 +31,7 @@ class Ledger:
         self.quotas = QuotaRepo(db)
         self.bookings = BookingRepo(db)
         self.reservations = ReservationRepo(db)
+        self.intervals = IntervalRepo(db)
 
     @classmethod
     async def open(cls, url: str) -> Ledger:

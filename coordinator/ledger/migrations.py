@@ -55,10 +55,15 @@ def _v3_reservations(conn: Connection) -> None:
         )
 
 
+def _v4_interval_reservations(conn: Connection) -> None:
+    schema.interval_reservations.create(conn)
+
+
 MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = (
     (1, _v1_initial),
     (2, _v2_quotas),
     (3, _v3_reservations),
+    (4, _v4_interval_reservations),
 )
 
 

@@ -234,3 +234,16 @@ idempotency = Table(
     Column("response", JSON, nullable=False),
     Column("created_at", BigInteger, nullable=False),
 )
+
+# v4: interval reservations of pool memory (seed 002); their quantities live in
+# scalar_bookings (node_id "", resource "memoryGiB") so the rollup and the placer see them.
+interval_reservations = Table(
+    "interval_reservations",
+    metadata,
+    Column("reservation_id", String(64), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("intervals", JSON, nullable=False),
+    Index("ix_interval_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
+)

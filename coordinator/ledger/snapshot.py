@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement import AtomSlot, Holder, NodeSlot, PoolSnapshot
+from coordinator.domain.states import node_bucket
 from coordinator.ledger import schema
 
 _FAULTY = ("unhealthy", "unmonitored")
@@ -73,6 +74,41 @@ async def load_snapshot(
             scalars[held_node][resource].append((int(amount), Holder(srid, bool(sspot))))
     return PoolSnapshot(
         tuple(nodes),
-        {k: tuple(v) for k, v in holders.items()},
-        {node: {r: tuple(v) for r, v in res.items()} for node, res in scalars.items()},
+        pool_free=await _pool_free(conn, pool_id, start, end, nodes, ignore_reservations),
+        atom_holders={k: tuple(v) for k, v in holders.items()},
+        scalar_holders={
+            node: {r: tuple(v) for r, v in res.items()} for node, res in scalars.items()
+        },
     )
+
+
+async def _pool_free(
+    conn: AsyncConnection,
+    pool_id: str,
+    start: int,
+    end: int,
+    nodes: list[NodeSlot],
+    ignore: frozenset[str],
+) -> dict[str, int]:
+    """Free memoryGiB of the pool at the busiest instant of the window, counting every
+    memory booking, node-level or pool-level."""
+    s = schema.scalar_bookings.c
+    capacity = sum(
+        n.capacity.get("memoryGiB", 0) for n in nodes if node_bucket(n.state) == "allocatable"
+    )
+    rows = await conn.execute(
+        select(s.amount, s.start, s.end, s.reservation_id).where(
+            (s.pool_id == pool_id) & (s.resource == "memoryGiB") & (s.start < end) & (s.end > start)
+        )
+    )
+    events: list[tuple[int, int]] = []
+    for amount, b_start, b_end, rid in rows.all():
+        if rid in ignore:
+            continue
+        events.append((max(b_start, start), int(amount)))
+        events.append((min(b_end, end), -int(amount)))
+    peak = level = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        level += delta
+        peak = max(peak, level)
+    return {"memoryGiB": max(0, capacity - peak)}

@@ -1,0 +1,145 @@
+"""Interval reservations (seed 002): 15-minute UTC-aligned intervals of pool memory.
+
+Pure rules, `now` passed in: parsing RFC 3339 times (any offset, compared in UTC), the
+validation table, the calendar grid and the reservable arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+INTERVAL_MS = 15 * 60 * 1000
+LEAD_MS = 30 * 60 * 1000
+GRAIN_GB = 4
+MAX_INTERVALS = 672  # one week of quarter-hours per request
+MAX_WINDOW_MS = 35 * 24 * 3600 * 1000  # calendar and audit list windows
+LIST_DEFAULT_LIMIT = 50
+LIST_MAX_LIMIT = 200
+
+
+class IntervalError(ValueError):
+    """A request broke one of the seed's rules; the message says which and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    starts_at: int
+    ends_at: int
+    capacity_gb: int
+
+    def to_api(self) -> dict[str, object]:
+        return {
+            "startsAt": format_time(self.starts_at),
+            "endsAt": format_time(self.ends_at),
+            "capacityGb": self.capacity_gb,
+        }
+
+
+def parse_time(value: object, field: str) -> int:
+    """RFC 3339 with an explicit offset (`Z` or `±hh:mm`) → ms since the epoch (UTC)."""
+    if not isinstance(value, str):
+        raise IntervalError(f"{field}: must be an RFC 3339 time string")
+    text = value.strip()
+    if len(text) < 20 or text[10] not in "Tt":
+        raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time")
+    try:
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+    except ValueError:
+        raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time") from None
+    if parsed.tzinfo is None:
+        raise IntervalError(f"{field}: {value!r} has no UTC offset")
+    return int(parsed.timestamp() * 1000)
+
+
+def format_time(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    if ms % 1000:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_intervals(body: object, now: int) -> list[Interval]:
+    """Every rule of the seed's validation table; all problems, one per line."""
+    if not isinstance(body, dict):
+        raise IntervalError("body must be a JSON object with an `intervals` list")
+    unknown = sorted(set(body) - {"intervals", "poolId"})
+    if unknown:
+        raise IntervalError(f"unknown fields: {', '.join(unknown)}")
+    items = body.get("intervals")
+    if not isinstance(items, list) or not items:
+        raise IntervalError("intervals: must be a non-empty list")
+    if len(items) > MAX_INTERVALS:
+        raise IntervalError(f"intervals: at most {MAX_INTERVALS} per request, got {len(items)}")
+    problems: list[str] = []
+    out: list[Interval] = []
+    seen: set[int] = set()
+    for i, item in enumerate(items):
+        where = f"intervals[{i}]"
+        if not isinstance(item, dict):
+            problems.append(f"{where}: must be an object")
+            continue
+        extra = sorted(set(item) - {"startsAt", "endsAt", "capacityGb"})
+        if extra:
+            problems.append(f"{where}: unknown fields: {', '.join(extra)}")
+        try:
+            start = parse_time(item.get("startsAt"), f"{where}.startsAt")
+            end = parse_time(item.get("endsAt"), f"{where}.endsAt")
+        except IntervalError as exc:
+            problems.append(str(exc))
+            continue
+        gb = item.get("capacityGb")
+        if start % INTERVAL_MS:
+            problems.append(f"{where}.startsAt: not aligned to a 15-minute UTC boundary")
+        if end % INTERVAL_MS:
+            problems.append(f"{where}.endsAt: not aligned to a 15-minute UTC boundary")
+        if end != start + INTERVAL_MS:
+            problems.append(
+                f"{where}.endsAt: must be startsAt + 15 minutes (enumerate longer spans)"
+            )
+        if isinstance(gb, bool) or not isinstance(gb, int) or gb <= 0 or gb % GRAIN_GB:
+            problems.append(f"{where}.capacityGb: must be a positive multiple of {GRAIN_GB}")
+        if start < now + LEAD_MS:
+            problems.append(f"{where}.startsAt: must be at least 30 minutes from now")
+        if start in seen:
+            problems.append(f"{where}.startsAt: duplicate interval in this request")
+        seen.add(start)
+        if isinstance(gb, int) and not isinstance(gb, bool):
+            out.append(Interval(start, end, gb))
+    if problems:
+        raise IntervalError("\n".join(problems))
+    return sorted(out, key=lambda iv: iv.starts_at)
+
+
+def parse_window(frm: str | None, to: str | None, *, grid: bool) -> tuple[int, int]:
+    """`from`/`to` query parameters: both required, `to` after `from`, at most 35 days;
+    on the 15-minute grid for the calendar."""
+    if frm is None or to is None:
+        raise IntervalError("from and to are required")
+    start, end = parse_time(frm, "from"), parse_time(to, "to")
+    if end <= start:
+        raise IntervalError("to: must be after from")
+    if end - start > MAX_WINDOW_MS:
+        raise IntervalError("to: the window is at most 35 days")
+    if grid and (start % INTERVAL_MS or end % INTERVAL_MS):
+        raise IntervalError("from/to: must be on the 15-minute UTC grid")
+    return start, end
+
+
+def parse_limit(raw: str | None) -> int:
+    if raw is None:
+        return LIST_DEFAULT_LIMIT
+    try:
+        value = int(raw)
+    except ValueError:
+        raise IntervalError("limit: must be an integer") from None
+    if value < 1:
+        raise IntervalError("limit: must be at least 1")
+    return min(value, LIST_MAX_LIMIT)
+
+
+def reservable_gb(limit_gb: int, tenant_reserved_gb: int, pool_free_gb: int) -> int:
+    """What one more request may take in an interval: within the tenant's limit and the
+    pool's free memory, rounded down to the 4 GB grain."""
+    room = max(0, min(limit_gb - tenant_reserved_gb, pool_free_gb))
+    return room - room % GRAIN_GB

@@ -20,6 +20,7 @@ from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
+from coordinator.metrics import Metrics, Sources
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.nodestate import NodeStateService
 from coordinator.tasks.reservation_clock import ReservationClock
@@ -106,8 +107,11 @@ async def running_coordinator(
         loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen)
         loops.add("sweep", settings.sweep_interval_s, nodes.sweep)
 
+        drift_total = [0]
+
         async def rebuild() -> None:
             drift = await ledger.rebuild_all(clock.now_ms())
+            drift_total[0] += drift
             if drift:
                 log.warning("rollup rebuild corrected %d drifted rows", drift)
 
@@ -117,9 +121,26 @@ async def running_coordinator(
         loops.start()
         stack.push_async_callback(loops.stop)
 
+        metrics = Metrics(
+            Sources(
+                accepted=ingest.accepted,
+                dropped=ingest.dropped,
+                heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
+                drift_corrections=lambda: drift_total[0],
+                alerts_published=lambda: alerts.published,
+                loop_failures=loops.failures,
+            )
+        )
         http = HttpServer(
             build_app(
-                Services(ledger, clock, alerts, capacity, notice_ms=int(settings.notice_s * 1000))
+                Services(
+                    ledger,
+                    clock,
+                    alerts,
+                    capacity,
+                    notice_ms=int(settings.notice_s * 1000),
+                    metrics=metrics,
+                )
             ),
             settings.http_host,
             settings.http_port,

@@ -10,6 +10,7 @@ from coordinator.domain.clock import Clock
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
+from coordinator.metrics import Metrics
 from shared.wire import Alert
 
 
@@ -25,6 +26,7 @@ class Services:
     alerts: AlertSink = field(default_factory=_NoAlerts)
     capacity: CapacitySignal = field(default_factory=CapacitySignal)
     notice_ms: int = 120_000
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 @dataclass(frozen=True, slots=True)

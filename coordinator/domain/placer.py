@@ -13,7 +13,7 @@ reservations that would have to be preempted.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from coordinator.domain.placement import (
     AtomSlot,
@@ -170,6 +170,36 @@ def _rank(picks: Iterable[NodePick]) -> list[NodePick]:
     return sorted(picks, key=lambda p: (-p.score, p.node_id))
 
 
+def _held_index(snap: PoolSnapshot) -> Mapping[str, tuple[tuple[str, str, bool], ...]]:
+    if snap.held_by_node is not None:
+        return snap.held_by_node
+    index: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+    for node in snap.nodes:
+        for atom in node.atoms:
+            if atom.atom_id in snap.atom_holders:
+                index[node.node_id].append((atom.atom_id, atom.cls, atom.healthy))
+    return {k: tuple(v) for k, v in index.items()}
+
+
+def _free_count(
+    node: NodeSlot,
+    snap: PoolSnapshot,
+    held: Mapping[str, tuple[tuple[str, str, bool], ...]],
+    classes: set[str],
+    ignore_spot: bool,
+) -> int:
+    """Free healthy atoms of the requested classes, the packing key: the node's healthy
+    count less what is held in the window, so an unbooked node costs one lookup."""
+    free = node.healthy(classes)
+    for atom_id, cls, healthy in held.get(node.node_id, ()):
+        if cls in classes and healthy:
+            # Every listed atom has a holder in the window; only spot ones may be ignored.
+            if ignore_spot and all(h.spot for h in snap.atom_holders.get(atom_id, ())):
+                continue
+            free -= 1
+    return free
+
+
 def place(
     req: PlacementRequest,
     snap: PoolSnapshot,
@@ -177,9 +207,7 @@ def place(
     ignore_spot: bool = False,
     limit: int = MAX_CANDIDATES,
 ) -> Placement:
-    views = [_NodeView(n, snap, ignore_spot) for n in snap.nodes if _eligible(n, req)]
-    results = [(v, *_fit(v, req)) for v in views]
-    picks = [p for _, p, _, _ in results if p is not None]
+    eligible = [n for n in snap.nodes if _eligible(n, req)]
     short = _pool_short(req, snap)
     if short is not None:
         resource, free, asked = short
@@ -190,11 +218,35 @@ def place(
             reason=reason,
             gang=req.gang_size > 1,
         )
+    if req.gang_size == 1:
+        # The score is a function of one number per node (free atoms of the requested
+        # classes, or the node's size for whole nodes), so trying nodes in that order
+        # and stopping at `limit` fits gives exactly the top `limit` without building
+        # every node's view.
+        if req.whole_node:
+            order = sorted((len(n.atoms), n.node_id, n) for n in eligible)
+        else:
+            classes = {d.cls for d in req.devices}
+            need = sum(d.count for d in req.devices)
+            held = _held_index(snap)
+            counted = (
+                (_free_count(n, snap, held, classes, ignore_spot), n.node_id, n) for n in eligible
+            )
+            order = sorted(c for c in counted if c[0] >= need)
+        picks: list[NodePick] = []
+        for _, _, node in order:
+            pick, _, _ = _fit(_NodeView(node, snap, ignore_spot), req)
+            if pick is not None:
+                picks.append(pick)
+                if len(picks) == limit:
+                    break
+        if picks:
+            ranked = _rank(picks)
+            return Placement(True, tuple(ranked), victims=ranked[0].victims)
+    views = [_NodeView(n, snap, ignore_spot) for n in eligible]
+    results = [(v, *_fit(v, req)) for v in views]
     if req.gang_size > 1:
-        return _place_gang(req, snap, picks)
-    if picks:
-        ranked = _rank(picks)[:limit]
-        return Placement(True, tuple(ranked), victims=ranked[0].victims)
+        return _place_gang(req, snap, [p for _, p, _, _ in results if p is not None])
     return Placement(
         False, shortfalls=_shortfalls(req, snap, views, results), reason=_why(req, snap, views)
     )

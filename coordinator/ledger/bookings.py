@@ -24,8 +24,8 @@ from coordinator.errors import QuotaExceeded, Unavailable
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
-from coordinator.ledger.rollups import refresh_booked
-from coordinator.ledger.snapshot import load_snapshot
+from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
+from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
 from shared.ids import new_reservation_id
 
 ENDPOINT = "reservations.create"
@@ -65,15 +65,36 @@ async def _lock_pool(conn: AsyncConnection, pool_id: str) -> None:
         await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext($1))", (pool_id,))
 
 
+def booked_delta(
+    atoms: list[HeldAtom], scalars: list[HeldScalar], already_reserved: set[str], now: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """What new bookings add to `allocated` (booked now) and `reserved` (starting later,
+    each atom once however many later bookings it has)."""
+    allocated: dict[str, int] = {}
+    reserved: dict[str, int] = {}
+    for h in atoms:
+        if h.start <= now < h.end:
+            allocated[h.cls] = allocated.get(h.cls, 0) + 1
+        elif h.start > now and h.atom_id not in already_reserved:
+            reserved[h.cls] = reserved.get(h.cls, 0) + 1
+    for sc in scalars:
+        if sc.start <= now < sc.end:
+            allocated[sc.resource] = allocated.get(sc.resource, 0) + sc.amount
+        elif sc.start > now:
+            reserved[sc.resource] = reserved.get(sc.resource, 0) + sc.amount
+    return allocated, reserved
+
+
 class BookingRepo:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, snapshots: SnapshotCache) -> None:
         self._db = db
+        self._snapshots = snapshots
 
     async def preview(
         self, pool_id: str, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
     ) -> tuple[Placement, tuple[int, int] | None]:
         async with self._db.read() as conn:
-            snap = await load_snapshot(conn, pool_id, start, end)
+            snap = await self._snapshots.snapshot(conn, pool_id, start, end, now)
         placement = place(req, snap)
         if placement.fits or req.spot:
             return placement, None
@@ -87,8 +108,13 @@ class BookingRepo:
     ) -> Booked | NotPlaced | idempotency.Recorded:
         for attempt in range(RETRIES):
             try:
+                committed: list[tuple[int, list[HeldAtom], list[HeldScalar]]] = []
                 async with self._db.transaction() as conn:
-                    return await self._create(conn, r, now)
+                    out = await self._create(conn, r, now, committed)
+                # Only now that it is durable does the cache learn of the new bookings.
+                for version, atoms, scalars in committed:
+                    self._snapshots.committed(r.pool_id, version, atoms, scalars)
+                return out
             except IntegrityError:
                 # A concurrent duplicate recorded first, or (PostgreSQL) the exclusion
                 # constraint caught an overlap: look again on a fresh snapshot.
@@ -97,14 +123,19 @@ class BookingRepo:
         raise AssertionError("unreachable")
 
     async def _create(
-        self, conn: AsyncConnection, r: BookingRequest, now: int
+        self,
+        conn: AsyncConnection,
+        r: BookingRequest,
+        now: int,
+        committed: list[tuple[int, list[HeldAtom], list[HeldScalar]]],
     ) -> Booked | NotPlaced | idempotency.Recorded:
         await _lock_pool(conn, r.pool_id)
         found = await idempotency.lookup(conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest)
         if found is not None:
             return found
         start, end = r.start, r.start + r.duration_ms
-        snap = await load_snapshot(conn, r.pool_id, start, end)
+        snap = await self._snapshots.snapshot(conn, r.pool_id, start, end, now)
+        read_version = self._snapshots.bookings_version(r.pool_id)
         placement = place(r.placement, snap)
         victims: frozenset[str] = frozenset()
         preempt_at: int | None = None
@@ -117,7 +148,9 @@ class BookingRepo:
             start = max(start, preempt_at)
             end = start + r.duration_ms
             # The victims' bookings end at preemptAt; place again in the moved window.
-            snap = await load_snapshot(conn, r.pool_id, start, end, ignore_reservations=victims)
+            snap = await self._snapshots.snapshot(
+                conn, r.pool_id, start, end, now, ignore_reservations=victims
+            )
             placement = place(r.placement, snap)
             if not placement.fits:
                 return NotPlaced(placement, (len(victims), start))
@@ -149,7 +182,17 @@ class BookingRepo:
         )
         noticed = await self._notice(conn, sorted(victims), preempt_at, now) if victims else ()
         await self._insert(conn, reservation, placement)
-        await refresh_booked(conn, r.pool_id, now)
+        await bump(conn, [r.pool_id], bookings=True)
+        held_atoms, held_scalars = self._held(reservation, placement)
+        if noticed:
+            # Victims' bookings were cut short: recount, and let the cache reload.
+            await refresh_booked(conn, r.pool_id, now)
+        else:
+            allocated, reserved = booked_delta(
+                held_atoms, held_scalars, self._snapshots.reserved_atoms(r.pool_id, now), now
+            )
+            await apply_booked_delta(conn, r.pool_id, allocated, reserved, now)
+            committed.append((read_version + 1, held_atoms, held_scalars))
         await idempotency.store(
             conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest, 200,
             reservation.to_api(now), now,
@@ -200,6 +243,22 @@ class BookingRepo:
         ]
         if scalars:
             await conn.execute(schema.scalar_bookings.insert(), scalars)
+
+    @staticmethod
+    def _held(res: Reservation, placement: Placement) -> tuple[list[HeldAtom], list[HeldScalar]]:
+        atoms = [
+            HeldAtom(a.atom_id, a.node_id, a.cls, res.reservation_id, res.spot, res.start, res.end)
+            for a in res.atoms
+        ]
+        scalars = [
+            HeldScalar(
+                pick.node_id, resource, amount, res.reservation_id, res.spot, res.start, res.end
+            )
+            for pick in placement.chosen
+            for resource, amount in pick.resources
+            if amount > 0
+        ]
+        return atoms, scalars
 
     async def _notice(
         self, conn: AsyncConnection, victims: list[str], preempt_at: int | None, now: int

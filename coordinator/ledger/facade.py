@@ -17,6 +17,7 @@ from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
+from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 
 
@@ -29,7 +30,8 @@ class Ledger:
         self.nodes = NodeRepo(db)
         self.catalog = Catalog(db)
         self.quotas = QuotaRepo(db)
-        self.bookings = BookingRepo(db)
+        self.snapshots = SnapshotCache()
+        self.bookings = BookingRepo(db, self.snapshots)
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)
 

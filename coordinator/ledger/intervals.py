@@ -21,6 +21,7 @@ from coordinator.domain.intervals import INTERVAL_MS, Interval, format_time, res
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.rollups import refresh_booked
+from coordinator.ledger.snapshot import bump
 
 ENDPOINT = "capacity.reservations"
 RESOURCE = "memoryGiB"
@@ -190,6 +191,7 @@ class IntervalRepo:
                     for iv in intervals
                 ],
             )
+            await bump(conn, [pool_id], bookings=True)
             await refresh_booked(conn, pool_id, now)
             if key is not None:
                 await idempotency.store(

@@ -59,11 +59,22 @@ def _v4_interval_reservations(conn: Connection) -> None:
     schema.interval_reservations.create(conn)
 
 
+def _v5_pool_versions(conn: Connection) -> None:
+    schema.pool_versions.create(conn)
+    pools = conn.execute(select(schema.pools.c.pool_id)).scalars().all()
+    if pools:
+        conn.execute(
+            schema.pool_versions.insert(),
+            [{"pool_id": p, "nodes_version": 0, "bookings_version": 0} for p in pools],
+        )
+
+
 MIGRATIONS: tuple[tuple[int, Callable[[Connection], None]], ...] = (
     (1, _v1_initial),
     (2, _v2_quotas),
     (3, _v3_reservations),
     (4, _v4_interval_reservations),
+    (5, _v5_pool_versions),
 )
 
 

@@ -47,6 +47,11 @@ class PoolRepo:
                         created_at=now,
                     )
                 )
+                await conn.execute(
+                    schema.pool_versions.insert().values(
+                        pool_id=pool_id, nodes_version=0, bookings_version=0
+                    )
+                )
                 # Every pool has all its rollup rows from the start (zeros).
                 await write_rollup(conn, pool_id, compute_rollup((), None, now))
         except IntegrityError as exc:

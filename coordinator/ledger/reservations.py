@@ -15,6 +15,7 @@ from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.rollups import refresh_booked
+from coordinator.ledger.snapshot import bump
 
 
 def reservation_from_row(row: Row[Any]) -> Reservation:
@@ -112,6 +113,7 @@ class ReservationRepo:
                 .values(state="released", ended_at=now, updated_at=now)
             )
             await end_bookings(conn, [reservation_id], now)
+            await bump(conn, [res.pool_id], bookings=True)
             await refresh_booked(conn, res.pool_id, now)
         return replace(res, stored_state="released", ended_at=now)
 
@@ -179,6 +181,7 @@ class ReservationRepo:
                     ended.append(
                         replace(reservation_from_row(row), stored_state=state, ended_at=now)
                     )
+            await bump(conn, pools, bookings=True)
             for pool_id in pools:
                 await refresh_booked(conn, pool_id, now)
         return ended

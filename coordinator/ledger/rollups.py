@@ -23,6 +23,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
 from coordinator.ledger import schema
+from coordinator.ledger.snapshot import bump
 
 _COLUMNS = (
     "total",
@@ -159,6 +160,31 @@ async def refresh_booked(conn: AsyncConnection, pool_id: str, now: int) -> None:
         )
 
 
+async def apply_booked_delta(
+    conn: AsyncConnection,
+    pool_id: str,
+    allocated: dict[str, int],
+    reserved: dict[str, int],
+    now: int,
+) -> None:
+    """Add newly booked units to `allocated`/`reserved` in SQL (the booking's own
+    transaction); the periodic rebuild and the boundary refresh correct any drift."""
+    r = schema.rollup.c
+    for resource in sorted(set(allocated) | set(reserved)):
+        da, dr = allocated.get(resource, 0), reserved.get(resource, 0)
+        free = r.allocatable - r.allocated - r.reserved - literal(da) - literal(dr)
+        await conn.execute(
+            update(schema.rollup)
+            .where((r.pool_id == pool_id) & (r.resource == resource))
+            .values(
+                allocated=r.allocated + literal(da),
+                reserved=r.reserved + literal(dr),
+                available=case((free > 0, free), else_=0),
+                updated_at=now,
+            )
+        )
+
+
 async def rebuild_pool(conn: AsyncConnection, pool_id: str, now: int) -> int:
     """Recompute one pool's rows from nodes, atoms and bookings; returns how many rows
     had drifted from what was stored."""
@@ -211,6 +237,8 @@ class NodeChange:
 
     async def settle(self, now: int) -> None:
         after = {v.node_id: v for v in await load_node_views(self._conn, node_ids=self._ids)}
+        touched = {v.pool_id for v in after.values()} | {v.pool_id for v in self._before.values()}
+        await bump(self._conn, touched, nodes=True)
         for node_id in self._ids:
             old, new = self._before.get(node_id), after.get(node_id)
             if old is not None and new is not None and old.pool_id != new.pool_id:

@@ -247,3 +247,13 @@ interval_reservations = Table(
     Column("intervals", JSON, nullable=False),
     Index("ix_interval_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
 )
+
+# v5: per-pool change counters, so an in-memory snapshot can tell it is current with one
+# indexed read inside the booking transaction.
+pool_versions = Table(
+    "pool_versions",
+    metadata,
+    Column("pool_id", String(57), primary_key=True),
+    Column("nodes_version", BigInteger, nullable=False, default=0),
+    Column("bookings_version", BigInteger, nullable=False, default=0),
+)

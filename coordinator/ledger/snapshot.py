@@ -1,114 +1,309 @@
-"""A pool as the placer needs it for one window: nodes, atoms, and who holds what."""
+"""A pool as the placer needs it for one window — nodes, atoms, and who holds what —
+served from memory and kept honest by per-pool version counters in the database.
+
+Loading 9,000 atoms with their JSON attributes costs tens of milliseconds, so the
+snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) and the
+live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
+its counter; a reader compares counters (one primary-key read) and reloads only the part
+that moved. Inside a booking transaction the counters are read after the pool lock is
+taken, so the placer sees exactly what the database holds.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.model import NodeState
-from coordinator.domain.placement import AtomSlot, Holder, NodeSlot, PoolSnapshot
+from coordinator.domain.placement import (
+    AtomSlot,
+    Holder,
+    NodeSlot,
+    PoolSnapshot,
+    healthy_counts,
+)
 from coordinator.domain.states import node_bucket
 from coordinator.ledger import schema
 
 _FAULTY = ("unhealthy", "unmonitored")
 
 
-async def load_snapshot(
-    conn: AsyncConnection,
-    pool_id: str,
-    start: int,
-    end: int,
-    ignore_reservations: frozenset[str] = frozenset(),
-) -> PoolSnapshot:
+@dataclass(frozen=True, slots=True)
+class HeldAtom:
+    atom_id: str
+    node_id: str
+    cls: str
+    reservation_id: str
+    spot: bool
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldScalar:
+    node_id: str  # "" for a pool-level booking
+    resource: str
+    amount: int
+    reservation_id: str
+    spot: bool
+    start: int
+    end: int
+
+
+@dataclass
+class _PoolCache:
+    nodes_version: int = -1
+    bookings_version: int = -1
+    nodes: tuple[NodeSlot, ...] = ()
+    healthy_atoms: frozenset[str] = frozenset()
+    capacity_memory: int = 0
+    by_atom: dict[str, list[HeldAtom]] = field(default_factory=dict)
+    by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
+
+    def index(self, atoms: Iterable[HeldAtom]) -> None:
+        for h in atoms:
+            self.by_atom.setdefault(h.atom_id, []).append(h)
+            self.by_node.setdefault(h.node_id, []).append(h)
+
+    atoms: list[HeldAtom] = field(default_factory=list)
+    scalars: list[HeldScalar] = field(default_factory=list)
+
+
+async def bump(
+    conn: AsyncConnection, pool_ids: Iterable[str], *, nodes: bool = False, bookings: bool = False
+) -> None:
+    v = schema.pool_versions.c
+    values = {}
+    if nodes:
+        values["nodes_version"] = v.nodes_version + 1
+    if bookings:
+        values["bookings_version"] = v.bookings_version + 1
+    for pool_id in sorted(set(pool_ids)):
+        await conn.execute(
+            update(schema.pool_versions).where(v.pool_id == pool_id).values(**values)
+        )
+
+
+async def versions(conn: AsyncConnection, pool_id: str) -> tuple[int, int]:
+    v = schema.pool_versions.c
+    row = (
+        await conn.execute(select(v.nodes_version, v.bookings_version).where(v.pool_id == pool_id))
+    ).first()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+async def _load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...]:
     n, a = schema.nodes.c, schema.atoms.c
-    b, s = schema.bookings.c, schema.scalar_bookings.c
     atoms: dict[str, list[AtomSlot]] = defaultdict(list)
-    result = await conn.execute(
+    atom_rows = await conn.execute(
         select(a.atom_id, a.node_id, a["class"], a.health, a.attrs)
         .where((a.pool_id == pool_id) & (a.retired.is_(False)))
         .order_by(a.atom_id)
     )
-    for atom_id, node_id, cls, health, attrs in result.all():
+    for atom_id, node_id, cls, health, attrs in atom_rows.all():
         atoms[node_id].append(AtomSlot(atom_id, cls, health not in _FAULTY, dict(attrs or {})))
-    nodes = []
     node_rows = await conn.execute(
         select(schema.nodes).where(n.pool_id == pool_id).order_by(n.node_id)
     )
-    for row in node_rows.all():
-        nodes.append(
-            NodeSlot(
-                node_id=row.node_id,
-                state=NodeState(
-                    bool(row.reachable), row.health, bool(row.maintenance), bool(row.provisioning)
-                ),
-                labels=dict(row.labels or {}),
-                profile_id=row.profile_id,
-                profile_version=row.profile_version,
-                atoms=tuple(atoms[row.node_id]),
-                capacity={
-                    "vcpu": row.vcpu,
-                    "memoryGiB": row.memory_gib,
-                    "hugepages1Gi": row.hugepages_1gi,
-                },
-            )
+    return tuple(
+        NodeSlot(
+            node_id=row.node_id,
+            state=NodeState(
+                bool(row.reachable), row.health, bool(row.maintenance), bool(row.provisioning)
+            ),
+            labels=dict(row.labels or {}),
+            profile_id=row.profile_id,
+            profile_version=row.profile_version,
+            atoms=tuple(atoms[row.node_id]),
+            capacity={
+                "vcpu": row.vcpu,
+                "memoryGiB": row.memory_gib,
+                "hugepages1Gi": row.hugepages_1gi,
+            },
+            healthy_by_class=healthy_counts(tuple(atoms[row.node_id])),
         )
-    holders: dict[str, list[Holder]] = defaultdict(list)
-    booking_rows = await conn.execute(
-        select(b.atom_id, b.reservation_id, b.spot).where(
-            (b.pool_id == pool_id) & (b.start < end) & (b.end > start)
+        for row in node_rows.all()
+    )
+
+
+async def _load_bookings(
+    conn: AsyncConnection, pool_id: str, now: int
+) -> tuple[list[HeldAtom], list[HeldScalar]]:
+    """Bookings that end after `now` (an ended booking can hold nothing later)."""
+    b, s = schema.bookings.c, schema.scalar_bookings.c
+    atom_rows = await conn.execute(
+        select(b.atom_id, b.node_id, b["class"], b.reservation_id, b.spot, b.start, b.end).where(
+            (b.pool_id == pool_id) & (b.end > now) & (b.end > b.start)
         )
     )
-    for held_atom, rid, spot in booking_rows.all():
-        if rid not in ignore_reservations:
-            holders[held_atom].append(Holder(rid, bool(spot)))
-    scalars: dict[str, dict[str, list[tuple[int, Holder]]]] = defaultdict(lambda: defaultdict(list))
     scalar_rows = await conn.execute(
-        select(s.node_id, s.resource, s.amount, s.reservation_id, s.spot).where(
-            (s.pool_id == pool_id) & (s.node_id != "") & (s.start < end) & (s.end > start)
+        select(s.node_id, s.resource, s.amount, s.reservation_id, s.spot, s.start, s.end).where(
+            (s.pool_id == pool_id) & (s.end > now) & (s.end > s.start)
         )
     )
-    for held_node, resource, amount, srid, sspot in scalar_rows.all():
-        if srid not in ignore_reservations:
-            scalars[held_node][resource].append((int(amount), Holder(srid, bool(sspot))))
-    return PoolSnapshot(
-        tuple(nodes),
-        pool_free=await _pool_free(conn, pool_id, start, end, nodes, ignore_reservations),
-        atom_holders={k: tuple(v) for k, v in holders.items()},
-        scalar_holders={
-            node: {r: tuple(v) for r, v in res.items()} for node, res in scalars.items()
-        },
+    return (
+        [
+            HeldAtom(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5]), int(r[6]))
+            for r in atom_rows.all()
+        ],
+        [
+            HeldScalar(r[0], r[1], int(r[2]), r[3], bool(r[4]), int(r[5]), int(r[6]))
+            for r in scalar_rows.all()
+        ],
     )
 
 
-async def _pool_free(
-    conn: AsyncConnection,
-    pool_id: str,
-    start: int,
-    end: int,
-    nodes: list[NodeSlot],
-    ignore: frozenset[str],
-) -> dict[str, int]:
-    """Free memoryGiB of the pool at the busiest instant of the window, counting every
-    memory booking, node-level or pool-level."""
-    s = schema.scalar_bookings.c
-    capacity = sum(
-        n.capacity.get("memoryGiB", 0) for n in nodes if node_bucket(n.state) == "allocatable"
-    )
-    rows = await conn.execute(
-        select(s.amount, s.start, s.end, s.reservation_id).where(
-            (s.pool_id == pool_id) & (s.resource == "memoryGiB") & (s.start < end) & (s.end > start)
+class SnapshotCache:
+    def __init__(self) -> None:
+        self._pools: dict[str, _PoolCache] = {}
+        self.reloads = 0
+
+    async def snapshot(
+        self,
+        conn: AsyncConnection,
+        pool_id: str,
+        start: int,
+        end: int,
+        now: int,
+        ignore_reservations: frozenset[str] = frozenset(),
+    ) -> PoolSnapshot:
+        cache = self._pools.setdefault(pool_id, _PoolCache())
+        nodes_v, bookings_v = await versions(conn, pool_id)
+        if cache.nodes_version != nodes_v:
+            cache.nodes = await _load_nodes(conn, pool_id)
+            cache.healthy_atoms = frozenset(
+                a.atom_id for n in cache.nodes for a in n.atoms if a.healthy
+            )
+            cache.capacity_memory = sum(
+                n.capacity.get("memoryGiB", 0)
+                for n in cache.nodes
+                if node_bucket(n.state) == "allocatable"
+            )
+            cache.nodes_version = nodes_v
+            self.reloads += 1
+        if cache.bookings_version != bookings_v:
+            cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now)
+            cache.by_atom, cache.by_node = {}, {}
+            cache.index(cache.atoms)
+            cache.bookings_version = bookings_v
+            self.reloads += 1
+        return build_snapshot(cache, start, end, ignore_reservations)
+
+    def reserved_atoms(self, pool_id: str, now: int) -> set[str]:
+        """Atoms that already count as `reserved` (a booking starts after now)."""
+        return {h.atom_id for h in self._pools[pool_id].atoms if h.start > now}
+
+    def bookings_version(self, pool_id: str) -> int:
+        return self._pools[pool_id].bookings_version
+
+    def committed(
+        self,
+        pool_id: str,
+        bookings_version: int,
+        atoms: list[HeldAtom],
+        scalars: list[HeldScalar],
+    ) -> None:
+        """A booking transaction committed, moving the counter from `bookings_version - 1`:
+        add its bookings instead of reloading them all."""
+        cache = self._pools.get(pool_id)
+        if cache is not None and cache.bookings_version == bookings_version - 1:
+            cache.atoms.extend(atoms)
+            cache.index(atoms)
+            cache.scalars.extend(scalars)
+            cache.bookings_version = bookings_version
+
+
+class WindowHolders(Mapping[str, tuple[Holder, ...]]):
+    """atomId → holders in one window, computed when the placer asks for an atom rather
+    than for every booking of the pool up front."""
+
+    def __init__(self, cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
+        self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
+
+    def _holders(self, atom_id: str) -> tuple[Holder, ...]:
+        return tuple(
+            Holder(h.reservation_id, h.spot)
+            for h in self._cache.by_atom.get(atom_id, ())
+            if h.start < self._end and h.end > self._start and h.reservation_id not in self._ignore
         )
+
+    def __getitem__(self, atom_id: str) -> tuple[Holder, ...]:
+        found = self._holders(atom_id)
+        if not found:
+            raise KeyError(atom_id)
+        return found
+
+    def get(self, atom_id: str, default: Any = None) -> Any:
+        return self._holders(atom_id) or default
+
+    def __contains__(self, atom_id: object) -> bool:
+        return isinstance(atom_id, str) and bool(self._holders(atom_id))
+
+    def __iter__(self) -> Iterator[str]:
+        return (a for a in self._cache.by_atom if a in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class WindowHeld(Mapping[str, tuple[tuple[str, str, bool], ...]]):
+    """nodeId → (atomId, class, healthy) of its atoms held in one window, lazily."""
+
+    def __init__(self, cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
+        self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
+
+    def _held(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
+        seen: dict[str, tuple[str, str, bool]] = {}
+        healthy = self._cache.healthy_atoms
+        for h in self._cache.by_node.get(node_id, ()):
+            if h.start < self._end and h.end > self._start and h.reservation_id not in self._ignore:
+                seen.setdefault(h.atom_id, (h.atom_id, h.cls, h.atom_id in healthy))
+        return tuple(seen.values())
+
+    def __getitem__(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
+        return self._held(node_id)
+
+    def get(self, node_id: str, default: Any = None) -> Any:
+        return self._held(node_id) or default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cache.by_node)
+
+    def __len__(self) -> int:
+        return len(self._cache.by_node)
+
+
+def build_snapshot(cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> PoolSnapshot:
+    per_node: dict[str, dict[str, list[tuple[int, Holder]]]] = defaultdict(
+        lambda: defaultdict(list)
     )
     events: list[tuple[int, int]] = []
-    for amount, b_start, b_end, rid in rows.all():
-        if rid in ignore:
+    for sc in cache.scalars:
+        if not (sc.start < end and sc.end > start) or sc.reservation_id in ignore:
             continue
-        events.append((max(b_start, start), int(amount)))
-        events.append((min(b_end, end), -int(amount)))
+        if sc.node_id:
+            per_node[sc.node_id][sc.resource].append(
+                (sc.amount, Holder(sc.reservation_id, sc.spot))
+            )
+        if sc.resource == "memoryGiB":
+            events.append((max(sc.start, start), sc.amount))
+            events.append((min(sc.end, end), -sc.amount))
+    # Free pool memory at the window's busiest instant, node-level and pool-level alike.
     peak = level = 0
-    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+    for _, delta in sorted(events):
         level += delta
         peak = max(peak, level)
-    return {"memoryGiB": max(0, capacity - peak)}
+    return PoolSnapshot(
+        cache.nodes,
+        atom_holders=WindowHolders(cache, start, end, ignore),
+        scalar_holders={
+            node: {r: tuple(v) for r, v in res.items()} for node, res in per_node.items()
+        },
+        pool_free={"memoryGiB": max(0, cache.capacity_memory - peak)},
+        held_by_node=WindowHeld(cache, start, end, ignore),
+    )

@@ -2,7 +2,8 @@
 poller, XID thread, publisher) → run until SIGTERM/SIGINT, then a clean exit 0.
 
 Exit codes: 0 after a signal, 1 if a background task died, 2 for bad configuration or
-a missing NVML binding. Logs go to stderr.
+a missing NVML binding. Logs go to stderr. Under systemd (Type=notify) it says READY=1
+once NATS is connected and the first inventory is out, and STOPPING=1 when told to stop.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -105,10 +107,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     _leave_out_websocket_support(settings)
     try:
-        return asyncio.run(run(settings))
+        return asyncio.run(run(settings, notify_socket=os.environ.get("NOTIFY_SOCKET")))
+    except ConfigError as exc:  # the credentials file, read when the publisher starts
+        print(f"gpufleet-agent: config error: {exc}", file=sys.stderr)
+        return 2
     except (ProfileError, ImportError) as exc:
         print(f"gpufleet-agent: {exc}", file=sys.stderr)
         return 2
+
+
+def sd_notify(message: str, notify_socket: str | None) -> None:
+    """Tell systemd (Type=notify) about our state; a no-op outside systemd. Never fatal:
+    a lost notification must not take the agent down."""
+    if not notify_socket:
+        return
+    address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+    except OSError as exc:
+        log.warning("cannot notify systemd at %s: %s", notify_socket, exc)
 
 
 def _version() -> str:
@@ -151,12 +170,25 @@ async def run(
     stop: asyncio.Event | None = None,
     clock: Clock | None = None,
     install_signals: bool = True,
+    notify_socket: str | None = None,
 ) -> int:
     from agent.publisher import Publisher  # after main() decided what nats-py may import
 
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     boot_id = uuid.uuid4().hex
+    # First: a bad credentials file stops us before NVML is touched.
+    publisher = Publisher(
+        servers=settings.nats_url,
+        subjects=Subjects(settings.subject_prefix),
+        pool_id=settings.pool_id,
+        node_id=settings.node_id,
+        boot_id=boot_id,
+        interval_s=settings.interval_s,
+        clock=clock,
+        creds=settings.nats_creds,
+        on_ready=lambda: sd_notify("READY=1", notify_socket),
+    )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)
         watcher = XidWatcher(nvml, clock)
@@ -185,16 +217,6 @@ async def run(
             sharing=settings.sharing,
             watcher=watcher,
         )
-        publisher = Publisher(
-            servers=settings.nats_url,
-            subjects=Subjects(settings.subject_prefix),
-            pool_id=settings.pool_id,
-            node_id=settings.node_id,
-            boot_id=boot_id,
-            interval_s=settings.interval_s,
-            clock=clock,
-            creds=settings.nats_creds,
-        )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
             boot_id[:8],
@@ -204,7 +226,9 @@ async def run(
             settings.interval_s,
         )
         try:
-            return await _supervise(settings, poller, publisher, stop, install_signals)
+            return await _supervise(
+                settings, poller, publisher, stop, install_signals, notify_socket
+            )
         finally:
             await asyncio.to_thread(watcher.stop)
             reader.close()
@@ -217,6 +241,7 @@ async def _supervise(
     publisher: Publisher,
     stop: asyncio.Event,
     install_signals: bool,
+    notify_socket: str | None,
 ) -> int:
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT) if install_signals else ()
@@ -236,6 +261,7 @@ async def _supervise(
                 log.error("%s ended: %r", task.get_name(), exc)
                 code = 1
     finally:
+        sd_notify("STOPPING=1", notify_socket)
         for task in [stopper, *tasks]:
             task.cancel()
         await asyncio.gather(stopper, *tasks, return_exceptions=True)

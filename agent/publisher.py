@@ -10,12 +10,17 @@ While NATS is away nothing is queued: only the latest state is kept, and the nex
 connection gets that. Every network wait has a timeout. If polling stalls (NVML can
 hang when a GPU falls off the bus), heartbeats keep flowing but report the node
 `unmonitored` instead of repeating a stale "healthy".
+
+`nats_creds` is either a NATS JWT `.creds` file (decentralised auth) or the
+user/password file that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +28,37 @@ from typing import Any
 from nats.aio.client import Client
 
 from agent.clock import Clock
+from agent.config import ConfigError
 from agent.state import AgentState
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
 
 log = logging.getLogger(__name__)
+
+_JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
+
+
+def auth_options(creds: Path | None) -> dict[str, Any]:
+    """nats-py connect options for a credentials file, read once at start (a new file
+    takes a restart, which is what the Ansible handler does)."""
+    if creds is None:
+        return {}
+    try:
+        text = creds.read_text()
+    except OSError as exc:
+        raise ConfigError("nats_creds", f"cannot read {creds}: {exc.strerror or exc}") from None
+    if _JWT_CREDS_MARKER in text:
+        return {"user_credentials": str(creds)}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        data = {}
+    user, password = data.get("user"), data.get("password")
+    if not isinstance(user, str) or not user or not isinstance(password, str) or not password:
+        raise ConfigError(
+            "nats_creds", f"{creds} is neither a NATS .creds file nor user/password TOML"
+        )
+    return {"user": user, "password": password}
 
 
 @dataclass
@@ -53,6 +84,7 @@ class Publisher:
         clock: Clock,
         creds: Path | None = None,
         timeout_s: float = 5.0,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         self._servers = [s.strip() for s in servers.split(",") if s.strip()]
         self._subjects = subjects
@@ -61,7 +93,9 @@ class Publisher:
         self._boot_id = boot_id
         self._interval_s = interval_s
         self._clock = clock
-        self._creds = creds
+        self._auth = auth_options(creds)
+        # Called once, after the first inventory is out: systemd's READY=1.
+        self._on_ready = on_ready
         self._timeout_s = timeout_s
         self._nc: Client | None = None
         self._closing = False
@@ -106,7 +140,7 @@ class Publisher:
                 connect_timeout=int(max(1, self._timeout_s)),
                 ping_interval=10,
                 max_outstanding_pings=3,
-                user_credentials=str(self._creds) if self._creds else None,
+                **self._auth,
                 error_cb=self._on_error,
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
@@ -159,6 +193,9 @@ class Publisher:
             self._need_inventory = False
             self.stats.inventories += 1
             log.info("inventory %s sent", state.inventory.inventory_hash[:12])
+            if self._on_ready is not None:
+                ready, self._on_ready = self._on_ready, None
+                ready()
 
     def _inventory_bytes(self, state: AgentState) -> bytes:
         inv = state.inventory.model_copy(

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coordinator import nats_auth
 from coordinator.client import ApiClient, ApiError
 from coordinator.demo import DemoSettings, run_demo
 from coordinator.table import render_summary
@@ -65,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     maint.add_argument("node_id")
     maint.add_argument("--off", action="store_true", help="end maintenance")
     maint.add_argument("--reason", default="")
+
+    auth = sub.add_parser(
+        "nats-auth", help="NATS server config and per-agent credentials for a fleet (offline)"
+    )
+    nats_auth.add_arguments(auth)
     return p
 
 
@@ -134,6 +140,8 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
     if args.command == "new-key":
         print(new_key())
         return 0
+    if args.command == "nats-auth":
+        return nats_auth.command(args)
     method, body = _request(args)
     try:
         result = _client(args, env).call(method, body)

@@ -3,6 +3,9 @@
 The first connect is retried with backoff (the coordinator may start before NATS);
 after that nats-py reconnects forever and tells us, so liveness can stop judging nodes
 while we are the ones cut off.
+
+`user_credentials` names a NATS JWT `.creds` file or the user/password file that
+`gpufleet nats-auth` writes (see `coordinator.nats_auth`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,27 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from coordinator.nats_auth import JWT_CREDS_MARKER, NatsAuthError, parse_credentials
+
 log = logging.getLogger(__name__)
 
 Hook = Callable[[], None]
 MessageHandler = Callable[[Msg], Awaitable[None]]
+
+
+def auth_options(path: str | None) -> dict[str, Any]:
+    """nats-py connect options for a credentials file, read once per connect()."""
+    if not path:
+        return {}
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise NatsAuthError(f"nats_credentials: cannot read {path}: {exc.strerror}") from None
+    if JWT_CREDS_MARKER in text:
+        return {"user_credentials": path}
+    user, password = parse_credentials(text, f"nats_credentials {path}")
+    return {"user": user, "password": password}
 
 
 class Bus:
@@ -48,12 +68,10 @@ class Bus:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
         delay = 0.2
         tried = 0
+        kwargs = auth_options(self._credentials)
         while True:
             tried += 1
             try:
-                kwargs: dict[str, Any] = {}
-                if self._credentials:
-                    kwargs["user_credentials"] = self._credentials
                 self.nc = await nats.connect(
                     servers=[self.url],
                     name=self.name,

@@ -1,0 +1,452 @@
+"""NATS users and permissions for a fleet: the nats-server configuration, the credentials
+files the agents and the coordinator connect with, and `gpufleet nats-auth`.
+
+Each agent gets its own user, allowed to publish only its own heartbeat and inventory
+subjects and to subscribe only to its own inventory-request subject, so a compromised
+host cannot speak for another. The coordinator may read every heartbeat and inventory,
+ask for inventories, publish alerts and use JetStream. Optional reader users (monitoring)
+may read alerts, live or from the JetStream stream, and nothing else.
+
+Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Because
+they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
+and keeps reconnect storms cheap: the server checks a hash on every connect.
+
+This module owns the credentials file format too (`user = "…"` / `password = "…"`,
+TOML); `coordinator.bus.connection` reads it with `parse_credentials`, and the agent's
+publisher reads the same two keys. A NATS JWT `.creds` file (decentralised auth, `nsc`)
+is accepted by both in its place.
+
+Everything above the "files" section is pure: nodes in, text out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import sys
+import tomllib
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
+from shared.subjects import DEFAULT_PREFIX, Subjects
+
+COORDINATOR_USER = "coordinator"
+DEFAULT_BCRYPT_COST = 6
+JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
+ANSIBLE_PASSWORDS_VAR = "gpufleet_nats_passwords"
+ANSIBLE_AGENT_GROUP = "gpufleet_agents"
+_READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+Role = Literal["coordinator", "agent", "reader"]
+
+
+class NatsAuthError(ValueError):
+    """Bad input to the generator, or a credentials file that cannot be read."""
+
+
+@dataclass(frozen=True, order=True)
+class AgentNode:
+    pool_id: str
+    node_id: str
+
+    def __post_init__(self) -> None:
+        if not re.match(POOL_ID_PATTERN, self.pool_id):
+            raise NatsAuthError(f"node {self.node_id!r}: pool id {self.pool_id!r} is invalid")
+        if not re.match(NODE_ID_PATTERN, self.node_id):
+            raise NatsAuthError(f"node id {self.node_id!r} does not match {NODE_ID_PATTERN}")
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    # Lets an agent answer a request on its reply subject without a publish grant on
+    # anyone's inbox.
+    allow_responses: bool = False
+
+
+@dataclass(frozen=True)
+class NatsUser:
+    name: str
+    role: Role
+    permissions: Permissions
+    node: AgentNode | None = None
+
+    @property
+    def creds_filename(self) -> str:
+        # ':' never occurs in pool or node ids, and pool ids have no '-', so this is
+        # one-to-one.
+        return self.name.replace(":", "-") + ".creds"
+
+
+@dataclass(frozen=True)
+class AuthBundle:
+    users: tuple[NatsUser, ...]
+    passwords: Mapping[str, str]
+    authorization: str  # the users, for AUTHORIZATION_FILE
+    server_config: str  # a whole config that includes it
+    # Users whose password is new in this bundle (new users and rotated ones).
+    changed: frozenset[str] = frozenset()
+
+    def credentials(self, user: str) -> str:
+        return credentials_text(user, self.passwords[user])
+
+
+def agent_user(node: AgentNode) -> str:
+    return f"agent:{node.pool_id}:{node.node_id}"
+
+
+def reader_user(name: str) -> str:
+    if not _READER_NAME.match(name):
+        raise NatsAuthError(f"reader name {name!r}: use 1-64 of [A-Za-z0-9._-]")
+    return f"reader:{name}"
+
+
+def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
+    return Permissions(
+        publish=(
+            subjects.heartbeat(node.pool_id, node.node_id),
+            subjects.inventory(node.pool_id, node.node_id),
+        ),
+        subscribe=(subjects.inventory_request(node.pool_id, node.node_id),),
+        allow_responses=True,
+    )
+
+
+def coordinator_permissions(subjects: Subjects) -> Permissions:
+    p = subjects.prefix
+    return Permissions(
+        publish=(f"{p}.invreq.>", f"{p}.alert.>", "$JS.API.>"),
+        # JetStream API answers, and agents' inventory replies, arrive on its _INBOX.
+        subscribe=(f"{p}.hb.>", f"{p}.inv.>", "_INBOX.>"),
+    )
+
+
+def reader_permissions(subjects: Subjects, alert_stream: str) -> Permissions:
+    """Live alerts on core NATS, and the alert stream through JetStream consumers
+    (ephemeral or durable, push or pull), but no stream management and no publishing."""
+    s = alert_stream
+    return Permissions(
+        publish=(
+            "$JS.API.INFO",
+            "$JS.API.STREAM.NAMES",
+            f"$JS.API.STREAM.INFO.{s}",
+            f"$JS.API.STREAM.MSG.GET.{s}",
+            f"$JS.API.DIRECT.GET.{s}",
+            f"$JS.API.DIRECT.GET.{s}.>",
+            f"$JS.API.CONSUMER.CREATE.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.>",
+            f"$JS.API.CONSUMER.INFO.{s}.>",
+            f"$JS.API.CONSUMER.DELETE.{s}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.>",
+            f"$JS.API.CONSUMER.NAMES.{s}",
+            f"$JS.API.CONSUMER.LIST.{s}",
+            f"$JS.ACK.{s}.>",
+            f"$JS.FC.{s}.>",
+        ),
+        subscribe=(subjects.all_alerts, "_INBOX.>"),
+    )
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def bcrypt_hasher(cost: int = DEFAULT_BCRYPT_COST) -> Callable[[str], str]:
+    import bcrypt  # the coordinator extra; only the generator needs it
+
+    if not 4 <= cost <= 31:
+        raise NatsAuthError("bcrypt cost must be between 4 and 31")
+
+    def hash_password(password: str) -> str:
+        return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=cost)).decode()
+
+    return hash_password
+
+
+def build(
+    nodes: Iterable[AgentNode],
+    *,
+    alert_stream: str,
+    prefix: str = DEFAULT_PREFIX,
+    readers: Iterable[str] = (),
+    passwords: Mapping[str, str] | None = None,
+    rotate: Collection[str] = (),
+    hash_password: Callable[[str], str] | None = None,
+    make_password: Callable[[], str] = new_password,
+    listen: str = "0.0.0.0:4222",
+    store_dir: str | None = "/var/lib/nats/jetstream",
+) -> AuthBundle:
+    """Every user of a fleet with its password and permissions, and the server config.
+
+    Passwords in `passwords` (the previous run's) are kept, so regenerating after adding
+    a node touches no other host; users named in `rotate` (or `"all"`) get new ones.
+    Users not in the fleet any more are dropped, which revokes them.
+    """
+    subjects = Subjects(prefix)
+    hasher = hash_password or bcrypt_hasher()
+    users = [NatsUser(COORDINATOR_USER, "coordinator", coordinator_permissions(subjects))]
+    seen: set[str] = set()
+    for node in sorted(set(nodes)):
+        if node.node_id in seen:
+            raise NatsAuthError(f"node id {node.node_id!r} is listed in more than one pool")
+        seen.add(node.node_id)
+        users.append(NatsUser(agent_user(node), "agent", agent_permissions(subjects, node), node))
+    for name in sorted(set(readers)):
+        users.append(
+            NatsUser(reader_user(name), "reader", reader_permissions(subjects, alert_stream))
+        )
+    names = {u.name for u in users}
+    unknown = set(rotate) - names - {"all"}
+    if unknown:
+        raise NatsAuthError(f"cannot rotate {sorted(unknown)[0]!r}: no such user")
+    previous = passwords or {}
+    out: dict[str, str] = {}
+    changed: set[str] = set()
+    for user in users:
+        keep = previous.get(user.name)
+        if keep and user.name not in rotate and "all" not in rotate:
+            out[user.name] = keep
+        else:
+            out[user.name] = make_password()
+            changed.add(user.name)
+    authorization = render_authorization(users, {u.name: hasher(out[u.name]) for u in users})
+    server_config = render_server_config(listen=listen, store_dir=store_dir)
+    return AuthBundle(tuple(users), out, authorization, server_config, frozenset(changed))
+
+
+def _quote(value: str) -> str:
+    # JSON strings are valid NATS config strings, and quoting keeps '$' in bcrypt hashes
+    # and JetStream subjects from being read as variable references.
+    return json.dumps(value)
+
+
+def _list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(_quote(v) for v in values) + "]"
+
+
+AUTHORIZATION_FILE = "authorization.conf"
+
+
+def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -> str:
+    """The `authorization { users: [...] }` block: what a server config of your own can
+    `include` (the path is relative to the including file)."""
+    lines = [
+        "# gpufleet NATS users, written by `gpufleet nats-auth`: regenerate, do not edit.",
+        "# Passwords are bcrypt hashes; the clear ones are in passwords.json and creds/",
+        "# beside this file (keep those secret). Apply with `nats-server --signal reload`:",
+        "# clients whose password did not change stay connected.",
+        "authorization {",
+        "  users: [",
+    ]
+    for user in users:
+        perms = user.permissions
+        lines += [
+            "    {",
+            f"      user: {_quote(user.name)}",
+            f"      password: {_quote(hashes[user.name])}",
+            "      permissions: {",
+            f"        publish: {{ allow: {_list(perms.publish)} }}",
+            f"        subscribe: {{ allow: {_list(perms.subscribe)} }}",
+        ]
+        if perms.allow_responses:
+            lines.append("        allow_responses: true")
+        lines += ["      }", "    }"]
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+def render_server_config(
+    *, listen: str = "0.0.0.0:4222", store_dir: str | None = "/var/lib/nats/jetstream"
+) -> str:
+    """A whole single-server config around the users file. `store_dir=None` leaves the
+    JetStream store to the command line (`-sd`, as the embedded test server passes it).
+    Clusters and TLS: write your own and include the users file in it."""
+    jetstream = ["jetstream: enabled"]
+    if store_dir is not None:
+        jetstream = ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
+    return "\n".join(
+        [
+            "# nats-server configuration for gpufleet, written by `gpufleet nats-auth`.",
+            f"listen: {_quote(listen)}",
+            *jetstream,
+            f"include {_quote(AUTHORIZATION_FILE)}",
+            "",
+        ]
+    )
+
+
+def credentials_text(user: str, password: str) -> str:
+    return (
+        "# NATS credentials for gpufleet (written by `gpufleet nats-auth`); keep secret.\n"
+        f"user = {_quote(user)}\n"
+        f"password = {_quote(password)}\n"
+    )
+
+
+def parse_credentials(text: str, where: str = "credentials") -> tuple[str, str]:
+    """(user, password) from a credentials file written by `credentials_text`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise NatsAuthError(f"{where}: not a gpufleet credentials file: {exc}") from None
+    user, password = data.get("user"), data.get("password")
+    if not isinstance(user, str) or not user or not isinstance(password, str) or not password:
+        raise NatsAuthError(f"{where}: needs user and password strings")
+    return user, password
+
+
+def nodes_from_json(data: Any, group: str = ANSIBLE_AGENT_GROUP) -> list[AgentNode]:
+    """Nodes from `[{"poolId": …, "nodeId": …}]` (or `{"nodes": [...]}`), or from
+    `ansible-inventory --list` output: the hosts of `group`, with `gpufleet_agent_pool_id`
+    and `gpufleet_agent_node_id` (default: the inventory host name) from their vars."""
+    if isinstance(data, dict) and "_meta" in data:
+        hostvars = data["_meta"].get("hostvars", {})
+        hosts = _group_hosts(data, group)
+        out = []
+        for host in hosts:
+            hv = hostvars.get(host, {})
+            pool = hv.get("gpufleet_agent_pool_id")
+            if not isinstance(pool, str):
+                raise NatsAuthError(f"host {host}: gpufleet_agent_pool_id is not set")
+            out.append(AgentNode(pool, str(hv.get("gpufleet_agent_node_id") or host)))
+        return out
+    items = data.get("nodes") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise NatsAuthError('expected a list of {"poolId", "nodeId"} or ansible-inventory JSON')
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or not {"poolId", "nodeId"} <= set(item):
+            raise NatsAuthError(f"{item!r}: expected poolId and nodeId")
+        out.append(AgentNode(str(item["poolId"]), str(item["nodeId"])))
+    return out
+
+
+def _group_hosts(inventory: Mapping[str, Any], group: str) -> list[str]:
+    """Hosts of a group in `ansible-inventory --list` output, children included."""
+    if group not in inventory:
+        raise NatsAuthError(f"the inventory has no group {group!r}")
+    hosts: list[str] = []
+    stack, visited = [group], set()
+    while stack:
+        name = stack.pop()
+        if name in visited:
+            continue
+        visited.add(name)
+        entry = inventory.get(name, {})
+        hosts += entry.get("hosts", [])
+        stack += entry.get("children", [])
+    return sorted(set(hosts))
+
+
+def parse_node_arg(text: str) -> AgentNode:
+    pool, sep, node = text.partition(":")
+    if not sep:
+        raise NatsAuthError(f"{text!r} is not POOL_ID:NODE_ID")
+    return AgentNode(pool, node)
+
+
+# -- files: `gpufleet nats-auth` ----------------------------------------------------------
+
+
+def read_passwords(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise NatsAuthError(f"{path}: not JSON: {exc}") from None
+    passwords = data.get(ANSIBLE_PASSWORDS_VAR) if isinstance(data, dict) else None
+    if not isinstance(passwords, dict):
+        raise NatsAuthError(f"{path}: expected {{{ANSIBLE_PASSWORDS_VAR!r}: {{user: password}}}}")
+    return {str(k): str(v) for k, v in passwords.items()}
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a secret atomically, readable by its owner only from the first byte."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_bundle(out_dir: Path, bundle: AuthBundle) -> None:
+    """`authorization.conf` (the users), `nats-server.conf` (includes it),
+    `passwords.json` (an Ansible vars file: the roles read `gpufleet_nats_passwords`) and
+    `creds/<user>.creds`; stale creds files are removed."""
+    out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    creds_dir = out_dir / "creds"
+    creds_dir.mkdir(mode=0o700, exist_ok=True)
+    _write_private(out_dir / AUTHORIZATION_FILE, bundle.authorization)
+    _write_private(out_dir / "nats-server.conf", bundle.server_config)
+    doc = {ANSIBLE_PASSWORDS_VAR: dict(sorted(bundle.passwords.items()))}
+    _write_private(out_dir / "passwords.json", json.dumps(doc, indent=2) + "\n")
+    wanted = set()
+    for user in bundle.users:
+        wanted.add(user.creds_filename)
+        _write_private(creds_dir / user.creds_filename, bundle.credentials(user.name))
+    for stale in creds_dir.glob("*.creds"):
+        if stale.name not in wanted:
+            stale.unlink()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, type=Path, help="output directory (keep it secret)")
+    p.add_argument(
+        "--nodes",
+        action="append",
+        type=Path,
+        default=[],
+        help='JSON: [{"poolId", "nodeId"}] or `ansible-inventory --list` output',
+    )
+    p.add_argument("--node", action="append", default=[], metavar="POOL_ID:NODE_ID")
+    p.add_argument("--group", default=ANSIBLE_AGENT_GROUP, help="agent group in the inventory")
+    p.add_argument("--reader", action="append", default=[], help="a read-only alerts user")
+    p.add_argument("--subject-prefix", default=DEFAULT_PREFIX)
+    p.add_argument("--rotate", action="append", default=[], metavar="USER|all")
+    p.add_argument("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST)
+    p.add_argument("--listen", default="0.0.0.0:4222")
+    p.add_argument("--store-dir", default="/var/lib/nats/jetstream", help="JetStream store")
+
+
+def command(args: argparse.Namespace) -> int:
+    # Imported here: the bus imports this module (for the credentials format).
+    from coordinator.bus.alerts import stream_name
+
+    try:
+        nodes = [parse_node_arg(n) for n in args.node]
+        for path in args.nodes:
+            nodes += nodes_from_json(json.loads(path.read_text()), args.group)
+        previous = read_passwords(args.out / "passwords.json")
+        bundle = build(
+            nodes,
+            alert_stream=stream_name(args.subject_prefix),
+            prefix=args.subject_prefix,
+            readers=args.reader,
+            passwords=previous,
+            rotate=args.rotate,
+            hash_password=bcrypt_hasher(args.bcrypt_cost),
+            listen=args.listen,
+            store_dir=args.store_dir,
+        )
+        write_bundle(args.out, bundle)
+    except (NatsAuthError, ValueError, OSError) as exc:
+        print(f"gpufleet nats-auth: {exc}", file=sys.stderr)
+        return 2
+    agents = sum(1 for u in bundle.users if u.role == "agent")
+    dropped = sorted(set(previous) - set(bundle.passwords))
+    print(f"{agents} agents, {len(bundle.users) - agents - 1} readers, 1 coordinator")
+    print(f"new passwords: {', '.join(sorted(bundle.changed)) or 'none'}")
+    if dropped:
+        print(f"revoked: {', '.join(dropped)}")
+    print(f"wrote {args.out}/: {AUTHORIZATION_FILE}, nats-server.conf, passwords.json, creds/")
+    print("apply with `nats-server --signal reload`; then push credentials (site.yml)")
+    return 0

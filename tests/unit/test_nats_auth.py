@@ -1,0 +1,187 @@
+"""`coordinator.nats_auth`: per-agent permissions, password keeping and rotation, the
+credentials format both sides read, inventory parsing (from real `ansible-inventory`
+output) and `gpufleet nats-auth` writing files nats-server accepts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.config import ConfigError
+from agent.publisher import auth_options as agent_auth_options
+from coordinator.bus.connection import auth_options as coordinator_auth_options
+from coordinator.cli import run as cli_run
+from coordinator.embedded_nats import find_nats_server
+from coordinator.nats_auth import (
+    AgentNode,
+    AuthBundle,
+    NatsAuthError,
+    agent_user,
+    build,
+    credentials_text,
+    nodes_from_json,
+    parse_credentials,
+)
+from shared.ids import new_pool_id
+from shared.subjects import Subjects
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+POOL = new_pool_id()
+
+
+def fake_hash(password: str) -> str:
+    """Stands in for bcrypt (slow on purpose) where only the config's shape matters."""
+    return "$fake$" + hashlib.sha256(password.encode()).hexdigest()
+
+
+def make(
+    nodes: list[AgentNode],
+    passwords: dict[str, str] | None = None,
+    rotate: tuple[str, ...] = (),
+    readers: tuple[str, ...] = (),
+) -> AuthBundle:
+    return build(
+        nodes,
+        alert_stream="T_ALERTS",
+        prefix="t",
+        hash_password=fake_hash,
+        passwords=passwords,
+        rotate=rotate,
+        readers=readers,
+    )
+
+
+def test_an_agent_may_publish_and_subscribe_only_its_own_subjects() -> None:
+    a, b = AgentNode(POOL, "gpu01.rack2"), AgentNode(POOL, "gpu02")
+    bundle = build([a, b], alert_stream="T_ALERTS", prefix="t", hash_password=fake_hash)
+    users = {u.name: u for u in bundle.users}
+    s = Subjects("t")
+    perms = users[agent_user(a)].permissions
+    # The dotted node id is one subject token, as the agent publishes it.
+    assert perms.publish == (s.heartbeat(POOL, "gpu01.rack2"), s.inventory(POOL, "gpu01.rack2"))
+    assert perms.publish[0] == f"t.hb.{POOL}.gpu01%2Erack2"
+    assert perms.subscribe == (s.inventory_request(POOL, "gpu01.rack2"),)
+    assert not any("*" in p or ">" in p for p in perms.publish + perms.subscribe)
+    assert perms.allow_responses
+    coord = users["coordinator"].permissions
+    assert "t.hb.>" in coord.subscribe and "t.invreq.>" in coord.publish
+    assert "$JS.API.>" in coord.publish
+    conf = bundle.authorization
+    assert f'"t.hb.{POOL}.gpu02"' in conf
+    for pw in bundle.passwords.values():
+        assert fake_hash(pw) in conf
+    assert not any(pw in conf for pw in bundle.passwords.values())
+
+
+def test_regenerating_keeps_passwords_rotates_on_request_and_drops_removed_nodes() -> None:
+    a, b, c = AgentNode(POOL, "a"), AgentNode(POOL, "b"), AgentNode(POOL, "c")
+    first = make([a, b])
+    assert first.changed == {"coordinator", agent_user(a), agent_user(b)}
+    second = make([a, c], passwords=dict(first.passwords), rotate=(agent_user(a),))
+    old, new = first.passwords, second.passwords
+    assert new["coordinator"] == old["coordinator"]
+    assert new[agent_user(a)] != old[agent_user(a)]
+    assert agent_user(b) not in new
+    assert second.changed == {agent_user(a), agent_user(c)}
+    everything = make([a], passwords=dict(new), rotate=("all",))
+    assert all(everything.passwords[u] != new[u] for u in everything.passwords)
+    with pytest.raises(NatsAuthError, match="no such user"):
+        make([a], rotate=("agent:nope",))
+
+
+def test_bad_input_is_refused_with_the_node_named() -> None:
+    with pytest.raises(NatsAuthError, match="bad node"):
+        AgentNode(POOL, "bad node")
+    with pytest.raises(NatsAuthError, match="pool id"):
+        AgentNode("pool-1", "n1")
+    with pytest.raises(NatsAuthError, match="more than one pool"):
+        make([AgentNode(POOL, "n1"), AgentNode(new_pool_id(), "n1")])
+    with pytest.raises(NatsAuthError, match="reader name"):
+        make([], readers=("a b",))
+
+
+def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
+    creds = tmp_path / "a.creds"
+    creds.write_text(credentials_text('agent:p:"n"', 'pa"ss\\word'))
+    assert parse_credentials(creds.read_text()) == ('agent:p:"n"', 'pa"ss\\word')
+    expected = {"user": 'agent:p:"n"', "password": 'pa"ss\\word'}
+    assert agent_auth_options(creds) == expected
+    assert coordinator_auth_options(str(creds)) == expected
+    # A NATS JWT .creds file goes to nats-py as it is.
+    jwt = tmp_path / "nsc.creds"
+    jwt.write_text("-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n")
+    assert agent_auth_options(jwt) == {"user_credentials": str(jwt)}
+    assert coordinator_auth_options(str(jwt)) == {"user_credentials": str(jwt)}
+    junk = tmp_path / "junk"
+    junk.write_text("user = 1\n")
+    with pytest.raises(ConfigError, match="nats_creds"):
+        agent_auth_options(junk)
+    with pytest.raises(NatsAuthError, match="user and password"):
+        coordinator_auth_options(str(junk))
+
+
+def test_nodes_come_from_the_example_inventory_through_ansible_inventory(
+    tmp_path: Path,
+) -> None:
+    listed = subprocess.run(
+        [str(BIN / "ansible-inventory"), "-i", "inventory/example.yml", "--list"],
+        cwd=REPO / "ansible",
+        env={**os.environ, "ANSIBLE_HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path)},
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    nodes = nodes_from_json(json.loads(listed.stdout))
+    by_pool: dict[str, list[str]] = {}
+    for node in nodes:
+        by_pool.setdefault(node.pool_id, []).append(node.node_id)
+    assert sorted(len(v) for v in by_pool.values()) == [2, 2]
+    assert "gpu-h100-01.example.net" in {n.node_id for n in nodes}
+    plain = nodes_from_json({"nodes": [{"poolId": POOL, "nodeId": "x.y"}]})
+    assert plain == [AgentNode(POOL, "x.y")]
+
+
+def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -> None:
+    out = tmp_path / "auth"
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps([{"poolId": POOL, "nodeId": "gpu.1"}]))
+    argv = ["nats-auth", "--out", str(out), "--nodes", str(nodes), "--node", f"{POOL}:gpu2"]
+    assert cli_run([*argv, "--reader", "prom", "--bcrypt-cost", "4"], {}) == 0
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == [
+        "authorization.conf",
+        f"creds/agent-{POOL}-gpu.1.creds",
+        f"creds/agent-{POOL}-gpu2.creds",
+        "creds/coordinator.creds",
+        "creds/reader-prom.creds",
+        "nats-server.conf",
+        "passwords.json",
+    ]
+    for path in out.rglob("*"):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
+    checked = subprocess.run(
+        [find_nats_server(), "-t", "-c", str(out / "nats-server.conf")],
+        capture_output=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
+    passwords = json.loads((out / "passwords.json").read_text())["gpufleet_nats_passwords"]
+    # Dropping gpu2 revokes it and removes its file; the others keep their passwords.
+    assert (
+        cli_run([argv[0], "--out", str(out), "--nodes", str(nodes), "--bcrypt-cost", "4"], {}) == 0
+    )
+    again = json.loads((out / "passwords.json").read_text())["gpufleet_nats_passwords"]
+    assert again == {
+        k: v for k, v in passwords.items() if not k.endswith(":gpu2") and "reader" not in k
+    }
+    assert not (out / "creds" / f"agent-{POOL}-gpu2.creds").exists()
+    assert cli_run(["nats-auth", "--out", str(out), "--node", "nonsense"], {}) == 2

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.domain.model import COUNT_COLUMNS
+
 SHOWN = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node", "vcpu", "memoryGiB")
-COLUMNS = (
-    "total",
-    "allocatable",
-    "allocated",
-    "reserved",
-    "available",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
+COLUMNS = COUNT_COLUMNS
 _SHORT = {"allocatable": "alloc'ble", "provisioning": "prov", "maintenance": "maint"}
 
 

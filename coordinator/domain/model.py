@@ -39,6 +39,20 @@ BUCKETS: tuple[Bucket, ...] = (
 )
 
 
+# The counted columns of a rollup row, in the API's order.
+COUNT_COLUMNS: tuple[str, ...] = (
+    "total",
+    "allocatable",
+    "allocated",
+    "reserved",
+    "available",
+    "provisioning",
+    "unhealthy",
+    "maintenance",
+    "unreachable",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Tenant:
     tenant_id: str
@@ -132,36 +146,18 @@ class RollupRow:
     updated_at: int = 0
 
     def to_api(self) -> dict[str, int | str]:
-        return {
-            "resource": self.resource,
-            "total": self.total,
-            "allocatable": self.allocatable,
-            "allocated": self.allocated,
-            "reserved": self.reserved,
-            "available": self.available,
-            "provisioning": self.provisioning,
-            "unhealthy": self.unhealthy,
-            "maintenance": self.maintenance,
-            "unreachable": self.unreachable,
-            "updatedAt": self.updated_at,
-        }
+        return (
+            {"resource": self.resource}
+            | {c: getattr(self, c) for c in COUNT_COLUMNS}
+            | {"updatedAt": self.updated_at}
+        )
 
     def same_counts(self, other: RollupRow) -> bool:
         """Equal in every column but `updatedAt` (used to detect drift)."""
         return self.counts() == other.counts()
 
     def counts(self) -> tuple[int, ...]:
-        return (
-            self.total,
-            self.allocatable,
-            self.allocated,
-            self.reserved,
-            self.available,
-            self.provisioning,
-            self.unhealthy,
-            self.maintenance,
-            self.unreachable,
-        )
+        return tuple(getattr(self, c) for c in COUNT_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)

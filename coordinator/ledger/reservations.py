@@ -51,23 +51,28 @@ async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: in
         )
 
 
+async def _owned(conn: AsyncConnection, reservation_id: str, tenant_id: str) -> Reservation:
+    """The tenant's reservation; another tenant's is as absent as a missing one."""
+    rv = schema.reservations.c
+    row = (
+        await conn.execute(
+            select(schema.reservations).where(
+                (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
+            )
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"reservation {reservation_id} not found")
+    return reservation_from_row(row)
+
+
 class ReservationRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 
     async def get(self, reservation_id: str, tenant_id: str) -> Reservation:
-        rv = schema.reservations.c
         async with self._db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(schema.reservations).where(
-                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
-                    )
-                )
-            ).first()
-        if row is None:
-            raise NotFound(f"reservation {reservation_id} not found")
-        return reservation_from_row(row)
+            return await _owned(conn, reservation_id, tenant_id)
 
     async def page(
         self, tenant_id: str, pool_id: str | None, before: tuple[int, str] | None, limit: int
@@ -95,16 +100,7 @@ class ReservationRepo:
         """End a live reservation now; the rest of its time is free at once."""
         rv = schema.reservations.c
         async with self._db.transaction() as conn:
-            row = (
-                await conn.execute(
-                    select(schema.reservations).where(
-                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
-                    )
-                )
-            ).first()
-            if row is None:
-                raise NotFound(f"reservation {reservation_id} not found")
-            res = reservation_from_row(row)
+            res = await _owned(conn, reservation_id, tenant_id)
             if not res.live(now):
                 return res
             await conn.execute(
@@ -123,16 +119,7 @@ class ReservationRepo:
         """Extend the lease from now; None when the reservation has no lease or is over."""
         rv = schema.reservations.c
         async with self._db.transaction() as conn:
-            row = (
-                await conn.execute(
-                    select(schema.reservations).where(
-                        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
-                    )
-                )
-            ).first()
-            if row is None:
-                raise NotFound(f"reservation {reservation_id} not found")
-            res = reservation_from_row(row)
+            res = await _owned(conn, reservation_id, tenant_id)
             if res.lease_seconds is None or not res.live(now):
                 return None
             seconds = lease_seconds or res.lease_seconds

@@ -14,6 +14,7 @@ from sqlalchemy import ColumnElement, case, delete, distinct, func, literal, sel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.model import (
+    COUNT_COLUMNS,
     RESOURCES,
     AtomView,
     BookedUnits,
@@ -25,17 +26,7 @@ from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, roll
 from coordinator.ledger import schema
 from coordinator.ledger.snapshot import bump
 
-_COLUMNS = (
-    "total",
-    "allocatable",
-    "allocated",
-    "reserved",
-    "available",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
+_COLUMNS = COUNT_COLUMNS
 
 
 async def write_rollup(conn: AsyncConnection, pool_id: str, rows: Mapping[str, RollupRow]) -> None:

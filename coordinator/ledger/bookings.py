@@ -22,7 +22,7 @@ from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.errors import QuotaExceeded, Unavailable
 from coordinator.ledger import idempotency, schema
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
 from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
@@ -58,11 +58,6 @@ class Booked:
 class NotPlaced:
     placement: Placement
     preemptible: tuple[int, int] | None  # (spot reservations noticed, when it would start)
-
-
-async def _lock_pool(conn: AsyncConnection, pool_id: str) -> None:
-    if conn.dialect.name == "postgresql":
-        await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext($1))", (pool_id,))
 
 
 def booked_delta(
@@ -129,7 +124,7 @@ class BookingRepo:
         now: int,
         committed: list[tuple[int, list[HeldAtom], list[HeldScalar]]],
     ) -> Booked | NotPlaced | idempotency.Recorded:
-        await _lock_pool(conn, r.pool_id)
+        await lock_pool(conn, r.pool_id)
         found = await idempotency.lookup(conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest)
         if found is not None:
             return found

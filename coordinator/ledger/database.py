@@ -77,3 +77,11 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+async def lock_pool(conn: AsyncConnection, pool_id: str) -> None:
+    """Serialise writers of one pool's bookings and booked counts until the transaction
+    ends. PostgreSQL: an advisory lock; SQLite: `BEGIN IMMEDIATE` already admits one
+    writer at a time."""
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext($1))", (pool_id,))

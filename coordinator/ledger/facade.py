@@ -10,7 +10,7 @@ from coordinator.domain.model import RollupRow
 from coordinator.ledger import schema
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
@@ -55,5 +55,6 @@ class Ledger:
         drift = 0
         for pool_id in pool_ids:
             async with self.db.transaction() as conn:
+                await lock_pool(conn, pool_id)
                 drift += await rebuild_pool(conn, pool_id, now)
         return drift

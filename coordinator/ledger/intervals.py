@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.intervals import INTERVAL_MS, Interval, format_time, reservable_gb
 from coordinator.ledger import idempotency, schema
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -57,11 +57,6 @@ class IntervalReservation:
 @dataclass(frozen=True, slots=True)
 class Refused:
     failures: tuple[dict[str, Any], ...]
-
-
-async def _lock(conn: AsyncConnection, pool_id: str) -> None:
-    if conn.dialect.name == "postgresql":
-        await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext($1))", (pool_id,))
 
 
 async def usage(
@@ -134,7 +129,7 @@ class IntervalRepo:
         """All intervals or none. `seen_before` is what the request saw before taking the
         lock: an interval that fitted then but not now lost a race (`concurrent_write`)."""
         async with self._db.transaction() as conn:
-            await _lock(conn, pool_id)
+            await lock_pool(conn, pool_id)
             if key is not None:
                 found = await idempotency.lookup(conn, tenant_id, ENDPOINT, key, digest)
                 if found is not None:

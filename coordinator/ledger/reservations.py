@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -103,6 +103,7 @@ class ReservationRepo:
             res = await _owned(conn, reservation_id, tenant_id)
             if not res.live(now):
                 return res
+            await lock_pool(conn, res.pool_id)
             await conn.execute(
                 update(schema.reservations)
                 .where(rv.reservation_id == reservation_id)
@@ -169,7 +170,8 @@ class ReservationRepo:
                         replace(reservation_from_row(row), stored_state=state, ended_at=now)
                     )
             await bump(conn, pools, bookings=True)
-            for pool_id in pools:
+            for pool_id in sorted(pools):
+                await lock_pool(conn, pool_id)
                 await refresh_booked(conn, pool_id, now)
         return ended
 
@@ -195,6 +197,7 @@ class ReservationRepo:
     async def refresh_pools(self, pool_ids: Iterable[str], now: int) -> None:
         for pool_id in pool_ids:
             async with self._db.transaction() as conn:
+                await lock_pool(conn, pool_id)
                 await refresh_booked(conn, pool_id, now)
 
     async def booked_gpus(self, pool_id: str, start: int, end: int) -> list[tuple[str, int, int]]:

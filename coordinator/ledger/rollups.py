@@ -24,6 +24,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
 from coordinator.ledger import schema
+from coordinator.ledger.database import lock_pool
 from coordinator.ledger.snapshot import bump
 
 _COLUMNS = COUNT_COLUMNS
@@ -229,6 +230,9 @@ class NodeChange:
     async def settle(self, now: int) -> None:
         after = {v.node_id: v for v in await load_node_views(self._conn, node_ids=self._ids)}
         touched = {v.pool_id for v in after.values()} | {v.pool_id for v in self._before.values()}
+        # A rebuild writes absolute rows under the pool lock; deltas wait for it.
+        for pool_id in sorted(touched):
+            await lock_pool(self._conn, pool_id)
         await bump(self._conn, touched, nodes=True)
         for node_id in self._ids:
             old, new = self._before.get(node_id), after.get(node_id)

@@ -64,6 +64,12 @@ async def main() -> int:
             register_s = time.perf_counter() - t0
             warmup = 2 * window_s
             duration = warmup + window_s + 10
+            # Registering takes a while, and nodes silent meanwhile are rightly marked
+            # unreachable; judge only what happens once the whole fleet has been
+            # heartbeating for a window.
+            judged_from_ms = int(
+                (time.time() + window_s + c.tracker.recovery_hold_ms / 1000) * 1000
+            )
             sim = await asyncio.create_subprocess_exec(
                 sys.executable, str(HERE / "fleet_sim.py"), server.url, "det", pool,
                 "--nodes", str(a.nodes), "--interval", str(a.interval),
@@ -78,7 +84,11 @@ async def main() -> int:
             e = schema.node_events.c
             async with c.ledger.db.read() as conn:
                 events = (
-                    await conn.execute(select(e.node_id, e.at).where(e.kind == "node.unreachable"))
+                    await conn.execute(
+                        select(e.node_id, e.at).where(
+                            (e.kind == "node.unreachable") & (e.at >= judged_from_ms)
+                        )
+                    )
                 ).all()
             accepted = c.ingest.accepted["hb"]
     marked = {node: at for node, at in events}

@@ -174,6 +174,8 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
         body.node_id, body.maintenance, body.reason, by, now
     )
     if changed:
+        # A node back from maintenance may be what a waiting request needs.
+        ctx.services.capacity.notify()
         await ctx.services.alerts.publish(
             Alert(
                 alert_id=ulid(now),

@@ -387,3 +387,19 @@ async def test_a_gang_books_every_member_or_nothing(capi: Api, clocked: Coordina
     assert status == 409
     assert err["error"]["message"] == "needs 2 nodes in one rack, best rack b has 1"
     assert (await _gpu(capi, pool))["allocated"] == 16
+
+
+async def test_wait_for_a_node_to_come_back(capi: Api, clocked: Coordinator) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    await capi.ok("nodes.setMaintenance", {"nodeId": "n0", "maintenance": True, "reason": "x"})
+
+    async def back_soon() -> None:
+        await asyncio.sleep(0.3)
+        await capi.ok("nodes.setMaintenance", {"nodeId": "n0", "maintenance": False})
+
+    returner = asyncio.create_task(back_soon())
+    status, out = await capi.call(
+        "reservations.create", req(pool, "wn", 2, wait={"timeoutMs": 5000})
+    )
+    await returner
+    assert status == 200 and {a["nodeId"] for a in out["atoms"]} == {"n0"}

@@ -1,0 +1,82 @@
+"""The operator CLI against a running coordinator, and configuration errors that name
+the field (real subprocesses)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.app import Coordinator
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def gpufleet(coordinator: Coordinator, *args: str) -> Ran:
+    """Run the CLI without blocking the loop that serves the coordinator it calls."""
+    key = coordinator.settings.bootstrap_operator_key
+    assert key
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "gpufleet"), "--url", coordinator.url, "--key", key, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return Ran(proc.returncode, out.decode(), err.decode())
+
+
+async def test_operator_bootstrap_through_the_cli(coordinator: Coordinator) -> None:
+    c = coordinator
+    assert (await gpufleet(c, "tenant-create", "acme")).returncode == 0
+    assert (await gpufleet(c, "tenant-create", "globex")).returncode == 0
+    made = await gpufleet(c, "pool-create", "acme", "east", "--gpu-model", "H100")
+    pool = json.loads(made.stdout)["poolId"]
+    offered = await gpufleet(c, "pool-offer", "acme", pool, "globex")
+    assert json.loads(offered.stdout)["offeredTo"] == ["globex"]
+    key = json.loads((await gpufleet(c, "key-create", "globex")).stdout)["key"]
+    assert key.startswith("gpf_")
+    table = await gpufleet(c, "summary", "globex")
+    assert table.returncode == 0 and "pool east" in table.stdout and "owner=acme" in table.stdout
+    # Errors are the API's envelope on stderr and a non-zero exit.
+    dup = await gpufleet(c, "tenant-create", "acme")
+    assert dup.returncode == 1 and json.loads(dup.stderr)["error"]["code"] == "ALREADY_EXISTS"
+    bad = await gpufleet(c, "call", "capacity.summary", "{not json")
+    assert bad.returncode != 0 and "not JSON" in bad.stderr
+
+
+def test_coordinator_configuration_errors_name_the_field(tmp_path: Path) -> None:
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "gpufleet-coordinator"), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin"} | (env or {}),
+        )
+
+    out = run("--port", "70000")
+    assert out.returncode == 2 and "http_port" in out.stderr
+    out = run(env={"GPUFLEET_MISSES": "zero"})
+    assert out.returncode == 2 and "misses" in out.stderr
+    bad = tmp_path / "c.toml"
+    bad.write_text("[coordinator]\nsweep_interval_s = -1\n")
+    out = run("--config", str(bad))
+    assert out.returncode == 2 and "sweep_interval_s" in out.stderr
+    bad.write_text("[coordinator]\nnats_urll = 'x'\n")
+    out = run("--config", str(bad))
+    assert out.returncode == 2 and "nats_urll" in out.stderr
+    bad.write_text("not = [toml")
+    out = run("--config", str(bad))
+    assert out.returncode == 2 and "not valid TOML" in out.stderr
+    out = run("--config", str(tmp_path / "missing.toml"))
+    assert out.returncode == 2 and "cannot read" in out.stderr

@@ -258,12 +258,21 @@ class WindowHeld(Mapping[str, tuple[tuple[str, str, bool], ...]]):
         self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
 
     def _held(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
-        seen: dict[str, tuple[str, str, bool]] = {}
+        rows = self._cache.by_node.get(node_id)
+        if not rows:
+            return ()
+        start, end, ignore = self._start, self._end, self._ignore
         healthy = self._cache.healthy_atoms
-        for h in self._cache.by_node.get(node_id, ()):
-            if h.start < self._end and h.end > self._start and h.reservation_id not in self._ignore:
-                seen.setdefault(h.atom_id, (h.atom_id, h.cls, h.atom_id in healthy))
-        return tuple(seen.values())
+        out: list[tuple[str, str, bool]] = []
+        seen: set[str] = set()
+        for h in rows:
+            atom = h.atom_id
+            if h.start < end and h.end > start and atom not in seen:
+                if ignore and h.reservation_id in ignore:
+                    continue
+                seen.add(atom)
+                out.append((atom, h.cls, atom in healthy))
+        return tuple(out)
 
     def __getitem__(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
         return self._held(node_id)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,11 @@ from nats.aio.client import Client
 from agent.clock import Clock
 from agent.config import ConfigError
 from agent.state import AgentState
+from shared.credentials import CredentialsError, connect_options
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
 
 log = logging.getLogger(__name__)
-
-_JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
 
 
 def auth_options(creds: Path | None) -> dict[str, Any]:
@@ -47,18 +45,12 @@ def auth_options(creds: Path | None) -> dict[str, Any]:
         text = creds.read_text()
     except OSError as exc:
         raise ConfigError("nats_creds", f"cannot read {creds}: {exc.strerror or exc}") from None
-    if _JWT_CREDS_MARKER in text:
-        return {"user_credentials": str(creds)}
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        data = {}
-    user, password = data.get("user"), data.get("password")
-    if not isinstance(user, str) or not user or not isinstance(password, str) or not password:
+        return connect_options(text, str(creds), str(creds))
+    except CredentialsError:
         raise ConfigError(
             "nats_creds", f"{creds} is neither a NATS .creds file nor user/password TOML"
-        )
-    return {"user": user, "password": password}
+        ) from None
 
 
 @dataclass

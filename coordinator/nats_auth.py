@@ -11,10 +11,10 @@ Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Bec
 they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
 and keeps reconnect storms cheap: the server checks a hash on every connect.
 
-This module owns the credentials file format too (`user = "…"` / `password = "…"`,
-TOML); `coordinator.bus.connection` reads it with `parse_credentials`, and the agent's
-publisher reads the same two keys. A NATS JWT `.creds` file (decentralised auth, `nsc`)
-is accepted by both in its place.
+This module writes the credentials files (`user = "…"` / `password = "…"`, TOML);
+`shared/credentials.py` reads them, for the agent's publisher and the coordinator's bus
+alike. A NATS JWT `.creds` file (decentralised auth, `nsc`) is accepted by both in its
+place.
 
 Everything above the "files" section is pure: nodes in, text out.
 """
@@ -27,7 +27,6 @@ import os
 import re
 import secrets
 import sys
-import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,6 @@ from shared.subjects import DEFAULT_PREFIX, Subjects
 
 COORDINATOR_USER = "coordinator"
 DEFAULT_BCRYPT_COST = 6
-JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
 ANSIBLE_PASSWORDS_VAR = "gpufleet_nats_passwords"
 ANSIBLE_AGENT_GROUP = "gpufleet_agents"
 _READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -289,18 +287,6 @@ def credentials_text(user: str, password: str) -> str:
         f"user = {_quote(user)}\n"
         f"password = {_quote(password)}\n"
     )
-
-
-def parse_credentials(text: str, where: str = "credentials") -> tuple[str, str]:
-    """(user, password) from a credentials file written by `credentials_text`."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise NatsAuthError(f"{where}: not a gpufleet credentials file: {exc}") from None
-    user, password = data.get("user"), data.get("password")
-    if not isinstance(user, str) or not user or not isinstance(password, str) or not password:
-        raise NatsAuthError(f"{where}: needs user and password strings")
-    return user, password
 
 
 def nodes_from_json(data: Any, group: str = ANSIBLE_AGENT_GROUP) -> list[AgentNode]:

@@ -20,7 +20,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
-from coordinator.nats_auth import JWT_CREDS_MARKER, NatsAuthError, parse_credentials
+from coordinator.nats_auth import NatsAuthError
+from shared.credentials import CredentialsError, connect_options
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,10 @@ def auth_options(path: str | None) -> dict[str, Any]:
             text = fh.read()
     except OSError as exc:
         raise NatsAuthError(f"nats_credentials: cannot read {path}: {exc.strerror}") from None
-    if JWT_CREDS_MARKER in text:
-        return {"user_credentials": path}
-    user, password = parse_credentials(text, f"nats_credentials {path}")
-    return {"user": user, "password": password}
+    try:
+        return connect_options(text, path, f"nats_credentials {path}")
+    except CredentialsError as exc:
+        raise NatsAuthError(str(exc)) from None
 
 
 class Bus:

@@ -27,8 +27,8 @@ from coordinator.nats_auth import (
     build,
     credentials_text,
     nodes_from_json,
-    parse_credentials,
 )
+from shared.credentials import parse_credentials
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 

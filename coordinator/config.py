@@ -93,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", dest="database_url")
     parser.add_argument("--state-dir", dest="state_dir")
     parser.add_argument("--nats-url", dest="nats_url")
+    parser.add_argument(
+        "--nats-credentials", dest="nats_credentials", help="user/password TOML or .creds"
+    )
     parser.add_argument("--subject-prefix", dest="subject_prefix")
     parser.add_argument("--host", dest="http_host")
     parser.add_argument("--port", dest="http_port", type=int)

@@ -20,6 +20,7 @@ from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
+from coordinator.ledger.leadership import Leadership
 from coordinator.metrics import Metrics, Sources
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.nodestate import NodeStateService
@@ -41,6 +42,7 @@ class Coordinator:
     tracker: LivenessTracker
     http: HttpServer
     loops: Loops
+    leadership: Leadership
 
     @property
     def url(self) -> str:
@@ -75,6 +77,8 @@ async def running_coordinator(
         )
         alerts = AlertPublisher(bus, subjects)
         capacity = CapacitySignal()
+        leadership = Leadership(ledger.db)
+        stack.push_async_callback(leadership.close)
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
         nodes = NodeStateService(
@@ -86,6 +90,7 @@ async def running_coordinator(
             alerts,
             drop=lambda reason, subject: ingest_ref[0].drop(reason, subject),
             capacity=capacity,
+            is_leader=lambda: leadership.is_leader,
         )
         ingest = Ingest(subjects, nodes)
         ingest_ref.append(ingest)
@@ -98,14 +103,21 @@ async def running_coordinator(
         await bus.connect()
         stack.push_async_callback(bus.close)
         await alerts.setup(settings.alert_stream_max_msgs, settings.alert_stream_max_age_s)
-        # A queue group, so that N coordinator replicas share the heartbeat stream.
-        await bus.subscribe(subjects.all_heartbeats, ingest.on_message, queue="coordinators")
-        await bus.subscribe(subjects.all_inventories, ingest.on_message, queue="coordinators")
+        # Every replica sees every heartbeat (no queue group), so a follower's tracker is
+        # warm when it takes over; only the leader writes what the heartbeats imply.
+        await bus.subscribe(subjects.all_heartbeats, ingest.on_message)
+        await bus.subscribe(subjects.all_inventories, ingest.on_message)
+
+        await leadership.tick()
+
+        def lead() -> bool:
+            return leadership.is_leader
 
         loops = Loops()
-        loops.add("write-pending", 0.05, nodes.write_pending)
-        loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen)
-        loops.add("sweep", settings.sweep_interval_s, nodes.sweep)
+        loops.add("leadership", 1.0, leadership.tick)
+        loops.add("write-pending", 0.05, nodes.write_pending, when=lead)
+        loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen, when=lead)
+        loops.add("sweep", settings.sweep_interval_s, nodes.sweep, when=lead)
 
         drift_total = [0]
 
@@ -115,9 +127,11 @@ async def running_coordinator(
             if drift:
                 log.warning("rollup rebuild corrected %d drifted rows", drift)
 
-        loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild)
+        loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild, when=lead)
         reservation_clock = ReservationClock(ledger, clock, capacity)
-        loops.add("reservation-clock", settings.reservation_tick_s, reservation_clock.tick)
+        loops.add(
+            "reservation-clock", settings.reservation_tick_s, reservation_clock.tick, when=lead
+        )
         loops.start()
         stack.push_async_callback(loops.stop)
 
@@ -148,4 +162,4 @@ async def running_coordinator(
         await http.start()
         stack.push_async_callback(http.stop)
         log.info("coordinator API on http://%s:%d", settings.http_host, http.port)
-        yield Coordinator(settings, ledger, bus, ingest, nodes, tracker, http, loops)
+        yield Coordinator(settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership)

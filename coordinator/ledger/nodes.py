@@ -298,6 +298,14 @@ class NodeRepo:
             await change.settle(now)
         return node.pool_id, True
 
+    async def inventory_hashes(self, node_ids: Iterable[str]) -> dict[str, str]:
+        n = schema.nodes.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(n.node_id, n.inventory_hash).where(n.node_id.in_(list(node_ids)))
+            )
+            return {node_id: digest for node_id, digest in rows.all()}
+
     async def flush_last_seen(self, seen: dict[str, tuple[int, int]]) -> None:
         """One executemany for a batch of heartbeats: nodeId → (lastSeen, intervalMs)."""
         if not seen:

@@ -16,6 +16,8 @@ class LoopSpec:
     name: str
     interval_s: float
     body: Callable[[], Awaitable[None]]
+    # Runs the body only while this says so (the leader-only loops).
+    when: Callable[[], bool] | None = None
 
 
 class Loops:
@@ -24,13 +26,20 @@ class Loops:
         self._tasks: list[asyncio.Task[None]] = []
         self.failures: dict[str, int] = {}
 
-    def add(self, name: str, interval_s: float, body: Callable[[], Awaitable[None]]) -> None:
-        self._specs.append(LoopSpec(name, interval_s, body))
+    def add(
+        self,
+        name: str,
+        interval_s: float,
+        body: Callable[[], Awaitable[None]],
+        when: Callable[[], bool] | None = None,
+    ) -> None:
+        self._specs.append(LoopSpec(name, interval_s, body, when))
 
     async def _run(self, spec: LoopSpec) -> None:
         while True:
             try:
-                await spec.body()
+                if spec.when is None or spec.when():
+                    await spec.body()
             except asyncio.CancelledError:
                 raise
             except Exception:

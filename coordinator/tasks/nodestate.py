@@ -47,8 +47,12 @@ class NodeStateService:
         alerts: AlertSink,
         drop: Callable[[str, str], None],
         capacity: CapacitySignal | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.capacity = capacity or CapacitySignal()
+        self.is_leader = is_leader
+        # Inventories that arrived while another replica led (and probably wrote them).
+        self._seen_as_follower: set[str] = set()
         self.ledger = ledger
         self.tracker = tracker
         self.subjects = subjects
@@ -104,12 +108,39 @@ class NodeStateService:
 
     def on_inventory(self, inv: Inventory) -> None:
         self._inventories[inv.node_id] = inv
+        if not self.is_leader():
+            # The leader records it; a follower only keeps its tracker warm for takeover.
+            self._seen_as_follower.add(inv.node_id)
+            self._track(inv, self.clock.now_ms())
+
+    def _track(self, inv: Inventory, now: int) -> None:
+        node = self.tracker.nodes.get(inv.node_id)
+        if node is None:
+            node = NodeLiveness(inv.node_id, inv.pool_id, now, 5000)
+            self.tracker.nodes[inv.node_id] = node
+        node.pool_id = inv.pool_id
+        node.inventory_hash = inv.inventory_hash
+        node.health = inv.health.status
+        node.devices = frozenset(inv.devices)
+        node.provisioning = inv.provisioning
+        node.last_seen = now
 
     # -- loops -----------------------------------------------------------------------------
 
     async def write_pending(self) -> None:
         now = self.clock.now_ms()
         inventories, self._inventories = self._inventories, {}
+        if self._seen_as_follower:
+            # Just took over: what the old leader already recorded need not be redone.
+            stored = await self.ledger.nodes.inventory_hashes(self._seen_as_follower)
+            self._seen_as_follower.clear()
+            for node_id, digest in stored.items():
+                inv = inventories.get(node_id)
+                if inv is not None and inv.inventory_hash == digest:
+                    del inventories[node_id]
+                    node = self.tracker.nodes.get(node_id)
+                    if node is not None:
+                        node.inventory_hash = digest
         for inv in inventories.values():
             await self._apply_inventory(inv, now)
         came_back, self._came_back = self._came_back, {}
@@ -145,16 +176,7 @@ class NodeStateService:
             self._drop("unknown_pool", self.subjects.inventory(inv.pool_id, inv.node_id))
             return
         self._known_pools.add(inv.pool_id)
-        node = self.tracker.nodes.get(inv.node_id)
-        if node is None:
-            node = NodeLiveness(inv.node_id, inv.pool_id, now, 5000)
-            self.tracker.nodes[inv.node_id] = node
-        node.pool_id = inv.pool_id
-        node.inventory_hash = inv.inventory_hash
-        node.health = inv.health.status
-        node.devices = frozenset(inv.devices)
-        node.provisioning = inv.provisioning
-        node.last_seen = now
+        self._track(inv, now)
         for kind, reason in outcome.events:
             await self._alert(kind, inv.pool_id, inv.node_id, reason, now)
 

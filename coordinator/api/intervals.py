@@ -108,10 +108,13 @@ async def post_reservation(
     if isinstance(out, Refused):
         refused = {"error": "capacity_not_available", "intervals": list(out.failures)}
         if key is not None:
-            recorded = await idempotency.record_once(
-                services.ledger.db, who.tenant_id, "capacity.reservations", key, digest,
-                409, refused, now,
-            )  # fmt: skip
+            try:
+                recorded = await idempotency.record_once(
+                    services.ledger.db, who.tenant_id, "capacity.reservations", key, digest,
+                    409, refused, now,
+                )  # fmt: skip
+            except IdempotencyKeyConflict as exc:
+                return Answer(409, {"error": "idempotency_key_conflict", "message": exc.message})
             return Answer(recorded.status, recorded.response)
         return Answer(409, refused)
     services.capacity.notify()

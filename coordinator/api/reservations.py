@@ -111,25 +111,34 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
     Idempotent per idempotencyKey; QUOTA_EXCEEDED over quota; 409 CAPACITY_NOT_AVAILABLE
     with, per device request, what was asked, what could be had and why."""
     now = ctx.now()
-    request = BookingRequest(
-        tenant_id=body.tenant_id,
-        pool_id=body.pool_id,
-        project_id=body.project_id,
-        placement=body.placement(),
-        start=resolve_start(body, now),
-        duration_ms=body.duration_ms,
-        lease_seconds=body.lease_seconds,
-        resources=body.resources.as_dict() if body.resources else {},
-        gang=body.gang.model_dump(by_alias=True, exclude_none=True) if body.gang else None,
-        idempotency_key=body.idempotency_key,
-        digest=idempotency.body_hash(body.canonical()),
-        notice_ms=ctx.services.notice_ms,
-    )
+    digest = idempotency.body_hash(body.canonical())
+    placement = body.placement()
+
+    def request_at(at: int) -> BookingRequest:
+        # Recomputed for every attempt: a request that waited starts when it is placed.
+        return BookingRequest(
+            tenant_id=body.tenant_id,
+            pool_id=body.pool_id,
+            project_id=body.project_id,
+            placement=placement,
+            start=resolve_start(body, at),
+            duration_ms=body.duration_ms,
+            lease_seconds=body.lease_seconds,
+            resources=body.resources.as_dict() if body.resources else {},
+            gang=body.gang.model_dump(by_alias=True, exclude_none=True) if body.gang else None,
+            idempotency_key=body.idempotency_key,
+            digest=digest,
+            notice_ms=ctx.services.notice_ms,
+        )
+
+    request = request_at(now)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (body.wait.timeout_ms / 1000 if body.wait else 0)
     while True:
+        attempt_at = ctx.now()
+        request = request_at(attempt_at)
         try:
-            out = await ctx.ledger.bookings.create(request, ctx.now())
+            out = await ctx.ledger.bookings.create(request, attempt_at)
         except QuotaExceeded as exc:
             error = {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
             recorded = await idempotency.record_once(

@@ -50,17 +50,21 @@ class _NodeView:
         self.node = node
         self.free: list[AtomSlot] = []
         self.victims: dict[str, set[str]] = {}
-        self.any_held = False
+        # For whole nodes: is any atom, healthy or not, held by someone we may not preempt,
+        # and which spot reservations hold any of them.
+        self.blocked = False
+        self.all_victims: set[str] = set()
         for atom in node.atoms:
             holders = snap.atom_holders.get(atom.atom_id, ())
-            if holders:
-                self.any_held = True
-            if not atom.healthy:
-                continue
-            if any(not (ignore_spot and h.spot) for h in holders):
+            blocking = any(not (ignore_spot and h.spot) for h in holders)
+            spot = {h.reservation_id for h in holders if h.spot}
+            self.blocked |= blocking
+            self.all_victims |= spot
+            if not atom.healthy or blocking:
                 continue
             self.free.append(atom)
-            self.victims[atom.atom_id] = {h.reservation_id for h in holders if h.spot}
+            self.victims[atom.atom_id] = spot
+        self.pool_memory_free = snap.pool_free.get("memoryGiB")
         self.scalar_free: dict[str, int] = {}
         self.scalar_victims: dict[str, set[str]] = defaultdict(set)
         scalars = snap.scalar_holders.get(node.node_id, {})
@@ -123,19 +127,21 @@ def _eligible(node: NodeSlot, req: PlacementRequest) -> bool:
 def _fit(view: _NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | None, str]:
     node = view.node
     if req.whole_node:
-        healthy = sum(1 for a in node.atoms if a.healthy)
+        # Nothing else may hold any atom of it in the window, a faulty GPU included; it
+        # books every atom, so one that recovers mid-window is still its own.
         scalars_free = all(view.scalar_free[r] >= c for r, c in node.capacity.items())
-        if len(view.free) != healthy or not scalars_free:
+        if view.blocked or not scalars_free:
             return None, None, "node is partly booked in the window"
+        memory = node.capacity.get("memoryGiB", 0)
+        if view.pool_memory_free is not None and memory > view.pool_memory_free:
+            return None, None, "the pool's uncommitted memory is less than the node's"
         devices, index, reason = view.pick_devices(req)
         if devices is None:
             return None, index, reason
-        whole_victims = set().union(
-            *(view.victims[a.atom_id] for a in view.free), *view.scalar_victims.values()
-        )
+        whole_victims = view.all_victims.union(*view.scalar_victims.values())
         pick = NodePick(
             node.node_id,
-            tuple(view.free),
+            tuple(node.atoms),
             tuple(sorted(node.capacity.items())),
             score=round(1.0 / (1 + len(node.atoms)), 6),
             victims=frozenset(whole_victims),

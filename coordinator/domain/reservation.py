@@ -44,10 +44,12 @@ class Reservation:
     def state(self, now: int) -> str:
         if self.stored_state in TERMINAL:
             return self.stored_state
-        if self.preempt_at is not None:
+        # A notice or a lease only matters if it falls before the reservation's end.
+        if self.preempt_at is not None and self.preempt_at < self.end:
             return "noticed" if now < self.preempt_at else "preempted"
-        if self.lease_expires_at is not None and now >= self.lease_expires_at:
-            return "expired"
+        if self.lease_expires_at is not None and self.lease_expires_at < self.end:
+            if now >= self.lease_expires_at:
+                return "expired"
         if now < self.start:
             return "scheduled"
         if now < self.end:

@@ -138,17 +138,19 @@ class BookingRepo:
             preempting = place(r.placement, snap, ignore_spot=True)
             if not preempting.fits:
                 return NotPlaced(placement, None)
-            victims = preempting.victims
             preempt_at = now + r.notice_ms
             start = max(start, preempt_at)
             end = start + r.duration_ms
-            # The victims' bookings end at preemptAt; place again in the moved window.
-            snap = await self._snapshots.snapshot(
-                conn, r.pool_id, start, end, now, ignore_reservations=victims
-            )
+            # The request starts at preemptAt: place again in the moved window. Spot
+            # reservations that end before then need no notice; only those still
+            # holding what this placement takes get one.
+            snap = await self._snapshots.snapshot(conn, r.pool_id, start, end, now)
             placement = place(r.placement, snap)
             if not placement.fits:
-                return NotPlaced(placement, (len(victims), start))
+                placement = place(r.placement, snap, ignore_spot=True)
+                if not placement.fits:
+                    return NotPlaced(placement, (len(preempting.victims), start))
+                victims = frozenset().union(*(pick.victims for pick in placement.chosen))
         elif not placement.fits:
             return NotPlaced(placement, None)
         await self._check_quota(conn, r, placement, start, end)

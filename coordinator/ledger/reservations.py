@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Row, and_, case, or_, select, update
+from sqlalchemy import Row, and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
@@ -41,13 +41,16 @@ def reservation_from_row(row: Row[Any]) -> Reservation:
 
 
 async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: int) -> None:
-    """End the reservations' bookings at `at` (those not started yet end at their start)."""
+    """End the reservations' bookings at `at`: bookings not started by then are deleted
+    (a zero-length booking would still count in quotas, timelines and `reserved`), the
+    others cut short. The reservation row keeps the atoms it held."""
     for table in (schema.bookings, schema.scalar_bookings):
         c = table.c
         await conn.execute(
-            update(table)
-            .where(c.reservation_id.in_(reservation_ids) & (c.end > at))
-            .values(end=case((c.start > at, c.start), else_=at))
+            delete(table).where(c.reservation_id.in_(reservation_ids) & (c.start >= at))
+        )
+        await conn.execute(
+            update(table).where(c.reservation_id.in_(reservation_ids) & (c.end > at)).values(end=at)
         )
 
 
@@ -101,9 +104,11 @@ class ReservationRepo:
         rv = schema.reservations.c
         async with self._db.transaction() as conn:
             res = await _owned(conn, reservation_id, tenant_id)
+            await lock_pool(conn, res.pool_id)
+            # Read again under the lock: the clock may have ended it meanwhile.
+            res = await _owned(conn, reservation_id, tenant_id)
             if not res.live(now):
                 return res
-            await lock_pool(conn, res.pool_id)
             await conn.execute(
                 update(schema.reservations)
                 .where(rv.reservation_id == reservation_id)
@@ -134,27 +139,45 @@ class ReservationRepo:
 
     async def expire_and_preempt(self, now: int) -> list[Reservation]:
         """Persist what the clock decided: leases that ran out free their atoms, noticed
-        spot reservations become preempted. Returns the reservations that ended."""
+        spot reservations become preempted. Returns the reservations that ended.
+
+        The pools are locked first (sorted), as every booking writer does, so this
+        never deadlocks with a create or a release on PostgreSQL."""
         rv = schema.reservations.c
+        due_preempt = (
+            (rv.state == LIVE) & rv.preempt_at.is_not(None) & (rv.preempt_at <= now)
+            & (rv.end > rv.preempt_at)
+        )  # fmt: skip
+        due_expiry = (
+            (rv.state == LIVE) & rv.lease_expires_at.is_not(None)
+            & (rv.lease_expires_at <= now) & (rv.end > now)
+        )  # fmt: skip
+        async with self._db.read() as conn:
+            pools = (
+                await conn.execute(
+                    select(rv.pool_id).distinct().where(due_preempt | due_expiry)
+                )
+            ).scalars().all()  # fmt: skip
+        if not pools:
+            return []
         ended: list[Reservation] = []
         async with self._db.transaction() as conn:
-            expired = (
-                await conn.execute(
-                    select(schema.reservations).where(
-                        (rv.state == LIVE) & rv.lease_expires_at.is_not(None)
-                        & (rv.lease_expires_at <= now) & (rv.end > now)
-                    )
-                )
-            ).all()  # fmt: skip
+            for pool_id in sorted(pools):
+                await lock_pool(conn, pool_id)
+            in_pools = rv.pool_id.in_(pools)
             preempted = (
-                await conn.execute(
-                    select(schema.reservations).where(
-                        (rv.state == LIVE) & rv.preempt_at.is_not(None) & (rv.preempt_at <= now)
-                    )
-                )
+                await conn.execute(select(schema.reservations).where(in_pools & due_preempt))
             ).all()
-            pools: set[str] = set()
-            for rows, state in ((expired, "expired"), (preempted, "preempted")):
+            taken = {row.reservation_id for row in preempted}
+            expired = [
+                row
+                for row in (
+                    await conn.execute(select(schema.reservations).where(in_pools & due_expiry))
+                ).all()
+                if row.reservation_id not in taken
+            ]
+            touched: set[str] = set()
+            for rows, state in ((preempted, "preempted"), (expired, "expired")):
                 ids = [row.reservation_id for row in rows]
                 if not ids:
                     continue
@@ -165,13 +188,12 @@ class ReservationRepo:
                 )
                 await end_bookings(conn, ids, now)
                 for row in rows:
-                    pools.add(row.pool_id)
+                    touched.add(row.pool_id)
                     ended.append(
                         replace(reservation_from_row(row), stored_state=state, ended_at=now)
                     )
-            await bump(conn, pools, bookings=True)
-            for pool_id in sorted(pools):
-                await lock_pool(conn, pool_id)
+            await bump(conn, touched, bookings=True)
+            for pool_id in sorted(touched):
                 await refresh_booked(conn, pool_id, now)
         return ended
 

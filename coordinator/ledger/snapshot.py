@@ -31,6 +31,7 @@ from coordinator.domain.states import node_bucket
 from coordinator.ledger import schema
 
 _FAULTY = ("unhealthy", "unmonitored")
+KEEP_ENDED_MS = 5 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,9 @@ class SnapshotCache:
             cache.nodes_version = nodes_v
             self.reloads += 1
         if cache.bookings_version != bookings_v:
-            cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now)
+            # Keep bookings that ended a little before now: a request placed a moment
+            # after its `start` was fixed must still see them.
+            cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now - KEEP_ENDED_MS)
             cache.by_atom, cache.by_node = {}, {}
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v

@@ -403,3 +403,38 @@ async def test_wait_for_a_node_to_come_back(capi: Api, clocked: Coordinator) -> 
     )
     await returner
     assert status == 200 and {a["nodeId"] for a in out["atoms"]} == {"n0"}
+
+
+async def test_a_released_future_booking_frees_quota_timeline_and_reserved(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    await capi.ok("quotas.set", {"tenantId": "acme", "poolId": pool, "resource": "gpu", "limit": 8})
+    hour = T0 - T0 % 3_600_000
+    later = await capi.ok(
+        "reservations.create", req(pool, "f1", 8, start=hour + 7_200_000 + 600_000, duration="1h")
+    )
+    assert (await _gpu(capi, pool))["reserved"] == 8
+    await capi.ok(
+        "reservations.release", {"tenantId": "acme", "reservationId": later["reservationId"]}
+    )
+    gpu = await _gpu(capi, pool)
+    assert (gpu["reserved"], gpu["available"]) == (0, 8)
+    timeline = await capi.ok("capacity.timeline", {"tenantId": "acme", "poolId": pool})
+    assert all(b["booked"] == 0 for b in timeline["buckets"])
+    wider = req(pool, "f2", 8, start=hour + 7_200_000, duration="3h")
+    assert (await capi.call("reservations.create", wider))[0] == 200
+    assert await clocked.ledger.rebuild_all(T0) == 0
+
+
+async def test_a_spot_reservation_ending_before_the_notice_is_not_preempted(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool = await _pool(capi, clocked, nodes=1)
+    short = await capi.ok("reservations.create", req(pool, "s", 8, spot=True, duration=60))
+    regular = await capi.ok("reservations.create", req(pool, "r", 8))
+    assert regular["start"] == T0 + 120_000
+    got = await capi.ok(
+        "reservations.get", {"tenantId": "acme", "reservationId": short["reservationId"]}
+    )
+    assert got["state"] == "active" and "preemptAt" not in got

@@ -159,3 +159,18 @@ def test_node_profile_filter() -> None:
     assert place(replace(gpus(1), profile_id="std", profile_version=1), snap).fits
     failed = place(replace(gpus(1), profile_id="other"), snap)
     assert not failed.fits and "profile other" in (failed.reason or "")
+
+
+def test_a_whole_node_is_refused_while_anything_holds_even_a_faulty_gpu() -> None:
+    snap = PoolSnapshot((node("a", gpus=4, sick=(3,)),))
+    snap_held = book(snap, ["a:gpu:3"], "other")
+    assert not place(gpus(1, binding="node"), snap_held).fits
+    whole = place(gpus(1, binding="node"), snap)
+    # It takes every atom, the faulty one too, so nobody gets it if it recovers.
+    assert "a:gpu:3" in {a.atom_id for a in whole.candidates[0].atoms}
+
+
+def test_a_whole_node_needs_the_pools_uncommitted_memory() -> None:
+    snap = replace(PoolSnapshot((node("a", memory=1024),)), pool_free={"memoryGiB": 512})
+    failed = place(gpus(1, binding="node"), snap)
+    assert not failed.fits

@@ -90,13 +90,46 @@ class BookingRepo:
     ) -> tuple[Placement, tuple[int, int] | None]:
         async with self._db.read() as conn:
             snap = await self._snapshots.snapshot(conn, pool_id, start, end, now)
-        placement = place(req, snap)
-        if placement.fits or req.spot:
+            placement = place(req, snap)
+            if placement.fits or req.spot:
+                return placement, None
+            plan = await self._preempting(conn, pool_id, req, start, end - start, now, notice_ms)
+        if plan is None or not plan[0].fits:
             return placement, None
-        preempting = place(req, snap, ignore_spot=True)
-        if preempting.fits:
-            return placement, (len(preempting.victims), max(start, now + notice_ms))
-        return placement, None
+        _, victims, moved_start = plan
+        return placement, (len(victims), moved_start)
+
+    async def _preempting(
+        self,
+        conn: AsyncConnection,
+        pool_id: str,
+        req: PlacementRequest,
+        start: int,
+        duration_ms: int,
+        now: int,
+        notice_ms: int,
+    ) -> tuple[Placement, frozenset[str], int] | None:
+        """For a regular request that does not fit: where it would go if it started at
+        preemptAt and the spot reservations still holding what it takes were noticed.
+        None when even preempting every spot booking would not make room."""
+        first = place(
+            req,
+            await self._snapshots.snapshot(conn, pool_id, start, start + duration_ms, now),
+            ignore_spot=True,
+        )
+        if not first.fits:
+            return None
+        moved_start = max(start, now + notice_ms)
+        snap = await self._snapshots.snapshot(
+            conn, pool_id, moved_start, moved_start + duration_ms, now
+        )
+        # Spot reservations that end before preemptAt need no notice.
+        placement = place(req, snap)
+        if placement.fits:
+            return placement, frozenset(), moved_start
+        placement = place(req, snap, ignore_spot=True)
+        victims = frozenset().union(*(pick.victims for pick in placement.chosen))
+        return placement, victims, moved_start
 
     async def create(
         self, r: BookingRequest, now: int
@@ -135,22 +168,13 @@ class BookingRepo:
         victims: frozenset[str] = frozenset()
         preempt_at: int | None = None
         if not placement.fits and not r.placement.spot:
-            preempting = place(r.placement, snap, ignore_spot=True)
-            if not preempting.fits:
+            plan = await self._preempting(
+                conn, r.pool_id, r.placement, start, r.duration_ms, now, r.notice_ms
+            )
+            if plan is None or not plan[0].fits:
                 return NotPlaced(placement, None)
-            preempt_at = now + r.notice_ms
-            start = max(start, preempt_at)
-            end = start + r.duration_ms
-            # The request starts at preemptAt: place again in the moved window. Spot
-            # reservations that end before then need no notice; only those still
-            # holding what this placement takes get one.
-            snap = await self._snapshots.snapshot(conn, r.pool_id, start, end, now)
-            placement = place(r.placement, snap)
-            if not placement.fits:
-                placement = place(r.placement, snap, ignore_spot=True)
-                if not placement.fits:
-                    return NotPlaced(placement, (len(preempting.victims), start))
-                victims = frozenset().union(*(pick.victims for pick in placement.chosen))
+            placement, victims, start = plan
+            end, preempt_at = start + r.duration_ms, now + r.notice_ms
         elif not placement.fits:
             return NotPlaced(placement, None)
         await self._check_quota(conn, r, placement, start, end)

@@ -432,6 +432,8 @@ async def test_a_spot_reservation_ending_before_the_notice_is_not_preempted(
 ) -> None:
     pool = await _pool(capi, clocked, nodes=1)
     short = await capi.ok("reservations.create", req(pool, "s", 8, spot=True, duration=60))
+    preview = await capi.ok("capacity.preview", req(pool, "r", 8))
+    assert preview["preemptible"] == {"count": 0, "startsAt": T0 + 120_000}
     regular = await capi.ok("reservations.create", req(pool, "r", 8))
     assert regular["start"] == T0 + 120_000
     got = await capi.ok(

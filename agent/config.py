@@ -48,22 +48,9 @@ _TOP_KEYS = {
     "health",
 }
 _HEALTH_KEYS = {"recover_after_s", "xid_hold_s", "xid_faults", "xid_ignore"}
-# Env var → field; the env holds strings, converted like the file's values.
-_ENV_FIELDS = (
-    "node_id",
-    "pool_id",
-    "nats_url",
-    "nats_creds",
-    "subject_prefix",
-    "interval_s",
-    "simulate",
-    "sysfs_root",
-    "fault_file",
-    "log_level",
-    "provisioning",
-    "labels",
-    "sharing",
-)
+# Env var → field; the env holds strings, converted like the file's values. Profile and
+# health settings are file-only: they are tables or belong to the host's provisioning.
+_ENV_FIELDS = tuple(sorted(_TOP_KEYS - {"profile_id", "profile_version", "health"}))
 
 
 class ConfigError(ValueError):

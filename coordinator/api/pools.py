@@ -64,6 +64,13 @@ def _require_owner(ctx: CallContext, tenant_id: str, action: str) -> Pool:
     return pool
 
 
+async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> dict[str, Any]:
+    """The pool as it is after the owner's change."""
+    updated = await ctx.ledger.pools.get(pool_id)
+    assert updated is not None
+    return pool_out(updated, viewer)
+
+
 @REGISTRY.method(
     "pools.create", kind="write", permission="platform:admin", scope="platform",
     input=PoolCreateInput,
@@ -107,9 +114,7 @@ async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
     if await ctx.ledger.tenants.get(body.offer_to) is None:
         raise NotFound(f"tenant {body.offer_to!r} not found")
     await ctx.ledger.pools.offer(pool.pool_id, body.offer_to, ctx.now())
-    updated = await ctx.ledger.pools.get(pool.pool_id)
-    assert updated is not None
-    return pool_out(updated, body.tenant_id)
+    return await _reread(ctx, pool.pool_id, body.tenant_id)
 
 
 @REGISTRY.method(
@@ -120,9 +125,7 @@ async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any
     """Withdraw an offer (owner); the pool vanishes for that tenant at once."""
     pool = _require_owner(ctx, body.tenant_id, "unoffer")
     await ctx.ledger.pools.unoffer(pool.pool_id, body.offer_to)
-    updated = await ctx.ledger.pools.get(pool.pool_id)
-    assert updated is not None
-    return pool_out(updated, body.tenant_id)
+    return await _reread(ctx, pool.pool_id, body.tenant_id)
 
 
 @REGISTRY.method(
@@ -133,9 +136,7 @@ async def pools_archive(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
     """Archive a pool (owner): it stays visible to its owner only."""
     pool = _require_owner(ctx, body.tenant_id, "archive")
     await ctx.ledger.pools.archive(pool.pool_id)
-    updated = await ctx.ledger.pools.get(pool.pool_id)
-    assert updated is not None
-    return pool_out(updated, body.tenant_id)
+    return await _reread(ctx, pool.pool_id, body.tenant_id)
 
 
 # The same rows as capacity.byPool, under the pools module.

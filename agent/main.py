@@ -48,6 +48,8 @@ from shared.subjects import Subjects
 if TYPE_CHECKING:
     from agent.publisher import Publisher
 
+from shared.systemd import sd_notify
+
 log = logging.getLogger("agent")
 
 
@@ -114,20 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ProfileError, ImportError) as exc:
         print(f"gpufleet-agent: {exc}", file=sys.stderr)
         return 2
-
-
-def sd_notify(message: str, notify_socket: str | None) -> None:
-    """Tell systemd (Type=notify) about our state; a no-op outside systemd. Never fatal:
-    a lost notification must not take the agent down."""
-    if not notify_socket:
-        return
-    address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.connect(address)
-            sock.sendall(message.encode())
-    except OSError as exc:
-        log.warning("cannot notify systemd at %s: %s", notify_socket, exc)
 
 
 def _version() -> str:

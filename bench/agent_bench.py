@@ -25,7 +25,7 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.embedded_nats import EmbeddedNats
+from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 
 TICKS = os.sysconf("SC_CLK_TCK")

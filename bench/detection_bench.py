@@ -23,10 +23,10 @@ from sqlalchemy import select
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.app import running_coordinator
-from coordinator.cli import new_key
 from coordinator.config import CoordinatorSettings
-from coordinator.embedded_nats import EmbeddedNats
 from coordinator.ledger import schema
+from ops.cli import new_key
+from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 from shared.wire import Atom, Inventory, NodeHealth
 

@@ -29,9 +29,9 @@ import nats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.app import running_coordinator
-from coordinator.cli import new_key
 from coordinator.config import CoordinatorSettings
-from coordinator.embedded_nats import EmbeddedNats
+from ops.cli import new_key
+from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 from shared.wire import Heartbeat, Inventory, NodeHealth
 

@@ -7,25 +7,15 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from coordinator.app import running_coordinator
 from coordinator.config import ConfigError, CoordinatorSettings, settings_from_argv
+from shared.systemd import sd_notify
 
 log = logging.getLogger("gpufleet.coordinator")
-
-
-def sd_notify(message: str, notify_socket: str | None) -> None:
-    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
-    if not notify_socket:
-        return
-    address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.connect(address)
-        sock.sendall(message.encode())
 
 
 async def serve(settings: CoordinatorSettings, notify_socket: str | None) -> None:

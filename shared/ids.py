@@ -7,7 +7,6 @@ tenant and node ids are chosen by people and only validated here.
 from __future__ import annotations
 
 import os
-import re
 import time
 
 CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -18,10 +17,6 @@ POOL_ID_PATTERN = r"^pool_[0-9a-hjkmnp-tv-z]{26,52}$"
 PROJECT_ID_PATTERN = r"^prj_[0-9a-hjkmnp-tv-z]{26,52}$"
 RESERVATION_ID_PATTERN = r"^rsv_[0-9a-hjkmnp-tv-z]{26,52}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-
-_TENANT_RE = re.compile(TENANT_ID_PATTERN)
-_NODE_RE = re.compile(NODE_ID_PATTERN)
-_POOL_RE = re.compile(POOL_ID_PATTERN)
 
 
 def ulid(now_ms: int | None = None, randomness: bytes | None = None) -> str:
@@ -50,15 +45,3 @@ def new_project_id() -> str:
 
 def new_reservation_id() -> str:
     return "rsv_" + ulid()
-
-
-def is_tenant_id(value: str) -> bool:
-    return bool(_TENANT_RE.match(value))
-
-
-def is_node_id(value: str) -> bool:
-    return bool(_NODE_RE.match(value))
-
-
-def is_pool_id(value: str) -> bool:
-    return bool(_POOL_RE.match(value))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.embedded_nats import EmbeddedNats
 from coordinator.ledger import Ledger
+from ops.embedded_nats import EmbeddedNats
 
 PG_ADMIN_URL = os.environ.get(
     "GPUFLEET_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -25,7 +25,6 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "tenant": TENANT_PERMISSIONS,
     "operator": TENANT_PERMISSIONS | {"platform:admin"},
 }
-ROLES = frozenset(ROLE_PERMISSIONS)
 
 
 def bearer_key(authorization: str | None, x_api_key: str | None) -> str:

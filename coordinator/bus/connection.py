@@ -5,7 +5,7 @@ after that nats-py reconnects forever and tells us, so liveness can stop judging
 while we are the ones cut off.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
-`gpufleet nats-auth` writes (see `coordinator.nats_auth`).
+`gpufleet nats-auth` writes (see `ops.nats_auth`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
-from coordinator.nats_auth import NatsAuthError
 from shared.credentials import CredentialsError, connect_options
 
 log = logging.getLogger(__name__)
@@ -37,11 +36,8 @@ def auth_options(path: str | None) -> dict[str, Any]:
         with open(path) as fh:
             text = fh.read()
     except OSError as exc:
-        raise NatsAuthError(f"nats_credentials: cannot read {path}: {exc.strerror}") from None
-    try:
-        return connect_options(text, path, f"nats_credentials {path}")
-    except CredentialsError as exc:
-        raise NatsAuthError(str(exc)) from None
+        raise CredentialsError(f"nats_credentials: cannot read {path}: {exc.strerror}") from None
+    return connect_options(text, path, f"nats_credentials {path}")
 
 
 class Bus:

@@ -19,16 +19,6 @@ from shared.wire import MAX_HEARTBEAT_BYTES, MAX_INVENTORY_BYTES, Heartbeat, Inv
 
 log = logging.getLogger(__name__)
 
-DROP_REASONS = (
-    "too_large",
-    "bad_subject",
-    "not_json",
-    "bad_schema",
-    "subject_mismatch",
-    "unknown_pool",
-    "internal",
-)
-
 
 class IngestSink(Protocol):
     def on_heartbeat(self, hb: Heartbeat) -> None: ...

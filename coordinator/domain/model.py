@@ -152,10 +152,6 @@ class RollupRow:
             | {"updatedAt": self.updated_at}
         )
 
-    def same_counts(self, other: RollupRow) -> bool:
-        """Equal in every column but `updatedAt` (used to detect drift)."""
-        return self.counts() == other.counts()
-
     def counts(self) -> tuple[int, ...]:
         return tuple(getattr(self, c) for c in COUNT_COLUMNS)
 

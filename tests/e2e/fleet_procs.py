@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from coordinator.cli import new_key
-from coordinator.client import ApiClient
-from coordinator.embedded_nats import free_port
+from ops.cli import new_key
+from ops.client import ApiClient
+from ops.embedded_nats import free_port
 
 BIN = Path(sys.executable).parent
 

@@ -30,8 +30,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from coordinator.bus.alerts import stream_name
-from coordinator.embedded_nats import EmbeddedNats
-from coordinator.nats_auth import AgentNode, agent_user, bcrypt_hasher, build, write_bundle
+from ops.embedded_nats import EmbeddedNats
+from ops.nats_auth import AgentNode, agent_user, bcrypt_hasher, build, write_bundle
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import new_key
-from coordinator.client import ApiClient, ApiError
-from coordinator.embedded_nats import EmbeddedNats, free_port
+from ops.cli import new_key
+from ops.client import ApiClient, ApiError
+from ops.embedded_nats import EmbeddedNats, free_port
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.client import ApiClient, ApiError
-from coordinator.embedded_nats import EmbeddedNats
+from ops.client import ApiClient, ApiError
+from ops.embedded_nats import EmbeddedNats
 from tests.e2e.fleet_procs import Fleet, stop, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.cli import new_key
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import FakeClock
+from ops.cli import new_key
 
 
 @dataclass

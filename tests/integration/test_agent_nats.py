@@ -29,7 +29,7 @@ from agent.publisher import Publisher
 from agent.reader import NvmlReader
 from agent.simulated import SimulatedNvml
 from agent.sysfs import read_host
-from coordinator.embedded_nats import EmbeddedNats, free_port
+from ops.embedded_nats import EmbeddedNats, free_port
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory

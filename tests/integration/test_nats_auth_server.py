@@ -22,8 +22,8 @@ from agent.config import load_settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
 from coordinator.bus.alerts import stream_name
-from coordinator.embedded_nats import EmbeddedNats, find_nats_server, free_port
-from coordinator.nats_auth import (
+from ops.embedded_nats import EmbeddedNats, find_nats_server, free_port
+from ops.nats_auth import (
     AgentNode,
     AuthBundle,
     agent_user,

@@ -1,4 +1,4 @@
-"""`coordinator.nats_auth`: per-agent permissions, password keeping and rotation, the
+"""`ops.nats_auth`: per-agent permissions, password keeping and rotation, the
 credentials format both sides read, inventory parsing (from real `ansible-inventory`
 output) and `gpufleet nats-auth` writing files nats-server accepts."""
 
@@ -17,9 +17,9 @@ import pytest
 from agent.config import ConfigError
 from agent.publisher import auth_options as agent_auth_options
 from coordinator.bus.connection import auth_options as coordinator_auth_options
-from coordinator.cli import run as cli_run
-from coordinator.embedded_nats import find_nats_server
-from coordinator.nats_auth import (
+from ops.cli import run as cli_run
+from ops.embedded_nats import find_nats_server
+from ops.nats_auth import (
     AgentNode,
     AuthBundle,
     NatsAuthError,
@@ -28,7 +28,7 @@ from coordinator.nats_auth import (
     credentials_text,
     nodes_from_json,
 )
-from shared.credentials import parse_credentials
+from shared.credentials import CredentialsError, parse_credentials
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 
@@ -124,7 +124,7 @@ def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Pat
     junk.write_text("user = 1\n")
     with pytest.raises(ConfigError, match="nats_creds"):
         agent_auth_options(junk)
-    with pytest.raises(NatsAuthError, match="user and password"):
+    with pytest.raises(CredentialsError, match="user and password"):
         coordinator_auth_options(str(junk))
 
 

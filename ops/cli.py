@@ -14,10 +14,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coordinator import nats_auth
-from coordinator.client import ApiClient, ApiError
-from coordinator.demo import DemoSettings, run_demo
-from coordinator.table import render_summary
+from ops import nats_auth
+from ops.client import ApiClient, ApiError
+from ops.demo import DemoSettings, run_demo
+from ops.table import render_summary
 from shared.ids import CROCKFORD
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from coordinator.client import ApiClient, ApiError
-from coordinator.embedded_nats import EmbeddedNats, free_port
-from coordinator.table import render_summary
+from ops.client import ApiClient, ApiError
+from ops.embedded_nats import EmbeddedNats, free_port
+from ops.table import render_summary
 from shared.ids import CROCKFORD
 
 # (node id, pool key, host profile)

@@ -8,7 +8,6 @@ once NATS is connected and the first inventory is out, and STOPPING=1 when told 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -21,84 +20,32 @@ import uuid
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent.clock import Clock, SystemClock
-from agent.config import (
-    ConfigError,
-    Settings,
-    environment,
-    load_settings,
-    parse_labels,
-    parse_share,
-)
+from agent.config import Settings
 from agent.fake_sysfs import build_tree
 from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
-from agent.nvml import NvmlLike, real_nvml
-from agent.poller import Poller
+from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
-from agent.reader import NvmlReader
 from agent.sysfs import read_host
 from agent.xid import XidTable
-from agent.xid_watch import XidWatcher
+from shared.settings import ConfigError, load
 from shared.subjects import Subjects
+from shared.systemd import sd_notify
 
 if TYPE_CHECKING:
+    from agent.poller import Poller
     from agent.publisher import Publisher
-
-from shared.systemd import sd_notify
 
 log = logging.getLogger("agent")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpufleet-agent",
-        description="Inventory and health of one GPU host, published to NATS.",
-    )
-    p.add_argument("--config", type=Path, help="TOML config file (env GPUFLEET_CONFIG)")
-    p.add_argument("--pool-id", dest="pool_id")
-    p.add_argument("--node-id", dest="node_id", help="default: the host name")
-    p.add_argument("--nats-url", dest="nats_url", help="comma-separated server URLs")
-    p.add_argument("--nats-creds", dest="nats_creds", type=Path, help="NATS credentials file")
-    p.add_argument("--subject-prefix", dest="subject_prefix")
-    p.add_argument("--interval", dest="interval_s", type=float, help="seconds between polls")
-    p.add_argument("--simulate", help="host profile name or .toml path: simulated NVML")
-    p.add_argument("--sysfs-root", dest="sysfs_root", help="root of sys/ and proc/ trees")
-    p.add_argument("--fault-file", dest="fault_file", type=Path, help="simulated faults (JSON)")
-    p.add_argument("--label", dest="labels", action="append", default=None, metavar="K=V")
-    p.add_argument(
-        "--share",
-        dest="sharing",
-        action="append",
-        default=None,
-        metavar="GPUS:MODE:N",
-        help="offer GPUs as N slots, e.g. all:timeslice:4 or 0,1:mps:2",
-    )
-    p.add_argument("--provisioning", action="store_const", const=True, default=None)
-    p.add_argument("--log-level", dest="log_level")
-    return p
-
-
-def settings_from_args(argv: Sequence[str] | None) -> Settings:
-    args = build_parser().parse_args(argv)
-    flags: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if k not in ("config", "labels", "sharing")
-    }
-    if args.labels is not None:
-        flags["labels"] = parse_labels(args.labels)
-    if args.sharing is not None:
-        flags["sharing"] = [parse_share(s) for s in args.sharing]
-    env = environment()
-    config = args.config or (Path(env["GPUFLEET_CONFIG"]) if env.get("GPUFLEET_CONFIG") else None)
-    return load_settings(flags, env, config)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        settings = settings_from_args(argv)
+        settings = load(Settings, argv, os.environ)
     except ConfigError as exc:
         print(f"gpufleet-agent: config error: {exc}", file=sys.stderr)
         return 2
@@ -113,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:  # the credentials file, read when the publisher starts
         print(f"gpufleet-agent: config error: {exc}", file=sys.stderr)
         return 2
-    except (ProfileError, ImportError) as exc:
+    except (ProfileError, NvmlMissing) as exc:
         print(f"gpufleet-agent: {exc}", file=sys.stderr)
         return 2
 
@@ -162,6 +109,12 @@ async def run(
 ) -> int:
     from agent.publisher import Publisher  # after main() decided what nats-py may import
 
+    real_nvml()  # NvmlMissing, with the fix, before anything imports pynvml
+    # The NVML-facing modules import pynvml at their top; only now may they be loaded.
+    from agent.poller import Poller
+    from agent.reader import NvmlReader
+    from agent.xid_watch import XidWatcher
+
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     boot_id = uuid.uuid4().hex
@@ -174,7 +127,7 @@ async def run(
         boot_id=boot_id,
         interval_s=settings.interval_s,
         clock=clock,
-        creds=settings.nats_creds,
+        creds=settings.nats_credentials,
         on_ready=lambda: sd_notify("READY=1", notify_socket),
     )
     with _host_sources(settings) as (nvml, profile, root):
@@ -187,7 +140,7 @@ async def run(
             agent_version=_version(),
             profile_id=settings.profile_id or (profile.id if profile else None),
             profile_version=settings.profile_version or (profile.version if profile else None),
-            labels=settings.labels,
+            labels=settings.label_pairs,
             provisioning=settings.provisioning,
         )
         h = settings.health
@@ -202,7 +155,7 @@ async def run(
                 recover_after_s=h.recover_after_s,
                 xid_hold_s=h.xid_hold_s,
             ),
-            sharing=settings.sharing,
+            sharing=settings.sharing_rules,
             watcher=watcher,
         )
         log.info(

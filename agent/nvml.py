@@ -1,9 +1,10 @@
 """The NVML seam: the subset of pynvml the agent calls, as a Protocol, and the real module.
 
-Production passes the `pynvml` module itself (nvidia-ml-py); tests and GPU-less hosts pass
-`agent.simulated.SimulatedNvml`, which implements the same names and raises the same
-pynvml exception classes. Nothing above this seam knows which one it talks to. Handles
-are opaque objects: only the implementation that made one may interpret it.
+Production passes the `pynvml` module itself (nvidia-ml-py, from `real_nvml()`); tests
+and GPU-less hosts pass `agent.simulated.SimulatedNvml`, which implements the same names
+and raises the same pynvml exception classes. Nothing above this seam knows which one it
+talks to. Handles are opaque objects: only the implementation that made one may
+interpret it.
 """
 
 from __future__ import annotations
@@ -67,9 +68,19 @@ class NvmlLike(Protocol):
     def nvmlEventSetFree(self, eventSet: Any) -> None: ...
 
 
-def real_nvml() -> NvmlLike:
-    """The real pynvml module. Raises ImportError when nvidia-ml-py is not installed;
-    a missing libnvidia-ml.so only shows when `nvmlInit` is called."""
-    import pynvml
+class NvmlMissing(ImportError):
+    """nvidia-ml-py is not installed: the agent cannot read GPUs, real or simulated."""
 
+
+def real_nvml() -> NvmlLike:
+    """The real pynvml module, imported here and not at any module's top, so that a host
+    without nvidia-ml-py gets this message instead of a traceback. A missing
+    libnvidia-ml.so only shows when `nvmlInit` is called."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlMissing(
+            f"the NVML binding is missing ({exc}): install nvidia-ml-py, "
+            "e.g. pip install 'gpufleet[agent]'"
+        ) from None
     return cast(NvmlLike, pynvml)

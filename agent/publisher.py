@@ -11,7 +11,7 @@ connection gets that. Every network wait has a timeout. If polling stalls (NVML 
 hang when a GPU falls off the bus), heartbeats keep flowing but report the node
 `unmonitored` instead of repeating a stale "healthy".
 
-`nats_creds` is either a NATS JWT `.creds` file (decentralised auth) or the
+`nats_credentials` is either a NATS JWT `.creds` file (decentralised auth) or the
 user/password file that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`).
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 from nats.aio.client import Client
 
 from agent.clock import Clock
-from agent.config import ConfigError
 from agent.state import AgentState
 from shared.credentials import CredentialsError, connect_options
+from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
 
@@ -44,12 +44,14 @@ def auth_options(creds: Path | None) -> dict[str, Any]:
     try:
         text = creds.read_text()
     except OSError as exc:
-        raise ConfigError("nats_creds", f"cannot read {creds}: {exc.strerror or exc}") from None
+        raise ConfigError(
+            "nats_credentials", f"cannot read {creds}: {exc.strerror or exc}"
+        ) from None
     try:
         return connect_options(text, str(creds), str(creds))
     except CredentialsError:
         raise ConfigError(
-            "nats_creds", f"{creds} is neither a NATS .creds file nor user/password TOML"
+            "nats_credentials", f"{creds} is neither a NATS .creds file nor user/password TOML"
         ) from None
 
 

@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.config import load_settings
+from agent.config import Settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
 from coordinator.bus.alerts import stream_name
@@ -203,17 +203,14 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             await reader.subscribe(SUBJECTS.all_alerts, cb=live.add)
             await reader.flush()
 
-            agent = load_settings(
-                {
-                    "pool_id": POOL,
-                    "node_id": NODE_A.node_id,
-                    "nats_url": secured.server.url,
-                    "nats_creds": str(secured.creds_file(agent_user(NODE_A))),
-                    "subject_prefix": PREFIX,
-                    "simulate": "l40s-pcie-4",
-                    "interval_s": 0.2,
-                },
-                {},
+            agent = Settings(
+                pool_id=POOL,
+                node_id=NODE_A.node_id,
+                nats_url=secured.server.url,
+                nats_credentials=secured.creds_file(agent_user(NODE_A)),
+                subject_prefix=PREFIX,
+                simulate="l40s-pcie-4",
+                interval_s=0.2,
             )
             agent_task = asyncio.create_task(run_agent(agent, stop, install_signals=False))
             key = settings.bootstrap_operator_key

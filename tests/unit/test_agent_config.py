@@ -1,4 +1,4 @@
-"""Settings: file < env < flags, validation naming the field, the CLI's exit code."""
+"""Agent settings: file < env < flags, validation naming the field, the CLI's exit code."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, load_settings
+from agent.config import Settings
 from agent.inventory import SharingRule
-from agent.main import main, settings_from_args
+from agent.main import main
 from shared.ids import new_pool_id
+from shared.settings import ConfigError, load
 
 POOL = new_pool_id()
 
@@ -21,16 +22,16 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults() -> None:
-    s = load_settings({"pool_id": POOL, "node_id": "n1"}, {})
+    s = load(Settings, ["--pool-id", POOL, "--node-id", "n1"], {})
     assert s.nats_url == "nats://127.0.0.1:4222"
     assert s.subject_prefix == "gpufleet" and s.interval_s == 5.0
-    assert s.sysfs_root == Path("/") and s.simulate is None and s.labels == ()
+    assert s.sysfs_root == Path("/") and s.simulate is None and s.label_pairs == ()
 
 
 def test_node_id_defaults_to_hostname() -> None:
     import socket
 
-    s = load_settings({"pool_id": POOL}, {})
+    s = load(Settings, ["--pool-id", POOL], {})
     assert s.node_id == socket.gethostname()
 
 
@@ -44,12 +45,14 @@ def test_flags_win_over_env_over_file(tmp_path: Path) -> None:
         "GPUFLEET_NODE_ID": "env",
         "GPUFLEET_INTERVAL_S": "3",
         "GPUFLEET_LABELS": "zone=z-env,row=7",
+        "GPUFLEET_HEALTH__XID_HOLD_S": "9",
     }
-    s = load_settings({"node_id": "flag", "labels": {"row": "8"}}, env, cfg)
+    s = load(Settings, ["--config", str(cfg), "--node-id", "flag", "--label", "row=8"], env)
     assert s.node_id == "flag"
     assert s.interval_s == 3.0
     assert s.subject_prefix == "f"
-    assert dict(s.labels) == {"rack": "r-file", "zone": "z-env", "row": "8"}
+    assert s.labels == {"rack": "r-file", "zone": "z-env", "row": "8"}
+    assert s.health.xid_hold_s == 9
 
 
 def test_sharing_and_health_from_file(tmp_path: Path) -> None:
@@ -60,8 +63,8 @@ def test_sharing_and_health_from_file(tmp_path: Path) -> None:
         '[[sharing]]\ngpus = "all"\nmode = "timeslice"\nreplicas = 2\n'
         "[health]\nrecover_after_s = 5\nxid_faults = [31]\nxid_ignore = [63]\n",
     )
-    s = load_settings({}, {}, cfg)
-    assert s.sharing == (
+    s = load(Settings, ["--config", str(cfg)], {})
+    assert s.sharing_rules == (
         SharingRule(gpus=("0", "GPU-x"), mode="mps", replicas=3),
         SharingRule(gpus=("all",), mode="timeslice", replicas=2),
     )
@@ -69,54 +72,72 @@ def test_sharing_and_health_from_file(tmp_path: Path) -> None:
     assert s.health.xid_ignore == (63,)
 
 
+BASE = ["--pool-id", POOL, "--node-id", "n"]
+
+
 @pytest.mark.parametrize(
-    ("flags", "env", "field"),
+    ("argv", "env", "field"),
     [
-        ({}, {}, "pool_id"),
-        ({"pool_id": "pool_NOPE"}, {}, "pool_id"),
-        ({"pool_id": POOL, "node_id": "bad id"}, {}, "node_id"),
-        ({"pool_id": POOL, "node_id": "n"}, {"GPUFLEET_INTERVAL_S": "fast"}, "interval_s"),
-        ({"pool_id": POOL, "node_id": "n", "interval_s": 0.01}, {}, "interval_s"),
-        ({"pool_id": POOL, "node_id": "n", "nats_url": "http://x"}, {}, "nats_url"),
-        ({"pool_id": POOL, "node_id": "n", "subject_prefix": "a b"}, {}, "subject_prefix"),
-        ({"pool_id": POOL, "node_id": "n", "sysfs_root": "/nonexistent"}, {}, "sysfs_root"),
-        ({"pool_id": POOL, "node_id": "n", "nats_creds": "/nonexistent"}, {}, "nats_creds"),
-        ({"pool_id": POOL, "node_id": "n", "log_level": "LOUD"}, {}, "log_level"),
-        ({"pool_id": POOL, "node_id": "n"}, {"GPUFLEET_SHARING": "all:cuda:2"}, "sharing[0].mode"),
-        ({"pool_id": POOL, "node_id": "n"}, {"GPUFLEET_LABELS": "novalue"}, "labels"),
-        ({"pool_id": POOL, "node_id": "n", "labels": {"bad key": "v"}}, {}, "labels.bad key"),
+        ([], {}, "pool_id"),
+        (["--pool-id", "pool_NOPE"], {}, "pool_id"),
+        (["--pool-id", POOL, "--node-id", "bad id"], {}, "node_id"),
+        (BASE, {"GPUFLEET_INTERVAL_S": "fast"}, "interval_s"),
+        ([*BASE, "--interval", "0.01"], {}, "interval_s"),
+        ([*BASE, "--nats-url", "http://x"], {}, "nats_url"),
+        ([*BASE, "--subject-prefix", "a b"], {}, "subject_prefix"),
+        ([*BASE, "--sysfs-root", "/nonexistent"], {}, "sysfs_root"),
+        ([*BASE, "--nats-credentials", "/nonexistent"], {}, "nats_credentials"),
+        (BASE, {"GPUFLEET_NATS_CREDS": "/nonexistent"}, "nats_credentials"),
+        (BASE, {"GPUFLEET_LOG_LEVEL": "LOUD"}, "log_level"),
+        (BASE, {"GPUFLEET_SHARING": "all:cuda:2"}, "sharing[0].mode"),
+        ([*BASE, "--share", "0:mps"], {}, "sharing"),
+        (BASE, {"GPUFLEET_LABELS": "novalue"}, "labels"),
+        ([*BASE, "--label", "bad key=v"], {}, "labels.bad key"),
+        (BASE, {"GPUFLEET_HEALTH": "{not json"}, "health"),
+        (BASE, {"GPUFLEET_HEALTH__XID_FAULTS": "[-1]"}, "health.xid_faults[0]"),
     ],
 )
-def test_bad_values_name_the_field(
-    flags: dict[str, object], env: dict[str, str], field: str
-) -> None:
+def test_bad_values_name_the_field(argv: list[str], env: dict[str, str], field: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load_settings(flags, env)
+        load(Settings, argv, env)
     assert err.value.field == field
 
 
 def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:
     cfg = write(tmp_path, f'pool_id = "{POOL}"\nintervall_s = 3\n')
     with pytest.raises(ConfigError) as err:
-        load_settings({}, {}, cfg)
+        load(Settings, ["--config", str(cfg)], {})
     assert err.value.field == "intervall_s"
 
 
-def test_cli_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUFLEET_NATS_URL", "nats://10.0.0.1:4222")
-    argv = ["--pool-id", POOL, "--node-id", "n1", "--simulate", "h100-sxm-8", "--interval", "2"]
+def test_old_credentials_name_still_works(tmp_path: Path) -> None:
+    creds = tmp_path / "agent.creds"
+    creds.write_text('user = "u"\npassword = "p"\n')
+    cfg = write(tmp_path, f'pool_id = "{POOL}"\nnats_creds = "{creds}"\n')
+    assert load(Settings, ["--config", str(cfg)], {}).nats_credentials == creds
+    assert load(Settings, [*BASE, "--nats-creds", str(creds)], {}).nats_credentials == creds
+
+
+def test_cli_flags() -> None:
+    env = {"GPUFLEET_NATS_URL": "nats://10.0.0.1:4222"}
+    argv = [*BASE, "--simulate", "h100-sxm-8", "--interval", "2", "--log-level", "debug"]
     argv += ["--label", "rack=r1", "--label", "zone=z", "--share", "0,1:mps:2", "--provisioning"]
-    s = settings_from_args(argv)
-    assert s.nats_url == "nats://10.0.0.1:4222"
+    s = load(Settings, argv, env)
+    assert s.nats_url == "nats://10.0.0.1:4222" and s.log_level == "DEBUG"
     assert s.simulate == "h100-sxm-8" and s.interval_s == 2.0 and s.provisioning
-    assert dict(s.labels) == {"rack": "r1", "zone": "z"}
-    assert s.sharing == (SharingRule(gpus=("0", "1"), mode="mps", replicas=2),)
+    assert s.labels == {"rack": "r1", "zone": "z"}
+    assert s.sharing_rules == (SharingRule(gpus=("0", "1"), mode="mps", replicas=2),)
 
 
-def test_cli_reads_config_file_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_flag_exits_two() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        load(Settings, [*BASE, "--log-level", "LOUD"], {})
+    assert exit_.value.code == 2
+
+
+def test_cli_reads_config_file_from_env(tmp_path: Path) -> None:
     cfg = write(tmp_path, f'pool_id = "{POOL}"\nnode_id = "from-file"\n')
-    monkeypatch.setenv("GPUFLEET_CONFIG", str(cfg))
-    assert settings_from_args([]).node_id == "from-file"
+    assert load(Settings, [], {"GPUFLEET_CONFIG": str(cfg)}).node_id == "from-file"
 
 
 def test_main_exits_two_on_bad_config(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError
 from agent.publisher import auth_options as agent_auth_options
 from coordinator.bus.connection import auth_options as coordinator_auth_options
 from ops.cli import run as cli_run
@@ -30,6 +29,7 @@ from ops.nats_auth import (
 )
 from shared.credentials import CredentialsError, parse_credentials
 from shared.ids import new_pool_id
+from shared.settings import ConfigError
 from shared.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Pat
     assert coordinator_auth_options(str(jwt)) == {"user_credentials": str(jwt)}
     junk = tmp_path / "junk"
     junk.write_text("user = 1\n")
-    with pytest.raises(ConfigError, match="nats_creds"):
+    with pytest.raises(ConfigError, match="nats_credentials"):
         agent_auth_options(junk)
     with pytest.raises(CredentialsError, match="user and password"):
         coordinator_auth_options(str(junk))

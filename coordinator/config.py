@@ -1,126 +1,115 @@
-"""Coordinator settings: one frozen object built in `main` from a TOML file, `GPUFLEET_*`
-environment variables and command-line flags (flags win, then env, then file).
+"""The coordinator's settings: one frozen model, from which `shared.settings` builds the
+flags, reads `GPUFLEET_*` env and the TOML file (`[coordinator]` table, or keys at the
+top level), and writes the table in docs/operator.md. Built once in `main`; nothing
+else in the coordinator reads the environment.
 
-Nothing else in the coordinator reads the environment.
+`python -m coordinator.config docs/operator.md` rewrites that table; a test fails when
+the doc and the model disagree.
 """
 
 from __future__ import annotations
 
-import argparse
-import tomllib
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
+from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import DEFAULT_PREFIX
 
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the field."""
+__all__ = ["ConfigError", "CoordinatorSettings", "default_database_url"]
 
 
 def default_database_url(state_dir: str) -> str:
     return f"sqlite:///{Path(state_dir) / 'gpufleet.db'}"
 
 
-class CoordinatorSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class CoordinatorSettings(SettingsModel):
+    prog = "gpufleet-coordinator"
+    summary = "The gpufleet ledger, capacity and reservation API, and alerts."
+    toml_table = "coordinator"
 
-    database_url: str = ""
-    state_dir: str = "."
-    nats_url: str = "nats://127.0.0.1:4222"
-    nats_credentials: str | None = None
-    subject_prefix: str = DEFAULT_PREFIX
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    misses: int = Field(default=3, ge=1, le=100)
-    recovery_hold_s: float = Field(default=10.0, ge=0, le=3600)
-    flush_interval_s: float = Field(default=1.0, gt=0, le=60)
-    sweep_interval_s: float = Field(default=0.5, gt=0, le=60)
-    rebuild_interval_s: float = Field(default=10.0, gt=0, le=3600)
-    reservation_tick_s: float = Field(default=1.0, gt=0, le=60)
-    notice_s: float = Field(default=120.0, ge=0, le=86400)
-    alert_stream_max_msgs: int = Field(default=100_000, ge=1)
-    alert_stream_max_age_s: float = Field(default=7 * 86400, gt=0)
-    bootstrap_operator_key: str | None = None
-    log_level: str = "INFO"
+    database_url: Annotated[str, Option(default_doc="SQLite `gpufleet.db` in `state_dir`")] = Field(
+        "", description="`postgresql://user@host/db` or `sqlite:///path`"
+    )
+    state_dir: Annotated[str, Option(default_doc="`.` (systemd: `STATE_DIRECTORY`)")] = Field(
+        ".", description="where the SQLite ledger lives when no database URL is set"
+    )
+    nats_url: str = Field(
+        "nats://127.0.0.1:4222", description="NATS server URL; a comma-separated list allowed"
+    )
+    nats_credentials: str | None = Field(
+        None, description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"
+    )
+    subject_prefix: str = Field(DEFAULT_PREFIX, description="NATS subject prefix")
+    http_host: Annotated[str, Option(aliases=("--host",))] = Field(
+        "127.0.0.1", description="address the HTTP API listens on"
+    )
+    http_port: Annotated[int, Option(aliases=("--port",))] = Field(
+        8080, ge=0, le=65535, description="port of the HTTP API (0: any free port)"
+    )
+    misses: int = Field(
+        3, ge=1, le=100, description="missed heartbeat intervals before a node is unreachable"
+    )
+    recovery_hold_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="seconds of steady heartbeats before an unreachable node is back",
+    )
+    flush_interval_s: float = Field(
+        1.0, gt=0, le=60, description="seconds between writes of nodes' last-seen times"
+    )
+    sweep_interval_s: float = Field(
+        0.5, gt=0, le=60, description="seconds between sweeps for missed heartbeats"
+    )
+    rebuild_interval_s: float = Field(
+        10.0, gt=0, le=3600, description="seconds between full rebuilds of the capacity rollup"
+    )
+    reservation_tick_s: float = Field(
+        1.0, gt=0, le=60, description="seconds between reservation clock ticks"
+    )
+    notice_s: float = Field(
+        120.0, ge=0, le=86400, description="notice a preempted spot reservation gets, seconds"
+    )
+    alert_stream_max_msgs: int = Field(
+        100_000, ge=1, description="alerts kept in the JetStream stream"
+    )
+    alert_stream_max_age_s: float = Field(
+        7 * 86400, gt=0, description="seconds an alert is kept in the JetStream stream"
+    )
+    bootstrap_operator_key: str | None = Field(
+        None, description="an operator API key accepted at start (`gpufleet new-key`)"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
-    @field_validator("log_level")
+    @field_validator("log_level", mode="before")
     @classmethod
-    def _level(cls, v: str) -> str:
-        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
-        return v.upper()
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @classmethod
+    def environment_extras(cls, env: Mapping[str, str]) -> dict[str, Any]:
+        # systemd's StateDirectory= says where to keep the SQLite file.
+        if "STATE_DIRECTORY" in env:
+            return {"state_dir": env["STATE_DIRECTORY"].split(":")[0]}
+        return {}
 
     @property
     def effective_database_url(self) -> str:
         return self.database_url or default_database_url(self.state_dir)
 
 
-_FIELDS = tuple(CoordinatorSettings.model_fields)
+BEGIN = "<!-- settings:begin (generated by `python -m coordinator.config docs/operator.md`) -->"
+END = "<!-- settings:end -->"
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        key = "GPUFLEET_" + name.upper()
-        if key in env:
-            out[name] = env[key]
-    # systemd's StateDirectory= tells us where to keep the SQLite file.
-    if "state_dir" not in out and "STATE_DIRECTORY" in env:
-        out["state_dir"] = env["STATE_DIRECTORY"].split(":")[0]
-    return out
+def with_settings_table(text: str) -> str:
+    return with_table(text, BEGIN, END, markdown_table(CoordinatorSettings))
 
 
-def _from_file(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    section = data.get("coordinator", data)
-    if not isinstance(section, dict):
-        raise ConfigError(f"config file {path}: [coordinator] must be a table")
-    return {k.replace("-", "_"): v for k, v in section.items()}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="TOML file ([coordinator] table)")
-    parser.add_argument("--database-url", dest="database_url")
-    parser.add_argument("--state-dir", dest="state_dir")
-    parser.add_argument("--nats-url", dest="nats_url")
-    parser.add_argument(
-        "--nats-credentials", dest="nats_credentials", help="user/password TOML or .creds"
-    )
-    parser.add_argument("--subject-prefix", dest="subject_prefix")
-    parser.add_argument("--host", dest="http_host")
-    parser.add_argument("--port", dest="http_port", type=int)
-    parser.add_argument("--misses", type=int)
-    parser.add_argument("--bootstrap-operator-key", dest="bootstrap_operator_key")
-    parser.add_argument("--log-level", dest="log_level")
-
-
-def load_settings(args: argparse.Namespace, env: Mapping[str, str]) -> CoordinatorSettings:
-    merged: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        merged |= _from_file(args.config)
-    merged |= _from_env(env)
-    merged |= {k: v for k, v in vars(args).items() if k in _FIELDS and v is not None}
-    try:
-        return CoordinatorSettings.model_validate(merged)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(settings)'}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid coordinator configuration: {problems}") from None
-
-
-def settings_from_argv(argv: Sequence[str] | None, env: Mapping[str, str]) -> CoordinatorSettings:
-    parser = argparse.ArgumentParser(prog="gpufleet-coordinator")
-    add_arguments(parser)
-    return load_settings(parser.parse_args(argv), env)
+if __name__ == "__main__":
+    doc = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/operator.md")
+    doc.write_text(with_settings_table(doc.read_text()))

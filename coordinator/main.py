@@ -1,5 +1,5 @@
-"""`gpufleet-coordinator`: settings, logging, signals, systemd readiness, run until told
-to stop."""
+"""`gpufleet-coordinator`: settings (the one place that reads the environment), logging,
+signals, systemd readiness, run until told to stop. Exit 2: a configuration error."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from coordinator.app import running_coordinator
-from coordinator.config import ConfigError, CoordinatorSettings, settings_from_argv
+from coordinator.config import CoordinatorSettings
+from shared.settings import ConfigError, load
 from shared.systemd import sd_notify
 
 log = logging.getLogger("gpufleet.coordinator")
@@ -45,9 +46,9 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        settings = settings_from_argv(argv, os.environ)
+        settings = load(CoordinatorSettings, argv, os.environ)
     except ConfigError as exc:
-        print(f"gpufleet-coordinator: {exc}", file=sys.stderr)
+        print(f"gpufleet-coordinator: config error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.log_level,

@@ -80,3 +80,46 @@ def test_coordinator_configuration_errors_name_the_field(tmp_path: Path) -> None
     assert out.returncode == 2 and "not valid TOML" in out.stderr
     out = run("--config", str(tmp_path / "missing.toml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_coordinator_takes_every_documented_flag(tmp_path: Path) -> None:
+    """`--notice-s` is in docs/api.md; `--help` lists it and the parser accepts it."""
+    out = subprocess.run(
+        [str(BIN / "gpufleet-coordinator"), "--notice-s", "30", "--port", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    # The flag parses; the bad port after it is what stops the process.
+    assert out.returncode == 2 and "http_port" in out.stderr and "notice" not in out.stderr
+
+
+BLOCK_PYNVML = """
+import sys
+
+class _NoNvml:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pynvml":
+            raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
+        return None
+
+sys.meta_path.insert(0, _NoNvml())
+"""
+
+
+def test_agent_without_nvidia_ml_py_exits_two_with_a_message(tmp_path: Path) -> None:
+    """A host without the NVML binding gets a message and exit 2 (not restarted by
+    systemd), not a traceback: pynvml is imported only after the agent checked for it."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_PYNVML)
+    pool = "pool_01hzx3k6w4q8e8d6d8m3w7y2fh"
+    for mode in ([], ["--simulate", "l40s-pcie-4"]):
+        out = subprocess.run(
+            [str(BIN / "gpufleet-agent"), "--pool-id", pool, "--node-id", "n1", *mode],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+        )
+        assert out.returncode == 2, out.stderr
+        assert "nvidia-ml-py" in out.stderr and "Traceback" not in out.stderr

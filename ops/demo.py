@@ -74,7 +74,7 @@ class Demo:
                 sys.executable, "-m", "coordinator.main",
                 "--state-dir", str(self.state_dir),
                 "--nats-url", self.nats.url,
-                "--port", str(port),
+                "--http-port", str(port),
                 "--bootstrap-operator-key", operator_key,
             ],
         )  # fmt: skip
@@ -98,7 +98,7 @@ class Demo:
                     "--node-id", node_id,
                     "--nats-url", self.nats.url,
                     "--simulate", profile,
-                    "--interval", str(self.settings.interval_s),
+                    "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
                     "--fault-file", str(self.fault_file(node_id)),
                 ],

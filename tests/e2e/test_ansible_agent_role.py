@@ -195,7 +195,7 @@ def test_config_and_credentials_are_private_and_what_the_agent_reads(
         assert mode == 0o640, f"{name}: {oct(mode)}"
     config = tomllib.loads((installed.etc / "agent.toml").read_text())
     assert config["pool_id"] == NODE.pool_id
-    assert config["nats_creds"] == str(installed.etc / "agent-nats.creds")
+    assert config["nats_credentials"] == str(installed.etc / "agent-nats.creds")
     assert config["labels"] == {"rack": "r12", "zone": "lab"}
     creds = tomllib.loads((installed.etc / "agent-nats.creds").read_text())
     assert creds == {"user": agent_user(NODE), "password": installed.passwords[agent_user(NODE)]}

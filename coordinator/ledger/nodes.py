@@ -43,8 +43,18 @@ class LivenessRecord:
 
 
 async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, NodeFlags]:
+    """The nodes' flags, their rows locked until the transaction ends (PostgreSQL; SQLite
+    has one writer already), in id order so that two changes cannot deadlock."""
     n, a = schema.nodes.c, schema.atoms.c
-    devices: dict[str, dict[str, DeviceFlags]] = {node_id: {} for node_id in node_ids}
+    node_rows = (
+        await conn.execute(
+            select(schema.nodes)
+            .where(n.node_id.in_(node_ids))
+            .order_by(n.node_id)
+            .with_for_update()
+        )
+    ).all()
+    devices: dict[str, dict[str, DeviceFlags]] = {row.node_id: {} for row in node_rows}
     atom_rows = await conn.execute(
         select(a.node_id, a.device_id, a.health, a.health_reasons).where(
             a.node_id.in_(node_ids) & a.retired.is_(False) & (a.device_id != "")
@@ -52,7 +62,6 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     )
     for row in atom_rows.all():
         devices[row.node_id][row.device_id] = DeviceFlags(row.health, tuple(row.health_reasons))
-    node_rows = await conn.execute(select(schema.nodes).where(n.node_id.in_(node_ids)))
     return {
         row.node_id: NodeFlags(
             pool_id=row.pool_id,
@@ -65,7 +74,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
             maintenance_by=row.maintenance_by,
             devices=devices[row.node_id],
         )
-        for row in node_rows.all()
+        for row in node_rows
     }
 
 
@@ -247,8 +256,8 @@ class NodeRepo:
         refreshing the touched pools' rollup when a transition or inventory was saved."""
         ids = sorted(set(node_ids))
         async with self._db.transaction() as conn:
-            rollup = await NodeChange.begin(conn, ids)
             changes = NodeChangeSet(conn, now, await _load_flags(conn, ids))
+            rollup = await NodeChange.begin(conn, ids)
             yield changes
             if changes.changed:
                 await rollup.settle(now)

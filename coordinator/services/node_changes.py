@@ -60,7 +60,7 @@ async def record_reachability(
     """Set the reachable flag of many nodes at once; returns those that flipped."""
     out: list[NodeChanges] = []
     async with ledger.nodes.change(node_ids, now) as change:
-        for node_id, before in change.before.items():
+        for node_id, before in sorted(change.before.items(), key=lambda item: item[0]):
             after = replace(before, reachable=reachable)
             transitions = node_transitions(before, after)
             if transitions:

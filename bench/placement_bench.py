@@ -22,6 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from coordinator.services.node_changes import record_inventory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import select
@@ -78,7 +80,7 @@ async def run_backend(url: str, nodes: int, previews: int) -> dict[str, Any]:
         pool = new_pool_id()
         await ledger.pools.create(pool, "bench", "bench", None, now)
         for i in range(nodes):
-            await ledger.nodes.apply_inventory(inventory(i, pool), now)
+            await record_inventory(ledger, inventory(i, pool), now)
 
         # Half the GPUs booked: 4 on every node, sequentially, timed.
         t0 = time.perf_counter()

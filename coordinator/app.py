@@ -22,8 +22,8 @@ from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
 from coordinator.ledger.leadership import Leadership
 from coordinator.metrics import Metrics, Sources
+from coordinator.services.nodestate import NodeStateService
 from coordinator.tasks.loops import Loops
-from coordinator.tasks.nodestate import NodeStateService
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.subjects import Subjects
 

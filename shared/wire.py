@@ -7,7 +7,7 @@ sender wrote. Everything here is a frozen value; serialise with `to_json`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -155,16 +155,36 @@ class Heartbeat(Wire):
     devices: tuple[DeviceHealth, ...] = ()
 
 
+# Every kind of alert, the one list (SPEC §4): every transition the ledger records is
+# one of these, and `coordinator.services.alerting` decides which are published (all).
+# The SPEC's kinds, plus the ends of the one-sided flags it names (`node.provisioned`,
+# `node.maintenanceEnded`), a node's first inventory (`node.registered`) and a device
+# that turned `degraded` (a warning, like `node.degraded`).
 AlertKind = Literal[
+    "node.registered",
     "node.unreachable",
     "node.reachable",
     "node.unhealthy",
     "node.healthy",
+    "node.degraded",
+    "node.unmonitored",
+    "node.provisioning",
+    "node.provisioned",
     "node.maintenance",
+    "node.maintenanceEnded",
+    "node.duplicateId",
+    "node.poolChangePending",
+    "node.poolChanged",
     "device.unhealthy",
     "device.healthy",
+    "device.degraded",
+    "device.reconfigured",
+    "device.missing",
     "reservation.notice",
+    "reservation.atRisk",
+    "reservation.recovered",
 ]
+ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
 
 
 class Alert(Wire):

@@ -80,6 +80,7 @@ def make_heartbeat(
     devices: tuple[DeviceHealth, ...] = (),
     interval_ms: int = 1000,
     inventory_hash: str | None = None,
+    provisioning: bool = False,
 ) -> Heartbeat:
     return Heartbeat(
         node_id=inv.node_id,
@@ -89,6 +90,7 @@ def make_heartbeat(
         sent_at=0,
         interval_ms=interval_ms,
         inventory_hash=inventory_hash if inventory_hash is not None else inv.inventory_hash,
+        provisioning=provisioning,
         health=NodeHealth(status=health),  # type: ignore[arg-type]
         devices=devices,
     )

@@ -1,24 +1,28 @@
-"""Nodes and their atoms: inventory upserts, state transitions with events, last-seen.
+"""Nodes and their atoms: inventories, state flags with their events, last-seen.
 
-State transitions (reachability, health, provisioning, maintenance) are written at once,
-each with a node event and the pool's rollup refreshed in the same transaction. Plain
-liveness (last-seen) arrives in batches from the ingest flusher: one statement for many
-heartbeats.
+The ledger does not decide what is a transition (`coordinator.domain.transitions` does):
+a `NodeChangeSet` hands the caller the nodes' flags as stored, then persists the flags
+and transitions it is given: columns, one node event per transition, and the pools'
+rollup refreshed, all in one transaction. Plain liveness (last-seen) arrives in batches
+from the ingest flusher: one statement for many heartbeats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.transitions import HEALTHY_DEVICE, DeviceFlags, NodeFlags, Transition
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.rollups import NodeChange
-from shared.wire import DeviceHealth, HealthStatus, Inventory
+from shared.wire import HealthStatus, Inventory
 
 
 class UnknownPool(NotFound):
@@ -26,277 +30,237 @@ class UnknownPool(NotFound):
 
 
 @dataclass(frozen=True, slots=True)
-class InventoryOutcome:
+class LivenessRecord:
+    """What the liveness tracker is seeded with at start."""
+
     node_id: str
     pool_id: str
-    created: bool
-    events: tuple[tuple[str, str], ...]  # (kind, reason)
+    last_seen: int
+    interval_ms: int
+    reachable: bool
+    health: HealthStatus
+    inventory_hash: str
 
 
-async def add_event(
-    conn: AsyncConnection,
-    node_id: str,
-    pool_id: str,
-    kind: str,
-    reason: str,
-    at: int,
-    by: str = "coordinator",
-    device_id: str | None = None,
-) -> None:
-    await conn.execute(
-        schema.node_events.insert().values(
-            node_id=node_id,
-            pool_id=pool_id,
-            kind=kind,
-            reason=reason,
-            by=by,
-            at=at,
-            device_id=device_id,
+async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, NodeFlags]:
+    """The nodes' flags, their rows locked until the transaction ends (PostgreSQL; SQLite
+    has one writer already), in id order so that two changes cannot deadlock."""
+    n, a = schema.nodes.c, schema.atoms.c
+    node_rows = (
+        await conn.execute(
+            select(schema.nodes)
+            .where(n.node_id.in_(node_ids))
+            .order_by(n.node_id)
+            .with_for_update()
+        )
+    ).all()
+    devices: dict[str, dict[str, DeviceFlags]] = {row.node_id: {} for row in node_rows}
+    atom_rows = await conn.execute(
+        select(a.node_id, a.device_id, a.health, a.health_reasons).where(
+            a.node_id.in_(node_ids) & a.retired.is_(False) & (a.device_id != "")
         )
     )
+    for row in atom_rows.all():
+        devices[row.node_id][row.device_id] = DeviceFlags(row.health, tuple(row.health_reasons))
+    return {
+        row.node_id: NodeFlags(
+            pool_id=row.pool_id,
+            reachable=bool(row.reachable),
+            health=row.health,
+            health_reasons=tuple(row.health_reasons),
+            provisioning=bool(row.provisioning),
+            maintenance=bool(row.maintenance),
+            maintenance_reason=row.maintenance_reason,
+            maintenance_by=row.maintenance_by,
+            devices=devices[row.node_id],
+        )
+        for row in node_rows
+    }
 
 
-def _devices_map(devices: Iterable[DeviceHealth]) -> dict[str, DeviceHealth]:
-    return {d.device_id: d for d in devices}
+class NodeChangeSet:
+    """One transaction's changes to some nodes. `before` is each existing node's flags
+    as the transaction found them (absent: no such node)."""
 
+    def __init__(self, conn: AsyncConnection, now: int, before: dict[str, NodeFlags]) -> None:
+        self._conn = conn
+        self._now = now
+        self.before: Mapping[str, NodeFlags] = MappingProxyType(dict(before))
+        # What the rows say now, so that `save` writes only what differs.
+        self._current = before
+        self.changed = False
 
-class NodeRepo:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def apply_inventory(self, inv: Inventory, now: int) -> InventoryOutcome:
-        """Record a full inventory: node row, atoms (new, changed, retired), device health."""
+    async def put_inventory(self, inv: Inventory) -> None:
+        """Write what an inventory describes: the node row (a new node starts with a
+        fresh node's flags), its atoms (new, changed, retired). Its flags are `save`'s."""
         n = schema.nodes.c
-        events: list[tuple[str, str]] = []
-        async with self._db.transaction() as conn:
-            pool = (
-                await conn.execute(
-                    select(schema.pools.c.pool_id).where(schema.pools.c.pool_id == inv.pool_id)
+        pool = await self._conn.execute(
+            select(schema.pools.c.pool_id).where(schema.pools.c.pool_id == inv.pool_id)
+        )
+        if pool.first() is None:
+            raise UnknownPool(f"unknown pool {inv.pool_id}")
+        now = self._now
+        values: dict[str, object] = {
+            "pool_id": inv.pool_id,
+            "hostname": inv.hostname,
+            "boot_id": inv.boot_id,
+            "labels": dict(inv.labels),
+            "profile_id": inv.profile_id,
+            "profile_version": inv.profile_version,
+            "inventory_hash": inv.inventory_hash,
+            "inventory": inv.model_dump(mode="json", by_alias=True),
+            "last_seen": now,
+            "vcpu": inv.scalars.vcpu,
+            "memory_gib": inv.scalars.memory_gib,
+            "hugepages_1gi": inv.scalars.hugepages_1gi,
+            "updated_at": now,
+        }
+        current = self._current.get(inv.node_id)
+        if current is None:
+            fresh = NodeFlags(inv.pool_id)
+            await self._conn.execute(
+                schema.nodes.insert().values(
+                    node_id=inv.node_id,
+                    reachable=fresh.reachable,
+                    reachable_since=now,
+                    health=fresh.health,
+                    health_reasons=[],
+                    health_since=now,
+                    provisioning=fresh.provisioning,
+                    maintenance=False,
+                    maintenance_reason="",
+                    maintenance_by="",
+                    created_at=now,
+                    **values,
                 )
-            ).first()
-            if pool is None:
-                raise UnknownPool(f"unknown pool {inv.pool_id}")
-            change = await NodeChange.begin(conn, [inv.node_id])
-            existing = (
-                await conn.execute(select(schema.nodes).where(n.node_id == inv.node_id))
-            ).first()
-            values: dict[str, object] = {
-                "pool_id": inv.pool_id,
-                "hostname": inv.hostname,
-                "boot_id": inv.boot_id,
-                "labels": dict(inv.labels),
-                "profile_id": inv.profile_id,
-                "profile_version": inv.profile_version,
-                "inventory_hash": inv.inventory_hash,
-                "inventory": inv.model_dump(mode="json", by_alias=True),
-                "last_seen": now,
-                "provisioning": inv.provisioning,
-                "vcpu": inv.scalars.vcpu,
-                "memory_gib": inv.scalars.memory_gib,
-                "hugepages_1gi": inv.scalars.hugepages_1gi,
-                "updated_at": now,
-            }
-            if existing is None:
-                await conn.execute(
-                    schema.nodes.insert().values(
-                        node_id=inv.node_id,
-                        reachable=True,
-                        reachable_since=now,
-                        health=inv.health.status,
-                        health_reasons=list(inv.health.reasons),
-                        health_since=now,
-                        maintenance=False,
-                        maintenance_reason="",
-                        maintenance_by="",
-                        created_at=now,
-                        **values,
-                    )
-                )
-                events.append(("node.registered", f"first inventory from {inv.hostname}"))
-            else:
-                if existing.pool_id != inv.pool_id:
-                    events.append(("node.moved", f"from {existing.pool_id}"))
-                # Reachability is the liveness tracker's call (with hysteresis), not ours.
-                if existing.health != inv.health.status:
-                    values |= {"health": inv.health.status, "health_since": now}
-                    events.append((f"node.{inv.health.status}", "; ".join(inv.health.reasons)))
-                values["health_reasons"] = list(inv.health.reasons)
-                if bool(existing.provisioning) != inv.provisioning:
-                    events.append(
-                        ("node.provisioning" if inv.provisioning else "node.provisioned", "")
-                    )
-                await conn.execute(
-                    update(schema.nodes).where(n.node_id == inv.node_id).values(**values)
-                )
-            await self._replace_atoms(conn, inv)
-            for kind, reason in events:
-                await add_event(conn, inv.node_id, inv.pool_id, kind, reason, now)
-            await change.settle(now)
-        return InventoryOutcome(inv.node_id, inv.pool_id, existing is None, tuple(events))
+            )
+            current = fresh
+        else:
+            await self._conn.execute(
+                update(schema.nodes).where(n.node_id == inv.node_id).values(**values)
+            )
+        await self._replace_atoms(inv)
+        devices = {
+            a.device_id: current.devices.get(a.device_id, HEALTHY_DEVICE)
+            for a in inv.atoms
+            if a.device_id
+        }
+        self._current[inv.node_id] = replace(current, pool_id=inv.pool_id, devices=devices)
+        self.changed = True
 
-    async def _replace_atoms(self, conn: AsyncConnection, inv: Inventory) -> None:
+    async def _replace_atoms(self, inv: Inventory) -> None:
         a = schema.atoms.c
-        devices = _devices_map(inv.devices)
         current = {
             row.atom_id
-            for row in (await conn.execute(select(a.atom_id).where(a.node_id == inv.node_id))).all()
+            for row in (
+                await self._conn.execute(select(a.atom_id).where(a.node_id == inv.node_id))
+            ).all()
         }
         seen: set[str] = set()
         inserts: list[dict[str, object]] = []
         updates: list[dict[str, object]] = []
         for atom in inv.atoms:
-            dev = devices.get(atom.device_id) if atom.device_id else None
             values: dict[str, object] = {
                 "pool_id": inv.pool_id,
                 "class": atom.cls,
                 "device_id": atom.device_id,
                 "attrs": dict(atom.attrs),
-                "health": dev.status if dev else "healthy",
-                "health_reasons": list(dev.reasons) if dev else [],
                 "retired": False,
             }
             seen.add(atom.atom_id)
             if atom.atom_id in current:
                 updates.append({"b_atom_id": atom.atom_id, **values})
             else:
-                inserts.append({"atom_id": atom.atom_id, "node_id": inv.node_id, **values})
+                # Healthy until `save` writes the device's health with its transition.
+                inserts.append(
+                    {"atom_id": atom.atom_id, "node_id": inv.node_id}
+                    | values
+                    | {"health": "healthy", "health_reasons": []}
+                )
         if inserts:
-            await conn.execute(schema.atoms.insert(), inserts)
+            await self._conn.execute(schema.atoms.insert(), inserts)
         if updates:
             stmt = (
                 update(schema.atoms)
                 .where(a.atom_id == bindparam("b_atom_id"))
                 .values({k: bindparam(k) for k in updates[0] if k != "b_atom_id"})
             )
-            await conn.execute(stmt, updates)
+            await self._conn.execute(stmt, updates)
         gone = current - seen
         if gone:
-            await conn.execute(update(schema.atoms).where(a.atom_id.in_(gone)).values(retired=True))
+            await self._conn.execute(
+                update(schema.atoms).where(a.atom_id.in_(gone)).values(retired=True)
+            )
 
-    async def apply_health(
-        self,
-        node_id: str,
-        health: HealthStatus,
-        reasons: Sequence[str],
-        devices: Sequence[DeviceHealth],
-        provisioning: bool,
-        now: int,
-    ) -> list[tuple[str, str, str | None]]:
-        """Write a heartbeat's health when it differs from the ledger. Returns the
-        transitions as (kind, reason, deviceId) so the caller can publish alerts."""
+    async def save(self, node_id: str, after: NodeFlags, transitions: Sequence[Transition]) -> None:
+        """Persist a node's flags and record each transition as a node event."""
         n, a = schema.nodes.c, schema.atoms.c
-        out: list[tuple[str, str, str | None]] = []
-        async with self._db.transaction() as conn:
-            node = (await conn.execute(select(schema.nodes).where(n.node_id == node_id))).first()
-            if node is None:
-                return out
-            change = await NodeChange.begin(conn, [node_id])
-            values: dict[str, object] = {"health_reasons": list(reasons), "updated_at": now}
-            if node.health != health:
-                values |= {"health": health, "health_since": now}
-                out.append(
-                    (
-                        f"node.{'healthy' if health == 'healthy' else health}",
-                        "; ".join(reasons),
-                        None,
-                    )
-                )
-            if bool(node.provisioning) != provisioning:
-                values["provisioning"] = provisioning
-                out.append(("node.provisioning" if provisioning else "node.provisioned", "", None))
-            await conn.execute(update(schema.nodes).where(n.node_id == node_id).values(**values))
-            want = _devices_map(devices)
-            rows = (
-                await conn.execute(
-                    select(a.atom_id, a.device_id, a.health).where(
-                        (a.node_id == node_id) & (a.retired.is_(False)) & (a.device_id != "")
-                    )
-                )
-            ).all()
-            changed_devices: dict[str, tuple[str, list[str]]] = {}
-            for row in rows:
-                dev = want.get(row.device_id)
-                dev_status = dev.status if dev else "healthy"
-                if dev_status != row.health:
-                    changed_devices[row.device_id] = (dev_status, list(dev.reasons) if dev else [])
-            for dev_id, (new_status, dev_reasons) in changed_devices.items():
-                await conn.execute(
+        cur = self._current[node_id]
+        now = self._now
+        values: dict[str, object] = {}
+        if cur.reachable != after.reachable:
+            values |= {"reachable": after.reachable, "reachable_since": now}
+        if cur.health != after.health:
+            values |= {"health": after.health, "health_since": now}
+        if cur.health_reasons != after.health_reasons:
+            values["health_reasons"] = list(after.health_reasons)
+        if cur.provisioning != after.provisioning:
+            values["provisioning"] = after.provisioning
+        if cur.maintenance != after.maintenance:
+            values |= {
+                "maintenance": after.maintenance,
+                "maintenance_since": now if after.maintenance else None,
+            }
+        if (cur.maintenance_reason, cur.maintenance_by) != (
+            after.maintenance_reason,
+            after.maintenance_by,
+        ):
+            values |= {
+                "maintenance_reason": after.maintenance_reason,
+                "maintenance_by": after.maintenance_by,
+            }
+        if values:
+            await self._conn.execute(
+                update(schema.nodes).where(n.node_id == node_id).values(updated_at=now, **values)
+            )
+        for device_id, flags in after.devices.items():
+            if cur.device(device_id) != flags:
+                await self._conn.execute(
                     update(schema.atoms)
-                    .where((a.node_id == node_id) & (a.device_id == dev_id))
-                    .values(health=new_status, health_reasons=dev_reasons)
+                    .where((a.node_id == node_id) & (a.device_id == device_id))
+                    .values(health=flags.status, health_reasons=list(flags.reasons))
                 )
-                faulty = new_status in ("unhealthy", "unmonitored")
-                kind = "device.unhealthy" if faulty else "device.healthy"
-                out.append((kind, "; ".join(dev_reasons), dev_id))
-            for ev_kind, ev_reason, ev_device in out:
-                await add_event(
-                    conn, node_id, node.pool_id, ev_kind, ev_reason, now, device_id=ev_device
-                )
-            if out:
-                await change.settle(now)
-        return out
-
-    async def set_reachable(
-        self, node_ids: Iterable[str], reachable: bool, reason: str, now: int
-    ) -> list[tuple[str, str]]:
-        """Flip reachability for nodes whose flag differs; returns (nodeId, poolId) flipped."""
-        n = schema.nodes.c
-        ids = list(node_ids)
-        if not ids:
-            return []
-        flipped: list[tuple[str, str]] = []
-        async with self._db.transaction() as conn:
-            rows = (
-                await conn.execute(
-                    select(n.node_id, n.pool_id).where(
-                        n.node_id.in_(ids) & (n.reachable.is_(not reachable))
-                    )
-                )
-            ).all()
-            if not rows:
-                return []
-            flipped = [(r.node_id, r.pool_id) for r in rows]
-            change = await NodeChange.begin(conn, [f[0] for f in flipped])
-            await conn.execute(
-                update(schema.nodes)
-                .where(n.node_id.in_([f[0] for f in flipped]))
-                .values(reachable=reachable, reachable_since=now, updated_at=now)
-            )
-            kind = "node.reachable" if reachable else "node.unreachable"
-            for node_id, pool_id in flipped:
-                await add_event(conn, node_id, pool_id, kind, reason, now)
-            await change.settle(now)
-        return flipped
-
-    async def set_maintenance(
-        self, node_id: str, on: bool, reason: str, by: str, now: int
-    ) -> tuple[str, bool]:
-        """Put a node in or out of maintenance; returns (poolId, changed)."""
-        n = schema.nodes.c
-        async with self._db.transaction() as conn:
-            node = (
-                await conn.execute(select(n.pool_id, n.maintenance).where(n.node_id == node_id))
-            ).first()
-            if node is None:
-                raise NotFound(f"node {node_id} not found")
-            if bool(node.maintenance) == on:
-                return node.pool_id, False
-            change = await NodeChange.begin(conn, [node_id])
-            await conn.execute(
-                update(schema.nodes)
-                .where(n.node_id == node_id)
-                .values(
-                    maintenance=on,
-                    maintenance_reason=reason if on else "",
-                    maintenance_by=by if on else "",
-                    maintenance_since=now if on else None,
-                    updated_at=now,
+        for t in transitions:
+            await self._conn.execute(
+                schema.node_events.insert().values(
+                    node_id=node_id,
+                    pool_id=after.pool_id,
+                    kind=t.kind,
+                    reason=t.reason,
+                    by=t.by,
+                    at=now,
+                    device_id=t.device_id,
                 )
             )
-            kind = "node.maintenance" if on else "node.maintenance_ended"
-            await add_event(conn, node_id, node.pool_id, kind, reason, now, by=by)
-            await change.settle(now)
-        return node.pool_id, True
+        self._current[node_id] = after
+        self.changed = self.changed or bool(transitions)
+
+
+class NodeRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @asynccontextmanager
+    async def change(self, node_ids: Iterable[str], now: int) -> AsyncIterator[NodeChangeSet]:
+        """A unit of work over some nodes; commits when the block ends without error,
+        refreshing the touched pools' rollup when a transition or inventory was saved."""
+        ids = sorted(set(node_ids))
+        async with self._db.transaction() as conn:
+            changes = NodeChangeSet(conn, now, await _load_flags(conn, ids))
+            rollup = await NodeChange.begin(conn, ids)
+            yield changes
+            if changes.changed:
+                await rollup.settle(now)
 
     async def inventory_hashes(self, node_ids: Iterable[str]) -> dict[str, str]:
         n = schema.nodes.c
@@ -322,8 +286,7 @@ class NodeRepo:
                 [{"b_node_id": k, "b_last_seen": t, "b_interval": i} for k, (t, i) in seen.items()],
             )
 
-    async def liveness_snapshot(self) -> list[tuple[str, str, int, int, bool, str, str]]:
-        """(nodeId, poolId, lastSeen, intervalMs, reachable, health, inventoryHash) for all."""
+    async def liveness_snapshot(self) -> list[LivenessRecord]:
         n = schema.nodes.c
         async with self._db.read() as conn:
             rows = await conn.execute(
@@ -332,4 +295,4 @@ class NodeRepo:
                     n.inventory_hash,
                 )
             )  # fmt: skip
-            return [tuple(r) for r in rows.all()]
+            return [LivenessRecord(*r) for r in rows.all()]

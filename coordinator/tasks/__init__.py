@@ -1,2 +1,2 @@
-"""Background work of the coordinator: named loops that write node state, flush
-liveness, sweep for unreachable nodes and rebuild the rollup."""
+"""Background work of the coordinator: named loops only. Their bodies are services'
+methods (node state writes, last-seen flush, unreachable sweep) and the rollup rebuild."""

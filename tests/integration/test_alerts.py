@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.bus.alerts import stream_name
+from coordinator.services.node_changes import record_inventory
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory
@@ -33,7 +34,7 @@ async def test_a_late_subscriber_reads_the_alerts_it_missed_within_the_bound(
         api = Api(session, c.url, key)
         await api.ok("tenants.create", {"tenantId": "acme"})
         pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
-        await c.ledger.nodes.apply_inventory(make_inventory("n1", pool), 1)
+        await record_inventory(c.ledger, make_inventory("n1", pool), 1)
         # Five alerts while nobody listens.
         for i in range(5):
             await api.ok(
@@ -51,7 +52,11 @@ async def test_a_late_subscriber_reads_the_alerts_it_missed_within_the_bound(
         alerts = [Alert.model_validate_json(m.data) for m in msgs]
         # Only the newest three are kept: bounded retention.
         assert [a.details["maintenance"] for a in alerts] == [True, False, True]
-        assert [a.kind for a in alerts] == ["node.maintenance"] * 3
+        assert [a.kind for a in alerts] == [
+            "node.maintenance",
+            "node.maintenanceEnded",
+            "node.maintenance",
+        ]
         assert {a.node_id for a in alerts} == {"n1"}
     finally:
         await nc.close()

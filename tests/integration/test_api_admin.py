@@ -7,6 +7,7 @@ from typing import Any
 import nats
 
 from coordinator.app import Coordinator
+from coordinator.services.node_changes import record_inventory
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory
@@ -20,8 +21,8 @@ async def _setup(api: Api, coordinator: Coordinator) -> dict[str, Any]:
     a = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
     b = (await api.ok("pools.create", {"tenantId": "globex", "name": "b"}))["poolId"]
     for i in range(3):
-        await coordinator.ledger.nodes.apply_inventory(make_inventory(f"a{i}", a, gpus=2), 1)
-    await coordinator.ledger.nodes.apply_inventory(make_inventory("b0", b, gpus=2), 1)
+        await record_inventory(coordinator.ledger, make_inventory(f"a{i}", a, gpus=2), 1)
+    await record_inventory(coordinator.ledger, make_inventory("b0", b, gpus=2), 1)
     keys = {t: (await api.ok("apiKeys.create", {"tenantId": t}))["key"] for t in ("acme", "globex")}
     return {"a": a, "b": b, "keys": keys}
 

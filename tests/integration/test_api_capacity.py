@@ -9,6 +9,7 @@ import pytest
 from coordinator.api.registry import REGISTRY
 from coordinator.app import Coordinator
 from coordinator.domain.model import RESOURCES
+from coordinator.services.node_changes import record_inventory
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 
@@ -22,11 +23,11 @@ async def _fleet(api: Api, coordinator: Coordinator) -> dict[str, Any]:
     await api.ok(
         "pools.offer", {"tenantId": "acme", "poolId": plain["poolId"], "offerTo": "globex"}
     )
-    nodes = coordinator.ledger.nodes
-    await nodes.apply_inventory(make_inventory("h1", h100["poolId"], gpus=8), 1)
-    await nodes.apply_inventory(make_inventory("h2", h100["poolId"], gpus=8, mig=7), 1)
-    await nodes.apply_inventory(make_inventory("p1", plain["poolId"], gpus=4), 1)
-    await nodes.apply_inventory(make_inventory("g1", other["poolId"], gpus=2), 1)
+    ledger = coordinator.ledger
+    await record_inventory(ledger, make_inventory("h1", h100["poolId"], gpus=8), 1)
+    await record_inventory(ledger, make_inventory("h2", h100["poolId"], gpus=8, mig=7), 1)
+    await record_inventory(ledger, make_inventory("p1", plain["poolId"], gpus=4), 1)
+    await record_inventory(ledger, make_inventory("g1", other["poolId"], gpus=2), 1)
     keys = {
         t: (await api.ok("apiKeys.create", {"tenantId": t}))["key"]
         for t in ("acme", "globex", "initech")

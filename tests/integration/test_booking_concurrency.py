@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from coordinator.app import Coordinator
 from coordinator.ledger import Ledger, schema
+from coordinator.services.node_changes import record_inventory
 from shared.ids import new_pool_id
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
@@ -27,7 +28,7 @@ async def test_32_concurrent_clients_never_double_book(api: Api, coordinator: Co
     await api.ok("tenants.create", {"tenantId": "acme"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
     for i in range(4):
-        await coordinator.ledger.nodes.apply_inventory(make_inventory(f"n{i}", pool, gpus=8), 1)
+        await record_inventory(coordinator.ledger, make_inventory(f"n{i}", pool, gpus=8), 1)
     key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
     base = int(time.time() * 1000) + 3_600_000
     rng = random.Random(7)

@@ -79,7 +79,7 @@ async def test_bad_messages_are_dropped_by_reason_while_good_ones_flow(
     await eventually(lambda: _dropped_all(coordinator))
     assert coordinator.ingest.accepted["inv"] == len(garbage) + 1
     nodes = await coordinator.ledger.nodes.liveness_snapshot()
-    assert [n[0] for n in nodes] == ["good"]
+    assert [n.node_id for n in nodes] == ["good"]
 
 
 async def _dropped_all(coordinator: Coordinator) -> bool:

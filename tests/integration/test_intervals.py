@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.app import Coordinator
 from coordinator.domain.clock import FakeClock
+from coordinator.services.node_changes import record_inventory
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 
@@ -60,7 +61,7 @@ async def _setup(api: Api, c: Coordinator, nodes: int = 2) -> tuple[str, str]:
     await api.ok("tenants.create", {"tenantId": "acme"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
     for i in range(nodes):
-        await c.ledger.nodes.apply_inventory(make_inventory(f"n{i}", pool, memory_gib=512), 1)
+        await record_inventory(c.ledger, make_inventory(f"n{i}", pool, memory_gib=512), 1)
     key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
     return pool, key
 

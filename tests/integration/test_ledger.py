@@ -6,9 +6,15 @@ import random
 
 from coordinator.domain.model import RESOURCES
 from coordinator.ledger import Ledger
+from coordinator.services.node_changes import (
+    record_heartbeat,
+    record_inventory,
+    record_maintenance,
+    record_reachability,
+)
 from shared.ids import new_pool_id
-from shared.wire import DeviceHealth
-from tests.factories import make_inventory
+from shared.wire import DeviceHealth, Inventory
+from tests.factories import make_heartbeat, make_inventory
 
 
 async def _pools(ledger: Ledger, n: int = 2) -> list[str]:
@@ -31,11 +37,11 @@ async def test_inventory_creates_atoms_and_a_changed_inventory_retires_missing_o
     ledger: Ledger,
 ) -> None:
     (pool,) = await _pools(ledger, 1)
-    out = await ledger.nodes.apply_inventory(make_inventory("n1", pool, gpus=8, nics=2), 10)
-    assert out.created and out.events[0][0] == "node.registered"
+    out = await record_inventory(ledger, make_inventory("n1", pool, gpus=8, nics=2), 10)
+    assert out.transitions[0].kind == "node.registered"
     rows = await _rows(ledger, pool)
     assert rows["gpu"][0] == 8 and rows["nic.vf"][0] == 2 and rows["node"][0] == 1
-    await ledger.nodes.apply_inventory(make_inventory("n1", pool, gpus=6, nics=2), 20)
+    await record_inventory(ledger, make_inventory("n1", pool, gpus=6, nics=2), 20)
     assert (await _rows(ledger, pool))["gpu"][0] == 6
     assert await ledger.rebuild_all(30) == 0
 
@@ -44,12 +50,13 @@ async def test_provisioning_node_counts_as_provisioning_until_it_reports_ready(
     ledger: Ledger,
 ) -> None:
     (pool,) = await _pools(ledger, 1)
-    await ledger.nodes.apply_inventory(make_inventory("n1", pool, provisioning=True), 1)
+    inv = make_inventory("n1", pool, provisioning=True)
+    await record_inventory(ledger, inv, 1)
     gpu = dict(zip(("total", "allocatable"), (await _rows(ledger, pool))["gpu"][:2], strict=True))
     assert gpu == {"total": 8, "allocatable": 0}
     rows = {r.resource: r for r in (await ledger.rollup([pool]))[pool]}
     assert rows["gpu"].provisioning == 8
-    await ledger.nodes.apply_health("n1", "healthy", (), (), False, 2)
+    await record_heartbeat(ledger, make_heartbeat(inv), 2)
     rows = {r.resource: r for r in (await ledger.rollup([pool]))[pool]}
     assert (rows["gpu"].provisioning, rows["gpu"].allocatable) == (0, 8)
 
@@ -58,12 +65,11 @@ async def test_maintenance_is_an_event_with_reason_and_author_and_moves_the_node
     ledger: Ledger,
 ) -> None:
     (pool,) = await _pools(ledger, 1)
-    await ledger.nodes.apply_inventory(make_inventory("n1", pool), 1)
-    assert await ledger.nodes.set_maintenance("n1", True, "swap PSU", "ops:alice", 5) == (
-        pool,
-        True,
-    )
-    assert (await ledger.nodes.set_maintenance("n1", True, "again", "ops:bob", 6))[1] is False
+    await record_inventory(ledger, make_inventory("n1", pool), 1)
+    first = await record_maintenance(ledger, "n1", True, "swap PSU", "ops:alice", 5)
+    assert (first.pool_id, [t.kind for t in first.transitions]) == (pool, ["node.maintenance"])
+    again = await record_maintenance(ledger, "n1", True, "again", "ops:bob", 6)
+    assert again.transitions == ()
     rows = {r.resource: r for r in (await ledger.rollup([pool]))[pool]}
     assert rows["gpu"].maintenance == 8 and rows["vcpu"].maintenance == 64
     event = (await ledger.catalog.events("n1"))[-1]
@@ -79,35 +85,33 @@ async def test_random_transitions_leave_no_drift_for_the_rebuild(ledger: Ledger)
     pools = await _pools(ledger, 2)
     rng = random.Random(1234)
     nodes = [f"n{i}" for i in range(6)]
-    known: set[str] = set()
+    invs: dict[str, Inventory] = {}
     now = 100
     for _ in range(60):
         now += 1
         node = rng.choice(nodes)
-        op = rng.choice(["inv", "health", "device", "reach", "maint"]) if node in known else "inv"
+        op = rng.choice(["inv", "health", "device", "reach", "maint"]) if node in invs else "inv"
         if op == "inv":
-            await ledger.nodes.apply_inventory(
-                make_inventory(
-                    node,
-                    rng.choice(pools),
-                    gpus=rng.randint(0, 8),
-                    mig=rng.randint(0, 3),
-                    nics=rng.randint(0, 2),
-                    provisioning=rng.random() < 0.2,
-                ),
-                now,
+            invs[node] = make_inventory(
+                node,
+                rng.choice(pools),
+                gpus=rng.randint(0, 8),
+                mig=rng.randint(0, 3),
+                nics=rng.randint(0, 2),
+                provisioning=rng.random() < 0.2,
             )
-            known.add(node)
+            await record_inventory(ledger, invs[node], now)
         elif op == "health":
             status = rng.choice(["healthy", "degraded", "unhealthy", "unmonitored"])
-            await ledger.nodes.apply_health(node, status, (), (), rng.random() < 0.1, now)
+            hb = make_heartbeat(invs[node], health=status, provisioning=rng.random() < 0.1)
+            await record_heartbeat(ledger, hb, now)
         elif op == "device":
             dev = DeviceHealth(device_id=f"GPU-{node}-{rng.randint(0, 7)}", status="unhealthy")
-            await ledger.nodes.apply_health(node, "healthy", (), (dev,), False, now)
+            await record_heartbeat(ledger, make_heartbeat(invs[node], devices=(dev,)), now)
         elif op == "reach":
-            await ledger.nodes.set_reachable([node], rng.random() < 0.5, "test", now)
+            await record_reachability(ledger, [node], rng.random() < 0.5, now)
         else:
-            await ledger.nodes.set_maintenance(node, rng.random() < 0.5, "m", "op", now)
+            await record_maintenance(ledger, node, rng.random() < 0.5, "m", "op", now)
         for pool in pools:
             for resource, counts in (await _rows(ledger, pool)).items():
                 total, _, _, _, _, *buckets = counts

@@ -230,10 +230,15 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             stream = stream_name(PREFIX)
             # A durable consumer, as docs/operator.md shows monitoring systems.
             sub = await js.pull_subscribe(SUBJECTS.all_alerts, durable="pager", stream=stream)
-            msgs = await sub.fetch(1, timeout=5)
-            alert = Alert.model_validate_json(msgs[0].data)
-            assert (alert.kind, alert.node_id) == ("node.maintenance", NODE_A.node_id)
-            await msgs[0].ack()
+            # The node's registration came first, then the operator's act.
+            msgs = await sub.fetch(2, timeout=5)
+            alerts = [Alert.model_validate_json(m.data) for m in msgs]
+            assert [(a.kind, a.node_id) for a in alerts] == [
+                ("node.registered", NODE_A.node_id),
+                ("node.maintenance", NODE_A.node_id),
+            ]
+            for m in msgs:
+                await m.ack()
 
             async def live_alert_arrived() -> bool:
                 return bool(live.subjects)

@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.app import Coordinator
 from coordinator.domain.clock import FakeClock
+from coordinator.services.node_changes import record_inventory
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory
@@ -24,7 +25,7 @@ async def _pool(api: Api, c: Coordinator, nodes: int = 2, gpus: int = 8, **label
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
     for i in range(nodes):
         inv = make_inventory(f"n{i}", pool, gpus=gpus, labels={"rack": labels.get(f"n{i}", "r1")})
-        await c.ledger.nodes.apply_inventory(inv, 1)
+        await record_inventory(c.ledger, inv, 1)
     return str(pool)
 
 

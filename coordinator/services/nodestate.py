@@ -1,10 +1,12 @@
 """Node state service: turns ingested heartbeats and inventories into ledger writes and
-alerts.
+alerts; and the operator's maintenance flag, which ends the same way.
 
 The ingest callbacks only touch memory (the liveness tracker and a few pending maps);
-the loops below do the I/O: `write_pending` applies inventories and health transitions
-(rare, written at once), `flush_last_seen` writes liveness in one batch, `sweep` marks
-silent nodes unreachable.
+the methods the loops in `coordinator.tasks` drive do the I/O: `write_pending` applies
+inventories and health transitions (rare, written at once), `flush_last_seen` writes
+liveness in one batch, `sweep` marks silent nodes unreachable. Each write is one unit of
+work from `coordinator.services.node_changes`; its transitions go out through
+`coordinator.services.alerting`.
 """
 
 from __future__ import annotations
@@ -18,22 +20,39 @@ from coordinator.domain.liveness import LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger
 from coordinator.ledger.nodes import UnknownPool
-from shared.ids import ulid
+from coordinator.services import alerting
+from coordinator.services.node_changes import (
+    NodeChanges,
+    record_heartbeat,
+    record_inventory,
+    record_maintenance,
+    record_reachability,
+)
 from shared.subjects import Subjects
-from shared.wire import Alert, Heartbeat, Inventory
+from shared.wire import Heartbeat, Inventory
 
 log = logging.getLogger(__name__)
 
 INVENTORY_REQUEST_EVERY_MS = 5000
-_ALERT_KINDS = {
-    "node.unreachable",
-    "node.reachable",
-    "node.unhealthy",
-    "node.healthy",
-    "node.maintenance",
-    "device.unhealthy",
-    "device.healthy",
-}
+
+
+async def set_maintenance(
+    ledger: Ledger,
+    alerts: AlertSink,
+    capacity: CapacitySignal,
+    node_id: str,
+    on: bool,
+    reason: str,
+    by: str,
+    now: int,
+) -> NodeChanges:
+    """Put a node in or out of maintenance (operator): recorded, then published."""
+    changes = await record_maintenance(ledger, node_id, on, reason, by, now)
+    if changes.transitions:
+        # A node back from maintenance may be what a waiting request needs.
+        capacity.notify()
+        await alerting.publish(alerts, [changes], now)
+    return changes
 
 
 class NodeStateService:
@@ -69,24 +88,16 @@ class NodeStateService:
 
     async def load(self) -> None:
         now = self.clock.now_ms()
-        for (
-            node_id,
-            pool_id,
-            last_seen,
-            interval_ms,
-            reachable,
-            health,
-            inv_hash,
-        ) in await self.ledger.nodes.liveness_snapshot():
+        for record in await self.ledger.nodes.liveness_snapshot():
             self.tracker.load(
                 NodeLiveness(
-                    node_id=node_id,
-                    pool_id=pool_id,
-                    last_seen=last_seen,
-                    interval_ms=interval_ms,
-                    reachable=reachable,
-                    health=health,  # type: ignore[arg-type]
-                    inventory_hash=inv_hash,
+                    node_id=record.node_id,
+                    pool_id=record.pool_id,
+                    last_seen=record.last_seen,
+                    interval_ms=record.interval_ms,
+                    reachable=record.reachable,
+                    health=record.health,
+                    inventory_hash=record.inventory_hash,
                 ),
                 now,
             )
@@ -145,23 +156,13 @@ class NodeStateService:
             await self._apply_inventory(inv, now)
         came_back, self._came_back = self._came_back, {}
         if came_back:
-            flipped = await self.ledger.nodes.set_reachable(
-                came_back, True, "heartbeat received", now
-            )
-            for node_id, pool_id in flipped:
-                await self._alert("node.reachable", pool_id, node_id, "heartbeat received", now)
+            flipped = await record_reachability(self.ledger, came_back, True, now)
+            await alerting.publish(self.alerts, flipped, now)
         dirty, self._health_dirty = self._health_dirty, {}
         for hb in dirty.values():
-            transitions = await self.ledger.nodes.apply_health(
-                hb.node_id,
-                hb.health.status,
-                hb.health.reasons,
-                hb.devices,
-                hb.provisioning,
-                now,
-            )
-            for kind, reason, device_id in transitions:
-                await self._alert(kind, hb.pool_id, hb.node_id, reason, now, device_id)
+            changes = await record_heartbeat(self.ledger, hb, now)
+            if changes is not None:
+                await alerting.publish(self.alerts, [changes], now)
         if inventories or came_back or dirty:
             # A node came back or changed health: waiting requests may fit now.
             self.capacity.notify()
@@ -171,14 +172,13 @@ class NodeStateService:
 
     async def _apply_inventory(self, inv: Inventory, now: int) -> None:
         try:
-            outcome = await self.ledger.nodes.apply_inventory(inv, now)
+            changes = await record_inventory(self.ledger, inv, now)
         except UnknownPool:
             self._drop("unknown_pool", self.subjects.inventory(inv.pool_id, inv.node_id))
             return
         self._known_pools.add(inv.pool_id)
         self._track(inv, now)
-        for kind, reason in outcome.events:
-            await self._alert(kind, inv.pool_id, inv.node_id, reason, now)
+        await alerting.publish(self.alerts, [changes], now)
 
     async def _request_inventory(self, pool_id: str, node_id: str, now: int) -> None:
         if pool_id not in self._known_pools:
@@ -213,33 +213,6 @@ class NodeStateService:
         expired = self.tracker.expired(now)
         if not expired:
             return
-        flipped = await self.ledger.nodes.set_reachable(
-            expired, False, "no heartbeat within misses x interval", now
-        )
+        flipped = await record_reachability(self.ledger, expired, False, now)
         self.tracker.mark_unreachable(expired)
-        for node_id, pool_id in flipped:
-            await self._alert("node.unreachable", pool_id, node_id, "heartbeat missed", now)
-
-    async def _alert(
-        self,
-        kind: str,
-        pool_id: str,
-        node_id: str,
-        reason: str,
-        now: int,
-        device_id: str | None = None,
-    ) -> None:
-        if kind not in _ALERT_KINDS:
-            return
-        await self.alerts.publish(
-            Alert(
-                alert_id=ulid(now),
-                kind=kind,
-                pool_id=pool_id,
-                node_id=node_id,
-                at=now,
-                reason=reason,
-                since=now,
-                device_id=device_id,
-            )
-        )
+        await alerting.publish(self.alerts, flipped, now)

@@ -1,0 +1,275 @@
+"""A node's transitions: what changed between its state before and after (pure).
+
+`node_transitions(before, after)` is the one place that decides what counts as a
+transition (SPEC §3: reachability, health, provisioning, maintenance, per-device health,
+pool). Each transition is a typed value whose `kind` is the wire's alert kind, so the
+node event the ledger records and the alert a subscriber receives carry the same name,
+and mypy refuses a kind that is not in `shared.wire.AlertKind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from shared.wire import AlertKind, HealthStatus, Heartbeat, Inventory
+
+COORDINATOR = "coordinator"
+REACHABLE_REASON = "heartbeat received"
+UNREACHABLE_REASON = "no heartbeat within misses x interval"
+
+# Health as a device's kind: `unmonitored` is a fault for a device (SPEC §3: never
+# silently healthy), so it is published as `device.unhealthy` with its reasons.
+_DEVICE_KIND: dict[HealthStatus, AlertKind] = {
+    "healthy": "device.healthy",
+    "degraded": "device.degraded",
+    "unhealthy": "device.unhealthy",
+    "unmonitored": "device.unhealthy",
+}
+_NODE_KIND: dict[HealthStatus, AlertKind] = {
+    "healthy": "node.healthy",
+    "degraded": "node.degraded",
+    "unhealthy": "node.unhealthy",
+    "unmonitored": "node.unmonitored",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFlags:
+    status: HealthStatus = "healthy"
+    reasons: tuple[str, ...] = ()
+
+
+HEALTHY_DEVICE = DeviceFlags()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFlags:
+    """The flags a node's state is derived from, with the reasons the agent or operator
+    gave. `devices` maps a device id to its health; a device not listed is healthy."""
+
+    pool_id: str
+    reachable: bool = True
+    health: HealthStatus = "healthy"
+    health_reasons: tuple[str, ...] = ()
+    provisioning: bool = False
+    maintenance: bool = False
+    maintenance_reason: str = ""
+    maintenance_by: str = ""
+    devices: Mapping[str, DeviceFlags] = field(default_factory=dict)
+
+    def device(self, device_id: str) -> DeviceFlags:
+        return self.devices.get(device_id, HEALTHY_DEVICE)
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """Who changed a flag and why, for the flags an operator sets (maintenance)."""
+
+    by: str = COORDINATOR
+    reason: str = ""
+
+
+BY_COORDINATOR = Cause()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRegistered:
+    hostname: str
+    kind: ClassVar[AlertKind] = "node.registered"
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def reason(self) -> str:
+        return f"first inventory from {self.hostname}"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"hostname": self.hostname}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChanged:
+    from_pool: str
+    to_pool: str
+    kind: ClassVar[AlertKind] = "node.poolChanged"
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def reason(self) -> str:
+        return f"from {self.from_pool}"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"fromPool": self.from_pool, "toPool": self.to_pool}
+
+
+@dataclass(frozen=True, slots=True)
+class ReachabilityChanged:
+    reachable: bool
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def kind(self) -> AlertKind:
+        return "node.reachable" if self.reachable else "node.unreachable"
+
+    @property
+    def reason(self) -> str:
+        return REACHABLE_REASON if self.reachable else UNREACHABLE_REASON
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"reachable": self.reachable}
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceChanged:
+    on: bool
+    reason: str
+    by: str
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def kind(self) -> AlertKind:
+        return "node.maintenance" if self.on else "node.maintenanceEnded"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"maintenance": self.on}
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisioningChanged:
+    provisioning: bool
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+    reason: ClassVar[str] = ""
+
+    @property
+    def kind(self) -> AlertKind:
+        return "node.provisioning" if self.provisioning else "node.provisioned"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"provisioning": self.provisioning}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthChanged:
+    health: HealthStatus
+    reasons: tuple[str, ...]
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def kind(self) -> AlertKind:
+        return _NODE_KIND[self.health]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"health": self.health}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealthChanged:
+    device_id: str
+    health: HealthStatus
+    reasons: tuple[str, ...]
+    by: ClassVar[str] = COORDINATOR
+
+    @property
+    def kind(self) -> AlertKind:
+        return _DEVICE_KIND[self.health]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"health": self.health}
+
+
+Transition = (
+    NodeRegistered
+    | PoolChanged
+    | ReachabilityChanged
+    | MaintenanceChanged
+    | ProvisioningChanged
+    | HealthChanged
+    | DeviceHealthChanged
+)
+
+
+def node_transitions(
+    before: NodeFlags | None,
+    after: NodeFlags,
+    cause: Cause = BY_COORDINATOR,
+    hostname: str = "",
+) -> tuple[Transition, ...]:
+    """Every transition from `before` (None: the node is new) to `after`, in a fixed
+    order: registration, pool, reachability, maintenance, provisioning, health, devices.
+
+    A new node is compared with a fresh one (reachable, healthy, in service), so a node
+    that registers unhealthy or provisioning says so. Devices that left the node (retired
+    atoms) make no transition here; a device that appears is compared with healthy."""
+    out: list[Transition] = []
+    if before is None:
+        out.append(NodeRegistered(hostname))
+        before = NodeFlags(after.pool_id)
+    if before.pool_id != after.pool_id:
+        out.append(PoolChanged(before.pool_id, after.pool_id))
+    if before.reachable != after.reachable:
+        out.append(ReachabilityChanged(after.reachable))
+    if before.maintenance != after.maintenance:
+        reason = cause.reason or after.maintenance_reason
+        out.append(MaintenanceChanged(after.maintenance, reason, cause.by))
+    if before.provisioning != after.provisioning:
+        out.append(ProvisioningChanged(after.provisioning))
+    if before.health != after.health:
+        out.append(HealthChanged(after.health, after.health_reasons))
+    for device_id in sorted(after.devices):
+        old, new = before.device(device_id), after.devices[device_id]
+        if old.status != new.status:
+            out.append(DeviceHealthChanged(device_id, new.status, new.reasons))
+    return tuple(out)
+
+
+def after_inventory(before: NodeFlags | None, inv: Inventory) -> NodeFlags:
+    """The flags a full inventory implies. Reachability and maintenance are not the
+    agent's to say (the liveness tracker and the operator own them); every device that
+    has an atom gets the health the inventory reports, healthy when it reports none."""
+    reported = {d.device_id: DeviceFlags(d.status, d.reasons) for d in inv.devices}
+    devices = {
+        a.device_id: reported.get(a.device_id, HEALTHY_DEVICE) for a in inv.atoms if a.device_id
+    }
+    return replace(
+        before or NodeFlags(inv.pool_id),
+        pool_id=inv.pool_id,
+        health=inv.health.status,
+        health_reasons=inv.health.reasons,
+        provisioning=inv.provisioning,
+        devices=devices,
+    )
+
+
+def after_heartbeat(before: NodeFlags, hb: Heartbeat) -> NodeFlags:
+    """The flags a heartbeat implies. It lists only the devices that are not healthy, so
+    every other known device is healthy; a device the ledger does not know is ignored
+    until the inventory that names it."""
+    reported = {d.device_id: DeviceFlags(d.status, d.reasons) for d in hb.devices}
+    return replace(
+        before,
+        health=hb.health.status,
+        health_reasons=hb.health.reasons,
+        provisioning=hb.provisioning,
+        devices={dev: reported.get(dev, HEALTHY_DEVICE) for dev in before.devices},
+    )

@@ -1,0 +1,90 @@
+"""Node state changes, one transaction each: read the nodes' flags as stored, compute
+the flags after and the transitions between (`coordinator.domain.transitions`), and have
+the ledger persist both. Nothing here publishes; the callers hand the outcome to
+`coordinator.services.alerting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from coordinator.domain.transitions import (
+    Cause,
+    Transition,
+    after_heartbeat,
+    after_inventory,
+    node_transitions,
+)
+from coordinator.errors import NotFound
+from coordinator.ledger import Ledger
+from shared.wire import Heartbeat, Inventory
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanges:
+    """What one node went through in one unit of work (empty: nothing changed)."""
+
+    node_id: str
+    pool_id: str
+    transitions: tuple[Transition, ...]
+
+
+async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChanges:
+    """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks)."""
+    async with ledger.nodes.change([inv.node_id], now) as change:
+        before = change.before.get(inv.node_id)
+        await change.put_inventory(inv)
+        after = after_inventory(before, inv)
+        transitions = node_transitions(before, after, hostname=inv.hostname)
+        await change.save(inv.node_id, after, transitions)
+    return NodeChanges(inv.node_id, inv.pool_id, transitions)
+
+
+async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:
+    """Record the health a heartbeat reports; None for a node the ledger lacks."""
+    async with ledger.nodes.change([hb.node_id], now) as change:
+        before = change.before.get(hb.node_id)
+        if before is None:
+            return None
+        after = after_heartbeat(before, hb)
+        transitions = node_transitions(before, after)
+        if after != before:
+            await change.save(hb.node_id, after, transitions)
+    return NodeChanges(hb.node_id, after.pool_id, transitions)
+
+
+async def record_reachability(
+    ledger: Ledger, node_ids: Iterable[str], reachable: bool, now: int
+) -> list[NodeChanges]:
+    """Set the reachable flag of many nodes at once; returns those that flipped."""
+    out: list[NodeChanges] = []
+    async with ledger.nodes.change(node_ids, now) as change:
+        for node_id, before in sorted(change.before.items(), key=lambda item: item[0]):
+            after = replace(before, reachable=reachable)
+            transitions = node_transitions(before, after)
+            if transitions:
+                await change.save(node_id, after, transitions)
+                out.append(NodeChanges(node_id, after.pool_id, transitions))
+    return out
+
+
+async def record_maintenance(
+    ledger: Ledger, node_id: str, on: bool, reason: str, by: str, now: int
+) -> NodeChanges:
+    """Put a node in or out of maintenance; setting the flag it already has changes
+    nothing (not even the reason)."""
+    async with ledger.nodes.change([node_id], now) as change:
+        before = change.before.get(node_id)
+        if before is None:
+            raise NotFound(f"node {node_id} not found")
+        after = replace(
+            before,
+            maintenance=on,
+            maintenance_reason=reason if on else "",
+            maintenance_by=by if on else "",
+        )
+        transitions = node_transitions(before, after, Cause(by, reason))
+        if transitions:
+            await change.save(node_id, after, transitions)
+    return NodeChanges(node_id, before.pool_id, transitions)

@@ -1,0 +1,212 @@
+"""The node-state service below the bus: a real SQLite ledger, a fake clock, and a
+recording alert sink and publisher (no NATS, no socket). The loops' bodies are called by
+hand, so each test says exactly when time passes and when the service writes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.capacity_signal import CapacitySignal
+from coordinator.domain.clock import FakeClock
+from coordinator.domain.liveness import LivenessTracker
+from coordinator.ledger import Ledger
+from coordinator.services.nodestate import NodeStateService, set_maintenance
+from shared.ids import new_pool_id
+from shared.subjects import Subjects
+from shared.wire import Alert, DeviceHealth, Inventory
+from tests.factories import make_heartbeat, make_inventory
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    async def publish(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+    def kinds(self) -> list[str]:
+        return [a.kind for a in self.alerts]
+
+
+class RecordingPublisher:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        self.sent.append((subject, payload))
+
+
+class CountingSignal(CapacitySignal):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self) -> None:
+        self.notified += 1
+        super().notify()
+
+
+class Rig:
+    def __init__(self, ledger: Ledger, pool_id: str) -> None:
+        self.ledger = ledger
+        self.pool_id = pool_id
+        self.clock = FakeClock(1_800_000_000_000)
+        self.tracker = LivenessTracker(misses=3, recovery_hold_ms=1000)
+        self.subjects = Subjects("t")
+        self.sink = RecordingSink()
+        self.bus = RecordingPublisher()
+        self.capacity = CountingSignal()
+        self.drops: list[tuple[str, str]] = []
+        self.leader = True
+        self.service = NodeStateService(
+            ledger,
+            self.tracker,
+            self.subjects,
+            self.clock,
+            self.bus,
+            self.sink,
+            drop=lambda reason, subject: self.drops.append((reason, subject)),
+            capacity=self.capacity,
+            is_leader=lambda: self.leader,
+        )
+
+    async def inventory(self, inv: Inventory) -> None:
+        self.service.on_inventory(inv)
+        await self.service.write_pending()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    ledger = await Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        await ledger.tenants.create("acme", "Acme", 1)
+        pool_id = new_pool_id()
+        await ledger.pools.create(pool_id, "p", "acme", None, 1)
+        rig = Rig(ledger, pool_id)
+        await rig.service.load()
+        rig.tracker.bus_up(rig.clock.now_ms())
+        yield rig
+    finally:
+        await ledger.close()
+
+
+async def _events(rig: Rig, node_id: str) -> list[tuple[str, str | None]]:
+    return [(e.kind, e.device_id) for e in await rig.ledger.catalog.events(node_id)]
+
+
+async def test_health_changes_in_heartbeats_are_recorded_and_alerted_one_for_one(
+    rig: Rig,
+) -> None:
+    inv = make_inventory("n1", rig.pool_id, gpus=2, provisioning=True)
+    await rig.inventory(inv)
+    assert rig.sink.kinds() == ["node.registered", "node.provisioning"]
+    steps = [
+        (make_heartbeat(inv, 1), ["node.provisioned"]),
+        (make_heartbeat(inv, 2, health="degraded"), ["node.degraded"]),
+        (make_heartbeat(inv, 3, health="unmonitored"), ["node.unmonitored"]),
+        (
+            make_heartbeat(
+                inv, 4, devices=(DeviceHealth(device_id="GPU-n1-1", status="unhealthy"),)
+            ),
+            ["node.healthy", "device.unhealthy"],
+        ),
+        (make_heartbeat(inv, 5), ["device.healthy"]),
+    ]
+    for hb, kinds in steps:
+        before = len(rig.sink.alerts)
+        rig.service.on_heartbeat(hb)
+        await rig.service.write_pending()
+        assert rig.sink.kinds()[before:] == kinds
+    assert await _events(rig, "n1") == [(a.kind, a.device_id) for a in rig.sink.alerts]
+    assert all(a.pool_id == rig.pool_id and a.node_id == "n1" for a in rig.sink.alerts)
+    # A heartbeat that changes nothing writes no event and publishes nothing.
+    rig.service.on_heartbeat(make_heartbeat(inv, 6))
+    await rig.service.write_pending()
+    assert len(rig.sink.alerts) == len(await _events(rig, "n1"))
+
+
+async def test_silence_marks_unreachable_and_steady_heartbeats_bring_it_back(
+    rig: Rig,
+) -> None:
+    inv = make_inventory("n1", rig.pool_id, gpus=1)
+    await rig.inventory(inv)
+    rig.service.on_heartbeat(make_heartbeat(inv, 1, interval_ms=1000))
+    rig.clock.advance(2_000)
+    await rig.service.sweep()
+    assert "node.unreachable" not in rig.sink.kinds()  # within 3 x 1 s
+    rig.clock.advance(20_000)
+    await rig.service.sweep()
+    assert rig.sink.kinds()[-1] == "node.unreachable"
+    assert rig.sink.alerts[-1].reason == "no heartbeat within misses x interval"
+    await rig.service.sweep()
+    assert rig.sink.kinds().count("node.unreachable") == 1
+    notified = rig.capacity.notified
+    for seq in range(2, 5):  # 0, 600, 1200 ms: held for the recovery time
+        rig.service.on_heartbeat(make_heartbeat(inv, seq, interval_ms=1000))
+        await rig.service.write_pending()
+        rig.clock.advance(600)
+    assert rig.sink.kinds()[-1] == "node.reachable"
+    assert rig.capacity.notified > notified
+    assert (await rig.ledger.catalog.node("n1")).state.reachable  # type: ignore[union-attr]
+
+
+async def test_an_unknown_node_is_asked_for_its_inventory_at_most_every_5s(rig: Rig) -> None:
+    inv = make_inventory("n9", rig.pool_id)
+    for _ in range(3):
+        rig.service.on_heartbeat(make_heartbeat(inv))
+        await rig.service.write_pending()
+    assert rig.bus.sent == [(rig.subjects.inventory_request(rig.pool_id, "n9"), b"{}")]
+    rig.clock.advance(5_000)
+    rig.service.on_heartbeat(make_heartbeat(inv))
+    await rig.service.write_pending()
+    assert len(rig.bus.sent) == 2
+    assert rig.sink.alerts == []
+
+
+async def test_an_inventory_for_an_unknown_pool_is_dropped_and_changes_nothing(
+    rig: Rig,
+) -> None:
+    stray = make_inventory("n1", new_pool_id())
+    await rig.inventory(stray)
+    assert rig.drops == [("unknown_pool", rig.subjects.inventory(stray.pool_id, "n1"))]
+    assert rig.sink.alerts == [] and await rig.ledger.catalog.node("n1") is None
+
+
+async def test_maintenance_is_recorded_published_and_wakes_waiters_once(rig: Rig) -> None:
+    await rig.inventory(make_inventory("n1", rig.pool_id))
+    before, notified = len(rig.sink.alerts), rig.capacity.notified
+
+    async def flip(on: bool, reason: str) -> int:
+        changes = await set_maintenance(
+            rig.ledger, rig.sink, rig.capacity, "n1", on, reason, "ops/alice", rig.clock.now_ms()
+        )
+        return len(changes.transitions)
+
+    assert await flip(True, "swap PSU") == 1
+    assert await flip(True, "again") == 0  # already in maintenance: nothing happens
+    assert await flip(False, "done") == 1
+    got = [(a.kind, a.reason, a.by) for a in rig.sink.alerts[before:]]
+    assert got == [
+        ("node.maintenance", "swap PSU", "ops/alice"),
+        ("node.maintenanceEnded", "done", "ops/alice"),
+    ]
+    assert rig.capacity.notified - notified == 2
+    assert (await _events(rig, "n1"))[-2:] == [
+        ("node.maintenance", None),
+        ("node.maintenanceEnded", None),
+    ]
+
+
+async def test_a_new_leader_does_not_redo_what_the_old_one_recorded(rig: Rig) -> None:
+    inv = make_inventory("n1", rig.pool_id)
+    await rig.inventory(inv)
+    registered = len(rig.sink.alerts)
+    rig.leader = False
+    rig.service.on_inventory(inv)  # seen while following
+    rig.leader = True
+    await rig.service.write_pending()
+    assert len(rig.sink.alerts) == registered
+    assert [k for k, _ in await _events(rig, "n1")].count("node.registered") == 1

@@ -1,0 +1,153 @@
+"""The pure transition function: what changed between a node's flags before and after."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.domain.transitions import (
+    Cause,
+    DeviceFlags,
+    NodeFlags,
+    after_heartbeat,
+    after_inventory,
+    node_transitions,
+)
+from shared.wire import ALERT_KINDS, DeviceHealth
+from tests.factories import make_heartbeat, make_inventory
+
+POOL_A, POOL_B = "pool_" + "a" * 26, "pool_" + "b" * 26
+HEALTH = st.sampled_from(["healthy", "degraded", "unhealthy", "unmonitored"])
+DEVICE = st.builds(DeviceFlags, HEALTH, st.lists(st.text(max_size=5), max_size=2).map(tuple))
+DEVICE_IDS = st.sampled_from(["GPU-0", "GPU-1", "nic0"])
+
+
+@st.composite
+def flags(draw: st.DrawFn) -> NodeFlags:
+    return NodeFlags(
+        pool_id=draw(st.sampled_from([POOL_A, POOL_B])),
+        reachable=draw(st.booleans()),
+        health=draw(HEALTH),
+        health_reasons=tuple(draw(st.lists(st.text(max_size=5), max_size=2))),
+        provisioning=draw(st.booleans()),
+        maintenance=draw(st.booleans()),
+        devices=draw(st.dictionaries(DEVICE_IDS, DEVICE, max_size=3)),
+    )
+
+
+@given(flags())
+def test_no_change_is_no_transition(node: NodeFlags) -> None:
+    assert node_transitions(node, node) == ()
+    assert node_transitions(node, replace(node, health_reasons=("other words",))) == ()
+
+
+@given(flags(), flags())
+def test_one_transition_per_changed_flag_named_after_the_new_state(
+    before: NodeFlags, after: NodeFlags
+) -> None:
+    kinds = [t.kind for t in node_transitions(before, after)]
+    assert set(kinds) <= set(ALERT_KINDS)
+    expected: list[str] = []
+    if before.pool_id != after.pool_id:
+        expected.append("node.poolChanged")
+    if before.reachable != after.reachable:
+        expected.append("node.reachable" if after.reachable else "node.unreachable")
+    if before.maintenance != after.maintenance:
+        expected.append("node.maintenance" if after.maintenance else "node.maintenanceEnded")
+    if before.provisioning != after.provisioning:
+        expected.append("node.provisioning" if after.provisioning else "node.provisioned")
+    if before.health != after.health:
+        expected.append(f"node.{after.health}")
+    for device_id in sorted(after.devices):
+        old, new = before.device(device_id).status, after.devices[device_id].status
+        if old != new:
+            faulty = new in ("unhealthy", "unmonitored")
+            expected.append("device.unhealthy" if faulty else f"device.{new}")
+    assert kinds == expected
+
+
+@given(flags())
+def test_a_new_node_registers_then_says_how_it_differs_from_a_fresh_one(after: NodeFlags) -> None:
+    transitions = node_transitions(None, after, hostname="gpu01")
+    assert transitions[0].kind == "node.registered"
+    assert transitions[0].reason == "first inventory from gpu01"
+    fresh = NodeFlags(after.pool_id)
+    assert transitions[1:] == node_transitions(fresh, after)
+
+
+def test_device_health_kinds_and_reasons() -> None:
+    before = NodeFlags("p", devices={"GPU-0": DeviceFlags(), "GPU-1": DeviceFlags()})
+    after = replace(
+        before,
+        devices={
+            "GPU-0": DeviceFlags("degraded", ("thermal slowdown",)),
+            "GPU-1": DeviceFlags("unmonitored", ("nvml gone",)),
+        },
+    )
+    got = [(t.kind, t.device_id, t.reason) for t in node_transitions(before, after)]
+    assert got == [
+        ("device.degraded", "GPU-0", "thermal slowdown"),
+        ("device.unhealthy", "GPU-1", "nvml gone"),
+    ]
+    # A device that left the node (retired) is no transition; a new one is compared
+    # with healthy.
+    assert node_transitions(before, replace(before, devices={})) == ()
+    sick = replace(before, devices={"GPU-9": DeviceFlags("unhealthy", ("xid 79",))})
+    assert [t.kind for t in node_transitions(before, sick)] == ["device.unhealthy"]
+
+
+def test_maintenance_carries_the_operators_reason_and_name_both_ways() -> None:
+    idle = NodeFlags("p")
+    busy = replace(idle, maintenance=True, maintenance_reason="swap PSU", maintenance_by="ops")
+    (on,) = node_transitions(idle, busy, Cause("ops", "swap PSU"))
+    (off,) = node_transitions(busy, idle, Cause("ops/bob", "PSU swapped"))
+    assert (on.kind, on.reason, on.by, on.details) == (
+        "node.maintenance",
+        "swap PSU",
+        "ops",
+        {"maintenance": True},
+    )
+    assert (off.kind, off.reason, off.by) == ("node.maintenanceEnded", "PSU swapped", "ops/bob")
+    # Transitions nobody caused by hand are the coordinator's.
+    (lost,) = node_transitions(idle, replace(idle, reachable=False))
+    assert (lost.by, lost.reason) == ("coordinator", "no heartbeat within misses x interval")
+
+
+def test_a_heartbeat_lists_only_sick_devices_the_rest_are_healthy() -> None:
+    inv = make_inventory("n1", POOL_A, gpus=2)
+    before = NodeFlags(
+        POOL_A,
+        health="unhealthy",
+        devices={"GPU-n1-0": DeviceFlags("unhealthy", ("xid 79",)), "GPU-n1-1": DeviceFlags()},
+    )
+    sick = (
+        DeviceHealth(device_id="GPU-n1-1", status="degraded", reasons=("hot",)),
+        DeviceHealth(device_id="GPU-unknown", status="unhealthy"),
+    )
+    after = after_heartbeat(before, make_heartbeat(inv, health="degraded", devices=sick))
+    assert after.health == "degraded"
+    assert dict(after.devices) == {
+        "GPU-n1-0": DeviceFlags(),
+        "GPU-n1-1": DeviceFlags("degraded", ("hot",)),
+    }
+    kinds = [t.kind for t in node_transitions(before, after)]
+    assert kinds == ["node.degraded", "device.healthy", "device.degraded"]
+
+
+def test_an_inventory_sets_health_and_devices_but_not_reachability_or_maintenance() -> None:
+    before = NodeFlags(POOL_A, reachable=False, maintenance=True, maintenance_reason="m")
+    inv = make_inventory(
+        "n1",
+        POOL_B,
+        gpus=1,
+        provisioning=True,
+        devices=(DeviceHealth(device_id="GPU-n1-0", status="unhealthy"),),
+    )
+    after = after_inventory(before, inv)
+    assert (after.reachable, after.maintenance, after.maintenance_reason) == (False, True, "m")
+    assert (after.pool_id, after.provisioning) == (POOL_B, True)
+    assert dict(after.devices) == {"GPU-n1-0": DeviceFlags("unhealthy")}
+    kinds = [t.kind for t in node_transitions(before, after)]
+    assert kinds == ["node.poolChanged", "node.provisioning", "device.unhealthy"]

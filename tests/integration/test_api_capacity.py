@@ -9,6 +9,7 @@ import pytest
 from coordinator.api.registry import REGISTRY
 from coordinator.app import Coordinator
 from coordinator.domain.model import RESOURCES
+from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 
@@ -192,7 +193,7 @@ async def test_keys_are_stored_hashed(api: Api, coordinator: Coordinator) -> Non
 
     from coordinator.ledger import schema
 
-    async with coordinator.ledger.db.read() as conn:
+    async with database(coordinator.settings.effective_database_url) as db, db.read() as conn:
         rows = (await conn.execute(select(schema.api_keys))).all()
     assert rows and all(secret not in " ".join(map(str, r)) for r in rows)
 

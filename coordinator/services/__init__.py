@@ -1,0 +1,1 @@
+"""Workflows: one unit of work each, between the API/bus/tasks and the ledger."""

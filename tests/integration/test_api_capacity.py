@@ -201,8 +201,7 @@ async def test_keys_are_stored_hashed(api: Api, coordinator: Coordinator) -> Non
 async def test_openapi_is_generated_from_the_registry(api: Api) -> None:
     async with api.session.get(f"{api.base}/api/openapi.json") as resp:
         doc = await resp.json()
-    ops = {op["post"]["operationId"]: op["post"] for op in doc["paths"].values() if "post" in op}
-    ops = {name: op for name, op in ops.items() if " " not in name}
+    ops = {op["operationId"]: op for path in doc["paths"].values() for op in path.values()}
     assert set(ops) == {m.name for m in REGISTRY}
     summary = ops["capacity.summary"]
     assert summary["x-gpufleet"]["permission"] == "compute:capacity:read"
@@ -211,6 +210,13 @@ async def test_openapi_is_generated_from_the_registry(api: Api) -> None:
     schema_ref = summary["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     schema = doc["components"]["schemas"][schema_ref.rsplit("/", 1)[1]]
     assert schema["properties"]["tenantId"]["maxLength"] == 128
-    # The seed-002 routes are documented too.
+    # The seed-002 routes come from the same registry, with their own conventions.
     assert {"get", "post"} <= set(doc["paths"]["/api/capacity/reservations"])
-    assert "get" in doc["paths"]["/api/capacity/calendar"]
+    calendar = doc["paths"]["/api/capacity/calendar"]["get"]
+    assert calendar["operationId"] == "intervals.calendar"
+    assert {(p["name"], p["in"], p["required"]) for p in calendar["parameters"]} == {
+        ("from", "query", True), ("to", "query", True), ("poolId", "query", False),
+    }  # fmt: skip
+    post = doc["paths"]["/api/capacity/reservations"]["post"]
+    assert ("Idempotency-Key", "header") in {(p["name"], p["in"]) for p in post["parameters"]}
+    assert "text/plain" in post["responses"]["400"]["content"]

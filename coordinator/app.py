@@ -19,8 +19,7 @@ from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
-from coordinator.ledger import Ledger
-from coordinator.ledger.leadership import Leadership
+from coordinator.ledger import Leadership, Ledger
 from coordinator.metrics import Metrics, Sources
 from coordinator.services.nodestate import NodeStateService
 from coordinator.tasks.loops import Loops
@@ -77,7 +76,7 @@ async def running_coordinator(
         )
         alerts = AlertPublisher(bus, subjects)
         capacity = CapacitySignal()
-        leadership = Leadership(ledger.db)
+        leadership = ledger.leadership()
         stack.push_async_callback(leadership.close)
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []

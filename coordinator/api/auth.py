@@ -60,7 +60,7 @@ async def authorize(
     pool for pool-scoped methods."""
     if not has_permission(principal, method.permission):
         raise PermissionDenied(f"{method.permission} is not granted to this key")
-    if method.scope == "platform":
+    if method.scope in ("platform", "caller-tenant"):
         return None
     tenant_id: str = getattr(body, "tenant_id")  # noqa: B009 - every tenant-scoped input has it
     if not may_act_for(principal, tenant_id):

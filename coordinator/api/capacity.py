@@ -10,16 +10,17 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from coordinator.api import render
 from coordinator.api.context import CallContext
 from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.api.reservations import resolve_start, shortfall_details
 from coordinator.domain.model import RollupRow
 from coordinator.domain.placement import NodePick
 from coordinator.domain.rollup import sum_rows
 from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
 from coordinator.errors import InvalidInput
+from coordinator.services.reservations import resolve_start, shortfall_details
 
 
 class SummaryInput(ApiInput):
@@ -67,7 +68,7 @@ async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
                 "gpuModel": p.gpu_model,
                 "owner": p.owner,
                 "archived": p.archived,
-                "capacity": [r.to_api() for r in rows[p.pool_id]],
+                "capacity": [render.rollup_row(r) for r in rows[p.pool_id]],
             }
             for p in pools
         ],
@@ -90,7 +91,7 @@ async def by_pool(ctx: CallContext, body: ByPoolInput) -> dict[str, Any]:
     the tenant is not its owner."""
     pool = ctx.require_pool()
     rows = (await ctx.ledger.rollup([pool.pool_id]))[pool.pool_id]
-    return {"poolId": pool.pool_id, "rows": [r.to_api() for r in rows]}
+    return {"poolId": pool.pool_id, "rows": [render.rollup_row(r) for r in rows]}
 
 
 class TimelineInput(ApiInput):
@@ -120,7 +121,7 @@ async def preview(ctx: CallContext, body: ReservationCreateInput) -> dict[str, A
     is written and no quota is checked. Up to 10 ranked candidates (a gang's members;
     whole nodes for binding 'node'); `preemptible` gives a count and a start, never ids."""
     now = ctx.now()
-    start = resolve_start(body, now)
+    start = resolve_start(body.start, now)
     placement, preemptible = await ctx.ledger.bookings.preview(
         body.pool_id, body.placement(), start, start + body.duration_ms, now,
         ctx.services.notice_ms,

@@ -1,16 +1,21 @@
 """What a handler receives: the caller, the resolved pool (for pool-scoped methods) and
-the coordinator's services. Defined apart from the server so handlers never see aiohttp."""
+the coordinator's services, with the workflows its write methods call. Defined apart
+from the server so handlers never see aiohttp."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
 from coordinator.metrics import Metrics
+from coordinator.services.intervals import IntervalBookings
+from coordinator.services.maintenance import Maintenance
+from coordinator.services.reservations import Reservations
 from shared.wire import Alert
 
 
@@ -27,6 +32,21 @@ class Services:
     capacity: CapacitySignal = field(default_factory=CapacitySignal)
     notice_ms: int = 120_000
     metrics: Metrics = field(default_factory=Metrics)
+
+    @property
+    def reservations(self) -> Reservations:
+        return Reservations(
+            self.ledger, self.clock, self.alerts, self.capacity, RESERVATION_ANSWERS,
+            self.notice_ms,
+        )  # fmt: skip
+
+    @property
+    def intervals(self) -> IntervalBookings:
+        return IntervalBookings(self.ledger, self.clock, self.capacity, INTERVAL_ANSWERS)
+
+    @property
+    def maintenance(self) -> Maintenance:
+        return Maintenance(self.ledger, self.clock, self.alerts, self.capacity)
 
 
 @dataclass(frozen=True, slots=True)

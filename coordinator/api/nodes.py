@@ -1,4 +1,4 @@
-"""nodes.list/get/events/setMaintenance.
+"""nodes.list/get/events/setMaintenance (the last calls `services/maintenance.py`).
 
 A node is visible to a tenant exactly when its pool is; anything else is NOT_FOUND.
 Maintenance is an operator's act and is recorded with its reason and author.
@@ -17,7 +17,6 @@ from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.domain.model import NodeEvent, NodeRecord
 from coordinator.domain.states import node_status
 from coordinator.errors import NotFound
-from coordinator.services.nodestate import set_maintenance
 from shared.ids import NODE_ID_PATTERN
 
 NodeId = Annotated[str, Field(max_length=128, pattern=NODE_ID_PATTERN)]
@@ -169,17 +168,7 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
     """Put a node in or out of maintenance with a reason (operator). Its atoms move to
     the maintenance bucket at once; the change is a node event and an alert."""
     by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
-    changes = await set_maintenance(
-        ctx.ledger,
-        ctx.services.alerts,
-        ctx.services.capacity,
-        body.node_id,
-        body.maintenance,
-        body.reason,
-        by,
-        ctx.now(),
-    )
-    changed = bool(changes.transitions)
+    out = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
     node = await ctx.ledger.catalog.node(body.node_id)
     assert node is not None
-    return node_out(node) | {"changed": changed}
+    return node_out(node) | {"changed": out.changed}

@@ -1,27 +1,38 @@
 """The method registry: every API method is declared once, here, with its name, kind,
 permission, scope, phase, status, input model and handler. Routing, authorization, the
 OpenAPI document and the docs' method table are all generated from it.
+
+Two conventions share it. `compute`: `POST /api/compute/<module>/<method>`, a JSON
+object in, the error envelope out. `seed-002` (the interval endpoints): any verb and
+path, input from query parameters, headers and a JSON body (`RestInput`, each field
+saying where it comes from), RFC 3339 times, plain-text 400s and the seed's own 409s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from coordinator.api.context import CallContext
 
 Kind = Literal["read", "write"]
-Scope = Literal["compute-tenant", "compute-pool", "platform"]
+# caller-tenant: the tenant of the calling key, never named in the input (seed 002).
+Scope = Literal["compute-tenant", "compute-pool", "platform", "caller-tenant"]
+Convention = Literal["compute", "seed-002"]
+Verb = Literal["GET", "POST"]
+Where = Literal["query", "header", "body"]
 Handler = Callable[[CallContext, Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A handler's answer with an explicit status (a replayed idempotent response)."""
+    """A handler's answer with an explicit status (a replayed idempotent response); a
+    `str` body is sent as text/plain."""
 
     status: int
     body: Any
@@ -40,6 +51,24 @@ class ApiInput(BaseModel):
     )
 
 
+class RestInput(ApiInput):
+    """Input of a `seed-002` method: fields declared with `param`, read from where each
+    says; their rules are the seed's and are checked by the handler, in its words."""
+
+    model_config = ConfigDict(strict=False, extra="ignore", alias_generator=None)
+
+
+def param(name: str, where: Where, *, required: bool = False) -> Any:
+    """A `RestInput` field read from a query parameter, a header or the JSON body."""
+    return Field(default=None, alias=name, json_schema_extra={"in": where, "required": required})
+
+
+def where(field: FieldInfo) -> Where:
+    extra = field.json_schema_extra
+    assert isinstance(extra, dict), "RestInput fields are declared with param()"
+    return cast(Where, extra["in"])
+
+
 @dataclass(frozen=True, slots=True)
 class Method:
     name: str
@@ -51,6 +80,9 @@ class Method:
     input: type[ApiInput]
     handler: Handler
     summary: str
+    convention: Convention = "compute"
+    verb: Verb = "POST"
+    route: str | None = None
 
     @property
     def module(self) -> str:
@@ -62,7 +94,12 @@ class Method:
 
     @property
     def path(self) -> str:
-        return f"/api/compute/{self.module}/{self.method}"
+        return self.route or f"/api/compute/{self.module}/{self.method}"
+
+    @property
+    def label(self) -> str:
+        """The metrics label: the method name, or verb and path for the seed's routes."""
+        return self.name if self.convention == "compute" else f"{self.verb} {self.path}"
 
 
 class Registry:
@@ -79,14 +116,24 @@ class Registry:
         input: type[ApiInput],
         phase: str = "v0.1",
         status: str = "registered",
+        convention: Convention = "compute",
+        verb: Verb = "POST",
+        path: str | None = None,
     ) -> Callable[[Handler], Handler]:
+        if (convention == "seed-002") != issubclass(input, RestInput):
+            raise ValueError(f"method {name}: seed-002 methods, and only they, take RestInput")
+
         def register(handler: Handler) -> Handler:
             if name in self._methods:
                 raise ValueError(f"method {name} declared twice")
             doc = (handler.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-            self._methods[name] = Method(
-                name, kind, permission, scope, phase, status, input, handler, doc
-            )
+            method = Method(
+                name, kind, permission, scope, phase, status, input, handler, doc,
+                convention, verb, path,
+            )  # fmt: skip
+            if any((m.verb, m.path) == (verb, method.path) for m in self._methods.values()):
+                raise ValueError(f"route {verb} {method.path} declared twice")
+            self._methods[name] = method
             return handler
 
         return register
@@ -105,7 +152,7 @@ class Registry:
         ]
         for m in self:
             lines.append(
-                f"| `{m.name}` | `POST {m.path}` | {m.kind} | `{m.permission}` @ `{m.scope}` "
+                f"| `{m.name}` | `{m.verb} {m.path}` | {m.kind} | `{m.permission}` @ `{m.scope}` "
                 f"| {m.phase} | {m.status} |"
             )
         return "\n".join(lines)

@@ -12,23 +12,26 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from coordinator.api import intervals
-from coordinator.api.auth import authenticate, authorize, bearer_key, has_permission
+from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import Method, Registry, Reply
-from coordinator.errors import CoordinatorError, InvalidInput, PayloadTooLarge, PermissionDenied
+from coordinator.api.registry import Method, Registry, Reply, RestInput, where
+from coordinator.api.render import error_body
+from coordinator.domain.intervals import IntervalError
+from coordinator.errors import (
+    CoordinatorError,
+    IdempotencyKeyConflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+)
 from coordinator.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 SERVICES = web.AppKey("services", Services)
-
-
-def error_body(code: str, message: str, details: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -101,41 +104,68 @@ async def _read_body(request: web.Request) -> bytes:
     return body
 
 
-def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def endpoint(request: web.Request) -> web.Response:
-        request[METHOD_LABEL] = method.name
-        services = request.app[SERVICES]
-        key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
-        principal = await authenticate(services.ledger, key)
-        raw = await _read_body(request)
+def _decode(method: Method, request: web.Request, raw: bytes) -> Any:
+    if method.convention == "compute":
         try:
-            body = method.input.model_validate_json(raw or b"{}")
+            return method.input.model_validate_json(raw or b"{}")
         except ValidationError as exc:
             raise invalid_input(exc) from None
-        pool = await authorize(method, principal, body, services.ledger)
-        result = await method.handler(CallContext(principal, services, pool), body)
-        if isinstance(result, Reply):
-            return web.json_response(result.body, status=result.status)
-        return web.json_response(result)
+    assert issubclass(method.input, RestInput)
+    values: dict[str, Any] = {}
+    for field in method.input.model_fields.values():
+        name = field.alias or ""
+        source = where(field)
+        if source == "body":
+            values[name] = raw
+        elif source == "header":
+            values[name] = request.headers.get(name)
+        else:
+            values[name] = request.query.get(name)
+    return method.input.model_validate(values)
 
-    return endpoint
+
+def _seed_answer(exc: Exception) -> web.Response | None:
+    """The `seed-002` convention's words for what went wrong (None: the envelope's)."""
+    if isinstance(exc, IntervalError):
+        return web.Response(status=400, text=f"{exc}\n", content_type="text/plain")
+    if isinstance(exc, NotFound):
+        return web.Response(status=404, text=f"{exc.message}\n", content_type="text/plain")
+    if isinstance(exc, IdempotencyKeyConflict):
+        body = {"error": "idempotency_key_conflict", "message": exc.message}
+        return web.json_response(body, status=409)
+    return None
 
 
-def _rest_endpoint(
-    handler: intervals.Handler, permission: str
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def endpoint(request: web.Request) -> web.Response:
-        request[METHOD_LABEL] = f"{request.method} {request.path}"
+        request[METHOD_LABEL] = method.label
         services = request.app[SERVICES]
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
-        if not has_permission(principal, permission):
-            raise PermissionDenied(f"{permission} is not granted to this key")
-        raw = await _read_body(request) if request.method == "POST" else b""
-        answer = await handler(services, principal, request.headers, request.query, raw)
-        if answer.is_text:
-            return web.Response(status=answer.status, text=answer.body, content_type="text/plain")
-        return web.json_response(answer.body, status=answer.status)
+        reads_body = method.verb == "POST"
+        if method.convention == "compute":
+            raw = await _read_body(request)
+            body = _decode(method, request, raw)
+            pool = await authorize(method, principal, body, services.ledger)
+        else:
+            # The seed's order: permission first, then the request's own rules.
+            pool = await authorize(method, principal, method.input(), services.ledger)
+            raw = await _read_body(request) if reads_body else b""
+            body = _decode(method, request, raw)
+        try:
+            result = await method.handler(CallContext(principal, services, pool), body)
+        except (IntervalError, CoordinatorError) as exc:
+            answer = _seed_answer(exc) if method.convention == "seed-002" else None
+            if answer is None:
+                raise
+            return answer
+        if isinstance(result, Reply):
+            if isinstance(result.body, str):
+                return web.Response(
+                    status=result.status, text=result.body, content_type="text/plain"
+                )
+            return web.json_response(result.body, status=result.status)
+        return web.json_response(result)
 
     return endpoint
 
@@ -145,9 +175,7 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
     app = web.Application(middlewares=[latency, error_envelope], client_max_size=MAX_BODY_BYTES)
     app[SERVICES] = services
     for method in registry:
-        app.router.add_post(method.path, _endpoint(method))
-    for verb, path, handler, permission in intervals.ROUTES:
-        app.router.add_route(verb, path, _rest_endpoint(handler, permission))
+        app.router.add_route(method.verb, method.path, _endpoint(method))
     document = build_openapi(registry, "0.1.0")
     openapi_text = json.dumps(document)
 

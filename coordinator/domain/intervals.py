@@ -28,12 +28,28 @@ class Interval:
     ends_at: int
     capacity_gb: int
 
-    def to_api(self) -> dict[str, object]:
-        return {
-            "startsAt": format_time(self.starts_at),
-            "endsAt": format_time(self.ends_at),
-            "capacityGb": self.capacity_gb,
-        }
+
+@dataclass(frozen=True, slots=True)
+class IntervalReservation:
+    reservation_id: str
+    tenant_id: str
+    pool_id: str
+    created_at: int
+    intervals: tuple[Interval, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuarterUsage:
+    """One quarter-hour as a tenant sees it: its limit, what it has reserved, and the
+    pool's free memory after every booking."""
+
+    limit_gb: int
+    tenant_gb: int
+    pool_free_gb: int
+
+    @property
+    def reservable(self) -> int:
+        return reservable_gb(self.limit_gb, self.tenant_gb, self.pool_free_gb)
 
 
 def parse_time(value: object, field: str) -> int:

@@ -145,13 +145,6 @@ class RollupRow:
     unreachable: int = 0
     updated_at: int = 0
 
-    def to_api(self) -> dict[str, int | str]:
-        return (
-            {"resource": self.resource}
-            | {c: getattr(self, c) for c in COUNT_COLUMNS}
-            | {"updatedAt": self.updated_at}
-        )
-
     def counts(self) -> tuple[int, ...]:
         return tuple(getattr(self, c) for c in COUNT_COLUMNS)
 

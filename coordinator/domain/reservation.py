@@ -58,32 +58,3 @@ class Reservation:
 
     def live(self, now: int) -> bool:
         return self.state(now) in ("scheduled", "active", "noticed")
-
-    def to_api(self, now: int) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "reservationId": self.reservation_id,
-            "tenantId": self.tenant_id,
-            "poolId": self.pool_id,
-            "state": self.state(now),
-            "start": self.start,
-            "end": self.end,
-            "spot": self.spot,
-            "binding": self.binding,
-            "atoms": [
-                {"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in self.atoms
-            ],
-            "createdAt": self.created_at,
-        }
-        if self.project_id:
-            out["projectId"] = self.project_id
-        if self.lease_expires_at is not None:
-            out["leaseExpiresAt"] = self.lease_expires_at
-        if self.preempt_at is not None:
-            out["preemptAt"] = self.preempt_at
-        if self.resources:
-            out["resources"] = self.resources
-        if self.gang:
-            out["gang"] = self.gang
-        if self.ended_at is not None:
-            out["endedAt"] = self.ended_at
-        return out

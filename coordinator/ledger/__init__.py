@@ -1,6 +1,29 @@
-"""The ledger: the only package that imports SQLAlchemy. Repositories return domain values."""
+"""The ledger: the only package that imports SQLAlchemy. Repositories return domain values.
 
+Everything outside the package uses the names below and nothing else: the `Ledger`
+facade with its repositories, the unit of work a workflow writes through, the values
+repositories return and the errors they raise.
+"""
+
+from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced
 from coordinator.ledger.database import Database, normalize_url
 from coordinator.ledger.facade import Ledger
+from coordinator.ledger.idempotency import Recorded, body_hash
+from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.nodes import UnknownPool
+from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
-__all__ = ["Database", "Ledger", "normalize_url"]
+__all__ = [
+    "Booked",
+    "BookingRequest",
+    "Database",
+    "Leadership",
+    "Ledger",
+    "NotPlaced",
+    "Recorded",
+    "UnitOfWork",
+    "UnknownPool",
+    "WriteRaced",
+    "body_hash",
+    "normalize_url",
+]

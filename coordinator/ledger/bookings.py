@@ -1,35 +1,33 @@
-"""The booking transaction and the reservation lifecycle in the ledger.
+"""Booking in the ledger: the preview (read only) and the booking writer.
 
-create: lock the pool (PostgreSQL advisory lock; SQLite has one writer), replay or
-refuse by idempotency key, load the pool snapshot for the window, run the placer, check
-quota, insert the reservation and its bookings, notice spot victims, refresh the
-rollup's booked columns and store the idempotency record — all in one transaction. On
-PostgreSQL an exclusion constraint over (atom, time range) backs the placer: if it ever
-fires, the transaction is retried on a fresh snapshot.
+`BookingWriter.book` runs inside a unit of work (see `unit_of_work.py`) under the pool
+lock (PostgreSQL advisory lock; SQLite has one writer): load the pool snapshot for the
+window, run the placer, check quota, insert the reservation and its bookings, notice spot
+victims and refresh the rollup's booked columns. The workflow around it replays and
+records the idempotent answer in the same transaction. On PostgreSQL an exclusion
+constraint over (atom, time range) backs the placer: if it ever fires, the unit of work
+raises `WriteRaced` and the workflow retries on a fresh snapshot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import distinct, func, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
-from coordinator.errors import QuotaExceeded, Unavailable
-from coordinator.ledger import idempotency, schema
+from coordinator.errors import QuotaExceeded
+from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
 from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
 from shared.ids import new_reservation_id
-
-ENDPOINT = "reservations.create"
-RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +41,6 @@ class BookingRequest:
     lease_seconds: int | None
     resources: dict[str, int]
     gang: dict[str, Any] | None
-    idempotency_key: str
-    digest: str
     notice_ms: int
 
 
@@ -93,74 +89,64 @@ class BookingRepo:
             placement = place(req, snap)
             if placement.fits or req.spot:
                 return placement, None
-            plan = await self._preempting(conn, pool_id, req, start, end - start, now, notice_ms)
+            plan = await preempting(
+                conn, self._snapshots, pool_id, req, start, end - start, now, notice_ms
+            )
         if plan is None or not plan[0].fits:
             return placement, None
         _, victims, moved_start = plan
         return placement, (len(victims), moved_start)
 
-    async def _preempting(
+
+async def preempting(
+    conn: AsyncConnection,
+    snapshots: SnapshotCache,
+    pool_id: str,
+    req: PlacementRequest,
+    start: int,
+    duration_ms: int,
+    now: int,
+    notice_ms: int,
+) -> tuple[Placement, frozenset[str], int] | None:
+    """For a regular request that does not fit: where it would go if it started at
+    preemptAt and the spot reservations still holding what it takes were noticed.
+    None when even preempting every spot booking would not make room."""
+    first = place(
+        req,
+        await snapshots.snapshot(conn, pool_id, start, start + duration_ms, now),
+        ignore_spot=True,
+    )
+    if not first.fits:
+        return None
+    moved_start = max(start, now + notice_ms)
+    snap = await snapshots.snapshot(conn, pool_id, moved_start, moved_start + duration_ms, now)
+    # Spot reservations that end before preemptAt need no notice.
+    placement = place(req, snap)
+    if placement.fits:
+        return placement, frozenset(), moved_start
+    placement = place(req, snap, ignore_spot=True)
+    victims = frozenset().union(*(pick.victims for pick in placement.chosen))
+    return placement, victims, moved_start
+
+
+class BookingWriter:
+    """Books inside a unit of work; the snapshot cache learns of new bookings only once
+    the unit of work has committed (`after_commit`)."""
+
+    def __init__(
         self,
         conn: AsyncConnection,
-        pool_id: str,
-        req: PlacementRequest,
-        start: int,
-        duration_ms: int,
-        now: int,
-        notice_ms: int,
-    ) -> tuple[Placement, frozenset[str], int] | None:
-        """For a regular request that does not fit: where it would go if it started at
-        preemptAt and the spot reservations still holding what it takes were noticed.
-        None when even preempting every spot booking would not make room."""
-        first = place(
-            req,
-            await self._snapshots.snapshot(conn, pool_id, start, start + duration_ms, now),
-            ignore_spot=True,
-        )
-        if not first.fits:
-            return None
-        moved_start = max(start, now + notice_ms)
-        snap = await self._snapshots.snapshot(
-            conn, pool_id, moved_start, moved_start + duration_ms, now
-        )
-        # Spot reservations that end before preemptAt need no notice.
-        placement = place(req, snap)
-        if placement.fits:
-            return placement, frozenset(), moved_start
-        placement = place(req, snap, ignore_spot=True)
-        victims = frozenset().union(*(pick.victims for pick in placement.chosen))
-        return placement, victims, moved_start
+        snapshots: SnapshotCache,
+        after_commit: Callable[[Callable[[], None]], None],
+    ) -> None:
+        self._conn = conn
+        self._snapshots = snapshots
+        self._after_commit = after_commit
 
-    async def create(
-        self, r: BookingRequest, now: int
-    ) -> Booked | NotPlaced | idempotency.Recorded:
-        for attempt in range(RETRIES):
-            try:
-                committed: list[tuple[int, list[HeldAtom], list[HeldScalar]]] = []
-                async with self._db.transaction() as conn:
-                    out = await self._create(conn, r, now, committed)
-                # Only now that it is durable does the cache learn of the new bookings.
-                for version, atoms, scalars in committed:
-                    self._snapshots.committed(r.pool_id, version, atoms, scalars)
-                return out
-            except IntegrityError:
-                # A concurrent duplicate recorded first, or (PostgreSQL) the exclusion
-                # constraint caught an overlap: look again on a fresh snapshot.
-                if attempt == RETRIES - 1:
-                    raise Unavailable("the ledger was too busy to book; retry") from None
-        raise AssertionError("unreachable")
-
-    async def _create(
-        self,
-        conn: AsyncConnection,
-        r: BookingRequest,
-        now: int,
-        committed: list[tuple[int, list[HeldAtom], list[HeldScalar]]],
-    ) -> Booked | NotPlaced | idempotency.Recorded:
+    async def book(self, r: BookingRequest, now: int) -> Booked | NotPlaced:
+        """Place and book `r`, or say why it does not fit; raises QuotaExceeded."""
+        conn = self._conn
         await lock_pool(conn, r.pool_id)
-        found = await idempotency.lookup(conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest)
-        if found is not None:
-            return found
         start, end = r.start, r.start + r.duration_ms
         snap = await self._snapshots.snapshot(conn, r.pool_id, start, end, now)
         read_version = self._snapshots.bookings_version(r.pool_id)
@@ -168,9 +154,10 @@ class BookingRepo:
         victims: frozenset[str] = frozenset()
         preempt_at: int | None = None
         if not placement.fits and not r.placement.spot:
-            plan = await self._preempting(
-                conn, r.pool_id, r.placement, start, r.duration_ms, now, r.notice_ms
-            )
+            plan = await preempting(
+                conn, self._snapshots, r.pool_id, r.placement, start, r.duration_ms, now,
+                r.notice_ms,
+            )  # fmt: skip
             if plan is None or not plan[0].fits:
                 return NotPlaced(placement, None)
             placement, victims, start = plan
@@ -213,11 +200,10 @@ class BookingRepo:
                 held_atoms, held_scalars, self._snapshots.reserved_atoms(r.pool_id, now), now
             )
             await apply_booked_delta(conn, r.pool_id, allocated, reserved, now)
-            committed.append((read_version + 1, held_atoms, held_scalars))
-        await idempotency.store(
-            conn, r.tenant_id, ENDPOINT, r.idempotency_key, r.digest, 200,
-            reservation.to_api(now), now,
-        )  # fmt: skip
+            version = read_version + 1
+            self._after_commit(
+                lambda: self._snapshots.committed(r.pool_id, version, held_atoms, held_scalars)
+            )
         return Booked(reservation, noticed)
 
     async def _insert(self, conn: AsyncConnection, res: Reservation, placement: Placement) -> None:

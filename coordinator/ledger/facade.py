@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
 
 from sqlalchemy import select
 
@@ -12,6 +13,7 @@ from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
+from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
@@ -19,11 +21,12 @@ from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
+from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
 
 
 class Ledger:
     def __init__(self, db: Database) -> None:
-        self.db = db
+        self._db = db
         self.tenants = TenantRepo(db)
         self.keys = ApiKeyRepo(db)
         self.pools = PoolRepo(db)
@@ -42,19 +45,36 @@ class Ledger:
         return cls(db)
 
     async def close(self) -> None:
-        await self.db.dispose()
+        await self._db.dispose()
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
+
+    async def migrate(self) -> list[int]:
+        """Apply the migrations not yet applied; returns their numbers."""
+        return await self._db.migrate()
+
+    def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:
+        """One unit of work: `async with ledger.transaction() as uow: ...; await
+        uow.commit()`. Leaving without `commit()` rolls back."""
+        return unit_of_work(self._db, self.snapshots)
+
+    def leadership(self) -> Leadership:
+        """A leadership contender on its own connection (see `leadership.py`)."""
+        return Leadership(self._db)
 
     async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
-        async with self.db.read() as conn:
+        async with self._db.read() as conn:
             return await read_rollup(conn, pool_ids)
 
     async def rebuild_all(self, now: int) -> int:
         """Recompute every pool's rows; returns how many rows had drifted."""
-        async with self.db.read() as conn:
+        async with self._db.read() as conn:
             pool_ids = (await conn.execute(select(schema.pools.c.pool_id))).scalars().all()
         drift = 0
         for pool_id in pool_ids:
-            async with self.db.transaction() as conn:
+            async with self._db.transaction() as conn:
                 await lock_pool(conn, pool_id)
                 drift += await rebuild_pool(conn, pool_id, now)
         return drift

@@ -1,8 +1,11 @@
 """Idempotency records: (tenant, endpoint, key) → body hash and the first response.
 
-The record is written in the same transaction as the booking it answers, under a
-primary key, so two concurrent duplicates cannot both commit: the loser re-reads and
-replays. Records are kept at least 24 hours (see `purge`).
+The record is written in the same unit of work as the booking it answers, under a
+primary key, so two concurrent duplicates cannot both commit: the loser's unit of work
+raises `WriteRaced`, and on retry it finds the winner's record and replays it. What is
+stored is the answer as first given (status and JSON body), so a replay is that answer
+verbatim; the ledger stores it and never words it. Records are kept at least 24 hours
+(see `purge`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.errors import IdempotencyKeyConflict
@@ -79,32 +81,6 @@ async def store(
             created_at=now,
         )
     )
-
-
-async def record_once(
-    db: Database,
-    tenant_id: str,
-    endpoint: str,
-    key: str,
-    digest: str,
-    status: int,
-    response: Any,
-    now: int,
-) -> Recorded:
-    """Record an answer that wrote nothing else (a 409); if a concurrent request
-    recorded first, theirs is the answer."""
-    try:
-        async with db.transaction() as conn:
-            found = await lookup(conn, tenant_id, endpoint, key, digest)
-            if found is not None:
-                return found
-            await store(conn, tenant_id, endpoint, key, digest, status, response, now)
-            return Recorded(status, response)
-    except IntegrityError:
-        async with db.read() as conn:
-            found = await lookup(conn, tenant_id, endpoint, key, digest)
-        assert found is not None
-        return found
 
 
 async def purge(db: Database, now: int) -> int:

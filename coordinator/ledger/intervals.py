@@ -1,9 +1,9 @@
-"""Interval reservations in the ledger: per-quarter usage, the atomic write, the audit
-list and the calendar's numbers.
+"""Interval reservations in the ledger: per-quarter usage, the write (inside a unit of
+work), the audit list and the calendar's numbers.
 
-A write locks the pool (PostgreSQL advisory lock; SQLite has one writer), so parallel
-writes for the same interval serialize; the loser sees the winner's bookings and answers
-with the updated reservableGb.
+The writer runs under the pool lock (PostgreSQL advisory lock; SQLite has one writer),
+so parallel writes for the same interval serialize; the loser sees the winner's bookings
+and answers with the updated reservableGb.
 """
 
 from __future__ import annotations
@@ -11,52 +11,22 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.intervals import INTERVAL_MS, Interval, format_time, reservable_gb
-from coordinator.ledger import idempotency, schema
-from coordinator.ledger.database import Database, lock_pool
+from coordinator.domain.intervals import (
+    INTERVAL_MS,
+    Interval,
+    IntervalReservation,
+    QuarterUsage,
+)
+from coordinator.ledger import schema
+from coordinator.ledger.database import Database
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
-ENDPOINT = "capacity.reservations"
 RESOURCE = "memoryGiB"
-
-
-@dataclass(frozen=True, slots=True)
-class QuarterUsage:
-    limit_gb: int
-    tenant_gb: int
-    pool_free_gb: int
-
-    @property
-    def reservable(self) -> int:
-        return reservable_gb(self.limit_gb, self.tenant_gb, self.pool_free_gb)
-
-
-@dataclass(frozen=True, slots=True)
-class IntervalReservation:
-    reservation_id: str
-    tenant_id: str
-    pool_id: str
-    created_at: int
-    intervals: tuple[Interval, ...]
-
-    def to_api(self) -> dict[str, Any]:
-        return {
-            "reservationId": self.reservation_id,
-            "createdAt": format_time(self.created_at),
-            "intervals": [iv.to_api() for iv in self.intervals],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    failures: tuple[dict[str, Any], ...]
 
 
 async def usage(
@@ -116,84 +86,6 @@ class IntervalRepo:
         async with self._db.read() as conn:
             return await usage(conn, tenant_id, pool_id, quarters)
 
-    async def create(
-        self,
-        tenant_id: str,
-        pool_id: str,
-        intervals: Sequence[Interval],
-        seen_before: dict[int, QuarterUsage],
-        key: str | None,
-        digest: str,
-        now: int,
-    ) -> IntervalReservation | Refused | idempotency.Recorded:
-        """All intervals or none. `seen_before` is what the request saw before taking the
-        lock: an interval that fitted then but not now lost a race (`concurrent_write`)."""
-        async with self._db.transaction() as conn:
-            await lock_pool(conn, pool_id)
-            if key is not None:
-                found = await idempotency.lookup(conn, tenant_id, ENDPOINT, key, digest)
-                if found is not None:
-                    return found
-            current = await usage(conn, tenant_id, pool_id, [iv.starts_at for iv in intervals])
-            failures = []
-            for iv in intervals:
-                now_free = current[iv.starts_at].reservable
-                if iv.capacity_gb <= now_free:
-                    continue
-                before = seen_before.get(iv.starts_at)
-                raced = before is not None and iv.capacity_gb <= before.reservable
-                failures.append(
-                    {
-                        "startsAt": format_time(iv.starts_at),
-                        "requestedGb": iv.capacity_gb,
-                        "reservableGb": now_free,
-                        "reason": "concurrent_write" if raced else "insufficient_capacity",
-                    }
-                )
-            if failures:
-                return Refused(tuple(failures))
-            res = IntervalReservation(str(uuid.uuid4()), tenant_id, pool_id, now, tuple(intervals))
-            await conn.execute(
-                schema.interval_reservations.insert().values(
-                    reservation_id=res.reservation_id,
-                    tenant_id=tenant_id,
-                    pool_id=pool_id,
-                    created_at=now,
-                    intervals=[
-                        {
-                            "startsAt": iv.starts_at,
-                            "endsAt": iv.ends_at,
-                            "capacityGb": iv.capacity_gb,
-                        }
-                        for iv in intervals
-                    ],
-                )
-            )
-            await conn.execute(
-                schema.scalar_bookings.insert(),
-                [
-                    {
-                        "reservation_id": res.reservation_id,
-                        "tenant_id": tenant_id,
-                        "pool_id": pool_id,
-                        "node_id": "",
-                        "resource": RESOURCE,
-                        "amount": iv.capacity_gb,
-                        "spot": False,
-                        "start": iv.starts_at,
-                        "end": iv.ends_at,
-                    }
-                    for iv in intervals
-                ],
-            )
-            await bump(conn, [pool_id], bookings=True)
-            await refresh_booked(conn, pool_id, now)
-            if key is not None:
-                await idempotency.store(
-                    conn, tenant_id, ENDPOINT, key, digest, 200, res.to_api(), now
-                )
-        return res
-
     async def page(
         self,
         tenant_id: str,
@@ -229,3 +121,54 @@ class IntervalRepo:
                 )
                 for row in rows.all()
             ]
+
+
+class IntervalWriter:
+    """Interval bookings inside a unit of work (which holds the pool lock)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def usage(
+        self, tenant_id: str, pool_id: str, quarters: Sequence[int]
+    ) -> dict[int, QuarterUsage]:
+        return await usage(self._conn, tenant_id, pool_id, quarters)
+
+    async def book(
+        self, tenant_id: str, pool_id: str, intervals: Sequence[Interval], now: int
+    ) -> IntervalReservation:
+        """Book every interval (the caller has checked that they fit, under the lock)."""
+        conn = self._conn
+        res = IntervalReservation(str(uuid.uuid4()), tenant_id, pool_id, now, tuple(intervals))
+        await conn.execute(
+            schema.interval_reservations.insert().values(
+                reservation_id=res.reservation_id,
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                created_at=now,
+                intervals=[
+                    {"startsAt": iv.starts_at, "endsAt": iv.ends_at, "capacityGb": iv.capacity_gb}
+                    for iv in intervals
+                ],
+            )
+        )
+        await conn.execute(
+            schema.scalar_bookings.insert(),
+            [
+                {
+                    "reservation_id": res.reservation_id,
+                    "tenant_id": tenant_id,
+                    "pool_id": pool_id,
+                    "node_id": "",
+                    "resource": RESOURCE,
+                    "amount": iv.capacity_gb,
+                    "spot": False,
+                    "start": iv.starts_at,
+                    "end": iv.ends_at,
+                }
+                for iv in intervals
+            ],
+        )
+        await bump(conn, [pool_id], bookings=True)
+        await refresh_booked(conn, pool_id, now)
+        return res

@@ -1,5 +1,5 @@
-"""Reservations after booking: reads, release, renew, and what the clock decides
-(lease expiry, preemption, bookings starting and ending)."""
+"""Reservations after booking: reads, what the clock decides (lease expiry, preemption,
+bookings starting and ending), and the release/renew writer a unit of work holds."""
 
 from __future__ import annotations
 
@@ -99,44 +99,6 @@ class ReservationRepo:
             )
             return [reservation_from_row(row) for row in rows.all()]
 
-    async def release(self, reservation_id: str, tenant_id: str, now: int) -> Reservation:
-        """End a live reservation now; the rest of its time is free at once."""
-        rv = schema.reservations.c
-        async with self._db.transaction() as conn:
-            res = await _owned(conn, reservation_id, tenant_id)
-            await lock_pool(conn, res.pool_id)
-            # Read again under the lock: the clock may have ended it meanwhile.
-            res = await _owned(conn, reservation_id, tenant_id)
-            if not res.live(now):
-                return res
-            await conn.execute(
-                update(schema.reservations)
-                .where(rv.reservation_id == reservation_id)
-                .values(state="released", ended_at=now, updated_at=now)
-            )
-            await end_bookings(conn, [reservation_id], now)
-            await bump(conn, [res.pool_id], bookings=True)
-            await refresh_booked(conn, res.pool_id, now)
-        return replace(res, stored_state="released", ended_at=now)
-
-    async def renew(
-        self, reservation_id: str, tenant_id: str, lease_seconds: int | None, now: int
-    ) -> Reservation | None:
-        """Extend the lease from now; None when the reservation has no lease or is over."""
-        rv = schema.reservations.c
-        async with self._db.transaction() as conn:
-            res = await _owned(conn, reservation_id, tenant_id)
-            if res.lease_seconds is None or not res.live(now):
-                return None
-            seconds = lease_seconds or res.lease_seconds
-            expires = now + seconds * 1000
-            await conn.execute(
-                update(schema.reservations)
-                .where(rv.reservation_id == reservation_id)
-                .values(lease_seconds=seconds, lease_expires_at=expires, updated_at=now)
-            )
-        return replace(res, lease_seconds=seconds, lease_expires_at=expires)
-
     async def expire_and_preempt(self, now: int) -> list[Reservation]:
         """Persist what the clock decided: leases that ran out free their atoms, noticed
         spot reservations become preempted. Returns the reservations that ended.
@@ -235,3 +197,48 @@ class ReservationRepo:
                 )
             )
             return [(a, int(s_), int(e)) for a, s_, e in rows.all()]
+
+
+class ReservationWriter:
+    """Release and renew, inside a unit of work."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def release(self, reservation_id: str, tenant_id: str, now: int) -> Reservation:
+        """End a live reservation now; the rest of its time is free at once."""
+        rv = schema.reservations.c
+        conn = self._conn
+        res = await _owned(conn, reservation_id, tenant_id)
+        await lock_pool(conn, res.pool_id)
+        # Read again under the lock: the clock may have ended it meanwhile.
+        res = await _owned(conn, reservation_id, tenant_id)
+        if not res.live(now):
+            return res
+        await conn.execute(
+            update(schema.reservations)
+            .where(rv.reservation_id == reservation_id)
+            .values(state="released", ended_at=now, updated_at=now)
+        )
+        await end_bookings(conn, [reservation_id], now)
+        await bump(conn, [res.pool_id], bookings=True)
+        await refresh_booked(conn, res.pool_id, now)
+        return replace(res, stored_state="released", ended_at=now)
+
+    async def renew(
+        self, reservation_id: str, tenant_id: str, lease_seconds: int | None, now: int
+    ) -> Reservation | None:
+        """Extend the lease from now; None when the reservation has no lease or is over."""
+        rv = schema.reservations.c
+        conn = self._conn
+        res = await _owned(conn, reservation_id, tenant_id)
+        if res.lease_seconds is None or not res.live(now):
+            return None
+        seconds = lease_seconds or res.lease_seconds
+        expires = now + seconds * 1000
+        await conn.execute(
+            update(schema.reservations)
+            .where(rv.reservation_id == reservation_id)
+            .values(lease_seconds=seconds, lease_expires_at=expires, updated_at=now)
+        )
+        return replace(res, lease_seconds=seconds, lease_expires_at=expires)

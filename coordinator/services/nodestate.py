@@ -1,5 +1,5 @@
 """Node state service: turns ingested heartbeats and inventories into ledger writes and
-alerts; and the operator's maintenance flag, which ends the same way.
+alerts.
 
 The ingest callbacks only touch memory (the liveness tracker and a few pending maps);
 the methods the loops in `coordinator.tasks` drive do the I/O: `write_pending` applies
@@ -18,14 +18,11 @@ from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.ledger import Ledger
-from coordinator.ledger.nodes import UnknownPool
+from coordinator.ledger import Ledger, UnknownPool
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
-    NodeChanges,
     record_heartbeat,
     record_inventory,
-    record_maintenance,
     record_reachability,
 )
 from shared.subjects import Subjects
@@ -34,25 +31,6 @@ from shared.wire import Heartbeat, Inventory
 log = logging.getLogger(__name__)
 
 INVENTORY_REQUEST_EVERY_MS = 5000
-
-
-async def set_maintenance(
-    ledger: Ledger,
-    alerts: AlertSink,
-    capacity: CapacitySignal,
-    node_id: str,
-    on: bool,
-    reason: str,
-    by: str,
-    now: int,
-) -> NodeChanges:
-    """Put a node in or out of maintenance (operator): recorded, then published."""
-    changes = await record_maintenance(ledger, node_id, on, reason, by, now)
-    if changes.transitions:
-        # A node back from maintenance may be what a waiting request needs.
-        capacity.notify()
-        await alerting.publish(alerts, [changes], now)
-    return changes
 
 
 class NodeStateService:

@@ -10,6 +10,7 @@ from coordinator.api.registry import REGISTRY
 from coordinator.app import Coordinator
 from coordinator.domain.model import RESOURCES
 from coordinator.services.node_changes import record_inventory
+from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 
@@ -193,7 +194,7 @@ async def test_keys_are_stored_hashed(api: Api, coordinator: Coordinator) -> Non
 
     from coordinator.ledger import schema
 
-    async with coordinator.ledger.db.read() as conn:
+    async with database(coordinator.settings.effective_database_url) as db, db.read() as conn:
         rows = (await conn.execute(select(schema.api_keys))).all()
     assert rows and all(secret not in " ".join(map(str, r)) for r in rows)
 
@@ -201,8 +202,7 @@ async def test_keys_are_stored_hashed(api: Api, coordinator: Coordinator) -> Non
 async def test_openapi_is_generated_from_the_registry(api: Api) -> None:
     async with api.session.get(f"{api.base}/api/openapi.json") as resp:
         doc = await resp.json()
-    ops = {op["post"]["operationId"]: op["post"] for op in doc["paths"].values() if "post" in op}
-    ops = {name: op for name, op in ops.items() if " " not in name}
+    ops = {op["operationId"]: op for path in doc["paths"].values() for op in path.values()}
     assert set(ops) == {m.name for m in REGISTRY}
     summary = ops["capacity.summary"]
     assert summary["x-gpufleet"]["permission"] == "compute:capacity:read"
@@ -211,6 +211,13 @@ async def test_openapi_is_generated_from_the_registry(api: Api) -> None:
     schema_ref = summary["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     schema = doc["components"]["schemas"][schema_ref.rsplit("/", 1)[1]]
     assert schema["properties"]["tenantId"]["maxLength"] == 128
-    # The seed-002 routes are documented too.
+    # The seed-002 routes come from the same registry, with their own conventions.
     assert {"get", "post"} <= set(doc["paths"]["/api/capacity/reservations"])
-    assert "get" in doc["paths"]["/api/capacity/calendar"]
+    calendar = doc["paths"]["/api/capacity/calendar"]["get"]
+    assert calendar["operationId"] == "intervals.calendar"
+    assert {(p["name"], p["in"], p["required"]) for p in calendar["parameters"]} == {
+        ("from", "query", True), ("to", "query", True), ("poolId", "query", False),
+    }  # fmt: skip
+    post = doc["paths"]["/api/capacity/reservations"]["post"]
+    assert ("Idempotency-Key", "header") in {(p["name"], p["in"]) for p in post["parameters"]}
+    assert "text/plain" in post["responses"]["400"]["content"]

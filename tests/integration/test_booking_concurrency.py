@@ -17,6 +17,7 @@ from coordinator.app import Coordinator
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_changes import record_inventory
 from shared.ids import new_pool_id
+from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 
@@ -59,7 +60,10 @@ async def test_32_concurrent_clients_never_double_book(api: Api, coordinator: Co
     assert ok and refused, "the load should both fit and overflow"
     assert all(b["error"]["code"] == "CAPACITY_NOT_AVAILABLE" for b in refused)
 
-    async with coordinator.ledger.db.read() as conn:
+    async with (
+        database(coordinator.settings.effective_database_url) as db,
+        db.read() as conn,
+    ):
         bookings = (await conn.execute(select(schema.bookings))).all()
         stored = {
             r.reservation_id: r for r in (await conn.execute(select(schema.reservations))).all()
@@ -81,20 +85,23 @@ async def test_32_concurrent_clients_never_double_book(api: Api, coordinator: Co
     assert len(stored) == len(ok)
 
 
-async def test_postgres_itself_refuses_overlapping_bookings(ledger: Ledger) -> None:
-    if ledger.db.dialect != "postgresql":
+async def test_postgres_itself_refuses_overlapping_bookings(
+    ledger: Ledger, database_url: str
+) -> None:
+    if ledger.dialect != "postgresql":
         pytest.skip("the exclusion constraint is PostgreSQL's")
     row = {
         "reservation_id": "rsv_a", "tenant_id": "t", "pool_id": new_pool_id(), "node_id": "n",
         "atom_id": "n:gpu:0", "class": "gpu", "spot": False, "start": 100, "end": 200,
     }  # fmt: skip
-    async with ledger.db.transaction() as conn:
-        await conn.execute(schema.bookings.insert(), [row, row | {"start": 200, "end": 300}])
-    with pytest.raises(IntegrityError, match="bookings_no_overlap"):
-        async with ledger.db.transaction() as conn:
-            await conn.execute(
-                schema.bookings.insert(), [row | {"reservation_id": "rsv_b", "start": 150}]
-            )
-    async with ledger.db.read() as conn:
-        count = (await conn.execute(text("SELECT count(*) FROM bookings"))).scalar_one()
+    async with database(database_url) as db:
+        async with db.transaction() as conn:
+            await conn.execute(schema.bookings.insert(), [row, row | {"start": 200, "end": 300}])
+        with pytest.raises(IntegrityError, match="bookings_no_overlap"):
+            async with db.transaction() as conn:
+                await conn.execute(
+                    schema.bookings.insert(), [row | {"reservation_id": "rsv_b", "start": 150}]
+                )
+        async with db.read() as conn:
+            count = (await conn.execute(text("SELECT count(*) FROM bookings"))).scalar_one()
     assert count == 2

@@ -30,7 +30,7 @@ async def _rows(ledger: Ledger, pool_id: str) -> dict[str, tuple[int, ...]]:
 
 
 async def test_migrations_are_recorded_and_idempotent(ledger: Ledger) -> None:
-    assert await ledger.db.migrate() == []
+    assert await ledger.migrate() == []
 
 
 async def test_inventory_creates_atoms_and_a_changed_inventory_retires_missing_ones(

@@ -13,7 +13,8 @@ from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
-from coordinator.services.nodestate import NodeStateService, set_maintenance
+from coordinator.services.maintenance import Maintenance
+from coordinator.services.nodestate import NodeStateService
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, DeviceHealth, Inventory
@@ -178,12 +179,11 @@ async def test_an_inventory_for_an_unknown_pool_is_dropped_and_changes_nothing(
 async def test_maintenance_is_recorded_published_and_wakes_waiters_once(rig: Rig) -> None:
     await rig.inventory(make_inventory("n1", rig.pool_id))
     before, notified = len(rig.sink.alerts), rig.capacity.notified
+    maintenance = Maintenance(rig.ledger, rig.clock, rig.sink, rig.capacity)
 
     async def flip(on: bool, reason: str) -> int:
-        changes = await set_maintenance(
-            rig.ledger, rig.sink, rig.capacity, "n1", on, reason, "ops/alice", rig.clock.now_ms()
-        )
-        return len(changes.transitions)
+        out = await maintenance.set("n1", on, reason, "ops/alice")
+        return int(out.changed)
 
     assert await flip(True, "swap PSU") == 1
     assert await flip(True, "again") == 0  # already in maintenance: nothing happens

@@ -15,6 +15,7 @@ from coordinator.app import Coordinator, running_coordinator
 from coordinator.ledger import schema
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth
+from tests.database import database
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
@@ -22,7 +23,7 @@ from tests.waiting import eventually
 
 async def _events(c: Coordinator, kind: str) -> list[str]:
     e = schema.node_events.c
-    async with c.ledger.db.read() as conn:
+    async with database(c.settings.effective_database_url) as db, db.read() as conn:
         rows = await conn.execute(select(e.node_id).where(e.kind == kind))
         return [r[0] for r in rows.all()]
 

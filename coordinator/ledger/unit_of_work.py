@@ -1,0 +1,95 @@
+"""`UnitOfWork`: one ledger transaction that a workflow drives and commits once.
+
+A workflow (see `coordinator/services/`) opens it with `Ledger.transaction()`, takes the
+pool locks it needs, replays or records idempotent answers and writes through the
+writers bound to the same connection; nothing is durable until `commit()`. Leaving the
+block without committing rolls everything back, so an early return (a replay, a
+refusal) can never leave half a write behind. A uniqueness clash — a concurrent
+duplicate recorded first, or PostgreSQL's exclusion constraint catching an overlap —
+leaves as `WriteRaced`, which a workflow retries on a fresh transaction; no driver error
+crosses this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
+
+from coordinator.errors import Unavailable
+from coordinator.ledger import idempotency
+from coordinator.ledger.bookings import BookingWriter
+from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.intervals import IntervalWriter
+from coordinator.ledger.reservations import ReservationWriter
+from coordinator.ledger.snapshot import SnapshotCache
+
+
+class WriteRaced(Unavailable):
+    """A concurrent writer committed first; the work may be retried from the start."""
+
+
+class IdempotencyRecords:
+    """(tenant, endpoint, key) → the first answer, inside the unit of work."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def lookup(
+        self, tenant_id: str, endpoint: str, key: str, digest: str
+    ) -> idempotency.Recorded | None:
+        return await idempotency.lookup(self._conn, tenant_id, endpoint, key, digest)
+
+    async def store(
+        self, tenant_id: str, endpoint: str, key: str, digest: str, answer: idempotency.Recorded,
+        now: int,
+    ) -> None:  # fmt: skip
+        await idempotency.store(
+            self._conn, tenant_id, endpoint, key, digest, answer.status, answer.response, now
+        )
+
+
+class UnitOfWork:
+    def __init__(
+        self, conn: AsyncConnection, tx: AsyncTransaction, snapshots: SnapshotCache
+    ) -> None:
+        self._conn = conn
+        self._tx = tx
+        self._after_commit: list[Callable[[], None]] = []
+        self.committed = False
+        self.idempotency = IdempotencyRecords(conn)
+        self.bookings = BookingWriter(conn, snapshots, self._after_commit.append)
+        self.reservations = ReservationWriter(conn)
+        self.intervals = IntervalWriter(conn)
+
+    async def lock_pools(self, *pool_ids: str) -> None:
+        """Serialise with every other writer of these pools until the end (sorted, so two
+        units of work never wait on each other in opposite orders)."""
+        for pool_id in sorted(set(pool_ids)):
+            await lock_pool(self._conn, pool_id)
+
+    async def commit(self) -> None:
+        if self.committed:
+            raise RuntimeError("a unit of work commits once")
+        await self._tx.commit()
+        self.committed = True
+        # Only now that it is durable may in-memory caches learn of what was written.
+        for hook in self._after_commit:
+            hook()
+
+
+@asynccontextmanager
+async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[UnitOfWork]:
+    try:
+        async with db.engine.connect() as conn:
+            tx = await conn.begin()
+            uow = UnitOfWork(conn, tx, snapshots)
+            try:
+                yield uow
+            finally:
+                if tx.is_active:
+                    await tx.rollback()
+    except IntegrityError as exc:
+        raise WriteRaced("the ledger was too busy to write; retry") from exc

@@ -1,0 +1,40 @@
+"""Node maintenance as a workflow: an operator puts a node in or out of maintenance
+with a reason. The ledger records the change (its atoms move bucket at once, a node
+event is written); a change — not a repeat — wakes waiting requests and is an alert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.capacity_signal import CapacitySignal
+from coordinator.domain.clock import Clock
+from coordinator.domain.ports import AlertSink
+from coordinator.ledger import Ledger
+from coordinator.services import alerting
+from coordinator.services.node_changes import record_maintenance
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceSet:
+    node_id: str
+    pool_id: str
+    maintenance: bool
+    changed: bool  # False when the node already was in the state asked for
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    ledger: Ledger
+    clock: Clock
+    alerts: AlertSink
+    capacity: CapacitySignal
+
+    async def set(self, node_id: str, on: bool, reason: str, by: str) -> MaintenanceSet:
+        now = self.clock.now_ms()
+        changes = await record_maintenance(self.ledger, node_id, on, reason, by, now)
+        if changes.transitions:
+            # A node back from maintenance may be what a waiting request needs.
+            self.capacity.notify()
+            await alerting.publish(self.alerts, [changes], now)
+        return MaintenanceSet(node_id, changes.pool_id, on, bool(changes.transitions), now)

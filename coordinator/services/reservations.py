@@ -1,0 +1,228 @@
+"""Compute reservations as workflows: create (and its wait for capacity), renew, release.
+
+Each attempt to create is one unit of work: replay the answer recorded under the
+idempotency key, or place and book, or refuse — and record that answer in the same
+commit, so a retry with the same key and body gets exactly the first answer (a 409
+included). With a wait, a request that does not fit tries again whenever capacity may
+have freed up, until its deadline. Spot holders noticed by a booking hear of it on the
+alert sink once the booking is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from coordinator.capacity_signal import CapacitySignal
+from coordinator.domain.clock import Clock
+from coordinator.domain.placement import Placement, PlacementRequest
+from coordinator.domain.ports import AlertSink
+from coordinator.domain.reservation import Reservation
+from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
+from coordinator.ledger import Booked, BookingRequest, Ledger, Recorded, body_hash
+from coordinator.services.idempotent import Replayed, retrying
+from shared.ids import ulid
+from shared.wire import Alert
+
+ENDPOINT = "reservations.create"
+# A start this far in the past is a clock problem on the client, not "now".
+START_SKEW_MS = 5 * 60 * 1000
+
+
+class ReservationAnswers(Protocol):
+    """How the API words an outcome. The words are recorded with the booking, in the same
+    unit of work, so that a replay is the first answer verbatim."""
+
+    def created(self, reservation: Reservation, now: int) -> Any: ...
+
+    def refused(self, error: CoordinatorError) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRequest:
+    tenant_id: str
+    pool_id: str
+    project_id: str | None
+    placement: PlacementRequest
+    start: int | None  # None: as soon as it is placed
+    duration_ms: int
+    lease_seconds: int | None
+    resources: dict[str, int]
+    gang: dict[str, Any] | None
+    idempotency_key: str
+    canonical: Any  # the request as hashed for its idempotency key
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    reservation: Reservation
+    victims: tuple[Reservation, ...]
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Not booked; `error` (QUOTA_EXCEEDED or CAPACITY_NOT_AVAILABLE) was recorded."""
+
+    error: CoordinatorError
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A reservation as it stands at `at`, after a renew or a release."""
+
+    reservation: Reservation
+    at: int
+
+
+CreateOutcome = Created | Refused | Replayed
+
+
+def resolve_start(start: int | None, now: int) -> int:
+    if start is None:
+        return now
+    if start < now - START_SKEW_MS:
+        raise InvalidInput(
+            "start is in the past",
+            {"fields": [{"path": "start", "message": "start is in the past", "type": "past"}]},
+        )
+    return max(start, now)
+
+
+def shortfall_details(placement: Placement) -> dict[str, Any]:
+    return {
+        "reason": placement.reason,
+        "devices": [
+            {
+                "index": s.index,
+                "class": s.cls,
+                "requested": s.requested,
+                "available": s.available,
+                "reason": s.reason,
+            }
+            for s in placement.shortfalls
+        ],
+    }
+
+
+def not_available(
+    placement: Placement, preemptible: tuple[int, int] | None
+) -> CapacityNotAvailable:
+    details = shortfall_details(placement)
+    if preemptible:
+        details["preemptible"] = {"count": preemptible[0], "startsAt": preemptible[1]}
+    return CapacityNotAvailable(placement.reason or "the request does not fit", details)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservations:
+    ledger: Ledger
+    clock: Clock
+    alerts: AlertSink
+    capacity: CapacitySignal
+    answers: ReservationAnswers
+    notice_ms: int
+
+    async def create(self, req: CreateRequest) -> CreateOutcome:
+        """Book `req` or refuse it, exactly once per idempotency key."""
+        digest = body_hash(req.canonical)
+        resolve_start(req.start, self.clock.now_ms())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.wait_ms / 1000
+        while True:
+            outcome = await retrying(lambda: self._attempt(req, digest, deadline))
+            if outcome is not None:
+                break
+            await self.capacity.wait(min(deadline - loop.time(), 1.0))
+        if isinstance(outcome, Created) and outcome.victims:
+            await self._notify_victims(outcome.victims, self.clock.now_ms())
+        return outcome
+
+    async def _attempt(
+        self, req: CreateRequest, digest: str, deadline: float
+    ) -> CreateOutcome | None:
+        """One unit of work; None when it did not fit and there is time left to wait."""
+        now = self.clock.now_ms()
+        key = req.idempotency_key
+        async with self.ledger.transaction() as uow:
+            await uow.lock_pools(req.pool_id)
+            found = await uow.idempotency.lookup(req.tenant_id, ENDPOINT, key, digest)
+            if found is not None:
+                return Replayed(found.status, found.response)
+            # Recomputed for every attempt: a request that waited starts when it is placed.
+            booking = BookingRequest(
+                tenant_id=req.tenant_id,
+                pool_id=req.pool_id,
+                project_id=req.project_id,
+                placement=req.placement,
+                start=resolve_start(req.start, now),
+                duration_ms=req.duration_ms,
+                lease_seconds=req.lease_seconds,
+                resources=req.resources,
+                gang=req.gang,
+                notice_ms=self.notice_ms,
+            )
+            try:
+                out = await uow.bookings.book(booking, now)
+            except QuotaExceeded as exc:
+                error: CoordinatorError = exc
+            else:
+                if isinstance(out, Booked):
+                    answer = Recorded(200, self.answers.created(out.reservation, now))
+                    await uow.idempotency.store(req.tenant_id, ENDPOINT, key, digest, answer, now)
+                    await uow.commit()
+                    return Created(out.reservation, out.victims, now)
+                if deadline - asyncio.get_running_loop().time() > 0:
+                    return None
+                error = not_available(out.placement, out.preemptible)
+            refusal = Recorded(error.status, self.answers.refused(error))
+            await uow.idempotency.store(req.tenant_id, ENDPOINT, key, digest, refusal, now)
+            await uow.commit()
+            return Refused(error)
+
+    async def _notify_victims(self, victims: tuple[Reservation, ...], now: int) -> None:
+        for victim in victims:
+            node_id = victim.atoms[0].node_id if victim.atoms else "-"
+            await self.alerts.publish(
+                Alert(
+                    alert_id=ulid(now),
+                    kind="reservation.notice",
+                    pool_id=victim.pool_id,
+                    node_id=node_id,
+                    at=now,
+                    reason="preempted by a regular reservation",
+                    since=now,
+                    reservation_id=victim.reservation_id,
+                    details={"tenantId": victim.tenant_id, "preemptAt": victim.preempt_at},
+                )
+            )
+
+    async def renew(
+        self, tenant_id: str, reservation_id: str, lease_seconds: int | None
+    ) -> Current:
+        """Extend a leased, live reservation's lease from now."""
+        now = self.clock.now_ms()
+        async with self.ledger.transaction() as uow:
+            res = await uow.reservations.renew(reservation_id, tenant_id, lease_seconds, now)
+            if res is None:
+                raise InvalidInput(
+                    "the reservation has no lease or is no longer live",
+                    {
+                        "fields": [
+                            {"path": "reservationId", "message": "not renewable", "type": "state"}
+                        ]
+                    },
+                )
+            await uow.commit()
+        return Current(res, now)
+
+    async def release(self, tenant_id: str, reservation_id: str) -> Current:
+        """End a reservation now; the rest of its time is free at once."""
+        now = self.clock.now_ms()
+        async with self.ledger.transaction() as uow:
+            res = await uow.reservations.release(reservation_id, tenant_id, now)
+            await uow.commit()
+        self.capacity.notify()
+        return Current(res, now)

@@ -285,3 +285,14 @@ async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes
 
 def _columns(conn: Connection, table: str) -> list[Any]:
     return list(inspect(conn).get_columns(table))
+
+
+async def test_coordinators_starting_together_migrate_once(database_url: str) -> None:
+    """PostgreSQL: the advisory lock; SQLite: one writer at a time."""
+    dbs = [Database(database_url) for _ in range(3)]
+    try:
+        applied = await asyncio.gather(*(db.migrate() for db in dbs))
+    finally:
+        for db in dbs:
+            await db.dispose()
+    assert sorted(applied) == [[], [], [BASELINE]]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 
 from coordinator.domain.model import RollupRow
-from coordinator.ledger import schema
+from coordinator.ledger import idempotency, schema
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database, lock_pool
@@ -58,3 +58,7 @@ class Ledger:
                 await lock_pool(conn, pool_id)
                 drift += await rebuild_pool(conn, pool_id, now)
         return drift
+
+    async def purge_idempotency(self, now: int, keep_ms: int) -> int:
+        """Drop idempotency records older than `keep_ms`; returns how many."""
+        return await idempotency.purge(self.db, now, keep_ms)

@@ -2,7 +2,8 @@
 
 The record is written in the same transaction as the booking it answers, under a
 primary key, so two concurrent duplicates cannot both commit: the loser re-reads and
-replays. Records are kept at least 24 hours (see `purge`).
+replays. `purge` drops records past the retention its caller keeps (the coordinator's
+`idempotency-purge` loop: at least the 24 h the SPEC promises).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.errors import IdempotencyKeyConflict
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
-
-KEEP_MS = 24 * 3600 * 1000
 
 
 def body_hash(body: Any) -> str:
@@ -107,9 +106,10 @@ async def record_once(
         return found
 
 
-async def purge(db: Database, now: int) -> int:
+async def purge(db: Database, now: int, keep_ms: int) -> int:
+    """Drop the records created more than `keep_ms` before `now`; returns how many."""
     async with db.transaction() as conn:
         result = await conn.execute(
-            delete(schema.idempotency).where(schema.idempotency.c.created_at < now - KEEP_MS)
+            delete(schema.idempotency).where(schema.idempotency.c.created_at < now - keep_ms)
         )
     return int(result.rowcount or 0)

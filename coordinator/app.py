@@ -22,6 +22,7 @@ from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Leadership, Ledger
 from coordinator.metrics import Metrics, Sources
 from coordinator.services.nodestate import NodeStateService
+from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.subjects import Subjects
@@ -55,13 +56,16 @@ async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
 
 @asynccontextmanager
 async def running_coordinator(
-    settings: CoordinatorSettings, clock: Clock | None = None
+    settings: CoordinatorSettings,
+    clock: Clock | None = None,
 ) -> AsyncIterator[Coordinator]:
     clock = clock or SystemClock()
     subjects = Subjects(settings.subject_prefix)
     async with AsyncExitStack() as stack:
         ledger = await Ledger.open(settings.effective_database_url)
         stack.push_async_callback(ledger.close)
+        # Built first: a retention below the SPEC's 24 h is refused before anything runs.
+        idempotency_purge = IdempotencyPurge(ledger, clock, int(settings.idempotency_keep_s * 1000))
         if settings.bootstrap_operator_key:
             await bootstrap_operator(ledger, settings.bootstrap_operator_key, clock.now_ms())
 
@@ -130,6 +134,12 @@ async def running_coordinator(
         reservation_clock = ReservationClock(ledger, clock, capacity)
         loops.add(
             "reservation-clock", settings.reservation_tick_s, reservation_clock.tick, when=lead
+        )
+        loops.add(
+            "idempotency-purge",
+            settings.idempotency_purge_interval_s,
+            idempotency_purge.tick,
+            when=lead,
         )
         loops.start()
         stack.push_async_callback(loops.stop)

@@ -74,6 +74,14 @@ class CoordinatorSettings(SettingsModel):
     notice_s: float = Field(
         120.0, ge=0, le=86400, description="notice a preempted spot reservation gets, seconds"
     )
+    idempotency_keep_s: float = Field(
+        86400.0,
+        ge=86400,
+        description="seconds an idempotency record is kept (the SPEC promises at least 24 h)",
+    )
+    idempotency_purge_interval_s: float = Field(
+        600.0, gt=0, le=86400, description="seconds between purges of old idempotency records"
+    )
     alert_stream_max_msgs: int = Field(
         100_000, ge=1, description="alerts kept in the JetStream stream"
     )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from coordinator.ledger.migrations import migrate
@@ -60,9 +60,18 @@ class Database:
             else:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    async def migrate(self) -> list[int]:
-        async with self.engine.begin() as conn:
-            return await conn.run_sync(migrate)
+    async def migrate(self) -> list[str]:
+        """Bring the schema to the newest revision in one transaction (see `migrations`)."""
+        async with self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                # Only outside a transaction; the migration checks the references itself.
+                await conn.run_sync(_enforce_foreign_keys, False)
+            try:
+                async with conn.begin():
+                    return await conn.run_sync(migrate)
+            finally:
+                if self.dialect == "sqlite":
+                    await conn.run_sync(_enforce_foreign_keys, True)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -77,6 +86,13 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _enforce_foreign_keys(conn: Connection, on: bool) -> None:
+    # On the DBAPI connection: through SQLAlchemy the statement would open a transaction.
+    cursor = conn.connection.cursor()
+    cursor.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    cursor.close()
 
 
 async def lock_pool(conn: AsyncConnection, pool_id: str) -> None:

@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from sqlalchemy import select
 
 from coordinator.domain.model import RollupRow
-from coordinator.ledger import schema
+from coordinator.ledger import idempotency, schema
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.database import Database, lock_pool
@@ -51,7 +51,7 @@ class Ledger:
     def dialect(self) -> str:
         return self._db.dialect
 
-    async def migrate(self) -> list[int]:
+    async def migrate(self) -> list[str]:
         """Apply the migrations not yet applied; returns their numbers."""
         return await self._db.migrate()
 
@@ -78,3 +78,7 @@ class Ledger:
                 await lock_pool(conn, pool_id)
                 drift += await rebuild_pool(conn, pool_id, now)
         return drift
+
+    async def purge_idempotency(self, now: int, keep_ms: int) -> int:
+        """Drop idempotency records older than `keep_ms`; returns how many."""
+        return await idempotency.purge(self._db, now, keep_ms)

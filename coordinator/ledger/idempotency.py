@@ -4,8 +4,8 @@ The record is written in the same unit of work as the booking it answers, under 
 primary key, so two concurrent duplicates cannot both commit: the loser's unit of work
 raises `WriteRaced`, and on retry it finds the winner's record and replays it. What is
 stored is the answer as first given (status and JSON body), so a replay is that answer
-verbatim; the ledger stores it and never words it. Records are kept at least 24 hours
-(see `purge`).
+verbatim; the ledger stores it and never words it. `purge`, driven by the coordinator's
+`idempotency-purge` loop, drops records past the retention it keeps (at least 24 hours).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.errors import IdempotencyKeyConflict
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
-
-KEEP_MS = 24 * 3600 * 1000
 
 
 def body_hash(body: Any) -> str:
@@ -83,9 +81,10 @@ async def store(
     )
 
 
-async def purge(db: Database, now: int) -> int:
+async def purge(db: Database, now: int, keep_ms: int) -> int:
+    """Drop the records created more than `keep_ms` before `now`; returns how many."""
     async with db.transaction() as conn:
         result = await conn.execute(
-            delete(schema.idempotency).where(schema.idempotency.c.created_at < now - KEEP_MS)
+            delete(schema.idempotency).where(schema.idempotency.c.created_at < now - keep_ms)
         )
     return int(result.rowcount or 0)

@@ -1,0 +1,1 @@
+"""Alembic revisions of the ledger, oldest first; loaded by Alembic, never imported."""

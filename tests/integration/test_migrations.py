@@ -1,0 +1,298 @@
+"""Migrations on SQLite and PostgreSQL: a database the numbered migrations made is adopted
+with every row kept, a fresh install and an upgraded one end with the same schema, that
+schema is what `schema.py` declares, and the next revision (a batch ALTER) goes through
+on a filled database."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.exc import IntegrityError
+
+from coordinator.ledger import Database, Ledger, migrations
+from coordinator.ledger import schema as ledger_schema
+from coordinator.ledger.migrations import (
+    BASELINE,
+    SCRIPT_LOCATION,
+    LegacySchemaError,
+    MigrationError,
+)
+from tests import numbered_ledger
+from tests.conftest import _pg_execute
+
+ALL_TABLES = list(numbered_ledger.ROWS)
+# Present at each numbered step; ROWS lists tables in the order the steps added them.
+TABLES_AT = {1: ALL_TABLES[:8], 2: ALL_TABLES[:9], 3: ALL_TABLES[:13], 4: ALL_TABLES[:14]}
+TABLES_AT[5] = ALL_TABLES
+
+
+def schema_signature(conn: Connection) -> dict[str, Any]:
+    """What reflection sees, plus PostgreSQL's exclusion constraints and extensions,
+    which it does not."""
+    insp = inspect(conn)
+    out: dict[str, Any] = {}
+    for table in sorted(insp.get_table_names()):
+        if table == "alembic_version":
+            continue
+        out[table] = {
+            "columns": [
+                (c["name"], repr(c["type"]), c["nullable"], c.get("default"))
+                for c in insp.get_columns(table)
+            ],
+            "primary_key": insp.get_pk_constraint(table),
+            "foreign_keys": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], tuple(f["referred_columns"]))
+                for f in insp.get_foreign_keys(table)
+            ),
+            "indexes": sorted(
+                (i["name"], tuple(map(str, i["column_names"])), i["unique"])
+                for i in insp.get_indexes(table)
+            ),
+            "unique": sorted(
+                (u["name"], tuple(u["column_names"])) for u in insp.get_unique_constraints(table)
+            ),
+        }
+    if conn.dialect.name == "postgresql":
+        out["<exclusion constraints>"] = [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+                    "FROM pg_constraint WHERE contype = 'x' ORDER BY conname"
+                )
+            )
+        ]
+        out["<extensions>"] = sorted(
+            conn.execute(text("SELECT extname FROM pg_extension")).scalars().all()
+        )
+    return out
+
+
+def _revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+async def _numbered(url: str, version: int) -> Database:
+    db = Database(url)
+    async with db.transaction() as conn:
+        await conn.run_sync(numbered_ledger.build, version)
+        await conn.run_sync(numbered_ledger.fill)
+    return db
+
+
+@pytest.mark.parametrize("version", [4, 5])
+async def test_a_numbered_database_upgrades_to_head_with_every_row_kept(
+    database_url: str, version: int
+) -> None:
+    db = await _numbered(database_url, version)
+    try:
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, TABLES_AT[version])
+        assert await db.migrate() == [BASELINE]
+        assert await db.migrate() == []
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+            assert await conn.run_sync(_revision) == BASELINE
+    finally:
+        await db.dispose()
+    for table, rows in before.items():
+        assert after[table] == rows, table
+    # One more scalar booking: the interval reservation's quantity.
+    expected = {t: len(r) for t, r in numbered_ledger.ROWS.items()} | {"scalar_bookings": 2}
+    assert {t: len(r) for t, r in after.items()} == expected
+    if version < 5:
+        # Step 5 ran during adoption: existing pools got their change counters.
+        assert [(r["pool_id"], r["nodes_version"]) for r in after["pool_versions"]] == [
+            ("pool-1", 0),
+            ("pool-2", 0),
+        ]
+    assert after["nodes"][0]["labels"] == {"rack": "r1", "zone": "a"}
+    assert after["idempotency"][0]["response"]["reservation"]["reservationId"] == "res-1"
+    assert after["reservations"][0]["atoms"] == ["n1/gpu/0", "n1/gpu/1"]
+    assert [r["event_id"] for r in after["node_events"]] == [1, 2]
+
+
+async def test_an_upgraded_database_keeps_working_for_the_ledger(database_url: str) -> None:
+    """Keys the database generates continue after the adopted rows; the ledger reads it."""
+    db = await _numbered(database_url, 5)
+    ledger = await Ledger.open(database_url)
+    try:
+        assert await ledger.rebuild_all(2000) >= 0
+        async with db.transaction() as conn:
+            event_id = (
+                await conn.execute(
+                    ledger_schema.node_events.insert()
+                    .values(node_id="n1", pool_id="pool-1", kind="node.healthy", at=2000)
+                    .returning(ledger_schema.node_events.c.event_id)
+                )
+            ).scalar_one()
+        assert event_id == 3
+    finally:
+        await ledger.close()
+        await db.dispose()
+
+
+@pytest.fixture
+def other_database_url(database_url: str, tmp_path: Path) -> Iterator[str]:
+    """A second fresh database on the same backend as `database_url`."""
+    if database_url.startswith("sqlite"):
+        yield f"sqlite:///{tmp_path / 'other.db'}"
+        return
+    name = f"gpufleet_t_{secrets.token_hex(6)}"
+    asyncio.run(_pg_execute(f"CREATE DATABASE {name}"))
+    try:
+        yield f"{database_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        asyncio.run(_pg_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+async def _migrated_signature(db: Database) -> dict[str, Any]:
+    try:
+        await db.migrate()
+        async with db.read() as conn:
+            return await conn.run_sync(schema_signature)
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("version", [1, 3, 5])
+async def test_a_fresh_and_an_upgraded_database_have_the_same_schema(
+    database_url: str, other_database_url: str, version: int
+) -> None:
+    fresh = await _migrated_signature(Database(database_url))
+    upgraded = await _migrated_signature(await _numbered(other_database_url, version))
+    assert upgraded == fresh
+    assert "bookings" in fresh and "pool_versions" in fresh
+    if database_url.startswith("postgresql"):
+        assert [c[1] for c in fresh["<exclusion constraints>"]] == ["bookings_no_overlap"]
+        assert "btree_gist" in fresh["<extensions>"]
+
+
+async def test_the_migrated_head_is_what_the_schema_module_declares(database_url: str) -> None:
+    """Autogenerate finds nothing to do. Not compared, because reflection cannot see it:
+    PostgreSQL's `bookings_no_overlap` exclusion constraint and the btree_gist extension
+    (the schema test above compares them between fresh and upgraded databases)."""
+
+    def diff(conn: Connection) -> list[Any]:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, ledger_schema.metadata))
+
+    db = Database(database_url)
+    try:
+        await db.migrate()
+        async with db.read() as conn:
+            assert await conn.run_sync(diff) == []
+    finally:
+        await db.dispose()
+
+
+async def test_an_unknown_numbered_version_is_refused_and_changes_nothing(
+    database_url: str,
+) -> None:
+    db = await _numbered(database_url, 5)
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("INSERT INTO gpufleet_schema_version VALUES (6, 1)"))
+        with pytest.raises(LegacySchemaError, match="version 6"):
+            await db.migrate()
+        async with db.read() as conn:
+            assert "alembic_version" not in await conn.run_sync(
+                lambda c: inspect(c).get_table_names()
+            )
+    finally:
+        await db.dispose()
+
+
+_NEXT_REVISION = '''
+"""A column change as the next real revision would make it."""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("pools") as batch:
+        batch.add_column(sa.Column("note", sa.Text(), nullable=False, server_default=""))
+    with op.batch_alter_table("nodes") as batch:
+        batch.alter_column("hostname", type_=sa.String(512), existing_nullable=False)
+'''
+
+
+async def test_the_next_revision_alters_tables_that_others_refer_to_with_rows_in_place(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change the numbered migrations could not survive: ALTER of a referenced table
+    (SQLite copies it) on a filled database, through the same runner."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "r0002_next.py").write_text(_NEXT_REVISION)
+    db = await _numbered(database_url, 5)
+    try:
+        assert await db.migrate() == [BASELINE]
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", scripts)
+        assert await db.migrate() == ["0002"]
+        async with db.read() as conn:
+            rows = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+            if db.dialect == "sqlite":
+                assert (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all() == []
+            nodes = {c["name"]: c for c in await conn.run_sync(_columns, "nodes")}
+        assert [r["note"] for r in rows["pools"]] == ["", ""]
+        assert len(rows["atoms"]) == 3 and len(rows["nodes"]) == 2
+        assert getattr(nodes["hostname"]["type"], "length", None) == 512
+        # Enforcement is back on for everything after the migration.
+        with pytest.raises(IntegrityError):
+            async with db.transaction() as conn:
+                await conn.execute(text("INSERT INTO pool_offers VALUES ('nope', 'acme', 1)"))
+    finally:
+        await db.dispose()
+
+
+async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes_nothing(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = tmp_path / "migrations"
+    shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "r0002_bad.py").write_text(
+        'from alembic import op\nrevision = "0002"\ndown_revision = "0001"\n\n\n'
+        "def upgrade() -> None:\n    op.execute(\"DELETE FROM tenants WHERE tenant_id = 'beta'\")\n"
+    )
+    db = await _numbered(database_url, 5)
+    try:
+        await db.migrate()
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", scripts)
+        # SQLite finds the rows in its check before commit; PostgreSQL enforces at once.
+        with pytest.raises(MigrationError if db.dialect == "sqlite" else IntegrityError):
+            await db.migrate()
+        async with db.read() as conn:
+            assert await conn.run_sync(_revision) == BASELINE
+            tenants = await conn.run_sync(numbered_ledger.dump, ["tenants"])
+        assert [t["tenant_id"] for t in tenants["tenants"]] == ["acme", "beta"]
+    finally:
+        await db.dispose()
+
+
+def _columns(conn: Connection, table: str) -> list[Any]:
+    return list(inspect(conn).get_columns(table))
+
+
+async def test_coordinators_starting_together_migrate_once(database_url: str) -> None:
+    """PostgreSQL: the advisory lock; SQLite: one writer at a time."""
+    dbs = [Database(database_url) for _ in range(3)]
+    try:
+        applied = await asyncio.gather(*(db.migrate() for db in dbs))
+    finally:
+        for db in dbs:
+            await db.dispose()
+    assert sorted(applied) == [[], [], [BASELINE]]

@@ -36,7 +36,7 @@ def test_application_xids_are_not_faults() -> None:
 
 
 def test_fault_xids_make_the_device_unhealthy() -> None:
-    for xid in (48, 63, 64, 74, 79, 92, 94, 95, 119, 120):
+    for xid in (46, 48, 62, 64, 74, 79, 95, 109, 119, 120, 140, 143, *range(144, 151), 155):
         s = step(HealthState(), 0, xids=(XidEvent(A, xid, 0),))
         assert s.devices[A].status == "unhealthy", xid
         assert f"xid {xid}" in s.devices[A].reasons[0]
@@ -52,15 +52,16 @@ def test_xid_table_is_configurable_both_ways() -> None:
     assert s.devices[B].status == "unhealthy"
 
 
-def test_xid_holds_then_recovers_after_hysteresis() -> None:
-    s = step(HealthState(), 0, xids=(XidEvent(A, 79, 0),))
-    s = step(s, 59)
+def test_added_fault_xid_holds_then_recovers_after_hysteresis() -> None:
+    policy = HealthPolicy(xids=XidTable.configured(add=(200,)), recover_after_s=30, xid_hold_s=60)
+    s = step(HealthState(), 0, xids=(XidEvent(A, 200, 0),), policy=policy)
+    s = step(s, 59, policy=policy)
     assert s.devices[A].status == "unhealthy"  # still within xid_hold_s
-    s = step(s, 61)  # the condition has cleared; recovery must wait 30 s
+    s = step(s, 61, policy=policy)  # the condition has cleared; recovery must wait 30 s
     assert s.devices[A].status == "unhealthy"
-    s = step(s, 90)
+    s = step(s, 90, policy=policy)
     assert s.devices[A].status == "unhealthy"
-    s = step(s, 91)
+    s = step(s, 91, policy=policy)
     assert s.devices[A].status == "healthy" and s.node.status == "healthy"
 
 

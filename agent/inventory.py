@@ -39,6 +39,7 @@ from shared.wire import (
 )
 
 GIB = 1024**3
+MISSING_PREFIX = "missing-"
 log = logging.getLogger(__name__)
 _HASH_EXCLUDE = {"sent_at", "boot_id", "inventory_hash", "health", "devices"}
 
@@ -123,7 +124,9 @@ def _gpu_info(gpu: GpuReading, clique: str | None, rule: SharingRule | None) -> 
         fabric_clique=gpu.fabric_clique,
         sharing=rule.mode if shared and rule is not None else "exclusive",
         replicas=rule.replicas if shared and rule is not None else 1,
-        missing=gpu.missing,
+        # A GPU read before keeps its inventory (its state travels as health); only a
+        # stand-in for one never read says so here, as it has nothing else to say.
+        missing=gpu.missing if gpu.uuid.startswith(MISSING_PREFIX) else None,
     )
 
 

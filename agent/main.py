@@ -32,7 +32,7 @@ from agent.config import (
     parse_labels,
     parse_share,
 )
-from agent.fake_sysfs import build_tree
+from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
@@ -40,7 +40,7 @@ from agent.nvml import NvmlLike, real_nvml
 from agent.poller import Poller
 from agent.profile import HostProfile, ProfileError, load_profile
 from agent.reader import NvmlReader
-from agent.sysfs import read_host
+from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
 from agent.xid_watch import XidWatcher
 from shared.subjects import Subjects
@@ -204,6 +204,12 @@ async def run(
             ),
             sharing=settings.sharing,
             watcher=watcher,
+            read_ports=(
+                FaultedPorts(root, FaultFile(settings.fault_file))
+                if profile
+                else lambda nics: read_ports(root, nics)
+            ),
+            expected=dict(profile.expected) if profile else None,
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
@@ -235,6 +241,9 @@ async def _supervise(
     signals = (signal.SIGTERM, signal.SIGINT) if install_signals else ()
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
+    if install_signals:  # SIGUSR1: let go of NVML for a GPU reset/driver reload; SIGUSR2: resume
+        loop.add_signal_handler(signal.SIGUSR1, poller.request_release)
+        loop.add_signal_handler(signal.SIGUSR2, poller.request_resume)
     tasks = [
         asyncio.create_task(poller.run(settings.interval_s, publisher.update), name="agent-poll"),
         asyncio.create_task(publisher.run(), name="agent-publish"),
@@ -253,7 +262,7 @@ async def _supervise(
         for task in [stopper, *tasks]:
             task.cancel()
         await asyncio.gather(stopper, *tasks, return_exceptions=True)
-        for sig in signals:
+        for sig in (*signals, signal.SIGUSR1, signal.SIGUSR2) if install_signals else ():
             loop.remove_signal_handler(sig)
     return code
 

@@ -69,7 +69,7 @@ class DeviceState:
     reset_reason: str = ""  # a reset-class XID: held until a reset is seen
     reset_status: HealthStatus = "unhealthy"
     away: bool = False  # gone (unreadable, NVML down) since the reset-class XID
-    # Cumulative counters at the start of the current rate window: (name, value, at).
+    # Recent cumulative counter samples, for burst rates: (name, value, at).
     baselines: tuple[tuple[str, int, float], ...] = ()
 
 
@@ -195,13 +195,14 @@ def _apply_xids(
 
 
 def _bursts(
-    baselines: tuple[tuple[str, int, float], ...],
+    samples: tuple[tuple[str, int, float], ...],
     c: GpuCounters,
     now: float,
     policy: HealthPolicy,
 ) -> tuple[tuple[tuple[str, int, float], ...], list[Finding]]:
-    """Counter increases within the current window (at most RATE_WINDOW_S old) above the
-    policy's limits. A counter that went down (GPU reset) starts a new window."""
+    """Counter increases over the last RATE_WINDOW_S (against the newest sample at least
+    that old, else the oldest kept) above the policy's limits. A counter that went down
+    (the GPU was reset) starts over."""
     limits = {
         "pcie_replay": (policy.pcie_replays_per_min, "PCIe replays"),
         "crc_flit": (policy.nvlink_crc_per_s * 60, "NVLink CRC flit errors"),
@@ -212,21 +213,19 @@ def _bursts(
     current = dict(c.nvlink_errors)
     if c.pcie_replays is not None:
         current["pcie_replay"] = c.pcie_replays
-    base = {name: (value, at) for name, value, at in baselines}
     out: list[Finding] = []
     kept: list[tuple[str, int, float]] = []
     for name, value in sorted(current.items()):
-        start, since = base.get(name, (value, now))
-        if value < start:
-            start, since = value, now
+        mine = [(v, at) for n, v, at in samples if n == name and v <= value]
+        old = [x for x in mine if x[1] <= now - RATE_WINDOW_S]
+        base = old[-1] if old else (mine[0] if mine else (value, now))
         per_min, label = limits[name]
-        window = max(now - since, 1.0)
-        allowed = per_min * max(window, RATE_WINDOW_S) / RATE_WINDOW_S
-        if value - start > allowed:
-            out.append(("degraded", f"{label}: {value - start} in {window:.0f} s"))
-        if now - since >= RATE_WINDOW_S:
-            start, since = value, now
-        kept.append((name, start, since))
+        if value - base[0] > per_min:
+            out.append(("degraded", f"{label}: {value - base[0]} in {now - base[1]:.0f} s"))
+        # Keep the window, plus the newest sample older than it as the next baseline.
+        recent = [x for x in mine if x[1] > now - RATE_WINDOW_S]
+        kept += [(name, v, at) for v, at in ([old[-1]] if old else []) + recent]
+        kept.append((name, value, now))
     return tuple(kept), out
 
 

@@ -8,7 +8,7 @@ from agent.fake_sysfs import build_tree
 from agent.inventory import Identity, SharingRule, build_inventory, inventory_hash, nvlink_cliques
 from agent.profile import load_profile
 from agent.reader import NvmlReader
-from agent.readings import GpuReading, HostReading, NvmlSnapshot
+from agent.readings import GpuReading, HostReading, NicReading, NvmlSnapshot
 from agent.simulated import SimulatedNvml
 from agent.sysfs import read_host
 from shared.ids import new_pool_id
@@ -179,3 +179,45 @@ def test_no_gpus_means_only_the_node_atom() -> None:
     )
     assert [a.cls for a in inv.atoms] == ["node"]
     assert inv.scalars.vcpu == 4
+
+
+def test_boot_disk_and_management_nic_offered_only_when_configured(tmp_path: Path) -> None:
+    prof = load_profile("h100-sxm-8")
+    snap = NvmlReader(SimulatedNvml(prof, "n1"), cpu_count=prof.vcpu).read()
+    host = read_host(build_tree(tmp_path, prof))
+    ident = Identity(node_id="n1", pool_id=POOL)
+    inv = build_inventory(
+        ident,
+        snap,
+        host,
+        boot_id="b",
+        sent_at=1,
+        offer_boot_disks=True,
+        offer_management_nics=True,
+    )
+    assert classes(inv) == {"node": 1, "gpu": 8, "nic.vf": 33, "disk": 9}
+    sda = next(a for a in inv.atoms if a.cls == "disk" and a.attrs["name"] == "sda")
+    assert sda.device_id.startswith("wwn:naa.") and sda.atom_id == f"n1:disk:{sda.device_id}"
+    assert all(d.bookable for d in inv.disks) and all(n.bookable for n in inv.nics)
+
+
+def test_two_readings_of_one_pci_function_give_no_duplicate_atoms() -> None:
+    nic = NicReading(
+        name="enp1s0f0np0",
+        pci_address="0000:01:00.0",
+        speed_mbps=None,
+        numa_node=None,
+        model=None,
+        sriov_total_vfs=4,
+        sriov_num_vfs=2,
+        vfs=("0000:01:00.1", "0000:01:00.2"),
+    )
+    rep = NicReading(**{**nic.__dict__, "name": "eth5"})
+    inv = build_inventory(
+        Identity(node_id="n1", pool_id=POOL),
+        NvmlSnapshot(),
+        HostReading(nics=(nic, rep)),
+        boot_id="b",
+        sent_at=1,
+    )
+    assert classes(inv) == {"node": 1, "nic.vf": 2} and len(inv.nics) == 1

@@ -26,6 +26,7 @@ __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+ExpectedClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk"]
 
 
 def _label_key(key: str) -> str:
@@ -43,6 +44,14 @@ def parse_label(text: str) -> dict[str, str]:
     if not sep:
         raise ValueError(f"{text!r} is not key=value")
     return {key.strip(): value.strip()}
+
+
+def parse_expect(text: str) -> dict[str, str]:
+    """`CLASS=N`, e.g. `gpu=8`."""
+    cls, sep, count = text.partition("=")
+    if not sep:
+        raise ValueError(f"{text!r} is not CLASS=N")
+    return {cls.strip(): count.strip()}
 
 
 def parse_share(text: str) -> dict[str, Any]:
@@ -138,6 +147,32 @@ class Settings(SettingsModel):
         description=(
             "GPUs offered as N time-slice or MPS slots (`[[sharing]]` tables of `gpus`, `mode`, "
             "`replicas`), e.g. `all:timeslice:4`, `0,1:mps:2`"
+        ),
+    )
+    expected: Annotated[
+        dict[ExpectedClass, Annotated[int, Field(ge=0, le=4096)]],
+        Option(flag="--expect", metavar="CLASS=N", item=parse_expect, separator=","),
+    ] = Field(
+        default_factory=dict,
+        description=(
+            "devices this host must have (an `[expected]` table, e.g. `gpu = 8`); a shortfall is "
+            "reported as missing, unhealthy devices (simulated: the profile's)"
+        ),
+    )
+    offer_boot_disks: bool = Field(
+        False, description="offer the disk holding `/` (and its mirrors) as bookable"
+    )
+    offer_management_nics: bool = Field(
+        False, description="offer the management NIC(s) as bookable"
+    )
+    management_nics: Annotated[
+        tuple[str, ...], Option(flag="--management-nic", metavar="NAME", item=str, separator=",")
+    ] = Field((), description="the management NICs by netdev name (default: the default route's)")
+    release_file: Path | None = Field(
+        None,
+        description=(
+            "while this file exists the agent lets go of NVML (for a GPU reset or driver "
+            "reload); SIGUSR1/SIGUSR2 do the same"
         ),
     )
     health: HealthSettings = Field(default_factory=HealthSettings)

@@ -3,16 +3,26 @@
 The tree has the shapes `agent.sysfs` reads on a real host: `sys/class/net/<nic>/device`
 links into `sys/bus/pci/devices`, `virtfn<N>` and `physfn` links for SR-IOV, VF netdevs,
 `sys/block` with sector counts (plus a loop and a ram device that must be ignored),
-`sys/devices/system/cpu/online`, `proc/meminfo` and the 1 GiB hugepage count.
+`sys/devices/system/cpu/online`, `proc/meminfo` and the 1 GiB hugepage count; NVIDIA
+GPUs and NVSwitches as PCI functions (class 0x0302 / 0x0680); `operstate` and, for
+InfiniBand NICs (`ib…`), `sys/class/infiniband/mlx5_N/ports/1/state`; switchdev
+representors and IPoIB children over the PF; disk WWIDs and serials; the boot disk's
+partition in `proc/self/mountinfo` and the management NIC's default route in
+`proc/net/route`. `FaultedPorts` applies `port_down` faults to the tree.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from agent.faults import FaultFile
 from agent.pci_ids import pci_id_for
-from agent.profile import HostProfile, NicSpec
+from agent.profile import DiskSpec, HostProfile, NicSpec
+from agent.readings import NicReading
+from agent.sysfs import read_ports
 
 
 def vf_address(pf: str, k: int) -> str:
@@ -29,19 +39,92 @@ def build_tree(root: Path, profile: HostProfile) -> Path:
     hp = root / "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
     _write(hp, str(profile.hugepages_1gi))
     _write(root / "sys/class/net/lo/operstate", "unknown")  # no device link: skipped
+    pci = root / "sys/bus/pci/devices"
+    for gpu in profile.gpus:
+        _write(pci / gpu.pci_bus_id / "vendor", "0x10de")
+        _write(pci / gpu.pci_bus_id / "class", "0x030200")
+    for switch in profile.nvswitch_pci:
+        _write(pci / switch / "vendor", "0x10de")
+        _write(pci / switch / "class", "0x068000")
+    routes = ["Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask"]
+    ib = 0
     for nic in profile.nics:
-        _nic(root, nic)
-    for disk in profile.disks:
-        base = root / "sys/block" / disk.name
-        _write(base / "size", str(disk.size_bytes // 512))
-        _write(base / "queue/rotational", "1" if disk.rotational else "0")
-        _write(base / "device/model", disk.model)
+        _nic(root, nic, ib)
+        ib += nic.name.startswith("ib")
+        if nic.management:
+            routes.append(f"{nic.name}\t00000000\t0100000A\t0003\t0\t0\t0\t00000000")
+    _write(root / "proc/net/route", "\n".join(routes))
+    mounts: list[str] = []
+    for k, disk in enumerate(profile.disks):
+        _disk(root, disk, k, mounts)
+    _write(root / "proc/self/mountinfo", "\n".join(mounts))
     _write(root / "sys/block/loop0/size", "2097152")
     _write(root / "sys/block/ram0/size", "131072")
     return root
 
 
-def _nic(root: Path, nic: NicSpec) -> None:
+def _disk(root: Path, disk: DiskSpec, k: int, mounts: list[str]) -> None:
+    base = root / "sys/block" / disk.name
+    _write(base / "size", str(disk.size_bytes // 512))
+    _write(base / "queue/rotational", "1" if disk.rotational else "0")
+    _write(base / "device/model", disk.model)
+    digest = hashlib.sha256(f"{disk.model}/{disk.name}".encode()).hexdigest()
+    if disk.name.startswith("nvme"):
+        _write(base / "wwid", f"eui.{digest[:16]}")
+        _write(base / "device/serial", digest[16:30].upper())
+        _write(base / "nsid", "1")
+    else:
+        _write(base / "device/wwid", f"naa.5{digest[:15]}")
+    if disk.boot:
+        part = f"{disk.name}p2" if disk.name[-1].isdigit() else f"{disk.name}2"
+        _write(base / part / "partition", "2")
+        _write(base / part / "size", str(disk.size_bytes // 1024))
+        major = 259 if disk.name.startswith("nvme") else 8
+        _link(root / "sys/class/block" / part, base / part)
+        _link(root / "sys/dev/block" / f"{major}:{k * 16 + 2}", base / part)
+        mounts.append(
+            f"{29 + k} 1 {major}:{k * 16 + 2} / / rw,relatime shared:1 - ext4 /dev/{part} rw"
+        )
+
+
+class FaultedPorts:
+    """Per-poll NIC link states for simulate mode: writes each `port_down` fault into the
+    fake tree (operstate, InfiniBand port state) when the fault file changes, then reads
+    the tree like `agent.sysfs.read_ports` does on a host."""
+
+    def __init__(self, root: Path, faults: FaultFile) -> None:
+        self._root = root
+        self._faults = faults
+        self._applied: frozenset[str] | None = None
+
+    def __call__(self, nics: tuple[NicReading, ...]) -> dict[str, tuple[str, ...]]:
+        down = frozenset(f.nic for f in self._faults.current().on("port_down"))
+        if down != self._applied:
+            self._applied = down
+            for nic in nics:
+                _set_port(self._root, nic.name, up=nic.name not in down)
+        return read_ports(self._root, nics)
+
+
+def port_reader(
+    root: Path, faults: FaultFile
+) -> Callable[[tuple[NicReading, ...]], dict[str, tuple[str, ...]]]:
+    return FaultedPorts(root, faults)
+
+
+def _set_port(root: Path, name: str, up: bool) -> None:
+    net = root / "sys/class/net" / name
+    if not net.exists():
+        return
+    _write(net / "operstate", "up" if up else "down")
+    marker = net / "ib_device"
+    if marker.exists():
+        dev = marker.read_text().strip()
+        state = "4: ACTIVE" if up else "1: DOWN"
+        _write(root / "sys/class/infiniband" / dev / "ports/1/state", state)
+
+
+def _nic(root: Path, nic: NicSpec, ib: int) -> None:
     pci = root / "sys/bus/pci/devices"
     vendor, device = pci_id_for(nic.model).split(":")
     pf = pci / nic.pci_bus_id
@@ -53,7 +136,18 @@ def _nic(root: Path, nic: NicSpec) -> None:
         _write(pf / "sriov_numvfs", str(nic.sriov_num_vfs))
     netdev = root / "sys/class/net" / nic.name
     _write(netdev / "speed", str(nic.speed_mbps))
+    _write(netdev / "operstate", "up")
     _link(netdev / "device", pf)
+    if nic.name.startswith("ib"):
+        dev = f"mlx5_{ib}"
+        _write(netdev / "ib_device", dev)  # the fake tree's own note, for FaultedPorts
+        _write(root / "sys/class/infiniband" / dev / "ports/1/state", "4: ACTIVE")
+        _link(root / "sys/class/infiniband" / dev / "device", pf)
+    for c in range(nic.ipoib_children):
+        child = root / "sys/class/net" / f"{nic.name}.{0x8001 + c:04x}"
+        _write(child / "parent", nic.name)
+        _write(child / "operstate", "up")
+        _link(child / "device", pf)
     for k in range(nic.sriov_num_vfs):
         address = vf_address(nic.pci_bus_id, k)
         vf = pci / address
@@ -64,6 +158,12 @@ def _nic(root: Path, nic: NicSpec) -> None:
         vf_netdev = root / "sys/class/net" / f"{nic.name}v{k}"
         _write(vf_netdev / "speed", str(nic.speed_mbps))
         _link(vf_netdev / "device", vf)
+        if nic.switchdev:
+            # The VF's representor on the host side: its device link is the PF's function.
+            rep = root / "sys/class/net" / f"{nic.name}_{k}"
+            _write(rep / "phys_port_name", f"pf0vf{k}")
+            _write(rep / "operstate", "up")
+            _link(rep / "device", pf)
 
 
 def _write(path: Path, text: str) -> None:

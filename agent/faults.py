@@ -10,7 +10,23 @@ The file holds `{"faults": [...]}`; each entry is an object with a `kind`:
 - `{"kind": "thermal", "gpu": 4}` / `{"kind": "power", "gpu": 4}` — clock slowdown;
 - `{"kind": "retired_pending", "gpu": 5}`, `{"kind": "remap_pending", "gpu": 5}`,
   `{"kind": "remap_failure", "gpu": 5}` — memory retirement conditions;
-- `{"kind": "nvml_down"}` — NVML stops answering (driver unloaded).
+- `{"kind": "nvml_down"}` — NVML stops answering (driver unloaded);
+- `{"kind": "handle_error", "gpu": 3, "error": "unknown"}` — getting the GPU's handle
+  fails with NVML_ERROR_UNKNOWN (`no_permission`, `function_not_found`, `gpu_is_lost`,
+  `not_found` … any `NVML_ERROR_*` name in lower case);
+- `{"kind": "absent", "gpu": 3}` — NVML does not enumerate the GPU at all (the driver
+  failed to initialise it) although the PCI bus still shows it; later GPUs move down;
+- `{"kind": "fabric", "state": 1, "status": 0}` — Fabric Manager state (NVML codes:
+  1 not started, 2 in progress, 3 completed) and status (an nvmlReturn_t); no `gpu`: all;
+- `{"kind": "pcie", "gpu": 1, "gen": 3, "width": 8}` — the link trained below its maximum;
+- `{"kind": "pcie_replay", "gpu": 1, "count": 500}` — the cumulative PCIe replay counter;
+- `{"kind": "nvlink_crc" | "nvlink_replay" | "nvlink_recovery", "gpu": 1, "count": 9}` —
+  cumulative NVLink error totals;
+- `{"kind": "mig_pending", "gpu": 2}` — a MIG mode change waits for a GPU reset;
+- `{"kind": "reset", "gpu": 3}` — an operator reset the GPU: the recovery action a
+  reset-class XID set goes back to NONE;
+- `{"kind": "port_down", "nic": "ibp0s0"}` — the NIC's netdev and InfiniBand port are down
+  (applied to the fake sysfs tree by `agent.fake_sysfs.FaultedPorts`).
 
 Clearing is writing the file without the entry (`{"faults": []}` clears everything).
 A file that is missing or not valid JSON counts as no faults, and is logged, never fatal.
@@ -40,7 +56,20 @@ FaultKind = Literal[
     "remap_pending",
     "remap_failure",
     "nvml_down",
+    "handle_error",
+    "absent",
+    "fabric",
+    "pcie",
+    "pcie_replay",
+    "nvlink_crc",
+    "nvlink_replay",
+    "nvlink_recovery",
+    "mig_pending",
+    "reset",
+    "port_down",
 ]
+_NO_GPU = ("nvml_down", "fabric", "port_down")
+_INT_FIELDS = ("gpu", "xid", "link", "count", "state", "status", "gen", "width")
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 
@@ -52,6 +81,12 @@ class Fault:
     link: int | None = None
     count: int = 1
     key: str = ""  # identifies one XID entry so it is delivered once
+    error: str = ""
+    nic: str = ""
+    state: int | None = None
+    status: int = 0
+    gen: int | None = None
+    width: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,15 +112,25 @@ def parse_faults(data: Any) -> Faults:
     for i, entry in enumerate(data.get("faults", [])):
         if not isinstance(entry, dict) or entry.get("kind") not in FAULT_KINDS:
             raise FaultError(f"faults[{i}]: kind must be one of {', '.join(FAULT_KINDS)}")
-        for field in ("gpu", "xid", "link", "count"):
+        for field in _INT_FIELDS:
             value = entry.get(field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise FaultError(f"faults[{i}].{field}: expected an integer")
+        for field in ("error", "nic"):
+            value = entry.get(field)
+            if value is not None and not isinstance(value, str):
+                raise FaultError(f"faults[{i}].{field}: expected a string")
         kind = str(entry["kind"])
-        if kind != "nvml_down" and entry.get("gpu") is None:
+        if kind not in _NO_GPU and entry.get("gpu") is None:
             raise FaultError(f"faults[{i}].gpu: required for {kind}")
         if kind == "xid" and entry.get("xid") is None:
             raise FaultError(f"faults[{i}].xid: required for xid")
+        if kind == "handle_error" and not entry.get("error"):
+            raise FaultError(f"faults[{i}].error: required for handle_error")
+        if kind == "port_down" and not entry.get("nic"):
+            raise FaultError(f"faults[{i}].nic: required for port_down")
+        if kind == "fabric" and entry.get("state") is None:
+            raise FaultError(f"faults[{i}].state: required for fabric")
         text = json.dumps(entry, sort_keys=True)
         seen[text] = seen.get(text, 0) + 1
         items.append(
@@ -96,6 +141,12 @@ def parse_faults(data: Any) -> Faults:
                 link=entry.get("link"),
                 count=int(entry.get("count") or 1),
                 key=f"{text}#{seen[text]}",
+                error=str(entry.get("error") or ""),
+                nic=str(entry.get("nic") or ""),
+                state=entry.get("state"),
+                status=int(entry.get("status") or 0),
+                gen=entry.get("gen"),
+                width=entry.get("width"),
             )
         )
     return Faults(tuple(items))

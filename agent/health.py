@@ -1,28 +1,49 @@
-"""Pure: health counters and XID events → device and node health, with hysteresis.
+"""Pure: health counters, XID events and device findings → device and node health, with
+hysteresis.
 
 A device gets worse at once and better only after its condition has stayed clear for
 `recover_after_s`, so a flapping GPU does not storm the coordinator with transitions.
-An XID fault is an event, not a condition: it counts as a condition for `xid_hold_s`
-after the last such event. Thermal and power slowdown only ever make a device
-`degraded`. The node is `unmonitored` while NVML is unusable (never silently healthy),
-`unhealthy` when every GPU is, `degraded` when some device is not healthy.
+XIDs are events, classified by `agent.xid`: a reset-class XID holds the device until a
+reset is seen — NVML's recovery action field reads NONE, or (where the driver has no such
+field) the GPU went away and came back (lost, unreadable, NVML down or released) — never
+on a timer; an operator-added fault XID holds it for `xid_hold_s` after the last event.
+Counters that only matter as bursts (PCIe replays, NVLink CRC/replay/recovery errors) are
+compared with a baseline at most a minute old, DCGM's window. Thermal and power slowdown,
+PCIe downtraining and pending MIG mode changes only ever make a device `degraded`.
+
+A GPU NVML cannot read stays in the input (its counters say `unreadable`), so it stays
+unhealthy rather than vanishing; a device absent from the input has left the inventory.
+The node is `unmonitored` while NVML is unusable (never silently healthy), `unhealthy`
+when every GPU is, `degraded` when any device is not healthy.
 
 Time is an argument (`now`, monotonic seconds), so tests drive it with a fake clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from agent.readings import GpuCounters, XidEvent
 from agent.xid import XidTable
 from shared.wire import DeviceHealth, HealthStatus, NodeHealth
 
+Finding = tuple[HealthStatus, str]
+
 _RANK: dict[str, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2, "unmonitored": 3}
 MAX_REASONS = 4
 MAX_REASON_CHARS = 120
+RATE_WINDOW_S = 60.0
+_RECOVERY_ACTIONS = {
+    1: "GPU reset required",
+    2: "node reboot required",
+    3: "drain peer-to-peer traffic",
+    4: "drain and reset",
+    5: "recover IMEX domain",
+    6: "PCIe bus reset required",
+    7: "system reboot required",
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,11 @@ class HealthPolicy:
     recover_after_s: float = 60.0
     xid_hold_s: float = 300.0
     retired_pages_limit: int = 60
+    # DCGM's hardware limits (dcgm_gpu_hardware_limits.h): 8 PCIe replays a minute, 100
+    # NVLink CRC errors a second, more than 1 NVLink replay/recovery error.
+    pcie_replays_per_min: float = 8.0
+    nvlink_crc_per_s: float = 100.0
+    nvlink_errors_per_min: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,11 @@ class DeviceState:
     clear_since: float | None = None  # when the raw condition last became better
     xid_until: float = 0.0
     xid_reason: str = ""
+    reset_reason: str = ""  # a reset-class XID: held until a reset is seen
+    reset_status: HealthStatus = "unhealthy"
+    away: bool = False  # gone (unreadable, NVML down) since the reset-class XID
+    # Recent cumulative counter samples, for burst rates: (name, value, at).
+    baselines: tuple[tuple[str, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,11 +87,18 @@ class HealthState:
         )
 
 
-def findings(c: GpuCounters, policy: HealthPolicy) -> list[tuple[HealthStatus, str]]:
-    """The raw conditions of one GPU right now, worst first."""
-    out: list[tuple[HealthStatus, str]] = []
+def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
+    """The raw conditions of one GPU right now, worst first (bursts are in `evaluate`)."""
+    out: list[Finding] = []
     if c.lost:
         return [("unhealthy", "GPU is lost (NVML_ERROR_GPU_IS_LOST)")]
+    if c.unreadable:
+        return [("unhealthy", f"missing: {c.unreadable}")]
+    if c.fabric:
+        out.append(("unhealthy", c.fabric))
+    if c.recovery_action:
+        action = _RECOVERY_ACTIONS.get(c.recovery_action, str(c.recovery_action))
+        out.append(("unhealthy", f"NVML recovery action: {action}"))
     if c.dbe_volatile:
         out.append(("unhealthy", f"volatile double-bit ECC errors: {c.dbe_volatile}"))
     if c.retired_pending:
@@ -74,6 +112,13 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[tuple[HealthStatus, s
     if c.nvlink_down:
         links = ",".join(str(x) for x in c.nvlink_down)
         out.append(("unhealthy", f"NVLink down: link {links}"))
+    if c.pcie_width is not None and c.pcie_width[0] < c.pcie_width[1]:
+        out.append(("degraded", f"PCIe link width x{c.pcie_width[0]} of x{c.pcie_width[1]}"))
+    # Idle GPUs lower the link generation to save power; only a busy GPU is downtrained.
+    if c.pcie_gen is not None and c.pcie_gen[0] < c.pcie_gen[1] and not c.idle:
+        out.append(("degraded", f"PCIe link Gen{c.pcie_gen[0]} of Gen{c.pcie_gen[1]}"))
+    if c.mig_pending:
+        out.append(("degraded", "MIG mode change pending (GPU reset needed)"))
     if c.thermal_slowdown:
         out.append(("degraded", "thermal slowdown"))
     if c.power_slowdown:
@@ -88,56 +133,124 @@ def evaluate(
     now: float,
     policy: HealthPolicy,
     nvml_error: str | None = None,
+    extra: Mapping[str, Sequence[Finding]] | None = None,
 ) -> HealthState:
+    """`extra` holds the findings of devices other than GPUs (NICs, missing placeholders);
+    pass every such device every time, healthy ones with no findings, so that their
+    recovery goes through hysteresis too."""
     if nvml_error is not None:
-        # Nothing is known about the devices; keep their last states, flag the node.
-        return HealthState(prev.devices, NodeHealth(status="unmonitored", reasons=(nvml_error,)))
+        # Nothing is known about the GPUs: keep their last states, flag the node. A reset
+        # may happen meanwhile (driver reload, operator reset while NVML is released).
+        kept = {d: replace(s, away=True) if s.reset_reason else s for d, s in prev.devices.items()}
+        return HealthState(
+            MappingProxyType(kept), NodeHealth(status="unmonitored", reasons=(nvml_error,))
+        )
     by_uuid: dict[str, list[XidEvent]] = {}
     for event in xids:
-        if policy.xids.classify(event.xid) == "fault":
-            by_uuid.setdefault(event.uuid, []).append(event)
+        by_uuid.setdefault(event.uuid, []).append(event)
     devices: dict[str, DeviceState] = {}
+    gpu_ids: set[str] = set()
     for c in counters:
+        gpu_ids.add(c.uuid)
         old = prev.devices.get(c.uuid, DeviceState())
-        xid_until, xid_reason = old.xid_until, old.xid_reason
-        for event in by_uuid.get(c.uuid, []):
-            xid_until = max(xid_until, event.at + policy.xid_hold_s)
-            xid_reason = policy.xids.describe(event.xid)
+        held = _apply_xids(old, by_uuid.get(c.uuid, []), c, policy)
         raw = findings(c, policy)
-        if now < xid_until:
-            raw.insert(0, ("unhealthy", xid_reason))
-        devices[c.uuid] = _step(old, raw, now, policy, xid_until, xid_reason)
-    return HealthState(MappingProxyType(devices), _node(devices))
+        baselines, bursts = _bursts(held.baselines, c, now, policy)
+        raw += bursts
+        if held.reset_reason:
+            raw.insert(0, (held.reset_status, f"{held.reset_reason}: held until a GPU reset"))
+        if now < held.xid_until:
+            raw.insert(0, ("unhealthy", held.xid_reason))
+        devices[c.uuid] = replace(_step(held, raw, now, policy), baselines=baselines)
+    for device_id, found in (extra or {}).items():
+        old = prev.devices.get(device_id, DeviceState())
+        devices[device_id] = _step(old, list(found), now, policy)
+    return HealthState(MappingProxyType(devices), _node(devices, gpu_ids))
 
 
-def _step(
-    old: DeviceState,
-    raw: list[tuple[HealthStatus, str]],
+def _apply_xids(
+    old: DeviceState, events: list[XidEvent], c: GpuCounters, policy: HealthPolicy
+) -> DeviceState:
+    s = old
+    # A reset seen since the XID: the recovery action reads NONE, or the GPU was away and
+    # is back (only trusted where the driver has no recovery action field).
+    if s.reset_reason and not (c.lost or c.unreadable):
+        if c.recovery_action == 0 or (c.recovery_action is None and s.away):
+            s = replace(s, reset_reason="", reset_status="unhealthy", away=False)
+    elif s.reset_reason:
+        s = replace(s, away=True)
+    for event in events:
+        cls = policy.xids.classify(event.xid)
+        text = policy.xids.describe(event.xid)
+        if cls == "fault":
+            s = replace(
+                s, xid_until=max(s.xid_until, event.at + policy.xid_hold_s), xid_reason=text
+            )
+        elif cls in ("reset", "reset_degraded", "recovery"):
+            status: HealthStatus = "degraded" if cls == "reset_degraded" else "unhealthy"
+            if s.reset_reason and _RANK[s.reset_status] > _RANK[status]:
+                status = s.reset_status
+            s = replace(s, reset_reason=text, reset_status=status, away=False)
+    return s
+
+
+def _bursts(
+    samples: tuple[tuple[str, int, float], ...],
+    c: GpuCounters,
     now: float,
     policy: HealthPolicy,
-    xid_until: float,
-    xid_reason: str,
-) -> DeviceState:
+) -> tuple[tuple[tuple[str, int, float], ...], list[Finding]]:
+    """Counter increases over the last RATE_WINDOW_S (against the newest sample at least
+    that old, else the oldest kept) above the policy's limits. A counter that went down
+    (the GPU was reset) starts over."""
+    limits = {
+        "pcie_replay": (policy.pcie_replays_per_min, "PCIe replays"),
+        "crc_flit": (policy.nvlink_crc_per_s * 60, "NVLink CRC flit errors"),
+        "crc_data": (policy.nvlink_crc_per_s * 60, "NVLink CRC data errors"),
+        "replay": (policy.nvlink_errors_per_min, "NVLink replay errors"),
+        "recovery": (policy.nvlink_errors_per_min, "NVLink recovery errors"),
+    }
+    current = dict(c.nvlink_errors)
+    if c.pcie_replays is not None:
+        current["pcie_replay"] = c.pcie_replays
+    out: list[Finding] = []
+    kept: list[tuple[str, int, float]] = []
+    for name, value in sorted(current.items()):
+        mine = [(v, at) for n, v, at in samples if n == name and v <= value]
+        old = [x for x in mine if x[1] <= now - RATE_WINDOW_S]
+        base = old[-1] if old else (mine[0] if mine else (value, now))
+        per_min, label = limits[name]
+        if value - base[0] > per_min:
+            out.append(("degraded", f"{label}: {value - base[0]} in {now - base[1]:.0f} s"))
+        # Keep the window, plus the newest sample older than it as the next baseline.
+        recent = [x for x in mine if x[1] > now - RATE_WINDOW_S]
+        kept += [(name, v, at) for v, at in ([old[-1]] if old else []) + recent]
+        kept.append((name, value, now))
+    return tuple(kept), out
+
+
+def _step(old: DeviceState, raw: list[Finding], now: float, policy: HealthPolicy) -> DeviceState:
     status: HealthStatus = "healthy"
     for level, _ in raw:
         if _RANK[level] > _RANK[status]:
             status = level
     reasons = tuple(r for _, r in raw)
     if _RANK[status] >= _RANK[old.status]:
-        return DeviceState(status, reasons, None, xid_until, xid_reason)
+        return replace(old, status=status, reasons=reasons, clear_since=None)
     # Better than reported: wait until it has stayed better for recover_after_s.
     since = old.clear_since if old.clear_since is not None else now
     if now - since >= policy.recover_after_s:
-        return DeviceState(status, reasons, None, xid_until, xid_reason)
-    return DeviceState(old.status, old.reasons, since, xid_until, xid_reason)
+        return replace(old, status=status, reasons=reasons, clear_since=None)
+    return replace(old, clear_since=since)
 
 
-def _node(devices: Mapping[str, DeviceState]) -> NodeHealth:
+def _node(devices: Mapping[str, DeviceState], gpu_ids: set[str]) -> NodeHealth:
     bad = {d: s for d, s in devices.items() if s.status != "healthy"}
     if not bad:
         return NodeHealth(status="healthy")
     status: HealthStatus = "degraded"
-    if all(s.status == "unhealthy" for s in devices.values()):
+    gpus = [s for d, s in devices.items() if d in gpu_ids]
+    if gpus and all(s.status == "unhealthy" for s in gpus):
         status = "unhealthy"
     reasons = [
         f"{d}: {s.status}: {s.reasons[0] if s.reasons else ''}" for d, s in sorted(bad.items())

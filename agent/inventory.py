@@ -1,21 +1,30 @@
 """Pure: readings → the wire `Inventory` (GPUs, NICs, disks, scalars, atoms, hash).
 
 Atom ids are `<nodeId>:<class>:<stable device key>` — a GPU or MIG UUID, a PCI address,
-a disk name — so they are unique per node and survive agent restarts. Each atom's
-`device_id` is the device whose health moves it (a MIG instance or a time-slice replica
-moves with its physical GPU). The inventory hash covers everything except what changes
-on every send (`sentAt`, `bootId`) and health, which travels in heartbeats.
+a disk's WWN/serial/PCI path — so they are unique per node and survive reboots and agent
+restarts; a duplicate is dropped (and logged) rather than sent, and the wire model
+refuses one. Each atom's `device_id` is the device whose health moves it (a MIG instance
+or a time-slice replica moves with its physical GPU). A GPU NVML cannot read keeps its
+atoms (placeholder ids `missing-…` before its first good read). The boot disk and the
+management NIC are listed but get no atom unless `offer_boot_disks` /
+`offer_management_nics`. An expected inventory (atom class → count) that the host falls
+short of gets placeholder atoms (`missing:<class>:<k>`, attribute `missing`) so the
+shortfall shows as unhealthy capacity instead of silently smaller capacity. The inventory
+hash covers everything except what changes on every send (`sentAt`, `bootId`) and
+health, which travels in heartbeats.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.readings import GpuReading, HostReading, NicReading, NvmlSnapshot
+from agent.readings import DiskReading, GpuReading, HostReading, NicReading, NvmlSnapshot
 from shared.wire import (
+    ATOM_CLASSES,
     Atom,
     AttrValue,
     DeviceHealth,
@@ -30,6 +39,8 @@ from shared.wire import (
 )
 
 GIB = 1024**3
+MISSING_PREFIX = "missing-"
+log = logging.getLogger(__name__)
 _HASH_EXCLUDE = {"sent_at", "boot_id", "inventory_hash", "health", "devices"}
 
 
@@ -113,6 +124,9 @@ def _gpu_info(gpu: GpuReading, clique: str | None, rule: SharingRule | None) -> 
         fabric_clique=gpu.fabric_clique,
         sharing=rule.mode if shared and rule is not None else "exclusive",
         replicas=rule.replicas if shared and rule is not None else 1,
+        # A GPU read before keeps its inventory (its state travels as health); only a
+        # stand-in for one never read says so here, as it has nothing else to say.
+        missing=gpu.missing if gpu.uuid.startswith(MISSING_PREFIX) else None,
     )
 
 
@@ -127,6 +141,8 @@ def _gpu_atoms(node_id: str, gpu: GpuInfo) -> list[Atom]:
         "fabricClique": gpu.fabric_clique,
         "computeCapability": gpu.compute_capability,
     }
+    if gpu.missing:
+        base["missing"] = gpu.missing
     if gpu.mig_enabled:
         return [
             Atom(
@@ -185,6 +201,57 @@ def _nic_atoms(node_id: str, nic: NicReading) -> list[Atom]:
     ]
 
 
+def _disk_atom(node_id: str, disk: DiskReading) -> Atom:
+    key = disk.device_id or disk.name
+    attrs: dict[str, AttrValue] = {
+        "name": disk.name,
+        "sizeBytes": disk.size_bytes,
+        "sizeGiB": disk.size_bytes // GIB,
+        "rotational": disk.rotational,
+        "model": disk.model,
+    }
+    return Atom(atom_id=f"{node_id}:disk:{key}", cls="disk", device_id=key, attrs=attrs)
+
+
+def shortfall_atoms(
+    node_id: str, atoms: Iterable[Atom], gpus: int, expected: Mapping[str, int]
+) -> list[Atom]:
+    """Placeholder atoms for what the expected inventory has and the host does not show.
+    `gpu` counts physical GPUs (whole, MIG or shared; missing GPUs already have atoms)."""
+    have: dict[str, int] = {}
+    for atom in atoms:
+        have[atom.cls] = have.get(atom.cls, 0) + 1
+    have["gpu"] = gpus
+    out: list[Atom] = []
+    for cls, want in sorted(expected.items()):
+        if cls == "gpu" or cls not in ATOM_CLASSES or cls == "node":
+            continue
+        found = have.get(cls, 0)
+        for k in range(found, want):
+            why = f"expected {want} {cls}, found {found}"
+            out.append(
+                Atom(
+                    atom_id=f"{node_id}:{cls}:missing-{k}",
+                    cls=cls,
+                    device_id=f"missing:{cls}:{k}",
+                    attrs={"missing": why},
+                )
+            )
+    return out
+
+
+def _unique(atoms: list[Atom]) -> list[Atom]:
+    seen: set[str] = set()
+    out: list[Atom] = []
+    for atom in atoms:
+        if atom.atom_id in seen:
+            log.warning("inventory: duplicate atom id %s left out", atom.atom_id)
+            continue
+        seen.add(atom.atom_id)
+        out.append(atom)
+    return out
+
+
 def _derived_labels(gpus: tuple[GpuInfo, ...]) -> dict[str, str]:
     labels: dict[str, str] = {"gpu.count": str(len(gpus))}
     models = {g.name for g in gpus}
@@ -208,8 +275,12 @@ def build_inventory(
     sent_at: int,
     health: NodeHealth | None = None,
     devices: tuple[DeviceHealth, ...] = (),
+    offer_boot_disks: bool = False,
+    offer_management_nics: bool = False,
+    expected: Mapping[str, int] | None = None,
 ) -> Inventory:
     cliques = nvlink_cliques(nvml.gpus)
+    nics = _one_per_function(host.nics)
     gpus = tuple(
         _gpu_info(g, cliques.get(g.uuid), next((r for r in sharing if r.matches(g)), None))
         for g in sorted(nvml.gpus, key=lambda g: g.index)
@@ -229,23 +300,15 @@ def build_inventory(
     atoms = [Atom(atom_id=f"{ident.node_id}:node", cls="node", attrs=node_attrs)]
     for gpu in gpus:
         atoms += _gpu_atoms(ident.node_id, gpu)
-    for nic in host.nics:
-        atoms += _nic_atoms(ident.node_id, nic)
+    for nic in nics:
+        if offer_management_nics or not nic.management:
+            atoms += _nic_atoms(ident.node_id, nic)
     for disk in host.disks:
-        attrs: dict[str, AttrValue] = {
-            "sizeBytes": disk.size_bytes,
-            "sizeGiB": disk.size_bytes // GIB,
-            "rotational": disk.rotational,
-            "model": disk.model,
-        }
-        atoms.append(
-            Atom(
-                atom_id=f"{ident.node_id}:disk:{disk.name}",
-                cls="disk",
-                device_id=disk.name,
-                attrs=attrs,
-            )
-        )
+        if offer_boot_disks or not disk.boot:
+            atoms.append(_disk_atom(ident.node_id, disk))
+    atoms = _unique(atoms)
+    if expected:
+        atoms += shortfall_atoms(ident.node_id, atoms, len(gpus), expected)
     inv = Inventory(
         node_id=ident.node_id,
         pool_id=ident.pool_id,
@@ -269,11 +332,19 @@ def build_inventory(
                 sriov_total_vfs=n.sriov_total_vfs,
                 sriov_num_vfs=n.sriov_num_vfs,
                 vfs=n.vfs,
+                bookable=offer_management_nics or not n.management,
             )
-            for n in host.nics
+            for n in nics
         ),
         disks=tuple(
-            DiskInfo(name=d.name, size_bytes=d.size_bytes, rotational=d.rotational, model=d.model)
+            DiskInfo(
+                name=d.name,
+                size_bytes=d.size_bytes,
+                rotational=d.rotational,
+                model=d.model,
+                device_id=d.device_id,
+                bookable=offer_boot_disks or not d.boot,
+            )
             for d in host.disks
         ),
         scalars=scalars,
@@ -282,6 +353,19 @@ def build_inventory(
         devices=devices,
     )
     return inv.model_copy(update={"inventory_hash": inventory_hash(inv)})
+
+
+def _one_per_function(nics: Iterable[NicReading]) -> list[NicReading]:
+    """The sysfs reader already gives one NIC per PCI function; hand-made readings may
+    not, and two NICs listing the same VFs would give duplicate atoms."""
+    seen: set[str] = set()
+    out: list[NicReading] = []
+    for nic in nics:
+        key = nic.pci_address or nic.name
+        if key not in seen:
+            seen.add(key)
+            out.append(nic)
+    return out
 
 
 def inventory_hash(inv: Inventory) -> str:

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 
 from agent.clock import Clock, SystemClock
 from agent.config import Settings
-from agent.fake_sysfs import build_tree
+from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
-from agent.sysfs import read_host
+from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
 from shared.settings import ConfigError, load
 from shared.subjects import Subjects
@@ -146,7 +146,7 @@ async def run(
         h = settings.health
         poller = Poller(
             reader=reader,
-            read_host=lambda: read_host(root),
+            read_host=lambda: read_host(root, settings.management_nics),
             ident=ident,
             clock=clock,
             boot_id=boot_id,
@@ -157,6 +157,15 @@ async def run(
             ),
             sharing=settings.sharing_rules,
             watcher=watcher,
+            read_ports=(
+                FaultedPorts(root, FaultFile(settings.fault_file))
+                if profile
+                else lambda nics: read_ports(root, nics)
+            ),
+            expected=_expected(settings, profile),
+            offer_boot_disks=settings.offer_boot_disks,
+            offer_management_nics=settings.offer_management_nics,
+            release_file=settings.release_file,
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
@@ -176,6 +185,12 @@ async def run(
             log.info("agent stopped")
 
 
+def _expected(settings: Settings, profile: HostProfile | None) -> dict[str, int] | None:
+    """The configured expected inventory, else the simulated profile's."""
+    configured: dict[str, int] = {str(cls): n for cls, n in settings.expected.items()}
+    return configured or (dict(profile.expected) if profile else None)
+
+
 async def _supervise(
     settings: Settings,
     poller: Poller,
@@ -188,6 +203,9 @@ async def _supervise(
     signals = (signal.SIGTERM, signal.SIGINT) if install_signals else ()
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
+    if install_signals:  # SIGUSR1: let go of NVML for a GPU reset/driver reload; SIGUSR2: resume
+        loop.add_signal_handler(signal.SIGUSR1, poller.request_release)
+        loop.add_signal_handler(signal.SIGUSR2, poller.request_resume)
     tasks = [
         asyncio.create_task(poller.run(settings.interval_s, publisher.update), name="agent-poll"),
         asyncio.create_task(publisher.run(), name="agent-publish"),
@@ -206,7 +224,7 @@ async def _supervise(
         for task in [stopper, *tasks]:
             task.cancel()
         await asyncio.gather(stopper, *tasks, return_exceptions=True)
-        for sig in signals:
+        for sig in (*signals, signal.SIGUSR1, signal.SIGUSR2) if install_signals else ():
             loop.remove_signal_handler(sig)
     return code
 

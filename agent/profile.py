@@ -5,6 +5,12 @@ A profile lists GPUs, MIG layouts, NVLink wiring, NICs, disks and node scalars. 
 with `count = N` expand to N items and `{i}` in their name becomes 0..N-1. Loading
 validates every field and names the offending key, so a typo in a profile fails at
 start rather than as a strange inventory.
+
+Beyond the hardware: `boot = true` on a disk puts the root filesystem on it, and
+`management = true` on a NIC gives it the default route (neither is offered for
+booking); `switchdev = true` adds a representor netdev per VF and `ipoib_children = N`
+adds IPoIB child interfaces, both over the NIC's own PCI function; an `[expected]` table
+(`gpu = 8`, `disk = 8` …, keyed by atom class) is the node's expected inventory.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ class NicSpec:
     numa_node: int
     sriov_total_vfs: int
     sriov_num_vfs: int
+    management: bool = False
+    switchdev: bool = False
+    ipoib_children: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class DiskSpec:
     size_bytes: int
     model: str
     rotational: bool
+    boot: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class HostProfile:
     nvswitch_pci: tuple[str, ...]
     nics: tuple[NicSpec, ...]
     disks: tuple[DiskSpec, ...]
+    expected: tuple[tuple[str, int], ...] = ()  # (atom class, count)
 
 
 def shipped_profiles() -> list[str]:
@@ -144,7 +155,24 @@ def parse_profile(data: dict[str, Any]) -> HostProfile:
         nvswitch_pci=tuple(switches),
         nics=tuple(_nics(data)),
         disks=tuple(_disks(data)),
+        expected=_expected(data),
     )
+
+
+def _expected(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    table = _table(data, "expected")
+    classes = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk")
+    for key in table:
+        if key not in classes:
+            raise ProfileError(f"expected.{key}: not an atom class ({', '.join(classes)})")
+    return tuple((key, _int(table, f"expected.{key}", key, None)) for key in sorted(table))
+
+
+def _bool(data: dict[str, Any], where: str, key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where}: expected true or false")
+    return value
 
 
 def _nics(data: dict[str, Any]) -> list[NicSpec]:
@@ -176,6 +204,9 @@ def _nics(data: dict[str, Any]) -> list[NicSpec]:
                     numa_node=numas[i],
                     sriov_total_vfs=total,
                     sriov_num_vfs=num,
+                    management=_bool(entry, f"{where}.management", "management"),
+                    switchdev=_bool(entry, f"{where}.switchdev", "switchdev"),
+                    ipoib_children=_int(entry, f"{where}.ipoib_children", "ipoib_children", 0),
                 )
             )
     return out
@@ -196,6 +227,7 @@ def _disks(data: dict[str, Any]) -> list[DiskSpec]:
                     size_bytes=_int(entry, f"{where}.size_bytes", "size_bytes", None),
                     model=_str(entry, f"{where}.model", "model", ""),
                     rotational=rotational,
+                    boot=_bool(entry, f"{where}.boot", "boot"),
                 )
             )
     return out

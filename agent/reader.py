@@ -2,9 +2,12 @@
 
 A call that fails with `NVMLError_NotSupported` (or any other NVML error) yields `None`
 for that value and one log line naming what is missing and why; the same problem is not
-logged again on every poll. `NVML_ERROR_GPU_IS_LOST` is different: it marks the GPU lost
-for health, and the GPU's last good reading is kept so that its atoms do not vanish from
-the inventory while it is broken.
+logged again on every poll. A GPU whose handle or UUID cannot be read — lost
+(`NVML_ERROR_GPU_IS_LOST`), `NVML_ERROR_UNKNOWN` (nvidia-smi's "Unable to determine the
+device handle"), `NoPermission`, `FunctionNotFound` or anything else — is never dropped:
+its last good reading is kept (or, before its first good read, a placeholder stands in
+for it) with `missing` set, and its counters say `unreadable`, so health holds it
+unhealthy. A GPU seen earlier that NVML no longer enumerates at all is kept the same way.
 
 NVLink topology is remembered as the union of links ever seen active, so a link going
 down shows as a health problem (`nvlink_down`) rather than as a smaller inventory.
@@ -17,6 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pynvml
@@ -31,10 +35,26 @@ _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z0-9.]+)?)", re.IGNORECASE)
 
 
 _ENABLED = int(pynvml.NVML_FEATURE_ENABLED)
+# Read in one nvmlDeviceGetFieldValues call; the first two apply to every GPU.
+_FIELDS: tuple[tuple[str, int], ...] = (
+    ("pcie_replay", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
+    ("recovery_action", pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    ("crc_flit", pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
+    ("crc_data", pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL),
+    ("replay", pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
+    ("recovery", pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL),
+)
 
 
 class _GpuLost(Exception):
     pass
+
+
+class _Unreadable(Exception):
+    pass
+
+
+LOST = "GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 
 
 def normalize_pci(bus_id: str) -> str:
@@ -76,7 +96,9 @@ class NvmlReader:
         self._started = False
         self._cpu_words = max(1, ((cpu_count or os.cpu_count() or 1) + 63) // 64)
         self._logged: set[str] = set()
-        self._last_good: dict[int, GpuReading] = {}
+        self._last_good: dict[int, GpuReading] = {}  # by index, this session only
+        self._seen: dict[str, GpuReading] = {}  # by UUID, every GPU ever read
+        self._generation = 0
         self._links: dict[str, tuple[int, ...]] = {}
         self._ever_active: dict[str, set[int]] = {}
         self._remotes: dict[str, dict[int, str]] = {}
@@ -84,6 +106,15 @@ class NvmlReader:
     @property
     def nvml(self) -> NvmlLike:
         return self._nvml
+
+    @property
+    def generation(self) -> int:
+        """Counts NVML sessions; an event set made in an older one is dead."""
+        return self._generation
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     def start(self) -> str | None:
         """Initialise NVML; the reason it failed, or None."""
@@ -94,6 +125,8 @@ class NvmlReader:
         except Exception as exc:  # any failure here means unmonitored, never a crash
             return f"nvml init failed: {_describe(exc)}"
         self._started = True
+        self._generation += 1
+        self._last_good.clear()  # indices may have moved (a GPU fell off, the driver reloaded)
         return None
 
     def close(self) -> None:
@@ -116,55 +149,78 @@ class NvmlReader:
         count = self._get(problems, "device count", self._nvml.nvmlDeviceGetCount)
         if count is None:
             # Initialise again next poll: after a driver reload the old session is dead.
-            self._started = False
+            # Shut it down first so nvmlInit's reference count does not keep /dev/nvidia*
+            # open after an operator asks the agent to let go of the devices.
+            self.close()
             return NvmlSnapshot(
                 driver_version=driver,
                 error="nvml cannot count devices",
                 problems=tuple(problems),
+                generation=self._generation,
             )
         gpus: list[GpuReading] = []
         counters: list[GpuCounters] = []
         lost: list[int] = []
+        unread: list[tuple[int, str]] = []
         for index in range(count):
             try:
                 gpu, ctr = self._read_gpu(index, problems)
             except _GpuLost:
                 lost.append(index)
-                problems.append(f"gpu {index}: GPU is lost")
-                last = self._last_good.get(index)
-                if last is not None:
-                    gpus.append(last)
-                    counters.append(GpuCounters(index=index, uuid=last.uuid, lost=True))
+                unread.append((index, LOST))
                 continue
-            if gpu is None or ctr is None:
+            except _Unreadable as exc:
+                unread.append((index, str(exc)))
                 continue
             self._last_good[index] = gpu
+            self._seen[gpu.uuid] = gpu
             gpus.append(gpu)
             counters.append(ctr)
+        read = {g.uuid for g in gpus}
+        for index, why in unread:
+            problems.append(f"gpu {index}: {why}")
+            last = self._last_good.get(index)
+            if last is None or last.uuid in read:
+                last = GpuReading(
+                    index=index,
+                    uuid=f"missing-nvml-{index}",
+                    name="unknown",
+                    memory_mib=0,
+                    pci_bus_id="",
+                )
+            read.add(last.uuid)
+            gpus.append(replace(last, missing=why))
+            counters.append(
+                GpuCounters(index=index, uuid=last.uuid, lost=why == LOST, unreadable=why)
+            )
+        for uuid, last in self._seen.items():
+            if uuid not in read:
+                why = "no longer enumerated by NVML"
+                problems.append(f"gpu {last.index} ({uuid}): {why}")
+                gpus.append(replace(last, missing=why))
+                counters.append(GpuCounters(index=last.index, uuid=uuid, unreadable=why))
         for problem in problems:
             self._note(problem)
         return NvmlSnapshot(
             driver_version=driver,
             cuda_version=None if cuda is None else cuda_version_text(cuda),
-            gpus=tuple(gpus),
-            counters=tuple(counters),
+            gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+            counters=tuple(sorted(counters, key=lambda c: c.index)),
             lost=tuple(lost),
             problems=tuple(problems),
+            generation=self._generation,
         )
 
     # -- one GPU ------------------------------------------------------------------------
 
-    def _read_gpu(
-        self, index: int, problems: list[str]
-    ) -> tuple[GpuReading | None, GpuCounters | None]:
+    def _read_gpu(self, index: int, problems: list[str]) -> tuple[GpuReading, GpuCounters]:
+        """One GPU; raises _GpuLost or _Unreadable when NVML cannot identify it."""
         n = self._nvml
         where = f"gpu {index}"
-        handle = self._get(problems, f"{where}: handle", n.nvmlDeviceGetHandleByIndex, index)
-        if handle is None:
-            return None, None
-        uuid = self._get(problems, f"{where}: uuid", n.nvmlDeviceGetUUID, handle)
+        handle = self._must(n.nvmlDeviceGetHandleByIndex, "handle", index)
+        uuid = self._must(n.nvmlDeviceGetUUID, "uuid", handle)
         if not uuid:
-            return None, None
+            raise _Unreadable("uuid: empty")
         name = self._get(problems, f"{where}: name", n.nvmlDeviceGetName, handle) or "unknown"
         mem = self._get(problems, f"{where}: memory", n.nvmlDeviceGetMemoryInfo, handle)
         pci = self._get(problems, f"{where}: pci info", n.nvmlDeviceGetPciInfo, handle)
@@ -175,8 +231,9 @@ class NvmlReader:
         cc = self._get(
             problems, f"{where}: compute capability", n.nvmlDeviceGetCudaComputeCapability, handle
         )
-        mig_enabled, migs = self._read_migs(handle, where, problems)
+        mig_enabled, migs, mig_pending = self._read_migs(handle, where, problems)
         active, remotes = self._read_nvlinks(uuid, handle)
+        clique, fabric = self._read_fabric(handle)
         gpu = GpuReading(
             index=index,
             uuid=uuid,
@@ -190,17 +247,29 @@ class NvmlReader:
             migs=migs,
             nvlink_remotes=remotes,
             nvlink_active=active,
-            fabric_clique=self._read_fabric(handle),
+            fabric_clique=clique,
         )
-        return gpu, self._read_counters(index, uuid, handle, active)
+        ctr = self._read_counters(index, uuid, handle, active)
+        return gpu, replace(ctr, fabric=fabric, mig_pending=mig_pending)
+
+    def _must(self, fn: Callable[..., T], what: str, *args: Any) -> T:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            _raise_if_lost(exc)
+            raise _Unreadable(f"{what}: {_describe(exc)}") from exc
+        except Exception as exc:  # a broken binding is a device we cannot see, not a crash
+            raise _Unreadable(f"{what}: {_describe(exc)}") from exc
 
     def _read_migs(
         self, handle: Any, where: str, problems: list[str]
-    ) -> tuple[bool, tuple[MigReading, ...]]:
+    ) -> tuple[bool, tuple[MigReading, ...], bool]:
+        """(enabled, instances, a mode change is pending until the GPU is reset)."""
         n = self._nvml
         mode = self._get(problems, f"{where}: mig mode", n.nvmlDeviceGetMigMode, handle, quiet=True)
+        pending = mode is not None and len(mode) > 1 and int(mode[0]) != int(mode[1])
         if not mode or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
-            return False, ()
+            return False, (), pending
         slots = self._get(problems, f"{where}: mig count", n.nvmlDeviceGetMaxMigDeviceCount, handle)
         migs: list[MigReading] = []
         for slot in range(slots or 0):
@@ -227,7 +296,7 @@ class NvmlReader:
                     memory_mib=0 if mem is None else int(mem.total) // (1024 * 1024),
                 )
             )
-        return True, tuple(migs)
+        return True, tuple(migs), pending
 
     def _read_nvlinks(self, uuid: str, handle: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
         n = self._nvml
@@ -262,19 +331,31 @@ class NvmlReader:
         ever.update(active)
         return tuple(active), tuple(sorted(set(remotes.values())))
 
-    def _read_fabric(self, handle: Any) -> str | None:
+    def _read_fabric(self, handle: Any) -> tuple[str | None, str | None]:
+        """(fabric clique, problem). HGX boards with NVSwitches and NVLink-fabric systems
+        (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is unusable until Fabric Manager
+        has configured the fabric, so anything but completed/success is a problem."""
         info = pynvml.c_nvmlGpuFabricInfo_t()
         try:
             self._nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
         except pynvml.NVMLError as exc:
             _raise_if_lost(exc)
-            return None  # only NVLink-fabric systems (GH200/GB200 NVL) answer this
-        if int(info.state) != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED or int(info.status) != 0:
-            return None
+            return None, None  # no fabric on this board (PCIe cards, older drivers)
+        state = int(info.state)
+        if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+            return None, None
+        if state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
+            words = {
+                pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not started",
+                pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS: "in progress",
+            }
+            return None, f"fabric manager: state {words.get(state, state)}"
+        if int(info.status) != 0:
+            return None, f"fabric manager: status {_return_name(int(info.status))}"
         cluster = bytes(info.clusterUuid)
         if not any(cluster):
-            return None
-        return f"{cluster.hex()}/{int(info.cliqueId)}"
+            return None, None
+        return f"{cluster.hex()}/{int(info.cliqueId)}", None
 
     def _read_counters(
         self, index: int, uuid: str, handle: Any, active: tuple[int, ...]
@@ -306,6 +387,13 @@ class NvmlReader:
             p, "throttle", n.nvmlDeviceGetCurrentClocksThrottleReasons, handle, quiet=True
         )
         bits = int(reasons or 0)
+        gen = self._pair(
+            p, n.nvmlDeviceGetCurrPcieLinkGeneration, n.nvmlDeviceGetMaxPcieLinkGeneration, handle
+        )
+        width = self._pair(
+            p, n.nvmlDeviceGetCurrPcieLinkWidth, n.nvmlDeviceGetMaxPcieLinkWidth, handle
+        )
+        fields = self._fields(handle, bool(self._links.get(uuid)))
         thermal = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
         thermal |= pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
         power = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
@@ -321,7 +409,41 @@ class NvmlReader:
             thermal_slowdown=bool(bits & thermal),
             power_slowdown=bool(bits & power),
             nvlink_down=tuple(down),
+            idle=bool(bits & pynvml.nvmlClocksThrottleReasonGpuIdle),
+            pcie_gen=gen,
+            pcie_width=width,
+            pcie_replays=fields.get("pcie_replay"),
+            nvlink_errors=tuple(
+                (name, fields[name])
+                for name in ("crc_flit", "crc_data", "replay", "recovery")
+                if name in fields
+            ),
+            recovery_action=fields.get("recovery_action"),
         )
+
+    def _pair(
+        self, p: list[str], cur: Callable[[Any], int], top: Callable[[Any], int], handle: Any
+    ) -> tuple[int, int] | None:
+        a = self._get(p, "pcie", cur, handle, quiet=True)
+        b = self._get(p, "pcie", top, handle, quiet=True)
+        return None if a is None or b is None else (int(a), int(b))
+
+    def _fields(self, handle: Any, nvlink: bool) -> dict[str, int]:
+        """One nvmlDeviceGetFieldValues call for the counters that have no getter of their
+        own (or would need one call per link): values that fail are left out."""
+        wanted = dict(_FIELDS if nvlink else _FIELDS[:2])
+        try:
+            values = self._nvml.nvmlDeviceGetFieldValues(handle, list(wanted.values()))
+        except pynvml.NVMLError as exc:
+            _raise_if_lost(exc)
+            return {}
+        except Exception:
+            return {}
+        out: dict[str, int] = {}
+        for name, value in zip(wanted, values, strict=False):
+            if int(value.nvmlReturn) == 0:
+                out[name] = _field_int(value)
+        return out
 
     # -- guarding -------------------------------------------------------------------------
 
@@ -347,6 +469,20 @@ class NvmlReader:
         if problem not in self._logged:
             self._logged.add(problem)
             log.warning("nvml: %s", problem)
+
+
+def _field_int(value: Any) -> int:
+    kind = int(value.valueType)
+    v = value.value
+    by_type = {0: v.dVal, 1: v.uiVal, 2: v.ulVal, 3: v.ullVal, 4: v.sllVal, 5: v.siVal}
+    return int(by_type.get(kind, v.ullVal))
+
+
+def _return_name(code: int) -> str:
+    try:
+        return str(pynvml.NVMLError(code))
+    except Exception:
+        return str(code)
 
 
 def _raise_if_lost(exc: BaseException) -> None:

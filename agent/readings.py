@@ -35,6 +35,10 @@ class GpuReading:
     nvlink_remotes: tuple[str, ...] = ()
     nvlink_active: tuple[int, ...] = ()
     fabric_clique: str | None = None
+    # Why NVML could not read this GPU (handle or UUID failed, lost before its first good
+    # read, on the PCI bus but not enumerated); the reading is then the last good one, or
+    # a placeholder whose `uuid` is a stable stand-in (`missing-pci-<address>`).
+    missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class NvmlSnapshot:
     lost: tuple[int, ...] = ()
     error: str | None = None
     problems: tuple[str, ...] = ()
+    # Counts NVML sessions (each successful nvmlInit after a shutdown or a dead session):
+    # objects from an older session, such as an XID event set, are dead.
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,16 @@ class GpuCounters:
     thermal_slowdown: bool = False
     power_slowdown: bool = False
     nvlink_down: tuple[int, ...] = ()
+    unreadable: str | None = None  # the GPU is there (or was) but NVML cannot read it
+    fabric: str | None = None  # Fabric Manager state/status when not completed/success
+    mig_pending: bool = False  # MIG mode change waits for a GPU reset
+    idle: bool = False  # clocks idle: a lower PCIe generation is power saving, not a fault
+    pcie_gen: tuple[int, int] | None = None  # (current, max)
+    pcie_width: tuple[int, int] | None = None  # (current, max)
+    pcie_replays: int | None = None  # cumulative PCIe replay counter
+    # Cumulative NVLink error totals over all links: (name, count), e.g. ("crc", 12).
+    nvlink_errors: tuple[tuple[str, int], ...] = ()
+    recovery_action: int | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: unknown
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,7 @@ class NicReading:
     sriov_total_vfs: int
     sriov_num_vfs: int
     vfs: tuple[str, ...]
+    management: bool = False  # holds the default route, or named in configuration
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,10 @@ class DiskReading:
     size_bytes: int
     rotational: bool
     model: str | None
+    # Stable across reboots: `wwn:<wwid>`, `serial:<serial>` or `path:<pci path>`; the
+    # kernel name (`nvme0n1`) is only an attribute.
+    device_id: str = ""
+    boot: bool = False  # holds /, /boot or /boot/efi
 
 
 @dataclass(frozen=True)
@@ -104,4 +126,6 @@ class HostReading:
     hugepages_1gi: int = 0
     nics: tuple[NicReading, ...] = ()
     disks: tuple[DiskReading, ...] = ()
+    # NVIDIA display/3D controllers the PCI bus shows (vendor 0x10de, class 0x03xxxx).
+    gpu_pci: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()

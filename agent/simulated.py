@@ -5,6 +5,13 @@ a real driver would (`NVMLError_NotSupported` for counters the GPU generation la
 `NVMLError_GpuIsLost` for a lost GPU, `NVMLError_Timeout` from an idle event wait), so
 the agent's guarded paths run in tests exactly as on a host. GPU and MIG UUIDs are
 derived from the node id, so simulated agents of one profile never share a UUID.
+
+Like the driver, it keeps state a fault file cannot express: delivering a reset-class XID
+sets the GPU's recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) until a `reset`
+fault, the GPU being lost, or NVML going down clears it; and every NVML session after the
+driver went away makes the event sets of older sessions dead (they never deliver again).
+Fault `gpu` numbers are the profile's (physical) GPUs, not NVML indices, which move down
+when an earlier GPU is `absent`.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import pynvml
 
 from agent.faults import FaultFile, Faults
 from agent.profile import GpuSpec, HostProfile
+from agent.xid import CATALOGUE
 
 # Memory a MIG instance reports on an 80 GB A100/H100, by profile name.
 _MIG_MEMORY_MIB = {
@@ -31,6 +39,8 @@ _MIG_MEMORY_MIB = {
 }
 _MIG_CAPABLE = {(8, 0), (9, 0), (10, 0)}
 _MAX_MIG_DEVICES = 7
+_MAX_PCIE_GEN = {(9, 0): 5, (10, 0): 6}  # others: Gen4
+_RESET_CLASSES = ("reset", "reset_degraded", "recovery")
 
 
 def _err(code: int) -> Exception:
@@ -73,6 +83,7 @@ class _Event:
 
 @dataclass
 class _EventSet:
+    generation: int
     gpus: set[int] = field(default_factory=set)
 
 
@@ -85,6 +96,9 @@ class SimulatedNvml:
             for spec in profile.gpus
         ]
         self._initialised = 0
+        self._generation = 0
+        self._down_seen = False
+        self._recovery: dict[int, int] = {}  # physical GPU -> pending recovery action
         self._delivered: set[str] = set()
         self._lock = threading.Lock()
         self.calls = 0  # counted so tests and benchmarks can see the cost of a poll
@@ -98,6 +112,8 @@ class SimulatedNvml:
         self.calls += 1
         faults = self.faults()
         if faults.has("nvml_down"):
+            self._down_seen = True
+            self._recovery.clear()  # a driver reload resets every GPU
             raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         if self._initialised <= 0:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
@@ -109,8 +125,12 @@ class SimulatedNvml:
         if not isinstance(gpu, _Gpu):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if faults.has("lost", gpu.spec.index):
+            self._recovery.pop(gpu.spec.index, None)  # it comes back reset, or not at all
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         return gpu
+
+    def _visible(self, faults: Faults) -> list[_Gpu]:
+        return [g for g in self._gpus if not faults.has("absent", g.spec.index)]
 
     def _whole(self, handle: Any) -> _Gpu:
         if isinstance(handle, _Mig):
@@ -122,7 +142,12 @@ class SimulatedNvml:
     def nvmlInit(self) -> None:
         self.calls += 1
         if self.faults().has("nvml_down"):
+            self._down_seen = True
             raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        if self._initialised <= 0 or self._down_seen:
+            self._generation += 1
+            self._initialised = 0
+            self._down_seen = False
         self._initialised += 1
 
     def nvmlShutdown(self) -> None:
@@ -138,14 +163,18 @@ class SimulatedNvml:
         return self.profile.cuda_version
 
     def nvmlDeviceGetCount(self) -> int:
-        self._ready()
-        return len(self._gpus)
+        return len(self._visible(self._ready()))
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-        self._ready()
-        if not 0 <= index < len(self._gpus):
+        faults = self._ready()
+        visible = self._visible(faults)
+        if not 0 <= index < len(visible):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return self._gpus[index]
+        gpu = visible[index]
+        for fault in faults.on("handle_error", gpu.spec.index):
+            code = getattr(pynvml, f"NVML_ERROR_{fault.error.upper()}", pynvml.NVML_ERROR_UNKNOWN)
+            raise _err(int(code))
+        return gpu
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -196,7 +225,8 @@ class SimulatedNvml:
         if gpu.spec.compute_capability not in _MIG_CAPABLE:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         mode = 1 if gpu.spec.mig_profiles else 0
-        return [mode, mode]
+        pending = 1 - mode if self.faults().has("mig_pending", gpu.spec.index) else mode
+        return [mode, pending]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
         gpu = self._whole(handle)
@@ -243,8 +273,20 @@ class SimulatedNvml:
         return info
 
     def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
-        self._whole(handle)
-        raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)  # HGX boards have no multi-node fabric
+        """Hopper and later GPUs on an NVSwitch board report the Fabric Manager's state
+        (completed/success once FM has run; no cluster UUID: not a multi-node fabric)."""
+        gpu = self._whole(handle)
+        switched = gpu.spec.nvlink_links and self.profile.nvswitch_pci
+        if not switched or gpu.spec.compute_capability < (9, 0):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)  # ctypes.byref(...) or the struct
+        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        info.status = 0
+        for fault in self.faults().on("fabric"):
+            if fault.gpu is None or fault.gpu == gpu.spec.index:
+                info.state = int(fault.state or 0)
+                info.status = fault.status
+        return 0
 
     # -- health counters --------------------------------------------------------------------
 
@@ -290,22 +332,83 @@ class SimulatedNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         gpu = self._whole(handle)
         faults = self.faults()
-        bits = int(pynvml.nvmlClocksThrottleReasonGpuIdle)
+        # A `pcie` fault with a lower generation stands for a GPU under load: idle GPUs
+        # lower their link generation to save power, which is not a fault.
+        busy = any(f.gen is not None for f in faults.on("pcie", gpu.spec.index))
+        bits = 0 if busy else int(pynvml.nvmlClocksThrottleReasonGpuIdle)
         if faults.has("thermal", gpu.spec.index):
             bits |= int(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)
         if faults.has("power", gpu.spec.index):
             bits |= int(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
         return bits
 
+    # -- PCIe and field values ---------------------------------------------------------------
+
+    def _pcie(self, gpu: _Gpu, attr: str) -> int | None:
+        for fault in self.faults().on("pcie", gpu.spec.index):
+            value = getattr(fault, attr)
+            if value is not None:
+                return int(value)
+        return None
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        return _MAX_PCIE_GEN.get(self._whole(handle).spec.compute_capability, 4)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        gen = self._pcie(self._whole(handle), "gen")
+        return gen if gen is not None else self.nvmlDeviceGetMaxPcieLinkGeneration(handle)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        self._whole(handle)
+        return 16
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        width = self._pcie(self._whole(handle), "width")
+        return width if width is not None else 16
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Any:
+        gpu = self._whole(handle)
+        faults = self.faults()
+        if faults.has("reset", gpu.spec.index):
+            self._recovery.pop(gpu.spec.index, None)
+        n = gpu.spec.index
+        known: dict[int, int | None] = {
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: sum(
+                f.count for f in faults.on("pcie_replay", n)
+            ),
+            pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: self._recovery.get(n, 0),
+        }
+        if gpu.spec.nvlink_links:
+            crc = sum(f.count for f in faults.on("nvlink_crc", n))
+            known[pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL] = crc
+            known[pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL] = 0
+            known[pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL] = sum(
+                f.count for f in faults.on("nvlink_replay", n)
+            )
+            known[pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL] = sum(
+                f.count for f in faults.on("nvlink_recovery", n)
+            )
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        for i, field_id in enumerate(fieldIds):
+            values[i].fieldId = field_id
+            value = known.get(field_id)
+            if value is None:
+                values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            values[i].nvmlReturn = 0
+            values[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            values[i].value.ullVal = value
+        return values
+
     # -- XID events -------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> Any:
         self._ready()
-        return _EventSet()
+        return _EventSet(self._generation)
 
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
         gpu = self._whole(handle)
-        if not isinstance(eventSet, _EventSet):
+        if not isinstance(eventSet, _EventSet) or eventSet.generation != self._generation:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
             with self._lock:
@@ -327,6 +430,8 @@ class SimulatedNvml:
 
     def _next_xid(self, eventSet: _EventSet) -> _Event | None:
         faults = self._ready()
+        if eventSet.generation != self._generation:
+            return None  # made in an older NVML session: dead, like the driver's
         with self._lock:
             present = {f.key for f in faults.on("xid")}
             self._delivered &= present  # a removed entry may fire again when re-added
@@ -336,6 +441,14 @@ class SimulatedNvml:
                 if fault.gpu is None or not 0 <= fault.gpu < len(self._gpus):
                     continue
                 self._delivered.add(fault.key)
+                cls = CATALOGUE.get(fault.xid, ("other", ""))[0]
+                if cls in _RESET_CLASSES:
+                    action = (
+                        pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT
+                        if fault.xid == 79
+                        else pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+                    )
+                    self._recovery[fault.gpu] = max(self._recovery.get(fault.gpu, 0), action)
                 return _Event(
                     device=self._gpus[fault.gpu],
                     eventType=int(pynvml.nvmlEventTypeXidCriticalError),

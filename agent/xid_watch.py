@@ -1,8 +1,14 @@
 """Listens for XID events on a thread (nvmlEventSetWait blocks) and queues them.
 
 The poll loop drains the queue each interval. The queue is bounded: if the poll loop
-is stuck, the oldest events are dropped, which loses nothing that matters for health
-because any fault XID in the queue already keeps the GPU unhealthy for `xid_hold_s`.
+is stuck, the oldest events are dropped, which loses little that matters for health
+because a reset-class XID already holds the GPU until a reset.
+
+GPUs are registered by their real NVML indices (with GPU 3 unreadable, GPU 7 is still
+heard), GPUs that become readable later are added, and after NVML re-initialises (a
+new session: `generation` changed) the old event set is dead, so it is freed and a new
+one is created and registered. `stop` lets go of the event set, as releasing NVML
+for a GPU reset or driver reload needs.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import pynvml
@@ -30,35 +37,53 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._set: Any = None
+        self._generation: int | None = None
+        self._registered: set[int] = set()
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, gpu_count: int) -> bool:
-        """Register every GPU for XID events and start the thread; False if NVML refuses."""
-        if self.running:
+    @property
+    def registered(self) -> frozenset[int]:
+        return frozenset(self._registered)
+
+    def ensure(self, indices: Iterable[int], generation: int = 0) -> bool:
+        """Listen on these GPU indices in this NVML session: start, re-create after a
+        re-initialisation, or register GPUs that became readable. False if NVML refuses."""
+        wanted = set(indices)
+        if self.running and generation == self._generation:
+            self._register(wanted - self._registered)
             return True
+        self.stop()
         try:
             self._set = self._nvml.nvmlEventSetCreate()
         except Exception as exc:
             log.warning("xid events unavailable: %s", exc)
             return False
-        registered = 0
-        for index in range(gpu_count):
+        self._generation = generation
+        self._registered = set()
+        self._register(wanted)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="agent-xid", daemon=True)
+        self._thread.start()
+        log.info("listening for xid events on gpus %s", sorted(self._registered))
+        return True
+
+    def start(self, indices: Iterable[int], generation: int = 0) -> bool:
+        return self.ensure(indices, generation)
+
+    def _register(self, indices: Iterable[int]) -> None:
+        for index in sorted(indices):
             try:
                 handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
                 self._nvml.nvmlDeviceRegisterEvents(
                     handle, pynvml.nvmlEventTypeXidCriticalError, self._set
                 )
-                registered += 1
             except Exception as exc:
                 log.warning("gpu %d: xid events unavailable: %s", index, exc)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="agent-xid", daemon=True)
-        self._thread.start()
-        log.info("listening for xid events on %d of %d gpus", registered, gpu_count)
-        return True
+                continue
+            self._registered.add(index)
 
     def drain(self) -> tuple[XidEvent, ...]:
         out: list[XidEvent] = []
@@ -79,6 +104,8 @@ class XidWatcher:
             except Exception as exc:
                 log.debug("nvmlEventSetFree failed: %s", exc)
             self._set = None
+        self._registered = set()
+        self._generation = None
 
     def _loop(self) -> None:
         failures = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
@@ -88,6 +88,7 @@ class GpuInfo(Wire):
     fabric_clique: str | None = None
     sharing: Sharing = "exclusive"
     replicas: int = 1
+    missing: str | None = None  # why NVML cannot read it: the GPU is held unhealthy
 
 
 class NicInfo(Wire):
@@ -97,6 +98,7 @@ class NicInfo(Wire):
     sriov_total_vfs: int = 0
     sriov_num_vfs: int = 0
     vfs: tuple[str, ...] = ()
+    bookable: bool = True  # the management NIC is not, unless configured to be
 
 
 class DiskInfo(Wire):
@@ -104,6 +106,8 @@ class DiskInfo(Wire):
     size_bytes: int
     rotational: bool = False
     model: str | None = None
+    device_id: str = ""  # WWN, serial or PCI path: stable across reboots, unlike `name`
+    bookable: bool = True  # the boot/root disk is not, unless configured to be
 
 
 class Scalars(Wire):
@@ -136,6 +140,18 @@ class Inventory(Wire):
     atoms: tuple[Atom, ...] = ()
     health: NodeHealth = NodeHealth(status="healthy")
     devices: tuple[DeviceHealth, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_atom_ids(self) -> Inventory:
+        seen: set[str] = set()
+        repeated: set[str] = set()
+        for atom in self.atoms:
+            (repeated if atom.atom_id in seen else seen).add(atom.atom_id)
+        dupes = sorted(repeated)
+        if dupes:
+            shown = ", ".join(dupes[:5]) + (f" and {len(dupes) - 5} more" if len(dupes) > 5 else "")
+            raise ValueError(f"duplicate atom ids: {shown}")
+        return self
 
 
 class Heartbeat(Wire):

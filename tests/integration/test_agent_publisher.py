@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TypeVar
 
 import nats
@@ -13,10 +14,17 @@ import pytest
 from nats.aio.msg import Msg
 
 from agent.clock import SystemClock
+from agent.fake_sysfs import FaultedPorts, build_tree
+from agent.faults import FaultFile, write_faults
 from agent.inventory import Identity, build_inventory
+from agent.poller import Poller
+from agent.profile import load_profile
 from agent.publisher import Publisher
+from agent.reader import NvmlReader
 from agent.readings import HostReading, NvmlSnapshot
+from agent.simulated import SimulatedNvml
 from agent.state import AgentState
+from agent.sysfs import read_host
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat, Inventory, NodeHealth
@@ -127,3 +135,38 @@ async def test_stalled_polling_reports_unmonitored(rig: tuple[Publisher, Wire, s
     pub.update(state(pool, vcpu=8))
     hb = await next_of(wire.heartbeats)
     assert hb.health.status == "healthy"
+
+
+async def test_missing_gpu_and_port_down_reach_the_bus(
+    rig: tuple[Publisher, Wire, str], tmp_path: Path
+) -> None:
+    """Through the real reader, presence, health and publisher: a GPU NVML cannot open
+    (NVML_ERROR_UNKNOWN) and an InfiniBand port down are on the wire as devices."""
+    pub, wire, pool = rig
+    prof = load_profile("h100-sxm-8")
+    root = build_tree(tmp_path / "root", prof)
+    faults = tmp_path / "faults.json"
+    write_faults(
+        faults,
+        [
+            {"kind": "handle_error", "gpu": 3, "error": "unknown"},
+            {"kind": "port_down", "nic": "ibp0s0"},
+        ],
+    )
+    poller = Poller(
+        reader=NvmlReader(SimulatedNvml(prof, "n1", FaultFile(faults)), cpu_count=prof.vcpu),
+        read_host=lambda: read_host(root),
+        ident=Identity(node_id="n1", pool_id=pool),
+        clock=CLOCK,
+        boot_id="boot-1",
+        read_ports=FaultedPorts(root, FaultFile(faults)),
+    )
+    pub.update(await asyncio.to_thread(poller.poll_once))
+    inv = await next_of(wire.inventories)
+    assert len(inv.gpus) == 8 and inv.gpus[3].missing is not None
+    hb = await next_of(wire.heartbeats)
+    assert hb.health.status == "degraded"
+    assert {d.device_id: d.status for d in hb.devices} == {
+        "0000:1a:00.0": "unhealthy",
+        "missing-pci-0000:5d:00.0": "unhealthy",
+    }

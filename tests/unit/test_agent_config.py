@@ -95,12 +95,30 @@ BASE = ["--pool-id", POOL, "--node-id", "n"]
         ([*BASE, "--label", "bad key=v"], {}, "labels.bad key"),
         (BASE, {"GPUFLEET_HEALTH": "{not json"}, "health"),
         (BASE, {"GPUFLEET_HEALTH__XID_FAULTS": "[-1]"}, "health.xid_faults[0]"),
+        ([*BASE, "--expect", "gpu"], {}, "expected"),
+        ([*BASE, "--expect", "gpu=-1"], {}, "expected.gpu"),
     ],
 )
 def test_bad_values_name_the_field(argv: list[str], env: dict[str, str], field: str) -> None:
     with pytest.raises(ConfigError) as err:
         load(Settings, argv, env)
     assert err.value.field == field
+
+
+def test_device_truth_settings_from_file_and_flags(tmp_path: Path) -> None:
+    cfg = write(
+        tmp_path,
+        f'pool_id = "{POOL}"\nnode_id = "n1"\noffer_boot_disks = true\n'
+        "[expected]\ngpu = 8\ndisk = 2\n",
+    )
+    argv = ["--config", str(cfg), "--management-nic", "eno1", "--management-nic", "eno2"]
+    s = load(Settings, argv, {})
+    assert dict(s.expected) == {"gpu": 8, "disk": 2}
+    assert s.offer_boot_disks and not s.offer_management_nics
+    assert s.management_nics == ("eno1", "eno2") and s.release_file is None
+    with pytest.raises(ConfigError) as err:
+        load(Settings, [*BASE, "--expect", "node=1"], {})
+    assert err.value.field.startswith("expected")
 
 
 def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:

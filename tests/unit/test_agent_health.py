@@ -36,7 +36,7 @@ def test_application_xids_are_not_faults() -> None:
 
 
 def test_fault_xids_make_the_device_unhealthy() -> None:
-    for xid in (48, 63, 64, 74, 79, 92, 94, 95, 119, 120):
+    for xid in (46, 48, 62, 64, 74, 79, 95, 109, 119, 120, 140, 143, *range(144, 151), 155):
         s = step(HealthState(), 0, xids=(XidEvent(A, xid, 0),))
         assert s.devices[A].status == "unhealthy", xid
         assert f"xid {xid}" in s.devices[A].reasons[0]
@@ -52,15 +52,16 @@ def test_xid_table_is_configurable_both_ways() -> None:
     assert s.devices[B].status == "unhealthy"
 
 
-def test_xid_holds_then_recovers_after_hysteresis() -> None:
-    s = step(HealthState(), 0, xids=(XidEvent(A, 79, 0),))
-    s = step(s, 59)
+def test_added_fault_xid_holds_then_recovers_after_hysteresis() -> None:
+    policy = HealthPolicy(xids=XidTable.configured(add=(200,)), recover_after_s=30, xid_hold_s=60)
+    s = step(HealthState(), 0, xids=(XidEvent(A, 200, 0),), policy=policy)
+    s = step(s, 59, policy=policy)
     assert s.devices[A].status == "unhealthy"  # still within xid_hold_s
-    s = step(s, 61)  # the condition has cleared; recovery must wait 30 s
+    s = step(s, 61, policy=policy)  # the condition has cleared; recovery must wait 30 s
     assert s.devices[A].status == "unhealthy"
-    s = step(s, 90)
+    s = step(s, 90, policy=policy)
     assert s.devices[A].status == "unhealthy"
-    s = step(s, 91)
+    s = step(s, 91, policy=policy)
     assert s.devices[A].status == "healthy" and s.node.status == "healthy"
 
 
@@ -132,3 +133,54 @@ def test_reasons_are_capped_for_small_heartbeats() -> None:
     (device,) = s.unhealthy_devices()
     assert len(device.reasons) == 4
     assert all(len(r) <= 120 for r in device.reasons)
+
+
+def test_catalogue_classes_for_newer_xids() -> None:
+    table = XidTable()
+    for xid in (121, 123, 63, 92):
+        assert table.classify(xid) == "informational", xid
+    for xid in (143, *range(144, 151), 155):
+        assert table.classify(xid) == "reset", xid
+    assert table.classify(154) == "recovery"
+    assert table.classify(94) == "reset_degraded"
+    s = step(HealthState(), 0, xids=(XidEvent(A, 121, 0), XidEvent(B, 94, 0)))
+    assert s.devices[A].status == "healthy"
+    assert s.devices[B].status == "degraded"  # contained: reset when convenient
+
+
+def test_reset_xid_is_held_past_every_timer_until_a_reset_is_seen() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent(A, 74, 0),))
+    for t in range(5, 1000, 50):
+        s = step(s, t)
+        assert s.devices[A].status == "unhealthy", t
+    s = step(s, 1000, ok(A, recovery_action=0))  # NVML says no action is needed
+    s = step(s, 1031, ok(A, recovery_action=0))
+    assert s.devices[A].status == "healthy"
+
+
+def test_reset_seen_as_the_gpu_going_away_and_back_without_the_field() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent(A, 79, 0),))
+    s = step(s, 10, ok(A, unreadable="handle: NVMLError_Unknown"))
+    assert s.devices[A].status == "unhealthy"
+    s = step(s, 20)
+    s = step(s, 51)
+    assert s.devices[A].status == "healthy"
+
+
+def test_driver_unload_counts_as_going_away() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent(A, 48, 0),))
+    s = evaluate(s, [], (), 5, POLICY, nvml_error="nvml init failed")
+    s = step(s, 10)
+    s = step(s, 41)
+    assert s.devices[A].status == "healthy"
+
+
+def test_nic_findings_through_extra_with_hysteresis() -> None:
+    nic = "0000:1a:00.0"
+    down = {nic: (("unhealthy", "mlx5_0/1: InfiniBand port 1: DOWN"),)}
+    s = evaluate(HealthState(), [ok(A)], (), 0, POLICY, extra=down)
+    assert s.devices[nic].status == "unhealthy" and s.node.status == "degraded"
+    s = evaluate(s, [ok(A)], (), 10, POLICY, extra={nic: ()})
+    assert s.devices[nic].status == "unhealthy"
+    s = evaluate(s, [ok(A)], (), 41, POLICY, extra={nic: ()})
+    assert s.devices[nic].status == "healthy"

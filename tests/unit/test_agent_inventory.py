@@ -8,7 +8,7 @@ from agent.fake_sysfs import build_tree
 from agent.inventory import Identity, SharingRule, build_inventory, inventory_hash, nvlink_cliques
 from agent.profile import load_profile
 from agent.reader import NvmlReader
-from agent.readings import GpuReading, HostReading, NvmlSnapshot
+from agent.readings import GpuReading, HostReading, NicReading, NvmlSnapshot
 from agent.simulated import SimulatedNvml
 from agent.sysfs import read_host
 from shared.ids import new_pool_id
@@ -35,7 +35,8 @@ def classes(inv: Inventory) -> dict[str, int]:
 
 def test_h100_atoms_and_attributes(tmp_path: Path) -> None:
     inv = inventory_of("h100-sxm-8", tmp_path)
-    assert classes(inv) == {"node": 1, "gpu": 8, "nic.vf": 33, "disk": 9}
+    # eno1 holds the default route and sda the root filesystem: neither is bookable.
+    assert classes(inv) == {"node": 1, "gpu": 8, "nic.vf": 32, "disk": 8}
     gpu = next(a for a in inv.atoms if a.cls == "gpu" and a.attrs["gpuIndex"] == 5)
     assert gpu.atom_id == f"n1:gpu:{gpu.device_id}"
     assert gpu.device_id.startswith("GPU-")
@@ -58,8 +59,8 @@ def test_nics_yield_one_atom_per_vf_or_one_per_plain_nic(tmp_path: Path) -> None
     vfs = [a for a in inv.atoms if a.cls == "nic.vf" and a.attrs["sriov"]]
     plain = [a for a in inv.atoms if a.cls == "nic.vf" and not a.attrs["sriov"]]
     assert len(vfs) == 32
-    assert [a.attrs["nic"] for a in plain] == ["eno1"]
-    assert plain[0].atom_id == "n1:nic:0000:4b:00.0"
+    assert plain == []  # eno1 is the management NIC
+    assert [(n.name, n.bookable) for n in inv.nics][:2] == [("eno1", False), ("ibp0s0", True)]
     vf = next(a for a in vfs if a.attrs["pciAddress"] == "0000:1a:00.2")
     assert vf.device_id == "0000:1a:00.0"  # the PF's health moves its VFs
     assert vf.attrs["model"] == "ConnectX-7" and vf.attrs["speedMbps"] == 400000
@@ -90,7 +91,7 @@ def test_sharing_rules_by_index_uuid_and_all(tmp_path: Path) -> None:
         SharingRule(gpus=("all",), mode="timeslice", replicas=4),
     )
     inv = inventory_of("l40s-pcie-4", tmp_path / "b", sharing=rules)
-    assert classes(inv) == {"node": 1, "gpu.slot": 2 + 4 + 4 + 2, "nic.vf": 2, "disk": 2}
+    assert classes(inv) == {"node": 1, "gpu.slot": 2 + 4 + 4 + 2, "nic.vf": 4, "disk": 2}
     slots = [a for a in inv.atoms if a.cls == "gpu.slot" and a.device_id == uuid3]
     assert [a.attrs["replica"] for a in slots] == [0, 1]
     assert {a.attrs["sharing"] for a in slots} == {"mps"}
@@ -178,3 +179,45 @@ def test_no_gpus_means_only_the_node_atom() -> None:
     )
     assert [a.cls for a in inv.atoms] == ["node"]
     assert inv.scalars.vcpu == 4
+
+
+def test_boot_disk_and_management_nic_offered_only_when_configured(tmp_path: Path) -> None:
+    prof = load_profile("h100-sxm-8")
+    snap = NvmlReader(SimulatedNvml(prof, "n1"), cpu_count=prof.vcpu).read()
+    host = read_host(build_tree(tmp_path, prof))
+    ident = Identity(node_id="n1", pool_id=POOL)
+    inv = build_inventory(
+        ident,
+        snap,
+        host,
+        boot_id="b",
+        sent_at=1,
+        offer_boot_disks=True,
+        offer_management_nics=True,
+    )
+    assert classes(inv) == {"node": 1, "gpu": 8, "nic.vf": 33, "disk": 9}
+    sda = next(a for a in inv.atoms if a.cls == "disk" and a.attrs["name"] == "sda")
+    assert sda.device_id.startswith("wwn:naa.") and sda.atom_id == f"n1:disk:{sda.device_id}"
+    assert all(d.bookable for d in inv.disks) and all(n.bookable for n in inv.nics)
+
+
+def test_two_readings_of_one_pci_function_give_no_duplicate_atoms() -> None:
+    nic = NicReading(
+        name="enp1s0f0np0",
+        pci_address="0000:01:00.0",
+        speed_mbps=None,
+        numa_node=None,
+        model=None,
+        sriov_total_vfs=4,
+        sriov_num_vfs=2,
+        vfs=("0000:01:00.1", "0000:01:00.2"),
+    )
+    rep = NicReading(**{**nic.__dict__, "name": "eth5"})
+    inv = build_inventory(
+        Identity(node_id="n1", pool_id=POOL),
+        NvmlSnapshot(),
+        HostReading(nics=(nic, rep)),
+        boot_id="b",
+        sent_at=1,
+    )
+    assert classes(inv) == {"node": 1, "nic.vf": 2} and len(inv.nics) == 1

@@ -114,7 +114,17 @@ def test_counters_follow_faults(tmp_path: Path) -> None:
     assert c[2].power_slowdown and not c[2].thermal_slowdown
     assert c[3].remap_failure and c[4].remap_pending
     assert c[5] == type(c[5])(
-        index=5, uuid=c[5].uuid, dbe_volatile=0, remap_pending=False, remap_failure=False
+        index=5,
+        uuid=c[5].uuid,
+        dbe_volatile=0,
+        remap_pending=False,
+        remap_failure=False,
+        idle=True,
+        pcie_gen=(5, 5),
+        pcie_width=(16, 16),
+        pcie_replays=0,
+        nvlink_errors=(("crc_flit", 0), ("crc_data", 0), ("replay", 0), ("recovery", 0)),
+        recovery_action=0,
     )
 
 

@@ -124,7 +124,7 @@ def test_xid_watcher_thread_queues_events(tmp_path: Path) -> None:
     path = tmp_path / "f.json"
     nvml = started("l40s-pcie-4", path)
     watcher = XidWatcher(nvml, SystemClock(), wait_ms=50)
-    assert watcher.start(4)
+    assert watcher.start(range(4))
     try:
         path.write_text(json.dumps({"faults": [{"kind": "xid", "gpu": 3, "xid": 48}]}))
         events: tuple[XidEvent, ...] = ()

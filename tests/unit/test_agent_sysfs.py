@@ -81,3 +81,84 @@ def test_disks_skip_virtual_and_empty(tmp_path: Path) -> None:
     (spinning / "queue/rotational").write_text("1\n")
     disks = read_host(tmp_path).disks
     assert [(d.name, d.size_bytes, d.rotational) for d in disks] == [("sdc", 512000, True)]
+
+
+def _mk(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return path
+
+
+def _ln(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, link)
+
+
+def test_netdevs_sharing_a_function_are_one_nic(tmp_path: Path) -> None:
+    # l40s: switchdev representors; h100: IPoIB child interfaces, over the PF's function.
+    l40s = read_host(build_tree(tmp_path / "a", load_profile("l40s-pcie-4")))
+    assert [(n.name, len(n.vfs)) for n in l40s.nics] == [("ens0f0", 2), ("ens1f0", 2)]
+    assert (tmp_path / "a/sys/class/net/ens0f0_1/phys_port_name").exists()
+    h100 = read_host(build_tree(tmp_path / "b", load_profile("h100-sxm-8")))
+    assert [n.name for n in h100.nics] == ["eno1"] + [f"ibp{i}s0" for i in range(8)]
+    assert (tmp_path / "b/sys/class/net/ibp0s0.8001/parent").exists()
+
+
+def test_virtio_netdev_resolves_to_its_pci_function(tmp_path: Path) -> None:
+    fn = tmp_path / "sys/devices/pci0000:00/0000:00:03.0"
+    _mk(fn / "vendor", "0x1af4")
+    _ln(tmp_path / "sys/class/net/ens3/device", fn / "virtio2")
+    (nic,) = read_host(tmp_path).nics
+    assert nic.pci_address == "0000:00:03.0"
+
+
+def test_disk_ids_are_stable_not_kernel_names(tmp_path: Path) -> None:
+    host = read_host(build_tree(tmp_path / "t", load_profile("h100-sxm-8")))
+    assert all(d.device_id.startswith("wwn:") for d in host.disks)
+    # Serial only (with namespace), then PCI path only.
+    nvme = tmp_path / "sys/block/nvme0n1"
+    _mk(nvme / "size", "100")
+    _mk(nvme / "device/serial", "S64FNE0R123456")
+    _mk(nvme / "nsid", "2")
+    real = tmp_path / "sys/devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0/block/sdb"
+    _mk(real / "size", "100")
+    _ln(tmp_path / "sys/block/sdb", real)
+    ids = {d.name: d.device_id for d in read_host(tmp_path).disks}
+    assert ids["nvme0n1"] == "serial:S64FNE0R123456:ns2"
+    assert ids["sdb"] == "path:0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0"
+
+
+def test_boot_disk_through_device_mapper(tmp_path: Path) -> None:
+    for name in ("nvme0n1", "nvme1n1"):
+        _mk(tmp_path / f"sys/block/{name}/size", "100")
+        _mk(tmp_path / f"sys/block/{name}/{name}p1/partition", "1")
+    dm = tmp_path / "sys/block/dm-0"
+    _mk(dm / "size", "100")
+    _ln(dm / "slaves/nvme1n1p1", tmp_path / "sys/block/nvme1n1/nvme1n1p1")
+    _ln(tmp_path / "sys/dev/block/253:0", dm)
+    _mk(tmp_path / "proc/self/mountinfo", "1 0 253:0 / / rw - xfs /dev/mapper/vg-root rw")
+    boot = {d.name: d.boot for d in read_host(tmp_path).disks}
+    assert boot == {"nvme0n1": False, "nvme1n1": True}
+
+
+def test_management_nic_behind_a_bond_and_by_configuration(tmp_path: Path) -> None:
+    for name, fn in (("eno1", "0000:4b:00.0"), ("eno2", "0000:4b:00.1")):
+        _ln(tmp_path / f"sys/class/net/{name}/device", tmp_path / f"sys/bus/pci/devices/{fn}")
+    _ln(tmp_path / "sys/class/net/bond0/lower_eno2", tmp_path / "sys/class/net/eno2")
+    _mk(
+        tmp_path / "proc/net/route",
+        "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
+        "bond0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000",
+    )
+    assert [(n.name, n.management) for n in read_host(tmp_path).nics] == [
+        ("eno1", False),
+        ("eno2", True),
+    ]
+    configured = read_host(tmp_path, management_nics=("eno1",)).nics
+    assert [(n.name, n.management) for n in configured] == [("eno1", True), ("eno2", False)]
+
+
+def test_gpus_on_the_pci_bus_exclude_nvswitches(tmp_path: Path) -> None:
+    host = read_host(build_tree(tmp_path, load_profile("h100-sxm-8")))
+    assert len(host.gpu_pci) == 8 and "0000:05:00.0" not in host.gpu_pci

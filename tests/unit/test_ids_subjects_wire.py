@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import re
 
+import pydantic
 import pytest
 
 from shared.ids import POOL_ID_PATTERN, PROJECT_ID_PATTERN, new_pool_id, new_project_id, ulid
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, NodeHealth
+from shared.wire import Atom, Heartbeat, Inventory, NodeHealth
 from tests.factories import make_heartbeat, make_inventory
 
 
@@ -58,4 +59,19 @@ def test_heartbeat_rejects_a_node_id_outside_the_pattern() -> None:
             interval_ms=1000,
             inventory_hash="h",
             health=NodeHealth(status="healthy"),
+        )
+
+
+def test_inventory_refuses_duplicate_atom_ids() -> None:
+    atom = Atom(atom_id="n1:nic.vf:0000:1a:00.1", cls="nic.vf", device_id="0000:1a:00.0")
+    with pytest.raises(
+        pydantic.ValidationError, match=r"duplicate atom ids: n1:nic\.vf:0000:1a:00\.1"
+    ):
+        Inventory(
+            node_id="n1",
+            pool_id=new_pool_id(),
+            boot_id="b",
+            sent_at=0,
+            inventory_hash="",
+            atoms=(atom, atom),
         )

@@ -70,13 +70,19 @@ async def running_coordinator(
             await bootstrap_operator(ledger, settings.bootstrap_operator_key, clock.now_ms())
 
         tracker = LivenessTracker(
-            misses=settings.misses, recovery_hold_ms=int(settings.recovery_hold_s * 1000)
+            misses=settings.misses,
+            recovery_hold_ms=int(settings.recovery_hold_s * 1000),
+            min_interval_ms=int(settings.min_interval_s * 1000),
+            max_interval_ms=int(settings.max_interval_s * 1000),
+            outage_fraction=settings.outage_fraction,
+            outage_min_nodes=settings.outage_min_nodes,
         )
         bus = Bus(
             settings.nats_url,
             on_up=lambda: tracker.bus_up(clock.now_ms()),
             on_down=tracker.bus_down,
             user_credentials=settings.nats_credentials,
+            probe_timeout_s=settings.nats_probe_timeout_s,
         )
         alerts = AlertPublisher(bus, subjects)
         capacity = CapacitySignal()
@@ -118,6 +124,7 @@ async def running_coordinator(
 
         loops = Loops()
         loops.add("leadership", 1.0, leadership.tick)
+        loops.add("nats-probe", settings.nats_probe_interval_s, bus.probe)
         loops.add("write-pending", 0.05, nodes.write_pending, when=lead)
         loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen, when=lead)
         loops.add("sweep", settings.sweep_interval_s, nodes.sweep, when=lead)
@@ -152,6 +159,11 @@ async def running_coordinator(
                 drift_corrections=lambda: drift_total[0],
                 alerts_published=lambda: alerts.published,
                 loop_failures=loops.failures,
+                nats_errors=bus.errors,
+                nats_probe_failures=lambda: bus.probe_failures,
+                bus_connected=lambda: tracker.bus_connected,
+                outage_holds=lambda: nodes.outage_holds,
+                interval_clamped=lambda: nodes.interval_clamped,
             )
         )
         http = HttpServer(

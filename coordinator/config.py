@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import DEFAULT_PREFIX
@@ -59,6 +59,42 @@ class CoordinatorSettings(SettingsModel):
         le=3600,
         description="seconds of steady heartbeats before an unreachable node is back",
     )
+    min_interval_s: float = Field(
+        0.2,
+        ge=0.1,
+        le=3600,
+        description="shortest heartbeat interval an agent is judged by (shorter ones are"
+        " clamped up and counted)",
+    )
+    max_interval_s: float = Field(
+        300.0,
+        ge=0.1,
+        le=3600,
+        description="longest heartbeat interval an agent is judged by (longer ones are"
+        " clamped down and counted)",
+    )
+    outage_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="a sweep that would mark more than this fraction of the reachable nodes"
+        " unreachable at once is taken as the coordinator's own outage",
+    )
+    outage_min_nodes: int = Field(
+        5,
+        ge=1,
+        description="the outage rule applies only when at least this many nodes would be"
+        " marked at once",
+    )
+    nats_probe_interval_s: float = Field(
+        1.0, gt=0, le=60, description="seconds between the coordinator's NATS round-trip probes"
+    )
+    nats_probe_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds without an answer to a probe before the NATS link is taken as dead",
+    )
     flush_interval_s: float = Field(
         1.0, gt=0, le=60, description="seconds between writes of nodes' last-seen times"
     )
@@ -92,6 +128,12 @@ class CoordinatorSettings(SettingsModel):
         None, description="an operator API key accepted at start (`gpufleet new-key`)"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @model_validator(mode="after")
+    def _interval_bounds(self) -> CoordinatorSettings:
+        if self.min_interval_s > self.max_interval_s:
+            raise ValueError("min_interval_s must not exceed max_interval_s")
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -29,6 +29,11 @@ class Sources:
     drift_corrections: Callable[[], int] = lambda: 0
     alerts_published: Callable[[], int] = lambda: 0
     loop_failures: Mapping[str, int] = field(default_factory=dict)
+    nats_errors: Mapping[str, int] = field(default_factory=dict)
+    nats_probe_failures: Callable[[], int] = lambda: 0
+    bus_connected: Callable[[], bool] = lambda: False
+    outage_holds: Callable[[], int] = lambda: 0
+    interval_clamped: Callable[[], int] = lambda: 0
 
 
 class _Collector(Collector):
@@ -83,6 +88,41 @@ class _Collector(Collector):
         for loop, n in sorted(s.loop_failures.items()):
             failures.add_metric([loop], n)
         yield failures
+        yield from _liveness(s)
+
+
+def _liveness(s: Sources) -> Iterable[Metric]:
+    """The coordinator's own link and the liveness rules' safety valves."""
+    errors = CounterMetricFamily(
+        "gpufleet_nats_errors",
+        "NATS client errors by kind: slow_consumer (messages dropped), authorization,"
+        " permissions, other",
+        labels=["kind"],
+    )
+    for kind, n in sorted(s.nats_errors.items()):
+        errors.add_metric([kind], n)
+    yield errors
+    yield CounterMetricFamily(
+        "gpufleet_nats_probe_failures",
+        "NATS round-trip probes unanswered in time (link taken as dead)",
+        value=s.nats_probe_failures(),
+    )
+    yield GaugeMetricFamily(
+        "gpufleet_nats_connected",
+        "1 while the coordinator is connected to NATS, 0 while it is cut off",
+        value=1 if s.bus_connected() else 0,
+    )
+    yield CounterMetricFamily(
+        "gpufleet_liveness_outage_holds",
+        "Sweeps that would have marked a large fraction of the fleet unreachable at once,"
+        " held as the coordinator's own outage",
+        value=s.outage_holds(),
+    )
+    yield CounterMetricFamily(
+        "gpufleet_heartbeat_interval_clamped",
+        "Heartbeats whose announced interval was outside the accepted bounds",
+        value=s.interval_clamped(),
+    )
 
 
 class Metrics:

@@ -81,11 +81,12 @@ def make_heartbeat(
     interval_ms: int = 1000,
     inventory_hash: str | None = None,
     provisioning: bool = False,
+    boot_id: str | None = None,
 ) -> Heartbeat:
     return Heartbeat(
         node_id=inv.node_id,
         pool_id=inv.pool_id,
-        boot_id=inv.boot_id,
+        boot_id=boot_id if boot_id is not None else inv.boot_id,
         seq=seq,
         sent_at=0,
         interval_ms=interval_ms,

@@ -4,6 +4,16 @@ The first connect is retried with backoff (the coordinator may start before NATS
 after that nats-py reconnects forever and tells us, so liveness can stop judging nodes
 while we are the ones cut off.
 
+A half-open link (TCP stalls without closing) closes nothing, so nobody tells us:
+`probe` (a named loop) round-trips a PING every second or so, and when no PONG comes
+within `probe_timeout_s` it calls the same down hook and has nats-py reconnect. With
+nats-py's own pings as the backstop, a dead link is noticed in about
+interval + timeout (3 s by default), well within a node's detection window.
+
+Client errors are counted by kind in `errors` (slow consumer: messages the server
+had for us that we dropped; authorization and permissions violations) and logged at
+warning, at most once per kind per period.
+
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
 `gpufleet nats-auth` writes (see `ops.nats_auth`).
 """
@@ -20,12 +30,28 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from coordinator.log_throttle import LogThrottle
 from shared.credentials import CredentialsError, connect_options
 
 log = logging.getLogger(__name__)
 
 Hook = Callable[[], None]
 MessageHandler = Callable[[Msg], Awaitable[None]]
+
+# nats-py's own stale-link detection: a PING every 2 s, the link dead after 2 unanswered.
+PING_INTERVAL_S = 2
+MAX_OUTSTANDING_PINGS = 2
+
+
+def error_kind(exc: Exception) -> str:
+    """The metric label of a NATS client error."""
+    if isinstance(exc, nats.errors.SlowConsumerError):
+        return "slow_consumer"
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return "authorization"
+    if "permissions violation" in str(exc).lower():
+        return "permissions"
+    return "other"
 
 
 def auth_options(path: str | None) -> dict[str, Any]:
@@ -49,13 +75,20 @@ class Bus:
         on_up: Hook | None = None,
         on_down: Hook | None = None,
         user_credentials: str | None = None,
+        probe_timeout_s: float = 2.0,
+        pending_msgs_limit: int = 200_000,
     ) -> None:
         self.url = url
         self.name = name
         self._on_up = on_up
         self._on_down = on_down
         self._credentials = user_credentials
+        self._probe_timeout_s = probe_timeout_s
+        self._pending_msgs_limit = pending_msgs_limit
         self.nc: Client | None = None
+        self.errors: dict[str, int] = {}
+        self.probe_failures = 0
+        self._throttle = LogThrottle(log)
 
     @property
     def connected(self) -> bool:
@@ -75,8 +108,8 @@ class Bus:
                     connect_timeout=connect_timeout_s,
                     reconnect_time_wait=0.5,
                     max_reconnect_attempts=-1,
-                    ping_interval=5,
-                    max_outstanding_pings=2,
+                    ping_interval=PING_INTERVAL_S,
+                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                     disconnected_cb=self._disconnected,
                     reconnected_cb=self._reconnected,
                     error_cb=self._error,
@@ -106,7 +139,33 @@ class Bus:
             self._on_up()
 
     async def _error(self, exc: Exception) -> None:
-        log.debug("NATS client error: %s", exc)
+        kind = error_kind(exc)
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        if isinstance(exc, nats.errors.SlowConsumerError):
+            detail = f"dropped a message on {exc.subject}"
+        else:
+            detail = str(exc) or type(exc).__name__
+        self._throttle.warning(kind, "NATS client error (%s): %s", kind, detail)
+
+    async def probe(self) -> None:
+        """Round-trip a PING; no PONG in time means the link is dead even if TCP has
+        not said so: mark ourselves cut off and reconnect."""
+        nc = self.nc
+        if nc is None or not nc.is_connected:
+            return
+        try:
+            await nc.flush(timeout=self._probe_timeout_s)  # type: ignore[arg-type]
+        except nats.errors.FlushTimeoutError:
+            if not nc.is_connected:
+                return  # nats-py noticed first and is already on it
+            self.probe_failures += 1
+            log.warning(
+                "no answer from NATS within %.1fs: link taken as dead; reconnecting",
+                self._probe_timeout_s,
+            )
+            if self._on_down:
+                self._on_down()
+            await nc.force_reconnect()
 
     def _client(self) -> Client:
         if self.nc is None:
@@ -114,7 +173,9 @@ class Bus:
         return self.nc
 
     async def subscribe(self, subject: str, handler: MessageHandler, queue: str = "") -> None:
-        await self._client().subscribe(subject, queue=queue, cb=handler, pending_msgs_limit=200_000)
+        await self._client().subscribe(
+            subject, queue=queue, cb=handler, pending_msgs_limit=self._pending_msgs_limit
+        )
 
     async def publish(self, subject: str, payload: bytes) -> None:
         await self._client().publish(subject, payload)

@@ -2,7 +2,9 @@
 validation, subject/payload agreement — then hand the value to a sink.
 
 A bad message is dropped and counted by reason; it never raises out of the callback,
-so one bad host cannot stall ingestion for the others.
+so one bad host cannot stall ingestion for the others. Each drop is logged at warning
+with the node id when the subject names one, at most once per reason per period
+(`coordinator.log_throttle`); `dropped` has the exact counts for the metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Protocol
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from coordinator.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, MAX_INVENTORY_BYTES, Heartbeat, Inventory
 
@@ -34,10 +37,15 @@ class Ingest:
         self.dropped: Counter[str] = Counter()
         # Each node publishes on the same two subjects forever: parse each subject once.
         self._parsed: dict[str, tuple[str, str, str] | None] = {}
+        self._throttle = LogThrottle(log)
 
     def drop(self, reason: str, subject: str, detail: str = "") -> None:
         self.dropped[reason] += 1
-        log.debug("dropped message on %s: %s %s", subject, reason, detail)
+        parsed = self._parse(subject)
+        node = parsed[2] if parsed is not None else "?"
+        self._throttle.warning(
+            reason, "dropped a message from node %s on %s: %s %s", node, subject, reason, detail
+        )
 
     async def on_message(self, msg: Msg) -> None:
         try:

@@ -108,6 +108,29 @@ class PoolChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class DuplicateIdSeen:
+    """Two boots interleave for one node id (two hosts share it); no flag changes: the
+    liveness tracker follows `boot_id` and ignores `other_boot_id`."""
+
+    boot_id: str
+    other_boot_id: str
+    kind: ClassVar[AlertKind] = "node.duplicateId"
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"two boots interleave for this node id: following {self.boot_id},"
+            f" ignoring {self.other_boot_id}"
+        )
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"bootId": self.boot_id, "otherBootId": self.other_boot_id}
+
+
+@dataclass(frozen=True, slots=True)
 class ReachabilityChanged:
     reachable: bool
     by: ClassVar[str] = COORDINATOR
@@ -201,6 +224,7 @@ class DeviceHealthChanged:
 Transition = (
     NodeRegistered
     | PoolChanged
+    | DuplicateIdSeen
     | ReachabilityChanged
     | MaintenanceChanged
     | ProvisioningChanged

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.domain.transitions import (
     Cause,
+    DuplicateIdSeen,
     Transition,
     after_heartbeat,
     after_inventory,
@@ -67,6 +68,19 @@ async def record_reachability(
                 await change.save(node_id, after, transitions)
                 out.append(NodeChanges(node_id, after.pool_id, transitions))
     return out
+
+
+async def record_duplicate_id(
+    ledger: Ledger, node_id: str, boot_id: str, other_boot_id: str, now: int
+) -> NodeChanges | None:
+    """Record that two boots interleave for one node id; its flags stay as they are."""
+    async with ledger.nodes.change([node_id], now) as change:
+        before = change.before.get(node_id)
+        if before is None:
+            return None
+        transitions: tuple[Transition, ...] = (DuplicateIdSeen(boot_id, other_boot_id),)
+        await change.save(node_id, before, transitions)
+    return NodeChanges(node_id, before.pool_id, transitions)
 
 
 async def record_maintenance(

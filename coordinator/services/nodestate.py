@@ -4,7 +4,12 @@ alerts.
 The ingest callbacks only touch memory (the liveness tracker and a few pending maps);
 the methods the loops in `coordinator.tasks` drive do the I/O: `write_pending` applies
 inventories and health transitions (rare, written at once), `flush_last_seen` writes
-liveness in one batch, `sweep` marks silent nodes unreachable. Each write is one unit of
+liveness in one batch, `sweep` marks silent nodes unreachable (or, when that would be a
+large fraction of the fleet at once, holds it as the coordinator's own outage: logged
+at warning and counted in `outage_holds`). Heartbeats the tracker ignores (an older
+`seq`, the other host of a duplicate node id) are dropped and counted like bad
+messages; a duplicate id is recorded as the node's `node.duplicateId` event and
+published. Each write is one unit of
 work from `coordinator.services.node_changes`; its transitions go out through
 `coordinator.services.alerting`.
 """
@@ -19,8 +24,10 @@ from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger, UnknownPool
+from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
+    record_duplicate_id,
     record_heartbeat,
     record_inventory,
     record_reachability,
@@ -63,6 +70,11 @@ class NodeStateService:
         self._unknown: dict[str, str] = {}
         self._inv_requested: dict[str, int] = {}
         self._known_pools: set[str] = set()
+        self._duplicates: dict[str, tuple[str, str]] = {}
+        self._throttle = LogThrottle(log)
+        # Sweeps held as our own outage; heartbeats whose interval was out of bounds.
+        self.outage_holds = 0
+        self.interval_clamped = 0
 
     async def load(self) -> None:
         now = self.clock.now_ms()
@@ -88,6 +100,22 @@ class NodeStateService:
         if not outcome.known:
             self._unknown[hb.node_id] = hb.pool_id
             return
+        if outcome.duplicate is not None:
+            self._duplicates[hb.node_id] = outcome.duplicate
+        if outcome.ignored is not None:
+            self._drop(outcome.ignored, self.subjects.heartbeat(hb.pool_id, hb.node_id))
+            return
+        if outcome.interval_clamped:
+            self.interval_clamped += 1
+            self._throttle.warning(
+                "interval",
+                "node %s announces a %d ms interval, outside [%d, %d] ms: judged by %d ms",
+                hb.node_id,
+                hb.interval_ms,
+                self.tracker.min_interval_ms,
+                self.tracker.max_interval_ms,
+                self.tracker.clamp(hb.interval_ms),
+            )
         if outcome.health_changed:
             self._health_dirty[hb.node_id] = hb
         if outcome.came_back:
@@ -96,6 +124,10 @@ class NodeStateService:
             self._unknown[hb.node_id] = hb.pool_id
 
     def on_inventory(self, inv: Inventory) -> None:
+        if self.tracker.is_rival(inv.node_id, inv.boot_id, self.clock.now_ms()):
+            # The other host of a duplicate id must not rewrite this node's devices.
+            self._drop("duplicate_id", self.subjects.inventory(inv.pool_id, inv.node_id))
+            return
         self._inventories[inv.node_id] = inv
         if not self.is_leader():
             # The leader records it; a follower only keeps its tracker warm for takeover.
@@ -136,6 +168,12 @@ class NodeStateService:
         if came_back:
             flipped = await record_reachability(self.ledger, came_back, True, now)
             await alerting.publish(self.alerts, flipped, now)
+        duplicates, self._duplicates = self._duplicates, {}
+        for node_id, (boot_id, other) in duplicates.items():
+            duplicate = await record_duplicate_id(self.ledger, node_id, boot_id, other, now)
+            if duplicate is not None:
+                log.warning("node %s: two boots interleave (%s, %s)", node_id, boot_id, other)
+                await alerting.publish(self.alerts, [duplicate], now)
         dirty, self._health_dirty = self._health_dirty, {}
         for hb in dirty.values():
             changes = await record_heartbeat(self.ledger, hb, now)
@@ -188,9 +226,23 @@ class NodeStateService:
 
     async def sweep(self) -> None:
         now = self.clock.now_ms()
-        expired = self.tracker.expired(now)
-        if not expired:
+        result = self.tracker.sweep(now)
+        if result.held:
+            self.outage_holds += 1
+            log.warning(
+                "%d of %d reachable nodes fell silent at once: taken as the coordinator's"
+                " own outage, none marked unreachable; each node quiet for its window again",
+                result.held,
+                sum(1 for n in self.tracker.nodes.values() if n.reachable),
+            )
             return
-        flipped = await record_reachability(self.ledger, expired, False, now)
-        self.tracker.mark_unreachable(expired)
+        if result.believed:
+            log.warning(
+                "%d nodes still silent after their quiet windows with NATS up: marking them",
+                len(result.expired),
+            )
+        if not result.expired:
+            return
+        flipped = await record_reachability(self.ledger, result.expired, False, now)
+        self.tracker.mark_unreachable(result.expired)
         await alerting.publish(self.alerts, flipped, now)

@@ -5,6 +5,7 @@ reader can read the alert stream but not write to it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import time
@@ -22,6 +23,7 @@ from agent.config import Settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
 from coordinator.bus.alerts import stream_name
+from coordinator.bus.connection import Bus
 from ops.embedded_nats import EmbeddedNats, find_nats_server, free_port
 from ops.nats_auth import (
     AgentNode,
@@ -210,7 +212,9 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
                 nats_credentials=secured.creds_file(agent_user(NODE_A)),
                 subject_prefix=PREFIX,
                 simulate="l40s-pcie-4",
-                interval_s=0.2,
+                # Judged by its own 3 x 1 s window from its first heartbeat (no fleet-wide
+                # start-up grace any more): 0.2 s would flap on a loaded test box.
+                interval_s=1.0,
             )
             agent_task = asyncio.create_task(run_agent(agent, stop, install_signals=False))
             key = settings.bootstrap_operator_key
@@ -360,3 +364,25 @@ async def test_a_reload_cuts_off_only_the_rotated_user(tmp_path: Path) -> None:
             await nc.close()
         server.terminate()
         await asyncio.wait_for(server.wait(), 10)
+
+
+async def test_a_permissions_violation_is_counted_and_logged_at_warning(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = Bus(
+        secured.server.url, user_credentials=str(secured.creds_file(reader_user("monitoring")))
+    )
+    await bus.connect(attempts=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="coordinator.bus.connection"):
+            await bus.publish(SUBJECTS.heartbeat(POOL, "gpu-b"), b"{}")  # a reader may not
+            await bus.flush()
+
+            async def counted() -> bool:
+                return bus.errors.get("permissions", 0) == 1
+
+            await eventually(counted, within_s=5)
+        assert "NATS client error (permissions)" in caplog.text
+        assert "permissions violation" in caplog.text.lower()
+    finally:
+        await bus.close()

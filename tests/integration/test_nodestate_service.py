@@ -4,6 +4,7 @@ hand, so each test says exactly when time passes and when the service writes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -210,3 +211,65 @@ async def test_a_new_leader_does_not_redo_what_the_old_one_recorded(rig: Rig) ->
     await rig.service.write_pending()
     assert len(rig.sink.alerts) == registered
     assert [k for k, _ in await _events(rig, "n1")].count("node.registered") == 1
+
+
+async def _health(rig: Rig, node_id: str) -> str:
+    node = await rig.ledger.catalog.node(node_id)
+    assert node is not None
+    return node.state.health
+
+
+async def test_a_replayed_old_heartbeat_does_not_overwrite_a_newer_unhealthy(rig: Rig) -> None:
+    inv = make_inventory("n1", rig.pool_id)
+    await rig.inventory(inv)
+    rig.service.on_heartbeat(make_heartbeat(inv, 7, health="unhealthy"))
+    await rig.service.write_pending()
+    rig.service.on_heartbeat(make_heartbeat(inv, 6))  # delayed or replayed: older seq
+    await rig.service.write_pending()
+    assert await _health(rig, "n1") == "unhealthy"
+    assert rig.drops == [("stale_seq", rig.subjects.heartbeat(rig.pool_id, "n1"))]
+    # A new boot starts its sequence over: seq 0 of it counts.
+    rig.service.on_heartbeat(make_heartbeat(inv, 0, boot_id="boot-2"))
+    await rig.service.write_pending()
+    assert await _health(rig, "n1") == "healthy"
+
+
+async def test_two_hosts_with_one_node_id_are_recorded_once_and_do_not_flap(rig: Rig) -> None:
+    inv = make_inventory("n1", rig.pool_id, boot_id="a")
+    await rig.inventory(inv)
+    for seq in range(1, 6):  # host a healthy, host b unhealthy, interleaving
+        rig.service.on_heartbeat(make_heartbeat(inv, seq, boot_id="a"))
+        rig.service.on_heartbeat(make_heartbeat(inv, seq, boot_id="b", health="unhealthy"))
+        await rig.service.write_pending()
+        rig.clock.advance(500)
+    # b's inventory is the node's (it is the boot followed); a's would rewrite it: dropped.
+    rig.service.on_inventory(make_inventory("n1", rig.pool_id, boot_id="a", gpus=1))
+    await rig.service.write_pending()
+    kinds = [k for k, _ in await _events(rig, "n1")]
+    assert kinds == ["node.registered", "node.unhealthy", "node.duplicateId"]
+    assert rig.sink.kinds() == kinds
+    duplicate = rig.sink.alerts[-1]
+    assert duplicate.details == {"bootId": "b", "otherBootId": "a"}
+    assert await _health(rig, "n1") == "unhealthy"
+    assert {reason for reason, _ in rig.drops} == {"duplicate_id"}
+    assert len(rig.drops) == 4 + 1  # a's heartbeats 2-5 and its inventory
+    node = await rig.ledger.catalog.node("n1")
+    assert node is not None and len(node.atoms) == len(inv.atoms)
+
+
+async def test_a_sweep_that_would_mark_most_of_the_fleet_is_held_then_believed(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    invs = [make_inventory(f"n{i}", rig.pool_id, gpus=1) for i in range(6)]
+    for inv in invs:
+        await rig.inventory(inv)
+        rig.service.on_heartbeat(make_heartbeat(inv, 1, interval_ms=1000))
+    rig.clock.advance(3_001)
+    with caplog.at_level(logging.WARNING):
+        await rig.service.sweep()
+    assert rig.service.outage_holds == 1
+    assert "node.unreachable" not in rig.sink.kinds()
+    assert "taken as the coordinator's own outage" in caplog.text
+    rig.clock.advance(3_001)  # still silent after their quiet windows, bus up all along
+    await rig.service.sweep()
+    assert rig.sink.kinds().count("node.unreachable") == 6

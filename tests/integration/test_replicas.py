@@ -104,6 +104,7 @@ async def test_two_replicas_one_leader_failover_and_safe_bookings(
             )
             return await _events(b, "node.unreachable") == ["n2"]
 
-        b.tracker.quiet_until = 0  # past the startup window, as in production after 15 s
+        for node in b.tracker.nodes.values():
+            node.quiet_until = 0  # past the startup window, as in production after 15 s
         await eventually(n2_caught, within_s=30)
         assert "n1" not in await _events(b, "node.unreachable")

@@ -51,9 +51,9 @@ def test_heartbeat_outcomes_flag_health_changes_returns_and_stale_inventory() ->
     first = t.on_heartbeat(make_heartbeat(inv), clock.now_ms())
     assert first.known and not first.health_changed and not first.needs_inventory
     t.mark_unreachable(["n0"])
-    sick = t.on_heartbeat(make_heartbeat(inv, health="unhealthy"), clock.now_ms())
+    sick = t.on_heartbeat(make_heartbeat(inv, 2, health="unhealthy"), clock.now_ms())
     assert sick.health_changed and sick.came_back
-    stale = t.on_heartbeat(make_heartbeat(inv, inventory_hash="other"), clock.now_ms())
+    stale = t.on_heartbeat(make_heartbeat(inv, 3, inventory_hash="other"), clock.now_ms())
     assert stale.needs_inventory
     unknown = t.on_heartbeat(make_heartbeat(make_inventory("zz", POOL)), clock.now_ms())
     assert not unknown.known

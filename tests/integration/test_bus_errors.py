@@ -1,0 +1,77 @@
+"""What the coordinator's NATS client drops or is refused is counted and logged at
+warning, never at debug (SPEC §4: dropped messages are counted). Real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from nats.aio.msg import Msg
+
+from coordinator.bus.connection import Bus
+from coordinator.bus.ingest import Ingest
+from coordinator.metrics import Metrics, Sources
+from shared.ids import new_pool_id
+from shared.subjects import Subjects
+from shared.wire import Heartbeat, Inventory
+from tests.waiting import eventually
+
+
+async def test_slow_consumer_drops_are_counted_logged_and_exported(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = Bus(nats_url, pending_msgs_limit=5)
+    await bus.connect(attempts=1)
+    release = asyncio.Event()
+
+    async def stuck(msg: Msg) -> None:
+        await release.wait()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="coordinator.bus.connection"):
+            await bus.subscribe("slow.test", stuck)
+            for i in range(50):
+                await bus.publish("slow.test", str(i).encode())
+            await bus.flush()
+
+            async def dropped() -> bool:
+                return bus.errors.get("slow_consumer", 0) >= 40
+
+            await eventually(dropped, within_s=5)
+        # Logged at warning, once per period however many were dropped.
+        lines = [r for r in caplog.records if "slow_consumer" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+        assert "slow.test" in lines[0].getMessage()
+        text = Metrics(Sources(nats_errors=bus.errors)).render({}).decode()
+        assert (
+            f'gpufleet_nats_errors_total{{kind="slow_consumer"}} {bus.errors["slow_consumer"]}.0'
+            in text
+        )
+    finally:
+        release.set()
+        await bus.close()
+
+
+class NullSink:
+    def on_heartbeat(self, hb: Heartbeat) -> None: ...
+
+    def on_inventory(self, inv: Inventory) -> None: ...
+
+
+def test_each_drop_reason_is_logged_at_warning_with_the_node_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    subjects = Subjects("t")
+    ingest = Ingest(subjects, NullSink())
+    pool = new_pool_id()
+    with caplog.at_level(logging.WARNING, logger="coordinator.bus.ingest"):
+        for _ in range(3):
+            ingest.handle(subjects.heartbeat(pool, "gpu-7"), b"not json")
+        ingest.handle(subjects.heartbeat(pool, "gpu-8"), b'{"nodeId": 1}')
+        ingest.handle(subjects.heartbeat(pool, "gpu-9"), b"x" * 100_000)
+    assert ingest.dropped == {"not_json": 3, "bad_schema": 1, "too_large": 1}
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(messages) == 3  # one per reason: the flood from gpu-7 is not a log flood
+    for node, reason in (("gpu-7", "not_json"), ("gpu-8", "bad_schema"), ("gpu-9", "too_large")):
+        assert any(f"node {node}" in m and reason in m for m in messages), messages

@@ -386,10 +386,18 @@ def _free_count(node: NodeSlot, snap: PoolSnapshot, classes: set[str], ignore_sp
     if not held:
         return free
     gone: set[str] = set()
+    by_device = node.by_device
     for h in held:
         if ignore_spot and h.holder.spot:
             continue
-        for atom in covered(node, h.claim):
+        claim = h.claim
+        if claim.device is None:
+            return 0
+        part = claim.part
+        for atom in by_device.get(claim.device, ()):
+            # `conflicts`, inlined: this runs for every booked node of the pool.
+            if part is not None and atom.claim.part not in (None, part):
+                continue
             if atom.healthy and atom.cls in classes and atom.atom_id not in gone:
                 gone.add(atom.atom_id)
                 free -= 1

@@ -76,10 +76,31 @@ class _PoolCache:
     current: dict[str, tuple[str, AtomSlot]] = field(default_factory=dict)
     capacity_memory: int = 0
     by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
+    # nodeId → (start, end, reservationId, claim) of its bookings, resolved against the
+    # current atoms when first asked for; dropped whenever atoms or bookings change.
+    resolved: dict[str, list[tuple[int, int, str, HeldClaim]]] = field(default_factory=dict)
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         for h in atoms:
             self.by_node.setdefault(h.node_id, []).append(h)
+            self.resolved.pop(h.node_id, None)
+
+    def claims(self, node_id: str) -> list[tuple[int, int, str, HeldClaim]]:
+        """A booking on a current atom claims what that atom is; one on an atom that left
+        the inventory (or the pool) claims its whole device."""
+        found = self.resolved.get(node_id)
+        if found is None:
+            found = []
+            for h in self.by_node.get(node_id, ()):
+                atom = self.current.get(h.atom_id)
+                if atom is not None and atom[0] == h.node_id:
+                    claim = atom[1].claim
+                else:
+                    claim = stale_claim(h.atom_id, h.cls, h.device_id)
+                held = HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot))
+                found.append((h.start, h.end, h.reservation_id, held))
+            self.resolved[node_id] = found
+        return found
 
     atoms: list[HeldAtom] = field(default_factory=list)
     scalars: list[HeldScalar] = field(default_factory=list)
@@ -205,6 +226,7 @@ class SnapshotCache:
         if cache.nodes_version != nodes_v:
             cache.nodes = await _load_nodes(conn, pool_id)
             cache.current = {a.atom_id: (n.node_id, a) for n in cache.nodes for a in n.atoms}
+            cache.resolved = {}
             cache.capacity_memory = sum(
                 n.capacity.get("memoryGiB", 0)
                 for n in cache.nodes
@@ -216,7 +238,7 @@ class SnapshotCache:
             # Keep bookings that ended a little before now: a request placed a moment
             # after its `start` was fixed must still see them.
             cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now - KEEP_ENDED_MS)
-            cache.by_node = {}
+            cache.by_node, cache.resolved = {}, {}
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v
             self.reloads += 1
@@ -254,33 +276,21 @@ class SnapshotCache:
 
 
 class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):
-    """nodeId → the claims of its bookings overlapping one window, resolved (and kept)
-    when the placer asks for a node rather than for every booking of the pool up front.
-    A booking on a current atom claims what that atom is; one on an atom that left the
-    inventory claims its whole device."""
+    """nodeId → the claims of its bookings overlapping one window, computed when the
+    placer asks for a node rather than for every booking of the pool up front."""
 
     def __init__(self, cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
         self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
-        self._seen: dict[str, tuple[HeldClaim, ...]] = {}
 
     def _claims(self, node_id: str) -> tuple[HeldClaim, ...]:
-        found = self._seen.get(node_id)
-        if found is not None:
-            return found
+        if node_id not in self._cache.by_node:
+            return ()
         start, end, ignore = self._start, self._end, self._ignore
-        current = self._cache.current
-        out: list[HeldClaim] = []
-        for h in self._cache.by_node.get(node_id, ()):
-            if not (h.start < end and h.end > start) or (ignore and h.reservation_id in ignore):
-                continue
-            atom = current.get(h.atom_id)
-            if atom is not None and atom[0] == h.node_id:
-                claim = atom[1].claim
-            else:
-                claim = stale_claim(h.atom_id, h.cls, h.device_id)
-            out.append(HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot)))
-        self._seen[node_id] = result = tuple(out)
-        return result
+        return tuple(
+            held
+            for s, e, rid, held in self._cache.claims(node_id)
+            if s < end and e > start and not (ignore and rid in ignore)
+        )
 
     def __getitem__(self, node_id: str) -> tuple[HeldClaim, ...]:
         return self._claims(node_id)

@@ -90,6 +90,13 @@ def covered(node: NodeSlot, claim: Claim) -> Iterable[AtomSlot]:
 
 def _cliques(atoms: list[AtomSlot]) -> list[list[AtomSlot]]:
     """Maximal sets of pairwise NVLink-connected atoms, smallest first, then by ids."""
+    if all(a.peers is None for a in atoms) and len({a.claim.device for a in atoms}) == len(atoms):
+        # No link matrix, one atom per device: atoms sharing a clique label are linked,
+        # so the label groups (and each unlabelled atom alone) are the maximal cliques.
+        groups: dict[tuple[bool, str], list[AtomSlot]] = defaultdict(list)
+        for a in atoms:
+            groups[(a.clique is None, a.clique or a.atom_id)].append(a)
+        return sorted(groups.values(), key=lambda c: (len(c), sorted(a.atom_id for a in c)))
     n = len(atoms)
     adjacency = [0] * n
     for i in range(n):

@@ -67,6 +67,23 @@ class HeldScalar:
     end: int
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeClaims:
+    rows: tuple[tuple[int, int, str, HeldClaim], ...]  # (start, end, reservationId, claim)
+    claims: tuple[HeldClaim, ...]
+    latest_start: int
+    earliest_end: int
+
+    def window(self, start: int, end: int, ignore: frozenset[str]) -> tuple[HeldClaim, ...]:
+        if not ignore and self.latest_start < end and self.earliest_end > start:
+            return self.claims  # all of them overlap: the usual case, answered at once
+        return tuple(
+            held
+            for s, e, rid, held in self.rows
+            if s < end and e > start and not (ignore and rid in ignore)
+        )
+
+
 @dataclass
 class _PoolCache:
     nodes_version: int = -1
@@ -76,21 +93,23 @@ class _PoolCache:
     current: dict[str, tuple[str, AtomSlot]] = field(default_factory=dict)
     capacity_memory: int = 0
     by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
-    # nodeId → (start, end, reservationId, claim) of its bookings, resolved against the
-    # current atoms when first asked for; dropped whenever atoms or bookings change.
-    resolved: dict[str, list[tuple[int, int, str, HeldClaim]]] = field(default_factory=dict)
+    # nodeId → its bookings' claims, resolved against the current atoms when first asked
+    # for; dropped whenever atoms or bookings change.
+    resolved: dict[str, _NodeClaims] = field(default_factory=dict)
+    atoms: list[HeldAtom] = field(default_factory=list)
+    scalars: list[HeldScalar] = field(default_factory=list)
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         for h in atoms:
             self.by_node.setdefault(h.node_id, []).append(h)
             self.resolved.pop(h.node_id, None)
 
-    def claims(self, node_id: str) -> list[tuple[int, int, str, HeldClaim]]:
+    def claims(self, node_id: str) -> _NodeClaims:
         """A booking on a current atom claims what that atom is; one on an atom that left
         the inventory (or the pool) claims its whole device."""
         found = self.resolved.get(node_id)
         if found is None:
-            found = []
+            rows = []
             for h in self.by_node.get(node_id, ()):
                 atom = self.current.get(h.atom_id)
                 if atom is not None and atom[0] == h.node_id:
@@ -98,12 +117,14 @@ class _PoolCache:
                 else:
                     claim = stale_claim(h.atom_id, h.cls, h.device_id)
                 held = HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot))
-                found.append((h.start, h.end, h.reservation_id, held))
-            self.resolved[node_id] = found
+                rows.append((h.start, h.end, h.reservation_id, held))
+            found = self.resolved[node_id] = _NodeClaims(
+                tuple(rows),
+                tuple(r[3] for r in rows),
+                max((r[0] for r in rows), default=0),
+                min((r[1] for r in rows), default=0),
+            )
         return found
-
-    atoms: list[HeldAtom] = field(default_factory=list)
-    scalars: list[HeldScalar] = field(default_factory=list)
 
 
 async def bump(
@@ -285,12 +306,7 @@ class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):
     def _claims(self, node_id: str) -> tuple[HeldClaim, ...]:
         if node_id not in self._cache.by_node:
             return ()
-        start, end, ignore = self._start, self._end, self._ignore
-        return tuple(
-            held
-            for s, e, rid, held in self._cache.claims(node_id)
-            if s < end and e > start and not (ignore and rid in ignore)
-        )
+        return self._cache.claims(node_id).window(self._start, self._end, self._ignore)
 
     def __getitem__(self, node_id: str) -> tuple[HeldClaim, ...]:
         return self._claims(node_id)

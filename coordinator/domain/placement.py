@@ -1,5 +1,6 @@
-"""Values the placer works on: the request, a snapshot of one pool for one time window,
-and the placement it returns. Pure data, no I/O."""
+"""Values the placer works on: the request, a snapshot of one pool for one time window
+(nodes, atoms and the claims held on their devices), and the placement it returns.
+Pure data, no I/O."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coordinator.domain.claims import Claim, claim_of
 from coordinator.domain.model import NodeState
 
 Topology = Literal["any", "nvlink-all"]
@@ -43,15 +45,33 @@ class PlacementRequest:
 
 @dataclass(frozen=True, slots=True)
 class AtomSlot:
+    """One current atom. `device_id` names the physical device it is a form of; `peers`
+    the devices (GPU UUIDs) it shares an NVLink with, None when the inventory gave no
+    link matrix (then its `nvlinkClique` label stands in)."""
+
     atom_id: str
     cls: str
     healthy: bool
     attrs: dict[str, object]
+    device_id: str = ""
+    peers: frozenset[str] | None = None
+    claim: Claim = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "claim", claim_of(self.atom_id, self.cls, self.device_id, self.attrs)
+        )
 
     @property
     def clique(self) -> str | None:
         value = self.attrs.get("nvlinkClique")
         return str(value) if value not in (None, "") else None
+
+    def linked(self, other: AtomSlot) -> bool:
+        """Do the two GPUs share an NVLink?"""
+        if self.peers is not None and other.peers is not None:
+            return other.device_id in self.peers
+        return self.clique is not None and self.clique == other.clique
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +85,15 @@ class NodeSlot:
     capacity: dict[str, int]
     # Healthy atoms per class; computed once when the snapshot cache loads the node.
     healthy_by_class: dict[str, int] | None = None
+    # Device → its current atoms (forms), for finding what a held claim covers.
+    by_device: dict[str, tuple[AtomSlot, ...]] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[str, list[AtomSlot]] = {}
+        for atom in self.atoms:
+            if atom.claim.device is not None:
+                index.setdefault(atom.claim.device, []).append(atom)
+        object.__setattr__(self, "by_device", {d: tuple(a) for d, a in index.items()})
 
     def healthy(self, classes: set[str]) -> int:
         if self.healthy_by_class is not None:
@@ -89,11 +118,22 @@ class Holder:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldClaim:
+    """A booking in the window: the atom it names (current or not) and what it claims."""
+
+    atom_id: str
+    claim: Claim
+    holder: Holder
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSnapshot:
     """One pool, seen for the window [start, end)."""
 
     nodes: tuple[NodeSlot, ...]
-    atom_holders: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
+    # nodeId → every booking on the node overlapping the window, on current atoms and on
+    # atoms that are no longer in the inventory alike.
+    held: Mapping[str, tuple[HeldClaim, ...]] = field(default_factory=dict)
     # nodeId → resource → [(amount, holder)] of scalar bookings overlapping the window.
     scalar_holders: dict[str, dict[str, tuple[tuple[int, Holder], ...]]] = field(
         default_factory=dict
@@ -101,9 +141,6 @@ class PoolSnapshot:
     # Pool-wide free quantity per scalar resource at the window's peak, after node-level
     # and pool-level (interval reservation) bookings; absent means unconstrained.
     pool_free: dict[str, int] = field(default_factory=dict)
-    # nodeId → (atomId, class, healthy) of its atoms held in the window; None means "derive
-    # it from atom_holders" (hand-built snapshots in tests).
-    held_by_node: Mapping[str, tuple[tuple[str, str, bool], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +171,8 @@ class Placement:
     reason: str | None = None
     victims: frozenset[str] = frozenset()
     gang: bool = False
+    # Why nodes were turned away while placing: reason → how many nodes.
+    filtered: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def chosen(self) -> tuple[NodePick, ...]:

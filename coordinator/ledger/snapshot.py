@@ -1,6 +1,12 @@
 """A pool as the placer needs it for one window — nodes, atoms, and who holds what —
 served from memory and kept honest by per-pool version counters in the database.
 
+Bookings are indexed by node and resolved to claims on physical devices (`claims`): a
+booking on an atom that is no longer in the inventory (a GPU re-partitioned, a NIC's VFs
+changed) still claims its device, so the device's new forms are not free under it. Each
+GPU atom carries the devices it shares an NVLink with, from the link matrix of the
+node's stored inventory (`cliques.peer_sets`).
+
 Loading 9,000 atoms with their JSON attributes costs tens of milliseconds, so the
 snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) and the
 live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
@@ -13,15 +19,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.claims import stale_claim
+from coordinator.domain.cliques import peer_sets
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement import (
     AtomSlot,
+    HeldClaim,
     Holder,
     NodeSlot,
     PoolSnapshot,
@@ -43,6 +52,8 @@ class HeldAtom:
     spot: bool
     start: int
     end: int
+    # The physical device of the atom; "" until the cache fills it in (`committed`).
+    device_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,23 +67,64 @@ class HeldScalar:
     end: int
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeClaims:
+    rows: tuple[tuple[int, int, str, HeldClaim], ...]  # (start, end, reservationId, claim)
+    claims: tuple[HeldClaim, ...]
+    latest_start: int
+    earliest_end: int
+
+    def window(self, start: int, end: int, ignore: frozenset[str]) -> tuple[HeldClaim, ...]:
+        if not ignore and self.latest_start < end and self.earliest_end > start:
+            return self.claims  # all of them overlap: the usual case, answered at once
+        return tuple(
+            held
+            for s, e, rid, held in self.rows
+            if s < end and e > start and not (ignore and rid in ignore)
+        )
+
+
 @dataclass
 class _PoolCache:
     nodes_version: int = -1
     bookings_version: int = -1
     nodes: tuple[NodeSlot, ...] = ()
-    healthy_atoms: frozenset[str] = frozenset()
+    # atomId → (nodeId, atom) of every current atom.
+    current: dict[str, tuple[str, AtomSlot]] = field(default_factory=dict)
     capacity_memory: int = 0
-    by_atom: dict[str, list[HeldAtom]] = field(default_factory=dict)
     by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
+    # nodeId → its bookings' claims, resolved against the current atoms when first asked
+    # for; dropped whenever atoms or bookings change.
+    resolved: dict[str, _NodeClaims] = field(default_factory=dict)
+    atoms: list[HeldAtom] = field(default_factory=list)
+    scalars: list[HeldScalar] = field(default_factory=list)
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         for h in atoms:
-            self.by_atom.setdefault(h.atom_id, []).append(h)
             self.by_node.setdefault(h.node_id, []).append(h)
+            self.resolved.pop(h.node_id, None)
 
-    atoms: list[HeldAtom] = field(default_factory=list)
-    scalars: list[HeldScalar] = field(default_factory=list)
+    def claims(self, node_id: str) -> _NodeClaims:
+        """A booking on a current atom claims what that atom is; one on an atom that left
+        the inventory (or the pool) claims its whole device."""
+        found = self.resolved.get(node_id)
+        if found is None:
+            rows = []
+            for h in self.by_node.get(node_id, ()):
+                atom = self.current.get(h.atom_id)
+                if atom is not None and atom[0] == h.node_id:
+                    claim = atom[1].claim
+                else:
+                    claim = stale_claim(h.atom_id, h.cls, h.device_id)
+                held = HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot))
+                rows.append((h.start, h.end, h.reservation_id, held))
+            found = self.resolved[node_id] = _NodeClaims(
+                tuple(rows),
+                tuple(r[3] for r in rows),
+                max((r[0] for r in rows), default=0),
+                min((r[1] for r in rows), default=0),
+            )
+        return found
 
 
 async def bump(
@@ -98,19 +150,34 @@ async def versions(conn: AsyncConnection, pool_id: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def _links(inventory: Mapping[str, Any] | None) -> dict[str, frozenset[str]]:
+    """GPU UUID → UUIDs it shares an NVLink with, from a stored inventory's `gpus`; GPUs
+    the inventory does not describe are absent (their clique label stands in)."""
+    gpus = (inventory or {}).get("gpus") or ()
+    return peer_sets(
+        (str(g["uuid"]), str(g.get("pciBusId") or ""), tuple(g.get("nvlinkPeers") or ()))
+        for g in gpus
+        if isinstance(g, dict) and g.get("uuid")
+    )
+
+
 async def _load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...]:
     n, a = schema.nodes.c, schema.atoms.c
+    node_rows = (
+        await conn.execute(select(schema.nodes).where(n.pool_id == pool_id).order_by(n.node_id))
+    ).all()
+    links = {row.node_id: _links(row.inventory) for row in node_rows}
     atoms: dict[str, list[AtomSlot]] = defaultdict(list)
     atom_rows = await conn.execute(
-        select(a.atom_id, a.node_id, a["class"], a.health, a.attrs)
+        select(a.atom_id, a.node_id, a["class"], a.health, a.attrs, a.device_id)
         .where((a.pool_id == pool_id) & (a.retired.is_(False)))
         .order_by(a.atom_id)
     )
-    for atom_id, node_id, cls, health, attrs in atom_rows.all():
-        atoms[node_id].append(AtomSlot(atom_id, cls, health not in _FAULTY, dict(attrs or {})))
-    node_rows = await conn.execute(
-        select(schema.nodes).where(n.pool_id == pool_id).order_by(n.node_id)
-    )
+    for atom_id, node_id, cls, health, attrs, device_id in atom_rows.all():
+        peers = links.get(node_id, {}).get(device_id) if cls == "gpu" else None
+        atoms[node_id].append(
+            AtomSlot(atom_id, cls, health not in _FAULTY, dict(attrs or {}), device_id or "", peers)
+        )
     return tuple(
         NodeSlot(
             node_id=row.node_id,
@@ -128,19 +195,21 @@ async def _load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ..
             },
             healthy_by_class=healthy_counts(tuple(atoms[row.node_id])),
         )
-        for row in node_rows.all()
+        for row in node_rows
     )
 
 
 async def _load_bookings(
     conn: AsyncConnection, pool_id: str, now: int
 ) -> tuple[list[HeldAtom], list[HeldScalar]]:
-    """Bookings that end after `now` (an ended booking can hold nothing later)."""
-    b, s = schema.bookings.c, schema.scalar_bookings.c
+    """Bookings that end after `now` (an ended booking can hold nothing later), with the
+    device of their atom, retired or not."""
+    b, s, a = schema.bookings.c, schema.scalar_bookings.c, schema.atoms.c
     atom_rows = await conn.execute(
-        select(b.atom_id, b.node_id, b["class"], b.reservation_id, b.spot, b.start, b.end).where(
-            (b.pool_id == pool_id) & (b.end > now) & (b.end > b.start)
-        )
+        select(b.atom_id, b.node_id, b["class"], b.reservation_id, b.spot, b.start, b.end)
+        .add_columns(a.device_id)
+        .select_from(schema.bookings.outerjoin(schema.atoms, a.atom_id == b.atom_id))
+        .where((b.pool_id == pool_id) & (b.end > now) & (b.end > b.start))
     )
     scalar_rows = await conn.execute(
         select(s.node_id, s.resource, s.amount, s.reservation_id, s.spot, s.start, s.end).where(
@@ -149,7 +218,7 @@ async def _load_bookings(
     )
     return (
         [
-            HeldAtom(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5]), int(r[6]))
+            HeldAtom(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5]), int(r[6]), r[7] or "")
             for r in atom_rows.all()
         ],
         [
@@ -177,9 +246,8 @@ class SnapshotCache:
         nodes_v, bookings_v = await versions(conn, pool_id)
         if cache.nodes_version != nodes_v:
             cache.nodes = await _load_nodes(conn, pool_id)
-            cache.healthy_atoms = frozenset(
-                a.atom_id for n in cache.nodes for a in n.atoms if a.healthy
-            )
+            cache.current = {a.atom_id: (n.node_id, a) for n in cache.nodes for a in n.atoms}
+            cache.resolved = {}
             cache.capacity_memory = sum(
                 n.capacity.get("memoryGiB", 0)
                 for n in cache.nodes
@@ -191,7 +259,7 @@ class SnapshotCache:
             # Keep bookings that ended a little before now: a request placed a moment
             # after its `start` was fixed must still see them.
             cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now - KEEP_ENDED_MS)
-            cache.by_atom, cache.by_node = {}, {}
+            cache.by_node, cache.resolved = {}, {}
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v
             self.reloads += 1
@@ -215,73 +283,36 @@ class SnapshotCache:
         add its bookings instead of reloading them all."""
         cache = self._pools.get(pool_id)
         if cache is not None and cache.bookings_version == bookings_version - 1:
+            # Remember each atom's device now: should the atom be retired later, its
+            # booking still claims the device.
+            atoms = [
+                h if h.device_id or h.atom_id not in cache.current else
+                replace(h, device_id=cache.current[h.atom_id][1].device_id)
+                for h in atoms
+            ]  # fmt: skip
             cache.atoms.extend(atoms)
             cache.index(atoms)
             cache.scalars.extend(scalars)
             cache.bookings_version = bookings_version
 
 
-class WindowHolders(Mapping[str, tuple[Holder, ...]]):
-    """atomId → holders in one window, computed when the placer asks for an atom rather
-    than for every booking of the pool up front."""
+class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):
+    """nodeId → the claims of its bookings overlapping one window, computed when the
+    placer asks for a node rather than for every booking of the pool up front."""
 
     def __init__(self, cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
         self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
 
-    def _holders(self, atom_id: str) -> tuple[Holder, ...]:
-        return tuple(
-            Holder(h.reservation_id, h.spot)
-            for h in self._cache.by_atom.get(atom_id, ())
-            if h.start < self._end and h.end > self._start and h.reservation_id not in self._ignore
-        )
-
-    def __getitem__(self, atom_id: str) -> tuple[Holder, ...]:
-        found = self._holders(atom_id)
-        if not found:
-            raise KeyError(atom_id)
-        return found
-
-    def get(self, atom_id: str, default: Any = None) -> Any:
-        return self._holders(atom_id) or default
-
-    def __contains__(self, atom_id: object) -> bool:
-        return isinstance(atom_id, str) and bool(self._holders(atom_id))
-
-    def __iter__(self) -> Iterator[str]:
-        return (a for a in self._cache.by_atom if a in self)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class WindowHeld(Mapping[str, tuple[tuple[str, str, bool], ...]]):
-    """nodeId → (atomId, class, healthy) of its atoms held in one window, lazily."""
-
-    def __init__(self, cache: _PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
-        self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
-
-    def _held(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
-        rows = self._cache.by_node.get(node_id)
-        if not rows:
+    def _claims(self, node_id: str) -> tuple[HeldClaim, ...]:
+        if node_id not in self._cache.by_node:
             return ()
-        start, end, ignore = self._start, self._end, self._ignore
-        healthy = self._cache.healthy_atoms
-        out: list[tuple[str, str, bool]] = []
-        seen: set[str] = set()
-        for h in rows:
-            atom = h.atom_id
-            if h.start < end and h.end > start and atom not in seen:
-                if ignore and h.reservation_id in ignore:
-                    continue
-                seen.add(atom)
-                out.append((atom, h.cls, atom in healthy))
-        return tuple(out)
+        return self._cache.claims(node_id).window(self._start, self._end, self._ignore)
 
-    def __getitem__(self, node_id: str) -> tuple[tuple[str, str, bool], ...]:
-        return self._held(node_id)
+    def __getitem__(self, node_id: str) -> tuple[HeldClaim, ...]:
+        return self._claims(node_id)
 
     def get(self, node_id: str, default: Any = None) -> Any:
-        return self._held(node_id) or default
+        return self._claims(node_id) or default
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._cache.by_node)
@@ -312,10 +343,9 @@ def build_snapshot(cache: _PoolCache, start: int, end: int, ignore: frozenset[st
         peak = max(peak, level)
     return PoolSnapshot(
         cache.nodes,
-        atom_holders=WindowHolders(cache, start, end, ignore),
+        held=WindowClaims(cache, start, end, ignore),
         scalar_holders={
             node: {r: tuple(v) for r, v in res.items()} for node, res in per_node.items()
         },
         pool_free={"memoryGiB": max(0, cache.capacity_memory - peak)},
-        held_by_node=WindowHeld(cache, start, end, ignore),
     )

@@ -8,6 +8,7 @@ from coordinator.domain.model import NodeState
 from coordinator.domain.placement import (
     AtomSlot,
     DeviceRequest,
+    HeldClaim,
     Holder,
     NodeSlot,
     PlacementRequest,
@@ -32,7 +33,9 @@ def node(
     atoms = [AtomSlot(f"{node_id}:node", "node", True, {})]
     for i in range(gpus):
         attrs = {"model": model, "index": i, "nvlinkClique": f"{node_id}-c{i // per}"}
-        atoms.append(AtomSlot(f"{node_id}:gpu:{i}", "gpu", i not in sick, attrs))
+        atoms.append(
+            AtomSlot(f"{node_id}:gpu:{i}", "gpu", i not in sick, attrs, f"GPU-{node_id}-{i}")
+        )
     return NodeSlot(
         node_id, state, {"rack": rack}, "std", 1, tuple(atoms),
         {"vcpu": 128, "memoryGiB": memory, "hugepages1Gi": 0},
@@ -44,10 +47,13 @@ def gpus(count: int, **kw: object) -> PlacementRequest:
 
 
 def book(snap: PoolSnapshot, atom_ids: list[str], rid: str, spot: bool = False) -> PoolSnapshot:
-    holders = dict(snap.atom_holders)
-    for a in atom_ids:
-        holders[a] = (*holders.get(a, ()), Holder(rid, spot))
-    return replace(snap, atom_holders=holders)
+    """Hold current atoms: each booking claims what its atom is."""
+    held = {k: list(v) for k, v in snap.held.items()}
+    where = {a.atom_id: (n.node_id, a) for n in snap.nodes for a in n.atoms}
+    for atom_id in atom_ids:
+        node_id, atom = where[atom_id]
+        held.setdefault(node_id, []).append(HeldClaim(atom_id, atom.claim, Holder(rid, spot)))
+    return replace(snap, held={k: tuple(v) for k, v in held.items()})
 
 
 def test_a_stream_of_one_gpu_requests_packs_and_keeps_nvlink_nodes_whole() -> None:
@@ -57,7 +63,7 @@ def test_a_stream_of_one_gpu_requests_packs_and_keeps_nvlink_nodes_whole() -> No
         assert result.fits
         pick = result.candidates[0]
         snap = book(snap, [a.atom_id for a in pick.atoms], f"r{k}")
-    used = {h for hs in snap.atom_holders for h in [hs.split(":")[0]]}
+    used = {node_id for node_id, claims in snap.held.items() if claims}
     assert used == {"n0"}  # one node filled, three left whole
     whole = place(gpus(8, topology="nvlink-all"), snap)
     assert whole.fits and whole.candidates[0].node_id == "n1"

@@ -1,0 +1,74 @@
+"""Claims on physical devices: what a booking of one atom really promises, and when two
+such promises collide (SPEC §5 "One physical device, one promise").
+
+An atom is one form of a physical device: a whole GPU, one of its MIG instances or
+time-slice slots (device: the GPU UUID), a NIC or one of its VFs (device: the NIC),
+a disk (itself), or the whole node. Booking the atom claims either the whole device or
+one part of its current partition. Claims are compared within one node.
+
+Two claims conflict when their times overlap and they are on the same device and either
+claims the whole device or both claim the same part; a claim on the whole node conflicts
+with every claim on that node. A booking whose atom is no longer one of the device's
+current forms (the GPU was re-partitioned, the VF count changed) is a *stale* claim: the
+current partition says nothing about which capacity it held, so it claims the whole
+device until it ends, and the new forms are not bookable under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Classes whose atoms are parts of a partitioned device.
+_PART_CLASSES = frozenset({"gpu.mig", "gpu.slot"})
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one booked atom holds on its node. `device` None: the whole node; `part`
+    None: the whole device."""
+
+    device: str | None
+    part: str | None = None
+
+    @property
+    def whole_node(self) -> bool:
+        return self.device is None
+
+
+WHOLE_NODE = Claim(None)
+
+
+def claim_of(atom_id: str, cls: str, device_id: str, attrs: Mapping[str, object]) -> Claim:
+    """The claim a booking of this (current) atom makes."""
+    if cls == "node":
+        return WHOLE_NODE
+    device = device_id or atom_id
+    if cls in _PART_CLASSES:
+        return Claim(device, atom_id)
+    # A NIC without SR-IOV is booked whole (the agent marks it `sriov: false`); every
+    # other `nic.vf` atom is one VF of its NIC.
+    if cls == "nic.vf" and attrs.get("sriov") is not False and device_id:
+        return Claim(device, atom_id)
+    return Claim(device)
+
+
+def stale_claim(atom_id: str, cls: str, device_id: str) -> Claim:
+    """The claim of a booking on an atom that is no longer a current form of its device."""
+    if cls == "node":
+        return WHOLE_NODE
+    return Claim(device_id or atom_id)
+
+
+def conflicts(a: Claim, b: Claim) -> bool:
+    """Do two claims on one node, overlapping in time, promise the same capacity?"""
+    if a.device is None or b.device is None:
+        return True
+    if a.device != b.device:
+        return False
+    return a.part is None or b.part is None or a.part == b.part
+
+
+def overlaps(start_a: int, end_a: int, start_b: int, end_b: int) -> bool:
+    """Half-open windows [start, end) share an instant."""
+    return start_a < end_b and start_b < end_a

@@ -4,8 +4,8 @@ longer has still hold the device, and NVLink cliques come from the stored link m
 from __future__ import annotations
 
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
-from coordinator.ledger import Ledger
-from coordinator.ledger.bookings import Booked, BookingRequest
+from coordinator.ledger import Booked, BookingRequest, Ledger, NotPlaced
+from coordinator.services.node_changes import record_inventory
 from shared.ids import new_pool_id
 from shared.wire import Atom, GpuInfo, Inventory, NodeHealth, Scalars
 
@@ -36,13 +36,21 @@ def slots(i: int, replicas: int) -> list[Atom]:
     ]
 
 
-def booking(pool: str, key: str, cls: str, count: int) -> BookingRequest:
+def booking(pool: str, cls: str, count: int, start: int = NOW) -> BookingRequest:
     return BookingRequest(
         tenant_id="acme", pool_id=pool, project_id=None,
         placement=PlacementRequest(devices=(DeviceRequest(cls, count),)),
-        start=NOW, duration_ms=HOUR, lease_seconds=None, resources={}, gang=None,
-        idempotency_key=key, digest=key, notice_ms=120_000,
+        start=start, duration_ms=HOUR, lease_seconds=None, resources={}, gang=None,
+        notice_ms=120_000,
     )  # fmt: skip
+
+
+async def book(ledger: Ledger, r: BookingRequest, now: int) -> Booked | NotPlaced:
+    """One booking in its own unit of work, as the reservations service writes it."""
+    async with ledger.transaction() as uow:
+        out = await uow.bookings.book(r, now)
+        await uow.commit()
+    return out
 
 
 async def _pool(ledger: Ledger) -> str:
@@ -62,16 +70,16 @@ async def test_a_gpu_reconfigured_under_a_booking_keeps_its_new_forms_unbookable
     ledger: Ledger, database_url: str
 ) -> None:
     pool = await _pool(ledger)
-    await ledger.nodes.apply_inventory(inventory(pool, [whole(0), whole(1)]), NOW)
-    held = await ledger.bookings.create(booking(pool, "k1", "gpu", 1), NOW)
+    await record_inventory(ledger, inventory(pool, [whole(0), whole(1)]), NOW)
+    held = await book(ledger, booking(pool, "gpu", 1), NOW)
     assert isinstance(held, Booked)
     booked_device = held.reservation.atoms[0].atom_id.rsplit(":", 1)[1]
     # Both GPUs become time-slice GPUs of 2 slots: the booked atom id is retired.
     reconfigured = inventory(pool, [*slots(0, 2), *slots(1, 2)], tag="slots")
-    await ledger.nodes.apply_inventory(reconfigured, NOW + 1)
+    await record_inventory(ledger, reconfigured, NOW + 1)
     other = {"G0": "G1", "G1": "G0"}[booked_device]
     assert await _slots_free(ledger, pool) == {f"n0:gpu.slot:{other}"}
-    out = await ledger.bookings.create(booking(pool, "k2", "gpu.slot", 3), NOW + 2)
+    out = await book(ledger, booking(pool, "gpu.slot", 3, NOW + 2), NOW + 2)
     assert not isinstance(out, Booked)
     # A second coordinator, with nothing cached, reads the same from the database.
     replica = await Ledger.open(database_url)
@@ -92,7 +100,7 @@ async def test_nvlink_cliques_come_from_the_stored_link_matrix(ledger: Ledger) -
     pool = await _pool(ledger)
     bridges = {0: (1,), 1: (0, 2), 2: (1, 3), 3: (2,)}
     chain = tuple(_info(i, tuple(f"0000:0{j}:00.0" for j in js)) for i, js in bridges.items())
-    await ledger.nodes.apply_inventory(inventory(pool, [whole(i) for i in range(4)], chain), NOW)
+    await record_inventory(ledger, inventory(pool, [whole(i) for i in range(4)], chain), NOW)
     four = PlacementRequest(devices=(DeviceRequest("gpu", 4),), topology="nvlink-all")
     two = PlacementRequest(devices=(DeviceRequest("gpu", 2),), topology="nvlink-all")
     placement, _ = await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)
@@ -102,6 +110,6 @@ async def test_nvlink_cliques_come_from_the_stored_link_matrix(ledger: Ledger) -
     # Behind an NVSwitch every GPU is linked to every other.
     switched = tuple(_info(i, ("0000:a0:00.0",)) for i in range(4))
     inv = inventory(pool, [whole(i) for i in range(4)], switched, tag="switch")
-    await ledger.nodes.apply_inventory(inv, NOW + 1)
+    await record_inventory(ledger, inv, NOW + 1)
     placement, _ = await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)
     assert placement.fits

@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -519,13 +519,23 @@ def _fail(text: str, code: int) -> int:
     return code
 
 
-def run(argv: Sequence[str] | None) -> int:
+def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int:
+    """The command line; `env`'s GPUFLEET_URL and GPUFLEET_KEY (when given) sit below
+    flags and the process environment."""
+    given = env or {}
+    defaults = {k: given[v] for k, v in (("url", "GPUFLEET_URL"), ("key", "GPUFLEET_KEY"))
+                if given.get(v)}  # fmt: skip
     try:
         try:
-            cli.main(args=list(argv or []), prog_name="gpufleet", standalone_mode=False)
+            cli.main(
+                args=list(argv or []), prog_name="gpufleet", standalone_mode=False,
+                default_map=defaults,
+            )  # fmt: skip
             sys.stdout.flush()
         except click.exceptions.Exit as exc:
             return int(exc.exit_code)
+        except SystemExit as exc:  # a subcommand's own exit status (demo, nats-auth)
+            return exc.code if isinstance(exc.code, int) else 1
         except click.exceptions.Abort:
             return _fail("interrupted", 130)
         except click.UsageError as exc:
@@ -550,7 +560,7 @@ def run(argv: Sequence[str] | None) -> int:
 
 
 def main() -> int:
-    return run(sys.argv[1:])
+    return run(sys.argv[1:], os.environ)
 
 
 if __name__ == "__main__":

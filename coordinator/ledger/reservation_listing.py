@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, and_, case, false, func, or_, select
 
 from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import schema
@@ -76,7 +76,9 @@ class ReservationListing:
         if f.end is not None:
             cond &= rv.start < f.end
         if f.start is not None:
-            cond &= func.coalesce(rv.ended_at, rv.end) > f.start
+            # Its end as it ran: ended, or cut by a preemption the clock has not persisted.
+            cut = case((rv.preempt_at < rv.end, rv.preempt_at), else_=rv.end)
+            cond &= func.coalesce(rv.ended_at, cut) > f.start
         if before is not None:
             created, rid = before
             cond &= or_(

@@ -44,6 +44,13 @@ log = logging.getLogger("agent")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["inventory"]:
+        from agent import inventory_report  # one-shot: never loaded by the daemon
+
+        # What NVML could not read is in the report itself (health, NVML line).
+        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+        return inventory_report.main(args[1:], os.environ)
     try:
         settings = load(Settings, argv, os.environ)
     except ConfigError as exc:

@@ -128,6 +128,10 @@ class CoordinatorSettings(SettingsModel):
         None, description="an operator API key accepted at start (`gpufleet new-key`)"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`json`: one JSON object per line (access and audit lines keep their fields)",
+    )
 
     @model_validator(mode="after")
     def _interval_bounds(self) -> CoordinatorSettings:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from coordinator import logs
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
 from shared.settings import ConfigError, load
@@ -50,11 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpufleet-coordinator: config error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(settings.log_level, settings.log_format)
     try:
         run(serve(settings, os.environ.get("NOTIFY_SOCKET")))
     except KeyboardInterrupt:

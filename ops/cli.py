@@ -1,7 +1,12 @@
 """`gpufleet`: the operator and tenant command line.
 
-`gpufleet demo` runs a whole fleet locally; the other commands call a running
-coordinator's API with a key (`--url`/`GPUFLEET_URL`, `--key`/`GPUFLEET_KEY`).
+Read commands (`pools`, `nodes`, `node`, `reservations`, `reservation`, `tenants`,
+`keys`, `usage`, `summary`, `watch`, `alerts watch`) print tables on a terminal and JSON
+when piped (`-o table|wide|json|csv`); writes answer in one line. Every API method is
+also a command under `gpufleet api`, its flags generated from the method's input schema
+(`ops/openapi.json`, see `ops.api_spec`); `gpufleet call METHOD JSON` sends a raw body.
+A tenant key acts for its own tenant without naming it. Errors are one line naming the
+URL, the code and the failing field; exit 1 (API or connection), 2 (usage).
 """
 
 from __future__ import annotations
@@ -12,66 +17,24 @@ import os
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from typing import Any
 
-from ops import nats_auth
-from ops.client import ApiClient, ApiError
-from ops.demo import DemoSettings, run_demo
-from ops.table import render_summary
+import click
+
+from ops import views
+from ops.answers import short_answer
+from ops.api_spec import MethodSpec, methods
+from ops.client import ApiError, ClientError, Unreachable, method_path
+from ops.flags import BadValue, body_from, missing, option, parse_when
+from ops.output import FORMATS
+from ops.session import DEFAULT_URL, Session
 from shared.ids import CROCKFORD
 
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpufleet", description=__doc__)
-    p.add_argument("--url", help="coordinator URL (env GPUFLEET_URL)")
-    p.add_argument("--key", help="API key (env GPUFLEET_KEY)")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    demo = sub.add_parser("demo", help="run nats-server, a coordinator and simulated agents")
-    demo.add_argument("--state-dir")
-    demo.add_argument("--port", type=int, default=0)
-    demo.add_argument("--interval", type=float, default=2.0, help="agent heartbeat seconds")
-    demo.add_argument("--agents", type=int, default=4, choices=range(1, 5))
-    demo.add_argument("--duration", type=float, help="stop after this many seconds")
-
-    sub.add_parser("new-key", help="print a fresh key for --bootstrap-operator-key")
-
-    call = sub.add_parser("call", help="call any API method: gpufleet call capacity.summary JSON")
-    call.add_argument("method")
-    call.add_argument("body", nargs="?", default="{}")
-
-    summary = sub.add_parser("summary", help="capacity summary of a tenant as a table")
-    summary.add_argument("tenant_id")
-
-    tenant = sub.add_parser("tenant-create", help="create a tenant (operator)")
-    tenant.add_argument("tenant_id")
-    tenant.add_argument("--name")
-
-    key = sub.add_parser("key-create", help="create an API key (operator)")
-    key.add_argument("tenant_id")
-    key.add_argument("--role", action="append", choices=("tenant", "operator"))
-    key.add_argument("--label", default="")
-
-    pool = sub.add_parser("pool-create", help="create a pool (operator)")
-    pool.add_argument("tenant_id", help="owner")
-    pool.add_argument("name")
-    pool.add_argument("--gpu-model")
-
-    offer = sub.add_parser("pool-offer", help="offer a pool to another tenant (owner)")
-    offer.add_argument("owner", help="the owning tenant")
-    offer.add_argument("pool_id")
-    offer.add_argument("offer_to", help="the tenant to offer it to")
-
-    maint = sub.add_parser("maintenance", help="put a node in or out of maintenance (operator)")
-    maint.add_argument("node_id")
-    maint.add_argument("--off", action="store_true", help="end maintenance")
-    maint.add_argument("--reason", default="")
-
-    auth = sub.add_parser(
-        "nats-auth", help="NATS server config and per-agent credentials for a fleet (offline)"
-    )
-    nats_auth.add_arguments(auth)
-    return p
+STATES = (
+    "scheduled", "active", "noticed", "completed", "released", "expired", "preempted", "live",
+)  # fmt: skip
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def new_key() -> str:
@@ -79,80 +42,520 @@ def new_key() -> str:
     return f"gpf_{key_id}_{secrets.token_urlsafe(32)}"
 
 
-def _client(args: argparse.Namespace, env: Mapping[str, str]) -> ApiClient:
-    url = args.url or env.get("GPUFLEET_URL") or "http://127.0.0.1:8080"
-    key = args.key or env.get("GPUFLEET_KEY")
-    if not key:
-        raise SystemExit("gpufleet: an API key is needed (--key or GPUFLEET_KEY)")
-    return ApiClient(url, key)
-
-
-def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    if args.command == "call":
-        try:
-            body = json.loads(args.body)
-        except json.JSONDecodeError as exc:
-            raise SystemExit(f"gpufleet: body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise SystemExit("gpufleet: body must be a JSON object")
-        return args.method, body
-    if args.command == "summary":
-        return "capacity.summary", {"tenantId": args.tenant_id}
-    if args.command == "tenant-create":
-        body = {"tenantId": args.tenant_id} | ({"name": args.name} if args.name else {})
-        return "tenants.create", body
-    if args.command == "key-create":
-        return "apiKeys.create", {
-            "tenantId": args.tenant_id,
-            "roles": args.role or ["tenant"],
-            "label": args.label,
-        }
-    if args.command == "pool-create":
-        body = {"tenantId": args.tenant_id, "name": args.name}
-        return "pools.create", body | ({"gpuModel": args.gpu_model} if args.gpu_model else {})
-    if args.command == "pool-offer":
-        return "pools.offer", {
-            "tenantId": args.owner,
-            "poolId": args.pool_id,
-            "offerTo": args.offer_to,
-        }
-    if args.command == "maintenance":
-        return "nodes.setMaintenance", {
-            "nodeId": args.node_id,
-            "maintenance": not args.off,
-            "reason": args.reason,
-        }
-    raise AssertionError(args.command)
-
-
-def run(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "demo":
-        return run_demo(
-            DemoSettings(
-                state_dir=args.state_dir,
-                port=args.port,
-                interval_s=args.interval,
-                duration_s=args.duration,
-                agents=args.agents,
-            )
-        )
-    if args.command == "new-key":
-        print(new_key())
-        return 0
-    if args.command == "nats-auth":
-        return nats_auth.command(args)
-    method, body = _request(args)
+def version() -> str:
     try:
-        result = _client(args, env).call(method, body)
-    except ApiError as exc:
-        error = {"code": exc.code, "message": exc.message, "details": exc.details}
-        print(json.dumps({"error": error}, indent=2), file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"gpufleet: cannot reach the coordinator: {exc}", file=sys.stderr)
-        return 1
-    print(render_summary(result) if args.command == "summary" else json.dumps(result, indent=2))
+        return metadata.version("gpufleet")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _set(attr: str) -> Any:
+    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
+        if value is not None and value is not False:
+            setattr(ctx.ensure_object(Session), attr, value)
+
+    return callback
+
+
+def output_options(f: Any) -> Any:
+    """-o and --local on every command as well as before it (`gpufleet pools -o json`)."""
+    f = click.option(
+        "-o", "--output", type=click.Choice(FORMATS), expose_value=False, callback=_set("fmt"),
+        help="table (default on a terminal), wide, json (default when piped) or csv",
+    )(f)  # fmt: skip
+    return click.option(
+        "--local", is_flag=True, expose_value=False, callback=_set("local"),
+        help="times in local time (default: UTC)",
+    )(f)  # fmt: skip
+
+
+def tenant_option(f: Any) -> Any:
+    return click.option(
+        "-t", "--tenant", metavar="TENANT",
+        help="act for this tenant (default: the key's own; operator keys: every tenant)",
+    )(f)  # fmt: skip
+
+
+@click.group(context_settings=CONTEXT, help=__doc__)
+@click.option("--url", envvar="GPUFLEET_URL", default=DEFAULT_URL, show_default=True,
+              help="coordinator URL (env GPUFLEET_URL)")  # fmt: skip
+@click.option("--key", envvar="GPUFLEET_KEY", help="API key (env GPUFLEET_KEY)")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per call")
+@click.version_option(version(), "--version", prog_name="gpufleet")
+@output_options
+@click.pass_context
+def cli(ctx: click.Context, url: str, key: str | None, timeout: float) -> None:
+    session = ctx.ensure_object(Session)
+    session.url, session.key, session.timeout_s = url, key, timeout
+
+
+pass_session = click.make_pass_decorator(Session, ensure=True)
+
+
+def _show_answer(session: Session, method: str, body: dict[str, Any], answer: Any) -> None:
+    text = short_answer(method, body, answer, session.local)
+    if text is not None and session.format in ("table", "wide"):
+        session.say(text)
+    else:
+        session.printer.json(answer)
+
+
+# --- read views ---------------------------------------------------------------------
+
+
+@cli.command("pools")
+@tenant_option
+@output_options
+@pass_session
+def pools_cmd(session: Session, tenant: str | None) -> None:
+    """Pools the tenant owns or is offered (operators: every pool) with their GPUs."""
+    session.show(views.pools(session, session.tenant(tenant, required=False)))
+
+
+@cli.command("summary")
+@click.argument("tenant", required=False)
+@output_options
+@pass_session
+def summary_cmd(session: Session, tenant: str | None) -> None:
+    """Capacity per pool and resource, in every bucket (operators: the whole fleet)."""
+    session.show(views.summary(session, session.tenant(tenant, required=False)))
+
+
+@cli.command("nodes")
+@click.option("-p", "--pool", metavar="POOL_ID", help="one pool's nodes")
+@tenant_option
+@output_options
+@pass_session
+def nodes_cmd(session: Session, pool: str | None, tenant: str | None) -> None:
+    """Nodes with their status, health and GPUs (every pool the key sees, or one)."""
+    session.show(views.nodes(session, session.tenant(tenant, required=False), pool))
+
+
+@cli.command("node")
+@click.argument("node_id", metavar="NODE_ID")
+@tenant_option
+@output_options
+@pass_session
+def node_cmd(session: Session, node_id: str, tenant: str | None) -> None:
+    """One node: its state and every GPU, MIG instance, slot, NIC and disk with health,
+    bucket and the reservation holding it."""
+    session.show(views.node(session, node_id, session.tenant(tenant, required=False)))
+
+
+@cli.command("reservations")
+@click.option(
+    "-s", "--state", multiple=True, metavar="STATE", type=click.Choice(STATES),
+    help="only these states now (repeatable; live: scheduled, active, noticed)",
+)  # fmt: skip
+@click.option("-p", "--pool", metavar="POOL_ID")
+@click.option("--project", metavar="PROJECT_ID")
+@click.option("--from", "from_", metavar="TIME", help="overlapping this window (e.g. -7d)")
+@click.option("--to", metavar="TIME")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@tenant_option
+@output_options
+@pass_session
+def reservations_cmd(
+    session: Session, state: tuple[str, ...], pool: str | None, project: str | None,
+    from_: str | None, to: str | None, limit: int, tenant: str | None,
+) -> None:  # fmt: skip
+    """Reservations, newest first (operators: every tenant's unless --tenant)."""
+    states = [s for s in state if s != "live"]
+    if "live" in state:
+        states += ["scheduled", "active", "noticed"]
+    body: dict[str, Any] = {"state": sorted(set(states))}
+    who = session.tenant(tenant, required=False)
+    for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
+        if value:
+            body[key] = value
+    if from_:
+        body["from"] = parse_when(from_)
+    if to:
+        body["to"] = parse_when(to)
+    session.show(views.reservations(session, body, limit))
+
+
+@cli.command("reservation")
+@click.argument("reservation_id", metavar="RESERVATION_ID")
+@tenant_option
+@output_options
+@pass_session
+def reservation_cmd(session: Session, reservation_id: str, tenant: str | None) -> None:
+    """One reservation with its state and atoms (operators: add --tenant)."""
+    who = session.tenant(tenant)
+    assert who is not None
+    session.show(views.reservation(session, reservation_id, who))
+
+
+@cli.command("tenants")
+@output_options
+@pass_session
+def tenants_cmd(session: Session) -> None:
+    """Every tenant, its pools and live keys (operator)."""
+    session.show(views.tenants(session))
+
+
+@cli.command("keys")
+@click.argument("tenant", required=False)
+@click.option("--revoked", is_flag=True, help="include revoked keys")
+@output_options
+@pass_session
+def keys_cmd(session: Session, tenant: str | None, revoked: bool) -> None:
+    """API keys of a tenant, or of every tenant (operator); never the secret."""
+    session.show(views.keys(session, tenant, revoked))
+
+
+@cli.command("usage")
+@click.option("--from", "from_", metavar="TIME", help="window start (default: 30 days before --to)")
+@click.option("--to", metavar="TIME", help="window end (default: now)")
+@click.option("-p", "--pool", metavar="POOL_ID")
+@click.option("--project", metavar="PROJECT_ID")
+@tenant_option
+@output_options
+@pass_session
+def usage_cmd(
+    session: Session, from_: str | None, to: str | None, pool: str | None, project: str | None,
+    tenant: str | None,
+) -> None:  # fmt: skip
+    """GPU-hours (and MIG, slot, VF, disk, node, vCPU and GiB hours) per tenant, pool and
+    project, as the bookings ran; `-o csv` for billing."""
+    body: dict[str, Any] = {}
+    who = session.tenant(tenant, required=False)
+    for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
+        if value:
+            body[key] = value
+    if from_:
+        body["from"] = parse_when(from_)
+    if to:
+        body["to"] = parse_when(to)
+    session.show(views.usage(session, body))
+
+
+@cli.command("watch")
+@click.option("-p", "--pool", metavar="POOL", help="a pool id or name (default: every pool)")
+@click.option("-n", "--interval", type=click.FloatRange(0.2), default=2.0, show_default=True)
+@click.option("--count", type=click.IntRange(1), help="stop after this many frames")
+@tenant_option
+@output_options
+@pass_session
+def watch_cmd(
+    session: Session, pool: str | None, interval: float, count: int | None, tenant: str | None
+) -> None:
+    """A `top` for a pool: GPU buckets and every node's state, redrawn."""
+    from ops import top
+
+    top.run(session, session.tenant(tenant, required=False), pool, interval, count)
+
+
+@cli.group("alerts")
+def alerts_group() -> None:
+    """Alerts the coordinator publishes on NATS (kept in a JetStream stream)."""
+
+
+@alerts_group.command("watch")
+@click.option("-p", "--pool", metavar="POOL_ID", help="only this pool's alerts")
+@click.option("--since", metavar="TIME", help="replay from this time (e.g. -1h); default: new only")
+@click.option("--nats-url", envvar="GPUFLEET_NATS_URL", default="nats://127.0.0.1:4222",
+              show_default=True, help="env GPUFLEET_NATS_URL")  # fmt: skip
+@click.option("--nats-credentials", envvar="GPUFLEET_NATS_CREDENTIALS", metavar="PATH")
+@click.option("--subject-prefix", envvar="GPUFLEET_SUBJECT_PREFIX", default="gpufleet",
+              show_default=True)  # fmt: skip
+@click.option("--count", type=click.IntRange(1), help="stop after this many alerts")
+@click.option("--idle", type=float, metavar="SECONDS", help="stop after this long without one")
+@output_options
+@pass_session
+def alerts_watch_cmd(
+    session: Session, pool: str | None, since: str | None, nats_url: str,
+    nats_credentials: str | None, subject_prefix: str, count: int | None, idle: float | None,
+) -> None:  # fmt: skip
+    """Follow alerts as they are published (JSON lines when piped)."""
+    import asyncio
+
+    from ops.alert_feed import Feed, FeedError, alert_line, follow
+    from ops.output import format_time, with_times
+
+    printer = session.printer
+    feed = Feed(
+        nats_url, subject_prefix, nats_credentials, pool,
+        parse_when(since) if since else None, count, idle,
+    )  # fmt: skip
+
+    def show(alert: dict[str, Any]) -> None:
+        if printer.fmt in ("json", "csv"):
+            printer.out.write(json.dumps(with_times(alert, session.local)) + "\n")
+        else:
+            printer.out.write(alert_line(alert, format_time(alert.get("at"), session.local)) + "\n")
+        printer.out.flush()
+
+    try:
+        asyncio.run(follow(feed, show))
+    except FeedError as exc:
+        raise Failure(str(exc)) from None
+
+
+# --- writes -------------------------------------------------------------------------
+
+
+def _write(session: Session, method: str, body: dict[str, Any]) -> None:
+    _show_answer(session, method, body, session.call(method, body))
+
+
+@cli.command("maintenance")
+@click.argument("node_id", metavar="NODE_ID")
+@click.option("--off", is_flag=True, help="end maintenance")
+@click.option("--reason", default="", help="why (required to enter maintenance)")
+@output_options
+@pass_session
+def maintenance_cmd(session: Session, node_id: str, off: bool, reason: str) -> None:
+    """Put a node in or out of maintenance (operator)."""
+    _write(session, "nodes.setMaintenance",
+           {"nodeId": node_id, "maintenance": not off, "reason": reason})  # fmt: skip
+
+
+@cli.command("tenant-create")
+@click.argument("tenant_id", metavar="TENANT_ID")
+@click.option("--name")
+@output_options
+@pass_session
+def tenant_create_cmd(session: Session, tenant_id: str, name: str | None) -> None:
+    """Create a tenant (operator)."""
+    _write(session, "tenants.create", {"tenantId": tenant_id} | ({"name": name} if name else {}))
+
+
+@cli.command("key-create")
+@click.argument("tenant_id", metavar="TENANT_ID")
+@click.option("--role", multiple=True, type=click.Choice(("tenant", "operator")))
+@click.option("--label", default="")
+@output_options
+@pass_session
+def key_create_cmd(session: Session, tenant_id: str, role: tuple[str, ...], label: str) -> None:
+    """Create an API key for a tenant (operator); it is shown once."""
+    body = {"tenantId": tenant_id, "roles": list(role) or ["tenant"], "label": label}
+    _write(session, "apiKeys.create", body)
+
+
+@cli.command("pool-create")
+@click.argument("tenant_id", metavar="OWNER")
+@click.argument("name", metavar="NAME")
+@click.option("--gpu-model")
+@output_options
+@pass_session
+def pool_create_cmd(session: Session, tenant_id: str, name: str, gpu_model: str | None) -> None:
+    """Create a pool owned by a tenant (operator)."""
+    body = {"tenantId": tenant_id, "name": name} | ({"gpuModel": gpu_model} if gpu_model else {})
+    _write(session, "pools.create", body)
+
+
+@cli.command("pool-offer")
+@click.argument("owner", metavar="OWNER")
+@click.argument("pool_id", metavar="POOL_ID")
+@click.argument("offer_to", metavar="TENANT")
+@output_options
+@pass_session
+def pool_offer_cmd(session: Session, owner: str, pool_id: str, offer_to: str) -> None:
+    """Offer a pool to another tenant (its owner, or an operator for it)."""
+    _write(session, "pools.offer", {"tenantId": owner, "poolId": pool_id, "offerTo": offer_to})
+
+
+# --- every method ---------------------------------------------------------------------
+
+
+class ApiGroup(click.Group):
+    """`gpufleet api METHOD --flags`: one command per API method, made on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(methods())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        spec = methods().get(name)
+        return None if spec is None else _method_command(spec)
+
+
+def _method_command(spec: MethodSpec) -> click.Command:
+    def callback(**given: Any) -> None:
+        session = click.get_current_context().ensure_object(Session)
+        base = _json_arg(given.pop("json_body", None) or "{}")
+        body = body_from(spec, given, base)
+        if spec.param("tenantId") is not None and "tenantId" not in body:
+            who = session.tenant(None, required=False)
+            if who is not None:
+                body["tenantId"] = who
+        absent = missing(spec, body)
+        if absent:
+            raise click.UsageError(f"{spec.name} needs {', '.join(absent)}")
+        _show_answer(session, spec.name, body, session.call(spec.name, body))
+
+    params: list[click.Parameter] = [option(p) for p in spec.params]
+    params.append(
+        click.Option(
+            ["--json", "json_body"], metavar="JSON|@FILE",
+            help="a body to start from (flags override its fields)",
+        )
+    )  # fmt: skip
+    cmd = click.Command(
+        spec.name,
+        params=params,
+        callback=callback,
+        help=f"{spec.summary}\n\n{spec.kind}, {spec.permission} @ {spec.scope}."
+        + (" tenantId defaults to the key's own tenant." if spec.param("tenantId") else ""),
+        short_help=spec.summary,
+    )
+    return output_options(cmd)  # type: ignore[no-any-return]
+
+
+def _json_arg(text: str) -> dict[str, Any]:
+    if text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as exc:
+            raise BadValue(f"cannot read {text[1:]}: {exc.strerror}") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadValue(f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadValue("body must be a JSON object")
+    return body
+
+
+@cli.group("api", cls=ApiGroup)
+def api_group() -> None:
+    """Every API method, with flags from its input (e.g. `gpufleet api capacity.timeline
+    --pool-id pool_… --from -1d`). `gpufleet api METHOD -h` lists them."""
+
+
+@cli.command("call")
+@click.argument("method", required=False)
+@click.argument("body", required=False, default="{}")
+@pass_session
+def call_cmd(session: Session, method: str | None, body: str) -> None:
+    """Call a method with a raw JSON body and print its answer as is; no METHOD: list
+    the methods."""
+    if method is None:
+        for spec in methods().values():
+            click.echo(f"{spec.name:<24} {spec.kind:<5} {spec.summary}")
+        return
+    try:
+        method_path(method)
+    except ValueError:
+        close = [m for m in methods() if m.startswith(method)] or list(methods())
+        raise click.UsageError(
+            f"{method!r} is not a method; try {', '.join(close[:6])} (gpufleet call lists them)"
+        ) from None
+    answer = session.call(method, _json_arg(body))
+    click.echo(json.dumps(answer, indent=2))
+
+
+# --- local tools ----------------------------------------------------------------------
+
+
+@cli.command("demo")
+@click.option("--state-dir", help="keep the SQLite ledger and logs here")
+@click.option("--port", type=int, default=0, help="API port (default: a free one)")
+@click.option("--interval", type=float, default=2.0, show_default=True,
+              help="agent heartbeat seconds")  # fmt: skip
+@click.option("--agents", type=click.IntRange(1, 4), default=4, show_default=True)
+@click.option("--duration", type=float, help="stop after this many seconds")
+def demo_cmd(
+    state_dir: str | None, port: int, interval: float, agents: int, duration: float | None
+) -> None:
+    """Run nats-server, a coordinator and simulated agents on this machine."""
+    from ops.demo import DemoSettings, run_demo
+
+    code = run_demo(DemoSettings(state_dir, port, interval, duration, agents))
+    if code:
+        raise SystemExit(code)
+
+
+@cli.command("new-key")
+def new_key_cmd() -> None:
+    """Print a fresh key for --bootstrap-operator-key (or GPUFLEET_BOOTSTRAP_OPERATOR_KEY)."""
+    click.echo(new_key())
+
+
+@cli.command(
+    "nats-auth",
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def nats_auth_cmd(args: tuple[str, ...]) -> None:
+    """NATS server config and per-agent credentials for a fleet (offline; -h for help)."""
+    from ops import nats_auth
+
+    parser = argparse.ArgumentParser(prog="gpufleet nats-auth", description=nats_auth.__doc__)
+    nats_auth.add_arguments(parser)
+    code = nats_auth.command(parser.parse_args(list(args)))
+    if code:
+        raise SystemExit(code)
+
+
+@cli.command("completion")
+@click.argument("shell", type=click.Choice(("bash", "zsh", "fish")))
+def completion_cmd(shell: str) -> None:
+    """Print the shell completion script: bash `source <(gpufleet completion bash)`; zsh
+    `gpufleet completion zsh > ~/.zfunc/_gpufleet`; fish `gpufleet completion fish >
+    ~/.config/fish/completions/gpufleet.fish`."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(cli, {}, "gpufleet", "_GPUFLEET_COMPLETE").source())
+
+
+# --- entry point ----------------------------------------------------------------------
+
+
+class Failure(click.ClickException):
+    """A problem the user can act on, said in one line (exit 1)."""
+
+    exit_code = 1
+
+
+def _fail(text: str, code: int) -> int:
+    sys.stderr.write(f"gpufleet: {text}\n")
+    sys.stderr.flush()
+    return code
+
+
+def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int:
+    """The command line; `env`'s GPUFLEET_URL and GPUFLEET_KEY (when given) sit below
+    flags and the process environment."""
+    given = env or {}
+    defaults = {k: given[v] for k, v in (("url", "GPUFLEET_URL"), ("key", "GPUFLEET_KEY"))
+                if given.get(v)}  # fmt: skip
+    try:
+        try:
+            cli.main(
+                args=list(argv or []), prog_name="gpufleet", standalone_mode=False,
+                default_map=defaults,
+            )  # fmt: skip
+            sys.stdout.flush()
+        except click.exceptions.Exit as exc:
+            return int(exc.exit_code)
+        except SystemExit as exc:  # a subcommand's own exit status (demo, nats-auth)
+            return exc.code if isinstance(exc.code, int) else 1
+        except click.exceptions.Abort:
+            return _fail("interrupted", 130)
+        except click.UsageError as exc:
+            hint = f" (see {exc.ctx.command_path} -h)" if exc.ctx is not None else ""
+            return _fail(f"{exc.format_message()}{hint}", 2)
+        except click.ClickException as exc:
+            return _fail(exc.format_message(), exc.exit_code)
+        except ApiError as exc:
+            return _fail(exc.one_line(), 1)
+        except Unreachable as exc:
+            return _fail(f"cannot reach the coordinator at {exc.url}: {exc.why}", 1)
+        except ClientError as exc:
+            return _fail(str(exc), 1)
+        except KeyboardInterrupt:
+            return _fail("interrupted", 130)
+    except BrokenPipeError:
+        # The reader went away (`gpufleet summary | head`): stop quietly, as cat would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return 0
 
 

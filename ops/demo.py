@@ -9,6 +9,7 @@ table, and on Ctrl-C (or after `--duration`) stops every child process it starte
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -51,10 +52,14 @@ class Demo:
     state_dir: Path = Path()
     logs: list[Any] = field(default_factory=list)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.state_dir / f"{name}.log", "ab")
         self.logs.append(log)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        # Secrets travel in the environment, never on the command line `ps` shows.
+        child_env = os.environ | (env or {})
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env)
         self.children.append((name, proc))
         return proc
 
@@ -75,8 +80,8 @@ class Demo:
                 "--state-dir", str(self.state_dir),
                 "--nats-url", self.nats.url,
                 "--http-port", str(port),
-                "--bootstrap-operator-key", operator_key,
             ],
+            env={"GPUFLEET_BOOTSTRAP_OPERATOR_KEY": operator_key},
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         op = ApiClient(url, operator_key)
@@ -104,6 +109,15 @@ class Demo:
                 ],
             )  # fmt: skip
         return info
+
+    def write_env(self, info: dict[str, Any]) -> Path:
+        """`demo.env` (mode 0600): the exports that point the CLI at this demo."""
+        path = self.state_dir / "demo.env"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(export_lines(info, self.nats.url if self.nats else "")) + "\n")
+        return path
 
     def fault_file(self, node_id: str) -> Path:
         return self.state_dir / f"faults-{node_id}.json"
@@ -221,6 +235,14 @@ class Demo:
         self.logs.clear()
 
 
+def export_lines(info: dict[str, Any], nats_url: str) -> list[str]:
+    return [
+        f"export GPUFLEET_URL={info['url']} GPUFLEET_KEY={info['operatorKey']} "
+        f"GPUFLEET_NATS_URL={nats_url}",
+        f"# as tenant acme: export GPUFLEET_KEY={info['keys']['acme']}",
+    ]
+
+
 def run_demo(settings: DemoSettings) -> int:
     demo = Demo(settings)
     stopping = False
@@ -243,11 +265,12 @@ def run_demo(settings: DemoSettings) -> int:
         print(f"  operator key:  {info['operatorKey']}")
         print(f"  acme key:      {info['keys']['acme']}")
         print(f"  globex key:    {info['keys']['globex']}")
-        print("  try:")
-        print(
-            f"    curl -s -X POST {info['url']}/api/compute/capacity/summary "
-            f"-H 'Authorization: Bearer {info['keys']['acme']}' -d '{{\"tenantId\":\"acme\"}}'"
-        )
+        env_file = demo.write_env(info)
+        print("  use the CLI against it (the same lines are in", f"{env_file}, mode 0600):")
+        for line in export_lines(info, demo.nats.url if demo.nats else ""):
+            print(f"    {line}")
+        print("    gpufleet pools; gpufleet nodes; gpufleet node h100-b; gpufleet reservations")
+        print("    gpufleet alerts watch --since -1h; gpufleet watch; gpufleet usage -o csv")
         print("  what happened:")
         print("\n".join(shown))
         print()

@@ -95,12 +95,19 @@ class SettingsModel(BaseSettings):
 M = TypeVar("M", bound=SettingsModel)
 
 
-def load(model: type[M], argv: Sequence[str] | None, env: Mapping[str, str]) -> M:
+def load(
+    model: type[M],
+    argv: Sequence[str] | None,
+    env: Mapping[str, str],
+    defaults: Mapping[str, Any] | None = None,
+) -> M:
     """The settings for this process. Bad flags exit 2 (argparse); bad values raise
-    ConfigError naming the field."""
+    ConfigError naming the field. `defaults` sit below every source (a one-shot command
+    may fill in what only the daemon needs)."""
     args = vars(build_parser(model).parse_args(argv))
     config = args.pop("config", None) or env.get(CONFIG_ENV) or None
     layers = [
+        dict(defaults or {}),
         read_toml(Path(config), model) if config else {},
         from_env(model, env),
         from_flags(model, args),

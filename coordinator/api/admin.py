@@ -9,7 +9,7 @@ from pydantic import Field
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
-from coordinator.domain.model import RESOURCES, Quota
+from coordinator.domain.model import RESOURCES, ApiKey, Quota
 from coordinator.errors import NotFound
 
 Role = Literal["tenant", "operator"]
@@ -113,4 +113,80 @@ async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> dict[str, Any]:
     return {
         "tenantId": body.tenant_id,
         "quotas": [{"poolId": q.pool_id, "resource": q.resource, "limit": q.limit} for q in quotas],
+    }
+
+
+class TenantListInput(ApiInput):
+    pass
+
+
+class ApiKeyListInput(ApiInput):
+    tenant_id: TenantId | None = None  # absent: every tenant's keys
+    include_revoked: bool = False
+
+
+class WhoAmIInput(ApiInput):
+    pass
+
+
+def key_out(key: ApiKey) -> dict[str, Any]:
+    return {
+        "keyId": key.key_id,
+        "tenantId": key.tenant_id,
+        "roles": sorted(key.roles),
+        "label": key.label,
+        "createdAt": key.created_at,
+        "revokedAt": key.revoked_at,
+    }
+
+
+@REGISTRY.method(
+    "tenants.list", kind="read", permission="platform:admin", scope="platform",
+    input=TenantListInput, phase="v0.3",
+)  # fmt: skip
+async def tenants_list(ctx: CallContext, body: TenantListInput) -> dict[str, Any]:
+    """Every tenant with how many pools it owns and live keys it has (operator)."""
+    tenants = await ctx.ledger.tenants.list()
+    pools = await ctx.ledger.pools.list_all()
+    keys = await ctx.ledger.keys.list()
+    return {
+        "tenants": [
+            {
+                "tenantId": t.tenant_id,
+                "name": t.name,
+                "createdAt": t.created_at,
+                "pools": sum(1 for p in pools if p.owner == t.tenant_id),
+                "keys": sum(1 for k in keys if k.tenant_id == t.tenant_id and k.revoked_at is None),
+            }
+            for t in tenants
+        ]
+    }
+
+
+@REGISTRY.method(
+    "apiKeys.list", kind="read", permission="platform:admin", scope="platform",
+    input=ApiKeyListInput, phase="v0.3",
+)  # fmt: skip
+async def api_keys_list(ctx: CallContext, body: ApiKeyListInput) -> dict[str, Any]:
+    """A tenant's API keys, or every tenant's (operator): id, roles, label, times; never
+    the secret. Revoked keys only with includeRevoked."""
+    if body.tenant_id is not None and await ctx.ledger.tenants.get(body.tenant_id) is None:
+        raise NotFound(f"tenant {body.tenant_id!r} not found")
+    keys = await ctx.ledger.keys.list(body.tenant_id)
+    shown = [k for k in keys if body.include_revoked or k.revoked_at is None]
+    return {"tenantId": body.tenant_id, "keys": [key_out(k) for k in shown]}
+
+
+@REGISTRY.method(
+    "apiKeys.self", kind="read", permission="compute:capacity:read", scope="caller-tenant",
+    input=WhoAmIInput, phase="v0.3",
+)  # fmt: skip
+async def api_keys_self(ctx: CallContext, body: WhoAmIInput) -> dict[str, Any]:
+    """The calling key: its id, tenant and roles (a CLI infers the tenant from it)."""
+    p = ctx.principal
+    return {
+        "keyId": p.key_id,
+        "tenantId": p.tenant_id,
+        "roles": sorted(p.roles),
+        "operator": p.is_operator,
     }

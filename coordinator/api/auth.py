@@ -62,7 +62,12 @@ async def authorize(
         raise PermissionDenied(f"{method.permission} is not granted to this key")
     if method.scope in ("platform", "caller-tenant"):
         return None
-    tenant_id: str = getattr(body, "tenant_id")  # noqa: B009 - every tenant-scoped input has it
+    tenant_id: str | None = getattr(body, "tenant_id")  # noqa: B009 - tenant-scoped inputs have it
+    if tenant_id is None:
+        # Where an input lets tenantId be left out, that means every tenant's.
+        if not principal.is_operator:
+            raise PermissionDenied("tenantId is required (only an operator key may leave it out)")
+        return None
     if not may_act_for(principal, tenant_id):
         raise PermissionDenied(f"this key may not act for tenant {tenant_id!r}")
     if method.scope == "compute-tenant":

@@ -12,10 +12,10 @@ from pydantic import Field
 
 from coordinator.api import render
 from coordinator.api.context import CallContext
-from coordinator.api.fields import EpochMs, PoolId, TenantId
+from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.domain.model import RollupRow
+from coordinator.domain.model import Pool, RollupRow
 from coordinator.domain.placement import NodePick
 from coordinator.domain.rollup import sum_rows
 from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
@@ -25,6 +25,16 @@ from coordinator.services.reservations import resolve_start, shortfall_details
 
 class SummaryInput(ApiInput):
     tenant_id: TenantId
+
+
+class FleetInput(ApiInput):
+    pass
+
+
+class PreviewInput(ReservationCreateInput):
+    """A reservation request to try: it books nothing, so it needs no idempotency key."""
+
+    idempotency_key: IdempotencyKey | None = None  # type: ignore[assignment]
 
 
 class ByPoolInput(ApiInput):
@@ -49,6 +59,19 @@ async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
 
     Archived pools appear only for their owner."""
     pools = await ctx.ledger.pools.list_visible(body.tenant_id)
+    return {"tenantId": body.tenant_id, **await _pools_capacity(ctx, pools)}
+
+
+@REGISTRY.method(
+    "capacity.fleet", kind="read", permission="platform:admin", scope="platform",
+    input=FleetInput, phase="v0.3",
+)  # fmt: skip
+async def fleet(ctx: CallContext, body: FleetInput) -> dict[str, Any]:
+    """capacity.summary over every pool of every tenant, archived ones included (operator)."""
+    return {"tenantId": None, **await _pools_capacity(ctx, await ctx.ledger.pools.list_all())}
+
+
+async def _pools_capacity(ctx: CallContext, pools: list[Pool]) -> dict[str, Any]:
     rows = await ctx.ledger.rollup(p.pool_id for p in pools)
     gpu_rows: dict[str, list[RollupRow]] = {}
     for pool in pools:
@@ -60,7 +83,6 @@ async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
         total = sum_rows(model_rows, "gpu")
         by_model[model] = {c: getattr(total, c) for c in _MODEL_COLUMNS}
     return {
-        "tenantId": body.tenant_id,
         "pools": [
             {
                 "poolId": p.pool_id,
@@ -112,14 +134,15 @@ def _candidate(pick: NodePick) -> dict[str, Any]:
 
 @REGISTRY.method(
     "capacity.preview", kind="read", permission="compute:capacity:read",
-    scope="compute-pool", input=ReservationCreateInput, phase="v0.2",
+    scope="compute-pool", input=PreviewInput, phase="v0.2",
 )  # fmt: skip
-async def preview(ctx: CallContext, body: ReservationCreateInput) -> dict[str, Any]:
+async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
     """Run the placer on a reservation request without booking anything.
 
-    The input is validated as for reservations.create (idempotencyKey included); nothing
-    is written and no quota is checked. Up to 10 ranked candidates (a gang's members;
-    whole nodes for binding 'node'); `preemptible` gives a count and a start, never ids."""
+    The input is validated as for reservations.create, but idempotencyKey is optional
+    (and ignored); nothing is written and no quota is checked. Up to 10 ranked
+    candidates (a gang's members; whole nodes for binding 'node'); `preemptible` gives
+    a count and a start, never ids."""
     now = ctx.now()
     start = resolve_start(body.start, now)
     placement, preemptible = await ctx.ledger.bookings.preview(

@@ -3,7 +3,7 @@ the OpenAPI document and the docs table can be built without a server)."""
 
 from __future__ import annotations
 
-from coordinator.api import admin, capacity, intervals, nodes, pools, reservations
+from coordinator.api import admin, capacity, intervals, nodes, pools, reservations, usage
 from coordinator.api.registry import REGISTRY
 
-__all__ = ["REGISTRY", "admin", "capacity", "intervals", "nodes", "pools", "reservations"]
+__all__ = ["REGISTRY", "admin", "capacity", "intervals", "nodes", "pools", "reservations", "usage"]

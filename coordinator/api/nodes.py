@@ -6,7 +6,7 @@ Maintenance is an operator's act and is recorded with its reason and author.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import Field, model_validator
 
@@ -14,28 +14,29 @@ from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
-from coordinator.domain.model import NodeEvent, NodeRecord
-from coordinator.domain.states import node_status
+from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
+from coordinator.domain.states import atom_bucket, node_status
 from coordinator.errors import NotFound
 from shared.ids import NODE_ID_PATTERN
+from shared.wire import AtomClass, HealthStatus
 
 NodeId = Annotated[str, Field(max_length=128, pattern=NODE_ID_PATTERN)]
 
 
 class NodeListInput(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId
+    tenant_id: TenantId | None = None  # absent (operators): every tenant's pools
+    pool_id: PoolId | None = None  # absent: every pool the tenant sees
     cursor: Annotated[str, Field(max_length=512)] | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
 
 
 class NodeRef(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId | None = None  # absent (operators): any node
     node_id: NodeId
 
 
 class NodeEventsInput(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId | None = None
     node_id: NodeId
     after: Annotated[int, Field(ge=0)] = 0
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
@@ -116,22 +117,60 @@ def event_out(e: NodeEvent) -> dict[str, Any]:
     }
 
 
-async def _visible_node(ctx: CallContext, tenant_id: str, node_id: str) -> NodeRecord:
+def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
+    """Who holds an atom now; another tenant's reservation is only said to exist."""
+    if holder is None:
+        return None
+    if viewer is not None and holder.tenant_id != viewer:
+        return {"other": True}
+    return {
+        "reservationId": holder.reservation_id,
+        "tenantId": holder.tenant_id,
+        "projectId": holder.project_id,
+        "until": holder.until,
+    }
+
+
+def node_detail(node: NodeRecord, holders: dict[str, Holder], viewer: str | None) -> dict[str, Any]:
+    """A node with, per atom, its rollup bucket and the reservation holding it now."""
+    out = node_out(node)
+    for atom, rec in zip(out["atoms"], node.atoms, strict=True):
+        view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
+                        cast(HealthStatus, rec.health))  # fmt: skip
+        atom["bucket"] = atom_bucket(node.state, view)
+        atom["heldBy"] = _holder(holders.get(rec.atom_id), viewer)
+    return out
+
+
+async def _visible_node(ctx: CallContext, tenant_id: str | None, node_id: str) -> NodeRecord:
     node = await ctx.ledger.catalog.node(node_id)
     pool = await ctx.ledger.pools.get(node.pool_id) if node else None
-    if node is None or pool is None or not pool.visible_to(tenant_id):
+    if node is None or pool is None or (tenant_id is not None and not pool.visible_to(tenant_id)):
         raise NotFound(f"node {node_id} not found")
     return node
 
 
+async def _listed_pools(ctx: CallContext, body: NodeListInput) -> list[str]:
+    if body.pool_id is not None:
+        pool = await ctx.ledger.pools.get(body.pool_id)
+        if pool is None or (body.tenant_id is not None and not pool.visible_to(body.tenant_id)):
+            raise NotFound(f"pool {body.pool_id} not found")
+        return [pool.pool_id]
+    if body.tenant_id is None:
+        return [p.pool_id for p in await ctx.ledger.pools.list_all()]
+    return [p.pool_id for p in await ctx.ledger.pools.list_visible(body.tenant_id)]
+
+
 @REGISTRY.method(
-    "nodes.list", kind="read", permission="compute:nodes:read", scope="compute-pool",
+    "nodes.list", kind="read", permission="compute:nodes:read", scope="compute-tenant",
     input=NodeListInput, phase="v0.2",
 )  # fmt: skip
 async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
-    """A pool's nodes with their state, ordered by nodeId, a page at a time."""
+    """Nodes with their state, ordered by nodeId, a page at a time: one pool's, or
+    (poolId left out) every pool's the tenant sees; operators may leave out tenantId."""
     after = str(decode_cursor(body.cursor)) if body.cursor else None
-    nodes, counts = await ctx.ledger.catalog.nodes(body.pool_id, after, body.limit + 1)
+    pools = await _listed_pools(ctx, body)
+    nodes, counts = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
     page, more = nodes[: body.limit], len(nodes) > body.limit
     return {
         "poolId": body.pool_id,
@@ -145,8 +184,11 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     input=NodeRef, phase="v0.2",
 )  # fmt: skip
 async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
-    """One node with its state flags and every atom (NOT_FOUND unless its pool is visible)."""
-    return node_out(await _visible_node(ctx, body.tenant_id, body.node_id))
+    """One node with its state flags and every atom with its bucket and holder
+    (NOT_FOUND unless its pool is visible)."""
+    node = await _visible_node(ctx, body.tenant_id, body.node_id)
+    holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
+    return node_detail(node, holders, body.tenant_id)
 
 
 @REGISTRY.method(

@@ -8,17 +8,18 @@ the idempotency key and replayed for the same body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coordinator.api import render
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_cursor, encode_cursor
-from coordinator.api.fields import PoolId, TenantId
+from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Reply
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.errors import InvalidInput
+from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest
 from shared.ids import RESERVATION_ID_PATTERN
@@ -37,11 +38,26 @@ class RenewInput(ApiInput):
     lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = None
 
 
+State = Literal["scheduled", "active", "noticed", "completed", "released", "expired", "preempted"]
+
+
 class ListInput(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId | None = None  # absent (operators): every tenant's
     pool_id: PoolId | None = None
+    project_id: ProjectId | None = None
+    # Any of these states, as of now (empty: every state).
+    state: Annotated[list[State], Field(max_length=7)] = Field(default_factory=list)
+    # Reservations whose time overlaps [from, to).
+    from_: EpochMs | None = Field(default=None, alias="from")
+    to: EpochMs | None = None
     cursor: Annotated[str, Field(max_length=512)] | None = None
     limit: Annotated[int, Field(ge=1, le=200)] = 50
+
+    @model_validator(mode="after")
+    def _window(self) -> ListInput:
+        if self.from_ is not None and self.to is not None and self.to <= self.from_:
+            raise ValueError("to must be after from")
+        return self
 
 
 @REGISTRY.method(
@@ -91,17 +107,23 @@ async def get(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
     scope="compute-tenant", input=ListInput, phase="v0.2",
 )  # fmt: skip
 async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
-    """The tenant's reservations, newest first, a page at a time (opaque cursor)."""
+    """The tenant's reservations, newest first, a page at a time (opaque cursor);
+    filtered by pool, project, state now and a time window; operators may leave out
+    tenantId for every tenant's."""
     before = None
     if body.cursor:
         raw = decode_cursor(body.cursor)
         if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int)):
             raise InvalidInput("invalid cursor", {"fields": [{"path": "cursor", "message": "bad"}]})
         before = (raw[0], str(raw[1]))
-    page = await ctx.ledger.reservations.page(body.tenant_id, body.pool_id, before, body.limit + 1)
+    now = ctx.now()
+    wanted = ReservationFilter(
+        tenant_id=body.tenant_id, pool_id=body.pool_id, project_id=body.project_id,
+        states=tuple(body.state), start=body.from_, end=body.to,
+    )  # fmt: skip
+    page = await ctx.ledger.listing.page(wanted, before, body.limit + 1, now)
     more = len(page) > body.limit
     page = page[: body.limit]
-    now = ctx.now()
     return {
         "reservations": [render.reservation(r, now) for r in page],
         "nextCursor": encode_cursor([page[-1].created_at, page[-1].reservation_id])

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from coordinator.api import audit
 from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
@@ -19,6 +20,7 @@ from coordinator.api.openapi import build_openapi
 from coordinator.api.registry import Method, Registry, Reply, RestInput, where
 from coordinator.api.render import error_body
 from coordinator.domain.intervals import IntervalError
+from coordinator.domain.model import Principal
 from coordinator.errors import (
     CoordinatorError,
     IdempotencyKeyConflict,
@@ -55,6 +57,36 @@ def invalid_input(exc: ValidationError) -> InvalidInput:
 
 
 METHOD_LABEL = web.RequestKey("gpufleet.method", str)
+METHOD = web.RequestKey("gpufleet.api_method", Method)
+PRINCIPAL = web.RequestKey("gpufleet.principal", Principal)
+INPUT = web.RequestKey("gpufleet.input", object)
+ERROR_CODE = web.RequestKey("gpufleet.error_code", str)
+
+
+@web.middleware
+async def access(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """An access line for every request, an audit line for every write or admin call."""
+    started = time.perf_counter()
+    status: int = 500
+    code: str | None = "INTERNAL"
+    try:
+        response = await handler(request)
+        status, code = response.status, request.get(ERROR_CODE)
+        return response
+    except web.HTTPException as exc:
+        status, code = exc.status, None
+        raise
+    finally:
+        method = request.get(METHOD)
+        principal = request.get(PRINCIPAL)
+        audit.log_access(
+            request.method, request.path, method, principal, status, code,
+            (time.perf_counter() - started) * 1000,
+        )  # fmt: skip
+        if method is not None and audit.audited(method):
+            audit.log_audit(method, principal, request.get(INPUT), status, code)
 
 
 @web.middleware
@@ -78,6 +110,7 @@ async def error_envelope(
     try:
         return await handler(request)
     except CoordinatorError as exc:
+        request[ERROR_CODE] = exc.code
         return web.json_response(error_body(exc.code, exc.message, exc.details), status=exc.status)
     except web.HTTPException as exc:
         if exc.status == 413:
@@ -92,6 +125,7 @@ async def error_envelope(
         raise
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
+        request[ERROR_CODE] = "INTERNAL"
         return web.json_response(error_body("INTERNAL", "internal error", {}), status=500)
 
 
@@ -139,27 +173,34 @@ def _seed_answer(exc: Exception) -> web.Response | None:
 def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def endpoint(request: web.Request) -> web.Response:
         request[METHOD_LABEL] = method.label
+        request[METHOD] = method
         services = request.app[SERVICES]
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
+        request[PRINCIPAL] = principal
         reads_body = method.verb == "POST"
         if method.convention == "compute":
             raw = await _read_body(request)
             body = _decode(method, request, raw)
+            request[INPUT] = body
             pool = await authorize(method, principal, body, services.ledger)
         else:
             # The seed's order: permission first, then the request's own rules.
             pool = await authorize(method, principal, method.input(), services.ledger)
             raw = await _read_body(request) if reads_body else b""
             body = _decode(method, request, raw)
+            request[INPUT] = body
         try:
             result = await method.handler(CallContext(principal, services, pool), body)
         except (IntervalError, CoordinatorError) as exc:
             answer = _seed_answer(exc) if method.convention == "seed-002" else None
             if answer is None:
                 raise
+            request[ERROR_CODE] = getattr(exc, "code", "INVALID_INPUT")
             return answer
         if isinstance(result, Reply):
+            if isinstance(result.body, dict) and isinstance(result.body.get("error"), dict):
+                request[ERROR_CODE] = str(result.body["error"].get("code"))
             if isinstance(result.body, str):
                 return web.Response(
                     status=result.status, text=result.body, content_type="text/plain"
@@ -172,7 +213,9 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
 
 def build_app(services: Services, registry: Registry = REGISTRY) -> web.Application:
     # latency wraps the envelope, so it sees the status an error was turned into.
-    app = web.Application(middlewares=[latency, error_envelope], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[latency, access, error_envelope], client_max_size=MAX_BODY_BYTES
+    )
     app[SERVICES] = services
     for method in registry:
         app.router.add_route(method.verb, method.path, _endpoint(method))

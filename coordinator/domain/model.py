@@ -61,6 +61,18 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as listings show it: never its secret nor its hash."""
+
+    key_id: str
+    tenant_id: str
+    roles: frozenset[str]
+    label: str
+    created_at: int
+    revoked_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the tenant a key belongs to and the roles it carries."""
 
@@ -204,6 +216,16 @@ class AtomRecord:
     health: str
     health_reasons: tuple[str, ...]
     attrs: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The reservation holding an atom now."""
+
+    reservation_id: str
+    tenant_id: str
+    project_id: str | None
+    until: int
 
 
 @dataclass(frozen=True, slots=True)

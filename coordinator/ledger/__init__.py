@@ -11,6 +11,7 @@ from coordinator.ledger.facade import Ledger
 from coordinator.ledger.idempotency import Recorded, body_hash
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import UnknownPool
+from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "Ledger",
     "NotPlaced",
     "Recorded",
+    "ReservationFilter",
     "UnitOfWork",
     "UnknownPool",
     "WriteRaced",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row, select
 
-from coordinator.domain.model import AtomRecord, NodeEvent, NodeRecord, NodeState
+from coordinator.domain.model import AtomRecord, Holder, NodeEvent, NodeRecord, NodeState
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 
@@ -72,11 +73,12 @@ class Catalog:
         return _node(row, atoms)
 
     async def nodes(
-        self, pool_id: str, after: str | None, limit: int
+        self, pool_id: str | Sequence[str], after: str | None, limit: int
     ) -> tuple[list[NodeRecord], dict[str, dict[str, int]]]:
-        """A page of a pool's nodes ordered by nodeId, and per node its atom counts."""
+        """A page of the nodes of a pool (or of several) ordered by nodeId, and per node
+        its atom counts."""
         n, a = schema.nodes.c, schema.atoms.c
-        cond = n.pool_id == pool_id
+        cond = n.pool_id == pool_id if isinstance(pool_id, str) else n.pool_id.in_(pool_id)
         if after:
             cond = cond & (n.node_id > after)
         async with self._db.read() as conn:
@@ -96,6 +98,24 @@ class Catalog:
                 for node_id, cls, _health in result.all():
                     counts[node_id][cls] = counts[node_id].get(cls, 0) + 1
         return [_node(r) for r in rows], counts
+
+    async def holders(self, node_id: str, now: int) -> dict[str, Holder]:
+        """atomId → the reservation holding it now (a booking running at `now`)."""
+        b, rv = schema.bookings.c, schema.reservations.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(b.atom_id, b.reservation_id, b.tenant_id, rv.project_id, b.end)
+                .select_from(
+                    schema.bookings.outerjoin(
+                        schema.reservations, rv.reservation_id == b.reservation_id
+                    )
+                )
+                .where((b.node_id == node_id) & (b.start <= now) & (b.end > now))
+            )
+            return {
+                r.atom_id: Holder(r.reservation_id, r.tenant_id, r.project_id, int(r.end))
+                for r in rows.all()
+            }
 
     async def events(self, node_id: str, after: int = 0, limit: int = 100) -> list[NodeEvent]:
         e = schema.node_events.c

@@ -17,11 +17,13 @@ from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
+from coordinator.ledger.reservation_listing import ReservationListing
 from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
+from coordinator.ledger.usage import UsageRepo
 
 
 class Ledger:
@@ -37,6 +39,8 @@ class Ledger:
         self.bookings = BookingRepo(db, self.snapshots)
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)
+        self.listing = ReservationListing(db)
+        self.usage = UsageRepo(db)
 
     @classmethod
     async def open(cls, url: str) -> Ledger:

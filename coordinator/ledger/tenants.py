@@ -9,7 +9,7 @@ import secrets
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.domain.model import Principal, Tenant
+from coordinator.domain.model import ApiKey, Principal, Tenant
 from coordinator.errors import Conflict, NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
@@ -68,6 +68,12 @@ class TenantRepo:
                 )
             ).first()
         return Tenant(row.tenant_id, row.name, row.created_at) if row else None
+
+    async def list(self) -> list[Tenant]:
+        t = schema.tenants.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(select(schema.tenants).order_by(t.tenant_id))
+            return [Tenant(r.tenant_id, r.name, r.created_at) for r in rows.all()]
 
 
 class ApiKeyRepo:
@@ -139,6 +145,26 @@ class ApiKeyRepo:
         if not hmac.compare_digest(row.key_hash, _hash(secret)):
             return None
         return Principal(key_id, row.tenant_id, frozenset(filter(None, row.roles.split(","))))
+
+    async def list(self, tenant_id: str | None = None) -> list[ApiKey]:
+        """Keys (revoked ones included), by tenant then creation; no secret, no hash."""
+        k = schema.api_keys.c
+        query = select(k.key_id, k.tenant_id, k.roles, k.label, k.created_at, k.revoked_at)
+        if tenant_id is not None:
+            query = query.where(k.tenant_id == tenant_id)
+        async with self._db.read() as conn:
+            rows = await conn.execute(query.order_by(k.tenant_id, k.created_at, k.key_id))
+            return [
+                ApiKey(
+                    key_id=r.key_id,
+                    tenant_id=r.tenant_id,
+                    roles=frozenset(filter(None, r.roles.split(","))),
+                    label=r.label,
+                    created_at=r.created_at,
+                    revoked_at=r.revoked_at,
+                )
+                for r in rows.all()
+            ]
 
     async def revoke(self, key_id: str, tenant_id: str | None, now: int) -> bool:
         """Revoke a key; with `tenant_id` only a key of that tenant. True if it was live."""

@@ -45,11 +45,12 @@ async def test_operator_bootstrap_through_the_cli(coordinator: Coordinator) -> N
     assert json.loads(offered.stdout)["offeredTo"] == ["globex"]
     key = json.loads((await gpufleet(c, "key-create", "globex")).stdout)["key"]
     assert key.startswith("gpf_")
-    table = await gpufleet(c, "summary", "globex")
+    table = await gpufleet(c, "summary", "globex", "-o", "table")
     assert table.returncode == 0 and "pool east" in table.stdout and "owner=acme" in table.stdout
-    # Errors are the API's envelope on stderr and a non-zero exit.
+    # Errors are one line on stderr naming the URL and the code, and a non-zero exit.
     dup = await gpufleet(c, "tenant-create", "acme")
-    assert dup.returncode == 1 and json.loads(dup.stderr)["error"]["code"] == "ALREADY_EXISTS"
+    assert dup.returncode == 1 and len(dup.stderr.strip().splitlines()) == 1
+    assert "ALREADY_EXISTS" in dup.stderr and c.url in dup.stderr
     bad = await gpufleet(c, "call", "capacity.summary", "{not json")
     assert bad.returncode != 0 and "not JSON" in bad.stderr
 

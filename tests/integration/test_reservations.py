@@ -134,10 +134,13 @@ async def test_create_and_preview_validate_every_seed_constraint(capi: Api, meth
         assert field in [f["path"] for f in err["error"]["details"]["fields"]], (patch, err)
 
 
-async def test_idempotency_key_is_required_for_preview_too(capi: Api) -> None:
+async def test_preview_books_nothing_so_needs_no_idempotency_key(capi: Api) -> None:
     body = req("pool_" + "0" * 26, "x")
     del body["idempotencyKey"]
+    # Past validation: the (absent) pool is what it answers about.
     status, err = await capi.call("capacity.preview", body)
+    assert status == 404 and err["error"]["code"] == "NOT_FOUND", err
+    status, err = await capi.call("reservations.create", body)
     assert status == 400 and err["error"]["details"]["fields"][0]["path"] == "idempotencyKey"
 
 

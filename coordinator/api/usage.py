@@ -1,0 +1,72 @@
+"""usage.report: unit-hours per tenant, pool, project and resource over a window, from
+the bookings as they actually ran (see `domain/usage.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from coordinator.api.context import CallContext
+from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
+from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.domain.usage import HOUR_MS, MAX_WINDOW_MS, usage_rows
+
+DEFAULT_WINDOW_MS = 30 * 24 * HOUR_MS
+
+
+class UsageInput(ApiInput):
+    tenant_id: TenantId | None = None  # absent (operators): every tenant
+    pool_id: PoolId | None = None
+    project_id: ProjectId | None = None
+    from_: EpochMs | None = Field(default=None, alias="from")
+    to: EpochMs | None = None
+
+    @model_validator(mode="after")
+    def _window(self) -> UsageInput:
+        if self.from_ is not None and self.to is not None:
+            if self.to <= self.from_:
+                raise ValueError("to must be after from")
+            if self.to - self.from_ > MAX_WINDOW_MS:
+                raise ValueError("the window is at most 366 days")
+        return self
+
+
+@REGISTRY.method(
+    "usage.report", kind="read", permission="compute:capacity:read", scope="compute-tenant",
+    input=UsageInput, phase="v0.3",
+)  # fmt: skip
+async def report(ctx: CallContext, body: UsageInput) -> dict[str, Any]:
+    """Unit-hours (GPU-hours for `gpu`; MIG, slot, VF, disk and node hours; vCPU- and
+    GiB-hours for scalars) per tenant, pool, project and resource over [from, to).
+
+    Counted from the bookings as they ran: a release counts only the time before it, a
+    preemption only the time before preemptAt, nothing after now. `to` defaults to now,
+    `from` to 30 days before `to`; at most 366 days. Operators may leave out tenantId."""
+    now = ctx.now()
+    end = body.to if body.to is not None else now
+    start = body.from_ if body.from_ is not None else max(0, end - DEFAULT_WINDOW_MS)
+    if end - start > MAX_WINDOW_MS:
+        start = end - MAX_WINDOW_MS
+    spans = await ctx.ledger.usage.spans(start, end, body.tenant_id, body.pool_id, body.project_id)
+    rows = usage_rows(spans, start, end, now)
+    totals: dict[str, float] = {}
+    for row in rows:
+        totals[row.resource] = totals.get(row.resource, 0.0) + row.hours
+    return {
+        "from": start,
+        "to": end,
+        "asOf": min(now, end),
+        "rows": [
+            {
+                "tenantId": r.tenant_id,
+                "poolId": r.pool_id,
+                "projectId": r.project_id,
+                "resource": r.resource,
+                "hours": round(r.hours, 6),
+                "reservations": r.reservations,
+            }
+            for r in rows
+        ],
+        "totals": {k: round(v, 6) for k, v in sorted(totals.items())},
+    }

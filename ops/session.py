@@ -1,0 +1,78 @@
+"""One CLI invocation's connection to the API: where, with which key, how to print, and
+whose tenant the key is (asked once, with `apiKeys.self`, when a command needs it)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ops.client import ApiClient
+from ops.output import Format, Printer, View, default_format
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+@dataclass
+class Session:
+    url: str = DEFAULT_URL
+    key: str | None = None
+    timeout_s: float = 30.0
+    fmt: Format | None = None
+    local: bool = False
+    _client: ApiClient | None = None
+    _me: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def printer(self) -> Printer:
+        out = sys.stdout
+        return Printer(self.fmt or default_format(out), self.local, out, out.isatty())
+
+    @property
+    def format(self) -> Format:
+        return self.printer.fmt
+
+    def client(self) -> ApiClient:
+        if not self.key:
+            raise click.UsageError("an API key is needed: --key or GPUFLEET_KEY")
+        if self._client is None:
+            self._client = ApiClient(self.url, self.key, self.timeout_s)
+        return self._client
+
+    def call(self, method: str, body: dict[str, Any]) -> Any:
+        return self.client().call(method, body)
+
+    def me(self) -> dict[str, Any]:
+        if self._me is None:
+            self._me = self.call("apiKeys.self", {})
+        return self._me
+
+    @property
+    def operator(self) -> bool:
+        return bool(self.me().get("operator"))
+
+    def tenant(self, given: str | None, *, required: bool = True) -> str | None:
+        """The tenant to act for: the one named, else the key's own; an operator key
+        names none (None: every tenant, where the method allows it)."""
+        if given:
+            return given
+        if not self.operator:
+            return str(self.me()["tenantId"])
+        if required:
+            raise click.UsageError("an operator key acts for no tenant of its own: add --tenant")
+        return None
+
+    def show(self, view: View) -> None:
+        self.printer.show(view)
+
+    def say(self, line: str) -> None:
+        click.echo(line)
+
+    def warn(self, line: str) -> None:
+        click.echo(line, err=True)
+
+
+def echo_err(text: str) -> None:
+    sys.stderr.write(text + "\n")

@@ -1,0 +1,318 @@
+"""`gpufleet` as a user runs it: the real command in a subprocess against a running
+coordinator (and its agent and NATS), piped and on a terminal (a pty), checking tables,
+JSON, CSV, one-line answers and one-line errors; the coordinator's access and audit
+lines; `gpufleet-agent inventory`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops.embedded_nats import EmbeddedNats
+from tests.e2e.fleet_procs import Fleet, wait_for
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass
+class World:
+    fleet: Fleet
+    nats_url: str
+    h100: str
+    mixed: str
+    acme_key: str
+    globex_key: str
+    reservation: str
+    tmp: Path
+
+    def env(self, key: str | None = None) -> dict[str, str]:
+        return {
+            "PATH": f"{BIN}:/usr/bin:/bin",
+            "GPUFLEET_URL": self.fleet.url,
+            "GPUFLEET_KEY": key or self.fleet.operator_key,
+            "GPUFLEET_NATS_URL": self.nats_url,
+            "COLUMNS": "250",
+            "HOME": str(self.tmp),
+        }
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+def piped(
+    world: World, *args: str, key: str | None = None, env: dict[str, str] | None = None
+) -> Ran:
+    p = subprocess.run(
+        [str(BIN / "gpufleet"), *args], capture_output=True, text=True, timeout=60,
+        env=world.env(key) | (env or {}),
+    )  # fmt: skip
+    assert "Traceback" not in p.stderr, p.stderr
+    return Ran(p.returncode, p.stdout, p.stderr)
+
+
+def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:
+    """Run with stdout and stderr on a pseudo-terminal, as a person would."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once
+        os.execve(str(BIN / "gpufleet"), ["gpufleet", *args], world.env(key))
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    text = ANSI.sub("", b"".join(chunks).decode(errors="replace")).replace("\r\n", "\n")
+    assert "Traceback" not in text, text
+    return Ran(os.waitstatus_to_exitcode(status), text, "")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("cli")
+    with EmbeddedNats(store_dir=str(tmp / "js")) as nats:
+        fleet = Fleet(tmp, nats.url)
+        try:
+            fleet.start_coordinator("--log-format", "json")
+            op = fleet.operator()
+            for tenant in ("acme", "globex"):
+                op.call("tenants.create", {"tenantId": tenant})
+            h100 = op.call("pools.create", {"tenantId": "acme", "name": "h100-east",
+                                            "gpuModel": "H100"})["poolId"]  # fmt: skip
+            mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed"})["poolId"]
+            op.call("pools.offer", {"tenantId": "acme", "poolId": mixed, "offerTo": "globex"})
+            acme = op.call("apiKeys.create", {"tenantId": "acme", "label": "ci"})["key"]
+            globex = op.call("apiKeys.create", {"tenantId": "globex"})["key"]
+            fleet.start_agent("h100-a", h100, "h100-sxm-8", 1.0)
+
+            def gpus() -> int:
+                rows = op.call("capacity.byPool", {"tenantId": "acme", "poolId": h100})["rows"]
+                return int(next(r for r in rows if r["resource"] == "gpu")["allocatable"])
+
+            wait_for(lambda: gpus() == 8, what="8 allocatable GPUs")
+            booked = op.call("reservations.create", {
+                "tenantId": "acme", "poolId": h100, "devices": [{"class": "gpu", "count": 2}],
+                "duration": "1h", "idempotencyKey": "cli-1",
+            })  # fmt: skip
+            yield World(fleet, nats.url, h100, mixed, acme, globex, booked["reservationId"], tmp)
+        finally:
+            fleet.close()
+
+
+def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> None:
+    rid = world.reservation
+    views: list[tuple[list[str], str, Any]] = [
+        (["pools"], "POOL", lambda d: {p["name"] for p in d} == {"h100-east", "mixed"}),
+        (["nodes"], "LAST SEEN", lambda d: [n["nodeId"] for n in d] == ["h100-a"]),
+        (["nodes", "--pool", world.mixed], "no nodes", lambda d: d == []),
+        (["node", "h100-a"], "BUCKET", lambda d: len(d["atoms"]) > 8),
+        (["reservations"], "RESERVATION", lambda d: [r["reservationId"] for r in d] == [rid]),
+        (["reservations", "--state", "released"], "no reservations", lambda d: d == []),
+        (["reservation", rid, "-t", "acme"], "ATOMS", lambda d: d["state"] == "active"),
+        (["tenants"], "KEYS", lambda d: {"acme", "globex"} <= {t["tenantId"] for t in d}),
+        (["keys", "acme"], "LABEL", lambda d: [k["label"] for k in d] == ["ci"]),
+        (["usage"], "TOTAL HOURS", lambda d: {r["tenantId"] for r in d["rows"]} <= {"acme"}),
+        (["summary"], "whole GPUs by model", lambda d: "H100" in d["byGpuModel"]),
+    ]  # fmt: skip
+    for args, header, check in views:
+        ran = piped(world, *args)
+        assert ran.code == 0, (args, ran.err)
+        data = json.loads(ran.out)
+        assert check(data), (args, data)
+        # Times are RFC 3339, never epoch milliseconds.
+        assert not re.search(r'"(createdAt|start|end|lastSeen)": \d', ran.out), args
+        shown = on_terminal(world, *args)
+        assert shown.code == 0 and header in shown.out, (args, shown.out)
+        assert not shown.out.lstrip().startswith(("{", "[")), (args, shown.out)
+    node = on_terminal(world, "node", "h100-a").out
+    held = [line for line in node.splitlines() if world.reservation in line]
+    assert len(held) == 2 and all("allocatable" in line for line in held), node
+    wide = on_terminal(world, "nodes", "-o", "wide").out
+    assert "HOSTNAME" in wide and "HOSTNAME" not in on_terminal(world, "nodes").out
+    local = piped(world, "--local", "-o", "json", "reservation", world.reservation, "-t", "acme")
+    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+([+-]\d\d:\d\d|Z)"', local.out)
+
+
+def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> None:
+    acme = json.loads(piped(world, "reservations", key=world.acme_key).out)
+    assert [r["reservationId"] for r in acme] == [world.reservation]
+    globex = json.loads(piped(world, "pools", key=world.globex_key).out)
+    assert [p["name"] for p in globex] == ["mixed"]
+    assert json.loads(piped(world, "reservations", key=world.globex_key).out) == []
+    denied = piped(world, "tenants", key=world.globex_key)
+    assert denied.code == 1 and "PERMISSION_DENIED" in denied.err
+    # Generated commands fill in tenantId too.
+    summary = json.loads(piped(world, "api", "capacity.summary", key=world.acme_key).out)
+    assert summary["tenantId"] == "acme"
+
+
+def test_writes_answer_in_one_line_and_every_method_takes_flags(world: World) -> None:
+    into = on_terminal(world, "maintenance", "h100-a", "--reason", "swap PSU")
+    assert into.code == 0 and into.out.strip().startswith("h100-a → maintenance (swap PSU)")
+    assert len(into.out.strip().splitlines()) == 1, into.out
+    out = piped(world, "maintenance", "h100-a", "--off")
+    assert json.loads(out.out)["nodeId"] == "h100-a"
+    assert "out of maintenance" in on_terminal(world, "maintenance", "h100-a", "--off").out
+    preview = piped(
+        world, "api", "capacity.preview", "--pool-id", world.h100,
+        "--devices", "class=gpu,count=2", "--duration", "1h", key=world.acme_key,
+    )  # fmt: skip
+    assert preview.code == 0 and json.loads(preview.out)["fits"] is True, preview.err
+    booked = on_terminal(
+        world, "api", "reservations.create", "--pool-id", world.h100, "--devices",
+        "class=gpu,count=1", "--duration", "30m", "--idempotency-key", "cli-2", key=world.acme_key,
+    )  # fmt: skip
+    assert re.match(r"rsv_\w+ active: 1 gpu on h100-a, ", booked.out.strip()), booked.out
+    rid = booked.out.split()[0]
+    released = on_terminal(world, "api", "reservations.release", "--reservation-id", rid,
+                           key=world.acme_key)  # fmt: skip
+    assert released.out.strip() == f"{rid} → released", released.out
+    made = on_terminal(world, "key-create", "globex", "--label", "x")
+    assert re.search(r"key \w{16} for globex \(tenant\), shown once:\ngpf_", made.out), made.out
+
+
+def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
+    wrong = piped(world, "call", "reservations", "{}")
+    assert wrong.code == 2 and "not a method" in wrong.err and "reservations.list" in wrong.err
+    assert len(wrong.err.strip().splitlines()) == 1
+    nats = piped(world, "pools", env={"GPUFLEET_URL": world.nats_url.replace("nats:", "http:")})
+    assert nats.code == 1 and "NATS server" in nats.err and world.nats_url[7:] in nats.err
+    bad = piped(world, "api", "capacity.summary", "--tenant-id", "no spaces")
+    assert bad.code == 1 and len(bad.err.strip().splitlines()) == 1
+    assert world.fleet.url in bad.err and "INVALID_INPUT" in bad.err and "tenantId" in bad.err
+    refused = piped(world, "pools", env={"GPUFLEET_URL": "http://127.0.0.1:9"})
+    assert refused.code == 1 and "http://127.0.0.1:9" in refused.err
+    nokey = piped(world, "pools", env={"GPUFLEET_KEY": ""})
+    assert nokey.code == 2 and "API key" in nokey.err
+    notjson = piped(world, "call", "capacity.summary", "{not json")
+    assert notjson.code == 2 and "not JSON" in notjson.err
+    # A reader that goes away (`gpufleet … | head`) ends it quietly.
+    proc = subprocess.Popen(
+        [str(BIN / "gpufleet"), "api", "nodes.get", "--node-id", "h100-a"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=world.env(),
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    # click ends a command whose reader left with exit 1, quietly (stderr stays empty).
+    assert proc.wait(30) in (0, 1, 141) and err == "", err
+    proc.stderr.close()
+
+
+def test_version_completion_and_usage_csv(world: World) -> None:
+    assert re.match(r"gpufleet, version \d", piped(world, "--version").out)
+    for shell, marker in (("bash", "complete "), ("zsh", "compdef"), ("fish", "complete ")):
+        script = piped(world, "completion", shell)
+        assert script.code == 0 and marker in script.out and "_GPUFLEET_COMPLETE" in script.out
+    words = subprocess.run(
+        [str(BIN / "gpufleet")], capture_output=True, text=True, timeout=30,
+        env=world.env() | {"_GPUFLEET_COMPLETE": "bash_complete", "COMP_WORDS": "gpufleet res",
+                           "COMP_CWORD": "1"},
+    ).stdout  # fmt: skip
+    assert "reservations" in words and "reservation" in words
+    rows = list(
+        csv.DictReader(io.StringIO(piped(world, "usage", "-o", "csv", "--from", "-1d").out))
+    )
+    assert rows and rows[0]["resource"] == "gpu" and float(rows[0]["hours"]) > 0
+
+
+def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -> None:
+    piped(world, "maintenance", "h100-a", "--reason", "alert test")
+    piped(world, "maintenance", "h100-a", "--off")
+    lines = piped(world, "alerts", "watch", "--since", "-10m", "--pool", world.h100,
+                  "--count", "3", "--idle", "20")  # fmt: skip
+    alerts = [json.loads(line) for line in lines.out.splitlines()]
+    assert lines.code == 0 and len(alerts) == 3, lines.err
+    assert all(a["poolId"] == world.h100 and a["kind"].startswith("node.") for a in alerts)
+    assert all(re.match(r"\d{4}-", a["at"]) for a in alerts)
+    table = on_terminal(world, "alerts", "watch", "--since", "-10m", "--count", "5", "--idle", "20")
+    assert "node.maintenance" in table.out and "alert test" in table.out, table.out
+    frame = on_terminal(world, "watch", "--count", "1")
+    assert frame.code == 0 and "GPUs:" in frame.out and "h100-a" in frame.out, frame.out
+
+
+def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:
+    made = json.loads(piped(world, "api", "apiKeys.create", "--tenant-id", "globex").out)
+    log = (world.tmp / "coordinator.log").read_text()
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    audits = [r for r in records if r.get("event") == "audit"]
+    mine = [
+        r for r in audits if r["method"] == "apiKeys.create" and r["input"]["tenantId"] == "globex"
+    ]
+    operator_id = world.fleet.operator_key.split("_")[1]
+    assert mine and all(r["keyId"] == operator_id and r["tenantId"] == "operator" for r in mine)
+    assert any(r["method"] == "nodes.setMaintenance" and r["result"] == "ok" for r in audits)
+    assert any(r["result"] == "refused" and r["code"] for r in audits)
+    assert any(r.get("event") == "access" and r["status"] == 200 for r in records)
+    for secret in (made["key"], world.fleet.operator_key, world.acme_key):
+        assert secret.split("_", 2)[2] not in log
+
+
+BLOCK = """
+import sys
+
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("aiohttp", "sqlalchemy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def test_the_cli_needs_neither_aiohttp_nor_sqlalchemy(world: World, tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK)
+    env = {"PYTHONPATH": str(tmp_path)}
+    for args in (["pools"], ["node", "h100-a"], ["api", "usage.report"], ["--help"]):
+        ran = piped(world, *args, env=env)
+        assert ran.code == 0, (args, ran.err)
+
+
+def test_agent_inventory_prints_what_it_would_offer() -> None:
+    def inventory(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "gpufleet-agent"), "inventory", "--simulate", "h100-sxm-8",
+             "--node-id", "probe", *args],
+            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+
+    seen = inventory("-o", "json")
+    assert seen.returncode == 0, seen.stderr
+    inv = json.loads(seen.stdout)
+    assert len(inv["gpus"]) == 8 and inv["poolId"] is None
+    offered = {a["attrs"].get("nic") for a in inv["atoms"] if a["class"] == "nic.vf"}
+    for nic in inv["nics"]:  # the simulated host's management NIC is listed, not offered
+        assert nic["bookable"] == (nic["name"] in offered), nic
+    first = next(n["name"] for n in inv["nics"] if n["bookable"])
+    managed = json.loads(inventory("-o", "json", "--management-nic", first).stdout)
+    nic = next(n for n in managed["nics"] if n["name"] == first)
+    assert nic["bookable"] is False
+    assert not any(a["attrs"].get("nic") == first for a in managed["atoms"])
+    table = inventory("--management-nic", first)
+    assert "GPUs (8):" in table.stdout and "no (management)" in table.stdout
+    assert "atoms it would offer: 1 node, 8 gpu" in table.stdout
+    bad = inventory("-o", "yaml")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -1,0 +1,112 @@
+"""usage.report, reservations.list filters, tenants.list, apiKeys.list/self, nodes.list
+across pools and nodes.get holders, over HTTP on SQLite and PostgreSQL, with a clock the
+test moves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.app import Coordinator
+from coordinator.domain.clock import FakeClock
+from coordinator.services.node_changes import record_inventory
+from tests.factories import make_inventory
+from tests.integration.conftest import Api
+
+T0 = 1_800_000_000_000
+MIN = 60_000
+
+
+async def _fleet(api: Api, c: Coordinator) -> tuple[str, str]:
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    await api.ok("tenants.create", {"tenantId": "globex"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    other = (await api.ok("pools.create", {"tenantId": "globex", "name": "q"}))["poolId"]
+    await record_inventory(c.ledger, make_inventory("n0", pool, gpus=8), 1)
+    await record_inventory(c.ledger, make_inventory("m0", other, gpus=4), 1)
+    return str(pool), str(other)
+
+
+def _req(pool: str, key: str, count: int, duration: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": count}],
+        "duration": duration, "idempotencyKey": key,
+    } | extra  # fmt: skip
+
+
+async def test_usage_counts_what_ran_and_listing_filters_by_state(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    pool, _ = await _fleet(capi, clocked)
+    early = await capi.ok("reservations.create", _req(pool, "a", 2, "2h"))
+    spot = await capi.ok("reservations.create", _req(pool, "b", 2, "4h", spot=True))
+    clock.advance(60 * MIN)
+    await capi.ok(
+        "reservations.release", {"tenantId": "acme", "reservationId": early["reservationId"]}
+    )
+    # Needs all 8 GPUs: the spot reservation is noticed, preempted 2 minutes on.
+    big = await capi.ok("reservations.create", _req(pool, "c", 8, "1h"))
+    assert big["start"] == T0 + 62 * MIN
+    clock.advance(10 * MIN)
+
+    report = await capi.ok(
+        "usage.report", {"tenantId": "acme", "from": T0 - MIN, "to": T0 + 1440 * MIN}
+    )
+    # released after 1 h: 2 GPU-h; preempted at 62 min: 2 × 62/60; the big one 8 × 8/60.
+    assert report["totals"]["gpu"] == pytest.approx(2 + 124 / 60 + 64 / 60, abs=1e-5)
+    (row,) = [r for r in report["rows"] if r["resource"] == "gpu"]
+    assert (row["tenantId"], row["poolId"], row["reservations"]) == ("acme", pool, 3)
+    assert report["asOf"] == T0 + 70 * MIN
+    # Nothing ran before the window.
+    empty = await capi.ok("usage.report", {"tenantId": "acme", "from": T0 - 60 * MIN, "to": T0})
+    assert empty["rows"] == [] and empty["totals"] == {}
+
+    async def listed(**filters: Any) -> list[str]:
+        page = await capi.ok("reservations.list", {"tenantId": "acme"} | filters)
+        return [r["reservationId"] for r in page["reservations"]]
+
+    assert await listed(state=["released"]) == [early["reservationId"]]
+    assert await listed(state=["preempted"]) == [spot["reservationId"]]
+    assert await listed(state=["scheduled", "active", "noticed"]) == [big["reservationId"]]
+    # Overlapping a window after the preemption: only what still runs then.
+    assert await listed(poolId=pool, **{"from": T0 + 90 * MIN}) == [big["reservationId"]]
+    assert await listed(**{"to": T0 + MIN}) == [spot["reservationId"], early["reservationId"]]
+    status, err = await capi.call("reservations.list", {"tenantId": "acme", "state": ["gone"]})
+    assert status == 400 and err["error"]["details"]["fields"][0]["path"].startswith("state")
+
+
+async def test_operators_list_everything_and_tenants_only_their_own(
+    capi: Api, clocked: Coordinator
+) -> None:
+    pool, other = await _fleet(capi, clocked)
+    acme = (await capi.ok("apiKeys.create", {"tenantId": "acme", "label": "ci"}))["key"]
+    booked = await capi.ok("reservations.create", _req(pool, "h", 1, "1h"))
+
+    tenants = (await capi.ok("tenants.list", {}))["tenants"]
+    assert {t["tenantId"]: t["pools"] for t in tenants} == {"acme": 1, "globex": 1, "operator": 0}
+    keys = (await capi.ok("apiKeys.list", {"tenantId": "acme"}))["keys"]
+    assert [k["label"] for k in keys] == ["ci"]
+    assert set(keys[0]) == {"keyId", "tenantId", "roles", "label", "createdAt", "revokedAt"}
+    assert await capi.ok("apiKeys.self", {}, key=acme) == {
+        "keyId": acme.split("_")[1], "tenantId": "acme", "roles": ["tenant"], "operator": False,
+    }  # fmt: skip
+    status, err = await capi.call("tenants.list", {}, key=acme)
+    assert (status, err["error"]["code"]) == (403, "PERMISSION_DENIED")
+
+    # Leaving out tenantId: every tenant's for an operator, refused for a tenant.
+    every = await capi.ok("nodes.list", {})
+    assert [n["nodeId"] for n in every["nodes"]] == ["m0", "n0"]
+    mine = await capi.ok("nodes.list", {"tenantId": "acme"}, key=acme)
+    assert [n["nodeId"] for n in mine["nodes"]] == ["n0"]
+    status, err = await capi.call("nodes.list", {}, key=acme)
+    assert status == 403 and "tenantId is required" in err["error"]["message"]
+    status, _ = await capi.call("nodes.list", {"tenantId": "acme", "poolId": other}, key=acme)
+    assert status == 404
+    everyone = await capi.ok("reservations.list", {})
+    assert [r["tenantId"] for r in everyone["reservations"]] == ["acme"]
+
+    node = await capi.ok("nodes.get", {"tenantId": "acme", "nodeId": "n0"}, key=acme)
+    held = [a for a in node["atoms"] if a["heldBy"]]
+    assert [a["heldBy"]["reservationId"] for a in held] == [booked["reservationId"]]
+    assert {a["bucket"] for a in node["atoms"]} == {"allocatable"}

@@ -119,6 +119,7 @@ class IntervalBookings:
 
         async def attempt() -> IntervalOutcome:
             async with self.ledger.transaction() as uow:
+                await uow.lock_tenant(tenant_id)
                 await uow.lock_pools(pool.pool_id)
                 if key is not None:
                     found = await uow.idempotency.lookup(tenant_id, ENDPOINT, key, digest)

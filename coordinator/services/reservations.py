@@ -147,6 +147,7 @@ class Reservations:
         now = self.clock.now_ms()
         key = req.idempotency_key
         async with self.ledger.transaction() as uow:
+            await uow.lock_tenant(req.tenant_id)
             await uow.lock_pools(req.pool_id)
             found = await uow.idempotency.lookup(req.tenant_id, ENDPOINT, key, digest)
             if found is not None:

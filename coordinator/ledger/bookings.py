@@ -57,22 +57,21 @@ class NotPlaced:
 
 
 def booked_delta(
-    atoms: list[HeldAtom], scalars: list[HeldScalar], already_reserved: set[str], now: int
+    atoms: list[HeldAtom], already_reserved: set[str], not_allocatable: set[str], now: int
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """What new bookings add to `allocated` (booked now) and `reserved` (starting later,
-    each atom once however many later bookings it has)."""
+    """What new atom bookings add to `allocated` (booked now) and `reserved` (starting
+    later, each atom once however many later bookings it has). Atoms outside the
+    allocatable bucket (a whole node's faulty devices) count in neither. Scalars are
+    recounted instead: their `reserved` is a peak, not a sum."""
     allocated: dict[str, int] = {}
     reserved: dict[str, int] = {}
     for h in atoms:
+        if h.atom_id in not_allocatable:
+            continue
         if h.start <= now < h.end:
             allocated[h.cls] = allocated.get(h.cls, 0) + 1
         elif h.start > now and h.atom_id not in already_reserved:
             reserved[h.cls] = reserved.get(h.cls, 0) + 1
-    for sc in scalars:
-        if sc.start <= now < sc.end:
-            allocated[sc.resource] = allocated.get(sc.resource, 0) + sc.amount
-        elif sc.start > now:
-            reserved[sc.resource] = reserved.get(sc.resource, 0) + sc.amount
     return allocated, reserved
 
 
@@ -198,10 +197,14 @@ class BookingWriter:
             # Victims' bookings were cut short: recount, and let the cache reload.
             await refresh_booked(conn, r.pool_id, now)
         else:
+            unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
             allocated, reserved = booked_delta(
-                held_atoms, held_scalars, self._snapshots.reserved_atoms(r.pool_id, now), now
+                held_atoms, self._snapshots.reserved_atoms(r.pool_id, now), unhealthy, now
             )
             await apply_booked_delta(conn, r.pool_id, allocated, reserved, now)
+            scalars = {sc.resource for sc in held_scalars}
+            if scalars:
+                await refresh_booked(conn, r.pool_id, now, scalars)
             version = read_version + 1
             self._after_commit(
                 lambda: self._snapshots.committed(r.pool_id, version, held_atoms, held_scalars)

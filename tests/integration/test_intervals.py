@@ -35,12 +35,19 @@ class Rest:
         self.session, self.base, self.key = session, base, key
 
     async def post(
-        self, body: Any, idem: str | None = None, raw: bytes | None = None, key: str | None = None
+        self,
+        body: Any,
+        idem: str | None = None,
+        raw: bytes | None = None,
+        key: str | None = None,
+        pool: str | None = None,
     ) -> tuple[int, Any]:
         headers = {"X-API-Key": key or self.key}
         if idem is not None:
             headers["Idempotency-Key"] = idem
         kwargs: dict[str, Any] = {"data": raw} if raw is not None else {"json": body}
+        if pool is not None:
+            kwargs["params"] = {"poolId": pool}
         async with self.session.post(
             f"{self.base}/api/capacity/reservations", headers=headers, **kwargs
         ) as resp:

@@ -314,15 +314,28 @@ class NodeChange:
         for pool_id in sorted(touched):
             await lock_pool(self._conn, pool_id)
         await bump(self._conn, touched, nodes=True)
+        recount: set[str] = set()
         for node_id in self._ids:
             old, new = self._before.get(node_id), after.get(node_id)
             if old is not None and new is not None and old.pool_id != new.pool_id:
                 await apply_rollup_delta(self._conn, old.pool_id, rollup_delta(old, None), now)
                 await apply_rollup_delta(self._conn, new.pool_id, rollup_delta(None, new), now)
+                recount |= {old.pool_id, new.pool_id}
             elif old is not None or new is not None:
                 pool_id = (new or old).pool_id  # type: ignore[union-attr]
                 await apply_rollup_delta(self._conn, pool_id, rollup_delta(old, new), now)
+                if old is not None and _allocatable(old) != _allocatable(new):
+                    recount.add(pool_id)
         # Atoms that left (or rejoined) the allocatable bucket take their bookings out of
-        # (or back into) the booked columns.
-        for pool_id in sorted(touched):
+        # (or back into) the booked columns. A new node holds no bookings yet.
+        for pool_id in sorted(recount):
             await refresh_booked(self._conn, pool_id, now)
+
+
+def _allocatable(node: NodeView | None) -> frozenset[str]:
+    """The node's atoms in the allocatable bucket, and the node itself when its vCPU,
+    memory and hugepages are."""
+    if node is None or node_bucket(node.state) != "allocatable":
+        return frozenset()
+    atoms = (a.atom_id for a in node.atoms if atom_bucket(node.state, a) == "allocatable")
+    return frozenset((node.node_id, *atoms))

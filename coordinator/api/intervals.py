@@ -122,7 +122,7 @@ async def calendar(ctx: CallContext, inp: CalendarInput) -> Any:
     return {
         "from": format_time(start),
         "to": format_time(end),
-        "poolId": pool.pool_id,
+        "resource": "memory_gb",
         "intervals": [
             {
                 "startsAt": format_time(q),

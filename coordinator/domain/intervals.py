@@ -40,16 +40,19 @@ class IntervalReservation:
 
 @dataclass(frozen=True, slots=True)
 class QuarterUsage:
-    """One quarter-hour as a tenant sees it: its limit, what it has reserved, and the
-    pool's free memory after every booking."""
+    """One quarter-hour as a tenant sees it: the limit shown (its pool quota, else its
+    tenant-wide quota, else the pool's memory), what counts against that limit at the
+    quarter's busiest instant, the pool's free memory after every booking, and the room
+    the tightest of the limits that apply still leaves."""
 
     limit_gb: int
     tenant_gb: int
     pool_free_gb: int
+    room_gb: int
 
     @property
     def reservable(self) -> int:
-        return reservable_gb(self.limit_gb, self.tenant_gb, self.pool_free_gb)
+        return reservable_gb(self.room_gb, self.pool_free_gb)
 
 
 def parse_time(value: object, field: str) -> int:
@@ -154,8 +157,8 @@ def parse_limit(raw: str | None) -> int:
     return min(value, LIST_MAX_LIMIT)
 
 
-def reservable_gb(limit_gb: int, tenant_reserved_gb: int, pool_free_gb: int) -> int:
-    """What one more request may take in an interval: within the tenant's limit and the
-    pool's free memory, rounded down to the 4 GB grain."""
-    room = max(0, min(limit_gb - tenant_reserved_gb, pool_free_gb))
+def reservable_gb(room_gb: int, pool_free_gb: int) -> int:
+    """What one more request may take in an interval: within the room every limit leaves
+    and the pool's free memory, rounded down to the 4 GB grain."""
+    room = max(0, min(room_gb, pool_free_gb))
     return room - room % GRAIN_GB

@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import distinct, func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
-from coordinator.errors import QuotaExceeded
-from coordinator.ledger import schema
+from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.quotas import TenantLocks
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
 from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
@@ -57,22 +57,21 @@ class NotPlaced:
 
 
 def booked_delta(
-    atoms: list[HeldAtom], scalars: list[HeldScalar], already_reserved: set[str], now: int
+    atoms: list[HeldAtom], already_reserved: set[str], not_allocatable: set[str], now: int
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """What new bookings add to `allocated` (booked now) and `reserved` (starting later,
-    each atom once however many later bookings it has)."""
+    """What new atom bookings add to `allocated` (booked now) and `reserved` (starting
+    later, each atom once however many later bookings it has). Atoms outside the
+    allocatable bucket (a whole node's faulty devices) count in neither. Scalars are
+    recounted instead: their `reserved` is a peak, not a sum."""
     allocated: dict[str, int] = {}
     reserved: dict[str, int] = {}
     for h in atoms:
+        if h.atom_id in not_allocatable:
+            continue
         if h.start <= now < h.end:
             allocated[h.cls] = allocated.get(h.cls, 0) + 1
         elif h.start > now and h.atom_id not in already_reserved:
             reserved[h.cls] = reserved.get(h.cls, 0) + 1
-    for sc in scalars:
-        if sc.start <= now < sc.end:
-            allocated[sc.resource] = allocated.get(sc.resource, 0) + sc.amount
-        elif sc.start > now:
-            reserved[sc.resource] = reserved.get(sc.resource, 0) + sc.amount
     return allocated, reserved
 
 
@@ -138,10 +137,12 @@ class BookingWriter:
         conn: AsyncConnection,
         snapshots: SnapshotCache,
         after_commit: Callable[[Callable[[], None]], None],
+        tenant_locks: TenantLocks,
     ) -> None:
         self._conn = conn
         self._snapshots = snapshots
         self._after_commit = after_commit
+        self._tenant_locks = tenant_locks
 
     async def book(self, r: BookingRequest, now: int) -> Booked | NotPlaced:
         """Place and book `r`, or say why it does not fit; raises QuotaExceeded."""
@@ -196,10 +197,14 @@ class BookingWriter:
             # Victims' bookings were cut short: recount, and let the cache reload.
             await refresh_booked(conn, r.pool_id, now)
         else:
+            unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
             allocated, reserved = booked_delta(
-                held_atoms, held_scalars, self._snapshots.reserved_atoms(r.pool_id, now), now
+                held_atoms, self._snapshots.reserved_atoms(r.pool_id, now), unhealthy, now
             )
             await apply_booked_delta(conn, r.pool_id, allocated, reserved, now)
+            scalars = {sc.resource for sc in held_scalars}
+            if scalars:
+                await refresh_booked(conn, r.pool_id, now, scalars)
             version = read_version + 1
             self._after_commit(
                 lambda: self._snapshots.committed(r.pool_id, version, held_atoms, held_scalars)
@@ -284,52 +289,10 @@ class BookingWriter:
     async def _check_quota(
         self, conn: AsyncConnection, r: BookingRequest, placement: Placement, start: int, end: int
     ) -> None:
-        q = schema.quotas.c
-        quotas = (
-            await conn.execute(
-                select(q.pool_id, q.resource, q.limit).where(
-                    (q.tenant_id == r.tenant_id) & q.pool_id.in_(["", r.pool_id])
-                )
-            )
-        ).all()
-        if not quotas:
-            return
         asked: dict[str, int] = {}
         for pick in placement.chosen:
             for a in pick.atoms:
                 asked[a.cls] = asked.get(a.cls, 0) + 1
             for resource, amount in pick.resources:
                 asked[resource] = asked.get(resource, 0) + amount
-        b, s = schema.bookings.c, schema.scalar_bookings.c
-        for scope, resource, limit in quotas:
-            want = asked.get(resource, 0)
-            if not want:
-                continue
-            if resource in ("vcpu", "memoryGiB", "hugepages1Gi"):
-                cond = (s.tenant_id == r.tenant_id) & (s.resource == resource)
-                cond &= (s.start < end) & (s.end > start)
-                if scope:
-                    cond &= s.pool_id == scope
-                used = (
-                    await conn.execute(select(func.coalesce(func.sum(s.amount), 0)).where(cond))
-                ).scalar_one()
-            else:
-                cond = (b.tenant_id == r.tenant_id) & (b["class"] == resource)
-                cond &= (b.start < end) & (b.end > start)
-                if scope:
-                    cond &= b.pool_id == scope
-                used = (
-                    await conn.execute(select(func.count(distinct(b.atom_id))).where(cond))
-                ).scalar_one()
-            if int(used) + want > limit:
-                raise QuotaExceeded(
-                    f"quota for {resource} exceeded: {used} in use in the window, {want} asked, "
-                    f"limit {limit}",
-                    {
-                        "resource": resource,
-                        "poolId": scope or None,
-                        "limit": limit,
-                        "used": int(used),
-                        "requested": want,
-                    },
-                )
+        await quotas.check(conn, self._tenant_locks, r.tenant_id, r.pool_id, asked, start, end)

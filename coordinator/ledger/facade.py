@@ -83,6 +83,13 @@ class Ledger:
                 drift += await rebuild_pool(conn, pool_id, now)
         return drift
 
+    async def recorded(
+        self, tenant_id: str, endpoint: str, key: str, digest: str
+    ) -> idempotency.Recorded | None:
+        """The answer recorded under an idempotency key (None if none; a different body
+        under the key is IDEMPOTENCY_KEY_CONFLICT), read before any validation."""
+        return await idempotency.recorded(self._db, tenant_id, endpoint, key, digest)
+
     async def purge_idempotency(self, now: int, keep_ms: int) -> int:
         """Drop idempotency records older than `keep_ms`; returns how many."""
         return await idempotency.purge(self._db, now, keep_ms)

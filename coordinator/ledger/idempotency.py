@@ -81,6 +81,15 @@ async def store(
     )
 
 
+async def recorded(
+    db: Database, tenant_id: str, endpoint: str, key: str, digest: str
+) -> Recorded | None:
+    """`lookup` outside any unit of work: a retry is answered from its record before
+    the request is validated again (its start may have passed since)."""
+    async with db.read() as conn:
+        return await lookup(conn, tenant_id, endpoint, key, digest)
+
+
 async def purge(db: Database, now: int, keep_ms: int) -> int:
     """Drop the records created more than `keep_ms` before `now`; returns how many."""
     async with db.transaction() as conn:

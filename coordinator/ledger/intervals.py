@@ -2,27 +2,32 @@
 work), the audit list and the calendar's numbers.
 
 The writer runs under the pool lock (PostgreSQL advisory lock; SQLite has one writer),
-so parallel writes for the same interval serialize; the loser sees the winner's bookings
-and answers with the updated reservableGb.
+and under the tenant's quota lock when a tenant-wide quota applies, so parallel writes
+for the same interval (or the same tenant-wide limit) serialize; the loser sees the
+winner's bookings and answers with the updated reservableGb. The tenant's usage against
+its limit is the quota arithmetic of `quotas.py`: interval reservations and compute
+`memoryGiB` bookings alike, at each quarter's busiest instant.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.commitments import Commitment, peaks, room
 from coordinator.domain.intervals import (
     INTERVAL_MS,
     Interval,
     IntervalReservation,
     QuarterUsage,
 )
-from coordinator.ledger import schema
+from coordinator.domain.model import Quota
+from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database
+from coordinator.ledger.quotas import TenantLocks
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -30,49 +35,54 @@ RESOURCE = "memoryGiB"
 
 
 async def usage(
-    conn: AsyncConnection, tenant_id: str, pool_id: str, quarters: Sequence[int]
+    conn: AsyncConnection,
+    tenant_id: str,
+    pool_id: str,
+    quarters: Sequence[int],
+    locks: TenantLocks | None = None,
 ) -> dict[int, QuarterUsage]:
-    """For each quarter start: the tenant's limit, its reserved GB, and the pool's free
-    memory after every booking (interval ones and node-level memory of compute ones)."""
+    """For each quarter start: the limit shown and what the tenant uses against it, the
+    pool's free memory after every booking (interval ones and node-level memory of
+    compute ones) and the room the tightest quota leaves — all at the quarter's busiest
+    instant. Inside a unit of work `locks` says whether the tenant's quota lock is held."""
     if not quarters:
         return {}
     lo, hi = min(quarters), max(quarters) + INTERVAL_MS
-    q, r, s = schema.quotas.c, schema.rollup.c, schema.scalar_bookings.c
+    windows = [(q, q + INTERVAL_MS) for q in quarters]
+    r, s = schema.rollup.c, schema.scalar_bookings.c
     allocatable = (
         await conn.execute(
             select(r.allocatable).where((r.pool_id == pool_id) & (r.resource == RESOURCE))
         )
     ).scalar_one_or_none() or 0
-    quotas = dict(
-        (
-            await conn.execute(
-                select(q.pool_id, q.limit).where(
-                    (q.tenant_id == tenant_id)
-                    & (q.resource == RESOURCE)
-                    & q.pool_id.in_(["", pool_id])
-                )
-            )
-        ).all()
-    )
-    limit = int(quotas.get(pool_id, quotas.get("", allocatable)))
-    pool_used: dict[int, int] = defaultdict(int)
-    tenant_used: dict[int, int] = defaultdict(int)
-    rows = await conn.execute(
-        select(s.tenant_id, s.node_id, s.amount, s.start, s.end).where(
+    pool_rows = await conn.execute(
+        select(s.start, s.end, s.amount).where(
             (s.pool_id == pool_id) & (s.resource == RESOURCE) & (s.start < hi) & (s.end > lo)
         )
     )
-    wanted = set(quarters)
-    for owner, node_id, amount, start, end in rows.all():
-        first = max(lo, start - start % INTERVAL_MS)
-        for quarter in range(first, min(end, hi), INTERVAL_MS):
-            if quarter in wanted:
-                pool_used[quarter] += int(amount)
-                if owner == tenant_id and node_id == "":
-                    tenant_used[quarter] += int(amount)
+    pool_used = peaks([Commitment(int(a), int(b), int(n)) for a, b, n in pool_rows], windows)
+    limits = await quotas.applicable(conn, tenant_id, pool_id, [RESOURCE]) or [
+        Quota(tenant_id, pool_id, RESOURCE, int(allocatable))
+    ]
+    used_by_limit = []
+    for quota in limits:
+        if quota.pool_id is None and locks is not None:
+            await locks.ensure(tenant_id)
+        held = await quotas.commitments(conn, tenant_id, RESOURCE, quota.pool_id, lo, hi)
+        used_by_limit.append(peaks(held, windows))
+    shown, shown_used = limits[0], used_by_limit[0]
+    rooms = [
+        min(room(q.limit, used[i]) for q, used in zip(limits, used_by_limit, strict=True))
+        for i in range(len(quarters))
+    ]
     return {
-        quarter: QuarterUsage(limit, tenant_used[quarter], max(0, allocatable - pool_used[quarter]))
-        for quarter in quarters
+        quarter: QuarterUsage(
+            limit_gb=shown.limit,
+            tenant_gb=shown_used[i],
+            pool_free_gb=max(0, int(allocatable) - pool_used[i]),
+            room_gb=rooms[i],
+        )
+        for i, quarter in enumerate(quarters)
     }
 
 
@@ -126,13 +136,14 @@ class IntervalRepo:
 class IntervalWriter:
     """Interval bookings inside a unit of work (which holds the pool lock)."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, tenant_locks: TenantLocks) -> None:
         self._conn = conn
+        self._tenant_locks = tenant_locks
 
     async def usage(
         self, tenant_id: str, pool_id: str, quarters: Sequence[int]
     ) -> dict[int, QuarterUsage]:
-        return await usage(self._conn, tenant_id, pool_id, quarters)
+        return await usage(self._conn, tenant_id, pool_id, quarters, self._tenant_locks)
 
     async def book(
         self, tenant_id: str, pool_id: str, intervals: Sequence[Interval], now: int

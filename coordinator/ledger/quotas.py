@@ -1,12 +1,154 @@
-"""Quotas per tenant, pool (or every pool) and resource, set by operators."""
+"""Quotas per tenant, pool (or every pool) and resource: set by operators, checked by
+every writer with one arithmetic.
+
+What a tenant uses against a quota is read by one query (`commitments`: its bookings
+of a resource in one pool or in every pool, over a window) and counted by the domain's
+peak arithmetic (`coordinator/domain/commitments.py`); compute creates and interval
+reservations both go through it. A tenant-wide quota spans pools whose writers hold
+different pool locks, so its check is serialized by the tenant's quota lock, taken
+before any pool lock (one lock order: tenant, then pools sorted, then reservations).
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from collections.abc import Iterable, Mapping
 
-from coordinator.domain.model import Quota
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.commitments import Commitment, peak
+from coordinator.domain.model import SCALAR_RESOURCES, Quota
+from coordinator.errors import QuotaExceeded
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
+
+EVERY_POOL = ""  # the pool_id column of a tenant-wide quota
+# A key space of its own for advisory locks on tenants (pool locks use the one-key form,
+# whose space PostgreSQL keeps apart from the two-key form).
+_TENANT_LOCK_SPACE = 1
+
+
+class QuotaLockMissed(Exception):
+    """A tenant-wide quota appeared after the unit of work chose not to take the
+    tenant's lock; the work must start again (it then takes it first)."""
+
+
+class TenantLocks:
+    """The tenant quota locks one unit of work holds."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+        self._held: set[str] = set()
+
+    async def take(self, tenant_id: str) -> None:
+        """Take the tenant's quota lock if it has a tenant-wide quota. Call before any
+        pool lock."""
+        if tenant_id in self._held or not await _has_tenant_wide(self._conn, tenant_id):
+            return
+        if self._conn.dialect.name == "postgresql":
+            await self._conn.exec_driver_sql(
+                f"SELECT pg_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))", (tenant_id,)
+            )
+        self._held.add(tenant_id)
+
+    async def ensure(self, tenant_id: str) -> None:
+        """Before counting against a tenant-wide quota: the lock must be held. Taking it
+        now could wait behind a writer that waits for our pool lock, so only an
+        uncontended lock is taken; otherwise the work starts over."""
+        if tenant_id in self._held or self._conn.dialect.name != "postgresql":
+            return
+        got = (
+            await self._conn.exec_driver_sql(
+                f"SELECT pg_try_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))",
+                (tenant_id,),
+            )
+        ).scalar_one()
+        if not got:
+            raise QuotaLockMissed(tenant_id)
+        self._held.add(tenant_id)
+
+
+async def _has_tenant_wide(conn: AsyncConnection, tenant_id: str) -> bool:
+    q = schema.quotas.c
+    row = await conn.execute(
+        select(q.resource).where((q.tenant_id == tenant_id) & (q.pool_id == EVERY_POOL)).limit(1)
+    )
+    return row.first() is not None
+
+
+async def applicable(
+    conn: AsyncConnection, tenant_id: str, pool_id: str, resources: Iterable[str]
+) -> list[Quota]:
+    """The quotas a booking of `resources` in `pool_id` must stay within: the pool's own
+    and the tenant-wide ones (`pool_id` None), most specific first."""
+    wanted = sorted(set(resources))
+    if not wanted:
+        return []
+    q = schema.quotas.c
+    rows = await conn.execute(
+        select(q.pool_id, q.resource, q.limit).where(
+            (q.tenant_id == tenant_id)
+            & q.pool_id.in_([EVERY_POOL, pool_id])
+            & q.resource.in_(wanted)
+        )
+    )
+    found = [Quota(tenant_id, row[0] or None, row[1], int(row[2])) for row in rows.all()]
+    return sorted(found, key=lambda qu: (qu.resource, qu.pool_id is None))
+
+
+async def commitments(
+    conn: AsyncConnection, tenant_id: str, resource: str, pool_id: str | None, start: int, end: int
+) -> list[Commitment]:
+    """The tenant's bookings of `resource` overlapping `[start, end)`, in one pool or
+    (None) in every pool: scalar amounts as booked (interval reservations included),
+    one per atom for atom classes."""
+    if resource in SCALAR_RESOURCES:
+        s = schema.scalar_bookings.c
+        cond = (s.tenant_id == tenant_id) & (s.resource == resource)
+        cond &= (s.start < end) & (s.end > start)
+        if pool_id is not None:
+            cond &= s.pool_id == pool_id
+        rows = await conn.execute(select(s.start, s.end, s.amount).where(cond))
+        return [Commitment(int(a), int(b), int(n)) for a, b, n in rows.all()]
+    b = schema.bookings.c
+    cond = (b.tenant_id == tenant_id) & (b["class"] == resource)
+    cond &= (b.start < end) & (b.end > start)
+    if pool_id is not None:
+        cond &= b.pool_id == pool_id
+    atom_rows = await conn.execute(select(b.start, b.end).where(cond))
+    return [Commitment(int(a), int(e), 1) for a, e in atom_rows.all()]
+
+
+async def check(
+    conn: AsyncConnection,
+    locks: TenantLocks,
+    tenant_id: str,
+    pool_id: str,
+    asked: Mapping[str, int],
+    start: int,
+    end: int,
+) -> None:
+    """QUOTA_EXCEEDED when `asked` over `[start, end)` would take the tenant past a quota
+    at any instant of the window."""
+    wanted = {resource: n for resource, n in asked.items() if n > 0}
+    for quota in await applicable(conn, tenant_id, pool_id, wanted):
+        if quota.pool_id is None:
+            await locks.ensure(tenant_id)
+        held = await commitments(conn, tenant_id, quota.resource, quota.pool_id, start, end)
+        used = peak(held, start, end)
+        want = wanted[quota.resource]
+        if used + want > quota.limit:
+            raise QuotaExceeded(
+                f"quota for {quota.resource} exceeded: {used} in use at the busiest instant "
+                f"of the window, {want} asked, limit {quota.limit}",
+                {
+                    "resource": quota.resource,
+                    "poolId": quota.pool_id,
+                    "limit": quota.limit,
+                    "used": used,
+                    "requested": want,
+                },
+            )
 
 
 class QuotaRepo:
@@ -17,7 +159,7 @@ class QuotaRepo:
         q = schema.quotas.c
         key = (
             (q.tenant_id == quota.tenant_id)
-            & (q.pool_id == (quota.pool_id or ""))
+            & (q.pool_id == (quota.pool_id or EVERY_POOL))
             & (q.resource == quota.resource)
         )
         async with self._db.transaction() as conn:
@@ -25,7 +167,7 @@ class QuotaRepo:
             await conn.execute(
                 schema.quotas.insert().values(
                     tenant_id=quota.tenant_id,
-                    pool_id=quota.pool_id or "",
+                    pool_id=quota.pool_id or EVERY_POOL,
                     resource=quota.resource,
                     limit=quota.limit,
                     updated_at=now,

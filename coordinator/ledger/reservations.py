@@ -54,16 +54,19 @@ async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: in
         )
 
 
-async def _owned(conn: AsyncConnection, reservation_id: str, tenant_id: str) -> Reservation:
-    """The tenant's reservation; another tenant's is as absent as a missing one."""
+async def _owned(
+    conn: AsyncConnection, reservation_id: str, tenant_id: str, *, for_update: bool = False
+) -> Reservation:
+    """The tenant's reservation; another tenant's is as absent as a missing one. With
+    `for_update` the row stays locked until the transaction ends (the last lock in the
+    lock order: tenant, pools, reservations)."""
     rv = schema.reservations.c
-    row = (
-        await conn.execute(
-            select(schema.reservations).where(
-                (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
-            )
-        )
-    ).first()
+    query = select(schema.reservations).where(
+        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
+    )
+    if for_update:
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
     if row is None:
         raise NotFound(f"reservation {reservation_id} not found")
     return reservation_from_row(row)
@@ -145,7 +148,7 @@ class ReservationRepo:
                     continue
                 await conn.execute(
                     update(schema.reservations)
-                    .where(rv.reservation_id.in_(ids))
+                    .where(rv.reservation_id.in_(ids) & (rv.state == LIVE))
                     .values(state=state, ended_at=now, updated_at=now)
                 )
                 await end_bookings(conn, ids, now)
@@ -200,7 +203,9 @@ class ReservationRepo:
 
 
 class ReservationWriter:
-    """Release and renew, inside a unit of work."""
+    """Release and renew, inside a unit of work. Each takes the reservation's pool lock
+    and reads the row again under it, as the clock and a preempting create do, so the
+    four are serialized: none acts on a state another has already changed."""
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
@@ -212,12 +217,12 @@ class ReservationWriter:
         res = await _owned(conn, reservation_id, tenant_id)
         await lock_pool(conn, res.pool_id)
         # Read again under the lock: the clock may have ended it meanwhile.
-        res = await _owned(conn, reservation_id, tenant_id)
+        res = await _owned(conn, reservation_id, tenant_id, for_update=True)
         if not res.live(now):
             return res
         await conn.execute(
             update(schema.reservations)
-            .where(rv.reservation_id == reservation_id)
+            .where((rv.reservation_id == reservation_id) & (rv.state == LIVE))
             .values(state="released", ended_at=now, updated_at=now)
         )
         await end_bookings(conn, [reservation_id], now)
@@ -228,17 +233,24 @@ class ReservationWriter:
     async def renew(
         self, reservation_id: str, tenant_id: str, lease_seconds: int | None, now: int
     ) -> Reservation | None:
-        """Extend the lease from now; None when the reservation has no lease or is over."""
+        """Extend the lease from now; None when the reservation has no lease or is over.
+
+        Under the pool lock, like the clock that expires leases: an "extended" answer is
+        never given for a lease the clock has already ended (and its atoms freed)."""
         rv = schema.reservations.c
         conn = self._conn
         res = await _owned(conn, reservation_id, tenant_id)
+        await lock_pool(conn, res.pool_id)
+        res = await _owned(conn, reservation_id, tenant_id, for_update=True)
         if res.lease_seconds is None or not res.live(now):
             return None
         seconds = lease_seconds or res.lease_seconds
         expires = now + seconds * 1000
-        await conn.execute(
+        done = await conn.execute(
             update(schema.reservations)
-            .where(rv.reservation_id == reservation_id)
+            .where((rv.reservation_id == reservation_id) & (rv.state == LIVE))
             .values(lease_seconds=seconds, lease_expires_at=expires, updated_at=now)
         )
+        if done.rowcount != 1:
+            return None
         return replace(res, lease_seconds=seconds, lease_expires_at=expires)

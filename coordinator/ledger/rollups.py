@@ -1,8 +1,10 @@
 """Stored rollup rows: read them, write them, and rebuild them from the ledger.
 
-Every change that moves atoms between buckets rebuilds the touched pool's rows in the
-same transaction; the periodic rebuild compares what it computes with what is stored
-and counts the rows it had to correct (drift).
+Every change that moves atoms between buckets updates the touched pool's rows in the
+same transaction (the bucket columns by delta, the booked columns recounted, since
+bookings on atoms that left the allocatable bucket stop counting); the periodic rebuild
+compares what it computes with what is stored — booked columns included, as of the
+instant each row was written — and counts the rows it had to correct (drift).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import ColumnElement, case, delete, distinct, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.commitments import Commitment, peak
 from coordinator.domain.model import (
     COUNT_COLUMNS,
     RESOURCES,
+    SCALAR_RESOURCES,
     AtomView,
     BookedUnits,
     NodeState,
@@ -23,6 +27,7 @@ from coordinator.domain.model import (
     RollupRow,
 )
 from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
+from coordinator.domain.states import atom_bucket, node_bucket
 from coordinator.ledger import schema
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.snapshot import bump
@@ -105,38 +110,101 @@ async def load_node_views(
     ]
 
 
-async def booked_units(conn: AsyncConnection, pool_id: str, now: int) -> BookedUnits:
-    """Atoms booked now (`allocated`) and booked to start later (`reserved`), counted once
-    per atom in each, and the scalar amounts likewise."""
+async def _allocatable_scope(conn: AsyncConnection, pool_id: str) -> tuple[list[str], list[str]]:
+    """The pool's allocatable nodes, and the atoms on them that are not allocatable (a
+    device fault, a retired form): bookings outside that scope are not counted in the
+    booked columns — their reservations are at risk instead (SPEC §2)."""
+    n, a = schema.nodes.c, schema.atoms.c
+    node_rows = await conn.execute(
+        select(n.node_id, n.reachable, n.health, n.maintenance, n.provisioning).where(
+            n.pool_id == pool_id
+        )
+    )
+    states = {
+        row.node_id: NodeState(
+            reachable=bool(row.reachable),
+            health=row.health,
+            maintenance=bool(row.maintenance),
+            provisioning=bool(row.provisioning),
+        )
+        for row in node_rows.all()
+    }
+    nodes = sorted(node_id for node_id, st in states.items() if node_bucket(st) == "allocatable")
+    if not nodes:
+        return [], []
+    atom_rows = await conn.execute(
+        select(a.atom_id, a.node_id, a["class"], a.device_id, a.health, a.retired).where(
+            (a.pool_id == pool_id)
+            & a.node_id.in_(nodes)
+            & (a.retired.is_(True) | (a.health != "healthy"))
+        )
+    )
+    excluded = []
+    for row in atom_rows.all():
+        atom = AtomView(row.atom_id, row.node_id, row[2], row.device_id, row.health)
+        if row.retired or atom_bucket(states[row.node_id], atom) != "allocatable":
+            excluded.append(row.atom_id)
+    return nodes, excluded
+
+
+async def booked_units(
+    conn: AsyncConnection, pool_id: str, now: int, resources: Iterable[str] | None = None
+) -> BookedUnits:
+    """What counts in `allocated` and `reserved` at `now` (of `resources`, or all):
+    allocatable atoms booked now and booked to start later, once per atom in each; for
+    scalars, the amount committed now and the peak of what is committed later (two
+    future bookings that never overlap do not add up). Only bookings on allocatable
+    atoms and nodes count; pool-level bookings (interval reservations) always do."""
+    wanted = set(RESOURCES if resources is None else resources)
+    nodes, excluded = await _allocatable_scope(conn, pool_id)
     b, s = schema.bookings.c, schema.scalar_bookings.c
     allocated: dict[str, int] = {}
     reserved: dict[str, int] = {}
-    for target, cond in (
-        (allocated, (b.start <= now) & (b.end > now)),
-        (reserved, b.start > now),
-    ):
+    classes = sorted(wanted - set(SCALAR_RESOURCES))
+    if classes and nodes:
+        in_scope = (b.pool_id == pool_id) & b.node_id.in_(nodes) & b["class"].in_(classes)
+        if excluded:
+            in_scope &= b.atom_id.not_in(excluded)
+        for target, cond in (
+            (allocated, (b.start <= now) & (b.end > now)),
+            (reserved, b.start > now),
+        ):
+            rows = await conn.execute(
+                select(b["class"], func.count(distinct(b.atom_id)))
+                .where(in_scope & cond)
+                .group_by(b["class"])
+            )
+            target.update({cls: int(n) for cls, n in rows.all()})
+    scalars = sorted(wanted & set(SCALAR_RESOURCES))
+    if scalars:
         rows = await conn.execute(
-            select(b["class"], func.count(distinct(b.atom_id)))
-            .where((b.pool_id == pool_id) & (b.end > now) & cond)
-            .group_by(b["class"])
+            select(s.resource, s.start, s.end, s.amount).where(
+                (s.pool_id == pool_id)
+                & s.resource.in_(scalars)
+                & (s.end > now)
+                & ((s.node_id == "") | s.node_id.in_(nodes))
+            )
         )
-        target.update({cls: int(n) for cls, n in rows.all()})
-    for target, cond in ((allocated, (s.start <= now) & (s.end > now)), (reserved, s.start > now)):
-        rows = await conn.execute(
-            select(s.resource, func.sum(s.amount))
-            .where((s.pool_id == pool_id) & (s.end > now) & cond)
-            .group_by(s.resource)
-        )
-        target.update({res: int(n or 0) for res, n in rows.all()})
+        later: dict[str, list[Commitment]] = defaultdict(list)
+        for resource, start, end, amount in rows.all():
+            if start <= now:
+                allocated[resource] = allocated.get(resource, 0) + int(amount)
+            else:
+                later[resource].append(Commitment(int(start), int(end), int(amount)))
+        for resource, held in later.items():
+            reserved[resource] = peak(held, now, max(c.end for c in held))
     return BookedUnits(allocated, reserved)
 
 
-async def refresh_booked(conn: AsyncConnection, pool_id: str, now: int) -> None:
-    """Write a pool's allocated/reserved/available after bookings changed (same
-    transaction as the booking)."""
-    booked = await booked_units(conn, pool_id, now)
+async def refresh_booked(
+    conn: AsyncConnection, pool_id: str, now: int, resources: Iterable[str] | None = None
+) -> None:
+    """Write a pool's allocated/reserved/available (of `resources`, or all) from the
+    ledger after bookings changed (same transaction as the booking)."""
+    wanted = sorted(set(RESOURCES if resources is None else resources))
+    booked = await booked_units(conn, pool_id, now, wanted)
     r = schema.rollup.c
-    for resource in RESOURCES:
+    for resource in wanted:
         allocated = booked.allocated.get(resource, 0)
         reserved = booked.reserved.get(resource, 0)
         free = r.allocatable - literal(allocated) - literal(reserved)
@@ -183,16 +251,28 @@ async def rebuild_pool(conn: AsyncConnection, pool_id: str, now: int) -> int:
     views = await load_node_views(conn, pool_id)
     fresh = compute_rollup(views, await booked_units(conn, pool_id, now), now)
     stored = {r.resource: r for r in (await read_rollup(conn, [pool_id]))[pool_id]}
-    # Booked columns move with the clock alone (a booking starts), so only the columns
-    # that follow nodes and atoms count as drift.
+    # Booked columns also move with the clock alone (a booking starts), so they are
+    # checked as of the instant the row was written, not as of now.
+    as_written: dict[int, BookedUnits] = {}
+    for row in stored.values():
+        if row.updated_at not in as_written:
+            as_written[row.updated_at] = await booked_units(conn, pool_id, row.updated_at)
     drift = sum(
         1
         for res, row in fresh.items()
         if res not in stored
         or any(getattr(stored[res], c) != getattr(row, c) for c in STATE_COLUMNS)
+        or _booked_drifted(stored[res], as_written[stored[res].updated_at])
     )
     await write_rollup(conn, pool_id, fresh)
     return drift
+
+
+def _booked_drifted(row: RollupRow, booked: BookedUnits) -> bool:
+    allocated = booked.allocated.get(row.resource, 0)
+    reserved = booked.reserved.get(row.resource, 0)
+    available = max(0, row.allocatable - allocated - reserved)
+    return (row.allocated, row.reserved, row.available) != (allocated, reserved, available)
 
 
 async def apply_rollup_delta(conn: AsyncConnection, pool_id: str, delta: Delta, now: int) -> None:
@@ -234,11 +314,28 @@ class NodeChange:
         for pool_id in sorted(touched):
             await lock_pool(self._conn, pool_id)
         await bump(self._conn, touched, nodes=True)
+        recount: set[str] = set()
         for node_id in self._ids:
             old, new = self._before.get(node_id), after.get(node_id)
             if old is not None and new is not None and old.pool_id != new.pool_id:
                 await apply_rollup_delta(self._conn, old.pool_id, rollup_delta(old, None), now)
                 await apply_rollup_delta(self._conn, new.pool_id, rollup_delta(None, new), now)
+                recount |= {old.pool_id, new.pool_id}
             elif old is not None or new is not None:
                 pool_id = (new or old).pool_id  # type: ignore[union-attr]
                 await apply_rollup_delta(self._conn, pool_id, rollup_delta(old, new), now)
+                if old is not None and _allocatable(old) != _allocatable(new):
+                    recount.add(pool_id)
+        # Atoms that left (or rejoined) the allocatable bucket take their bookings out of
+        # (or back into) the booked columns. A new node holds no bookings yet.
+        for pool_id in sorted(recount):
+            await refresh_booked(self._conn, pool_id, now)
+
+
+def _allocatable(node: NodeView | None) -> frozenset[str]:
+    """The node's atoms in the allocatable bucket, and the node itself when its vCPU,
+    memory and hugepages are."""
+    if node is None or node_bucket(node.state) != "allocatable":
+        return frozenset()
+    atoms = (a.atom_id for a in node.atoms if atom_bucket(node.state, a) == "allocatable")
+    return frozenset((node.node_id, *atoms))

@@ -1,13 +1,15 @@
 """`UnitOfWork`: one ledger transaction that a workflow drives and commits once.
 
 A workflow (see `coordinator/services/`) opens it with `Ledger.transaction()`, takes the
-pool locks it needs, replays or records idempotent answers and writes through the
+locks it needs in the one lock order (the tenant's quota lock, pools sorted, then
+reservation rows), replays or records idempotent answers and writes through the
 writers bound to the same connection; nothing is durable until `commit()`. Leaving the
 block without committing rolls everything back, so an early return (a replay, a
 refusal) can never leave half a write behind. A uniqueness clash — a concurrent
 duplicate recorded first, or PostgreSQL's exclusion constraint catching an overlap —
-leaves as `WriteRaced`, which a workflow retries on a fresh transaction; no driver error
-crosses this boundary.
+leaves as `WriteRaced`, which a workflow retries on a fresh transaction, as does a
+tenant-wide quota that appeared after the work chose not to take the tenant's lock; no
+driver error crosses this boundary.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from coordinator.ledger import idempotency
 from coordinator.ledger.bookings import BookingWriter
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalWriter
+from coordinator.ledger.quotas import QuotaLockMissed, TenantLocks
 from coordinator.ledger.reservations import ReservationWriter
 from coordinator.ledger.snapshot import SnapshotCache
 
@@ -59,14 +62,23 @@ class UnitOfWork:
         self._tx = tx
         self._after_commit: list[Callable[[], None]] = []
         self.committed = False
+        self._tenant_locks = TenantLocks(conn)
         self.idempotency = IdempotencyRecords(conn)
-        self.bookings = BookingWriter(conn, snapshots, self._after_commit.append)
+        self.bookings = BookingWriter(
+            conn, snapshots, self._after_commit.append, self._tenant_locks
+        )
         self.reservations = ReservationWriter(conn)
-        self.intervals = IntervalWriter(conn)
+        self.intervals = IntervalWriter(conn, self._tenant_locks)
+
+    async def lock_tenant(self, tenant_id: str) -> None:
+        """Serialise with every other writer checking the tenant's tenant-wide quota (if
+        it has one) until the end. First in the lock order: before any pool lock."""
+        await self._tenant_locks.take(tenant_id)
 
     async def lock_pools(self, *pool_ids: str) -> None:
         """Serialise with every other writer of these pools until the end (sorted, so two
-        units of work never wait on each other in opposite orders)."""
+        units of work never wait on each other in opposite orders). Lock order: the
+        tenant's quota lock, then pools, then reservation rows."""
         for pool_id in sorted(set(pool_ids)):
             await lock_pool(self._conn, pool_id)
 
@@ -91,5 +103,5 @@ async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[
             finally:
                 if tx.is_active:
                     await tx.rollback()
-    except IntegrityError as exc:
+    except (IntegrityError, QuotaLockMissed) as exc:
         raise WriteRaced("the ledger was too busy to write; retry") from exc

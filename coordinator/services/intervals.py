@@ -5,7 +5,8 @@ tenant's only visible pool), and what each quarter-hour could take is read befor
 pool lock; the unit of work then re-reads under the lock, so an interval that fitted
 before but not now lost a race (`concurrent_write`) rather than never fitting
 (`insufficient_capacity`). With an `Idempotency-Key` the answer — a refusal included —
-is recorded in the same commit and replayed for the same key and body.
+is recorded in the same commit and replayed for the same key, body and pool — before
+the request is validated again, so a retry after the lead time ran out still gets it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ async def visible_pool(ledger: Ledger, tenant_id: str, wanted: str | None) -> Po
     return live[0]
 
 
+def request_hash(body: Any, query_pool_id: str | None) -> str:
+    """The hashed request: the body, and the pool when the query names it (a body's
+    `poolId` is in the body). The same key and body sent to another pool is another
+    request, so IDEMPOTENCY_KEY_CONFLICT, never the other pool's answer."""
+    if query_pool_id is None:
+        return body_hash(body)
+    return body_hash({"body": body, "poolId": query_pool_id})
+
+
 def shortfalls(
     intervals: list[Interval], now: dict[int, QuarterUsage], before: dict[int, QuarterUsage]
 ) -> tuple[Shortfall, ...]:
@@ -106,8 +116,16 @@ class IntervalBookings:
         self, tenant_id: str, body: Any, pool_id: str | None, key: str | None
     ) -> IntervalOutcome:
         """Book `body`'s intervals for the tenant; IntervalError when the request breaks
-        a rule of the seed, NotFound for a pool the tenant does not see."""
+        a rule of the seed, NotFound for a pool the tenant does not see.
+
+        A retry with a key is answered from its record before anything is validated: it
+        gets the first answer even after the lead time ran out."""
         now = self.clock.now_ms()
+        digest = request_hash(body, pool_id)
+        if key is not None:
+            found = await self.ledger.recorded(tenant_id, ENDPOINT, key, digest)
+            if found is not None:
+                return Replayed(found.status, found.response)
         intervals = parse_intervals(body, now)
         wanted = pool_id or (body.get("poolId") if isinstance(body, dict) else None)
         if wanted is not None and not isinstance(wanted, str):
@@ -115,10 +133,10 @@ class IntervalBookings:
         pool = await visible_pool(self.ledger, tenant_id, wanted)
         quarters = [iv.starts_at for iv in intervals]
         seen = await self.ledger.intervals.reservable(tenant_id, pool.pool_id, quarters)
-        digest = body_hash(body)
 
         async def attempt() -> IntervalOutcome:
             async with self.ledger.transaction() as uow:
+                await uow.lock_tenant(tenant_id)
                 await uow.lock_pools(pool.pool_id)
                 if key is not None:
                     found = await uow.idempotency.lookup(tenant_id, ENDPOINT, key, digest)

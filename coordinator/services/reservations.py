@@ -126,8 +126,14 @@ class Reservations:
     notice_ms: int
 
     async def create(self, req: CreateRequest) -> CreateOutcome:
-        """Book `req` or refuse it, exactly once per idempotency key."""
+        """Book `req` or refuse it, exactly once per idempotency key.
+
+        A retry is answered from its record first: it gets the first answer even when
+        the request would no longer validate (its start has passed since)."""
         digest = body_hash(req.canonical)
+        found = await self.ledger.recorded(req.tenant_id, ENDPOINT, req.idempotency_key, digest)
+        if found is not None:
+            return Replayed(found.status, found.response)
         resolve_start(req.start, self.clock.now_ms())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.wait_ms / 1000
@@ -147,6 +153,7 @@ class Reservations:
         now = self.clock.now_ms()
         key = req.idempotency_key
         async with self.ledger.transaction() as uow:
+            await uow.lock_tenant(req.tenant_id)
             await uow.lock_pools(req.pool_id)
             found = await uow.idempotency.lookup(req.tenant_id, ENDPOINT, key, digest)
             if found is not None:

@@ -157,11 +157,12 @@ async def running_coordinator(
                 dropped=ingest.dropped,
                 heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
                 drift_corrections=lambda: drift_total[0],
-                alerts_published=lambda: alerts.published,
+                alerts_published=alerts.published_by_kind,
                 loop_failures=loops.failures,
                 nats_errors=bus.errors,
                 nats_probe_failures=lambda: bus.probe_failures,
                 bus_connected=lambda: tracker.bus_connected,
+                is_leader=lambda: leadership.is_leader,
                 outage_holds=lambda: nodes.outage_holds,
                 interval_clamped=lambda: nodes.interval_clamped,
             )

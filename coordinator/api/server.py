@@ -186,8 +186,7 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
         return web.json_response({"status": "ok"})
 
     async def metrics(_: web.Request) -> web.Response:
-        pools = [p.pool_id for p in await services.ledger.pools.list_all()]
-        body = services.metrics.render(await services.ledger.rollup(pools))
+        body = services.metrics.render(await services.ledger.census(services.clock.now_ms()))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/api/openapi.json", openapi)

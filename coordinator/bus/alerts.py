@@ -22,6 +22,7 @@ class AlertPublisher:
         self.bus = bus
         self.subjects = subjects
         self.published = 0
+        self.published_by_kind: dict[str, int] = {}
 
     async def setup(self, max_msgs: int = 100_000, max_age_s: float = 7 * 86400) -> None:
         await self.bus.ensure_stream(
@@ -33,6 +34,7 @@ class AlertPublisher:
         try:
             await self.bus.publish(subject, alert.to_json())
             self.published += 1
+            self.published_by_kind[alert.kind] = self.published_by_kind.get(alert.kind, 0) + 1
         except Exception as exc:
             # The transition is already in the ledger (node events); the alert is best effort
             # while the bus is away.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ops import nats_auth
+from ops import alert_forwarder, nats_auth
 from ops.client import ApiClient, ApiError
 from ops.demo import DemoSettings, run_demo
 from ops.table import render_summary
@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
         "nats-auth", help="NATS server config and per-agent credentials for a fleet (offline)"
     )
     nats_auth.add_arguments(auth)
+
+    # The alert bridge (ops/alert_forwarder.py; also the `gpufleet-alerts` script).
+    alerts = sub.add_parser("alerts", help="forward the alert stream to Alertmanager/webhooks")
+    alert_forwarder.add_arguments(alerts)
     return p
 
 
@@ -142,6 +146,8 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
         return 0
     if args.command == "nats-auth":
         return nats_auth.command(args)
+    if args.command == "alerts":
+        return alert_forwarder.command(args, env)
     method, body = _request(args)
     try:
         result = _client(args, env).call(method, body)

@@ -13,6 +13,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from coordinator.api.auth import authenticate, authorize, bearer_key
+from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
@@ -192,6 +193,9 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
     app.router.add_get("/api/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+
+    # Web console, API reference and the console's alert feed (coordinator/api/console.py).
+    add_console_routes(app, services)
     return app
 
 

@@ -318,6 +318,8 @@ async function render(force = false) {
     }
     return;
   }
+  // Unchanged data leaves the page alone (no flicker, focus and selection kept).
+  if (!force && fresh.innerHTML === view.innerHTML) return;
   view.replaceChildren(...fresh.childNodes);
 }
 

@@ -10,21 +10,25 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.e2e.fleet_procs import Fleet, wait_for
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tmp" / "artifacts" / "console"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -140,6 +144,29 @@ def _accessible(driver: WebDriver) -> None:
     assert driver.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
 
 
+def _retry(action: Callable[[], T]) -> T:
+    """Run `action` again when a live redraw replaced the element it held."""
+    for _ in range(4):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            continue
+    return action()
+
+
+def _follow(driver: WebDriver, link: str, then: str) -> None:
+    """Press Enter on `link` until `then` shows (a live redraw may replace the link
+    between finding it and pressing the key)."""
+    for _ in range(5):
+        try:
+            _wait(driver, link).send_keys(Keys.ENTER)
+            WebDriverWait(driver, 5).until(lambda d: d.find_elements(By.CSS_SELECTOR, then))
+            return
+        except (StaleElementReferenceException, TimeoutException):
+            continue
+    _wait(driver, then)
+
+
 def _tab_to(driver: WebDriver, css: str, most: int = 60) -> None:
     """Press Tab until the element matching `css` has the focus (keyboard-only use)."""
     target = driver.find_element(By.CSS_SELECTOR, css)
@@ -175,12 +202,15 @@ def test_console_sign_in_node_xid_booking_and_timeline(
 
     # Fleet → pool → node, by keyboard.
     _tab_to(d, f"a[href='#/pool/{pool}']")
-    d.switch_to.active_element.send_keys(Keys.ENTER)
-    _wait(d, "a[href='#/node/gpu-a']").send_keys(Keys.ENTER)
-    _wait(d, "#devices article[data-device]")
-    cards = d.find_elements(By.CSS_SELECTOR, "#devices article[data-device]")
-    assert len(cards) == 8
-    assert all("healthy" in c.get_attribute("class").split() for c in cards)
+    _follow(d, f"a[href='#/pool/{pool}']", "a[href='#/node/gpu-a']")
+    _follow(d, "a[href='#/node/gpu-a']", "#devices article[data-device]")
+    classes = _retry(
+        lambda: [
+            c.get_attribute("class").split()
+            for c in d.find_elements(By.CSS_SELECTOR, "#devices article[data-device]")
+        ]
+    )
+    assert len(classes) == 8 and all("healthy" in c for c in classes)
     _accessible(d)
     _shot(d, "03-node")
 
@@ -189,21 +219,22 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     WebDriverWait(d, 40).until(
         lambda drv: drv.find_elements(By.CSS_SELECTOR, "#devices article.unhealthy")
     )
-    bad = d.find_elements(By.CSS_SELECTOR, "#devices article.unhealthy")
-    assert len(bad) == 1 and "GPU 3" in bad[0].text
-    assert "79" in bad[0].text  # the reason names the XID
+    bad = _retry(
+        lambda: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#devices article.unhealthy")]
+    )
+    assert len(bad) == 1 and "GPU 3" in bad[0]
+    assert "79" in bad[0]  # the reason names the XID
     _wait(d, "#alert-list li[data-kind='device.unhealthy']", timeout=20)
     _accessible(d)
     _shot(d, "04-node-xid")
 
     # Book two GPUs from the pool page; the booking appears on the timeline.
-    d.find_element(By.CSS_SELECTOR, f".crumbs a[href='#/pool/{pool}']").click()
+    _retry(lambda: d.find_element(By.CSS_SELECTOR, f".crumbs a[href='#/pool/{pool}']").click())
     gpus = _wait(d, "#book-gpus")
     gpus.clear()
-    gpus.send_keys("2")
-    d.find_element(By.CSS_SELECTOR, "#book-form button[type=submit]").click()
-    bar = _wait(d, "#gantt .booking[data-reservation]")
-    assert "2 GPU" in bar.text and "active" in bar.text
+    gpus.send_keys("2", Keys.ENTER)
+    text = _retry(lambda: _wait(d, "#gantt .booking[data-reservation]").text)
+    assert "2 GPU" in text and "active" in text
     assert "Booked rsv_" in d.find_element(By.ID, "status").text
     _accessible(d)
     _shot(d, "05-pool-booked")
@@ -214,11 +245,11 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     _shot(d, "06-node-held")
 
     # Maintenance on and off (an operator's key).
-    _wait(d, "#maint-reason").send_keys("swap PSU", Keys.ENTER)
+    _retry(lambda: _wait(d, "#maint-reason").send_keys("swap PSU", Keys.ENTER))
     _wait(d, "#maint-form button.secondary")
-    assert "maintenance" in d.find_element(By.CSS_SELECTOR, "h1 .badge").text
+    assert "maintenance" in _retry(lambda: d.find_element(By.CSS_SELECTOR, "h1 .badge").text)
     _shot(d, "07-maintenance")
-    d.find_element(By.CSS_SELECTOR, "#maint-form button.secondary").click()
+    _retry(lambda: d.find_element(By.CSS_SELECTOR, "#maint-form button.secondary").click())
     WebDriverWait(d, 20).until(lambda drv: drv.find_elements(By.ID, "maint-reason"))
 
     d.get(procs.url + "/#/calendar")

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+from coordinator.alert_feed import AlertFeed
 from coordinator.api.context import Services
 from coordinator.api.server import HttpServer, build_app
-from coordinator.bus.alerts import AlertPublisher
+from coordinator.bus.alerts import AlertPublisher, feed_from_bus
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
 from coordinator.capacity_signal import CapacitySignal
@@ -116,6 +117,8 @@ async def running_coordinator(
         # warm when it takes over; only the leader writes what the heartbeats imply.
         await bus.subscribe(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe(subjects.all_inventories, ingest.on_message)
+        feed = AlertFeed()
+        await bus.subscribe(subjects.all_alerts, feed_from_bus(feed))
 
         await leadership.tick()
 
@@ -157,11 +160,12 @@ async def running_coordinator(
                 dropped=ingest.dropped,
                 heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
                 drift_corrections=lambda: drift_total[0],
-                alerts_published=lambda: alerts.published,
+                alerts_published=alerts.published_by_kind,
                 loop_failures=loops.failures,
                 nats_errors=bus.errors,
                 nats_probe_failures=lambda: bus.probe_failures,
                 bus_connected=lambda: tracker.bus_connected,
+                is_leader=lambda: leadership.is_leader,
                 outage_holds=lambda: nodes.outage_holds,
                 interval_clamped=lambda: nodes.interval_clamped,
             )
@@ -175,6 +179,7 @@ async def running_coordinator(
                     capacity,
                     notice_ms=int(settings.notice_s * 1000),
                     metrics=metrics,
+                    feed=feed,
                 )
             ),
             settings.http_host,

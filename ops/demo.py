@@ -261,6 +261,7 @@ def run_demo(settings: DemoSettings) -> int:
         summary = acme.call("capacity.summary", {"tenantId": "acme"})
         print(f"gpufleet demo is running (state in {info['stateDir']})")
         print(f"  API:           {info['url']}   (OpenAPI: {info['url']}/api/openapi.json)")
+        print(f"  console:       {info['url']}/   (sign in with a key below; tenant acme)")
         print(f"  NATS:          {demo.nats.url if demo.nats else '-'}")
         print(f"  operator key:  {info['operatorKey']}")
         print(f"  acme key:      {info['keys']['acme']}")

@@ -72,8 +72,11 @@ async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
     if isinstance(out, Replayed):
         return Reply(out.status, out.body)
     if isinstance(out, IntervalsRefused):
+        for reason in sorted({s.reason for s in out.shortfalls}):
+            ctx.services.metrics.refused("interval", reason)
         return Reply(409, render.intervals_refused(out.shortfalls))
     assert isinstance(out, IntervalsBooked)
+    ctx.services.metrics.booked("interval")
     return render.interval_reservation(out.reservation)
 
 

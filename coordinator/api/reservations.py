@@ -86,9 +86,11 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
         )
     )
     if isinstance(out, Created):
+        ctx.services.metrics.booked("reservation")
         return render.reservation(out.reservation, out.at)
     if isinstance(out, Replayed):
         return Reply(out.status, out.body)
+    ctx.services.metrics.refused("reservation", out.error.code)
     return Reply(out.error.status, render.RESERVATION_ANSWERS.refused(out.error))
 
 

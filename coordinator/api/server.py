@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from coordinator.api import audit
 from coordinator.api.auth import authenticate, authorize, bearer_key
+from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
@@ -229,13 +230,15 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
         return web.json_response({"status": "ok"})
 
     async def metrics(_: web.Request) -> web.Response:
-        pools = [p.pool_id for p in await services.ledger.pools.list_all()]
-        body = services.metrics.render(await services.ledger.rollup(pools))
+        body = services.metrics.render(await services.ledger.census(services.clock.now_ms()))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/api/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+
+    # Web console, API reference and the console's alert feed (coordinator/api/console.py).
+    add_console_routes(app, services)
     return app
 
 

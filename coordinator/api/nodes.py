@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.domain.model import NodeEvent, NodeRecord
@@ -37,7 +37,7 @@ class NodeRef(ApiInput):
 class NodeEventsInput(ApiInput):
     tenant_id: TenantId
     node_id: NodeId
-    after: Annotated[int, Field(ge=0)] = 0
+    after: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
 
 
@@ -53,7 +53,15 @@ class MaintenanceInput(ApiInput):
         return self
 
 
-def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str, Any]:
+def shown_by(by: str, operator: bool) -> str:
+    """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
+    tenants only that it was the operator — a key id is not theirs to know."""
+    return by if operator or "/" not in by else "operator"
+
+
+def node_out(
+    node: NodeRecord, counts: dict[str, int] | None = None, *, operator: bool = False
+) -> dict[str, Any]:
     s = node.state
     out: dict[str, Any] = {
         "nodeId": node.node_id,
@@ -73,7 +81,7 @@ def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str
             "maintenance": {
                 "value": s.maintenance,
                 "reason": node.maintenance_reason,
-                "by": node.maintenance_by,
+                "by": shown_by(node.maintenance_by, operator),
                 "since": node.maintenance_since,
             },
             "provisioning": {"value": s.provisioning},
@@ -103,14 +111,14 @@ def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str
     return out
 
 
-def event_out(e: NodeEvent) -> dict[str, Any]:
+def event_out(e: NodeEvent, *, operator: bool = False) -> dict[str, Any]:
     return {
         "eventId": e.event_id,
         "nodeId": e.node_id,
         "poolId": e.pool_id,
         "kind": e.kind,
         "reason": e.reason,
-        "by": e.by,
+        "by": shown_by(e.by, operator),
         "at": e.at,
         "deviceId": e.device_id,
     }
@@ -130,12 +138,14 @@ async def _visible_node(ctx: CallContext, tenant_id: str, node_id: str) -> NodeR
 )  # fmt: skip
 async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     """A pool's nodes with their state, ordered by nodeId, a page at a time."""
-    after = str(decode_cursor(body.cursor)) if body.cursor else None
+    after = decode_id_cursor(body.cursor) if body.cursor else None
     nodes, counts = await ctx.ledger.catalog.nodes(body.pool_id, after, body.limit + 1)
     page, more = nodes[: body.limit], len(nodes) > body.limit
     return {
         "poolId": body.pool_id,
-        "nodes": [node_out(n, counts.get(n.node_id, {})) for n in page],
+        "nodes": [
+            node_out(n, counts.get(n.node_id, {}), operator=ctx.principal.is_operator) for n in page
+        ],
         "nextCursor": encode_cursor(page[-1].node_id) if more and page else None,
     }
 
@@ -146,7 +156,8 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
 )  # fmt: skip
 async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
     """One node with its state flags and every atom (NOT_FOUND unless its pool is visible)."""
-    return node_out(await _visible_node(ctx, body.tenant_id, body.node_id))
+    node = await _visible_node(ctx, body.tenant_id, body.node_id)
+    return node_out(node, operator=ctx.principal.is_operator)
 
 
 @REGISTRY.method(
@@ -157,7 +168,8 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any
     """A node's recorded transitions, oldest first, after an event id."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
-    return {"nodeId": body.node_id, "events": [event_out(e) for e in events]}
+    operator = ctx.principal.is_operator
+    return {"nodeId": body.node_id, "events": [event_out(e, operator=operator) for e in events]}
 
 
 @REGISTRY.method(
@@ -171,4 +183,4 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
     out = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
     node = await ctx.ledger.catalog.node(body.node_id)
     assert node is not None
-    return node_out(node) | {"changed": out.changed}
+    return node_out(node, operator=True) | {"changed": out.changed}

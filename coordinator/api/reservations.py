@@ -14,11 +14,11 @@ from pydantic import Field
 
 from coordinator.api import render
 from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.cursor import decode_time_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Reply
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.errors import InvalidInput
+from coordinator.errors import NotFound
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest
 from shared.ids import RESERVATION_ID_PATTERN
@@ -92,12 +92,13 @@ async def get(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
 )  # fmt: skip
 async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
     """The tenant's reservations, newest first, a page at a time (opaque cursor)."""
+    if body.pool_id is not None:
+        pool = await ctx.ledger.pools.get(body.pool_id)
+        if pool is None or not pool.visible_to(body.tenant_id):
+            raise NotFound(f"pool {body.pool_id} not found")
     before = None
     if body.cursor:
-        raw = decode_cursor(body.cursor)
-        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int)):
-            raise InvalidInput("invalid cursor", {"fields": [{"path": "cursor", "message": "bad"}]})
-        before = (raw[0], str(raw[1]))
+        before = decode_time_cursor(body.cursor)
     page = await ctx.ledger.reservations.page(body.tenant_id, body.pool_id, before, body.limit + 1)
     more = len(page) > body.limit
     page = page[: body.limit]

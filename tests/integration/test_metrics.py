@@ -13,7 +13,8 @@ from tests.waiting import eventually
 
 
 async def _scrape(api: Api) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    async with api.session.get(f"{api.base}/metrics") as resp:
+    headers = {"Authorization": f"Bearer {api.operator_key}"}  # /metrics names tenants' pools
+    async with api.session.get(f"{api.base}/metrics", headers=headers) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")
         text = await resp.text()

@@ -38,6 +38,7 @@ from coordinator.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
+    Unauthenticated,
 )
 from coordinator.metrics import CONTENT_TYPE
 
@@ -247,7 +248,10 @@ def _metrics_handler(
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def metrics(request: web.Request) -> web.Response:
         if not (open_listener and token is None):
-            given = bearer_key(request.headers.get("Authorization"), None)
+            try:
+                given: str | None = bearer_key(request.headers.get("Authorization"), None)
+            except Unauthenticated:
+                given = None
             allowed = given is not None and (
                 (token is not None and hmac.compare_digest(given.encode(), token.encode()))
                 or _is_operator(await services.ledger.keys.authenticate(given))

@@ -55,6 +55,11 @@ INVENTORY_REQUEST_EVERY_MS = 5000
 INVENTORY_REQUESTS_PER_S = 200
 MAX_UNKNOWN_PER_PASS = 1000
 POOL_REFRESH_EVERY_MS = 1000
+# The table of recent inventory requests never holds more than this many nodes: it is
+# pruned past MAX_UNKNOWN_PER_PASS, and only a window's worth of requests are recent.
+MAX_REQUEST_TABLE = MAX_UNKNOWN_PER_PASS + (
+    INVENTORY_REQUESTS_PER_S * INVENTORY_REQUEST_EVERY_MS // 1000
+)
 
 
 class NodeStateService:

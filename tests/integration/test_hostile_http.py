@@ -8,7 +8,6 @@ import base64
 import json
 from typing import Any
 
-import aiohttp
 import pytest
 
 from coordinator.app import Coordinator

@@ -103,7 +103,9 @@ async def coordinator_run(
     with tempfile.TemporaryDirectory() as tmp:
         settings = CoordinatorSettings(
             database_url=f"sqlite:///{tmp}/bench.db", nats_url=url, http_port=0,
-            subject_prefix=PREFIX, bootstrap_operator_key=new_key(),
+            subject_prefix=PREFIX, bootstrap_operator_key=new_key(), insecure_bus=True,
+            # Throughput, not fairness: each node here sends far beyond a real agent.
+            ingest_node_rate=10_000, ingest_node_burst=1_000_000,
         )  # fmt: skip
         async with running_coordinator(settings) as c:
             await c.ledger.tenants.create("bench", "bench", 1)

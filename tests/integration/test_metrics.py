@@ -16,7 +16,8 @@ Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 
 async def scrape_text(api: Api) -> str:
-    async with api.session.get(f"{api.base}/metrics") as resp:
+    headers = {"Authorization": f"Bearer {api.operator_key}"}  # /metrics names tenants' pools
+    async with api.session.get(f"{api.base}/metrics", headers=headers) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")
         return await resp.text()

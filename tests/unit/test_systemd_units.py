@@ -123,6 +123,12 @@ def test_both_units_notify_restart_and_are_hardened(name: str) -> None:
     assert one["EnvironmentFile"].startswith("-/etc/gpufleet/")
 
 
+def test_the_coordinator_has_room_for_many_connections() -> None:
+    """1,100 idle connections under the default 1024 descriptors locked out real calls."""
+    one = dict(directives((REPO / "systemd" / "gpufleet-coordinator.service").read_text()))
+    assert int(one["LimitNOFILE"]) >= 65536
+
+
 def test_the_agent_reaches_nvidia_devices_through_device_allow_not_private_devices() -> None:
     text = (REPO / "systemd" / "gpufleet-agent.service").read_text()
     assert "PrivateDevices" not in dict(directives(text))

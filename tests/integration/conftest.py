@@ -1,4 +1,13 @@
-"""A running coordinator (in-process, real NATS, real HTTP socket) and an HTTP helper."""
+"""Two ways to reach the API, and an HTTP helper for both.
+
+`served`: the API app alone, in-process under aiohttp's test client, over a ledger with
+a fake clock and a recording alert sink: no NATS, no loops. For what the API decides
+(decoding, auth, rendering, the workflows it calls).
+
+`coordinator` / `clocked`: the whole running coordinator (migrations, NATS and its
+JetStream stream, the loops, the HTTP socket). For tests about NATS, the loops
+(reservation clock, sweeper) or the running process.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +18,16 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.app import Coordinator, running_coordinator
+from coordinator.api.context import Services
+from coordinator.api.server import build_app
+from coordinator.app import Coordinator, bootstrap_operator, running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import FakeClock
+from coordinator.ledger import Ledger
 from ops.cli import new_key
+from shared.wire import Alert
 
 
 @dataclass
@@ -89,3 +103,39 @@ async def api(coordinator: Coordinator) -> AsyncIterator[Api]:
     assert key is not None
     async with aiohttp.ClientSession() as session:
         yield Api(session, coordinator.url, key)
+
+
+class RecordingAlerts:
+    """The alert sink of the in-process app: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    async def publish(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+
+@dataclass
+class Served:
+    api: Api
+    ledger: Ledger
+    clock: FakeClock
+    alerts: RecordingAlerts
+    database_url: str
+
+
+@pytest.fixture
+async def served(database_url: str, clock: FakeClock) -> AsyncIterator[Served]:
+    """The API app in-process (aiohttp's test client) on a fresh ledger, on the `clock`
+    fixture's time, with the coordinator's default notice; no NATS, no loops."""
+    ledger = await Ledger.open(database_url)
+    try:
+        key = new_key()
+        await bootstrap_operator(ledger, key, clock.now_ms())
+        alerts = RecordingAlerts()
+        app = build_app(Services(ledger, clock, alerts))
+        async with TestClient(TestServer(app)) as client:
+            base = str(client.make_url("")).rstrip("/")
+            yield Served(Api(client.session, base, key), ledger, clock, alerts, database_url)
+    finally:
+        await ledger.close()

@@ -35,6 +35,12 @@ TABLES_AT = {1: ALL_TABLES[:8], 2: ALL_TABLES[:9], 3: ALL_TABLES[:13], 4: ALL_TA
 TABLES_AT[5] = ALL_TABLES
 
 
+@pytest.fixture
+def database_url(empty_database_url: str) -> str:
+    """Here the database starts empty: these tests are about how it gets its schema."""
+    return empty_database_url
+
+
 def schema_signature(conn: Connection) -> dict[str, Any]:
     """What reflection sees, plus PostgreSQL's exclusion constraints and extensions,
     which it does not."""

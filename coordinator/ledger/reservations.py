@@ -41,10 +41,10 @@ def reservation_from_row(row: Row[Any]) -> Reservation:
 
 
 async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: int) -> None:
-    """End the reservations' bookings at `at`: bookings not started by then are deleted
-    (a zero-length booking would still count in quotas, timelines and `reserved`), the
-    others cut short. The reservation row keeps the atoms it held."""
-    for table in (schema.bookings, schema.scalar_bookings):
+    """End the reservations' bookings (and their device claims) at `at`: bookings not
+    started by then are deleted (a zero-length booking would still count in quotas,
+    timelines and `reserved`), the others cut short. The reservation row keeps the atoms it held."""
+    for table in (schema.bookings, schema.scalar_bookings, schema.device_claims):
         c = table.c
         await conn.execute(
             delete(table).where(c.reservation_id.in_(reservation_ids) & (c.start >= at))

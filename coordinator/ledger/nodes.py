@@ -2,8 +2,9 @@
 
 The ledger does not decide what is a transition (`coordinator.domain.transitions` does):
 a `NodeChangeSet` hands the caller the nodes' flags as stored, then persists the flags
-and transitions it is given: columns, one node event per transition, and the pools'
-rollup refreshed, all in one transaction. Plain liveness (last-seen) arrives in batches
+and transitions it is given: columns, one node event per transition, the pools' rollup
+refreshed and the at-risk flags of the reservations on those nodes re-judged, all in
+one transaction. Plain liveness (last-seen) arrives in batches
 from the ingest flusher: one statement for many heartbeats.
 """
 
@@ -17,6 +18,7 @@ from types import MappingProxyType
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     HEALTHY_DEVICE,
     DeviceFlags,
@@ -27,6 +29,7 @@ from coordinator.domain.transitions import (
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.risk import refresh_risk
 from coordinator.ledger.rollups import NodeChange
 from shared.wire import HealthStatus, Inventory
 
@@ -99,6 +102,8 @@ class NodeChangeSet:
         # What the rows say now, so that `save` writes only what differs.
         self._current = before
         self.changed = False
+        # Reservations that became at risk or recovered; set once the change settles.
+        self.risks: list[RiskChange] = []
 
     async def lock_pools(self, pool_ids: Iterable[str]) -> None:
         """Serialise with the pools' booking writers until the end (sorted)."""
@@ -302,6 +307,7 @@ class NodeRepo:
             yield changes
             if changes.changed:
                 await rollup.settle(now)
+                changes.risks = await refresh_risk(conn, ids, now)
 
     async def pending_moves(self) -> list[str]:
         """Nodes held in their pool while a reported pool move waits."""

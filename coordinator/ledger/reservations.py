@@ -14,6 +14,7 @@ from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.risk import at_risk_from_json
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -37,6 +38,7 @@ def reservation_from_row(row: Row[Any]) -> Reservation:
         atoms=tuple(BookedAtom(a["atomId"], a["nodeId"], a["class"]) for a in row.atoms),
         created_at=row.created_at,
         ended_at=row.ended_at,
+        at_risk=at_risk_from_json(row.at_risk),
     )
 
 

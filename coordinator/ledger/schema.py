@@ -211,6 +211,8 @@ bookings = Table(
     Column("end", BigInteger, nullable=False),
     Index("ix_bookings_pool_end", "pool_id", "end"),
     Index("ix_bookings_atom", "atom_id", "start"),
+    # r0002: a node's live bookings (pool moves, at-risk reservations).
+    Index("ix_bookings_node_end", "node_id", "end"),
 )
 
 # r0002: what each booking claims on its physical devices (`coordinator.domain.claims`).

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from coordinator.domain import pool_moves
+from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     Cause,
     DuplicateIdSeen,
@@ -25,11 +26,31 @@ from shared.wire import Heartbeat, Inventory
 
 @dataclass(frozen=True, slots=True)
 class NodeChanges:
-    """What one node went through in one unit of work (empty: nothing changed)."""
+    """What one node went through in one unit of work (empty: nothing changed), and the
+    reservations on it that became at risk or recovered."""
 
     node_id: str
     pool_id: str
     transitions: tuple[Transition, ...]
+    risks: tuple[RiskChange, ...] = ()
+
+    @property
+    def put_at_risk(self) -> int:
+        return sum(1 for r in self.risks if r.at_risk is not None)
+
+
+def _with_risks(out: list[NodeChanges], risks: list[RiskChange]) -> list[NodeChanges]:
+    """Each risk change goes with the node it is about (one change may touch many)."""
+    if not risks:
+        return out
+    by_node: dict[str, list[RiskChange]] = {}
+    for r in risks:
+        by_node.setdefault(r.node_id, []).append(r)
+    merged = [replace(c, risks=c.risks + tuple(by_node.pop(c.node_id, ()))) for c in out]
+    merged += [
+        NodeChanges(node_id, rs[0].pool_id, (), tuple(rs)) for node_id, rs in by_node.items()
+    ]
+    return merged
 
 
 async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChanges:
@@ -49,7 +70,7 @@ async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChan
         after = replace(after_inventory(membership, inv), pool_id=pool_id)
         transitions = node_transitions(before, after, hostname=inv.hostname)
         await change.save(inv.node_id, after, transitions)
-    return NodeChanges(inv.node_id, pool_id, transitions)
+    return NodeChanges(inv.node_id, pool_id, transitions, tuple(change.risks))
 
 
 async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
@@ -67,7 +88,7 @@ async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
             after = pool_moves.moved(before)
             transitions = node_transitions(before, after)
             await change.save(node_id, after, transitions)
-        out.append(NodeChanges(node_id, after.pool_id, transitions))
+        out.append(NodeChanges(node_id, after.pool_id, transitions, tuple(change.risks)))
     return out
 
 
@@ -81,7 +102,7 @@ async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChang
         transitions = node_transitions(before, after)
         if after != before:
             await change.save(hb.node_id, after, transitions)
-    return NodeChanges(hb.node_id, after.pool_id, transitions)
+    return NodeChanges(hb.node_id, after.pool_id, transitions, tuple(change.risks))
 
 
 async def record_reachability(
@@ -96,7 +117,7 @@ async def record_reachability(
             if transitions:
                 await change.save(node_id, after, transitions)
                 out.append(NodeChanges(node_id, after.pool_id, transitions))
-    return out
+    return _with_risks(out, change.risks)
 
 
 async def record_duplicate_id(
@@ -128,4 +149,4 @@ async def record_maintenance(
         transitions = node_transitions(before, after, Cause(by, reason))
         if after != before:
             await change.save(node_id, after, transitions)
-    return NodeChanges(node_id, before.pool_id, transitions)
+    return NodeChanges(node_id, before.pool_id, transitions, tuple(change.risks))

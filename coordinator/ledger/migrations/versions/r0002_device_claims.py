@@ -7,6 +7,7 @@ reservations carry their at-risk flag.
   exclusive row against any row of its key, and two forms of one device.
 - `nodes.pending_pool_id`: the pool an agent reported while the node held bookings.
 - `reservations.at_risk`: {reason, since, atoms} while an atom is out of service.
+- `ix_bookings_node_end`: a node's live bookings, read on every node change.
 
 Live bookings (ending after the migration runs) get their claim rows from the atoms
 as they stand; a booking on an atom no longer in the inventory claims it with the form
@@ -57,6 +58,7 @@ def _schema() -> None:
         sa.PrimaryKeyConstraint("claim_id"),
     )
     op.create_index("ix_device_claims_reservation_id", "device_claims", ["reservation_id"])
+    op.create_index("ix_bookings_node_end", "bookings", ["node_id", "end"])
     with op.batch_alter_table("nodes") as batch:
         batch.add_column(sa.Column("pending_pool_id", sa.String(57), nullable=True))
         batch.create_index("ix_nodes_pending_pool", ["pending_pool_id"])

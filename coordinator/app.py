@@ -185,7 +185,7 @@ async def running_coordinator(
                 log.warning("rollup rebuild corrected %d drifted rows", drift)
 
         loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild, when=lead)
-        reservation_clock = ReservationClock(ledger, clock, capacity)
+        reservation_clock = ReservationClock(ledger, clock, capacity, alerts)
         loops.add(
             "reservation-clock", settings.reservation_tick_s, reservation_clock.tick, when=lead
         )

@@ -142,7 +142,8 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
     The input is validated as for reservations.create, but idempotencyKey is optional
     (and ignored); nothing is written and no quota is checked. Up to 10 ranked
     candidates (a gang's members; whole nodes for binding 'node'); `preemptible` gives
-    a count and a start, never ids."""
+    a count and a start, never ids. When it does not fit, `filtered` counts the nodes
+    the placer turned away, by reason."""
     now = ctx.now()
     start = resolve_start(body.start, now)
     placement, preemptible = await ctx.ledger.bookings.preview(
@@ -157,6 +158,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
         details = shortfall_details(placement)
         out["reason"] = placement.reason
         out["shortfalls"] = details["devices"]
+        out["filtered"] = dict(sorted(placement.filtered.items()))
     if preemptible is not None:
         out["preemptible"] = {"count": preemptible[0], "startsAt": preemptible[1]}
     return out

@@ -221,9 +221,18 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any
 )  # fmt: skip
 async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dict[str, Any]:
     """Put a node in or out of maintenance with a reason (operator). Its atoms move to
-    the maintenance bucket at once; the change is a node event and an alert."""
+    the maintenance bucket at once; the change is a node event and an alert, and the
+    reservations it puts at risk are counted in the answer (each holder is alerted)."""
     by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
     out = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
     node = await ctx.ledger.catalog.node(body.node_id)
     assert node is not None
-    return node_out(node, operator=True) | {"changed": out.changed}
+    return {
+        "nodeId": node.node_id,
+        "poolId": node.pool_id,
+        "status": node_status(node.state),
+        "maintenance": node.state.maintenance,
+        "reason": node.maintenance_reason,
+        "changed": out.changed,
+        "reservationsAtRisk": out.reservations_at_risk,
+    }

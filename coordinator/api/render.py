@@ -50,6 +50,12 @@ def reservation(res: Reservation, now: int) -> dict[str, Any]:
         out["gang"] = res.gang
     if res.ended_at is not None:
         out["endedAt"] = res.ended_at
+    if res.at_risk is not None and res.live(now):
+        out["atRisk"] = {
+            "reason": res.at_risk.reason,
+            "since": res.at_risk.since,
+            "atoms": list(res.at_risk.atoms),
+        }
     return out
 
 

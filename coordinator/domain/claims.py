@@ -12,11 +12,20 @@ with every claim on that node. A booking whose atom is no longer one of the devi
 current forms (the GPU was re-partitioned, the VF count changed) is a *stale* claim: the
 current partition says nothing about which capacity it held, so it claims the whole
 device until it ends, and the new forms are not bookable under it.
+
+The database checks the same rule with rows it can compare (`claim_rows`): one row per
+(node, device, part) a claim touches, exclusive or shared, tagged with the device's
+*form* (a digest of its current atom ids). An exclusive row conflicts with any other
+row of the same key, and two rows of one device with different forms conflict: so whole
+vs part, part vs same part and old partition vs new partition overlap nowhere, while two
+parts of one partition coexist. The node itself is the device `NODE_DEVICE`: a
+whole-node claim holds it exclusively, every other claim shares it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # Classes whose atoms are parts of a partitioned device.
@@ -72,3 +81,51 @@ def conflicts(a: Claim, b: Claim) -> bool:
 def overlaps(start_a: int, end_a: int, start_b: int, end_b: int) -> bool:
     """Half-open windows [start, end) share an instant."""
     return start_a < end_b and start_b < end_a
+
+
+NODE_DEVICE = ""  # the key of the node itself among a node's devices
+WHOLE = "*"  # the part key of a whole device
+NODE_FORM = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRow:
+    """One row the database compares: `exclusive` rows conflict with every overlapping
+    row of the same (node, device, part); rows of one device with different `form`
+    conflict too."""
+
+    device: str
+    part: str
+    exclusive: bool
+    form: str
+
+
+def form_of(atom_ids: Iterable[str]) -> str:
+    """A device's current partition, named by the ids of its current atoms."""
+    return hashlib.sha256("\n".join(sorted(atom_ids)).encode()).hexdigest()[:32]
+
+
+def claim_rows(claim: Claim, form: str) -> tuple[ClaimRow, ...]:
+    """The rows that stand for `claim` on a device whose current partition is `form`."""
+    if claim.device is None:
+        return (ClaimRow(NODE_DEVICE, WHOLE, True, NODE_FORM),)
+    node = ClaimRow(NODE_DEVICE, WHOLE, False, NODE_FORM)
+    if claim.part is None:
+        return node, ClaimRow(claim.device, WHOLE, True, form)
+    return (
+        node,
+        ClaimRow(claim.device, WHOLE, False, form),
+        ClaimRow(claim.device, claim.part, True, form),
+    )
+
+
+def merged_rows(rows: Iterable[ClaimRow]) -> list[ClaimRow]:
+    """One booking's rows on one node, each key once: its exclusive row stands for its
+    own shared rows of the same key (a whole-node booking shares no row with itself)."""
+    out: dict[tuple[str, str], ClaimRow] = {}
+    for row in rows:
+        key = (row.device, row.part)
+        held = out.get(key)
+        if held is None or (row.exclusive and not held.exclusive):
+            out[key] = row
+    return [out[k] for k in sorted(out)]

@@ -35,6 +35,7 @@ PROFILE_MISMATCH = "profile mismatch"
 PARTLY_BOOKED = "node is partly booked in the window"
 POOL_MEMORY = "the pool's uncommitted memory is less than the node's"
 NOT_TOGETHER = "fits alone, not together with the other devices on one node"
+GANG_MEMORY = "gang's whole nodes together exceed the pool's uncommitted memory"
 
 
 class _Metric:
@@ -213,11 +214,21 @@ def _place_gang(
         else:
             metric.filtered[f"no {key} label"] += 1
     best_name, best_members, best_score = None, [], -1.0
+    memory_free = snap.pool_free.get("memoryGiB") if req.whole_node else None
+    over_memory = 0
     for name in sorted(domains):
         ranked = _rank(domains[name])
         if len(ranked) < req.gang_size:
             continue
         members = ranked[: req.gang_size]
+        if memory_free is not None and _memory(members) > memory_free:
+            # Whole nodes take all their memory: the gang as a whole must fit in what
+            # the pool has left uncommitted, so try its smallest members.
+            members = sorted(ranked, key=lambda m: (_memory([m]), -m.score, m.node_id))
+            members = _rank(members[: req.gang_size])
+            if _memory(members) > memory_free:
+                over_memory += len(ranked)
+                continue
         score = sum(m.score for m in members)
         if score > best_score:
             best_name, best_members, best_score = name, members, score
@@ -227,6 +238,19 @@ def _place_gang(
             True, tuple(best_members), victims=victims, gang=True, filtered=dict(metric.filtered)
         )
     where = f"one {key}" if key else "the pool"
+    if over_memory and memory_free is not None:
+        reason = (
+            f"needs {req.gang_size} whole nodes whose memoryGiB fits in the pool's"
+            f" {memory_free} uncommitted in the window"
+        )
+        metric.filtered[GANG_MEMORY] += over_memory
+        return Placement(
+            False,
+            shortfalls=(Shortfall(None, "memoryGiB", req.gang_size, 0, reason),),
+            reason=reason,
+            gang=True,
+            filtered=dict(metric.filtered),
+        )
     if domains:
         top_name = max(sorted(domains), key=lambda n: len(domains[n]))
         have = len(domains[top_name])
@@ -249,6 +273,10 @@ def _place_gang(
         gang=True,
         filtered=dict(metric.filtered),
     )
+
+
+def _memory(members: Iterable[NodePick]) -> int:
+    return sum(dict(m.resources).get("memoryGiB", 0) for m in members)
 
 
 def _summary(filtered: Counter[str]) -> str:

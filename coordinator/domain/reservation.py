@@ -22,6 +22,16 @@ class BookedAtom:
 
 
 @dataclass(frozen=True, slots=True)
+class AtRisk:
+    """Some of a reservation's atoms are out of service (SPEC §5): the weightiest
+    reason among them, since when the reservation has been at risk, and which atoms."""
+
+    reason: str
+    since: int
+    atoms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     reservation_id: str
     tenant_id: str
@@ -40,6 +50,7 @@ class Reservation:
     atoms: tuple[BookedAtom, ...]
     created_at: int
     ended_at: int | None = None
+    at_risk: AtRisk | None = None
 
     def state(self, now: int) -> str:
         if self.stored_state in TERMINAL:

@@ -1,10 +1,11 @@
 """A node's transitions: what changed between its state before and after (pure).
 
 `node_transitions(before, after)` is the one place that decides what counts as a
-transition (SPEC §3: reachability, health, provisioning, maintenance, per-device health,
-pool). Each transition is a typed value whose `kind` is the wire's alert kind, so the
-node event the ledger records and the alert a subscriber receives carry the same name,
-and mypy refuses a kind that is not in `shared.wire.AlertKind`.
+transition (SPEC §3: reachability, health, provisioning, maintenance, per-device health
+and form, pool and pending pool moves). Each transition is a typed value whose `kind` is
+the wire's alert kind, so the node event the ledger records and the alert a subscriber
+receives carry the same name, and mypy refuses a kind that is not in
+`shared.wire.AlertKind`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, ClassVar
 from shared.wire import AlertKind, HealthStatus, Heartbeat, Inventory
 
 COORDINATOR = "coordinator"
+# The maintenance reason of a node held in its old pool until its bookings end (SPEC §5).
+POOL_CHANGE_PENDING = "pool change pending"
 REACHABLE_REASON = "heartbeat received"
 UNREACHABLE_REASON = "no heartbeat within misses x interval"
 
@@ -58,9 +61,18 @@ class NodeFlags:
     maintenance_reason: str = ""
     maintenance_by: str = ""
     devices: Mapping[str, DeviceFlags] = field(default_factory=dict)
+    # The pool an agent reported while the node held bookings here; see `pool_moves`.
+    pending_pool: str | None = None
+    # Device → the ids of its current atoms (its form: whole, MIG layout, slots, VFs).
+    forms: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def device(self, device_id: str) -> DeviceFlags:
         return self.devices.get(device_id, HEALTHY_DEVICE)
+
+    @property
+    def held_for_pool_change(self) -> bool:
+        """In maintenance only because a pool move waits for its bookings to end."""
+        return self.maintenance and self.maintenance_reason == POOL_CHANGE_PENDING
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +117,43 @@ class PoolChanged:
     @property
     def details(self) -> dict[str, Any]:
         return {"fromPool": self.from_pool, "toPool": self.to_pool}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChangePending:
+    """The agent reported `to_pool`; the node stays in `from_pool`, in maintenance, until
+    the last booking it holds there ends."""
+
+    from_pool: str
+    to_pool: str
+    kind: ClassVar[AlertKind] = "node.poolChangePending"
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+    reason: ClassVar[str] = POOL_CHANGE_PENDING
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"fromPool": self.from_pool, "toPool": self.to_pool}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReconfigured:
+    """A device changed form (MIG layout, time-slice replicas, VF count): its atoms were
+    replaced. Bookings on its old forms keep the device until they end."""
+
+    device_id: str
+    before: int
+    after: int
+    kind: ClassVar[AlertKind] = "device.reconfigured"
+    by: ClassVar[str] = COORDINATOR
+
+    @property
+    def reason(self) -> str:
+        return f"{self.before} forms replaced by {self.after}"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"formsBefore": self.before, "formsAfter": self.after}
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +273,14 @@ class DeviceHealthChanged:
 Transition = (
     NodeRegistered
     | PoolChanged
+    | PoolChangePending
     | DuplicateIdSeen
     | ReachabilityChanged
     | MaintenanceChanged
     | ProvisioningChanged
     | HealthChanged
     | DeviceHealthChanged
+    | DeviceReconfigured
 )
 
 
@@ -244,16 +295,25 @@ def node_transitions(
 
     A new node is compared with a fresh one (reachable, healthy, in service), so a node
     that registers unhealthy or provisioning says so. Devices that left the node (retired
-    atoms) make no transition here; a device that appears is compared with healthy."""
+    atoms) make no transition here; a device that appears is compared with healthy, and
+    one whose atoms were replaced is reconfigured. The maintenance that holds a node for
+    a pending pool move is said by `node.poolChangePending` and `node.poolChanged`, not
+    by maintenance transitions of its own."""
     out: list[Transition] = []
     if before is None:
         out.append(NodeRegistered(hostname))
         before = NodeFlags(after.pool_id)
     if before.pool_id != after.pool_id:
         out.append(PoolChanged(before.pool_id, after.pool_id))
+    if after.pending_pool is not None and after.pending_pool != before.pending_pool:
+        out.append(PoolChangePending(after.pool_id, after.pending_pool))
     if before.reachable != after.reachable:
         out.append(ReachabilityChanged(after.reachable))
-    if before.maintenance != after.maintenance:
+    # Held for a pool move, or let go because it moved: the pool transitions say it.
+    held = (after.held_for_pool_change and after.pending_pool != before.pending_pool) or (
+        before.held_for_pool_change and before.pool_id != after.pool_id
+    )
+    if before.maintenance != after.maintenance and not held:
         reason = cause.reason or after.maintenance_reason
         out.append(MaintenanceChanged(after.maintenance, reason, cause.by))
     if before.provisioning != after.provisioning:
@@ -264,6 +324,10 @@ def node_transitions(
         old, new = before.device(device_id), after.devices[device_id]
         if old.status != new.status:
             out.append(DeviceHealthChanged(device_id, new.status, new.reasons))
+    for device_id in sorted(set(before.forms) & set(after.forms)):
+        old_forms, new_forms = before.forms[device_id], after.forms[device_id]
+        if old_forms != new_forms:
+            out.append(DeviceReconfigured(device_id, len(old_forms), len(new_forms)))
     return tuple(out)
 
 
@@ -282,7 +346,17 @@ def after_inventory(before: NodeFlags | None, inv: Inventory) -> NodeFlags:
         health_reasons=inv.health.reasons,
         provisioning=inv.provisioning,
         devices=devices,
+        forms=forms_of(inv),
     )
+
+
+def forms_of(inv: Inventory) -> dict[str, frozenset[str]]:
+    """Device → the ids of the atoms an inventory gives it."""
+    forms: dict[str, set[str]] = {}
+    for a in inv.atoms:
+        if a.device_id:
+            forms.setdefault(a.device_id, set()).add(a.atom_id)
+    return {device: frozenset(ids) for device, ids in forms.items()}
 
 
 def after_heartbeat(before: NodeFlags, hb: Heartbeat) -> NodeFlags:

@@ -4,9 +4,10 @@
 lock (PostgreSQL advisory lock; SQLite has one writer): load the pool snapshot for the
 window, run the placer, check quota, insert the reservation and its bookings, notice spot
 victims and refresh the rollup's booked columns. The workflow around it replays and
-records the idempotent answer in the same transaction. On PostgreSQL an exclusion
-constraint over (atom, time range) backs the placer: if it ever fires, the unit of work
-raises `WriteRaced` and the workflow retries on a fresh snapshot.
+records the idempotent answer in the same transaction. Each booking also writes its
+claim rows on the physical devices (`device_claims`); on PostgreSQL exclusion
+constraints over them (and over (atom, time range)) back the placer: if one ever fires,
+the unit of work raises `WriteRaced` and the workflow retries on a fresh snapshot.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.device_claims import insert_claims, rows_for
 from coordinator.ledger.quotas import TenantLocks
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
@@ -191,6 +193,14 @@ class BookingWriter:
         )
         noticed = await self._notice(conn, sorted(victims), preempt_at, now) if victims else ()
         await self._insert(conn, reservation, placement)
+        nodes = {n.node_id: n for n in snap.nodes}
+        await insert_claims(
+            conn,
+            reservation.reservation_id,
+            start,
+            end,
+            {p.node_id: rows_for(nodes[p.node_id], p.atoms) for p in placement.chosen},
+        )
         await bump(conn, [r.pool_id], bookings=True)
         held_atoms, held_scalars = self._held(reservation, placement)
         if noticed:

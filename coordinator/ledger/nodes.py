@@ -2,8 +2,9 @@
 
 The ledger does not decide what is a transition (`coordinator.domain.transitions` does):
 a `NodeChangeSet` hands the caller the nodes' flags as stored, then persists the flags
-and transitions it is given: columns, one node event per transition, and the pools'
-rollup refreshed, all in one transaction. Plain liveness (last-seen) arrives in batches
+and transitions it is given: columns, one node event per transition, the pools' rollup
+refreshed and the at-risk flags of the reservations on those nodes re-judged, all in
+one transaction. Plain liveness (last-seen) arrives in batches
 from the ingest flusher: one statement for many heartbeats.
 """
 
@@ -17,10 +18,18 @@ from types import MappingProxyType
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.transitions import HEALTHY_DEVICE, DeviceFlags, NodeFlags, Transition
+from coordinator.domain.risk import RiskChange
+from coordinator.domain.transitions import (
+    HEALTHY_DEVICE,
+    DeviceFlags,
+    NodeFlags,
+    Transition,
+    forms_of,
+)
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.risk import refresh_risk
 from coordinator.ledger.rollups import NodeChange
 from shared.wire import HealthStatus, Inventory
 
@@ -55,13 +64,15 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
         )
     ).all()
     devices: dict[str, dict[str, DeviceFlags]] = {row.node_id: {} for row in node_rows}
+    forms: dict[str, dict[str, set[str]]] = {row.node_id: {} for row in node_rows}
     atom_rows = await conn.execute(
-        select(a.node_id, a.device_id, a.health, a.health_reasons).where(
+        select(a.node_id, a.device_id, a.atom_id, a.health, a.health_reasons).where(
             a.node_id.in_(node_ids) & a.retired.is_(False) & (a.device_id != "")
         )
     )
     for row in atom_rows.all():
         devices[row.node_id][row.device_id] = DeviceFlags(row.health, tuple(row.health_reasons))
+        forms[row.node_id].setdefault(row.device_id, set()).add(row.atom_id)
     return {
         row.node_id: NodeFlags(
             pool_id=row.pool_id,
@@ -73,6 +84,8 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
             maintenance_reason=row.maintenance_reason,
             maintenance_by=row.maintenance_by,
             devices=devices[row.node_id],
+            pending_pool=row.pending_pool_id,
+            forms={d: frozenset(ids) for d, ids in forms[row.node_id].items()},
         )
         for row in node_rows
     }
@@ -89,11 +102,34 @@ class NodeChangeSet:
         # What the rows say now, so that `save` writes only what differs.
         self._current = before
         self.changed = False
+        # Reservations that became at risk or recovered; set once the change settles.
+        self.risks: list[RiskChange] = []
 
-    async def put_inventory(self, inv: Inventory) -> None:
+    async def lock_pools(self, pool_ids: Iterable[str]) -> None:
+        """Serialise with the pools' booking writers until the end (sorted)."""
+        for pool_id in sorted(set(pool_ids)):
+            await lock_pool(self._conn, pool_id)
+
+    async def holds_bookings(self, node_id: str) -> bool:
+        """Has the node a live or future booking (of an atom or of its resources)?"""
+        for table in (schema.bookings, schema.scalar_bookings):
+            c = table.c
+            found = await self._conn.execute(
+                select(c.node_id)
+                .where((c.node_id == node_id) & (c.end > self._now) & (c.end > c.start))
+                .limit(1)
+            )
+            if found.first() is not None:
+                return True
+        return False
+
+    async def put_inventory(self, inv: Inventory, pool_id: str | None = None) -> None:
         """Write what an inventory describes: the node row (a new node starts with a
-        fresh node's flags), its atoms (new, changed, retired). Its flags are `save`'s."""
+        fresh node's flags), its atoms (new, changed, retired), in `pool_id` (default:
+        the one the inventory names; a node held for a pool move stays where it is).
+        Its flags are `save`'s."""
         n = schema.nodes.c
+        pool_id = pool_id or inv.pool_id
         pool = await self._conn.execute(
             select(schema.pools.c.pool_id).where(schema.pools.c.pool_id == inv.pool_id)
         )
@@ -101,7 +137,7 @@ class NodeChangeSet:
             raise UnknownPool(f"unknown pool {inv.pool_id}")
         now = self._now
         values: dict[str, object] = {
-            "pool_id": inv.pool_id,
+            "pool_id": pool_id,
             "hostname": inv.hostname,
             "boot_id": inv.boot_id,
             "labels": dict(inv.labels),
@@ -117,7 +153,7 @@ class NodeChangeSet:
         }
         current = self._current.get(inv.node_id)
         if current is None:
-            fresh = NodeFlags(inv.pool_id)
+            fresh = NodeFlags(pool_id)
             await self._conn.execute(
                 schema.nodes.insert().values(
                     node_id=inv.node_id,
@@ -139,16 +175,18 @@ class NodeChangeSet:
             await self._conn.execute(
                 update(schema.nodes).where(n.node_id == inv.node_id).values(**values)
             )
-        await self._replace_atoms(inv)
+        await self._replace_atoms(inv, pool_id)
         devices = {
             a.device_id: current.devices.get(a.device_id, HEALTHY_DEVICE)
             for a in inv.atoms
             if a.device_id
         }
-        self._current[inv.node_id] = replace(current, pool_id=inv.pool_id, devices=devices)
+        self._current[inv.node_id] = replace(
+            current, pool_id=pool_id, devices=devices, forms=forms_of(inv)
+        )
         self.changed = True
 
-    async def _replace_atoms(self, inv: Inventory) -> None:
+    async def _replace_atoms(self, inv: Inventory, pool_id: str) -> None:
         a = schema.atoms.c
         current = {
             row.atom_id
@@ -161,7 +199,7 @@ class NodeChangeSet:
         updates: list[dict[str, object]] = []
         for atom in inv.atoms:
             values: dict[str, object] = {
-                "pool_id": inv.pool_id,
+                "pool_id": pool_id,
                 "class": atom.cls,
                 "device_id": atom.device_id,
                 "attrs": dict(atom.attrs),
@@ -219,6 +257,14 @@ class NodeChangeSet:
                 "maintenance_reason": after.maintenance_reason,
                 "maintenance_by": after.maintenance_by,
             }
+        if cur.pending_pool != after.pending_pool:
+            values["pending_pool_id"] = after.pending_pool
+        if cur.pool_id != after.pool_id:
+            # A pending move done: the node and its atoms join the new pool together.
+            values["pool_id"] = after.pool_id
+            await self._conn.execute(
+                update(schema.atoms).where(a.node_id == node_id).values(pool_id=after.pool_id)
+            )
         if values:
             await self._conn.execute(
                 update(schema.nodes).where(n.node_id == node_id).values(updated_at=now, **values)
@@ -261,6 +307,16 @@ class NodeRepo:
             yield changes
             if changes.changed:
                 await rollup.settle(now)
+                changes.risks = await refresh_risk(conn, ids, now)
+
+    async def pending_moves(self) -> list[str]:
+        """Nodes held in their pool while a reported pool move waits."""
+        n = schema.nodes.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(n.node_id).where(n.pending_pool_id.is_not(None)).order_by(n.node_id)
+            )
+            return list(rows.scalars().all())
 
     async def inventory_hashes(self, node_ids: Iterable[str]) -> dict[str, str]:
         n = schema.nodes.c

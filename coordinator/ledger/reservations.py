@@ -14,6 +14,7 @@ from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.risk import at_risk_from_json
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -37,14 +38,15 @@ def reservation_from_row(row: Row[Any]) -> Reservation:
         atoms=tuple(BookedAtom(a["atomId"], a["nodeId"], a["class"]) for a in row.atoms),
         created_at=row.created_at,
         ended_at=row.ended_at,
+        at_risk=at_risk_from_json(row.at_risk),
     )
 
 
 async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: int) -> None:
-    """End the reservations' bookings at `at`: bookings not started by then are deleted
-    (a zero-length booking would still count in quotas, timelines and `reserved`), the
-    others cut short. The reservation row keeps the atoms it held."""
-    for table in (schema.bookings, schema.scalar_bookings):
+    """End the reservations' bookings (and their device claims) at `at`: bookings not
+    started by then are deleted (a zero-length booking would still count in quotas,
+    timelines and `reserved`), the others cut short. The reservation row keeps the atoms it held."""
+    for table in (schema.bookings, schema.scalar_bookings, schema.device_claims):
         c = table.c
         await conn.execute(
             delete(table).where(c.reservation_id.in_(reservation_ids) & (c.start >= at))

@@ -1,4 +1,5 @@
-"""Tables of the ledger (SQLAlchemy Core). Migrations in `migrations.py` create them.
+"""Tables of the ledger (SQLAlchemy Core). The Alembic revisions in `migrations/` create
+them; each revision's edit is marked here with its number.
 
 Times are integer milliseconds since the epoch, as on the API.
 """
@@ -97,6 +98,10 @@ nodes = Table(
     Column("hugepages_1gi", Integer, nullable=False, default=0),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # r0002: the pool an agent reported while the node still held bookings in this one;
+    # it moves when the last of them ends (SPEC §5, pool moves).
+    Column("pending_pool_id", String(57), nullable=True),
+    Index("ix_nodes_pending_pool", "pending_pool_id"),
 )
 
 atoms = Table(
@@ -183,6 +188,8 @@ reservations = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    # r0002: {reason, since, atoms} while one of its atoms is out of service, else null.
+    Column("at_risk", JSON, nullable=True),
     Index("ix_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
     Index("ix_reservations_live", "state", "lease_expires_at"),
 )
@@ -204,6 +211,25 @@ bookings = Table(
     Column("end", BigInteger, nullable=False),
     Index("ix_bookings_pool_end", "pool_id", "end"),
     Index("ix_bookings_atom", "atom_id", "start"),
+    # r0002: a node's live bookings (pool moves, at-risk reservations).
+    Index("ix_bookings_node_end", "node_id", "end"),
+)
+
+# r0002: what each booking claims on its physical devices (`coordinator.domain.claims`).
+# On PostgreSQL three exclusion constraints (not declared here: metadata cannot carry
+# them) refuse two claims on one device's capacity for overlapping time.
+device_claims = Table(
+    "device_claims",
+    metadata,
+    Column("claim_id", Integer, primary_key=True, autoincrement=True),
+    Column("reservation_id", String(57), nullable=False, index=True),
+    Column("node_id", String(128), nullable=False),
+    Column("device", String(256), nullable=False),
+    Column("part", String(256), nullable=False),
+    Column("exclusive", Boolean, nullable=False),
+    Column("form", String(64), nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("end", BigInteger, nullable=False),
 )
 
 scalar_bookings = Table(

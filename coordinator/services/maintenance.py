@@ -1,6 +1,7 @@
 """Node maintenance as a workflow: an operator puts a node in or out of maintenance
 with a reason. The ledger records the change (its atoms move bucket at once, a node
-event is written); a change — not a repeat — wakes waiting requests and is an alert."""
+event is written, the reservations on it are at risk or recover); a change — not a
+repeat — wakes waiting requests and is an alert, as is each reservation's change."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class MaintenanceSet:
     maintenance: bool
     changed: bool  # False when the node already was in the state asked for
     at: int
+    reservations_at_risk: int = 0  # reservations this change put at risk
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,5 +38,7 @@ class Maintenance:
         if changes.transitions:
             # A node back from maintenance may be what a waiting request needs.
             self.capacity.notify()
-            await alerting.publish(self.alerts, [changes], now)
-        return MaintenanceSet(node_id, changes.pool_id, on, bool(changes.transitions), now)
+        await alerting.publish(self.alerts, [changes], now)
+        return MaintenanceSet(
+            node_id, changes.pool_id, on, bool(changes.transitions), now, changes.put_at_risk
+        )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from coordinator.domain import pool_moves
+from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     Cause,
     DuplicateIdSeen,
@@ -24,22 +26,70 @@ from shared.wire import Heartbeat, Inventory
 
 @dataclass(frozen=True, slots=True)
 class NodeChanges:
-    """What one node went through in one unit of work (empty: nothing changed)."""
+    """What one node went through in one unit of work (empty: nothing changed), and the
+    reservations on it that became at risk or recovered."""
 
     node_id: str
     pool_id: str
     transitions: tuple[Transition, ...]
+    risks: tuple[RiskChange, ...] = ()
+
+    @property
+    def put_at_risk(self) -> int:
+        return sum(1 for r in self.risks if r.at_risk is not None)
+
+
+def _with_risks(out: list[NodeChanges], risks: list[RiskChange]) -> list[NodeChanges]:
+    """Each risk change goes with the node it is about (one change may touch many)."""
+    if not risks:
+        return out
+    by_node: dict[str, list[RiskChange]] = {}
+    for r in risks:
+        by_node.setdefault(r.node_id, []).append(r)
+    merged = [replace(c, risks=c.risks + tuple(by_node.pop(c.node_id, ()))) for c in out]
+    merged += [
+        NodeChanges(node_id, rs[0].pool_id, (), tuple(rs)) for node_id, rs in by_node.items()
+    ]
+    return merged
 
 
 async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChanges:
-    """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks)."""
+    """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks). A node
+    reported in another pool moves there only if it holds no live or future booking;
+    otherwise it is held in its pool until they end (`settle_pool_moves`)."""
     async with ledger.nodes.change([inv.node_id], now) as change:
         before = change.before.get(inv.node_id)
-        await change.put_inventory(inv)
-        after = after_inventory(before, inv)
+        membership = before
+        if before is not None and (inv.pool_id != before.pool_id or before.pending_pool):
+            # Under both pools' locks: no booking can land on it while this decides.
+            await change.lock_pools([before.pool_id, inv.pool_id])
+            held = await change.holds_bookings(inv.node_id)
+            membership = pool_moves.reported(before, inv.pool_id, held)
+        pool_id = membership.pool_id if membership is not None else inv.pool_id
+        await change.put_inventory(inv, pool_id)
+        after = replace(after_inventory(membership, inv), pool_id=pool_id)
         transitions = node_transitions(before, after, hostname=inv.hostname)
         await change.save(inv.node_id, after, transitions)
-    return NodeChanges(inv.node_id, inv.pool_id, transitions)
+    return NodeChanges(inv.node_id, pool_id, transitions, tuple(change.risks))
+
+
+async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
+    """Move every node held for a pool move whose last booking in its old pool has
+    ended (the reservation clock and releases call this)."""
+    out: list[NodeChanges] = []
+    for node_id in await ledger.nodes.pending_moves():
+        async with ledger.nodes.change([node_id], now) as change:
+            before = change.before.get(node_id)
+            if before is None or before.pending_pool is None:
+                continue
+            await change.lock_pools([before.pool_id, before.pending_pool])
+            if await change.holds_bookings(node_id):
+                continue
+            after = pool_moves.moved(before)
+            transitions = node_transitions(before, after)
+            await change.save(node_id, after, transitions)
+        out.append(NodeChanges(node_id, after.pool_id, transitions, tuple(change.risks)))
+    return out
 
 
 async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:
@@ -52,7 +102,7 @@ async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChang
         transitions = node_transitions(before, after)
         if after != before:
             await change.save(hb.node_id, after, transitions)
-    return NodeChanges(hb.node_id, after.pool_id, transitions)
+    return NodeChanges(hb.node_id, after.pool_id, transitions, tuple(change.risks))
 
 
 async def record_reachability(
@@ -67,7 +117,7 @@ async def record_reachability(
             if transitions:
                 await change.save(node_id, after, transitions)
                 out.append(NodeChanges(node_id, after.pool_id, transitions))
-    return out
+    return _with_risks(out, change.risks)
 
 
 async def record_duplicate_id(
@@ -87,18 +137,16 @@ async def record_maintenance(
     ledger: Ledger, node_id: str, on: bool, reason: str, by: str, now: int
 ) -> NodeChanges:
     """Put a node in or out of maintenance; setting the flag it already has changes
-    nothing (not even the reason)."""
+    nothing (not even the reason), except that an operator's reason replaces the hold of
+    a pending pool move, and a node held for one stays in maintenance."""
     async with ledger.nodes.change([node_id], now) as change:
         before = change.before.get(node_id)
         if before is None:
             raise NotFound(f"node {node_id} not found")
-        after = replace(
-            before,
-            maintenance=on,
-            maintenance_reason=reason if on else "",
-            maintenance_by=by if on else "",
-        )
+        after = before
+        if not (on and before.maintenance and not before.held_for_pool_change):
+            after = pool_moves.switched(before, on, reason, by)
         transitions = node_transitions(before, after, Cause(by, reason))
-        if transitions:
+        if after != before:
             await change.save(node_id, after, transitions)
-    return NodeChanges(node_id, before.pool_id, transitions)
+    return NodeChanges(node_id, before.pool_id, transitions, tuple(change.risks))

@@ -21,7 +21,9 @@ from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
 from coordinator.ledger import Booked, BookingRequest, Ledger, Recorded, body_hash
+from coordinator.services import alerting
 from coordinator.services.idempotent import Replayed, retrying
+from coordinator.services.node_changes import settle_pool_moves
 from shared.ids import ulid
 from shared.wire import Alert
 
@@ -226,10 +228,13 @@ class Reservations:
         return Current(res, now)
 
     async def release(self, tenant_id: str, reservation_id: str) -> Current:
-        """End a reservation now; the rest of its time is free at once."""
+        """End a reservation now; the rest of its time is free at once, and a node held
+        for a pool move by it moves if it held the node's last booking."""
         now = self.clock.now_ms()
         async with self.ledger.transaction() as uow:
             res = await uow.reservations.release(reservation_id, tenant_id, now)
             await uow.commit()
+        moved = await settle_pool_moves(self.ledger, now)
+        await alerting.publish(self.alerts, moved, now)
         self.capacity.notify()
         return Current(res, now)

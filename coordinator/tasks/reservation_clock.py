@@ -1,6 +1,7 @@
 """What the clock does to reservations: leases that ran out expire, noticed spot
-reservations become preempted, and pools whose bookings started or ended get their
-allocated/reserved columns refreshed — with no request in between."""
+reservations become preempted, pools whose bookings started or ended get their
+allocated/reserved columns refreshed, and nodes held for a pool move whose last booking
+has ended move — with no request in between."""
 
 from __future__ import annotations
 
@@ -8,16 +9,22 @@ import logging
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
+from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
+from coordinator.services import alerting
+from coordinator.services.node_changes import settle_pool_moves
 
 log = logging.getLogger(__name__)
 
 
 class ReservationClock:
-    def __init__(self, ledger: Ledger, clock: Clock, capacity: CapacitySignal) -> None:
+    def __init__(
+        self, ledger: Ledger, clock: Clock, capacity: CapacitySignal, alerts: AlertSink
+    ) -> None:
         self.ledger = ledger
         self.clock = clock
         self.capacity = capacity
+        self.alerts = alerts
         self._last = clock.now_ms()
 
     async def tick(self) -> None:
@@ -28,5 +35,9 @@ class ReservationClock:
         pools = await self.ledger.reservations.pools_with_boundaries(self._last, now)
         await self.ledger.reservations.refresh_pools(pools, now)
         self._last = now
-        if ended or pools:
+        moved = await settle_pool_moves(self.ledger, now)
+        for change in moved:
+            log.info("node %s moved to pool %s", change.node_id, change.pool_id)
+        await alerting.publish(self.alerts, moved, now)
+        if ended or pools or moved:
             self.capacity.notify()

@@ -103,7 +103,7 @@ async def test_maintenance_moves_the_node_records_who_and_why_and_alerts(
         {"nodeId": "a1", "maintenance": True, "reason": "replace PSU"},
     )
     assert node["status"] == "maintenance" and node["changed"] is True
-    assert node["state"]["maintenance"]["reason"] == "replace PSU"
+    assert node["reason"] == "replace PSU" and node["reservationsAtRisk"] == 0
     rows = await api.ok("capacity.byPool", {"tenantId": "acme", "poolId": s["a"]})
     gpu = next(r for r in rows["rows"] if r["resource"] == "gpu")
     assert (gpu["maintenance"], gpu["allocatable"]) == (2, 4)

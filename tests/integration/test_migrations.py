@@ -33,6 +33,10 @@ ALL_TABLES = list(numbered_ledger.ROWS)
 # Present at each numbered step; ROWS lists tables in the order the steps added them.
 TABLES_AT = {1: ALL_TABLES[:8], 2: ALL_TABLES[:9], 3: ALL_TABLES[:13], 4: ALL_TABLES[:14]}
 TABLES_AT[5] = ALL_TABLES
+# Every revision after the baseline, in order; a numbered database gets them all.
+LATER = ["0002"]
+# Columns later revisions added to the numbered tables (null in adopted rows).
+ADDED = {"nodes": {"pending_pool_id"}, "reservations": {"at_risk"}}
 
 
 @pytest.fixture
@@ -103,13 +107,16 @@ async def test_a_numbered_database_upgrades_to_head_with_every_row_kept(
     try:
         async with db.read() as conn:
             before = await conn.run_sync(numbered_ledger.dump, TABLES_AT[version])
-        assert await db.migrate() == [BASELINE]
+        assert await db.migrate() == [BASELINE, *LATER]
         assert await db.migrate() == []
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
-            assert await conn.run_sync(_revision) == BASELINE
+            assert await conn.run_sync(_revision) == LATER[-1]
     finally:
         await db.dispose()
+    for table, added in ADDED.items():
+        for row in after[table]:
+            assert {c: row.pop(c) for c in added} == dict.fromkeys(added), table
     for table, rows in before.items():
         assert after[table] == rows, table
     # One more scalar booking: the interval reservation's quantity.
@@ -179,13 +186,18 @@ async def test_a_fresh_and_an_upgraded_database_have_the_same_schema(
     assert upgraded == fresh
     assert "bookings" in fresh and "pool_versions" in fresh
     if database_url.startswith("postgresql"):
-        assert [c[1] for c in fresh["<exclusion constraints>"]] == ["bookings_no_overlap"]
+        assert [c[1] for c in fresh["<exclusion constraints>"]] == [
+            "bookings_no_overlap",
+            "device_claims_exclusive",
+            "device_claims_one_form",
+            "device_claims_shared",
+        ]
         assert "btree_gist" in fresh["<extensions>"]
 
 
 async def test_the_migrated_head_is_what_the_schema_module_declares(database_url: str) -> None:
-    """Autogenerate finds nothing to do. Not compared, because reflection cannot see it:
-    PostgreSQL's `bookings_no_overlap` exclusion constraint and the btree_gist extension
+    """Autogenerate finds nothing to do. Not compared, because reflection cannot see them:
+    PostgreSQL's exclusion constraints and the btree_gist extension
     (the schema test above compares them between fresh and upgraded databases)."""
 
     def diff(conn: Connection) -> list[Any]:
@@ -224,8 +236,8 @@ _NEXT_REVISION = '''
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "next"
+down_revision = "0002"
 
 
 def upgrade() -> None:
@@ -243,12 +255,12 @@ async def test_the_next_revision_alters_tables_that_others_refer_to_with_rows_in
     (SQLite copies it) on a filled database, through the same runner."""
     scripts = tmp_path / "migrations"
     shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "r0002_next.py").write_text(_NEXT_REVISION)
+    (scripts / "versions" / "r_next.py").write_text(_NEXT_REVISION)
     db = await _numbered(database_url, 5)
     try:
-        assert await db.migrate() == [BASELINE]
+        assert await db.migrate() == [BASELINE, *LATER]
         monkeypatch.setattr(migrations, "SCRIPT_LOCATION", scripts)
-        assert await db.migrate() == ["0002"]
+        assert await db.migrate() == ["next"]
         async with db.read() as conn:
             rows = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
             if db.dialect == "sqlite":
@@ -270,8 +282,8 @@ async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes
 ) -> None:
     scripts = tmp_path / "migrations"
     shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "r0002_bad.py").write_text(
-        'from alembic import op\nrevision = "0002"\ndown_revision = "0001"\n\n\n'
+    (scripts / "versions" / "r_bad.py").write_text(
+        'from alembic import op\nrevision = "bad"\ndown_revision = "0002"\n\n\n'
         "def upgrade() -> None:\n    op.execute(\"DELETE FROM tenants WHERE tenant_id = 'beta'\")\n"
     )
     db = await _numbered(database_url, 5)
@@ -282,7 +294,7 @@ async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes
         with pytest.raises(MigrationError if db.dialect == "sqlite" else IntegrityError):
             await db.migrate()
         async with db.read() as conn:
-            assert await conn.run_sync(_revision) == BASELINE
+            assert await conn.run_sync(_revision) == LATER[-1]
             tenants = await conn.run_sync(numbered_ledger.dump, ["tenants"])
         assert [t["tenant_id"] for t in tenants["tenants"]] == ["acme", "beta"]
     finally:
@@ -301,4 +313,55 @@ async def test_coordinators_starting_together_migrate_once(database_url: str) ->
     finally:
         for db in dbs:
             await db.dispose()
-    assert sorted(applied) == [[], [], [BASELINE]]
+    assert sorted(applied) == [[], [], [BASELINE, *LATER]]
+
+
+async def test_live_bookings_get_their_device_claims_when_0002_runs(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at the baseline with live bookings: each gets the claim rows a booking
+    writes today (the ended one none), a booking on a retired form claims its device."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    for later in LATER:
+        (scripts / "versions" / f"r{later}_device_claims.py").unlink()
+    db = await _numbered(database_url, 5)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(migrations, "SCRIPT_LOCATION", scripts)
+            assert await db.migrate() == [BASELINE]
+        far = 4_000_000_000_000
+        async with db.transaction() as conn:
+            await conn.execute(
+                text('UPDATE bookings SET "end" = :far WHERE start = 1000'), {"far": far}
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO bookings (reservation_id, tenant_id, pool_id, node_id, atom_id,"
+                    ' class, spot, start, "end") VALUES'
+                    " ('res-3', 'acme', 'pool-1', 'n1', 'n1/gpu/2', 'gpu', false, 1000, :far)"
+                ),
+                {"far": far},
+            )
+        assert await db.migrate() == LATER
+        async with db.read() as conn:
+            rows = (
+                await conn.execute(
+                    text(
+                        'SELECT reservation_id, device, part, exclusive, form, start, "end"'
+                        " FROM device_claims ORDER BY reservation_id, device, part"
+                    )
+                )
+            ).all()
+    finally:
+        await db.dispose()
+    got = [(r[0], r[1], r[2], bool(r[3]), r[4] if r[4] in ("node", "retired") else "form")
+           for r in rows]  # fmt: skip
+    assert got == [
+        ("res-1", "", "*", False, "node"),
+        ("res-1", "GPU-0", "*", True, "form"),
+        ("res-1", "GPU-1", "*", True, "form"),
+        ("res-3", "", "*", False, "node"),
+        ("res-3", "GPU-2", "*", True, "retired"),
+    ]
+    assert {(r[5], r[6]) for r in rows} == {(1000, 4_000_000_000_000)}

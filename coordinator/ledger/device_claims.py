@@ -1,0 +1,54 @@
+"""The claim rows of bookings (`schema.device_claims`): what each booking holds on its
+physical devices, in the form the database can check (`coordinator.domain.claims`).
+
+On PostgreSQL the table's exclusion constraints refuse a row that overlaps another on
+the same device's capacity, whatever wrote it; the booking writer then raises through
+the unit of work as `WriteRaced`. SQLite has one writer at a time and relies on the
+placer, which reads the same rule from the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
+from coordinator.domain.placement import AtomSlot, NodeSlot
+from coordinator.ledger import schema
+
+
+def rows_for(node: NodeSlot, atoms: Iterable[AtomSlot]) -> list[ClaimRow]:
+    """The claim rows of booking `atoms` (current atoms of `node`)."""
+    rows: list[ClaimRow] = []
+    for atom in atoms:
+        claim = atom.claim
+        forms = node.by_device.get(claim.device or "", ())
+        rows.extend(claim_rows(claim, form_of(a.atom_id for a in forms)))
+    return merged_rows(rows)
+
+
+async def insert_claims(
+    conn: AsyncConnection,
+    reservation_id: str,
+    start: int,
+    end: int,
+    per_node: Mapping[str, Iterable[ClaimRow]],
+) -> None:
+    """Write one reservation's claim rows, nodeId → its rows on that node."""
+    values = [
+        {
+            "reservation_id": reservation_id,
+            "node_id": node_id,
+            "device": row.device,
+            "part": row.part,
+            "exclusive": row.exclusive,
+            "form": row.form,
+            "start": start,
+            "end": end,
+        }
+        for node_id, rows in sorted(per_node.items())
+        for row in rows
+    ]
+    if values:
+        await conn.execute(schema.device_claims.insert(), values)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -10,7 +10,7 @@ from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import ApiOutput
 
 Role = Literal["tenant", "operator"]
-KeyId = str
+KeyId = Annotated[str, Field(examples=["k0123456789abcde"])]
 
 
 class TenantOut(ApiOutput):
@@ -30,7 +30,10 @@ class TenantList(ApiOutput):
 
 class ApiKeyCreated(ApiOutput):
     key_id: KeyId = Field(description="The key's id (logged, shown in lists).")
-    key: str = Field(description="The secret: shown this once, stored hashed.")
+    key: str = Field(
+        description="The secret: shown this once, stored hashed.",
+        examples=["gpf_k0123456789abcde_secret"],
+    )
     tenant_id: TenantId = Field(description="Its tenant.")
     roles: list[Role] = Field(description="Its roles.")
 

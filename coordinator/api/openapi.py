@@ -69,7 +69,8 @@ def example(schema: dict[str, Any], defs: dict[str, Any], *, full: bool) -> Any:
             1, schema.get("minItems", 1)
         )
     if kind == "string":
-        return "x" * max(1, schema.get("minLength", 1))
+        text = "string".ljust(schema.get("minLength", 0), "x")
+        return text[: schema.get("maxLength", len(text))]
     if kind in ("integer", "number"):
         return schema.get("minimum", 0)
     if kind == "boolean":

@@ -169,8 +169,8 @@ class Timeline(ApiOutput):
 
 
 class BookedAtomOut(ApiOutput):
-    atom_id: str = Field(description="The atom booked.")
-    node_id: str = Field(description="Its node.")
+    atom_id: str = Field(description="The atom booked.", examples=["gpu-host-01:gpu:GPU-5e1c"])
+    node_id: str = Field(description="Its node.", examples=["gpu-host-01"])
     cls: DeviceClass = Field(alias="class", description="Its class.")
 
 

@@ -47,7 +47,7 @@ class QuotaSetInput(ApiInput):
         description="The resource limited.", examples=["gpu"]
     )
     limit: Annotated[int, Field(ge=0, le=1 << 40)] = Field(
-        description="The most it may book at once, in the resource's units."
+        description="The most it may book at once, in the resource's units.", examples=[8]
     )
 
 

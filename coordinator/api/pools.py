@@ -43,7 +43,9 @@ class PoolListInput(ApiInput):
 class PoolOfferInput(ApiInput):
     tenant_id: TenantId = Field(description="The pool's owner, acting.")
     pool_id: PoolId = Field(description="The pool.")
-    offer_to: TenantId = Field(description="The tenant offered to (or withdrawn from).")
+    offer_to: TenantId = Field(
+        description="The tenant offered to (or withdrawn from).", examples=["globex"]
+    )
 
 
 def pool_out(pool: Pool, viewer: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from coordinator.api import admin_outputs as out
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
@@ -23,27 +24,37 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class TenantCreateInput(ApiInput):
-    tenant_id: TenantId
-    name: Name | None = None
+    tenant_id: TenantId = Field(description="The new tenant's id.")
+    name: Name | None = Field(default=None, description="Its name (default: its id).")
 
 
 class ApiKeyCreateInput(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId = Field(description="The tenant the key acts for.")
     roles: Annotated[list[Role], Field(min_length=1, max_length=2)] = Field(
-        default_factory=_default_roles
+        default_factory=_default_roles, description="Its roles (operator: every tenant)."
     )
-    label: Annotated[str, Field(max_length=256)] = ""
+    label: Annotated[str, Field(max_length=256)] = Field(
+        default="", description="A label to recognise it by."
+    )
 
 
 class QuotaSetInput(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId | None = None  # absent: the limit holds across all the tenant's pools
-    resource: Literal[RESOURCES]  # type: ignore[valid-type]
-    limit: Annotated[int, Field(ge=0, le=1 << 40)]
+    tenant_id: TenantId = Field(description="The tenant limited.")
+    pool_id: PoolId | None = Field(
+        default=None, description="The pool; absent: the limit holds across all its pools."
+    )
+    resource: Literal[RESOURCES] = Field(  # type: ignore[valid-type]
+        description="The resource limited.", examples=["gpu"]
+    )
+    limit: Annotated[int, Field(ge=0, le=1 << 40)] = Field(
+        description="The most it may book at once, in the resource's units.", examples=[8]
+    )
 
 
 class ApiKeyRevokeInput(ApiInput):
-    key_id: Annotated[str, Field(min_length=16, max_length=16)]
+    key_id: Annotated[str, Field(min_length=16, max_length=16)] = Field(
+        description="The key's id (not the key).", examples=["k0123456789abcde"]
+    )
 
 
 @REGISTRY.method(
@@ -52,6 +63,7 @@ class ApiKeyRevokeInput(ApiInput):
     permission="platform:admin",
     scope="platform",
     input=TenantCreateInput,
+    output=out.TenantOut,
 )
 async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> dict[str, Any]:
     """Create a tenant (operator)."""
@@ -65,6 +77,7 @@ async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> dict[str,
     permission="platform:admin",
     scope="platform",
     input=ApiKeyCreateInput,
+    output=out.ApiKeyCreated,
 )
 async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> dict[str, Any]:
     """Create an API key for a tenant (operator). The key is shown once, stored hashed."""
@@ -82,6 +95,7 @@ async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> dict[str
     permission="platform:admin",
     scope="platform",
     input=ApiKeyRevokeInput,
+    output=out.ApiKeyRevoked,
 )
 async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> dict[str, Any]:
     """Revoke an API key (operator); it stops working at once."""
@@ -96,6 +110,7 @@ async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> dict[str
     permission="platform:admin",
     scope="platform",
     input=QuotaSetInput,
+    output=out.Quotas,
     phase="v0.2",
 )
 async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> dict[str, Any]:
@@ -121,8 +136,8 @@ class TenantListInput(ApiInput):
 
 
 class ApiKeyListInput(ApiInput):
-    tenant_id: TenantId | None = None  # absent: every tenant's keys
-    include_revoked: bool = False
+    tenant_id: TenantId | None = Field(default=None, description="Absent: every tenant's keys.")
+    include_revoked: bool = Field(default=False, description="List revoked keys too.")
 
 
 class WhoAmIInput(ApiInput):
@@ -142,7 +157,7 @@ def key_out(key: ApiKey) -> dict[str, Any]:
 
 @REGISTRY.method(
     "tenants.list", kind="read", permission="platform:admin", scope="platform",
-    input=TenantListInput, phase="v0.3",
+    input=TenantListInput, output=out.TenantList, phase="v0.3",
 )  # fmt: skip
 async def tenants_list(ctx: CallContext, body: TenantListInput) -> dict[str, Any]:
     """Every tenant with how many pools it owns and live keys it has (operator)."""
@@ -165,7 +180,7 @@ async def tenants_list(ctx: CallContext, body: TenantListInput) -> dict[str, Any
 
 @REGISTRY.method(
     "apiKeys.list", kind="read", permission="platform:admin", scope="platform",
-    input=ApiKeyListInput, phase="v0.3",
+    input=ApiKeyListInput, output=out.ApiKeyList, phase="v0.3",
 )  # fmt: skip
 async def api_keys_list(ctx: CallContext, body: ApiKeyListInput) -> dict[str, Any]:
     """A tenant's API keys, or every tenant's (operator): id, roles, label, times; never
@@ -179,7 +194,7 @@ async def api_keys_list(ctx: CallContext, body: ApiKeyListInput) -> dict[str, An
 
 @REGISTRY.method(
     "apiKeys.self", kind="read", permission="compute:capacity:read", scope="caller-tenant",
-    input=WhoAmIInput, phase="v0.3",
+    input=WhoAmIInput, output=out.CallerKey, phase="v0.3",
 )  # fmt: skip
 async def api_keys_self(ctx: CallContext, body: WhoAmIInput) -> dict[str, Any]:
     """The calling key: its id, tenant and roles (a CLI infers the tenant from it)."""

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from coordinator.api import outputs as out
 from coordinator.api import render
 from coordinator.api.context import CallContext
 from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, TenantId
@@ -24,7 +25,7 @@ from coordinator.services.reservations import resolve_start, shortfall_details
 
 
 class SummaryInput(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId = Field(description="The tenant whose visible pools to sum.")
 
 
 class FleetInput(ApiInput):
@@ -34,12 +35,14 @@ class FleetInput(ApiInput):
 class PreviewInput(ReservationCreateInput):
     """A reservation request to try: it books nothing, so it needs no idempotency key."""
 
-    idempotency_key: IdempotencyKey | None = None  # type: ignore[assignment]
+    idempotency_key: IdempotencyKey | None = Field(  # type: ignore[assignment]
+        default=None, description="Ignored: a preview books nothing."
+    )
 
 
 class ByPoolInput(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId
+    tenant_id: TenantId = Field(description="The tenant asking (owner or offered).")
+    pool_id: PoolId = Field(description="The pool.")
 
 
 _MODEL_COLUMNS = ("total", "allocatable", "allocated", "reserved", "available")
@@ -51,6 +54,7 @@ _MODEL_COLUMNS = ("total", "allocatable", "allocated", "reserved", "available")
     permission="compute:capacity:read",
     scope="compute-tenant",
     input=SummaryInput,
+    output=out.CapacitySummary,
     phase="v0.1",
 )
 async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
@@ -64,7 +68,7 @@ async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "capacity.fleet", kind="read", permission="platform:admin", scope="platform",
-    input=FleetInput, phase="v0.3",
+    input=FleetInput, output=out.CapacitySummary, phase="v0.3",
 )  # fmt: skip
 async def fleet(ctx: CallContext, body: FleetInput) -> dict[str, Any]:
     """capacity.summary over every pool of every tenant, archived ones included (operator)."""
@@ -104,6 +108,7 @@ async def _pools_capacity(ctx: CallContext, pools: list[Pool]) -> dict[str, Any]
     permission="compute:capacity:read",
     scope="compute-pool",
     input=ByPoolInput,
+    output=out.PoolRows,
     phase="v0.2",
 )
 async def by_pool(ctx: CallContext, body: ByPoolInput) -> dict[str, Any]:
@@ -117,11 +122,15 @@ async def by_pool(ctx: CallContext, body: ByPoolInput) -> dict[str, Any]:
 
 
 class TimelineInput(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId
-    from_: EpochMs | None = Field(default=None, alias="from")
-    to: EpochMs | None = None
-    step_minutes: Annotated[int, Field(ge=5, le=1440)] | None = None
+    tenant_id: TenantId = Field(description="The tenant asking (owner or offered).")
+    pool_id: PoolId = Field(description="The pool.")
+    from_: EpochMs | None = Field(
+        default=None, alias="from", description="Window start (default: this hour's start)."
+    )
+    to: EpochMs | None = Field(default=None, description="Window end (default: from + 24 h).")
+    step_minutes: Annotated[int, Field(ge=5, le=1440)] | None = Field(
+        default=None, description="Bucket length (default 60)."
+    )
 
 
 def _candidate(pick: NodePick) -> dict[str, Any]:
@@ -134,7 +143,7 @@ def _candidate(pick: NodePick) -> dict[str, Any]:
 
 @REGISTRY.method(
     "capacity.preview", kind="read", permission="compute:capacity:read",
-    scope="compute-pool", input=PreviewInput, phase="v0.2",
+    scope="compute-pool", input=PreviewInput, output=out.Preview, phase="v0.2",
 )  # fmt: skip
 async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
     """Run the placer on a reservation request without booking anything.
@@ -166,7 +175,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "capacity.timeline", kind="read", permission="compute:capacity:read",
-    scope="compute-pool", input=TimelineInput, phase="v0.2",
+    scope="compute-pool", input=TimelineInput, output=out.Timeline, phase="v0.2",
 )  # fmt: skip
 async def timeline(ctx: CallContext, body: TimelineInput) -> dict[str, Any]:
     """Whole GPUs booked per time bucket and how many of the allocatable remain free.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from coordinator.api import interval_outputs as out
 from coordinator.api import render
 from coordinator.api.body import BodyError, strict_json
 from coordinator.api.context import CallContext
@@ -33,31 +34,69 @@ from coordinator.services.intervals import IntervalsBooked, IntervalsRefused, vi
 from shared.ids import IDEMPOTENCY_KEY_PATTERN
 
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+TIME = {"type": "string", "format": "date-time"}
 
 
 class ReserveInput(RestInput):
-    idempotency_key: str | None = param("Idempotency-Key", "header")
-    pool_id: str | None = param("poolId", "query")
-    body: bytes | None = param("body", "body")
+    idempotency_key: str | None = param(
+        "Idempotency-Key",
+        "header",
+        description="Names this write: a retry with the same key and body gets the first answer.",
+    )
+    pool_id: str | None = param(
+        "poolId", "query", description="The pool; needed when the tenant sees several."
+    )
+    body: bytes | None = param("body", "body", description="The intervals (JSON).")
 
 
 class ListInput(RestInput):
-    from_: str | None = param("from", "query", required=True)
-    to: str | None = param("to", "query", required=True)
-    cursor: str | None = param("cursor", "query")
-    limit: str | None = param("limit", "query")
+    from_: str | None = param(
+        "from",
+        "query",
+        required=True,
+        description="RFC 3339: reservations made at or after.",
+        schema=TIME,
+    )
+    to: str | None = param(
+        "to",
+        "query",
+        required=True,
+        description="RFC 3339: reservations made before.",
+        schema=TIME,
+    )
+    cursor: str | None = param("cursor", "query", description="The previous page's nextCursor.")
+    limit: str | None = param(
+        "limit", "query", description="Page size (at most 200).",
+        schema={"type": "integer", "minimum": 1},
+    )  # fmt: skip
 
 
 class CalendarInput(RestInput):
-    from_: str | None = param("from", "query", required=True)
-    to: str | None = param("to", "query", required=True)
-    pool_id: str | None = param("poolId", "query")
+    from_: str | None = param(
+        "from",
+        "query",
+        required=True,
+        description="RFC 3339, on the 15-minute grid.",
+        schema=TIME,
+    )
+    to: str | None = param(
+        "to",
+        "query",
+        required=True,
+        description="RFC 3339, on the grid; at most 35 days on.",
+        schema=TIME,
+    )
+    pool_id: str | None = param(
+        "poolId", "query", description="The pool; needed when the tenant sees several."
+    )
 
 
 @REGISTRY.method(
     "intervals.reserve", kind="write", permission="compute:reservations:write",
     scope="caller-tenant", input=ReserveInput, phase="v0.2", convention="seed-002",
-    verb="POST", path="/api/capacity/reservations",
+    verb="POST", path="/api/capacity/reservations", output=out.IntervalReservationOut,
+    body=out.IntervalsRequest,
+    conflicts=(out.CapacityNotAvailableBody, out.IdempotencyConflictBody),
 )  # fmt: skip
 async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
     """Commit capacity to one or more 15-minute intervals, all or nothing."""
@@ -83,7 +122,7 @@ async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
 @REGISTRY.method(
     "intervals.list", kind="read", permission="compute:reservations:read",
     scope="caller-tenant", input=ListInput, phase="v0.2", convention="seed-002",
-    verb="GET", path="/api/capacity/reservations",
+    verb="GET", path="/api/capacity/reservations", output=out.IntervalReservationPage,
 )  # fmt: skip
 async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
     """The audit list: every interval reservation made in [from, to), newest first."""
@@ -112,7 +151,7 @@ async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
 @REGISTRY.method(
     "intervals.calendar", kind="read", permission="compute:reservations:read",
     scope="caller-tenant", input=CalendarInput, phase="v0.2", convention="seed-002",
-    verb="GET", path="/api/capacity/calendar",
+    verb="GET", path="/api/capacity/calendar", output=out.Calendar,
 )  # fmt: skip
 async def calendar(ctx: CallContext, inp: CalendarInput) -> Any:
     """Per quarter-hour of [from, to): the tenant's limit, reserved and reservable GB."""

@@ -10,6 +10,7 @@ from typing import Annotated, Any, cast
 
 from pydantic import Field, model_validator
 
+from coordinator.api import node_outputs as out
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
@@ -24,28 +25,42 @@ NodeId = Annotated[str, Field(max_length=128, pattern=NODE_ID_PATTERN)]
 
 
 class NodeListInput(ApiInput):
-    tenant_id: TenantId | None = None  # absent (operators): every tenant's pools
-    pool_id: PoolId | None = None  # absent: every pool the tenant sees
-    cursor: Annotated[str, Field(max_length=512)] | None = None
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant; absent (operators only): every tenant's pools."
+    )
+    pool_id: PoolId | None = Field(
+        default=None, description="Only this pool's; absent: every pool the tenant sees."
+    )
+    cursor: Annotated[str, Field(max_length=512)] | None = Field(
+        default=None, description="The previous page's nextCursor."
+    )
+    limit: Annotated[int, Field(ge=1, le=1000)] = Field(default=100, description="Page size.")
 
 
 class NodeRef(ApiInput):
-    tenant_id: TenantId | None = None  # absent (operators): any node
-    node_id: NodeId
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant asking; absent (operators only): any node."
+    )
+    node_id: NodeId = Field(description="The node.", examples=["gpu-host-01"])
 
 
 class NodeEventsInput(ApiInput):
-    tenant_id: TenantId | None = None
-    node_id: NodeId
-    after: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
-    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant asking; absent (operators only): any node."
+    )
+    node_id: NodeId = Field(description="The node.", examples=["gpu-host-01"])
+    after: Annotated[int, Field(ge=0, le=2**63 - 1)] = Field(
+        default=0, description="Events after this id."
+    )
+    limit: Annotated[int, Field(ge=1, le=1000)] = Field(default=100, description="At most.")
 
 
 class MaintenanceInput(ApiInput):
-    node_id: NodeId
-    maintenance: bool
-    reason: Annotated[str, Field(max_length=1024)] = ""
+    node_id: NodeId = Field(description="The node.", examples=["gpu-host-01"])
+    maintenance: bool = Field(description="In (true) or out of (false) maintenance.")
+    reason: Annotated[str, Field(max_length=1024)] = Field(
+        default="", description="Why (required when entering maintenance)."
+    )
 
     @model_validator(mode="after")
     def _reason_required(self) -> MaintenanceInput:
@@ -173,7 +188,7 @@ async def _listed_pools(ctx: CallContext, body: NodeListInput) -> list[str]:
 
 @REGISTRY.method(
     "nodes.list", kind="read", permission="compute:nodes:read", scope="compute-tenant",
-    input=NodeListInput, phase="v0.2",
+    input=NodeListInput, output=out.NodePage, phase="v0.2",
 )  # fmt: skip
 async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     """Nodes with their state, ordered by nodeId, a page at a time: one pool's, or
@@ -193,7 +208,7 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "nodes.get", kind="read", permission="compute:nodes:read", scope="compute-tenant",
-    input=NodeRef, phase="v0.2",
+    input=NodeRef, output=out.NodeDetail, phase="v0.2",
 )  # fmt: skip
 async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
     """One node with its state flags and every atom with its bucket and holder
@@ -205,7 +220,7 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
 
 @REGISTRY.method(
     "nodes.events", kind="read", permission="compute:nodes:read", scope="compute-tenant",
-    input=NodeEventsInput, phase="v0.2",
+    input=NodeEventsInput, output=out.NodeEvents, phase="v0.2",
 )  # fmt: skip
 async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any]:
     """A node's recorded transitions, oldest first, after an event id."""
@@ -217,7 +232,7 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any
 
 @REGISTRY.method(
     "nodes.setMaintenance", kind="write", permission="platform:admin", scope="platform",
-    input=MaintenanceInput, phase="v0.2",
+    input=MaintenanceInput, output=out.MaintenanceSet, phase="v0.2",
 )  # fmt: skip
 async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dict[str, Any]:
     """Put a node in or out of maintenance with a reason (operator). Its atoms move to

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from coordinator.api import outputs as out
 from coordinator.api.capacity import ByPoolInput, by_pool
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
@@ -23,24 +24,28 @@ Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class PoolCreateInput(ApiInput):
-    tenant_id: TenantId  # the owner
-    name: Name
-    gpu_model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    tenant_id: TenantId = Field(description="The tenant that will own it.")
+    name: Name = Field(description="Its name.", examples=["training"])
+    gpu_model: Annotated[str, Field(min_length=1, max_length=256)] | None = Field(
+        default=None, description="Its GPU model (capacity.summary sums per model)."
+    )
 
 
 class PoolRef(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId
+    tenant_id: TenantId = Field(description="The tenant asking (owner or offered).")
+    pool_id: PoolId = Field(description="The pool.")
 
 
 class PoolListInput(ApiInput):
-    tenant_id: TenantId
+    tenant_id: TenantId = Field(description="The tenant whose visible pools to list.")
 
 
 class PoolOfferInput(ApiInput):
-    tenant_id: TenantId  # the owner, acting
-    pool_id: PoolId
-    offer_to: TenantId
+    tenant_id: TenantId = Field(description="The pool's owner, acting.")
+    pool_id: PoolId = Field(description="The pool.")
+    offer_to: TenantId = Field(
+        description="The tenant offered to (or withdrawn from).", examples=["globex"]
+    )
 
 
 def pool_out(pool: Pool, viewer: str) -> dict[str, Any]:
@@ -73,7 +78,7 @@ async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> dict[str, Any]
 
 @REGISTRY.method(
     "pools.create", kind="write", permission="platform:admin", scope="platform",
-    input=PoolCreateInput,
+    input=PoolCreateInput, output=out.PoolOut,
 )  # fmt: skip
 async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any]:
     """Create a pool owned by a tenant (operator)."""
@@ -87,7 +92,7 @@ async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any
 
 @REGISTRY.method(
     "pools.get", kind="read", permission="compute:pools:read", scope="compute-pool",
-    input=PoolRef, phase="v0.2",
+    input=PoolRef, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
 async def pools_get(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
     """One pool the tenant owns or is offered."""
@@ -96,7 +101,7 @@ async def pools_get(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
 
 @REGISTRY.method(
     "pools.list", kind="read", permission="compute:pools:read", scope="compute-tenant",
-    input=PoolListInput, phase="v0.2",
+    input=PoolListInput, output=out.PoolList, phase="v0.2",
 )  # fmt: skip
 async def pools_list(ctx: CallContext, body: PoolListInput) -> dict[str, Any]:
     """Every pool the tenant owns (archived included) or is offered (not archived)."""
@@ -106,7 +111,7 @@ async def pools_list(ctx: CallContext, body: PoolListInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "pools.offer", kind="write", permission="compute:pools:write", scope="compute-pool",
-    input=PoolOfferInput, phase="v0.2",
+    input=PoolOfferInput, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
 async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
     """Offer a pool to another tenant (owner)."""
@@ -119,7 +124,7 @@ async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "pools.unoffer", kind="write", permission="compute:pools:write", scope="compute-pool",
-    input=PoolOfferInput, phase="v0.2",
+    input=PoolOfferInput, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
 async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
     """Withdraw an offer (owner); the pool vanishes for that tenant at once."""
@@ -130,7 +135,7 @@ async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any
 
 @REGISTRY.method(
     "pools.archive", kind="write", permission="compute:pools:write", scope="compute-pool",
-    input=PoolRef, phase="v0.2",
+    input=PoolRef, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
 async def pools_archive(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
     """Archive a pool (owner): it stays visible to its owner only."""
@@ -142,5 +147,5 @@ async def pools_archive(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
 # The same rows as capacity.byPool, under the pools module.
 REGISTRY.method(
     "pools.capacity", kind="read", permission="compute:capacity:read", scope="compute-pool",
-    input=ByPoolInput, phase="v0.2",
+    input=ByPoolInput, output=out.PoolRows, phase="v0.2",
 )(by_pool)  # fmt: skip

@@ -1,6 +1,7 @@
 """The method registry: every API method is declared once, here, with its name, kind,
-permission, scope, phase, status, input model and handler. Routing, authorization, the
-OpenAPI document and the docs' method table are all generated from it.
+permission, scope, phase, status, input model, output model and handler. Routing,
+authorization, the OpenAPI document (its response schemas included), the docs' method
+table and the typed client (`ops/apiclient`) are all generated from it.
 
 Two conventions share it. `compute`: `POST /api/compute/<module>/<method>`, a JSON
 object in, the error envelope out. `seed-002` (the interval endpoints): any verb and
@@ -58,9 +59,33 @@ class RestInput(ApiInput):
     model_config = ConfigDict(strict=False, extra="ignore", alias_generator=None)
 
 
-def param(name: str, where: Where, *, required: bool = False) -> Any:
-    """A `RestInput` field read from a query parameter, a header or the JSON body."""
-    return Field(default=None, alias=name, json_schema_extra={"in": where, "required": required})
+class ApiOutput(BaseModel):
+    """Base of every output model: what a renderer writes, declared for the OpenAPI
+    document and the typed client. The renderers build plain dicts; a test validates
+    real answers against these schemas, so no other field may appear (extra forbidden)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+def param(
+    name: str,
+    where: Where,
+    *,
+    required: bool = False,
+    description: str = "",
+    schema: dict[str, Any] | None = None,
+) -> Any:
+    """A `RestInput` field read from a query parameter, a header or the JSON body;
+    `schema` is what the document says the text holds (default: a string)."""
+    extra: dict[str, Any] = {"in": where, "required": required}
+    if schema is not None:
+        extra["schema"] = schema
+    return Field(default=None, alias=name, description=description or None, json_schema_extra=extra)
 
 
 def where(field: FieldInfo) -> Where:
@@ -83,6 +108,12 @@ class Method:
     convention: Convention = "compute"
     verb: Verb = "POST"
     route: str | None = None
+    # The answer's model (200); for `seed-002` methods also the JSON body a POST takes
+    # (documentation only: the handler checks the seed's rules in its own words) and the
+    # seed's own 409 bodies.
+    output: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    conflicts: tuple[type[BaseModel], ...] = ()
 
     @property
     def module(self) -> str:
@@ -119,6 +150,9 @@ class Registry:
         convention: Convention = "compute",
         verb: Verb = "POST",
         path: str | None = None,
+        output: type[BaseModel] | None = None,
+        body: type[BaseModel] | None = None,
+        conflicts: tuple[type[BaseModel], ...] = (),
     ) -> Callable[[Handler], Handler]:
         if (convention == "seed-002") != issubclass(input, RestInput):
             raise ValueError(f"method {name}: seed-002 methods, and only they, take RestInput")
@@ -129,7 +163,7 @@ class Registry:
             doc = (handler.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             method = Method(
                 name, kind, permission, scope, phase, status, input, handler, doc,
-                convention, verb, path,
+                convention, verb, path, output, body, conflicts,
             )  # fmt: skip
             if any((m.verb, m.path) == (verb, method.path) for m in self._methods.values()):
                 raise ValueError(f"route {verb} {method.path} declared twice")

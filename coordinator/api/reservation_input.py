@@ -24,11 +24,18 @@ _SHARING_FOR = {
 
 
 class DeviceInput(ApiInput):
-    cls: DeviceClass = Field(alias="class")
-    count: Annotated[int, Field(ge=1, le=64)]
-    selector: Annotated[dict[str, Scalar | list[Scalar]], Field(max_length=32)] | None = None
-    topology: TopologyName | None = None
-    sharing: SharingMode | None = None
+    cls: DeviceClass = Field(alias="class", description="The device class.", examples=["gpu"])
+    count: Annotated[int, Field(ge=1, le=64)] = Field(description="How many.", examples=[1])
+    selector: Annotated[dict[str, Scalar | list[Scalar]], Field(max_length=32)] | None = Field(
+        default=None,
+        description="Attributes the devices must have: a value, or a list of allowed ones.",
+    )
+    topology: TopologyName | None = Field(
+        default=None, description="nvlink-all: every device of this request linked by NVLink."
+    )
+    sharing: SharingMode | None = Field(
+        default=None, description="How the device is shared (must fit the class)."
+    )
 
     @field_validator("sharing")
     @classmethod
@@ -45,12 +52,12 @@ class DeviceInput(ApiInput):
 
 
 class ResourcesInput(ApiInput):
-    vcpu: Annotated[int, Field(ge=0, le=4096)] | None = None
+    vcpu: Annotated[int, Field(ge=0, le=4096)] | None = Field(default=None, description="vCPUs.")
     memory_gi_b: Annotated[int, Field(ge=0, le=65536)] | None = Field(
-        default=None, alias="memoryGiB"
+        default=None, alias="memoryGiB", description="Memory, GiB."
     )
     hugepages1_gi: Annotated[int, Field(ge=0, le=4096)] | None = Field(
-        default=None, alias="hugepages1Gi"
+        default=None, alias="hugepages1Gi", description="1 GiB huge pages."
     )
 
     def as_dict(self) -> dict[str, int]:
@@ -63,36 +70,63 @@ class ResourcesInput(ApiInput):
 
 
 class NodeProfileInput(ApiInput):
-    profile_id: Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
-    profile_version: Annotated[int, Field(ge=1)] | None = None
+    profile_id: Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")] = Field(
+        description="The node profile the nodes must run.", examples=["base"]
+    )
+    profile_version: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="At least this version of it."
+    )
 
 
 class WaitInput(ApiInput):
-    timeout_ms: Annotated[int, Field(ge=0, le=30000)]
+    timeout_ms: Annotated[int, Field(ge=0, le=30000)] = Field(
+        description="How long to wait for capacity before answering 409."
+    )
 
 
 class GangInput(ApiInput):
-    size: Annotated[int, Field(ge=2, le=64)]
-    topology_key: Annotated[str, Field(max_length=128)] | None = None
+    size: Annotated[int, Field(ge=2, le=64)] = Field(
+        description="How many nodes, each given the devices asked for."
+    )
+    topology_key: Annotated[str, Field(max_length=128)] | None = Field(
+        default=None, description="A node label every member must share the value of."
+    )
 
 
 class ReservationCreateInput(ApiInput):
-    tenant_id: TenantId
-    pool_id: PoolId
-    project_id: ProjectId | None = None
-    devices: Annotated[list[DeviceInput], Field(min_length=1, max_length=8)]
-    topology: TopologyName | None = None
-    start: EpochMs | None = None
+    tenant_id: TenantId = Field(description="The tenant booking.")
+    pool_id: PoolId = Field(description="The pool to book in.")
+    project_id: ProjectId | None = Field(default=None, description="A project to book under.")
+    devices: Annotated[list[DeviceInput], Field(min_length=1, max_length=8)] = Field(
+        description="The device requests, all on one node (per gang member)."
+    )
+    topology: TopologyName | None = Field(
+        default=None, description="nvlink-all: every GPU of the request linked by NVLink."
+    )
+    start: EpochMs | None = Field(default=None, description="When it starts (default: now).")
     # Any here and checked below, so that errors name `duration`, not a union member.
-    duration: Any
-    binding: str = "hold"
-    resources: ResourcesInput | None = None
-    node: NodeProfileInput | None = None
-    lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = None
-    spot: bool = False
-    idempotency_key: IdempotencyKey
-    wait: WaitInput | None = None
-    gang: GangInput | None = None
+    duration: Any = Field(
+        description="How long: integer seconds or a string like 90m, 2h, PT2H.",
+        examples=["2h"],
+    )
+    binding: str = Field(
+        default="hold", description="hold: the devices; node: whole nodes.", examples=["hold"]
+    )
+    resources: ResourcesInput | None = Field(
+        default=None, description="Scalar resources on the same node."
+    )
+    node: NodeProfileInput | None = Field(
+        default=None, description="The node profile the nodes must run."
+    )
+    lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = Field(
+        default=None, description="A lease: it expires unless renewed within this."
+    )
+    spot: bool = Field(default=False, description="Preemptible, at a notice.")
+    idempotency_key: IdempotencyKey = Field(description="Names this booking for retries.")
+    wait: WaitInput | None = Field(
+        default=None, description="Wait for capacity to free up before answering 409."
+    )
+    gang: GangInput | None = Field(default=None, description="Book several nodes at once.")
 
     @field_validator("duration")
     @classmethod

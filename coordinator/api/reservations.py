@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from coordinator.api import outputs as out
 from coordinator.api import render
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_time_cursor, encode_cursor
@@ -28,30 +29,42 @@ ReservationId = Annotated[str, Field(max_length=57, pattern=RESERVATION_ID_PATTE
 
 
 class ReservationRef(ApiInput):
-    tenant_id: TenantId
-    reservation_id: ReservationId
+    tenant_id: TenantId = Field(description="The reservation's tenant.")
+    reservation_id: ReservationId = Field(
+        description="The reservation.", examples=["rsv_01hzy3k4m5n6p7q8r9s0t1v2w3"]
+    )
 
 
 class RenewInput(ApiInput):
-    tenant_id: TenantId
-    reservation_id: ReservationId
-    lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = None
+    tenant_id: TenantId = Field(description="The reservation's tenant.")
+    reservation_id: ReservationId = Field(
+        description="The leased reservation.", examples=["rsv_01hzy3k4m5n6p7q8r9s0t1v2w3"]
+    )
+    lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = Field(
+        default=None, description="A new lease length (default: its own)."
+    )
 
 
 State = Literal["scheduled", "active", "noticed", "completed", "released", "expired", "preempted"]
 
 
 class ListInput(ApiInput):
-    tenant_id: TenantId | None = None  # absent (operators): every tenant's
-    pool_id: PoolId | None = None
-    project_id: ProjectId | None = None
-    # Any of these states, as of now (empty: every state).
-    state: Annotated[list[State], Field(max_length=7)] = Field(default_factory=list)
-    # Reservations whose time overlaps [from, to).
-    from_: EpochMs | None = Field(default=None, alias="from")
-    to: EpochMs | None = None
-    cursor: Annotated[str, Field(max_length=512)] | None = None
-    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant; absent (operators only): every tenant's."
+    )
+    pool_id: PoolId | None = Field(default=None, description="Only this pool's.")
+    project_id: ProjectId | None = Field(default=None, description="Only this project's.")
+    state: Annotated[list[State], Field(max_length=7)] = Field(
+        default_factory=list, description="Any of these states, as of now (empty: every state)."
+    )
+    from_: EpochMs | None = Field(
+        default=None, alias="from", description="Only those whose time overlaps [from, to)."
+    )
+    to: EpochMs | None = Field(default=None, description="See from.")
+    cursor: Annotated[str, Field(max_length=512)] | None = Field(
+        default=None, description="The previous page's nextCursor."
+    )
+    limit: Annotated[int, Field(ge=1, le=200)] = Field(default=50, description="Page size.")
 
     @model_validator(mode="after")
     def _window(self) -> ListInput:
@@ -62,7 +75,8 @@ class ListInput(ApiInput):
 
 @REGISTRY.method(
     "reservations.create", kind="write", permission="compute:reservations:write",
-    scope="compute-pool", input=ReservationCreateInput, phase="v0.2",
+    scope="compute-pool", input=ReservationCreateInput, output=out.ReservationOut,
+    phase="v0.2",
 )  # fmt: skip
 async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
     """Place and book a request atomically across every atom and gang member.
@@ -96,7 +110,7 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
 
 @REGISTRY.method(
     "reservations.get", kind="read", permission="compute:reservations:read",
-    scope="compute-tenant", input=ReservationRef, phase="v0.2",
+    scope="compute-tenant", input=ReservationRef, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
 async def get(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
     """One of the tenant's reservations, with its state now."""
@@ -106,7 +120,7 @@ async def get(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
 
 @REGISTRY.method(
     "reservations.list", kind="read", permission="compute:reservations:read",
-    scope="compute-tenant", input=ListInput, phase="v0.2",
+    scope="compute-tenant", input=ListInput, output=out.ReservationPage, phase="v0.2",
 )  # fmt: skip
 async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
     """The tenant's reservations, newest first, a page at a time (opaque cursor);
@@ -135,7 +149,7 @@ async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "reservations.renew", kind="write", permission="compute:reservations:write",
-    scope="compute-tenant", input=RenewInput, phase="v0.2",
+    scope="compute-tenant", input=RenewInput, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
 async def renew(ctx: CallContext, body: RenewInput) -> dict[str, Any]:
     """Extend a leased reservation's lease from now (by its leaseSeconds, or a new one)."""
@@ -147,7 +161,7 @@ async def renew(ctx: CallContext, body: RenewInput) -> dict[str, Any]:
 
 @REGISTRY.method(
     "reservations.release", kind="write", permission="compute:reservations:write",
-    scope="compute-tenant", input=ReservationRef, phase="v0.2",
+    scope="compute-tenant", input=ReservationRef, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
 async def release(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
     """End a reservation now; the rest of its time is free at once (rollup included)."""

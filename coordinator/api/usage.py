@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from coordinator.api import outputs as out
 from coordinator.api.context import CallContext
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
@@ -16,11 +17,15 @@ DEFAULT_WINDOW_MS = 30 * 24 * HOUR_MS
 
 
 class UsageInput(ApiInput):
-    tenant_id: TenantId | None = None  # absent (operators): every tenant
-    pool_id: PoolId | None = None
-    project_id: ProjectId | None = None
-    from_: EpochMs | None = Field(default=None, alias="from")
-    to: EpochMs | None = None
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant; absent (operators only): every tenant."
+    )
+    pool_id: PoolId | None = Field(default=None, description="Only this pool.")
+    project_id: ProjectId | None = Field(default=None, description="Only this project.")
+    from_: EpochMs | None = Field(
+        default=None, alias="from", description="Window start (default: 30 days before to)."
+    )
+    to: EpochMs | None = Field(default=None, description="Window end (default: now).")
 
     @model_validator(mode="after")
     def _window(self) -> UsageInput:
@@ -34,7 +39,7 @@ class UsageInput(ApiInput):
 
 @REGISTRY.method(
     "usage.report", kind="read", permission="compute:capacity:read", scope="compute-tenant",
-    input=UsageInput, phase="v0.3",
+    input=UsageInput, output=out.UsageReport, phase="v0.3",
 )  # fmt: skip
 async def report(ctx: CallContext, body: UsageInput) -> dict[str, Any]:
     """Unit-hours (GPU-hours for `gpu`; MIG, slot, VF, disk and node hours; vCPU- and

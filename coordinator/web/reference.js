@@ -41,6 +41,17 @@ function fields(schema, depth = 0, seen = new Set()) {
   }));
 }
 
+// Failure statuses with what comes back: the envelope, plain text or the seed's bodies.
+function errors(responses) {
+  const items = Object.entries(responses).filter(([status]) => status !== "200").map(([status, r]) => {
+    const resp = r.$ref ? doc.components.responses[r.$ref.split("/").pop()] : r;
+    const [media, content] = Object.entries(resp.content || {})[0] || ["", {}];
+    return el("li", {}, el("code", {}, status), ` ${resp.description || ""} `,
+      el("span", { class: "muted" }, `${media} ${typeOf(content.schema)}`));
+  });
+  return items.length ? [el("h3", {}, "Errors"), el("ul", {}, items)] : null;
+}
+
 for (const [path, ops] of Object.entries(doc.paths)) {
   for (const [verb, op] of Object.entries(ops)) {
     const id = `op-${op.operationId.replace(/\W/g, "-")}`;
@@ -71,6 +82,8 @@ for (const [path, ops] of Object.entries(doc.paths)) {
         el("li", {}, el("code", {}, p.name), ` in ${p.in}`, p.required ? " (required)" : "", p.description ? ` — ${p.description}` : "")))] : null,
       req?.schema ? [el("h3", {}, "Request body"), fields(req.schema)] : null,
       ok?.schema ? [el("h3", {}, "Response 200"), fields(ok.schema) || el("p", {}, typeOf(ok.schema))] : null,
+      ok?.example !== undefined ? [el("h4", {}, "Example"), el("pre", { class: "example" }, JSON.stringify(ok.example, null, 2))] : null,
+      errors(op.responses || {}),
       el("details", {}, el("summary", {}, "Try it"), body, button, out)));
   }
 }

@@ -261,6 +261,11 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     # The reference page renders the OpenAPI document from shipped assets.
     d.get(procs.url + "/api/docs")
     _wait(d, "#ops section h2")
+    # Each operation shows its answer: described fields, an example and its errors.
+    card = d.find_element(By.ID, "op-reservations-create").text
+    assert "Response 200" in card and "reservationId (required) " in card, card
+    assert "Its state now." in card and '"reservationId": "rsv_' in card, card
+    assert "409 Refused" in card and "ErrorEnvelope" in card, card
     _shot(d, "09-api-reference")
 
 

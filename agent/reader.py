@@ -27,6 +27,7 @@ import pynvml
 
 from agent.nvml import NvmlLike
 from agent.readings import GpuCounters, GpuReading, MigReading, NvmlSnapshot
+from shared.ids import normalize_pci
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -55,18 +56,6 @@ class _Unreadable(Exception):
 
 
 LOST = "GPU is lost (NVML_ERROR_GPU_IS_LOST)"
-
-
-def normalize_pci(bus_id: str) -> str:
-    """NVML writes `00000000:18:00.0`, sysfs `0000:18:00.0`; compare them in one form."""
-    text = bus_id.strip().lower()
-    parts = text.split(":")
-    if len(parts) == 3:
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
-        except ValueError:
-            return text
-    return text
 
 
 def cpu_list(words: Iterable[int]) -> str:

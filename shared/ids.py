@@ -1,4 +1,5 @@
-"""Identifier formats: ULIDs in lowercase Crockford base32 and the prefixed ids built on them.
+"""Identifier formats: ULIDs in lowercase Crockford base32 and the prefixed ids built on them,
+and the one form PCI addresses are compared in.
 
 The patterns are the seed's (`pool_`/`prj_` + 26..52 chars of lowercase Crockford base32);
 tenant and node ids are chosen by people and only validated here.
@@ -45,3 +46,15 @@ def new_project_id() -> str:
 
 def new_reservation_id() -> str:
     return "rsv_" + ulid()
+
+
+def normalize_pci(bus_id: str) -> str:
+    """One form for a PCI address: NVML writes `00000000:18:00.0`, sysfs `0000:18:00.0`."""
+    text = bus_id.strip().lower()
+    parts = text.split(":")
+    if len(parts) == 3:
+        try:
+            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+        except ValueError:
+            return text
+    return text

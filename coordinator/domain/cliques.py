@@ -15,23 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-
-def _pci(address: str) -> str:
-    """NVML writes `00000000:18:00.0`, sysfs `0000:18:00.0`: compare one form."""
-    text = address.strip().lower()
-    parts = text.split(":")
-    if len(parts) == 3:
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
-        except ValueError:
-            return text
-    return text
+from shared.ids import normalize_pci
 
 
 def peer_sets(gpus: Iterable[tuple[str, str, Iterable[str]]]) -> dict[str, frozenset[str]]:
     """GPU UUID → UUIDs of the node's GPUs it shares an NVLink with, from
     (uuid, pciBusId, nvlinkPeers) of every GPU of one node."""
-    rows = [(uuid, _pci(pci), {_pci(r) for r in remotes}) for uuid, pci, remotes in gpus]
+    rows = [
+        (uuid, normalize_pci(pci), {normalize_pci(r) for r in remotes})
+        for uuid, pci, remotes in gpus
+    ]
     by_pci = {pci: uuid for uuid, pci, _ in rows if pci}
     peers: dict[str, set[str]] = {uuid: set() for uuid, _, _ in rows}
     on_switch: dict[str, set[str]] = {}

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, or_, select, update
+from sqlalchemy import Row, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
@@ -81,28 +81,6 @@ class ReservationRepo:
     async def get(self, reservation_id: str, tenant_id: str) -> Reservation:
         async with self._db.read() as conn:
             return await _owned(conn, reservation_id, tenant_id)
-
-    async def page(
-        self, tenant_id: str, pool_id: str | None, before: tuple[int, str] | None, limit: int
-    ) -> list[Reservation]:
-        """Newest first; `before` is the (createdAt, reservationId) of the last one seen."""
-        rv = schema.reservations.c
-        cond = rv.tenant_id == tenant_id
-        if pool_id:
-            cond &= rv.pool_id == pool_id
-        if before is not None:
-            created, rid = before
-            cond &= or_(
-                rv.created_at < created, and_(rv.created_at == created, rv.reservation_id < rid)
-            )
-        async with self._db.read() as conn:
-            rows = await conn.execute(
-                select(schema.reservations)
-                .where(cond)
-                .order_by(rv.created_at.desc(), rv.reservation_id.desc())
-                .limit(limit)
-            )
-            return [reservation_from_row(row) for row in rows.all()]
 
     async def expire_and_preempt(self, now: int) -> list[Reservation]:
         """Persist what the clock decided: leases that ran out free their atoms, noticed

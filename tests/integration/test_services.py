@@ -23,7 +23,7 @@ from coordinator.errors import (
     NotFound,
     QuotaExceeded,
 )
-from coordinator.ledger import Ledger
+from coordinator.ledger import Ledger, ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalBookings, IntervalsBooked, IntervalsRefused
 from coordinator.services.maintenance import Maintenance
@@ -106,7 +106,9 @@ async def test_create_books_once_and_replays_the_first_answer(world: World) -> N
     again = await world.reservations.create(world.request(2, "k1"))
     # A replay is the first answer, as it was worded then (state "active" at booking).
     assert again == Replayed(200, reservation(out.reservation, out.at))
-    assert len(await world.ledger.reservations.page("acme", None, None, 10)) == 1
+    assert (
+        len(await world.ledger.listing.page(ReservationFilter(tenant_id="acme"), None, 10, 0)) == 1
+    )
     with pytest.raises(IdempotencyKeyConflict):
         await world.reservations.create(world.request(3, "k1"))
 

@@ -14,8 +14,9 @@ import pytest
 
 from agent.faults import FaultFile, write_faults
 from agent.profile import load_profile
-from agent.reader import NvmlReader, cpu_list, normalize_pci
+from agent.reader import NvmlReader, cpu_list
 from agent.simulated import SimulatedNvml
+from shared.ids import normalize_pci
 
 
 def sim(profile: str = "h100-sxm-8", faults: Path | None = None) -> SimulatedNvml:

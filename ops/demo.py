@@ -259,6 +259,14 @@ class Demo:
                 lines.append("  the coordinator moved that GPU to the unhealthy bucket")
                 break
             time.sleep(0.2)
+        listed = acme.call("reservations.list", {"tenantId": "acme", "poolId": pools["h100"]})
+        for res in listed["reservations"]:
+            risk = res.get("atRisk")
+            if risk:
+                lines.append(
+                    f"  {res['reservationId']} is at risk ({risk['reason']}: "
+                    f"{', '.join(risk['atoms'])}); acme got a reservation.atRisk alert"
+                )
         return lines
 
     def check_children(self) -> None:

@@ -168,6 +168,7 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         # The demo books capacity and injects a fault; the table shows both.
         assert "4 NVLink-connected GPUs" in text
         assert "moved that GPU to the unhealthy bucket" in text
+        assert "is at risk (unhealthy: h100-b:gpu:" in text  # the booking on that GPU
         # 16 GPUs, one unhealthy; 4 booked now and 8 from the next hour. The faulted GPU
         # holds one of those bookings, and a booking on an atom outside the allocatable
         # bucket is not counted (SPEC §2: its reservation is at risk): 15 - 11 = 4.

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
-from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger, UnknownPool
 from coordinator.log_throttle import LogThrottle
@@ -97,6 +97,8 @@ class NodeStateService:
 
     def on_heartbeat(self, hb: Heartbeat) -> None:
         outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
+        if outcome is APPLIED:
+            return  # the common case: only last-seen moved
         if not outcome.known:
             self._unknown[hb.node_id] = hb.pool_id
             return

@@ -1,12 +1,12 @@
-"""Node state changes, one transaction each: read the nodes' flags as stored, compute
-the flags after and the transitions between (`coordinator.domain.transitions`), and have
-the ledger persist both. Nothing here publishes; the callers hand the outcome to
-`coordinator.services.alerting`.
+"""Node state changes, one transaction each (a batch of inventories too): read the
+nodes' flags as stored, compute the flags after and the transitions between
+(`coordinator.domain.transitions`), and have the ledger persist both. Nothing here
+publishes; the callers hand the outcome to `coordinator.services.alerting`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.transitions import (
@@ -17,7 +17,7 @@ from coordinator.domain.transitions import (
     after_inventory,
     node_transitions,
 )
-from coordinator.errors import NotFound
+from coordinator.errors import CoordinatorError, NotFound
 from coordinator.ledger import Ledger
 from shared.wire import Heartbeat, Inventory
 
@@ -40,6 +40,55 @@ async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChan
         transitions = node_transitions(before, after, hostname=inv.hostname)
         await change.save(inv.node_id, after, transitions)
     return NodeChanges(inv.node_id, inv.pool_id, transitions)
+
+
+@dataclass(frozen=True, slots=True)
+class NotRecorded:
+    """An inventory of a batch that the ledger refused; nothing of it was written."""
+
+    node_id: str
+    pool_id: str
+    error: CoordinatorError
+
+
+async def record_inventories(
+    ledger: Ledger, invs: Sequence[Inventory], now: int
+) -> list[NodeChanges | NotRecorded]:
+    """Record many full inventories in one unit of work, one outcome each in order.
+
+    New nodes are checked first and written in bulk (a fleet registering is a few
+    statements per batch, not a transaction per node); each known node's change runs in
+    its own savepoint. Either way one refused inventory (an unknown pool, atom ids that
+    belong to another node) is its own `NotRecorded` and the rest are recorded."""
+    latest = {inv.node_id: inv for inv in invs}  # the newest of a node's inventories
+    out: dict[str, NodeChanges | NotRecorded] = {}
+    async with ledger.nodes.change(latest, now) as change:
+        new = [inv for inv in latest.values() if inv.node_id not in change.before]
+        refused = await change.admit(new)
+        for inv in new:
+            error = refused.get(inv.node_id)
+            if error is not None:
+                out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, error)
+                continue
+            after = after_inventory(None, inv)
+            transitions = node_transitions(None, after, hostname=inv.hostname)
+            change.register(inv, after, transitions)
+            out[inv.node_id] = NodeChanges(inv.node_id, inv.pool_id, transitions)
+        for inv in latest.values():
+            if inv.node_id in out:
+                continue
+            try:
+                async with change.isolated(inv.node_id):
+                    before = change.before[inv.node_id]
+                    await change.put_inventory(inv)
+                    after = after_inventory(before, inv)
+                    transitions = node_transitions(before, after, hostname=inv.hostname)
+                    await change.save(inv.node_id, after, transitions)
+            except CoordinatorError as exc:
+                out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, exc)
+            else:
+                out[inv.node_id] = NodeChanges(inv.node_id, inv.pool_id, transitions)
+    return [out[inv.node_id] for inv in invs]
 
 
 async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:

@@ -23,12 +23,15 @@ from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
+from coordinator.errors import CoordinatorError
 from coordinator.ledger import Ledger, UnknownPool
 from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
+    NotRecorded,
     record_duplicate_id,
     record_heartbeat,
+    record_inventories,
     record_inventory,
     record_reachability,
 )
@@ -38,6 +41,8 @@ from shared.wire import Heartbeat, Inventory
 log = logging.getLogger(__name__)
 
 INVENTORY_REQUEST_EVERY_MS = 5000
+# Inventories recorded per unit of work when many arrive at once (a fleet booting).
+INVENTORY_BATCH = 500
 
 
 class NodeStateService:
@@ -164,8 +169,9 @@ class NodeStateService:
                     node = self.tracker.nodes.get(node_id)
                     if node is not None:
                         node.inventory_hash = digest
-        for inv in inventories.values():
-            await self._apply_inventory(inv, now)
+        batch = list(inventories.values())
+        for i in range(0, len(batch), INVENTORY_BATCH):
+            await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
         came_back, self._came_back = self._came_back, {}
         if came_back:
             flipped = await record_reachability(self.ledger, came_back, True, now)
@@ -188,15 +194,46 @@ class NodeStateService:
         for node_id, pool_id in unknown.items():
             await self._request_inventory(pool_id, node_id, now)
 
+    async def _apply_inventories(self, invs: list[Inventory], now: int) -> None:
+        """One unit of work for a batch (a fleet registering is seconds, not minutes);
+        an inventory the ledger refuses is dropped and counted, the rest recorded. Should
+        the batch fail as a whole, each inventory is tried alone."""
+        try:
+            outcomes = await record_inventories(self.ledger, invs, now)
+        except Exception as exc:
+            log.warning("a batch of %d inventories failed (%s): one at a time", len(invs), exc)
+            for inv in invs:
+                await self._apply_inventory(inv, now)
+            return
+        for inv, outcome in zip(invs, outcomes, strict=True):
+            if isinstance(outcome, NotRecorded):
+                self._refused(inv, outcome.error)
+            else:
+                self._recorded(inv, now)
+                await alerting.publish(self.alerts, [outcome], now)
+
     async def _apply_inventory(self, inv: Inventory, now: int) -> None:
         try:
             changes = await record_inventory(self.ledger, inv, now)
-        except UnknownPool:
-            self._drop("unknown_pool", self.subjects.inventory(inv.pool_id, inv.node_id))
+        except CoordinatorError as exc:
+            self._refused(inv, exc)
             return
+        self._recorded(inv, now)
+        await alerting.publish(self.alerts, [changes], now)
+
+    def _refused(self, inv: Inventory, error: CoordinatorError) -> None:
+        subject = self.subjects.inventory(inv.pool_id, inv.node_id)
+        if isinstance(error, UnknownPool):
+            self._drop("unknown_pool", subject)
+            return
+        self._drop("ledger_rejected", subject)
+        self._throttle.warning(
+            "refused", "node %s: the ledger refused its inventory: %s", inv.node_id, error
+        )
+
+    def _recorded(self, inv: Inventory, now: int) -> None:
         self._known_pools.add(inv.pool_id)
         self._track(inv, now)
-        await alerting.publish(self.alerts, [changes], now)
 
     async def _request_inventory(self, pool_id: str, node_id: str, now: int) -> None:
         if pool_id not in self._known_pools:

@@ -46,6 +46,7 @@ async def main() -> int:
         settings = CoordinatorSettings(
             database_url=f"sqlite:///{tmp}/d.db", nats_url=server.url, http_port=0,
             subject_prefix="det", bootstrap_operator_key=new_key(), misses=a.misses,
+            insecure_bus=True,
         )  # fmt: skip
         async with running_coordinator(settings) as c:
             await c.ledger.tenants.create("bench", "bench", 1)

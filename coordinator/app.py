@@ -10,21 +10,24 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+from coordinator.alert_feed import AlertFeed
 from coordinator.api.context import Services
-from coordinator.api.server import HttpServer, build_app
-from coordinator.bus.alerts import AlertPublisher
+from coordinator.api.server import HttpLimits, HttpServer, build_app, metrics_app
+from coordinator.bus.alerts import AlertPublisher, feed_from_bus
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
+from coordinator.domain.rate_limit import RateLimiter
 from coordinator.ledger import Leadership, Ledger
 from coordinator.metrics import Metrics, Sources
 from coordinator.services.nodestate import NodeStateService
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.reservation_clock import ReservationClock
+from shared.settings import ConfigError
 from shared.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -43,15 +46,49 @@ class Coordinator:
     http: HttpServer
     loops: Loops
     leadership: Leadership
+    metrics_http: HttpServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.settings.http_host}:{self.http.port}"
 
 
+def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
+    """Refuse an open bus: on a NATS server without authentication anyone who can reach
+    it can forge any node's heartbeats and inventories."""
+    if bus.auth_required:
+        if not bus.tls and not _loopback(settings.nats_url):
+            log.warning(
+                "NATS at %s is not on this host and not TLS: passwords cross the network in clear",
+                settings.nats_url,
+            )
+        return
+    if settings.insecure_bus:
+        log.warning(
+            "NATS at %s requires no credentials (insecure_bus is set): anyone who can"
+            " reach it can forge heartbeats and inventories",
+            settings.nats_url,
+        )
+        return
+    raise ConfigError(
+        "nats_url",
+        f"NATS at {settings.nats_url} lets anyone connect without credentials, so anyone"
+        " could forge node heartbeats and inventories: run it with per-agent credentials"
+        " (`gpufleet nats-auth`) and give `nats_credentials`, or pass `--insecure-bus`",
+    )
+
+
+def _loopback(url: str) -> bool:
+    hosts = [u.split("://", 1)[-1].rsplit("@", 1)[-1].rsplit(":", 1)[0] for u in url.split(",")]
+    return all(h in ("127.0.0.1", "localhost", "[::1]", "::1") for h in hosts)
+
+
 async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
     await ledger.tenants.ensure(OPERATOR_TENANT, "platform operator", now)
-    await ledger.keys.ensure(key, OPERATOR_TENANT, frozenset({"operator"}), "bootstrap", now)
+    try:
+        await ledger.keys.ensure(key, OPERATOR_TENANT, frozenset({"operator"}), "bootstrap", now)
+    except ValueError as exc:
+        raise ConfigError("bootstrap_operator_key", str(exc)) from None
 
 
 @asynccontextmanager
@@ -77,12 +114,15 @@ async def running_coordinator(
             outage_fraction=settings.outage_fraction,
             outage_min_nodes=settings.outage_min_nodes,
         )
+        behind_hook: list[NodeStateService] = []
         bus = Bus(
             settings.nats_url,
             on_up=lambda: tracker.bus_up(clock.now_ms()),
             on_down=tracker.bus_down,
+            on_behind=lambda: behind_hook[0].fell_behind() if behind_hook else None,
             user_credentials=settings.nats_credentials,
             probe_timeout_s=settings.nats_probe_timeout_s,
+            pending_msgs_limit=settings.nats_pending_msgs_limit,
         )
         alerts = AlertPublisher(bus, subjects)
         capacity = CapacitySignal()
@@ -100,8 +140,12 @@ async def running_coordinator(
             drop=lambda reason, subject: ingest_ref[0].drop(reason, subject),
             capacity=capacity,
             is_leader=lambda: leadership.is_leader,
+            backlog=bus.backlog,
+            backlog_limit=settings.ingest_backlog_limit,
         )
-        ingest = Ingest(subjects, nodes)
+        behind_hook.append(nodes)
+        limiter = RateLimiter(settings.ingest_node_rate, settings.ingest_node_burst)
+        ingest = Ingest(subjects, nodes, limiter)
         ingest_ref.append(ingest)
         await nodes.load()
         # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
@@ -111,11 +155,14 @@ async def running_coordinator(
 
         await bus.connect()
         stack.push_async_callback(bus.close)
+        check_bus_security(bus, settings)
         await alerts.setup(settings.alert_stream_max_msgs, settings.alert_stream_max_age_s)
         # Every replica sees every heartbeat (no queue group), so a follower's tracker is
         # warm when it takes over; only the leader writes what the heartbeats imply.
         await bus.subscribe(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe(subjects.all_inventories, ingest.on_message)
+        feed = AlertFeed()
+        await bus.subscribe(subjects.all_alerts, feed_from_bus(feed))
 
         await leadership.tick()
 
@@ -157,30 +204,51 @@ async def running_coordinator(
                 dropped=ingest.dropped,
                 heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
                 drift_corrections=lambda: drift_total[0],
-                alerts_published=lambda: alerts.published,
+                alerts_published=alerts.published_by_kind,
                 loop_failures=loops.failures,
                 nats_errors=bus.errors,
                 nats_probe_failures=lambda: bus.probe_failures,
                 bus_connected=lambda: tracker.bus_connected,
+                is_leader=lambda: leadership.is_leader,
                 outage_holds=lambda: nodes.outage_holds,
                 interval_clamped=lambda: nodes.interval_clamped,
             )
         )
+        services = Services(
+            ledger,
+            clock,
+            alerts,
+            capacity,
+            notice_ms=int(settings.notice_s * 1000),
+            metrics=metrics,
+            feed=feed,
+        )
+        limits = HttpLimits(
+            idle_timeout_s=settings.http_idle_timeout_s,
+            body_timeout_s=settings.http_body_timeout_s,
+            metrics_token=settings.metrics_token,
+            metrics_on_api=settings.metrics_port is None,
+        )
         http = HttpServer(
-            build_app(
-                Services(
-                    ledger,
-                    clock,
-                    alerts,
-                    capacity,
-                    notice_ms=int(settings.notice_s * 1000),
-                    metrics=metrics,
-                )
-            ),
+            build_app(services, limits=limits),
             settings.http_host,
             settings.http_port,
+            idle_timeout_s=settings.http_idle_timeout_s,
         )
         await http.start()
         stack.push_async_callback(http.stop)
         log.info("coordinator API on http://%s:%d", settings.http_host, http.port)
-        yield Coordinator(settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership)
+        metrics_http = None
+        if settings.metrics_port is not None:
+            metrics_http = HttpServer(
+                metrics_app(services, limits),
+                settings.metrics_host,
+                settings.metrics_port,
+                idle_timeout_s=settings.http_idle_timeout_s,
+            )
+            await metrics_http.start()
+            stack.push_async_callback(metrics_http.stop)
+            log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
+        yield Coordinator(
+            settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, metrics_http
+        )

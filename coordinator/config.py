@@ -43,12 +43,64 @@ class CoordinatorSettings(SettingsModel):
     nats_credentials: str | None = Field(
         None, description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"
     )
+    insecure_bus: bool = Field(
+        False,
+        description="start even when the NATS server lets anyone connect without credentials"
+        " (tests; never in production: anyone on the network could forge heartbeats)",
+    )
+    nats_pending_msgs_limit: int = Field(
+        200_000,
+        ge=100,
+        description="messages the client may hold unread per subscription before it drops"
+        " them (a slow consumer: taken as the coordinator's own outage)",
+    )
+    ingest_backlog_limit: int = Field(
+        10_000,
+        ge=1,
+        description="unread heartbeats and inventories beyond which the coordinator takes"
+        " itself as fallen behind: nobody is marked unreachable until it catches up",
+    )
+    ingest_node_rate: float = Field(
+        20.0,
+        gt=0,
+        le=10_000,
+        description="messages per second one node may send on average (more are dropped"
+        " and counted as `rate_limited`)",
+    )
+    ingest_node_burst: int = Field(
+        100, ge=1, le=1_000_000, description="messages one node may send in a burst"
+    )
     subject_prefix: str = Field(DEFAULT_PREFIX, description="NATS subject prefix")
     http_host: Annotated[str, Option(aliases=("--host",))] = Field(
         "127.0.0.1", description="address the HTTP API listens on"
     )
     http_port: Annotated[int, Option(aliases=("--port",))] = Field(
         8080, ge=0, le=65535, description="port of the HTTP API (0: any free port)"
+    )
+    http_idle_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="seconds a connection may stay without a complete request header"
+        " (idle keep-alive and slow-header clients are closed)",
+    )
+    http_body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="seconds a request body may take to arrive"
+    )
+    metrics_token: str | None = Field(
+        None,
+        description="bearer token that reads `/metrics` (an operator API key always does);"
+        " `/metrics` names every tenant's pools",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="serve `/metrics` on a listener of its own at this port (not on the"
+        " API port); open there unless `metrics_token` is set",
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", description="address the `/metrics` listener binds (with `metrics_port`)"
     )
     misses: int = Field(
         3, ge=1, le=100, description="missed heartbeat intervals before a node is unreachable"

@@ -69,3 +69,9 @@ class PayloadTooLarge(CoordinatorError):
 class Unavailable(CoordinatorError):
     code = "UNAVAILABLE"
     status = 503
+
+
+class RequestTimeout(InvalidInput):
+    """The request body did not arrive within the server's time limit."""
+
+    status = 408

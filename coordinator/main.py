@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(serve(settings, os.environ.get("NOTIFY_SOCKET")))
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:
+        print(f"gpufleet-coordinator: refusing to start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,22 +1,97 @@
 """Prometheus metrics of the coordinator, in its own registry (one per process).
 
+Naming follows Prometheus practice: one unit per metric (`_gpus`, `_bytes`, `_seconds`),
+counters end in `_total`, and a family's label values are parts that add up, never a
+total beside its parts, so `sum()` is always right. Per-GPU and per-node series are info
+or state-set style (value 1) and join with dcgm-exporter on `UUID` and `Hostname`.
+Cardinality is bounded by the fleet itself; docs/operator.md has the table.
+
 Most values are read at scrape time from the objects that own them (ingest counters,
-the liveness tracker, the rollup), so nothing on the hot path pays for metrics except
-the API latency histogram.
+the liveness tracker, the ledger's census), so nothing on the hot path pays for metrics
+except the API latency histogram and the booking counters.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from coordinator.domain.model import BUCKETS, RollupRow
+from coordinator.domain.census import Census
+from coordinator.domain.model import RollupRow
+from shared.wire import ALERT_KINDS
+
+# `*_created` series double every counter and histogram and say nothing a scraper needs.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GIB = 1 << 30
+
+# Per resource of the rollup: the metric's name and the factor to its base unit.
+POOL_METRICS: dict[str, tuple[str, int, str]] = {
+    "gpu": ("gpufleet_pool_gpus", 1, "Whole GPUs"),
+    "gpu.mig": ("gpufleet_pool_mig_instances", 1, "MIG instances"),
+    "gpu.slot": ("gpufleet_pool_gpu_slots", 1, "Shared-GPU slots"),
+    "nic.vf": ("gpufleet_pool_nic_vfs", 1, "NIC virtual functions"),
+    "disk": ("gpufleet_pool_disks", 1, "Disks"),
+    "node": ("gpufleet_pool_nodes", 1, "Nodes"),
+    "vcpu": ("gpufleet_pool_vcpus", 1, "vCPUs"),
+    "memoryGiB": ("gpufleet_pool_memory_bytes", GIB, "Host memory in bytes"),
+    "hugepages1Gi": ("gpufleet_pool_hugepages_bytes", GIB, "1 GiB huge pages in bytes"),
+}
+# The parts a pool's units are split into; they add up to everything the pool has.
+POOL_STATES: tuple[str, ...] = (
+    "allocated",
+    "reserved",
+    "available",
+    "provisioning",
+    "unhealthy",
+    "maintenance",
+    "unreachable",
+)
+NODE_STATES: tuple[str, ...] = (
+    "ready",
+    "degraded",
+    "provisioning",
+    "unhealthy",
+    "maintenance",
+    "unreachable",
+)
+HEARTBEAT_AGE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 15, 30, 60, 120, 300, 900)
+
+
+def pool_parts(row: RollupRow) -> dict[str, int]:
+    """The row as parts that sum to `total`: booked units are counted inside the
+    allocatable bucket; units booked on atoms that left it count in the bucket they are in."""
+    allocated = min(row.allocated, row.allocatable)
+    reserved = min(row.reserved, row.allocatable - allocated)
+    return {
+        "allocated": allocated,
+        "reserved": reserved,
+        "available": row.allocatable - allocated - reserved,
+        "provisioning": row.provisioning,
+        "unhealthy": row.unhealthy,
+        "maintenance": row.maintenance,
+        "unreachable": row.unreachable,
+    }
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gpufleet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @dataclass
@@ -27,67 +102,129 @@ class Sources:
     dropped: Mapping[str, int] = field(default_factory=dict)
     heartbeat_ages_s: Callable[[], list[float]] = list
     drift_corrections: Callable[[], int] = lambda: 0
-    alerts_published: Callable[[], int] = lambda: 0
+    alerts_published: Mapping[str, int] = field(default_factory=dict)
     loop_failures: Mapping[str, int] = field(default_factory=dict)
     nats_errors: Mapping[str, int] = field(default_factory=dict)
     nats_probe_failures: Callable[[], int] = lambda: 0
     bus_connected: Callable[[], bool] = lambda: False
+    is_leader: Callable[[], bool] = lambda: False
     outage_holds: Callable[[], int] = lambda: 0
     interval_clamped: Callable[[], int] = lambda: 0
+
+
+def _census(census: Census) -> Iterable[Metric]:
+    info = GaugeMetricFamily(
+        "gpufleet_pool_info",
+        "A pool's name, owning tenant and GPU model (value 1); join on `pool`",
+        labels=["pool", "name", "tenant", "gpu_model"],
+    )
+    for pool in census.pools:
+        info.add_metric([pool.pool_id, pool.name, pool.owner, pool.gpu_model or ""], 1)
+    yield info
+    families = {
+        resource: GaugeMetricFamily(name, f"{what} per pool and state", labels=["pool", "state"])
+        for resource, (name, _, what) in POOL_METRICS.items()
+    }
+    for pool_id, rows in sorted(census.rollup.items()):
+        for row in rows:
+            if row.resource not in POOL_METRICS:
+                continue
+            factor = POOL_METRICS[row.resource][1]
+            for state, n in pool_parts(row).items():
+                families[row.resource].add_metric([pool_id, state], n * factor)
+    yield from families.values()
+    node_info = GaugeMetricFamily(
+        "gpufleet_node_info", "A node's hostname and pool (value 1)",
+        labels=["node", "Hostname", "pool"],
+    )  # fmt: skip
+    node_state = GaugeMetricFamily(
+        "gpufleet_node_state", "1 for the state the node is in, 0 for the others",
+        labels=["node", "pool", "state"],
+    )  # fmt: skip
+    for node in census.nodes:
+        node_info.add_metric([node.node_id, node.hostname, node.pool_id], 1)
+        for state in NODE_STATES:
+            node_state.add_metric([node.node_id, node.pool_id, state], int(state == node.status))
+    yield node_info
+    yield node_state
+    gpu = GaugeMetricFamily(
+        "gpufleet_gpu_info",
+        "One whole GPU (value 1): its NVML UUID and hostname as dcgm-exporter labels them,"
+        " its pool, its state and the reservation and tenant holding it now",
+        labels=["UUID", "Hostname", "node", "pool", "state", "tenant", "reservation"],
+    )
+    for g in census.gpus:
+        holder = g.holder
+        gpu.add_metric(
+            [
+                g.uuid, g.hostname, g.node_id, g.pool_id, g.state,
+                holder.tenant_id if holder else "", holder.reservation_id if holder else "",
+            ],
+            1,
+        )  # fmt: skip
+    yield gpu
+
+
+def _buckets(ages: list[float]) -> list[tuple[str, float]]:
+    out = [(str(float(le)), float(sum(1 for a in ages if a <= le))) for le in HEARTBEAT_AGE_BUCKETS]
+    return [*out, ("+Inf", float(len(ages)))]
 
 
 class _Collector(Collector):
     def __init__(self, sources: Sources) -> None:
         self.sources = sources
-        self.rollup: dict[str, list[RollupRow]] = {}
+        self.census = Census()
 
     def collect(self) -> Iterable[Metric]:
         s = self.sources
-        rollup = GaugeMetricFamily(
-            "gpufleet_rollup", "Atoms or units per pool, resource and bucket",
-            labels=["pool", "resource", "bucket"],
+        build = GaugeMetricFamily(
+            "gpufleet_build_info", "The running coordinator's version (value 1)",
+            labels=["version", "python_version"],
         )  # fmt: skip
-        for pool_id, rows in self.rollup.items():
-            for row in rows:
-                for column in ("total", *BUCKETS, "allocated", "reserved", "available"):
-                    rollup.add_metric([pool_id, row.resource, column], getattr(row, column))
-        yield rollup
+        build.add_metric([_version(), platform.python_version()], 1)
+        yield build
+        yield from _census(self.census)
         ingest = CounterMetricFamily(
-            "gpufleet_ingest_messages", "Messages accepted by kind", labels=["kind"]
+            "gpufleet_ingest_messages", "Agent messages accepted by kind", labels=["kind"]
         )
         for kind, n in sorted(s.accepted.items()):
             ingest.add_metric([kind], n)
         yield ingest
         dropped = CounterMetricFamily(
-            "gpufleet_ingest_dropped", "Messages dropped by reason", labels=["reason"]
+            "gpufleet_ingest_dropped", "Agent messages dropped by reason", labels=["reason"]
         )
         for reason, n in sorted(s.dropped.items()):
             dropped.add_metric([reason], n)
         yield dropped
-        ages = sorted(s.heartbeat_ages_s())
-        age = GaugeMetricFamily(
+        ages = s.heartbeat_ages_s()
+        yield GaugeHistogramMetricFamily(
             "gpufleet_heartbeat_age_seconds",
-            "Age of the newest heartbeat per node: quantiles across nodes",
-            labels=["quantile"],
+            "Age of each node's newest heartbeat at scrape time, across the fleet",
+            buckets=_buckets(ages),
+            gsum_value=sum(ages),
         )
-        if ages:
-            for q in (0.5, 0.9, 0.99, 1.0):
-                age.add_metric([str(q)], ages[min(len(ages) - 1, int(q * len(ages)))])
-        yield age
         yield CounterMetricFamily(
             "gpufleet_rollup_drift_corrections",
             "Rollup rows the periodic rebuild had to correct",
             value=s.drift_corrections(),
         )
-        yield CounterMetricFamily(
-            "gpufleet_alerts_published", "Alerts published on NATS", value=s.alerts_published()
+        alerts = CounterMetricFamily(
+            "gpufleet_alerts_published", "Alerts published on NATS by kind", labels=["kind"]
         )
+        for kind in ALERT_KINDS:
+            alerts.add_metric([kind], s.alerts_published.get(kind, 0))
+        yield alerts
         failures = CounterMetricFamily(
             "gpufleet_loop_failures", "Failed iterations of background loops", labels=["loop"]
         )
         for loop, n in sorted(s.loop_failures.items()):
             failures.add_metric([loop], n)
         yield failures
+        yield GaugeMetricFamily(
+            "gpufleet_leader",
+            "1 while this replica holds the leadership (writes state, publishes alerts)",
+            value=1 if s.is_leader() else 0,
+        )
         yield from _liveness(s)
 
 
@@ -137,6 +274,18 @@ class Metrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )
+        self.bookings = Counter(
+            "gpufleet_bookings", "Bookings made, by kind (reservation, interval)",
+            ["kind"], registry=self.registry,
+        )  # fmt: skip
+        self.refusals = Counter(
+            "gpufleet_booking_refusals",
+            "Booking requests refused, by kind and reason (the error code, lower case)",
+            ["kind", "reason"],
+            registry=self.registry,
+        )
+        for kind in ("reservation", "interval"):
+            self.bookings.labels(kind)
 
     @property
     def sources(self) -> Sources:
@@ -145,6 +294,12 @@ class Metrics:
     def observe_api(self, method: str, code: int, seconds: float) -> None:
         self.api_latency.labels(method, str(code)).observe(seconds)
 
-    def render(self, rollup: dict[str, list[RollupRow]]) -> bytes:
-        self._collector.rollup = rollup
+    def booked(self, kind: str) -> None:
+        self.bookings.labels(kind).inc()
+
+    def refused(self, kind: str, reason: str) -> None:
+        self.refusals.labels(kind, reason.lower()).inc()
+
+    def render(self, census: Census | None = None) -> bytes:
+        self._collector.census = census or Census()
         return bytes(generate_latest(self.registry))

@@ -293,6 +293,24 @@ def alerts_watch_cmd(
         raise Failure(str(exc)) from None
 
 
+@alerts_group.command(
+    "forward",
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def alerts_forward_cmd(args: tuple[str, ...]) -> None:
+    """Deliver the alert stream to Alertmanager and/or webhooks (-h for help; also the
+    `gpufleet-alerts` command)."""
+    from ops import alert_forwarder
+
+    parser = argparse.ArgumentParser(prog="gpufleet alerts", description=alert_forwarder.__doc__)
+    alert_forwarder.add_arguments(parser)
+    code = alert_forwarder.command(parser.parse_args(["forward", *args]), os.environ)
+    if code:
+        raise SystemExit(code)
+
+
 # --- writes -------------------------------------------------------------------------
 
 

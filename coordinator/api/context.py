@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.alert_feed import AlertFeed
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
@@ -32,6 +33,7 @@ class Services:
     capacity: CapacitySignal = field(default_factory=CapacitySignal)
     notice_ms: int = 120_000
     metrics: Metrics = field(default_factory=Metrics)
+    feed: AlertFeed = field(default_factory=AlertFeed)
 
     @property
     def reservations(self) -> Reservations:

@@ -12,13 +12,13 @@ There is no cancel, delete or modify route.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from coordinator.api import render
+from coordinator.api.body import BodyError, strict_json
 from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.cursor import decode_time_cursor, encode_cursor
 from coordinator.api.registry import REGISTRY, Reply, RestInput, param
 from coordinator.domain.intervals import (
     INTERVAL_MS,
@@ -62,9 +62,9 @@ class CalendarInput(RestInput):
 async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
     """Commit capacity to one or more 15-minute intervals, all or nothing."""
     try:
-        body = json.loads(q.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise IntervalError("body is not valid JSON") from None
+        body = strict_json(q.body or b"null")
+    except BodyError as exc:
+        raise IntervalError(str(exc)) from None
     key = q.idempotency_key
     if key is not None and not _KEY.match(key):
         raise IntervalError("Idempotency-Key: at most 128 of A-Z a-z 0-9 . _ : -")
@@ -72,8 +72,11 @@ async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
     if isinstance(out, Replayed):
         return Reply(out.status, out.body)
     if isinstance(out, IntervalsRefused):
+        for reason in sorted({s.reason for s in out.shortfalls}):
+            ctx.services.metrics.refused("interval", reason)
         return Reply(409, render.intervals_refused(out.shortfalls))
     assert isinstance(out, IntervalsBooked)
+    ctx.services.metrics.booked("interval")
     return render.interval_reservation(out.reservation)
 
 
@@ -89,9 +92,8 @@ async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
     before = None
     if q.cursor:
         try:
-            created, rid = decode_cursor(q.cursor)
-            before = (int(created), str(rid))
-        except (CoordinatorError, TypeError, ValueError):
+            before = decode_time_cursor(q.cursor)
+        except CoordinatorError:
             raise IntervalError("cursor: not a cursor this server issued") from None
     tenant = ctx.principal.tenant_id
     page = await ctx.ledger.intervals.page(tenant, start, end, before, limit + 1)

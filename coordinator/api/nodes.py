@@ -11,7 +11,7 @@ from typing import Annotated, Any, cast
 from pydantic import Field, model_validator
 
 from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
@@ -38,7 +38,7 @@ class NodeRef(ApiInput):
 class NodeEventsInput(ApiInput):
     tenant_id: TenantId | None = None
     node_id: NodeId
-    after: Annotated[int, Field(ge=0)] = 0
+    after: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
 
 
@@ -54,7 +54,15 @@ class MaintenanceInput(ApiInput):
         return self
 
 
-def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str, Any]:
+def shown_by(by: str, operator: bool) -> str:
+    """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
+    tenants only that it was the operator — a key id is not theirs to know."""
+    return by if operator or "/" not in by else "operator"
+
+
+def node_out(
+    node: NodeRecord, counts: dict[str, int] | None = None, *, operator: bool = False
+) -> dict[str, Any]:
     s = node.state
     out: dict[str, Any] = {
         "nodeId": node.node_id,
@@ -74,7 +82,7 @@ def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str
             "maintenance": {
                 "value": s.maintenance,
                 "reason": node.maintenance_reason,
-                "by": node.maintenance_by,
+                "by": shown_by(node.maintenance_by, operator),
                 "since": node.maintenance_since,
             },
             "provisioning": {"value": s.provisioning},
@@ -104,14 +112,14 @@ def node_out(node: NodeRecord, counts: dict[str, int] | None = None) -> dict[str
     return out
 
 
-def event_out(e: NodeEvent) -> dict[str, Any]:
+def event_out(e: NodeEvent, *, operator: bool = False) -> dict[str, Any]:
     return {
         "eventId": e.event_id,
         "nodeId": e.node_id,
         "poolId": e.pool_id,
         "kind": e.kind,
         "reason": e.reason,
-        "by": e.by,
+        "by": shown_by(e.by, operator),
         "at": e.at,
         "deviceId": e.device_id,
     }
@@ -131,9 +139,11 @@ def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
     }
 
 
-def node_detail(node: NodeRecord, holders: dict[str, Holder], viewer: str | None) -> dict[str, Any]:
+def node_detail(
+    node: NodeRecord, holders: dict[str, Holder], viewer: str | None, *, operator: bool = False
+) -> dict[str, Any]:
     """A node with, per atom, its rollup bucket and the reservation holding it now."""
-    out = node_out(node)
+    out = node_out(node, operator=operator)
     for atom, rec in zip(out["atoms"], node.atoms, strict=True):
         view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
                         cast(HealthStatus, rec.health))  # fmt: skip
@@ -168,13 +178,15 @@ async def _listed_pools(ctx: CallContext, body: NodeListInput) -> list[str]:
 async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     """Nodes with their state, ordered by nodeId, a page at a time: one pool's, or
     (poolId left out) every pool's the tenant sees; operators may leave out tenantId."""
-    after = str(decode_cursor(body.cursor)) if body.cursor else None
+    after = decode_id_cursor(body.cursor) if body.cursor else None
     pools = await _listed_pools(ctx, body)
     nodes, counts = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
     page, more = nodes[: body.limit], len(nodes) > body.limit
     return {
         "poolId": body.pool_id,
-        "nodes": [node_out(n, counts.get(n.node_id, {})) for n in page],
+        "nodes": [
+            node_out(n, counts.get(n.node_id, {}), operator=ctx.principal.is_operator) for n in page
+        ],
         "nextCursor": encode_cursor(page[-1].node_id) if more and page else None,
     }
 
@@ -188,7 +200,7 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
     (NOT_FOUND unless its pool is visible)."""
     node = await _visible_node(ctx, body.tenant_id, body.node_id)
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
-    return node_detail(node, holders, body.tenant_id)
+    return node_detail(node, holders, body.tenant_id, operator=ctx.principal.is_operator)
 
 
 @REGISTRY.method(
@@ -199,7 +211,8 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any
     """A node's recorded transitions, oldest first, after an event id."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
-    return {"nodeId": body.node_id, "events": [event_out(e) for e in events]}
+    operator = ctx.principal.is_operator
+    return {"nodeId": body.node_id, "events": [event_out(e, operator=operator) for e in events]}
 
 
 @REGISTRY.method(
@@ -213,4 +226,4 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
     out = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
     node = await ctx.ledger.catalog.node(body.node_id)
     assert node is not None
-    return node_out(node) | {"changed": out.changed}
+    return node_out(node, operator=True) | {"changed": out.changed}

@@ -13,8 +13,8 @@ from coordinator.errors import CoordinatorError
 from coordinator.services.intervals import Shortfall
 
 
-def error_body(code: str, message: str, details: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
 def rollup_row(row: RollupRow) -> dict[str, int | str]:

@@ -14,11 +14,11 @@ from pydantic import Field, model_validator
 
 from coordinator.api import render
 from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_cursor, encode_cursor
+from coordinator.api.cursor import decode_time_cursor, encode_cursor
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Reply
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.errors import InvalidInput
+from coordinator.errors import NotFound
 from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest
@@ -86,9 +86,11 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
         )
     )
     if isinstance(out, Created):
+        ctx.services.metrics.booked("reservation")
         return render.reservation(out.reservation, out.at)
     if isinstance(out, Replayed):
         return Reply(out.status, out.body)
+    ctx.services.metrics.refused("reservation", out.error.code)
     return Reply(out.error.status, render.RESERVATION_ANSWERS.refused(out.error))
 
 
@@ -110,12 +112,11 @@ async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
     """The tenant's reservations, newest first, a page at a time (opaque cursor);
     filtered by pool, project, state now and a time window; operators may leave out
     tenantId for every tenant's."""
-    before = None
-    if body.cursor:
-        raw = decode_cursor(body.cursor)
-        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int)):
-            raise InvalidInput("invalid cursor", {"fields": [{"path": "cursor", "message": "bad"}]})
-        before = (raw[0], str(raw[1]))
+    if body.pool_id is not None and body.tenant_id is not None:
+        pool = await ctx.ledger.pools.get(body.pool_id)
+        if pool is None or not pool.visible_to(body.tenant_id):
+            raise NotFound(f"pool {body.pool_id} not found")
+    before = decode_time_cursor(body.cursor) if body.cursor else None
     now = ctx.now()
     wanted = ReservationFilter(
         tenant_id=body.tenant_id, pool_id=body.pool_id, project_id=body.project_id,

@@ -1,12 +1,22 @@
 """aiohttp application: routes generated from the registry, authentication, body
-validation, and the one place where errors become the `{"error": …}` envelope."""
+validation, and the one place where errors become the `{"error": …}` envelope.
+
+Hardening lives here too, because this is the only aiohttp importer: bodies are read
+whole within a size and a time limit (`coordinator.api.body`), idle and slow-header
+connections are closed after `HttpLimits.idle_timeout_s`, every answer carries the
+security headers and a quiet `Server` header (and `Cache-Control: no-store`, since
+some carry new keys), and `/metrics` answers only to its token or an operator key
+(or moves to a listener of its own), because it names every tenant's pools.
+"""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -15,6 +25,8 @@ from pydantic import ValidationError
 
 from coordinator.api import audit
 from coordinator.api.auth import authenticate, authorize, bearer_key
+from coordinator.api.body import BodyError, TooLarge, TooSlow, check_text, read_whole, strict_json
+from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
@@ -28,6 +40,8 @@ from coordinator.errors import (
     InvalidInput,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
+    Unauthenticated,
 )
 from coordinator.metrics import CONTENT_TYPE
 
@@ -35,6 +49,32 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 SERVICES = web.AppKey("services", Services)
+
+SECURITY_HEADERS = {
+    "Server": "gpufleet",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Time limits of the HTTP server and who may read `/metrics`."""
+
+    # A connection with no complete request header within this long is closed (idle
+    # keep-alive connections and slow-header clients alike).
+    idle_timeout_s: float = 15.0
+    body_timeout_s: float = 30.0
+    # `Authorization: Bearer <token>` that reads /metrics (an operator key does too).
+    metrics_token: str | None = None
+    # False: /metrics is served on a listener of its own (`metrics_app`), not here.
+    metrics_on_api: bool = True
+
+
+LIMITS = web.AppKey("limits", HttpLimits)
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -118,10 +158,21 @@ async def error_envelope(
             return web.json_response(
                 error_body("PAYLOAD_TOO_LARGE", "request body too large", {}), status=413
             )
-        if exc.status in (404, 405):
+        if exc.status == 405:
+            allowed = exc.headers.get("Allow", "")
+            return web.json_response(
+                error_body(
+                    "METHOD_NOT_ALLOWED",
+                    f"{request.method} is not allowed on {request.path}",
+                    {"allow": [m for m in allowed.split(",") if m]},
+                ),
+                status=405,
+                headers={"Allow": allowed},
+            )
+        if exc.status == 404:
             return web.json_response(
                 error_body("NOT_FOUND", f"no route {request.method} {request.path}", {}),
-                status=exc.status,
+                status=404,
             )
         raise
     except Exception:
@@ -131,18 +182,25 @@ async def error_envelope(
 
 
 async def _read_body(request: web.Request) -> bytes:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"request body is over {MAX_BODY_BYTES} bytes")
-    body = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"request body is over {MAX_BODY_BYTES} bytes")
-    return body
+    limits = request.app[LIMITS]
+    try:
+        return await read_whole(
+            request.content, request.content_length, MAX_BODY_BYTES, limits.body_timeout_s
+        )
+    except TooLarge as exc:
+        raise PayloadTooLarge(str(exc)) from None
+    except TooSlow as exc:
+        raise RequestTimeout(str(exc)) from None
 
 
 def _decode(method: Method, request: web.Request, raw: bytes) -> Any:
     if method.convention == "compute":
         try:
+            strict_json(raw or b"{}")
             return method.input.model_validate_json(raw or b"{}")
+        except BodyError as exc:
+            fields = [{"path": "(body)", "message": str(exc)}]
+            raise InvalidInput(str(exc), {"fields": fields}) from None
         except ValidationError as exc:
             raise invalid_input(exc) from None
     assert issubclass(method.input, RestInput)
@@ -152,10 +210,14 @@ def _decode(method: Method, request: web.Request, raw: bytes) -> Any:
         source = where(field)
         if source == "body":
             values[name] = raw
-        elif source == "header":
-            values[name] = request.headers.get(name)
-        else:
-            values[name] = request.query.get(name)
+            continue
+        value = request.headers.get(name) if source == "header" else request.query.get(name)
+        if value is not None:
+            try:
+                check_text(value, name)
+            except BodyError as exc:
+                raise IntervalError(str(exc)) from None
+        values[name] = value
     return method.input.model_validate(values)
 
 
@@ -163,6 +225,8 @@ def _seed_answer(exc: Exception) -> web.Response | None:
     """The `seed-002` convention's words for what went wrong (None: the envelope's)."""
     if isinstance(exc, IntervalError):
         return web.Response(status=400, text=f"{exc}\n", content_type="text/plain")
+    if isinstance(exc, InvalidInput) and exc.status == 400:
+        return web.Response(status=400, text=f"{exc.message}\n", content_type="text/plain")
     if isinstance(exc, NotFound):
         return web.Response(status=404, text=f"{exc.message}\n", content_type="text/plain")
     if isinstance(exc, IdempotencyKeyConflict):
@@ -188,10 +252,11 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
         else:
             # The seed's order: permission first, then the request's own rules.
             pool = await authorize(method, principal, method.input(), services.ledger)
-            raw = await _read_body(request) if reads_body else b""
-            body = _decode(method, request, raw)
-            request[INPUT] = body
         try:
+            if method.convention != "compute":
+                raw = await _read_body(request) if reads_body else b""
+                body = _decode(method, request, raw)
+                request[INPUT] = body
             result = await method.handler(CallContext(principal, services, pool), body)
         except (IntervalError, CoordinatorError) as exc:
             answer = _seed_answer(exc) if method.convention == "seed-002" else None
@@ -223,12 +288,64 @@ def json_answer(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=raw, status=status, content_type="application/json")
 
 
-def build_app(services: Services, registry: Registry = REGISTRY) -> web.Application:
+async def _security_headers(_: web.Request, response: web.StreamResponse) -> None:
+    # Runs after aiohttp has filled in its defaults: its `Server: Python/… aiohttp/…` is
+    # replaced; a handler's own Cache-Control (none today) would be kept.
+    for name, value in SECURITY_HEADERS.items():
+        if name == "Server" or name not in response.headers:
+            response.headers[name] = value
+
+
+def _metrics_handler(
+    services: Services, token: str | None, *, open_listener: bool
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def metrics(request: web.Request) -> web.Response:
+        if not (open_listener and token is None):
+            try:
+                given: str | None = bearer_key(request.headers.get("Authorization"), None)
+            except Unauthenticated:
+                given = None
+            allowed = given is not None and (
+                (token is not None and hmac.compare_digest(given.encode(), token.encode()))
+                or _is_operator(await services.ledger.keys.authenticate(given))
+            )
+            if not allowed:
+                return web.json_response(
+                    error_body("UNAUTHENTICATED", "/metrics needs its token or an operator key"),
+                    status=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        body = services.metrics.render(await services.ledger.census(services.clock.now_ms()))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    return metrics
+
+
+def _is_operator(principal: Principal | None) -> bool:
+    return principal is not None and principal.is_operator
+
+
+def metrics_app(services: Services, limits: HttpLimits) -> web.Application:
+    """`/metrics` alone, for a listener of its own (`metrics_port`); the token, when set,
+    is still required there."""
+    app = web.Application()
+    app.on_response_prepare.append(_security_headers)
+    handler = _metrics_handler(services, limits.metrics_token, open_listener=True)
+    app.router.add_get("/metrics", handler)
+    return app
+
+
+def build_app(
+    services: Services, registry: Registry = REGISTRY, limits: HttpLimits | None = None
+) -> web.Application:
+    limits = limits or HttpLimits()
     # latency wraps the envelope, so it sees the status an error was turned into.
     app = web.Application(
         middlewares=[latency, access, error_envelope], client_max_size=MAX_BODY_BYTES
     )
     app[SERVICES] = services
+    app[LIMITS] = limits
+    app.on_response_prepare.append(_security_headers)
     for method in registry:
         app.router.add_route(method.verb, method.path, _endpoint(method))
     document = build_openapi(registry, "0.1.0")
@@ -240,28 +357,35 @@ def build_app(services: Services, registry: Registry = REGISTRY) -> web.Applicat
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    async def metrics(_: web.Request) -> web.Response:
-        pools = [p.pool_id for p in await services.ledger.pools.list_all()]
-        body = services.metrics.render(await services.ledger.rollup(pools))
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
     app.router.add_get("/api/openapi.json", openapi)
-    app.router.add_get("/metrics", metrics)
+    if limits.metrics_on_api:
+        app.router.add_get(
+            "/metrics", _metrics_handler(services, limits.metrics_token, open_listener=False)
+        )
     app.router.add_get("/healthz", healthz)
+
+    # Web console, API reference and the console's alert feed (coordinator/api/console.py).
+    add_console_routes(app, services)
     return app
 
 
 class HttpServer:
     """The API on a TCP socket; port 0 picks a free one (see `.port` after start)."""
 
-    def __init__(self, app: web.Application, host: str, port: int) -> None:
-        self._runner = web.AppRunner(app, access_log=None)
+    def __init__(
+        self, app: web.Application, host: str, port: int, idle_timeout_s: float = 15.0
+    ) -> None:
+        # keepalive_timeout is armed when a connection opens and after each answer: a
+        # client that sends no complete request header within it is closed.
+        self._runner = web.AppRunner(
+            app, access_log=None, keepalive_timeout=idle_timeout_s, max_field_size=8190
+        )
         self.host = host
         self.port = port
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, backlog=1024)
         await site.start()
         sockets = self._runner.addresses
         if sockets:

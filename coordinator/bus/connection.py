@@ -12,7 +12,11 @@ interval + timeout (3 s by default), well within a node's detection window.
 
 Client errors are counted by kind in `errors` (slow consumer: messages the server
 had for us that we dropped; authorization and permissions violations) and logged at
-warning, at most once per kind per period.
+warning, at most once per kind per period. A slow consumer also calls `on_behind`:
+heartbeats were lost on our side, so liveness treats it as our own outage.
+`backlog()` is how many messages wait unread in our subscriptions (ingest falling
+behind), and `auth_required` what the server said in its INFO: whether it lets anyone
+connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
 `gpufleet nats-auth` writes (see `ops.nats_auth`).
@@ -74,6 +78,7 @@ class Bus:
         name: str = "gpufleet-coordinator",
         on_up: Hook | None = None,
         on_down: Hook | None = None,
+        on_behind: Hook | None = None,
         user_credentials: str | None = None,
         probe_timeout_s: float = 2.0,
         pending_msgs_limit: int = 200_000,
@@ -82,6 +87,8 @@ class Bus:
         self.name = name
         self._on_up = on_up
         self._on_down = on_down
+        self._on_behind = on_behind
+        self._subscriptions: list[Any] = []
         self._credentials = user_credentials
         self._probe_timeout_s = probe_timeout_s
         self._pending_msgs_limit = pending_msgs_limit
@@ -93,6 +100,22 @@ class Bus:
     @property
     def connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether the server we are connected to demands credentials (its INFO)."""
+        # nats-py keeps the server's INFO only in a private attribute.
+        info = getattr(self.nc, "_server_info", None) or {}
+        return bool(info.get("auth_required", False))
+
+    @property
+    def tls(self) -> bool:
+        info = getattr(self.nc, "_server_info", None) or {}
+        return bool(info.get("tls_required", False)) or self.url.startswith("tls://")
+
+    def backlog(self) -> int:
+        """Messages delivered to us and not yet handled, over every subscription."""
+        return sum(int(sub.pending_msgs) for sub in self._subscriptions)
 
     async def connect(self, *, attempts: int = 0, connect_timeout_s: float = 5.0) -> None:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
@@ -146,6 +169,8 @@ class Bus:
         else:
             detail = str(exc) or type(exc).__name__
         self._throttle.warning(kind, "NATS client error (%s): %s", kind, detail)
+        if kind == "slow_consumer" and self._on_behind:
+            self._on_behind()
 
     async def probe(self) -> None:
         """Round-trip a PING; no PONG in time means the link is dead even if TCP has
@@ -173,9 +198,10 @@ class Bus:
         return self.nc
 
     async def subscribe(self, subject: str, handler: MessageHandler, queue: str = "") -> None:
-        await self._client().subscribe(
+        sub = await self._client().subscribe(
             subject, queue=queue, cb=handler, pending_msgs_limit=self._pending_msgs_limit
         )
+        self._subscriptions.append(sub)
 
     async def publish(self, subject: str, payload: bytes) -> None:
         await self._client().publish(subject, payload)

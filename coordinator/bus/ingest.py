@@ -2,20 +2,28 @@
 validation, subject/payload agreement — then hand the value to a sink.
 
 A bad message is dropped and counted by reason; it never raises out of the callback,
-so one bad host cannot stall ingestion for the others. Each drop is logged at warning
+so one bad host cannot stall ingestion for the others. Each node id has its own rate
+limit (`coordinator.domain.rate_limit`): a flood on one node's subjects is dropped as
+`rate_limited` before it is parsed, and degrades only that node. The callback yields
+to the event loop every few messages, so a burst cannot starve the API, the sweep or
+the backlog check that tells liveness we are behind. Each drop is logged at warning
 with the node id when the subject names one, at most once per reason per period
 (`coordinator.log_throttle`); `dropped` has the exact counts for the metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Protocol
 
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from coordinator.domain.rate_limit import RateLimiter
 from coordinator.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, MAX_INVENTORY_BYTES, Heartbeat, Inventory
@@ -29,10 +37,22 @@ class IngestSink(Protocol):
     def on_inventory(self, inv: Inventory) -> None: ...
 
 
+YIELD_EVERY = 64
+
+
 class Ingest:
-    def __init__(self, subjects: Subjects, sink: IngestSink) -> None:
+    def __init__(
+        self,
+        subjects: Subjects,
+        sink: IngestSink,
+        limiter: RateLimiter | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.subjects = subjects
         self.sink = sink
+        self.limiter = limiter or RateLimiter(rate=20.0, burst=100)
+        self._monotonic = monotonic
+        self._since_yield = 0
         self.accepted: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         # Each node publishes on the same two subjects forever: parse each subject once.
@@ -53,12 +73,16 @@ class Ingest:
         except Exception:
             self.drop("internal", msg.subject)
             log.exception("ingest failed on %s", msg.subject)
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY:
+            self._since_yield = 0
+            await asyncio.sleep(0)
 
     def _parse(self, subject: str) -> tuple[str, str, str] | None:
         try:
             return self._parsed[subject]
         except KeyError:
-            if len(self._parsed) > 1_000_000:
+            if len(self._parsed) > 100_000:
                 self._parsed.clear()
             parsed = self._parsed[subject] = self.subjects.parse_node_subject(subject)
             return parsed
@@ -69,6 +93,9 @@ class Ingest:
             self.drop("bad_subject", subject)
             return
         kind, pool_id, node_id = parsed
+        if not self.limiter.allow(node_id, self._monotonic()):
+            self.drop("rate_limited", subject)
+            return
         limit = MAX_HEARTBEAT_BYTES if kind == "hb" else MAX_INVENTORY_BYTES
         if len(data) > limit:
             self.drop("too_large", subject, f"{len(data)} bytes")

@@ -16,6 +16,9 @@ MAX_INTERVALS = 672  # one week of quarter-hours per request
 MAX_WINDOW_MS = 35 * 24 * 3600 * 1000  # calendar and audit list windows
 LIST_DEFAULT_LIMIT = 50
 LIST_MAX_LIMIT = 200
+# Times the API accepts: from the epoch to 2^47 ms (the year 6429), as the compute API's
+# epoch-millisecond fields; anything else could not be stored or written back out.
+MAX_TIME_MS = 140737488355328
 
 
 class IntervalError(ValueError):
@@ -68,7 +71,13 @@ def parse_time(value: object, field: str) -> int:
         raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time") from None
     if parsed.tzinfo is None:
         raise IntervalError(f"{field}: {value!r} has no UTC offset")
-    return int(parsed.timestamp() * 1000)
+    try:
+        ms = int(parsed.timestamp() * 1000)
+    except (OverflowError, ValueError):
+        ms = -1
+    if not 0 <= ms <= MAX_TIME_MS:
+        raise IntervalError(f"{field}: {value!r} is out of range (1970 to 6429)")
+    return ms
 
 
 def format_time(ms: int) -> str:

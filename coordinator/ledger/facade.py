@@ -7,10 +7,12 @@ from contextlib import AbstractAsyncContextManager
 
 from sqlalchemy import select
 
+from coordinator.domain.census import Census
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
+from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
@@ -71,6 +73,10 @@ class Ledger:
     async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
         async with self._db.read() as conn:
             return await read_rollup(conn, pool_ids)
+
+    async def census(self, now: int) -> Census:
+        """Pools, rollup, nodes and whole GPUs with their holders at `now` (for metrics)."""
+        return await read_census(self._db, self.pools, now)
 
     async def rebuild_all(self, now: int) -> int:
         """Recompute every pool's rows; returns how many rows had drifted."""

@@ -1,9 +1,16 @@
-"""Tenants and their API keys. Keys are random, shown once, stored as sha256 hashes."""
+"""Tenants and their API keys. Keys are random, shown once, stored as sha256 hashes.
+
+A key given from configuration (the bootstrap operator key) is registered once; a
+revoked one stays revoked whatever the configuration says at the next start, and a
+key id that is already stored with another secret is refused — rotating means a new
+key (a new id), which is registered and logged.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 
 from sqlalchemy import select, update
@@ -14,6 +21,8 @@ from coordinator.errors import Conflict, NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from shared.ids import CROCKFORD
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "gpf"
 
@@ -122,11 +131,33 @@ class ApiKeyRepo:
         if parts is None:
             raise ValueError("bootstrap key must look like gpf_<16 chars>_<secret>")
         key_id, secret = parts
-        if await self.authenticate(key) is not None:
+        k = schema.api_keys.c
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(select(k.key_hash, k.revoked_at).where(k.key_id == key_id))
+            ).first()
+        if row is None:
+            try:
+                await self.insert(key_id, secret, tenant_id, roles, label, now)
+            except NotFound:
+                if await self.authenticate(key) is not None:
+                    return  # another coordinator starting registered it first
+                raise
+            log.warning("registered a new %s key %s for tenant %s", label, key_id, tenant_id)
             return
-        async with self._db.transaction() as conn:
-            await conn.execute(schema.api_keys.delete().where(schema.api_keys.c.key_id == key_id))
-        await self.insert(key_id, secret, tenant_id, roles, label, now)
+        if row.revoked_at is not None:
+            log.warning(
+                "the configured %s key %s was revoked and stays revoked: configure a new key"
+                " (`gpufleet new-key`) to rotate it",
+                label,
+                key_id,
+            )
+            return
+        if not hmac.compare_digest(row.key_hash, _hash(secret)):
+            raise ValueError(
+                f"bootstrap key {key_id} is already registered with another secret; a rotated"
+                " key must be a new key (`gpufleet new-key`)"
+            )
 
     async def authenticate(self, key: str) -> Principal | None:
         parts = split_key(key)

@@ -12,12 +12,26 @@ messages; a duplicate id is recorded as the node's `node.duplicateId` event and
 published. Each write is one unit of
 work from `coordinator.services.node_changes`; its transitions go out through
 `coordinator.services.alerting`.
+
+Failure is isolated per node: an inventory or transition the ledger refuses is logged
+with the node id and counted (`rejected`, and as the ingest drop `ledger_rejected`);
+the rest of the batch is still written, health recording never stops.
+
+Unknown nodes cost bounded memory and bounded work: at most `MAX_UNKNOWN_PER_PASS`
+are handled per pass (the rest dropped as `unknown_flood`), inventory requests go out
+at most `INVENTORY_REQUESTS_PER_S` a second in all and once per node per
+`INVENTORY_REQUEST_EVERY_MS`, and the table of recent requests is pruned.
+
+When the coordinator falls behind — more than `backlog_limit` messages wait unread,
+or the client dropped messages as a slow consumer — heartbeats may be sitting in (or
+lost from) our own queue: that is our outage, handled exactly like a lost NATS link:
+the sweep marks nobody and every node is quiet for its own window again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
@@ -43,6 +57,14 @@ log = logging.getLogger(__name__)
 INVENTORY_REQUEST_EVERY_MS = 5000
 # Inventories recorded per unit of work when many arrive at once (a fleet booting).
 INVENTORY_BATCH = 500
+INVENTORY_REQUESTS_PER_S = 200
+MAX_UNKNOWN_PER_PASS = 1000
+POOL_REFRESH_EVERY_MS = 1000
+# The table of recent inventory requests never holds more than this many nodes: it is
+# pruned past MAX_UNKNOWN_PER_PASS, and only a window's worth of requests are recent.
+MAX_REQUEST_TABLE = MAX_UNKNOWN_PER_PASS + (
+    INVENTORY_REQUESTS_PER_S * INVENTORY_REQUEST_EVERY_MS // 1000
+)
 
 
 class NodeStateService:
@@ -57,7 +79,12 @@ class NodeStateService:
         drop: Callable[[str, str], None],
         capacity: CapacitySignal | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        backlog: Callable[[], int] = lambda: 0,
+        backlog_limit: int = 10_000,
     ) -> None:
+        self.backlog = backlog
+        self.backlog_limit = backlog_limit
+        self._behind = False
         self.capacity = capacity or CapacitySignal()
         self.is_leader = is_leader
         # Inventories that arrived while another replica led (and probably wrote them).
@@ -80,6 +107,11 @@ class NodeStateService:
         # Sweeps held as our own outage; heartbeats whose interval was out of bounds.
         self.outage_holds = 0
         self.interval_clamped = 0
+        # Writes the ledger refused (one node's bad data); episodes of falling behind.
+        self.rejected = 0
+        self.behind_episodes = 0
+        self._pools_checked_at = -POOL_REFRESH_EVERY_MS
+        self._requests_window = (0, 0)  # (second, requests sent in it)
 
     async def load(self) -> None:
         now = self.clock.now_ms()
@@ -105,7 +137,7 @@ class NodeStateService:
         if outcome is APPLIED:
             return  # the common case: only last-seen moved
         if not outcome.known:
-            self._unknown[hb.node_id] = hb.pool_id
+            self._note_unknown(hb)
             return
         if outcome.duplicate is not None:
             self._duplicates[hb.node_id] = outcome.duplicate
@@ -128,7 +160,24 @@ class NodeStateService:
         if outcome.came_back:
             self._came_back[hb.node_id] = hb.pool_id
         if outcome.needs_inventory:
+            self._note_unknown(hb)
+
+    def _note_unknown(self, hb: Heartbeat) -> None:
+        if hb.node_id in self._unknown or len(self._unknown) < MAX_UNKNOWN_PER_PASS:
             self._unknown[hb.node_id] = hb.pool_id
+        else:
+            self._drop("unknown_flood", self.subjects.heartbeat(hb.pool_id, hb.node_id))
+
+    def fell_behind(self) -> None:
+        """Messages were lost on our side (slow consumer): nobody's silence counts
+        until each node has had its own window again."""
+        self.behind_episodes += 1
+        self._throttle.warning(
+            "behind",
+            "the coordinator dropped NATS messages (slow consumer): judging nobody"
+            " until every node has had its window again",
+        )
+        self.tracker.rearm(self.clock.now_ms())
 
     def on_inventory(self, inv: Inventory) -> None:
         if self.tracker.is_rival(inv.node_id, inv.boot_id, self.clock.now_ms()):
@@ -174,23 +223,29 @@ class NodeStateService:
             await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
         came_back, self._came_back = self._came_back, {}
         if came_back:
-            flipped = await record_reachability(self.ledger, came_back, True, now)
-            await alerting.publish(self.alerts, flipped, now)
+            try:
+                flipped = await record_reachability(self.ledger, came_back, True, now)
+            except Exception as exc:
+                # Retried next pass; the health changes below still go through.
+                for node_id, pool_id in came_back.items():
+                    self._came_back.setdefault(node_id, pool_id)
+                log.warning("could not record %d nodes as reachable: %s", len(came_back), exc)
+            else:
+                await alerting.publish(self.alerts, flipped, now)
         duplicates, self._duplicates = self._duplicates, {}
         for node_id, (boot_id, other) in duplicates.items():
-            duplicate = await record_duplicate_id(self.ledger, node_id, boot_id, other, now)
-            if duplicate is not None:
-                log.warning("node %s: two boots interleave (%s, %s)", node_id, boot_id, other)
-                await alerting.publish(self.alerts, [duplicate], now)
+            pool_id = self._pool_of(node_id)
+            await self._isolated(
+                node_id, pool_id, self._record_duplicate(node_id, boot_id, other, now)
+            )
         dirty, self._health_dirty = self._health_dirty, {}
         for hb in dirty.values():
-            changes = await record_heartbeat(self.ledger, hb, now)
-            if changes is not None:
-                await alerting.publish(self.alerts, [changes], now)
+            await self._isolated(hb.node_id, hb.pool_id, self._record_health(hb, now))
         if inventories or came_back or dirty:
             # A node came back or changed health: waiting requests may fit now.
             self.capacity.notify()
         unknown, self._unknown = self._unknown, {}
+        self._prune_requests(now)
         for node_id, pool_id in unknown.items():
             await self._request_inventory(pool_id, node_id, now)
 
@@ -203,7 +258,7 @@ class NodeStateService:
         except Exception as exc:
             log.warning("a batch of %d inventories failed (%s): one at a time", len(invs), exc)
             for inv in invs:
-                await self._apply_inventory(inv, now)
+                await self._isolated(inv.node_id, inv.pool_id, self._apply_inventory(inv, now))
             return
         for inv, outcome in zip(invs, outcomes, strict=True):
             if isinstance(outcome, NotRecorded):
@@ -211,6 +266,30 @@ class NodeStateService:
             else:
                 self._recorded(inv, now)
                 await alerting.publish(self.alerts, [outcome], now)
+
+    def _pool_of(self, node_id: str) -> str:
+        node = self.tracker.nodes.get(node_id)
+        return node.pool_id if node is not None else "?"
+
+    async def _isolated(self, node_id: str, pool_id: str, write: Awaitable[None]) -> None:
+        """One node's write; if the ledger refuses it, the others still go through."""
+        try:
+            await write
+        except Exception as exc:
+            self.rejected += 1
+            self._drop("ledger_rejected", self.subjects.inventory(pool_id, node_id))
+            log.warning("node %s: the ledger refused its update: %s", node_id, exc)
+
+    async def _record_duplicate(self, node_id: str, boot_id: str, other: str, now: int) -> None:
+        duplicate = await record_duplicate_id(self.ledger, node_id, boot_id, other, now)
+        if duplicate is not None:
+            log.warning("node %s: two boots interleave (%s, %s)", node_id, boot_id, other)
+            await alerting.publish(self.alerts, [duplicate], now)
+
+    async def _record_health(self, hb: Heartbeat, now: int) -> None:
+        changes = await record_heartbeat(self.ledger, hb, now)
+        if changes is not None:
+            await alerting.publish(self.alerts, [changes], now)
 
     async def _apply_inventory(self, inv: Inventory, now: int) -> None:
         try:
@@ -226,6 +305,7 @@ class NodeStateService:
         if isinstance(error, UnknownPool):
             self._drop("unknown_pool", subject)
             return
+        self.rejected += 1
         self._drop("ledger_rejected", subject)
         self._throttle.warning(
             "refused", "node %s: the ledger refused its inventory: %s", inv.node_id, error
@@ -235,10 +315,18 @@ class NodeStateService:
         self._known_pools.add(inv.pool_id)
         self._track(inv, now)
 
+    def _prune_requests(self, now: int) -> None:
+        if len(self._inv_requested) > MAX_UNKNOWN_PER_PASS:
+            cutoff = now - INVENTORY_REQUEST_EVERY_MS
+            self._inv_requested = {n: t for n, t in self._inv_requested.items() if t > cutoff}
+
     async def _request_inventory(self, pool_id: str, node_id: str, now: int) -> None:
         if pool_id not in self._known_pools:
-            # A pool created after start: look again before calling it unknown.
-            self._known_pools = {p.pool_id for p in await self.ledger.pools.list_all()}
+            # A pool created after start: look again (at most once a second) before
+            # calling it unknown.
+            if now - self._pools_checked_at >= POOL_REFRESH_EVERY_MS:
+                self._pools_checked_at = now
+                self._known_pools = {p.pool_id for p in await self.ledger.pools.list_all()}
             if pool_id not in self._known_pools:
                 self._drop("unknown_pool", self.subjects.heartbeat(pool_id, node_id))
                 return
@@ -246,6 +334,13 @@ class NodeStateService:
             INVENTORY_REQUEST_EVERY_MS
         ):
             return
+        second, sent = self._requests_window
+        if now // 1000 != second:
+            second, sent = now // 1000, 0
+        if sent >= INVENTORY_REQUESTS_PER_S:
+            self._drop("unknown_flood", self.subjects.heartbeat(pool_id, node_id))
+            return
+        self._requests_window = (second, sent + 1)
         self._inv_requested[node_id] = now
         try:
             await self.bus.publish(self.subjects.inventory_request(pool_id, node_id), b"{}")
@@ -265,6 +360,25 @@ class NodeStateService:
 
     async def sweep(self) -> None:
         now = self.clock.now_ms()
+        backlog = self.backlog()
+        if backlog > self.backlog_limit:
+            # Heartbeats may be waiting in our own queue: judge nobody, and give every
+            # node its own window again once we have caught up (like a reconnect).
+            if not self._behind:
+                self._behind = True
+                self.behind_episodes += 1
+                log.warning(
+                    "ingest is behind by %d messages: taken as the coordinator's own outage,"
+                    " nobody marked unreachable until it catches up",
+                    backlog,
+                )
+            self.tracker.rearm(now)
+            return
+        if self._behind:
+            self._behind = False
+            self.tracker.rearm(now)
+            log.info("ingest caught up: each node quiet for its own window from now")
+            return
         result = self.tracker.sweep(now)
         if result.held:
             self.outage_holds += 1

@@ -70,6 +70,7 @@ class Fleet:
                 "--nats-url", self.nats_url,
                 "--port", str(self.port),
                 "--bootstrap-operator-key", self.operator_key,
+                "--insecure-bus",  # the test nats-server has no users
                 *extra,
             ],
         )  # fmt: skip

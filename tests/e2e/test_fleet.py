@@ -54,14 +54,19 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
     operator_key = new_key()
     log = open(tmp_path / "coordinator.log", "wb")
     agent_log = open(tmp_path / "agent.log", "wb")
+    argv = [
+        str(BIN / "gpufleet-coordinator"),
+        "--state-dir", str(tmp_path),
+        "--nats-url", nats_proc.url,
+        "--port", str(port),
+        "--bootstrap-operator-key", operator_key,
+    ]  # fmt: skip
+    # This nats-server has no users: the coordinator refuses it unless told (exit 2).
+    refused = subprocess.run(argv, capture_output=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert b"--insecure-bus" in refused.stderr
     coordinator = subprocess.Popen(
-        [
-            str(BIN / "gpufleet-coordinator"),
-            "--state-dir", str(tmp_path),
-            "--nats-url", nats_proc.url,
-            "--port", str(port),
-            "--bootstrap-operator-key", operator_key,
-        ],
+        [*argv, "--insecure-bus"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -50,6 +50,8 @@ def coordinator_settings(database_url: str, nats_url: str, **overrides: Any) -> 
         "sweep_interval_s": 0.1,
         "flush_interval_s": 0.2,
         "recovery_hold_s": 0.5,
+        # The session's nats-server has no users: these tests say so.
+        "insecure_bus": True,
     }
     return CoordinatorSettings(**(values | overrides))
 

@@ -43,7 +43,7 @@ async def test_slow_consumer_drops_are_counted_logged_and_exported(
         lines = [r for r in caplog.records if "slow_consumer" in r.getMessage()]
         assert len(lines) == 1 and lines[0].levelno == logging.WARNING
         assert "slow.test" in lines[0].getMessage()
-        text = Metrics(Sources(nats_errors=bus.errors)).render({}).decode()
+        text = Metrics(Sources(nats_errors=bus.errors)).render().decode()
         assert (
             f'gpufleet_nats_errors_total{{kind="slow_consumer"}} {bus.errors["slow_consumer"]}.0'
             in text

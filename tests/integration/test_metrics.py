@@ -6,25 +6,43 @@ import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator
+from coordinator.services.node_changes import record_inventory
 from shared.subjects import Subjects
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api
 from tests.waiting import eventually
 
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
-async def _scrape(api: Api) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    async with api.session.get(f"{api.base}/metrics") as resp:
+
+async def scrape_text(api: Api) -> str:
+    headers = {"Authorization": f"Bearer {api.operator_key}"}  # /metrics names tenants' pools
+    async with api.session.get(f"{api.base}/metrics", headers=headers) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")
-        text = await resp.text()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
+        return await resp.text()
+
+
+async def _scrape(api: Api) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(await scrape_text(api)):
         for sample in family.samples:
             out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     return out
 
 
-async def test_metrics_expose_rollup_ingest_drops_heartbeat_age_and_api_latency(
+def _by(samples: dict[tuple[tuple[str, str], ...], float], **want: str) -> dict[str, float]:
+    """Samples matching `want`, keyed by their remaining labels joined."""
+    out = {}
+    for labels, value in samples.items():
+        d = dict(labels)
+        if all(d.get(k) == v for k, v in want.items()):
+            rest = ",".join(f"{k}={v}" for k, v in labels if k not in want)
+            out[rest] = value
+    return out
+
+
+async def test_metrics_expose_ingest_drops_heartbeat_age_and_api_latency(
     api: Api, coordinator: Coordinator
 ) -> None:
     await api.ok("tenants.create", {"tenantId": "acme"})
@@ -53,14 +71,68 @@ async def test_metrics_expose_rollup_ingest_drops_heartbeat_age_and_api_latency(
     await api.ok("capacity.summary", {"tenantId": "acme"})
     await api.call("capacity.byPool", {"tenantId": "acme"})
     m = await _scrape(api)
-    rollup = m["gpufleet_rollup"]
-    assert rollup[(("bucket", "total"), ("pool", pool), ("resource", "gpu"))] == 8
-    assert rollup[(("bucket", "allocatable"), ("pool", pool), ("resource", "gpu"))] == 8
-    assert rollup[(("bucket", "unreachable"), ("pool", pool), ("resource", "node"))] == 0
     assert m["gpufleet_ingest_messages_total"][(("kind", "inv"),)] >= 1
     assert m["gpufleet_ingest_dropped_total"][(("reason", "not_json"),)] == 1
-    assert (("quantile", "1.0"),) in m["gpufleet_heartbeat_age_seconds"]
+    # A histogram across nodes: one node, counted in +Inf and in every bucket above its age.
+    assert m["gpufleet_heartbeat_age_seconds_bucket"][(("le", "+Inf"),)] == 1
+    assert m["gpufleet_heartbeat_age_seconds_gcount"][()] == 1
     latency = m["gpufleet_api_request_duration_seconds_count"]
     assert latency[(("code", "200"), ("method", "capacity.summary"))] == 1
     assert latency[(("code", "400"), ("method", "capacity.byPool"))] == 1
     assert m["gpufleet_rollup_drift_corrections_total"][()] == 0
+    assert m["gpufleet_alerts_published_total"][(("kind", "node.registered"),)] >= 1
+    assert m["gpufleet_leader"][()] == 1
+    assert m["gpufleet_nats_connected"][()] == 1
+
+
+async def test_pool_series_are_parts_in_one_unit_and_gpus_join_with_dcgm_labels(
+    capi: Api, clocked: Coordinator
+) -> None:
+    await capi.ok("tenants.create", {"tenantId": "acme"})
+    await capi.ok("tenants.create", {"tenantId": "beta"})
+    pool = (await capi.ok("pools.create", {"tenantId": "acme", "name": "train"}))["poolId"]
+    await record_inventory(clocked.ledger, make_inventory("n1", pool, gpus=4, memory_gib=512), 1)
+    booking = {"tenantId": "acme", "poolId": pool, "duration": "1h"}
+    held = await capi.ok(
+        "reservations.create",
+        booking | {"devices": [{"class": "gpu", "count": 1}], "idempotencyKey": "a"},
+    )
+    status, _ = await capi.call(
+        "reservations.create",
+        booking | {"devices": [{"class": "gpu", "count": 9}], "idempotencyKey": "b"},
+    )
+    assert status == 409
+    text = await scrape_text(capi)
+    assert "_created" not in text
+    m = await _scrape(capi)
+
+    gpus = _by(m["gpufleet_pool_gpus"], pool=pool)
+    assert gpus == {
+        "state=allocated": 1, "state=available": 3, "state=maintenance": 0,
+        "state=provisioning": 0, "state=reserved": 0, "state=unhealthy": 0,
+        "state=unreachable": 0,
+    }  # fmt: skip
+    assert sum(_by(m["gpufleet_pool_memory_bytes"], pool=pool).values()) == 512 * 2**30
+    assert "gpufleet_rollup" not in m
+    info = m["gpufleet_pool_info"]
+    key = (("gpu_model", ""), ("name", "train"), ("pool", pool), ("tenant", "acme"))
+    assert info[key] == 1
+
+    per_gpu = {dict(k)["UUID"]: dict(k) for k in m["gpufleet_gpu_info"]}
+    assert set(per_gpu) == {f"GPU-n1-{i}" for i in range(4)}
+    holders = [g for g in per_gpu.values() if g["reservation"]]
+    assert len(holders) == 1
+    assert holders[0]["reservation"] == held["reservationId"]
+    assert (holders[0]["tenant"], holders[0]["state"], holders[0]["Hostname"]) == (
+        "acme", "allocated", "n1",
+    )  # fmt: skip
+    assert {g["state"] for g in per_gpu.values() if not g["reservation"]} == {"available"}
+
+    states = _by(m["gpufleet_node_state"], node="n1")
+    assert states[f"pool={pool},state=ready"] == 1 and sum(states.values()) == 1
+
+    assert m["gpufleet_bookings_total"][(("kind", "reservation"),)] == 1
+    refusals = m["gpufleet_booking_refusals_total"]
+    assert refusals[(("kind", "reservation"), ("reason", "capacity_not_available"))] == 1
+    build = m["gpufleet_build_info"]
+    assert len(build) == 1 and dict(next(iter(build)))["version"]

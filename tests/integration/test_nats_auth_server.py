@@ -191,6 +191,7 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
         secured.server.url,
         nats_credentials=str(secured.creds_file("coordinator")),
         subject_prefix=PREFIX,
+        insecure_bus=False,  # the server demands credentials: no flag needed
     )
     reader_errors: list[str] = []
     reader = await secured.connect(reader_user("monitoring"), reader_errors)

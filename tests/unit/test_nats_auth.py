@@ -185,3 +185,31 @@ def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -
     }
     assert not (out / "creds" / f"agent-{POOL}-gpu2.creds").exists()
     assert cli_run(["nats-auth", "--out", str(out), "--node", "nonsense"], {}) == 2
+
+
+def test_the_server_config_listens_on_loopback_and_refuses_clear_text_beyond(
+    tmp_path: Path,
+) -> None:
+    """The generated config listened on 0.0.0.0 without TLS: passwords in clear."""
+    assert 'listen: "127.0.0.1:4222"' in make([]).server_config
+    with pytest.raises(NatsAuthError, match="TLS"):
+        build([], alert_stream="T", hash_password=fake_hash, listen="0.0.0.0:4222")
+    out = tmp_path / "auth"
+    base = ["nats-auth", "--out", str(out), "--bcrypt-cost", "4", "--listen", "0.0.0.0:4222"]
+    assert cli_run(base, {}) == 2
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=nats.test", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert cli_run([*base, "--tls-cert", str(cert), "--tls-key", str(key)], {}) == 0
+    config = (out / "nats-server.conf").read_text()
+    assert "tls {" in config and str(cert) in config
+    checked = subprocess.run(
+        [find_nats_server(), "-t", "-c", str(out / "nats-server.conf")],
+        capture_output=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr

@@ -19,6 +19,7 @@ BIN = Path(sys.executable).parent
 UNITS = {
     "gpufleet-agent.service": "gpufleet_agent",
     "gpufleet-coordinator.service": "gpufleet_coordinator",
+    "gpufleet-alerts.service": "gpufleet_coordinator",
 }
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(
@@ -120,6 +121,12 @@ def test_both_units_notify_restart_and_are_hardened(name: str) -> None:
     assert one["User"] == "gpufleet"
     assert "--config /etc/gpufleet/" in one["ExecStart"]
     assert one["EnvironmentFile"].startswith("-/etc/gpufleet/")
+
+
+def test_the_coordinator_has_room_for_many_connections() -> None:
+    """1,100 idle connections under the default 1024 descriptors locked out real calls."""
+    one = dict(directives((REPO / "systemd" / "gpufleet-coordinator.service").read_text()))
+    assert int(one["LimitNOFILE"]) >= 65536
 
 
 def test_the_agent_reaches_nvidia_devices_through_device_allow_not_private_devices() -> None:

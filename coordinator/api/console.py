@@ -1,0 +1,64 @@
+"""The web console and the interactive API reference: static assets shipped in the
+package (`coordinator/web/`, plain ES modules, no build step, nothing fetched from
+elsewhere) and the alert feed the console polls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from coordinator.api.auth import authenticate, bearer_key
+from coordinator.api.context import Services
+
+WEB = Path(__file__).resolve().parent.parent / "web"
+# Only this origin: the page can neither load nor send anything elsewhere.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+def _page(name: str) -> web.Response:
+    return web.Response(
+        body=(WEB / name).read_bytes(),
+        content_type="text/html",
+        charset="utf-8",
+        headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
+    )
+
+
+def add_console_routes(app: web.Application, services: Services) -> None:
+    async def console(_: web.Request) -> web.Response:
+        return _page("index.html")
+
+    async def reference(_: web.Request) -> web.Response:
+        return _page("reference.html")
+
+    async def alerts(request: web.Request) -> web.Response:
+        """Alerts seen since `after` (a sequence number from the previous answer); a
+        tenant's key sees its visible pools' alerts, an operator's all of them."""
+        key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
+        principal = await authenticate(services.ledger, key)
+        try:
+            after = max(0, int(request.query.get("after", "0")))
+        except ValueError:
+            after = 0
+        items = services.feed.after(after)
+        if not principal.is_operator:
+            pools = await services.ledger.pools.list_visible(principal.tenant_id)
+            visible = {p.pool_id for p in pools}
+            items = [i for i in items if i.alert.pool_id in visible]
+        return web.json_response(
+            {
+                "last": services.feed.last_seq,
+                "alerts": [
+                    {"seq": i.seq} | i.alert.model_dump(mode="json", by_alias=True) for i in items
+                ],
+            }
+        )
+
+    app.router.add_get("/", console)
+    app.router.add_get("/api/docs", reference)
+    app.router.add_get("/api/console/alerts", alerts)
+    app.router.add_static("/console/", WEB, show_index=False, follow_symlinks=False)

@@ -1,0 +1,92 @@
+"""An agent is not trusted to be well behaved: the wire model bounds what it may say
+(lengths of the ledger's columns, numbers in range, atoms it owns), and the per-node
+rate limiter bounds how often, in bounded memory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from coordinator.domain.rate_limit import RateLimiter
+from shared.ids import new_pool_id
+from shared.wire import Heartbeat, Inventory
+from tests.factories import make_heartbeat, make_inventory
+
+POOL = new_pool_id()
+
+
+def _inv(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(make_inventory("h100-a", POOL).to_json())
+    doc.update(changes)
+    return doc
+
+
+def test_a_well_formed_inventory_and_heartbeat_still_pass() -> None:
+    inv = Inventory.model_validate_json(json.dumps(_inv()))
+    Heartbeat.model_validate_json(make_heartbeat(inv, interval_ms=3_600_000).to_json())
+
+
+@pytest.mark.parametrize(
+    "what, changes",
+    [
+        ("vcpu of 2^64", {"scalars": {"vcpu": 2**64}}),
+        ("negative memory", {"scalars": {"memoryGiB": -1}}),
+        ("100-character bootId", {"bootId": "b" * 100}),
+        ("NUL in hostname", {"hostname": "h\x00"}),
+        ("huge hostname", {"hostname": "h" * 10_000}),
+        ("sentAt past 2^63", {"sentAt": 2**63}),
+        ("another node's atom", {"atoms": [{"atomId": "h100-b:node", "class": "node"}]}),
+        ("an atom owned by nobody", {"atoms": [{"atomId": "node", "class": "node"}]}),
+        (
+            "duplicate atom ids",
+            {"atoms": [{"atomId": "h100-a:node", "class": "node"}] * 2},
+        ),
+        ("too many labels", {"labels": {f"k{i}": "v" for i in range(500)}}),
+        (
+            "an infinite attr",
+            {"atoms": [{"atomId": "h100-a:x", "class": "node", "attrs": {"x": 1e999}}]},
+        ),
+    ],
+)
+def test_out_of_bounds_inventories_are_schema_errors(what: str, changes: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        Inventory.model_validate_json(json.dumps(_inv(**changes)).replace("Infinity", "1e999"))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"bootId": "b" * 65},
+        {"seq": 2**64},
+        {"intervalMs": 3_600_001},
+        {"inventoryHash": "x" * 200},
+        {"health": {"status": "healthy", "reasons": ["r\x00"]}},
+    ],
+)
+def test_out_of_bounds_heartbeats_are_schema_errors(changes: dict[str, Any]) -> None:
+    inv = make_inventory("n1", POOL)
+    doc = json.loads(make_heartbeat(inv).to_json()) | changes
+    with pytest.raises(ValidationError):
+        Heartbeat.model_validate_json(json.dumps(doc))
+
+
+def test_the_rate_limiter_drops_one_noisy_node_and_spares_the_others() -> None:
+    limiter = RateLimiter(rate=10, burst=20)
+    noisy = sum(limiter.allow("noisy", 0.0) for _ in range(1000))
+    assert noisy == 20
+    assert all(limiter.allow(f"quiet-{i}", 0.0) for i in range(100))
+    # It refills at its rate.
+    assert sum(limiter.allow("noisy", 1.0) for _ in range(100)) == 10
+
+
+def test_the_rate_limiter_stays_bounded_under_a_flood_of_new_ids() -> None:
+    limiter = RateLimiter(rate=10, burst=20, max_keys=1000)
+    for i in range(50_000):
+        limiter.allow(f"forged-{i}", 0.0)
+    assert len(limiter) == 1000
+    # Once the flood's buckets have refilled they are forgotten and new ids get in.
+    assert limiter.allow("late-comer", 10.0)
+    assert len(limiter) <= 1000

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -24,6 +23,9 @@ from typing import Any
 import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import Goal, write
 
 from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
@@ -140,15 +142,23 @@ async def main() -> int:
         cells += [r["ussMB"], r["cpuPercent"], r["cpuMsPerPoll"] or 0.0]
         cells.append("ok" if r["meetsGoal"] else "MISS")
         print("{:>10} {:>6} {:>7.1f} {:>6} {:>7.1f} {:>7.3f} {:>8.2f} {}".format(*cells))
-    write_results({"baseline": baseline, "runs": rows})
-    return 0 if all(r["meetsGoal"] for r in rows) else 1
-
-
-def write_results(data: dict[str, Any]) -> None:
-    out = Path(__file__).resolve().parent / "results" / "agent.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {out}")
+    goals = []
+    for r in rows:
+        goals.append(
+            Goal(
+                f"agent RSS, 8 GPUs, {r['intervalS']:g} s interval", f"{r['rssMB']:.1f} MB",
+                f"{r['rssVsBaseline']}x idle python with its imports", "< 40 MB",
+                r["rssMB"] < 40,
+            )
+        )  # fmt: skip
+        if r["intervalS"] >= 5:
+            goals.append(
+                Goal(
+                    f"agent CPU at the {r['intervalS']:g} s interval",
+                    f"{r['cpuPercent']:.2f} % of a core", "", "< 1 %", r["cpuPercent"] < 1,
+                )
+            )  # fmt: skip
+    return write("agent", {"baseline": baseline, "runs": rows}, goals)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import uvloop
 from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import Goal, write
 
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
@@ -83,7 +86,7 @@ async def main() -> int:
                 row["node"]: row["lastSent"] for row in map(json.loads, out.decode().splitlines())
             }
             e = schema.node_events.c
-            async with c.ledger.db.read() as conn:
+            async with c.ledger._db.read() as conn:
                 events = (
                     await conn.execute(
                         select(e.node_id, e.at).where(
@@ -124,13 +127,20 @@ async def main() -> int:
         "registered_inventories_per_s",
     ):  # fmt: skip
         print(f"{key:<40} {result[key]!s:>12}")
-    for goal, met in result["goals"].items():  # type: ignore[union-attr]
-        print(f"  goal {goal}: {'met' if met else 'MISSED'}")
-    path = HERE / "results" / "detection.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {path}")
-    return 0
+    goals = [
+        Goal(
+            f"{a.silence} of {a.nodes:,} nodes silenced: detected within window + 1 s",
+            f"{len(delays)} detected, worst {result['detect_s_max']} s",
+            f"{result['detect_max_over_window']} of the window",
+            f"<= {window_s + 1:g} s",
+            bool(result["goals"]["all_within_window+1s"]),  # type: ignore[index]
+        ),
+        Goal(
+            "nodes wrongly marked unreachable", str(len(false_positives)), "", "0",
+            not false_positives,
+        ),
+    ]  # fmt: skip
+    return write("detection", result, goals)
 
 
 if __name__ == "__main__":

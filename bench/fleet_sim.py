@@ -47,7 +47,8 @@ async def main() -> None:
             interval_ms=int(a.interval * 1000), inventory_hash=f"h{i}",
             health=NodeHealth(status="healthy"),
         )  # fmt: skip
-        frames.append((subjects.heartbeat(a.pool, node_id(i)), hb.to_json()))
+        raw = hb.to_json().replace(b'"seq":0', b'"seq":%d')
+        frames.append((subjects.heartbeat(a.pool, node_id(i)), raw))
     nc = await nats.connect(a.url)
     started = time.monotonic()
     last_sent: dict[int, float] = {}
@@ -61,7 +62,9 @@ async def main() -> None:
             cursor += 1
             if silenced and i < a.silence:
                 continue
-            await nc.publish(*frames[i])
+            subject, raw = frames[i]
+            # Each node's sequence grows, as a live agent's does (a repeat is stale).
+            await nc.publish(subject, raw % (cursor // a.nodes + 1))
             if i < a.silence:
                 last_sent[i] = time.time()
         await nc.flush()

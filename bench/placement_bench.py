@@ -1,12 +1,14 @@
 """Placement and booking benchmark (SPEC §8): capacity.preview latency at 1,000 nodes /
-8,000 GPUs half booked, reservations.create commits per second, and 32 concurrent
-clients with a double-booking check — on SQLite and, when reachable, PostgreSQL.
+8,000 GPUs half booked (and how its p99 grows at larger fleets), reservations.create
+commits per second through the reservation workflow (idempotency record, quota, rollup:
+what the API runs) sequentially and with 8 and 32 concurrent clients, and a
+double-booking check — on SQLite and, when reachable, PostgreSQL.
 
 Baselines from the same run: reading one pool's rollup rows (one indexed query) for the
 preview latency, and a bare one-row write transaction for the commit rate.
-Prints a table and writes bench/results/placement.json.
+Prints a table, writes bench/results/placement.json and bench/scaling.png (the curves).
 
-    .venv/bin/python bench/placement_bench.py [--nodes 1000] [--previews 300]
+    .venv/bin/python bench/placement_bench.py [--nodes 1000] [--scale 5000,10000]
 """
 
 from __future__ import annotations
@@ -14,56 +16,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from coordinator.services.node_changes import record_inventory
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+import uvloop
 from sqlalchemy import select
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fleet import inventory, postgres_database, postgres_reachable
+from report import Goal, write
+
+from coordinator.api.context import Services
+from coordinator.domain.clock import SystemClock
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
-from coordinator.ledger.bookings import Booked, BookingRequest
+from coordinator.services.node_changes import record_inventories
+from coordinator.services.reservations import Created, CreateRequest
 from shared.ids import new_pool_id
-from shared.wire import Atom, Inventory, NodeHealth, Scalars
 
 HERE = Path(__file__).resolve().parent
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 HOUR = 3_600_000
+CLIENTS = (1, 8, 32)
 
 
-def inventory(i: int, pool: str) -> Inventory:
-    node = f"node-{i:04d}"
-    atoms = [Atom(atom_id=f"{node}:node", cls="node")]
-    atoms += [
-        Atom(
-            atom_id=f"{node}:gpu:{g}",
-            cls="gpu",
-            device_id=f"GPU-{i}-{g}",
-            attrs={"model": "H100", "nvlinkClique": "nvl0"},
-        )
-        for g in range(8)
-    ]
-    return Inventory(
-        node_id=node, pool_id=pool, boot_id="b", sent_at=0, inventory_hash=str(i),
-        labels={"rack": f"r{i // 32}"}, scalars=Scalars(vcpu=128, memoryGiB=1024),
-        atoms=tuple(atoms), health=NodeHealth(status="healthy"),
-    )  # fmt: skip
-
-
-def booking(pool: str, key: str, count: int, start: int, minutes: int) -> BookingRequest:
-    return BookingRequest(
+def request(
+    pool: str, key: str, count: int, start: int | None, minutes: int, gang: int = 1
+) -> CreateRequest:
+    return CreateRequest(
         tenant_id="bench", pool_id=pool, project_id=None,
-        placement=PlacementRequest(devices=(DeviceRequest("gpu", count),)),
+        placement=PlacementRequest(devices=(DeviceRequest("gpu", count),), gang_size=gang),
         start=start, duration_ms=minutes * 60_000, lease_seconds=None, resources={},
-        gang=None, idempotency_key=key, digest=key, notice_ms=120_000,
+        gang=None, idempotency_key=key, canonical={"key": key},
     )  # fmt: skip
 
 
@@ -72,148 +63,204 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_backend(url: str, nodes: int, previews: int) -> dict[str, Any]:
+@asynccontextmanager
+async def fleet(url: str, nodes: int) -> AsyncIterator[tuple[Services, str, int]]:
+    """A ledger with `nodes` 8-GPU nodes in one pool, half of every node's GPUs booked."""
     ledger = await Ledger.open(url)
     try:
-        now = int(time.time() * 1000)
+        services = Services(ledger, SystemClock())
+        now = services.clock.now_ms()
         await ledger.tenants.create("bench", "bench", now)
         pool = new_pool_id()
         await ledger.pools.create(pool, "bench", "bench", None, now)
-        for i in range(nodes):
-            await record_inventory(ledger, inventory(i, pool), now)
-
-        # Half the GPUs booked: 4 on every node, sequentially, timed.
-        t0 = time.perf_counter()
-        for i in range(nodes):
-            out = await ledger.bookings.create(booking(pool, f"half-{i}", 4, now, 120), now)
-            assert isinstance(out, Booked), out
-        create_rate = nodes / (time.perf_counter() - t0)
-
-        # Baseline for commits: a bare one-row write transaction.
-        t0 = time.perf_counter()
-        for i in range(200):
-            async with ledger.db.transaction() as conn:
-                await conn.execute(
-                    schema.idempotency.insert().values(
-                        tenant_id="bench", endpoint="bare", key=str(i), body_hash="x",
-                        status=200, response={}, created_at=now,
-                    )
-                )  # fmt: skip
-        bare_rate = 200 / (time.perf_counter() - t0)
-
-        # Preview latency against the half-booked fleet, and its baseline.
-        req = PlacementRequest(devices=(DeviceRequest("gpu", 2),))
-        lat = []
-        for _ in range(previews):
-            t0 = time.perf_counter()
-            placement, _ = await ledger.bookings.preview(pool, req, now, now + HOUR, now, 120_000)
-            lat.append((time.perf_counter() - t0) * 1000)
-            assert placement.fits
-        base = []
-        for _ in range(previews):
-            t0 = time.perf_counter()
-            await ledger.rollup([pool])
-            base.append((time.perf_counter() - t0) * 1000)
-
-        # 32 concurrent clients booking overlapping future windows.
-        async def client(c: int) -> int:
-            booked = 0
-            for r in range(8):
-                start = now + 3 * HOUR + (c + r) % 6 * 600_000
-                req = booking(pool, f"c{c}-{r}", 1 + (c + r) % 3, start, 30)
-                if isinstance(await ledger.bookings.create(req, now), Booked):
-                    booked += 1
-            return booked
-
-        t0 = time.perf_counter()
-        booked = sum(await asyncio.gather(*(client(c) for c in range(32))))
-        concurrent_rate = 32 * 8 / (time.perf_counter() - t0)
-        async with ledger.db.read() as conn:
-            rows = (await conn.execute(select(schema.bookings))).all()
-        spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for row in rows:
-            spans[row.atom_id].append((row.start, row.end))
-        doubles = sum(
-            1
-            for s in spans.values()
-            for (_, end), (start, _) in itertools.pairwise(sorted(s))
-            if start < end
-        )
-        return {
-            "nodes": nodes,
-            "gpus": nodes * 8,
-            "create_commits_per_s": round(create_rate, 1),
-            "bare_commits_per_s": round(bare_rate, 1),
-            "create_ratio_to_bare": round(create_rate / bare_rate, 3),
-            "preview_ms_p50": round(pct(lat, 0.5), 2),
-            "preview_ms_p99": round(pct(lat, 0.99), 2),
-            "rollup_read_ms_p50": round(pct(base, 0.5), 3),
-            "preview_p99_over_rollup_read": round(pct(lat, 0.99) / pct(base, 0.5), 1),
-            "concurrent_requests_per_s": round(concurrent_rate, 1),
-            "concurrent_booked": booked,
-            "double_bookings": doubles,
-            "goals": {
-                "preview_p99<=10ms": pct(lat, 0.99) <= 10,
-                "create>=500/s": create_rate >= 500,
-                "zero_double_bookings": doubles == 0,
-            },
-        }
+        invs = [inventory(i, pool) for i in range(nodes)]
+        for i in range(0, nodes, 500):
+            await record_inventories(ledger, invs[i : i + 500], now)
+        # Half the GPUs booked until later than anything measured: 4 on every node, by
+        # gangs of 25 nodes (a setup, not a measure).
+        per = 25
+        for i in range(0, nodes, per):
+            out = await services.reservations.create(
+                request(pool, f"half-{i}", 4, None, 600, gang=min(per, nodes - i))
+            )
+            assert isinstance(out, Created), out
+        yield services, pool, now
     finally:
         await ledger.close()
 
 
-async def postgres_url() -> str | None:
-    try:
-        import asyncpg
+async def previews(services: Services, pool: str, now: int, n: int) -> list[float]:
+    req = PlacementRequest(devices=(DeviceRequest("gpu", 2),))
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        placement, _ = await services.ledger.bookings.preview(
+            pool, req, now, now + HOUR, now, 120_000
+        )
+        lat.append((time.perf_counter() - t0) * 1000)
+        assert placement.fits
+    return lat
 
-        conn = await asyncio.wait_for(asyncpg.connect(PG_ADMIN), timeout=3)
-    except Exception:
-        return None
-    name = f"gpufleet_bench_{int(time.time())}"
-    await conn.execute(f"CREATE DATABASE {name}")
-    await conn.close()
-    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+async def creates(services: Services, pool: str, now: int, clients: int, each: int) -> float:
+    """Commits per second of `clients` concurrent clients, `each` requests each, for
+    overlapping future windows (some refused: refusals are recorded commits too)."""
+    tag = f"{clients}-{time.perf_counter_ns()}"
+
+    async def client(c: int) -> None:
+        for r in range(each):
+            start = now + 3 * HOUR + (c + r) % 6 * 600_000
+            await services.reservations.create(
+                request(pool, f"c{tag}-{c}-{r}", 1 + (c + r) % 3, start, 30)
+            )
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return clients * each / (time.perf_counter() - t0)
 
 
-async def drop_postgres(url: str) -> None:
-    import asyncpg
+async def double_bookings(ledger: Ledger) -> int:
+    async with ledger._db.read() as conn:
+        rows = (await conn.execute(select(schema.bookings))).all()
+    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for row in rows:
+        spans[row.atom_id].append((row.start, row.end))
+    return sum(
+        1
+        for s in spans.values()
+        for (_, end), (start, _) in itertools.pairwise(sorted(s))
+        if start < end
+    )
 
-    conn = await asyncpg.connect(PG_ADMIN)
-    await conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
-    await conn.close()
+
+async def bare_commits(ledger: Ledger, now: int, n: int = 200) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        async with ledger._db.transaction() as conn:
+            await conn.execute(
+                schema.idempotency.insert().values(
+                    tenant_id="bench", endpoint="bare", key=f"{now}-{i}", body_hash="x",
+                    status=200, response={}, created_at=now,
+                )
+            )  # fmt: skip
+    return n / (time.perf_counter() - t0)
+
+
+async def run_backend(url: str, nodes: int, n_previews: int, each: int) -> dict[str, Any]:
+    async with fleet(url, nodes) as (services, pool, now):
+        lat = await previews(services, pool, now, n_previews)
+        base = []
+        for _ in range(n_previews):
+            t0 = time.perf_counter()
+            await services.ledger.rollup([pool])
+            base.append((time.perf_counter() - t0) * 1000)
+        bare = await bare_commits(services.ledger, now)
+        rates = {
+            c: await creates(services, pool, now, c, each if c > 1 else 4 * each) for c in CLIENTS
+        }
+        doubles = await double_bookings(services.ledger)
+    return {
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "preview_ms_p50": round(pct(lat, 0.5), 2),
+        "preview_ms_p99": round(pct(lat, 0.99), 2),
+        "rollup_read_ms_p50": round(pct(base, 0.5), 3),
+        "preview_p99_over_rollup_read": round(pct(lat, 0.99) / pct(base, 0.5), 1),
+        "bare_commits_per_s": round(bare, 1),
+        "create_per_s": {str(c): round(r, 1) for c, r in rates.items()},
+        "create_32_over_bare": round(rates[32] / bare, 2),
+        "double_bookings": doubles,
+    }
+
+
+async def preview_at(url: str, nodes: int, n_previews: int) -> dict[str, float]:
+    async with fleet(url, nodes) as (services, pool, now):
+        lat = await previews(services, pool, now, n_previews)
+    return {"preview_ms_p50": round(pct(lat, 0.5), 2), "preview_ms_p99": round(pct(lat, 0.99), 2)}
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for backend, r in results.items():
+        sizes = sorted(int(k) for k in r["preview_by_nodes"])
+        left.plot(sizes, [r["preview_by_nodes"][str(n)]["preview_ms_p99"] for n in sizes],
+                  marker="o", label=backend)  # fmt: skip
+        right.plot(list(CLIENTS), [r["create_per_s"][str(c)] for c in CLIENTS], marker="o",
+                   label=backend)  # fmt: skip
+    left.axhline(10, color="grey", linestyle="--", label="goal (1,000 nodes)")
+    left.set(title="capacity.preview p99", xlabel="nodes (8 GPUs each, half booked)", ylabel="ms")
+    right.axhline(500, color="grey", linestyle="--", label="goal")
+    right.set(title="reservations.create", xlabel="concurrent clients", ylabel="commits/s")
+    for ax in (left, right):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--scale", default="5000,10000", help="more fleet sizes for preview")
     parser.add_argument("--previews", type=int, default=300)
+    parser.add_argument("--each", type=int, default=8, help="requests per concurrent client")
     args = parser.parse_args()
-    results: dict[str, Any] = {}
+    sizes = [int(x) for x in args.scale.split(",") if x]
+    backends: list[tuple[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        results["sqlite"] = await run_backend(f"sqlite:///{tmp}/b.db", args.nodes, args.previews)
-    pg = await postgres_url()
-    if pg:
-        try:
-            results["postgresql"] = await run_backend(pg, args.nodes, args.previews)
-        finally:
-            await drop_postgres(pg)
-    keys = [
-        "create_commits_per_s", "bare_commits_per_s", "create_ratio_to_bare",
-        "preview_ms_p50", "preview_ms_p99", "rollup_read_ms_p50",
-        "preview_p99_over_rollup_read", "concurrent_requests_per_s", "double_bookings",
-    ]  # fmt: skip
-    print(f"{'measure':<32}" + "".join(f"{b:>14}" for b in results))
-    for key in keys:
-        print(f"{key:<32}" + "".join(f"{results[b][key]:>14}" for b in results))
-    for backend, data in results.items():
-        for goal, met in data["goals"].items():
-            print(f"  {backend} goal {goal}: {'met' if met else 'MISSED'}")
-    out = HERE / "results" / "placement.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
-    return 0
+        backends.append(("sqlite", lambda tag: _sqlite(tmp, tag)))
+        if await postgres_reachable():
+            backends.append(("postgresql", lambda tag: postgres_database(tag)))
+        results: dict[str, Any] = {}
+        for backend, database in backends:
+            async with database("main") as url:
+                r = results[backend] = await run_backend(url, args.nodes, args.previews, args.each)
+            r["preview_by_nodes"] = {
+                str(args.nodes): {k: r[k] for k in ("preview_ms_p50", "preview_ms_p99")}
+            }
+            for size in sizes:
+                async with database(f"n{size}") as url:
+                    r["preview_by_nodes"][str(size)] = await preview_at(url, size, args.previews)
+    goals = []
+    for backend, r in results.items():
+        growth = ", ".join(
+            f"{int(n):,}: {v['preview_ms_p99']} ms" for n, v in r["preview_by_nodes"].items()
+        )
+        print(f"{backend}: preview p99 by fleet size: {growth}")
+        print(f"{backend}: reservations.create per s by clients: {r['create_per_s']}")
+        goals += [
+            Goal(
+                f"{backend}: capacity.preview p99, {args.nodes:,} nodes half booked",
+                f"{r['preview_ms_p99']} ms", f"{r['preview_p99_over_rollup_read']}x a rollup read",
+                "<= 10 ms", r["preview_ms_p99"] <= 10,
+            ),
+            Goal(
+                f"{backend}: reservations.create, 32 clients",
+                f"{r['create_per_s']['32']}/s", f"{r['create_32_over_bare']}x a bare commit",
+                ">= 500/s", r["create_per_s"]["32"] >= 500,
+            ),
+            Goal(
+                f"{backend}: reservations.create, sequential", f"{r['create_per_s']['1']}/s",
+                f"{r['create_per_s']['1'] / r['bare_commits_per_s']:.2f}x a bare commit",
+                "(reported)", True,
+            ),
+            Goal(f"{backend}: double bookings", str(r["double_bookings"]), "", "0",
+                 r["double_bookings"] == 0),
+        ]  # fmt: skip
+    plot(results, HERE / "scaling.png")
+    return write("placement", results, goals)
+
+
+@asynccontextmanager
+async def _sqlite(tmp: str, tag: str) -> AsyncIterator[str]:
+    yield f"sqlite:///{tmp}/{tag}.db"
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(uvloop.run(main()))

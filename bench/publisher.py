@@ -4,7 +4,8 @@ event loop with the consumer it measures.
 
     python bench/publisher.py URL PREFIX POOL NODES COUNT [RATE]
 
-sentAt carries the publish time (ms), so the consumer can measure lag.
+sentAt carries the publish time (ms), so the consumer can measure lag; each node's seq
+grows from 1.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def main(url: str, prefix: str, pool: str, nodes: int, count: int, rate: f
             node_id=f"node-{i:05d}", pool_id=pool, boot_id="b", seq=0, sent_at=0,
             interval_ms=5000, inventory_hash=f"hash-{i:05d}", health=NodeHealth(status="healthy"),
         )  # fmt: skip
-        raw = hb.to_json().replace(b'"sentAt":0', b'"sentAt":%d')
+        raw = hb.to_json().replace(b'"seq":0', b'"seq":%d').replace(b'"sentAt":0', b'"sentAt":%d')
         templates.append((subjects.heartbeat(pool, f"node-{i:05d}"), raw))
     nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
     started = time.perf_counter()
@@ -39,7 +40,8 @@ async def main(url: str, prefix: str, pool: str, nodes: int, count: int, rate: f
         now_ms = int(time.time() * 1000)
         for k in range(n, min(n + batch, count)):
             subject, raw = templates[k % nodes]
-            await nc.publish(subject, raw % now_ms)
+            # Each node's sequence grows, as a live agent's does (a repeat is stale).
+            await nc.publish(subject, raw % (k // nodes + 1, now_ms))
         if rate:
             due = started + (n + batch) / rate
             delay = due - time.perf_counter()

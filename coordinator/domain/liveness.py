@@ -78,6 +78,8 @@ class HeartbeatOutcome:
 
 
 UNKNOWN = HeartbeatOutcome(known=False, needs_inventory=True)
+APPLIED = HeartbeatOutcome(known=True)
+NO_DEVICES: frozenset[DeviceHealth] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,33 +133,41 @@ class LivenessTracker:
         self.bus_connected = False
 
     def on_heartbeat(self, hb: Heartbeat, now: int) -> HeartbeatOutcome:
+        # The hot path of ingest (tens of thousands a second): a heartbeat that changes
+        # nothing but last-seen allocates nothing and returns the shared APPLIED.
         node = self.nodes.get(hb.node_id)
         if node is None or node.pool_id != hb.pool_id:
             return UNKNOWN
-        interval = self.clamp(hb.interval_ms)
-        clamped = interval != hb.interval_ms
-        refused = self._boot(node, hb, interval, now)
-        if refused is not None:
-            return refused
+        announced = hb.interval_ms
+        interval = min(max(announced, self.min_interval_ms), self.max_interval_ms)
+        if hb.boot_id == node.boot_id and hb.seq > node.seq:
+            node.seq = hb.seq  # the common case of `_boot`: the next beat of this boot
+        else:
+            refused = self._boot(node, hb, interval, now)
+            if refused is not None:
+                return refused
         came_back = False
         if not node.reachable:
-            if node.back_since is None or now - node.last_seen > self.window_ms(interval):
+            if node.back_since is None or now - node.last_seen > self.misses * interval:
                 node.back_since = now
             if now - node.back_since >= self.recovery_hold_ms:
                 node.reachable, node.back_since, came_back = True, None, True
         node.last_seen = now
         node.interval_ms = interval
         self.unflushed[hb.node_id] = (now, interval)
-        devices = frozenset(hb.devices)
+        devices = frozenset(hb.devices) if hb.devices else NO_DEVICES
+        status = hb.health.status
         health_changed = (
-            node.health != hb.health.status
-            or node.devices != devices
-            or node.provisioning != hb.provisioning
+            node.health != status or node.devices != devices or node.provisioning != hb.provisioning
         )
-        node.health = hb.health.status
-        node.devices = devices
-        node.provisioning = hb.provisioning
+        if health_changed:
+            node.health = status
+            node.devices = devices
+            node.provisioning = hb.provisioning
         needs_inventory = node.inventory_hash != hb.inventory_hash
+        clamped = interval != announced
+        if not (needs_inventory or health_changed or came_back or clamped):
+            return APPLIED
         return HeartbeatOutcome(
             True, needs_inventory, health_changed, came_back, interval_clamped=clamped
         )

@@ -10,7 +10,7 @@ from coordinator.ledger.database import Database, normalize_url
 from coordinator.ledger.facade import Ledger
 from coordinator.ledger.idempotency import Recorded, body_hash
 from coordinator.ledger.leadership import Leadership
-from coordinator.ledger.nodes import UnknownPool
+from coordinator.ledger.nodes import InventoryRefused, NodeChangeSet, UnknownPool
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
@@ -18,8 +18,10 @@ __all__ = [
     "Booked",
     "BookingRequest",
     "Database",
+    "InventoryRefused",
     "Leadership",
     "Ledger",
+    "NodeChangeSet",
     "NotPlaced",
     "Recorded",
     "ReservationFilter",

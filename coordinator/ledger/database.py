@@ -6,10 +6,12 @@ SQLite runs in WAL mode with a busy timeout; writers take the lock up front
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -25,13 +27,26 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def json_dumps(value: Any) -> str:
+    """JSON columns through orjson (registration writes every node's inventory document);
+    what orjson refuses (an integer beyond 64 bits) goes through the standard library."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 class Database:
     """One async engine plus the transaction helpers every repository uses."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
-        kwargs: dict[str, Any] = {"echo": echo}
+        kwargs: dict[str, Any] = {
+            "echo": echo,
+            "json_serializer": json_dumps,
+            "json_deserializer": orjson.loads,
+        }
         if self.dialect == "postgresql":
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)

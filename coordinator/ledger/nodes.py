@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from sqlalchemy import bindparam, select, update
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.risk import RiskChange
@@ -26,7 +27,7 @@ from coordinator.domain.transitions import (
     Transition,
     forms_of,
 )
-from coordinator.errors import NotFound
+from coordinator.errors import Conflict, CoordinatorError, NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.risk import refresh_risk
@@ -55,12 +56,13 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     """The nodes' flags, their rows locked until the transaction ends (PostgreSQL; SQLite
     has one writer already), in id order so that two changes cannot deadlock."""
     n, a = schema.nodes.c, schema.atoms.c
+    columns = (
+        n.node_id, n.pool_id, n.reachable, n.health, n.health_reasons, n.provisioning,
+        n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id,
+    )  # fmt: skip
     node_rows = (
         await conn.execute(
-            select(schema.nodes)
-            .where(n.node_id.in_(node_ids))
-            .order_by(n.node_id)
-            .with_for_update()
+            select(*columns).where(n.node_id.in_(node_ids)).order_by(n.node_id).with_for_update()
         )
     ).all()
     devices: dict[str, dict[str, DeviceFlags]] = {row.node_id: {} for row in node_rows}
@@ -91,9 +93,38 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     }
 
 
+def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:
+    """The node row's columns an inventory describes (not its flags)."""
+    return {
+        "pool_id": inv.pool_id,
+        "hostname": inv.hostname,
+        "boot_id": inv.boot_id,
+        "labels": dict(inv.labels),
+        "profile_id": inv.profile_id,
+        "profile_version": inv.profile_version,
+        "inventory_hash": inv.inventory_hash,
+        "inventory": inv.model_dump(mode="json", by_alias=True),
+        "last_seen": now,
+        "vcpu": inv.scalars.vcpu,
+        "memory_gib": inv.scalars.memory_gib,
+        "hugepages_1gi": inv.scalars.hugepages_1gi,
+        "updated_at": now,
+    }
+
+
+class InventoryRefused(Conflict):
+    """The ledger cannot record this inventory (its atom ids belong to another node, or
+    a constraint refused a row); nothing of it was written."""
+
+
 class NodeChangeSet:
     """One transaction's changes to some nodes. `before` is each existing node's flags
-    as the transaction found them (absent: no such node)."""
+    as the transaction found them (absent: no such node).
+
+    New nodes are registered in bulk (`admit` then `register`: their rows are written
+    together when the change set ends, a few statements for a whole batch); a change to
+    an existing node can be `isolated` in a savepoint so that one refused write leaves
+    the rest of the batch standing."""
 
     def __init__(self, conn: AsyncConnection, now: int, before: dict[str, NodeFlags]) -> None:
         self._conn = conn
@@ -104,6 +135,118 @@ class NodeChangeSet:
         self.changed = False
         # Reservations that became at risk or recovered; set once the change settles.
         self.risks: list[RiskChange] = []
+        self._pools: dict[str, bool] = {}
+        # Rows of the registered new nodes, written by `flush`.
+        self._new_nodes: list[dict[str, object]] = []
+        self._new_atoms: list[dict[str, object]] = []
+        self._new_events: list[dict[str, object]] = []
+
+    async def _pool_exists(self, pool_id: str) -> bool:
+        known = self._pools.get(pool_id)
+        if known is None:
+            p = schema.pools.c
+            rows = await self._conn.execute(select(p.pool_id).where(p.pool_id == pool_id))
+            known = self._pools[pool_id] = rows.first() is not None
+        return known
+
+    async def admit(self, invs: Sequence[Inventory]) -> dict[str, CoordinatorError]:
+        """Check inventories of new nodes before `register`: why each that cannot be
+        recorded is refused (an unknown pool; atom ids another node holds, or that two
+        inventories of the batch both claim). The others are safe to register."""
+        refused: dict[str, CoordinatorError] = {}
+        for pool_id in sorted({inv.pool_id for inv in invs}):
+            await self._pool_exists(pool_id)
+        claimed: dict[str, str] = {}
+        for inv in invs:
+            if not self._pools[inv.pool_id]:
+                refused[inv.node_id] = UnknownPool(f"unknown pool {inv.pool_id}")
+                continue
+            for atom in inv.atoms:
+                other = claimed.setdefault(atom.atom_id, inv.node_id)
+                if other != inv.node_id:
+                    refused[inv.node_id] = InventoryRefused(
+                        f"atom {atom.atom_id} is also claimed by node {other}"
+                    )
+        a = schema.atoms.c
+        ids = list(claimed)
+        for i in range(0, len(ids), 5000):
+            rows = await self._conn.execute(
+                select(a.atom_id, a.node_id).where(a.atom_id.in_(ids[i : i + 5000]))
+            )
+            for atom_id, holder in rows.all():
+                node_id = claimed[atom_id]
+                if holder != node_id:
+                    refused[node_id] = InventoryRefused(f"atom {atom_id} belongs to node {holder}")
+        return refused
+
+    def register(self, inv: Inventory, after: NodeFlags, transitions: Sequence[Transition]) -> None:
+        """Queue a new node (admitted by `admit`) with its flags and transitions."""
+        now = self._now
+        self._new_nodes.append(
+            _inventory_values(inv, now)
+            | {
+                "node_id": inv.node_id,
+                "reachable": after.reachable,
+                "reachable_since": now,
+                "health": after.health,
+                "health_reasons": list(after.health_reasons),
+                "health_since": now,
+                "provisioning": after.provisioning,
+                "maintenance": after.maintenance,
+                "maintenance_reason": after.maintenance_reason,
+                "maintenance_by": after.maintenance_by,
+                "maintenance_since": now if after.maintenance else None,
+                "created_at": now,
+            }
+        )
+        for atom in inv.atoms:
+            health = after.device(atom.device_id) if atom.device_id else HEALTHY_DEVICE
+            self._new_atoms.append(
+                {
+                    "atom_id": atom.atom_id,
+                    "node_id": inv.node_id,
+                    "pool_id": inv.pool_id,
+                    "class": atom.cls,
+                    "device_id": atom.device_id,
+                    "attrs": dict(atom.attrs),
+                    "retired": False,
+                    "health": health.status,
+                    "health_reasons": list(health.reasons),
+                }
+            )
+        self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
+        self._current[inv.node_id] = after
+        self.changed = True
+
+    async def flush(self) -> None:
+        """Write the registered new nodes: one statement per table for the batch."""
+        for table, rows in (
+            (schema.nodes, self._new_nodes),
+            (schema.atoms, self._new_atoms),
+            (schema.node_events, self._new_events),
+        ):
+            if rows:
+                await self._conn.execute(table.insert(), rows)
+        self._new_nodes, self._new_atoms, self._new_events = [], [], []
+
+    @asynccontextmanager
+    async def isolated(self, node_id: str) -> AsyncIterator[None]:
+        """A savepoint around one node's change: when a write is refused (raised here as
+        `InventoryRefused`, or whatever the block raised), that node's writes are undone
+        and the change set goes on as if it had not been tried."""
+        current, changed = self._current.get(node_id), self.changed
+        try:
+            async with self._conn.begin_nested():
+                yield
+        except BaseException as exc:
+            if current is None:
+                self._current.pop(node_id, None)
+            else:
+                self._current[node_id] = current
+            self.changed = changed
+            if isinstance(exc, IntegrityError | DataError):
+                raise InventoryRefused(str(exc.orig)) from None
+            raise
 
     async def lock_pools(self, pool_ids: Iterable[str]) -> None:
         """Serialise with the pools' booking writers until the end (sorted)."""
@@ -130,27 +273,10 @@ class NodeChangeSet:
         Its flags are `save`'s."""
         n = schema.nodes.c
         pool_id = pool_id or inv.pool_id
-        pool = await self._conn.execute(
-            select(schema.pools.c.pool_id).where(schema.pools.c.pool_id == inv.pool_id)
-        )
-        if pool.first() is None:
+        if not await self._pool_exists(inv.pool_id):
             raise UnknownPool(f"unknown pool {inv.pool_id}")
         now = self._now
-        values: dict[str, object] = {
-            "pool_id": pool_id,
-            "hostname": inv.hostname,
-            "boot_id": inv.boot_id,
-            "labels": dict(inv.labels),
-            "profile_id": inv.profile_id,
-            "profile_version": inv.profile_version,
-            "inventory_hash": inv.inventory_hash,
-            "inventory": inv.model_dump(mode="json", by_alias=True),
-            "last_seen": now,
-            "vcpu": inv.scalars.vcpu,
-            "memory_gib": inv.scalars.memory_gib,
-            "hugepages_1gi": inv.scalars.hugepages_1gi,
-            "updated_at": now,
-        }
+        values = _inventory_values(inv, now) | {"pool_id": pool_id}
         current = self._current.get(inv.node_id)
         if current is None:
             fresh = NodeFlags(pool_id)
@@ -276,20 +402,25 @@ class NodeChangeSet:
                     .where((a.node_id == node_id) & (a.device_id == device_id))
                     .values(health=flags.status, health_reasons=list(flags.reasons))
                 )
-        for t in transitions:
+        if transitions:
             await self._conn.execute(
-                schema.node_events.insert().values(
-                    node_id=node_id,
-                    pool_id=after.pool_id,
-                    kind=t.kind,
-                    reason=t.reason,
-                    by=t.by,
-                    at=now,
-                    device_id=t.device_id,
-                )
+                schema.node_events.insert(),
+                [_event(node_id, after.pool_id, t, now) for t in transitions],
             )
         self._current[node_id] = after
         self.changed = self.changed or bool(transitions)
+
+
+def _event(node_id: str, pool_id: str, t: Transition, now: int) -> dict[str, object]:
+    return {
+        "node_id": node_id,
+        "pool_id": pool_id,
+        "kind": t.kind,
+        "reason": t.reason,
+        "by": t.by,
+        "at": now,
+        "device_id": t.device_id,
+    }
 
 
 class NodeRepo:
@@ -305,6 +436,7 @@ class NodeRepo:
             changes = NodeChangeSet(conn, now, await _load_flags(conn, ids))
             rollup = await NodeChange.begin(conn, ids)
             yield changes
+            await changes.flush()
             if changes.changed:
                 await rollup.settle(now)
                 changes.risks = await refresh_risk(conn, ids, now)

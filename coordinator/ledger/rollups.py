@@ -80,7 +80,12 @@ async def load_node_views(
         node_cond, atom_cond = n.node_id.in_(ids), a.node_id.in_(ids)
     else:
         node_cond, atom_cond = n.pool_id == pool_id, a.pool_id == pool_id
-    node_rows = (await conn.execute(select(schema.nodes).where(node_cond))).all()
+    # Only the columns a view needs: the stored inventory document is large.
+    columns = (
+        n.node_id, n.pool_id, n.reachable, n.health, n.maintenance, n.provisioning, n.vcpu,
+        n.memory_gib, n.hugepages_1gi,
+    )  # fmt: skip
+    node_rows = (await conn.execute(select(*columns).where(node_cond))).all()
     atoms_by_node: dict[str, list[AtomView]] = defaultdict(list)
     atom_rows = await conn.execute(
         select(a.atom_id, a.node_id, a["class"], a.device_id, a.health).where(
@@ -315,21 +320,35 @@ class NodeChange:
             await lock_pool(self._conn, pool_id)
         await bump(self._conn, touched, nodes=True)
         recount: set[str] = set()
+        # Summed per pool first: a batch of many nodes is one update per pool and resource.
+        deltas: dict[str, Delta] = {}
         for node_id in self._ids:
             old, new = self._before.get(node_id), after.get(node_id)
             if old is not None and new is not None and old.pool_id != new.pool_id:
-                await apply_rollup_delta(self._conn, old.pool_id, rollup_delta(old, None), now)
-                await apply_rollup_delta(self._conn, new.pool_id, rollup_delta(None, new), now)
+                _add(deltas.setdefault(old.pool_id, {}), rollup_delta(old, None))
+                _add(deltas.setdefault(new.pool_id, {}), rollup_delta(None, new))
                 recount |= {old.pool_id, new.pool_id}
             elif old is not None or new is not None:
                 pool_id = (new or old).pool_id  # type: ignore[union-attr]
-                await apply_rollup_delta(self._conn, pool_id, rollup_delta(old, new), now)
+                _add(deltas.setdefault(pool_id, {}), rollup_delta(old, new))
                 if old is not None and _allocatable(old) != _allocatable(new):
                     recount.add(pool_id)
+        for pool_id in sorted(deltas):
+            delta = {r: {c: n for c, n in cols.items() if n} for r, cols in deltas[pool_id].items()}
+            delta = {r: cols for r, cols in delta.items() if cols}
+            if delta:
+                await apply_rollup_delta(self._conn, pool_id, delta, now)
         # Atoms that left (or rejoined) the allocatable bucket take their bookings out of
         # (or back into) the booked columns. A new node holds no bookings yet.
         for pool_id in sorted(recount):
             await refresh_booked(self._conn, pool_id, now)
+
+
+def _add(into: Delta, delta: Delta) -> None:
+    for resource, cols in delta.items():
+        target = into.setdefault(resource, {})
+        for col, n in cols.items():
+            target[col] = target.get(col, 0) + n
 
 
 def _allocatable(node: NodeView | None) -> frozenset[str]:

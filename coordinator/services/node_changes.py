@@ -1,12 +1,12 @@
-"""Node state changes, one transaction each: read the nodes' flags as stored, compute
-the flags after and the transitions between (`coordinator.domain.transitions`), and have
-the ledger persist both. Nothing here publishes; the callers hand the outcome to
-`coordinator.services.alerting`.
+"""Node state changes, one transaction each (a batch of inventories too): read the
+nodes' flags as stored, compute the flags after and the transitions between
+(`coordinator.domain.transitions`), and have the ledger persist both. Nothing here
+publishes; the callers hand the outcome to `coordinator.services.alerting`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain import pool_moves
@@ -19,8 +19,8 @@ from coordinator.domain.transitions import (
     after_inventory,
     node_transitions,
 )
-from coordinator.errors import NotFound
-from coordinator.ledger import Ledger
+from coordinator.errors import CoordinatorError, NotFound
+from coordinator.ledger import Ledger, NodeChangeSet
 from shared.wire import Heartbeat, Inventory
 
 
@@ -58,19 +58,28 @@ async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChan
     reported in another pool moves there only if it holds no live or future booking;
     otherwise it is held in its pool until they end (`settle_pool_moves`)."""
     async with ledger.nodes.change([inv.node_id], now) as change:
-        before = change.before.get(inv.node_id)
-        membership = before
-        if before is not None and (inv.pool_id != before.pool_id or before.pending_pool):
-            # Under both pools' locks: no booking can land on it while this decides.
-            await change.lock_pools([before.pool_id, inv.pool_id])
-            held = await change.holds_bookings(inv.node_id)
-            membership = pool_moves.reported(before, inv.pool_id, held)
-        pool_id = membership.pool_id if membership is not None else inv.pool_id
-        await change.put_inventory(inv, pool_id)
-        after = replace(after_inventory(membership, inv), pool_id=pool_id)
-        transitions = node_transitions(before, after, hostname=inv.hostname)
-        await change.save(inv.node_id, after, transitions)
+        pool_id, transitions = await _put_inventory(change, inv)
     return NodeChanges(inv.node_id, pool_id, transitions, tuple(change.risks))
+
+
+async def _put_inventory(
+    change: NodeChangeSet, inv: Inventory
+) -> tuple[str, tuple[Transition, ...]]:
+    """One node's inventory inside `change`: the pool it is in after (a reported move
+    is held while the node has bookings) and its transitions."""
+    before = change.before.get(inv.node_id)
+    membership = before
+    if before is not None and (inv.pool_id != before.pool_id or before.pending_pool):
+        # Under both pools' locks: no booking can land on it while this decides.
+        await change.lock_pools([before.pool_id, inv.pool_id])
+        held = await change.holds_bookings(inv.node_id)
+        membership = pool_moves.reported(before, inv.pool_id, held)
+    pool_id = membership.pool_id if membership is not None else inv.pool_id
+    await change.put_inventory(inv, pool_id)
+    after = replace(after_inventory(membership, inv), pool_id=pool_id)
+    transitions = node_transitions(before, after, hostname=inv.hostname)
+    await change.save(inv.node_id, after, transitions)
+    return pool_id, tuple(transitions)
 
 
 async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
@@ -90,6 +99,56 @@ async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
             await change.save(node_id, after, transitions)
         out.append(NodeChanges(node_id, after.pool_id, transitions, tuple(change.risks)))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class NotRecorded:
+    """An inventory of a batch that the ledger refused; nothing of it was written."""
+
+    node_id: str
+    pool_id: str
+    error: CoordinatorError
+
+
+async def record_inventories(
+    ledger: Ledger, invs: Sequence[Inventory], now: int
+) -> list[NodeChanges | NotRecorded]:
+    """Record many full inventories in one unit of work, one outcome each in order.
+
+    New nodes are checked first and written in bulk (a fleet registering is a few
+    statements per batch, not a transaction per node); each known node's change runs in
+    its own savepoint. Either way one refused inventory (an unknown pool, atom ids that
+    belong to another node) is its own `NotRecorded` and the rest are recorded."""
+    latest = {inv.node_id: inv for inv in invs}  # the newest of a node's inventories
+    out: dict[str, NodeChanges | NotRecorded] = {}
+    async with ledger.nodes.change(latest, now) as change:
+        new = [inv for inv in latest.values() if inv.node_id not in change.before]
+        refused = await change.admit(new)
+        for inv in new:
+            error = refused.get(inv.node_id)
+            if error is not None:
+                out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, error)
+                continue
+            after = after_inventory(None, inv)
+            transitions = node_transitions(None, after, hostname=inv.hostname)
+            change.register(inv, after, transitions)
+            out[inv.node_id] = NodeChanges(inv.node_id, inv.pool_id, transitions)
+        for inv in latest.values():
+            if inv.node_id in out:
+                continue
+            try:
+                async with change.isolated(inv.node_id):
+                    pool_id, transitions = await _put_inventory(change, inv)
+            except CoordinatorError as exc:
+                out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, exc)
+            else:
+                out[inv.node_id] = NodeChanges(inv.node_id, pool_id, transitions)
+    # Reservations put at risk or recovered go with the node they are about.
+    recorded = [c for c in out.values() if isinstance(c, NodeChanges)]
+    for c in _with_risks(recorded, change.risks):
+        if isinstance(out.get(c.node_id), NodeChanges):
+            out[c.node_id] = c
+    return [out[inv.node_id] for inv in invs]
 
 
 async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:

@@ -35,14 +35,17 @@ from collections.abc import Awaitable, Callable
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
-from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
+from coordinator.errors import CoordinatorError
 from coordinator.ledger import Ledger, UnknownPool
 from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
+    NotRecorded,
     record_duplicate_id,
     record_heartbeat,
+    record_inventories,
     record_inventory,
     record_reachability,
 )
@@ -52,6 +55,8 @@ from shared.wire import Heartbeat, Inventory
 log = logging.getLogger(__name__)
 
 INVENTORY_REQUEST_EVERY_MS = 5000
+# Inventories recorded per unit of work when many arrive at once (a fleet booting).
+INVENTORY_BATCH = 500
 INVENTORY_REQUESTS_PER_S = 200
 MAX_UNKNOWN_PER_PASS = 1000
 POOL_REFRESH_EVERY_MS = 1000
@@ -129,6 +134,8 @@ class NodeStateService:
 
     def on_heartbeat(self, hb: Heartbeat) -> None:
         outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
+        if outcome is APPLIED:
+            return  # the common case: only last-seen moved
         if not outcome.known:
             self._note_unknown(hb)
             return
@@ -211,8 +218,9 @@ class NodeStateService:
                     node = self.tracker.nodes.get(node_id)
                     if node is not None:
                         node.inventory_hash = digest
-        for inv in inventories.values():
-            await self._isolated(inv.node_id, inv.pool_id, self._apply_inventory(inv, now))
+        batch = list(inventories.values())
+        for i in range(0, len(batch), INVENTORY_BATCH):
+            await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
         came_back, self._came_back = self._came_back, {}
         if came_back:
             try:
@@ -241,6 +249,24 @@ class NodeStateService:
         for node_id, pool_id in unknown.items():
             await self._request_inventory(pool_id, node_id, now)
 
+    async def _apply_inventories(self, invs: list[Inventory], now: int) -> None:
+        """One unit of work for a batch (a fleet registering is seconds, not minutes);
+        an inventory the ledger refuses is dropped and counted, the rest recorded. Should
+        the batch fail as a whole, each inventory is tried alone."""
+        try:
+            outcomes = await record_inventories(self.ledger, invs, now)
+        except Exception as exc:
+            log.warning("a batch of %d inventories failed (%s): one at a time", len(invs), exc)
+            for inv in invs:
+                await self._isolated(inv.node_id, inv.pool_id, self._apply_inventory(inv, now))
+            return
+        for inv, outcome in zip(invs, outcomes, strict=True):
+            if isinstance(outcome, NotRecorded):
+                self._refused(inv, outcome.error)
+            else:
+                self._recorded(inv, now)
+                await alerting.publish(self.alerts, [outcome], now)
+
     def _pool_of(self, node_id: str) -> str:
         node = self.tracker.nodes.get(node_id)
         return node.pool_id if node is not None else "?"
@@ -268,12 +294,26 @@ class NodeStateService:
     async def _apply_inventory(self, inv: Inventory, now: int) -> None:
         try:
             changes = await record_inventory(self.ledger, inv, now)
-        except UnknownPool:
-            self._drop("unknown_pool", self.subjects.inventory(inv.pool_id, inv.node_id))
+        except CoordinatorError as exc:
+            self._refused(inv, exc)
             return
+        self._recorded(inv, now)
+        await alerting.publish(self.alerts, [changes], now)
+
+    def _refused(self, inv: Inventory, error: CoordinatorError) -> None:
+        subject = self.subjects.inventory(inv.pool_id, inv.node_id)
+        if isinstance(error, UnknownPool):
+            self._drop("unknown_pool", subject)
+            return
+        self.rejected += 1
+        self._drop("ledger_rejected", subject)
+        self._throttle.warning(
+            "refused", "node %s: the ledger refused its inventory: %s", inv.node_id, error
+        )
+
+    def _recorded(self, inv: Inventory, now: int) -> None:
         self._known_pools.add(inv.pool_id)
         self._track(inv, now)
-        await alerting.publish(self.alerts, [changes], now)
 
     def _prune_requests(self, now: int) -> None:
         if len(self._inv_requested) > MAX_UNKNOWN_PER_PASS:

@@ -7,7 +7,12 @@ double-booked the node, PostgreSQL answered 503 for good)."""
 from __future__ import annotations
 
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import record_inventory, record_maintenance
+from coordinator.services.node_changes import (
+    NodeChanges,
+    record_inventories,
+    record_inventory,
+    record_maintenance,
+)
 from coordinator.services.reservations import Created, Refused
 from coordinator.tasks.reservation_clock import ReservationClock
 from tests.factories import make_inventory
@@ -67,6 +72,31 @@ async def test_a_node_with_bookings_is_held_in_its_pool_until_they_are_released(
     moved = await rig.reservations.create(rig.request(new, "d", gpus=8))
     assert isinstance(moved, Created)
     assert await ledger.rebuild_all(rig.clock.now_ms()) == 0
+
+
+async def test_the_batched_path_holds_a_move_too(ledger: Ledger) -> None:
+    """The coordinator records inventories in batches (`record_inventories`): a known
+    node reported in another pool is held there as well, its booking put at risk."""
+    rig = await Rig.open(ledger)
+    old = await rig.pool(nodes=1, gpus=8)
+    new = await rig.pool(nodes=0)
+    node_id = f"{old[-6:]}-n0"
+    held = await rig.reservations.create(rig.request(old, "a", gpus=8))
+    assert isinstance(held, Created)
+    fresh = make_inventory("brand-new", new)
+    outcomes = await record_inventories(
+        ledger, [make_inventory(node_id, new), fresh], rig.clock.now_ms()
+    )
+    moved, registered = outcomes
+    assert isinstance(moved, NodeChanges) and moved.pool_id == old
+    assert [t.kind for t in moved.transitions] == ["node.poolChangePending"]
+    assert moved.put_at_risk == 1
+    assert isinstance(registered, NodeChanges) and registered.pool_id == new
+    node = await ledger.catalog.node(node_id)
+    assert node is not None and node.pool_id == old
+    out = await rig.reservations.create(rig.request(new, "b", gpus=8))
+    assert isinstance(out, Created)  # the new node's 8 GPUs, not the held node's
+    assert {a.node_id for a in out.reservation.atoms} == {"brand-new"}
 
 
 async def test_the_clock_moves_the_node_when_its_last_booking_ends(ledger: Ledger) -> None:

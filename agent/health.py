@@ -91,7 +91,10 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
     """The raw conditions of one GPU right now, worst first (bursts are in `evaluate`)."""
     out: list[Finding] = []
     if c.lost:
-        return [("unhealthy", "GPU is lost (NVML_ERROR_GPU_IS_LOST)")]
+        lost = "GPU is lost (NVML_ERROR_GPU_IS_LOST)"
+        # Lost before its first good read: a stand-in, so missing (the coordinator's
+        # `device.missing`), like its inventory's `GpuInfo.missing` says.
+        return [("unhealthy", f"missing: {lost}" if c.uuid.startswith("missing-") else lost)]
     if c.unreadable:
         return [("unhealthy", f"missing: {c.unreadable}")]
     if c.fabric:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import gc
 import logging
 import os
 import signal
@@ -135,7 +137,7 @@ async def run(
         interval_s=settings.interval_s,
         clock=clock,
         creds=settings.nats_credentials,
-        on_ready=lambda: sd_notify("READY=1", notify_socket),
+        on_ready=lambda: _ready(notify_socket),
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)
@@ -190,6 +192,19 @@ async def run(
             await asyncio.to_thread(watcher.stop)
             reader.close()
             log.info("agent stopped")
+
+
+def _ready(notify_socket: str | None) -> None:
+    """Connected and the first inventory is out: tell systemd, and give back the heap
+    that start-up (flags, profile, schema builds, the first inventory) freed but glibc
+    keeps, about 1 MB of the 40 MB footprint budget (bench/agent_bench.py)."""
+    sd_notify("READY=1", notify_socket)
+    gc.collect()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere nothing to give back
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _expected(settings: Settings, profile: HostProfile | None) -> dict[str, int] | None:

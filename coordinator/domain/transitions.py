@@ -20,6 +20,10 @@ COORDINATOR = "coordinator"
 # The maintenance reason of a node held in its old pool until its bookings end (SPEC §5).
 POOL_CHANGE_PENDING = "pool change pending"
 REACHABLE_REASON = "heartbeat received"
+# A device the agent cannot read or find (agent.presence, agent.health) says why with a
+# reason that starts so; the inventory also sets `GpuInfo.missing` on a GPU never read.
+MISSING_PREFIX = "missing:"
+NO_LONGER_MISSING = "no longer missing: the agent reports it readable or replaced"
 UNREACHABLE_REASON = "no heartbeat within misses x interval"
 
 # Health as a device's kind: `unmonitored` is a fault for a device (SPEC §3: never
@@ -42,6 +46,11 @@ _NODE_KIND: dict[HealthStatus, AlertKind] = {
 class DeviceFlags:
     status: HealthStatus = "healthy"
     reasons: tuple[str, ...] = ()
+
+    @property
+    def missing(self) -> bool:
+        """The agent cannot read or find the device (SPEC §4: reported, never dropped)."""
+        return any(r.startswith(MISSING_PREFIX) for r in self.reasons)
 
 
 HEALTHY_DEVICE = DeviceFlags()
@@ -270,6 +279,25 @@ class DeviceHealthChanged:
         return {"health": self.health}
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceMissing:
+    """The agent cannot read or find a device it should have (held unhealthy); its
+    return, or its stand-in's replacement, is `device.healthy` (or the health it has)."""
+
+    device_id: str
+    reasons: tuple[str, ...]
+    kind: ClassVar[AlertKind] = "device.missing"
+    by: ClassVar[str] = COORDINATOR
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"health": "unhealthy", "missing": True}
+
+
 Transition = (
     NodeRegistered
     | PoolChanged
@@ -280,6 +308,7 @@ Transition = (
     | ProvisioningChanged
     | HealthChanged
     | DeviceHealthChanged
+    | DeviceMissing
     | DeviceReconfigured
 )
 
@@ -295,10 +324,14 @@ def node_transitions(
 
     A new node is compared with a fresh one (reachable, healthy, in service), so a node
     that registers unhealthy or provisioning says so. Devices that left the node (retired
-    atoms) make no transition here; a device that appears is compared with healthy, and
-    one whose atoms were replaced is reconfigured. The maintenance that holds a node for
-    a pending pool move is said by `node.poolChangePending` and `node.poolChanged`, not
-    by maintenance transitions of its own."""
+    atoms) make no transition here, except a missing one: its stand-in was replaced by the
+    GPU read again (or the shortfall ended), which is `device.healthy`. A device that
+    appears is compared with healthy, and one whose atoms were replaced is reconfigured.
+    A device that goes missing is `device.missing` (not also `device.unhealthy`); one that
+    is found again says the health it has then, even if that is unhealthy as before.
+    The maintenance that holds a node for a pending pool move is said by
+    `node.poolChangePending` and `node.poolChanged`, not by maintenance transitions of
+    its own."""
     out: list[Transition] = []
     if before is None:
         out.append(NodeRegistered(hostname))
@@ -322,8 +355,13 @@ def node_transitions(
         out.append(HealthChanged(after.health, after.health_reasons))
     for device_id in sorted(after.devices):
         old, new = before.device(device_id), after.devices[device_id]
-        if old.status != new.status:
+        if new.missing and not old.missing:
+            out.append(DeviceMissing(device_id, new.reasons))
+        elif old.status != new.status or (old.missing and not new.missing):
             out.append(DeviceHealthChanged(device_id, new.status, new.reasons))
+    for device_id in sorted(set(before.devices) - set(after.devices)):
+        if before.devices[device_id].missing:
+            out.append(DeviceHealthChanged(device_id, "healthy", (NO_LONGER_MISSING,)))
     for device_id in sorted(set(before.forms) & set(after.forms)):
         old_forms, new_forms = before.forms[device_id], after.forms[device_id]
         if old_forms != new_forms:
@@ -334,8 +372,15 @@ def node_transitions(
 def after_inventory(before: NodeFlags | None, inv: Inventory) -> NodeFlags:
     """The flags a full inventory implies. Reachability and maintenance are not the
     agent's to say (the liveness tracker and the operator own them); every device that
-    has an atom gets the health the inventory reports, healthy when it reports none."""
+    has an atom gets the health the inventory reports, healthy when it reports none. A GPU
+    the inventory marks missing is unhealthy and missing whatever its health says."""
     reported = {d.device_id: DeviceFlags(d.status, d.reasons) for d in inv.devices}
+    for gpu in inv.gpus:
+        if gpu.missing is not None:
+            flags = reported.get(gpu.uuid, HEALTHY_DEVICE)
+            if not flags.missing:
+                why = f"{MISSING_PREFIX} {gpu.missing}"
+                reported[gpu.uuid] = DeviceFlags("unhealthy", (why, *flags.reasons))
     devices = {
         a.device_id: reported.get(a.device_id, HEALTHY_DEVICE) for a in inv.atoms if a.device_id
     }

@@ -76,7 +76,9 @@ class Fleet:
         )  # fmt: skip
         wait_for(self.operator().healthy, what="coordinator healthy")
 
-    def start_agent(self, node_id: str, pool_id: str, profile: str, interval_s: float) -> None:
+    def start_agent(
+        self, node_id: str, pool_id: str, profile: str, interval_s: float, *extra: str
+    ) -> None:
         self.agents[node_id] = self._spawn(
             f"agent-{node_id}",
             [
@@ -86,6 +88,7 @@ class Fleet:
                 "--nats-url", self.nats_url,
                 "--simulate", profile,
                 "--interval", str(interval_s),
+                *extra,
             ],
         )  # fmt: skip
 

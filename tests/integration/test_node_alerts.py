@@ -17,12 +17,11 @@ from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api
 from tests.waiting import eventually
 
-# Kinds that belong to work not done yet (held pool moves, device reconfiguration,
-# devices the agent reports missing): in the list, not yet produced.
+# Kinds this test does not drive (held pool moves and device reconfiguration have their
+# own tests: test_pool_moves.py, test_at_risk.py).
 NOT_PRODUCED_YET = {
     "node.poolChangePending",
     "device.reconfigured",
-    "device.missing",
 }
 
 
@@ -91,6 +90,9 @@ async def test_every_node_and_device_transition_reaches_a_nats_subscriber(
         sick = (DeviceHealth(device_id=gpu, status=status, reasons=("xid 79",)),)  # type: ignore[arg-type]
         await on.heartbeat(on.beat(inv, devices=sick), f"device.{status}")
     await on.heartbeat(on.beat(inv), "device.healthy")
+    gone = (DeviceHealth(device_id=gpu, status="unhealthy", reasons=("missing: unknown error",)),)
+    await on.heartbeat(on.beat(inv, devices=gone), "device.missing")
+    await on.heartbeat(on.beat(inv))
 
     for flag in (True, False):
         await capi.ok(

@@ -13,12 +13,13 @@ import pytest
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
+from coordinator.domain.states import atom_bucket
 from coordinator.ledger import Ledger
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.nodestate import NodeStateService
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
-from shared.wire import Alert, DeviceHealth, Inventory
+from shared.wire import Alert, Atom, DeviceHealth, GpuInfo, Inventory
 from tests.factories import make_heartbeat, make_inventory
 
 
@@ -273,3 +274,58 @@ async def test_a_sweep_that_would_mark_most_of_the_fleet_is_held_then_believed(
     rig.clock.advance(3_001)  # still silent after their quiet windows, bus up all along
     await rig.service.sweep()
     assert rig.sink.kinds().count("node.unreachable") == 6
+
+
+async def test_a_missing_gpu_is_recorded_alerted_unhealthy_and_its_return_said(rig: Rig) -> None:
+    """SPEC §4 "the agent never hides a device": a GPU the agent cannot read is
+    `device.missing` (its atom unhealthy), then `device.healthy` when it is read again,
+    whether it kept its id (heartbeats) or its stand-in was replaced (inventory)."""
+    inv = make_inventory("n1", rig.pool_id, gpus=2)
+    await rig.inventory(inv)
+    why = "missing: NVML_ERROR_UNKNOWN (Unable to determine the device handle)"
+    gone = (DeviceHealth(device_id="GPU-n1-1", status="unhealthy", reasons=(why,)),)
+    for seq, devices, kinds in [
+        (1, gone, ["device.missing"]),
+        (2, gone, []),  # still missing: said once
+        (3, (), ["device.healthy"]),
+    ]:
+        before = len(rig.sink.alerts)
+        rig.service.on_heartbeat(make_heartbeat(inv, seq, devices=devices))
+        await rig.service.write_pending()
+        assert rig.sink.kinds()[before:] == kinds
+    missing = next(a for a in rig.sink.alerts if a.kind == "device.missing")
+    assert (missing.device_id, missing.reason) == ("GPU-n1-1", why)
+
+    # A GPU never read: the agent's stand-in (GpuInfo.missing) has an atom that is not
+    # allocatable; the GPU read again replaces it.
+    standin = "missing-pci-0000:3a:00.0"
+    atom = Atom(atom_id=f"n1:gpu:{standin}", cls="gpu", device_id=standin)
+    gpu = GpuInfo(
+        uuid=standin,
+        index=2,
+        name="unknown",
+        memory_mib=0,
+        pci_bus_id="0000:3a:00.0",
+        missing="GPU is lost (NVML_ERROR_GPU_IS_LOST)",
+    )
+    lost = inv.model_copy(
+        update={"atoms": (*inv.atoms, atom), "gpus": (gpu,), "inventory_hash": "with-standin"}
+    )
+    before = len(rig.sink.alerts)
+    await rig.inventory(lost)
+    assert [(a.kind, a.device_id) for a in rig.sink.alerts[before:]] == [
+        ("device.missing", standin)
+    ]
+    node = await rig.ledger.catalog.node("n1")
+    assert node is not None
+    record = next(a for a in node.atoms if a.device_id == standin)
+    assert atom_bucket(node.state, record) == "unhealthy"
+    assert record.health_reasons == ("missing: GPU is lost (NVML_ERROR_GPU_IS_LOST)",)
+
+    found = make_inventory("n1", rig.pool_id, gpus=3)
+    before = len(rig.sink.alerts)
+    await rig.inventory(found)
+    assert [(a.kind, a.device_id) for a in rig.sink.alerts[before:]] == [
+        ("device.healthy", standin)
+    ]
+    assert await _events(rig, "n1") == [(a.kind, a.device_id) for a in rig.sink.alerts]

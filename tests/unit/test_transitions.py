@@ -15,7 +15,7 @@ from coordinator.domain.transitions import (
     after_inventory,
     node_transitions,
 )
-from shared.wire import ALERT_KINDS, DeviceHealth
+from shared.wire import ALERT_KINDS, DeviceHealth, GpuInfo
 from tests.factories import make_heartbeat, make_inventory
 
 POOL_A, POOL_B = "pool_" + "a" * 26, "pool_" + "b" * 26
@@ -151,3 +151,51 @@ def test_an_inventory_sets_health_and_devices_but_not_reachability_or_maintenanc
     assert dict(after.devices) == {"GPU-n1-0": DeviceFlags("unhealthy")}
     kinds = [t.kind for t in node_transitions(before, after)]
     assert kinds == ["node.poolChanged", "node.provisioning", "device.unhealthy"]
+
+
+def test_a_device_that_goes_missing_is_device_missing_and_its_return_is_said() -> None:
+    lost = DeviceFlags("unhealthy", ("missing: NVML_ERROR_UNKNOWN",))
+    ok = NodeFlags("p", devices={"GPU-0": DeviceFlags(), "GPU-1": DeviceFlags()})
+    gone = replace(ok, devices={**ok.devices, "GPU-1": lost})
+    (t,) = node_transitions(ok, gone)
+    assert (t.kind, t.device_id, t.reason) == ("device.missing", "GPU-1", lost.reasons[0])
+    # Still missing: nothing new; back (after the agent's hysteresis): healthy.
+    assert node_transitions(gone, gone) == ()
+    assert [(t.kind, t.device_id) for t in node_transitions(gone, ok)] == [
+        ("device.healthy", "GPU-1")
+    ]
+    # Unhealthy before (an XID), then missing: the health is the same, missing is news;
+    # found again but still held for the XID: said, though its health did not change.
+    xid = DeviceFlags("unhealthy", ("XID 79: held until a GPU reset",))
+    sick = replace(ok, devices={**ok.devices, "GPU-1": xid})
+    assert [t.kind for t in node_transitions(sick, gone)] == ["device.missing"]
+    assert [(t.kind, t.reason) for t in node_transitions(gone, sick)] == [
+        ("device.unhealthy", xid.reasons[0])
+    ]
+
+
+def test_a_missing_stand_in_replaced_by_the_gpu_read_again_is_device_healthy() -> None:
+    standin = "missing-pci-0000:1b:00.0"
+    before = NodeFlags("p", devices={standin: DeviceFlags("unhealthy", ("missing: GPU is lost",))})
+    after = replace(before, devices={"GPU-real": DeviceFlags()})
+    (t,) = node_transitions(before, after)
+    assert (t.kind, t.device_id) == ("device.healthy", standin)
+    assert t.reason.startswith("no longer missing")
+
+
+def test_an_inventory_gpu_marked_missing_is_missing_whatever_its_health_says() -> None:
+    inv = make_inventory("n1", POOL_A, gpus=2)
+    gpus = (
+        GpuInfo(uuid="GPU-n1-0", index=0, name="H100", memory_mib=1, pci_bus_id="a"),
+        GpuInfo(
+            uuid="GPU-n1-1", index=1, name="unknown", memory_mib=0, pci_bus_id="b", missing="gone"
+        ),
+    )
+    after = after_inventory(None, inv.model_copy(update={"gpus": gpus}))
+    assert after.devices["GPU-n1-1"] == DeviceFlags("unhealthy", ("missing: gone",))
+    kinds = [(t.kind, t.device_id) for t in node_transitions(None, after)]
+    assert kinds == [("node.registered", None), ("device.missing", "GPU-n1-1")]
+    # The agent's own missing reason is kept as it is, not said twice.
+    said = (DeviceHealth(device_id="GPU-n1-1", status="unhealthy", reasons=("missing: x",)),)
+    again = after_inventory(None, inv.model_copy(update={"gpus": gpus, "devices": said}))
+    assert again.devices["GPU-n1-1"] == DeviceFlags("unhealthy", ("missing: x",))

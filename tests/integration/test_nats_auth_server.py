@@ -5,6 +5,7 @@ reader can read the alert stream but not write to it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import signal
@@ -147,11 +148,19 @@ async def test_an_agent_cannot_publish_or_listen_as_another_node(secured: Secure
         await a.publish(SUBJECTS.heartbeat(POOL, NODE_A.node_id), b"own")
         await a.flush()
 
+        own = SUBJECTS.heartbeat(POOL, NODE_A.node_id)
+
         async def own_arrived() -> bool:
-            return SUBJECTS.heartbeat(POOL, NODE_A.node_id) in seen.subjects
+            if own not in seen.subjects:
+                # The server answers each forgery with an error; on a loaded machine the
+                # client may be reconnecting when its own heartbeat goes out: send it again.
+                with contextlib.suppress(nats.errors.Error):
+                    await a.publish(own, b"own")
+                    await a.flush(timeout=2)
+            return own in seen.subjects
 
         await eventually(own_arrived)
-        assert seen.subjects == [f"{PREFIX}.hb.{POOL}.gpu-a%2Erack1"]
+        assert set(seen.subjects) == {f"{PREFIX}.hb.{POOL}.gpu-a%2Erack1"}
         assert denied(a_errors, "publish") == lower(
             SUBJECTS.heartbeat(POOL, NODE_B.node_id), SUBJECTS.inventory(POOL, NODE_B.node_id)
         )

@@ -101,13 +101,16 @@ async def test_two_replicas_one_leader_failover_and_safe_bookings(
             seq += 1
             await nc.publish(
                 s.heartbeat(pool, "n1"),
-                make_heartbeat(n1, seq, devices=sick, interval_ms=200).to_json(),
+                make_heartbeat(n1, seq, devices=sick, interval_ms=5000).to_json(),
             )
-            return await _events(b, "node.unreachable") == ["n2"]
+            return "n2" in await _events(b, "node.unreachable")
 
         for node in b.tracker.nodes.values():
             node.quiet_until = 0  # past the startup window, as in production after 15 s
         # 15 s after n2's last word at the earliest; generous, since a loaded machine
-        # (CI beside other work) can stretch the takeover and the sweeps.
+        # (CI beside other work) can stretch the takeover and the sweeps. n1 keeps
+        # talking with a 15 s window: each poll here opens a database connection, which
+        # on a loaded machine took longer than the 600 ms window n1 once announced, so n1
+        # was (rightly) marked too and the exact-list check could never hold.
         await eventually(n2_caught, within_s=75)
         assert "n1" not in await _events(b, "node.unreachable")

@@ -5,16 +5,20 @@ cleanup-context idea, applied to the whole process).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from coordinator.alert_feed import AlertFeed
 from coordinator.api.context import Services
 from coordinator.api.server import HttpLimits, HttpServer, build_app, metrics_app
-from coordinator.bus.alerts import AlertPublisher, feed_from_bus
-from coordinator.bus.connection import Bus
+from coordinator.bus.alerts import AlertStream, feed_from_bus
+from coordinator.bus.connection import Bus, tls_context
 from coordinator.bus.ingest import Ingest
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
@@ -26,6 +30,7 @@ from coordinator.metrics import Metrics, Sources
 from coordinator.services.nodestate import NodeStateService
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
+from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
@@ -46,6 +51,9 @@ class Coordinator:
     http: HttpServer
     loops: Loops
     leadership: Leadership
+    relay: OutboxRelay
+    stream: AlertStream
+    replica: str
     metrics_http: HttpServer | None = None
 
     @property
@@ -98,8 +106,12 @@ async def running_coordinator(
 ) -> AsyncIterator[Coordinator]:
     clock = clock or SystemClock()
     subjects = Subjects(settings.subject_prefix)
+    # Names this replica in pg_stat_activity and in the leader term.
+    replica = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
     async with AsyncExitStack() as stack:
-        ledger = await Ledger.open(settings.effective_database_url)
+        ledger = await Ledger.open(
+            settings.effective_database_url, application_name=f"gpufleet-coordinator {replica}"
+        )
         stack.push_async_callback(ledger.close)
         # Built first: a retention below the SPEC's 24 h is refused before anything runs.
         idempotency_purge = IdempotencyPurge(ledger, clock, int(settings.idempotency_keep_s * 1000))
@@ -121,12 +133,25 @@ async def running_coordinator(
             on_down=tracker.bus_down,
             on_behind=lambda: behind_hook[0].fell_behind() if behind_hook else None,
             user_credentials=settings.nats_credentials,
+            tls=tls_context(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key),
             probe_timeout_s=settings.nats_probe_timeout_s,
             pending_msgs_limit=settings.nats_pending_msgs_limit,
         )
-        alerts = AlertPublisher(bus, subjects)
+        stream = AlertStream(
+            bus,
+            subjects,
+            max_msgs=settings.alert_stream_max_msgs,
+            max_age_s=settings.alert_stream_max_age_s,
+            replicas=settings.alert_stream_replicas,
+            publish_timeout_s=settings.alert_publish_timeout_s,
+        )
         capacity = CapacitySignal()
-        leadership = ledger.leadership()
+        leadership = ledger.leadership(holder=replica)
+        # The services' alert sink: alerts are committed to the outbox with their
+        # transitions; announcing one only wakes the relay that publishes them.
+        alerts = OutboxRelay(
+            ledger, stream, clock, leadership, interval_s=settings.outbox_interval_s
+        )
         stack.push_async_callback(leadership.close)
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
@@ -156,7 +181,11 @@ async def running_coordinator(
         await bus.connect()
         stack.push_async_callback(bus.close)
         check_bus_security(bus, settings)
-        await alerts.setup(settings.alert_stream_max_msgs, settings.alert_stream_max_age_s)
+        try:
+            await asyncio.wait_for(stream.setup(), timeout=10)
+        except Exception as exc:
+            # JetStream may be electing or away; the relay sets it up before publishing.
+            log.warning("alert stream %s not set up yet: %s", stream.name, exc)
         # Every replica sees every heartbeat (no queue group), so a follower's tracker is
         # warm when it takes over; only the leader writes what the heartbeats imply.
         await bus.subscribe(subjects.all_heartbeats, ingest.on_message)
@@ -164,17 +193,31 @@ async def running_coordinator(
         feed = AlertFeed()
         await bus.subscribe(subjects.all_alerts, feed_from_bus(feed))
 
-        await leadership.tick()
+        async def lead_tick() -> None:
+            await leadership.tick(clock.now_ms())
+
+        await lead_tick()
 
         def lead() -> bool:
             return leadership.is_leader
 
+        def fenced(body: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+            """A leader loop's body: each ledger transaction in it is a fenced write."""
+
+            async def run() -> None:
+                with leadership.fenced():
+                    await body()
+
+            return run
+
         loops = Loops()
-        loops.add("leadership", 1.0, leadership.tick)
+        loops.add("leadership", 1.0, lead_tick)
         loops.add("nats-probe", settings.nats_probe_interval_s, bus.probe)
-        loops.add("write-pending", 0.05, nodes.write_pending, when=lead)
-        loops.add("flush-last-seen", settings.flush_interval_s, nodes.flush_last_seen, when=lead)
-        loops.add("sweep", settings.sweep_interval_s, nodes.sweep, when=lead)
+        loops.add("write-pending", 0.05, fenced(nodes.write_pending), when=lead)
+        loops.add(
+            "flush-last-seen", settings.flush_interval_s, fenced(nodes.flush_last_seen), when=lead
+        )
+        loops.add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)
 
         drift_total = [0]
 
@@ -184,17 +227,22 @@ async def running_coordinator(
             if drift:
                 log.warning("rollup rebuild corrected %d drifted rows", drift)
 
-        loops.add("rebuild-rollup", settings.rebuild_interval_s, rebuild, when=lead)
+        loops.add("rebuild-rollup", settings.rebuild_interval_s, fenced(rebuild), when=lead)
         reservation_clock = ReservationClock(ledger, clock, capacity, alerts)
         loops.add(
-            "reservation-clock", settings.reservation_tick_s, reservation_clock.tick, when=lead
+            "reservation-clock",
+            settings.reservation_tick_s,
+            fenced(reservation_clock.tick),
+            when=lead,
         )
         loops.add(
             "idempotency-purge",
             settings.idempotency_purge_interval_s,
-            idempotency_purge.tick,
+            fenced(idempotency_purge.tick),
             when=lead,
         )
+        # Every replica: the backlog figures; the leader alone drains (fenced inside).
+        loops.add("alert-outbox", 0, alerts.tick)
         loops.start()
         stack.push_async_callback(loops.stop)
 
@@ -204,7 +252,7 @@ async def running_coordinator(
                 dropped=ingest.dropped,
                 heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
                 drift_corrections=lambda: drift_total[0],
-                alerts_published=alerts.published_by_kind,
+                alerts_published=stream.published_by_kind,
                 loop_failures=loops.failures,
                 nats_errors=bus.errors,
                 nats_probe_failures=lambda: bus.probe_failures,
@@ -212,6 +260,10 @@ async def running_coordinator(
                 is_leader=lambda: leadership.is_leader,
                 outage_holds=lambda: nodes.outage_holds,
                 interval_clamped=lambda: nodes.interval_clamped,
+                outbox_backlog=lambda: alerts.backlog.unsent,
+                outbox_oldest_age_s=alerts.oldest_age_s,
+                alert_publish_failures=lambda: alerts.failures,
+                fenced_refusals=lambda: leadership.fenced_refusals,
             )
         )
         services = Services(
@@ -250,5 +302,6 @@ async def running_coordinator(
             stack.push_async_callback(metrics_http.stop)
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
-            settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, metrics_http
-        )
+            settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,
+            stream, replica, metrics_http,
+        )  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from shared.nats_servers import split_servers
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import DEFAULT_PREFIX
 
@@ -38,11 +39,20 @@ class CoordinatorSettings(SettingsModel):
         ".", description="where the SQLite ledger lives when no database URL is set"
     )
     nats_url: str = Field(
-        "nats://127.0.0.1:4222", description="NATS server URL; a comma-separated list allowed"
+        "nats://127.0.0.1:4222",
+        description="NATS server URL; a comma-separated list of seeds (any one live seed is"
+        " enough to start; the rest of the cluster is learnt from it)",
     )
     nats_credentials: str | None = Field(
         None, description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"
     )
+    nats_tls_ca: str | None = Field(
+        None, description="CA bundle (PEM) that NATS servers' certificates must chain to"
+    )
+    nats_tls_cert: str | None = Field(
+        None, description="client certificate (PEM) for NATS servers that verify clients"
+    )
+    nats_tls_key: str | None = Field(None, description="private key (PEM) of `nats_tls_cert`")
     insecure_bus: bool = Field(
         False,
         description="start even when the NATS server lets anyone connect without credentials"
@@ -176,6 +186,23 @@ class CoordinatorSettings(SettingsModel):
     alert_stream_max_age_s: float = Field(
         7 * 86400, gt=0, description="seconds an alert is kept in the JetStream stream"
     )
+    alert_stream_replicas: Annotated[
+        int | None, Option(default_doc="3 on a cluster of 3+ JetStream servers, else 1")
+    ] = Field(
+        None,
+        ge=1,
+        le=5,
+        description="copies of the alert stream the cluster keeps; checked and corrected at start",
+    )
+    outbox_interval_s: float = Field(
+        0.1, gt=0, le=60, description="seconds between looks at the alert outbox for unsent alerts"
+    )
+    alert_publish_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds to wait for JetStream to acknowledge an alert before trying again",
+    )
     bootstrap_operator_key: str | None = Field(
         None, description="an operator API key accepted at start (`gpufleet new-key`)"
     )
@@ -189,7 +216,26 @@ class CoordinatorSettings(SettingsModel):
     def _interval_bounds(self) -> CoordinatorSettings:
         if self.min_interval_s > self.max_interval_s:
             raise ValueError("min_interval_s must not exceed max_interval_s")
+        if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
+            raise ValueError("nats_tls_cert and nats_tls_key go together")
         return self
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        split_servers(value)
+        return value
+
+    @field_validator("nats_credentials", "nats_tls_ca", "nats_tls_cert", "nats_tls_key")
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{value} does not exist")
+        return value
+
+    @property
+    def nats_servers(self) -> list[str]:
+        return split_servers(self.nats_url)
 
     @field_validator("log_level", mode="before")
     @classmethod

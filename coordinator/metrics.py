@@ -110,6 +110,11 @@ class Sources:
     is_leader: Callable[[], bool] = lambda: False
     outage_holds: Callable[[], int] = lambda: 0
     interval_clamped: Callable[[], int] = lambda: 0
+    # The alert outbox and leader fencing (see `_outbox`).
+    outbox_backlog: Callable[[], int] = lambda: 0
+    outbox_oldest_age_s: Callable[[], float] = lambda: 0.0
+    alert_publish_failures: Callable[[], int] = lambda: 0
+    fenced_refusals: Callable[[], int] = lambda: 0
 
 
 def _census(census: Census) -> Iterable[Metric]:
@@ -226,6 +231,7 @@ class _Collector(Collector):
             value=1 if s.is_leader() else 0,
         )
         yield from _liveness(s)
+        yield from _outbox(s)
 
 
 def _liveness(s: Sources) -> Iterable[Metric]:
@@ -259,6 +265,30 @@ def _liveness(s: Sources) -> Iterable[Metric]:
         "gpufleet_heartbeat_interval_clamped",
         "Heartbeats whose announced interval was outside the accepted bounds",
         value=s.interval_clamped(),
+    )
+
+
+def _outbox(s: Sources) -> Iterable[Metric]:
+    """Alerts committed but not yet acknowledged by JetStream, and refused leader writes."""
+    yield GaugeMetricFamily(
+        "gpufleet_alert_outbox_backlog",
+        "Alerts in the outbox not yet acknowledged by JetStream",
+        value=s.outbox_backlog(),
+    )
+    yield GaugeMetricFamily(
+        "gpufleet_alert_outbox_oldest_age_seconds",
+        "Age of the oldest alert not yet acknowledged by JetStream (0: none)",
+        value=s.outbox_oldest_age_s(),
+    )
+    yield CounterMetricFamily(
+        "gpufleet_alert_publish_failures",
+        "Alert publishes JetStream did not acknowledge in time (each retried)",
+        value=s.alert_publish_failures(),
+    )
+    yield CounterMetricFamily(
+        "gpufleet_leader_fenced_writes",
+        "Leader writes refused because this replica had lost the leader lock or term",
+        value=s.fenced_refusals(),
     )
 
 

@@ -140,3 +140,59 @@ class EmbeddedNats:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class EmbeddedNatsCluster:
+    """`size` nats-servers clustered on loopback, JetStream on, one store each: what a
+    production NATS deployment looks like, for tests of losing one server. Servers are
+    named `n1`.. (the names JetStream reports as stream leaders)."""
+
+    def __init__(self, size: int = 3, name: str = "gpufleet") -> None:
+        self.workdir = tempfile.mkdtemp(prefix="gpufleet-natscluster-")
+        routes = [free_port() for _ in range(size)]
+        self.servers: dict[str, EmbeddedNats] = {}
+        for i, route in enumerate(routes, start=1):
+            server_name = f"n{i}"
+            store = Path(self.workdir) / server_name
+            store.mkdir()
+            config = Path(self.workdir) / f"{server_name}.conf"
+            others = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes if p != route)
+            config.write_text(
+                f"server_name: {server_name}\n"
+                f"cluster {{ name: {name}, listen: 127.0.0.1:{route}, routes: [{others}] }}\n"
+            )
+            self.servers[server_name] = EmbeddedNats(
+                store_dir=str(store),
+                config_file=str(config),
+                log_file=str(Path(self.workdir) / f"{server_name}.log"),
+            )
+
+    @property
+    def url(self) -> str:
+        """All servers, comma-separated: the seed list a client is given."""
+        return ",".join(s.url for s in self.servers.values())
+
+    def by_port(self, port: int) -> str:
+        """The name of the server listening on `port`."""
+        return next(name for name, s in self.servers.items() if s.port == port)
+
+    def start(self) -> None:
+        for server in self.servers.values():
+            server.start()
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedNatsCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

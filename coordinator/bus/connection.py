@@ -19,23 +19,30 @@ behind), and `auth_required` what the server said in its INFO: whether it lets a
 connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
-`gpufleet nats-auth` writes (see `ops.nats_auth`).
+`gpufleet nats-auth` writes (see `ops.nats_auth`); `tls` is the client TLS context for
+`tls://` servers (or servers that require TLS).
+
+`url` may list several seeds (comma-separated): each connect attempt tries them all, so
+the coordinator starts when any one is up, and then follows the servers the cluster
+announces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
 
 from coordinator.log_throttle import LogThrottle
 from shared.credentials import CredentialsError, connect_options
+from shared.nats_servers import split_servers
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +77,19 @@ def auth_options(path: str | None) -> dict[str, Any]:
     return connect_options(text, path, f"nats_credentials {path}")
 
 
+def tls_context(
+    ca: str | None, cert: str | None = None, key: str | None = None
+) -> ssl.SSLContext | None:
+    """A client TLS context that verifies servers against `ca` (the system's store when
+    None) and presents `cert`/`key` when given; None when no TLS setting is made."""
+    if ca is None and cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    if cert is not None:
+        context.load_cert_chain(cert, key)
+    return context
+
+
 class Bus:
     def __init__(
         self,
@@ -80,10 +100,13 @@ class Bus:
         on_down: Hook | None = None,
         on_behind: Hook | None = None,
         user_credentials: str | None = None,
+        tls: ssl.SSLContext | None = None,
         probe_timeout_s: float = 2.0,
         pending_msgs_limit: int = 200_000,
     ) -> None:
         self.url = url
+        self.servers = split_servers(url)
+        self._tls = tls
         self.name = name
         self._on_up = on_up
         self._on_down = on_down
@@ -100,6 +123,25 @@ class Bus:
     @property
     def connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected
+
+    @property
+    def connected_server(self) -> str:
+        """host:port of the server this connection is on now ("" when none)."""
+        nc = self.nc
+        if nc is None or nc.connected_url is None:
+            return ""
+        return nc.connected_url.netloc
+
+    def cluster_size(self) -> int:
+        """How many servers the connected one says its cluster has (itself included): 1
+        outside a cluster. Read from the INFO it sent, so only as fresh as the last
+        (re)connect or cluster change."""
+        nc = self.nc
+        info: dict[str, Any] = dict(getattr(nc, "_server_info", None) or {})
+        if not info.get("cluster"):
+            return 1
+        urls = set(info.get("connect_urls") or [])
+        return max(1, len(urls | {f"{info.get('host')}:{info.get('port')}"}))
 
     @property
     def auth_required(self) -> bool:
@@ -122,11 +164,15 @@ class Bus:
         delay = 0.2
         tried = 0
         kwargs = auth_options(self._credentials)
+        if self._tls is not None:
+            kwargs["tls"] = self._tls
         while True:
             tried += 1
             try:
                 self.nc = await nats.connect(
-                    servers=[self.url],
+                    servers=self.servers,
+                    # Seeds in the order given: the operator lists the nearest first.
+                    dont_randomize=True,
                     name=self.name,
                     connect_timeout=connect_timeout_s,
                     reconnect_time_wait=0.5,
@@ -147,7 +193,7 @@ class Bus:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        log.info("connected to NATS at %s", self.url)
+        log.info("connected to NATS at %s", self.connected_server)
         if self._on_up:
             self._on_up()
 
@@ -157,7 +203,7 @@ class Bus:
             self._on_down()
 
     async def _reconnected(self) -> None:
-        log.info("reconnected to NATS")
+        log.info("reconnected to NATS at %s", self.connected_server)
         if self._on_up:
             self._on_up()
 
@@ -206,23 +252,8 @@ class Bus:
     async def publish(self, subject: str, payload: bytes) -> None:
         await self._client().publish(subject, payload)
 
-    async def ensure_stream(
-        self, name: str, subjects: list[str], max_msgs: int, max_age_s: float
-    ) -> None:
-        """A JetStream stream with bounded retention (count and age)."""
-        js = self._client().jetstream(timeout=5)
-        config = StreamConfig(
-            name=name,
-            subjects=subjects,
-            retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE,
-            max_msgs=max_msgs,
-            max_age=max_age_s,
-        )
-        try:
-            await js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            await js.update_stream(config)
+    def jetstream(self, timeout_s: float) -> JetStreamContext:
+        return self._client().jetstream(timeout=timeout_s)
 
     async def flush(self, timeout_s: int = 5) -> None:
         await self._client().flush(timeout=timeout_s)

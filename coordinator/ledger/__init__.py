@@ -6,11 +6,13 @@ repositories return and the errors they raise.
 """
 
 from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced
-from coordinator.ledger.database import Database, normalize_url
+from coordinator.ledger.database import Database, LedgerUnavailable, normalize_url
 from coordinator.ledger.facade import Ledger
+from coordinator.ledger.fence import NotLeader
 from coordinator.ledger.idempotency import Recorded, body_hash
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import InventoryRefused, NodeChangeSet, UnknownPool
+from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
@@ -21,8 +23,12 @@ __all__ = [
     "InventoryRefused",
     "Leadership",
     "Ledger",
+    "LedgerUnavailable",
     "NodeChangeSet",
+    "NotLeader",
     "NotPlaced",
+    "OutboxBacklog",
+    "PendingAlert",
     "Recorded",
     "ReservationFilter",
     "UnitOfWork",

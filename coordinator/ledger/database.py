@@ -2,6 +2,16 @@
 
 SQLite runs in WAL mode with a busy timeout; writers take the lock up front
 (`BEGIN IMMEDIATE`) so that read-then-write transactions cannot deadlock on upgrade.
+
+PostgreSQL URLs may name several hosts (`postgresql://u@db1:5432,db2:5432/gpufleet`):
+asyncpg tries them in turn and, with `target_session_attrs=read-write` (added when
+several hosts are given and the URL does not say otherwise), settles on the primary,
+so after a failover new connections find the promoted standby. Pooled connections are
+pinged before use; one the database dropped fails the work in flight, which leaves as
+`LedgerUnavailable` (503 UNAVAILABLE on the API, a logged and retried iteration in the
+loops), never as a driver error. Each connection carries `application_name`
+(`gpufleet-coordinator <replica>`), so an operator can tell replicas apart in
+`pg_stat_activity`.
 """
 
 from __future__ import annotations
@@ -13,15 +23,63 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, event
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from coordinator.errors import Unavailable
+from coordinator.ledger.fence import check_fence
 from coordinator.ledger.migrations import migrate
+
+DEFAULT_PG_PORT = 5432
+# SQLSTATE classes that mean "the database is away", not "the statement is wrong":
+# connection exceptions, operator intervention (terminated, shutting down), read-only
+# (a standby after failover), insufficient resources (too many connections).
+_AWAY_SQLSTATES = ("08", "57P", "25006", "53")
+
+
+class LedgerUnavailable(Unavailable):
+    """The database could not be reached, or dropped the connection mid-work; nothing
+    of the work was committed, and it may be retried."""
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether `exc` says the database is unreachable rather than the work wrong."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+            return True
+        if exc.statement is None:
+            return True  # raised while connecting (e.g. the database refuses connections)
+        state = str(getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", ""))
+        return state.startswith(_AWAY_SQLSTATES)
+    # asyncpg's own, raised before SQLAlchemy wraps anything (no host is a primary).
+    return type(exc).__name__ in {"TargetServerAttributeNotMatched", "ConnectionDoesNotExistError"}
+
+
+def _multi_host(rest: str) -> str:
+    """`user@h1:p1,h2/db?q` → `user@/db?q&host=h1:p1&host=h2:5432&target_session_attrs=
+    read-write` (SQLAlchemy's asyncpg spelling); one host is left as it is."""
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts_part = netloc.rpartition("@")
+    hosts = [h.strip() for h in hosts_part.split(",")]
+    if len(hosts) < 2:
+        return rest
+    with_ports = [
+        h if h.rsplit("]", 1)[-1].count(":") == 1 else f"{h}:{DEFAULT_PG_PORT}" for h in hosts
+    ]
+    dbname, _, query = path.partition("?")
+    params = [p for p in query.split("&") if p]
+    params += [f"host={h}" for h in with_ports]
+    if not any(p.startswith("target_session_attrs=") for p in params):
+        params.append("target_session_attrs=read-write")
+    return f"{userinfo}{at}/{dbname}?" + "&".join(params)
 
 
 def normalize_url(url: str) -> str:
     """Accept the URLs operators write and pick the async driver."""
     if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+asyncpg://" + url.split("://", 1)[1]
+        return "postgresql+asyncpg://" + _multi_host(url.split("://", 1)[1])
     if url.startswith("sqlite:///"):
         return "sqlite+aiosqlite:///" + url[len("sqlite:///") :]
     return url
@@ -39,7 +97,7 @@ def json_dumps(value: Any) -> str:
 class Database:
     """One async engine plus the transaction helpers every repository uses."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False, application_name: str = "") -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
         kwargs: dict[str, Any] = {
@@ -49,6 +107,10 @@ class Database:
         }
         if self.dialect == "postgresql":
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            if application_name:
+                kwargs["connect_args"] = {
+                    "server_settings": {"application_name": application_name[:63]}
+                }
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
             self._configure_sqlite()
@@ -90,17 +152,33 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.begin() as conn:
+        """A write transaction; inside `Leadership.fenced()` it is a leader write and
+        begins with the fence check (`coordinator.ledger.fence`)."""
+        async with unavailable_on_lost_connection(), self.engine.begin() as conn:
+            await check_fence(conn)
             yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
+        async with unavailable_on_lost_connection(), self.engine.connect() as conn:
             await conn.execution_options(gpufleet_readonly=True)
             yield conn
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+@asynccontextmanager
+async def unavailable_on_lost_connection() -> AsyncIterator[None]:
+    """Turn a dropped or refused database connection into `LedgerUnavailable`."""
+    try:
+        yield
+    except Exception as exc:
+        if lost_connection(exc):
+            raise LedgerUnavailable(
+                "the ledger database is unreachable; retry", {"reason": type(exc).__name__}
+            ) from exc
+        raise
 
 
 def _enforce_foreign_keys(conn: Connection, on: bool) -> None:

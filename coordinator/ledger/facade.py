@@ -17,6 +17,7 @@ from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import NodeRepo
+from coordinator.ledger.outbox import OutboxRepo
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
@@ -43,11 +44,16 @@ class Ledger:
         self.intervals = IntervalRepo(db)
         self.listing = ReservationListing(db)
         self.usage = UsageRepo(db)
+        self.outbox = OutboxRepo(db)
 
     @classmethod
-    async def open(cls, url: str) -> Ledger:
-        db = Database(url)
-        await db.migrate()
+    async def open(cls, url: str, *, application_name: str = "") -> Ledger:
+        db = Database(url, application_name=application_name)
+        try:
+            await db.migrate()
+        except BaseException:
+            await db.dispose()
+            raise
         return cls(db)
 
     async def close(self) -> None:
@@ -66,9 +72,10 @@ class Ledger:
         uow.commit()`. Leaving without `commit()` rolls back."""
         return unit_of_work(self._db, self.snapshots)
 
-    def leadership(self) -> Leadership:
-        """A leadership contender on its own connection (see `leadership.py`)."""
-        return Leadership(self._db)
+    def leadership(self, holder: str = "") -> Leadership:
+        """A leadership contender on its own connection (see `leadership.py`); `holder`
+        names this replica in the leader term."""
+        return Leadership(self._db, holder=holder)
 
     async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
         async with self._db.read() as conn:

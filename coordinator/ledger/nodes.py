@@ -10,7 +10,7 @@ from the ingest flusher: one statement for many heartbeats.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -30,9 +30,10 @@ from coordinator.domain.transitions import (
 from coordinator.errors import Conflict, CoordinatorError, NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.outbox import OutboxWriter
 from coordinator.ledger.risk import refresh_risk
 from coordinator.ledger.rollups import NodeChange
-from shared.wire import HealthStatus, Inventory
+from shared.wire import Alert, HealthStatus, Inventory
 
 
 class UnknownPool(NotFound):
@@ -112,6 +113,11 @@ def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:
     }
 
 
+# How the caller words transitions and risk changes as alerts (services/alerting.py).
+AlertsOf = Callable[[str, str, Sequence[Transition]], Sequence[Alert]]
+RiskAlertsOf = Callable[[Sequence[RiskChange]], Sequence[Alert]]
+
+
 class InventoryRefused(Conflict):
     """The ledger cannot record this inventory (its atom ids belong to another node, or
     a constraint refused a row); nothing of it was written."""
@@ -133,6 +139,14 @@ class NodeChangeSet:
         # What the rows say now, so that `save` writes only what differs.
         self._current = before
         self.changed = False
+        # The alerts for the transitions saved here, committed with them: the caller
+        # says how transitions and risk changes read as alerts (`alerts_of`,
+        # `risk_alerts_of`); every save writes them to the outbox and `written` lists them.
+        self.outbox = OutboxWriter(conn)
+        self.alerts_of: AlertsOf | None = None
+        self.risk_alerts_of: RiskAlertsOf | None = None
+        self.written: list[Alert] = []
+        self._new_alerts: list[Alert] = []
         # Reservations that became at risk or recovered; set once the change settles.
         self.risks: list[RiskChange] = []
         self._pools: dict[str, bool] = {}
@@ -215,8 +229,15 @@ class NodeChangeSet:
                 }
             )
         self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
+        if self.alerts_of is not None:
+            self._new_alerts += self.alerts_of(inv.node_id, after.pool_id, transitions)
         self._current[inv.node_id] = after
         self.changed = True
+
+    async def write_alerts(self, alerts: Sequence[Alert]) -> None:
+        """Into the outbox, in this transaction."""
+        await self.outbox.add(alerts)
+        self.written += alerts
 
     async def flush(self) -> None:
         """Write the registered new nodes: one statement per table for the batch."""
@@ -227,14 +248,15 @@ class NodeChangeSet:
         ):
             if rows:
                 await self._conn.execute(table.insert(), rows)
-        self._new_nodes, self._new_atoms, self._new_events = [], [], []
+        await self.write_alerts(self._new_alerts)
+        self._new_nodes, self._new_atoms, self._new_events, self._new_alerts = [], [], [], []
 
     @asynccontextmanager
     async def isolated(self, node_id: str) -> AsyncIterator[None]:
         """A savepoint around one node's change: when a write is refused (raised here as
         `InventoryRefused`, or whatever the block raised), that node's writes are undone
         and the change set goes on as if it had not been tried."""
-        current, changed = self._current.get(node_id), self.changed
+        current, changed, written = self._current.get(node_id), self.changed, len(self.written)
         try:
             async with self._conn.begin_nested():
                 yield
@@ -244,6 +266,7 @@ class NodeChangeSet:
             else:
                 self._current[node_id] = current
             self.changed = changed
+            del self.written[written:]  # rolled back with the savepoint
             if isinstance(exc, IntegrityError | DataError):
                 raise InventoryRefused(str(exc.orig)) from None
             raise
@@ -407,6 +430,8 @@ class NodeChangeSet:
                 schema.node_events.insert(),
                 [_event(node_id, after.pool_id, t, now) for t in transitions],
             )
+            if self.alerts_of is not None:
+                await self.write_alerts(self.alerts_of(node_id, after.pool_id, transitions))
         self._current[node_id] = after
         self.changed = self.changed or bool(transitions)
 
@@ -440,6 +465,8 @@ class NodeRepo:
             if changes.changed:
                 await rollup.settle(now)
                 changes.risks = await refresh_risk(conn, ids, now)
+                if changes.risks and changes.risk_alerts_of is not None:
+                    await changes.write_alerts(changes.risk_alerts_of(changes.risks))
 
     async def pending_moves(self) -> list[str]:
         """Nodes held in their pool while a reported pool move waits."""

@@ -283,3 +283,30 @@ pool_versions = Table(
     Column("nodes_version", BigInteger, nullable=False, default=0),
     Column("bookings_version", BigInteger, nullable=False, default=0),
 )
+
+# Revision 0003: alerts written in the same transaction as the transition they report
+# (the outbox), published to JetStream by the leader and marked sent once acknowledged.
+alert_outbox = Table(
+    "alert_outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("alert_id", String(64), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("sent_at", BigInteger, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Index("ix_alert_outbox_alert_id", "alert_id", unique=True),
+    Index("ix_alert_outbox_unsent", "sent_at", "seq"),
+)
+
+# Revision 0003: the leader's fencing token. One row; a replica that takes the leader
+# lock bumps `epoch`, and every leader write transaction holds the row FOR SHARE and
+# checks it is still its own, so a bump waits for the old leader's writes in flight.
+leader_term = Table(
+    "leader_term",
+    metadata,
+    Column("term_id", Integer, primary_key=True, autoincrement=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("holder", String(256), nullable=False),
+    Column("since", BigInteger, nullable=False),
+)

@@ -23,8 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 from coordinator.errors import Unavailable
 from coordinator.ledger import idempotency
 from coordinator.ledger.bookings import BookingWriter
-from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.database import Database, lock_pool, unavailable_on_lost_connection
+from coordinator.ledger.fence import check_fence
 from coordinator.ledger.intervals import IntervalWriter
+from coordinator.ledger.outbox import OutboxWriter
 from coordinator.ledger.quotas import QuotaLockMissed, TenantLocks
 from coordinator.ledger.reservations import ReservationWriter
 from coordinator.ledger.snapshot import SnapshotCache
@@ -69,6 +71,8 @@ class UnitOfWork:
         )
         self.reservations = ReservationWriter(conn)
         self.intervals = IntervalWriter(conn, self._tenant_locks)
+        # Alerts about what this unit of work records, committed with it.
+        self.outbox = OutboxWriter(conn)
 
     async def lock_tenant(self, tenant_id: str) -> None:
         """Serialise with every other writer checking the tenant's tenant-wide quota (if
@@ -95,8 +99,9 @@ class UnitOfWork:
 @asynccontextmanager
 async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[UnitOfWork]:
     try:
-        async with db.engine.connect() as conn:
+        async with unavailable_on_lost_connection(), db.engine.connect() as conn:
             tx = await conn.begin()
+            await check_fence(conn)
             uow = UnitOfWork(conn, tx, snapshots)
             try:
                 yield uow

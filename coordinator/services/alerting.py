@@ -3,18 +3,27 @@
 One explicit mapping: today every kind the ledger records is published (SPEC §4: a kind
 the ledger can produce and no subscriber can receive is a bug). To hold a kind back,
 take it out of `PUBLISHED` here, nowhere else.
+
+Alerts are made inside the unit of work that records their transitions and written to
+the ledger's outbox with them (see `coordinator.services.node_changes`); the outbox
+relay (`coordinator.tasks.outbox_relay`) publishes them. `announce` tells the alert
+sink of each, once committed: in the coordinator that wakes the relay, in tests it
+records them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import Transition
-from coordinator.services.node_changes import NodeChanges
 from shared.ids import ulid
 from shared.wire import ALERT_KINDS, Alert, AlertKind
+
+if TYPE_CHECKING:
+    from coordinator.services.node_changes import NodeChanges
 
 PUBLISHED: frozenset[AlertKind] = frozenset(ALERT_KINDS)
 
@@ -58,14 +67,26 @@ def alert_for(node_id: str, pool_id: str, t: Transition, now: int) -> Alert | No
     )
 
 
+def alerts_for(
+    node_id: str, pool_id: str, transitions: Sequence[Transition], now: int
+) -> tuple[Alert, ...]:
+    """The alerts for one node's transitions, in the order they happened."""
+    made = (alert_for(node_id, pool_id, t, now) for t in transitions)
+    return tuple(a for a in made if a is not None)
+
+
+def risk_alerts(risks: Sequence[RiskChange], now: int) -> tuple[Alert, ...]:
+    """The alerts to the holders of reservations put at risk or recovered."""
+    made = (risk_alert(r, now) for r in risks)
+    return tuple(a for a in made if a is not None)
+
+
+async def announce(sink: AlertSink, alerts: Iterable[Alert]) -> None:
+    for alert in alerts:
+        await sink.publish(alert)
+
+
 async def publish(sink: AlertSink, changes: Iterable[NodeChanges], now: int) -> None:
-    """Publish the alerts for what was recorded, in the order it happened."""
+    """Announce the committed alerts of these changes, in the order they happened."""
     for change in changes:
-        for t in change.transitions:
-            alert = alert_for(change.node_id, change.pool_id, t, now)
-            if alert is not None:
-                await sink.publish(alert)
-        for r in change.risks:
-            alert = risk_alert(r, now)
-            if alert is not None:
-                await sink.publish(alert)
+        await announce(sink, change.alerts)

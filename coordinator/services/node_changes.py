@@ -1,12 +1,15 @@
 """Node state changes, one transaction each (a batch of inventories too): read the
 nodes' flags as stored, compute the flags after and the transitions between
-(`coordinator.domain.transitions`), and have the ledger persist both. Nothing here
-publishes; the callers hand the outcome to `coordinator.services.alerting`.
+(`coordinator.domain.transitions`), and have the ledger persist both, with their alerts
+(and those of the reservations the change put at risk or let recover) in the outbox of
+the same transaction. Nothing here publishes; the callers announce the committed alerts
+through `coordinator.services.alerting`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from coordinator.domain import pool_moves
@@ -21,7 +24,8 @@ from coordinator.domain.transitions import (
 )
 from coordinator.errors import CoordinatorError, NotFound
 from coordinator.ledger import Ledger, NodeChangeSet
-from shared.wire import Heartbeat, Inventory
+from coordinator.services.alerting import alerts_for, risk_alerts
+from shared.wire import Alert, Heartbeat, Inventory
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,22 +37,47 @@ class NodeChanges:
     pool_id: str
     transitions: tuple[Transition, ...]
     risks: tuple[RiskChange, ...] = ()
+    alerts: tuple[Alert, ...] = ()  # committed to the outbox with the change
 
     @property
     def put_at_risk(self) -> int:
         return sum(1 for r in self.risks if r.at_risk is not None)
 
 
-def _with_risks(out: list[NodeChanges], risks: list[RiskChange]) -> list[NodeChanges]:
-    """Each risk change goes with the node it is about (one change may touch many)."""
-    if not risks:
-        return out
-    by_node: dict[str, list[RiskChange]] = {}
-    for r in risks:
-        by_node.setdefault(r.node_id, []).append(r)
-    merged = [replace(c, risks=c.risks + tuple(by_node.pop(c.node_id, ()))) for c in out]
+@asynccontextmanager
+async def _changing(
+    ledger: Ledger, node_ids: Iterable[str], now: int
+) -> AsyncIterator[NodeChangeSet]:
+    """The ledger's change set over these nodes, writing each transition's and each
+    risk change's alert to the outbox as it is recorded."""
+    async with ledger.nodes.change(node_ids, now) as change:
+        change.alerts_of = lambda node_id, pool_id, ts: alerts_for(node_id, pool_id, ts, now)
+        change.risk_alerts_of = lambda risks: risk_alerts(risks, now)
+        yield change
+
+
+def _one(
+    change: NodeChangeSet, node_id: str, pool_id: str, ts: Sequence[Transition]
+) -> NodeChanges:
+    return NodeChanges(node_id, pool_id, tuple(ts), tuple(change.risks), tuple(change.written))
+
+
+def _with_risks(out: list[NodeChanges], change: NodeChangeSet) -> list[NodeChanges]:
+    """Each risk change and each alert written goes with the node it is about (one
+    change may touch many)."""
+    risks: dict[str, list[RiskChange]] = {}
+    for r in change.risks:
+        risks.setdefault(r.node_id, []).append(r)
+    alerts: dict[str, list[Alert]] = {}
+    for a in change.written:
+        alerts.setdefault(a.node_id, []).append(a)
+    merged = [
+        replace(c, risks=tuple(risks.pop(c.node_id, ())), alerts=tuple(alerts.pop(c.node_id, ())))
+        for c in out
+    ]
     merged += [
-        NodeChanges(node_id, rs[0].pool_id, (), tuple(rs)) for node_id, rs in by_node.items()
+        NodeChanges(node_id, rs[0].pool_id, (), tuple(rs), tuple(alerts.pop(node_id, ())))
+        for node_id, rs in risks.items()
     ]
     return merged
 
@@ -57,9 +86,9 @@ async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChan
     """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks). A node
     reported in another pool moves there only if it holds no live or future booking;
     otherwise it is held in its pool until they end (`settle_pool_moves`)."""
-    async with ledger.nodes.change([inv.node_id], now) as change:
+    async with _changing(ledger, [inv.node_id], now) as change:
         pool_id, transitions = await _put_inventory(change, inv)
-    return NodeChanges(inv.node_id, pool_id, transitions, tuple(change.risks))
+    return _one(change, inv.node_id, pool_id, transitions)
 
 
 async def _put_inventory(
@@ -87,7 +116,7 @@ async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
     ended (the reservation clock and releases call this)."""
     out: list[NodeChanges] = []
     for node_id in await ledger.nodes.pending_moves():
-        async with ledger.nodes.change([node_id], now) as change:
+        async with _changing(ledger, [node_id], now) as change:
             before = change.before.get(node_id)
             if before is None or before.pending_pool is None:
                 continue
@@ -97,7 +126,7 @@ async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
             after = pool_moves.moved(before)
             transitions = node_transitions(before, after)
             await change.save(node_id, after, transitions)
-        out.append(NodeChanges(node_id, after.pool_id, transitions, tuple(change.risks)))
+        out.append(_one(change, node_id, after.pool_id, transitions))
     return out
 
 
@@ -121,7 +150,7 @@ async def record_inventories(
     belong to another node) is its own `NotRecorded` and the rest are recorded."""
     latest = {inv.node_id: inv for inv in invs}  # the newest of a node's inventories
     out: dict[str, NodeChanges | NotRecorded] = {}
-    async with ledger.nodes.change(latest, now) as change:
+    async with _changing(ledger, latest, now) as change:
         new = [inv for inv in latest.values() if inv.node_id not in change.before]
         refused = await change.admit(new)
         for inv in new:
@@ -145,7 +174,7 @@ async def record_inventories(
                 out[inv.node_id] = NodeChanges(inv.node_id, pool_id, transitions)
     # Reservations put at risk or recovered go with the node they are about.
     recorded = [c for c in out.values() if isinstance(c, NodeChanges)]
-    for c in _with_risks(recorded, change.risks):
+    for c in _with_risks(recorded, change):
         if isinstance(out.get(c.node_id), NodeChanges):
             out[c.node_id] = c
     return [out[inv.node_id] for inv in invs]
@@ -153,7 +182,7 @@ async def record_inventories(
 
 async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:
     """Record the health a heartbeat reports; None for a node the ledger lacks."""
-    async with ledger.nodes.change([hb.node_id], now) as change:
+    async with _changing(ledger, [hb.node_id], now) as change:
         before = change.before.get(hb.node_id)
         if before is None:
             return None
@@ -161,7 +190,7 @@ async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChang
         transitions = node_transitions(before, after)
         if after != before:
             await change.save(hb.node_id, after, transitions)
-    return NodeChanges(hb.node_id, after.pool_id, transitions, tuple(change.risks))
+    return _one(change, hb.node_id, after.pool_id, transitions)
 
 
 async def record_reachability(
@@ -169,27 +198,27 @@ async def record_reachability(
 ) -> list[NodeChanges]:
     """Set the reachable flag of many nodes at once; returns those that flipped."""
     out: list[NodeChanges] = []
-    async with ledger.nodes.change(node_ids, now) as change:
+    async with _changing(ledger, node_ids, now) as change:
         for node_id, before in sorted(change.before.items(), key=lambda item: item[0]):
             after = replace(before, reachable=reachable)
             transitions = node_transitions(before, after)
             if transitions:
                 await change.save(node_id, after, transitions)
                 out.append(NodeChanges(node_id, after.pool_id, transitions))
-    return _with_risks(out, change.risks)
+    return _with_risks(out, change)
 
 
 async def record_duplicate_id(
     ledger: Ledger, node_id: str, boot_id: str, other_boot_id: str, now: int
 ) -> NodeChanges | None:
     """Record that two boots interleave for one node id; its flags stay as they are."""
-    async with ledger.nodes.change([node_id], now) as change:
+    async with _changing(ledger, [node_id], now) as change:
         before = change.before.get(node_id)
         if before is None:
             return None
         transitions: tuple[Transition, ...] = (DuplicateIdSeen(boot_id, other_boot_id),)
         await change.save(node_id, before, transitions)
-    return NodeChanges(node_id, before.pool_id, transitions)
+    return _one(change, node_id, before.pool_id, transitions)
 
 
 async def record_maintenance(
@@ -198,7 +227,7 @@ async def record_maintenance(
     """Put a node in or out of maintenance; setting the flag it already has changes
     nothing (not even the reason), except that an operator's reason replaces the hold of
     a pending pool move, and a node held for one stays in maintenance."""
-    async with ledger.nodes.change([node_id], now) as change:
+    async with _changing(ledger, [node_id], now) as change:
         before = change.before.get(node_id)
         if before is None:
             raise NotFound(f"node {node_id} not found")
@@ -208,4 +237,4 @@ async def record_maintenance(
         transitions = node_transitions(before, after, Cause(by, reason))
         if after != before:
             await change.save(node_id, after, transitions)
-    return NodeChanges(node_id, before.pool_id, transitions, tuple(change.risks))
+    return _one(change, node_id, before.pool_id, transitions)

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.errors import CoordinatorError
-from coordinator.ledger import Ledger, UnknownPool
+from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
 from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
@@ -65,6 +66,15 @@ POOL_REFRESH_EVERY_MS = 1000
 MAX_REQUEST_TABLE = MAX_UNKNOWN_PER_PASS + (
     INVENTORY_REQUESTS_PER_S * INVENTORY_REQUEST_EVERY_MS // 1000
 )
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _keep(pending: dict[K, V], taken: dict[K, V]) -> None:
+    """Put back what a failed write took; what arrived meanwhile is newer and stays."""
+    for key, value in taken.items():
+        pending.setdefault(key, value)
 
 
 class NodeStateService:
@@ -207,6 +217,33 @@ class NodeStateService:
     async def write_pending(self) -> None:
         now = self.clock.now_ms()
         inventories, self._inventories = self._inventories, {}
+        came_back, self._came_back = self._came_back, {}
+        duplicates, self._duplicates = self._duplicates, {}
+        dirty, self._health_dirty = self._health_dirty, {}
+        try:
+            await self._write(now, inventories, came_back, duplicates, dirty)
+        except Exception:
+            # The ledger went away mid-way (or we lost the lead): keep what was taken for
+            # the next round; what arrived since is newer and wins. Writing a part twice
+            # is harmless: a change already recorded is no transition the second time.
+            _keep(self._inventories, inventories)
+            _keep(self._came_back, came_back)
+            _keep(self._duplicates, duplicates)
+            _keep(self._health_dirty, dirty)
+            raise
+        unknown, self._unknown = self._unknown, {}
+        self._prune_requests(now)
+        for node_id, pool_id in unknown.items():
+            await self._request_inventory(pool_id, node_id, now)
+
+    async def _write(
+        self,
+        now: int,
+        inventories: dict[str, Inventory],
+        came_back: dict[str, str],
+        duplicates: dict[str, tuple[str, str]],
+        dirty: dict[str, Heartbeat],
+    ) -> None:
         if self._seen_as_follower:
             # Just took over: what the old leader already recorded need not be redone.
             stored = await self.ledger.nodes.inventory_hashes(self._seen_as_follower)
@@ -221,7 +258,6 @@ class NodeStateService:
         batch = list(inventories.values())
         for i in range(0, len(batch), INVENTORY_BATCH):
             await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
-        came_back, self._came_back = self._came_back, {}
         if came_back:
             try:
                 flipped = await record_reachability(self.ledger, came_back, True, now)
@@ -232,22 +268,16 @@ class NodeStateService:
                 log.warning("could not record %d nodes as reachable: %s", len(came_back), exc)
             else:
                 await alerting.publish(self.alerts, flipped, now)
-        duplicates, self._duplicates = self._duplicates, {}
         for node_id, (boot_id, other) in duplicates.items():
             pool_id = self._pool_of(node_id)
             await self._isolated(
                 node_id, pool_id, self._record_duplicate(node_id, boot_id, other, now)
             )
-        dirty, self._health_dirty = self._health_dirty, {}
         for hb in dirty.values():
             await self._isolated(hb.node_id, hb.pool_id, self._record_health(hb, now))
         if inventories or came_back or dirty:
             # A node came back or changed health: waiting requests may fit now.
             self.capacity.notify()
-        unknown, self._unknown = self._unknown, {}
-        self._prune_requests(now)
-        for node_id, pool_id in unknown.items():
-            await self._request_inventory(pool_id, node_id, now)
 
     async def _apply_inventories(self, invs: list[Inventory], now: int) -> None:
         """One unit of work for a batch (a fleet registering is seconds, not minutes);
@@ -272,9 +302,13 @@ class NodeStateService:
         return node.pool_id if node is not None else "?"
 
     async def _isolated(self, node_id: str, pool_id: str, write: Awaitable[None]) -> None:
-        """One node's write; if the ledger refuses it, the others still go through."""
+        """One node's write; if the ledger refuses it, the others still go through. The
+        ledger being away (or this replica no longer leading) is no refusal: that raises,
+        and `write_pending` keeps what it took for the next round."""
         try:
             await write
+        except (LedgerUnavailable, NotLeader):
+            raise
         except Exception as exc:
             self.rejected += 1
             self._drop("ledger_rejected", self.subjects.inventory(pool_id, node_id))

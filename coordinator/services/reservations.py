@@ -4,8 +4,9 @@ Each attempt to create is one unit of work: replay the answer recorded under the
 idempotency key, or place and book, or refuse — and record that answer in the same
 commit, so a retry with the same key and body gets exactly the first answer (a 409
 included). With a wait, a request that does not fit tries again whenever capacity may
-have freed up, until its deadline. Spot holders noticed by a booking hear of it on the
-alert sink once the booking is durable.
+have freed up, until its deadline. Spot holders noticed by a booking hear of it by a
+`reservation.notice` alert, written to the outbox in the booking's own commit and
+announced to the alert sink once durable.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Created:
     reservation: Reservation
     victims: tuple[Reservation, ...]
     at: int
+    notices: tuple[Alert, ...] = ()  # committed with the booking
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,24 @@ def not_available(
     return CapacityNotAvailable(placement.reason or "the request does not fit", details)
 
 
+def notices_for(victims: tuple[Reservation, ...], now: int) -> tuple[Alert, ...]:
+    """A `reservation.notice` for each spot reservation a booking preempts."""
+    return tuple(
+        Alert(
+            alert_id=ulid(now),
+            kind="reservation.notice",
+            pool_id=victim.pool_id,
+            node_id=victim.atoms[0].node_id if victim.atoms else "-",
+            at=now,
+            reason="preempted by a regular reservation",
+            since=now,
+            reservation_id=victim.reservation_id,
+            details={"tenantId": victim.tenant_id, "preemptAt": victim.preempt_at},
+        )
+        for victim in victims
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Reservations:
     ledger: Ledger
@@ -144,8 +164,8 @@ class Reservations:
             if outcome is not None:
                 break
             await self.capacity.wait(min(deadline - loop.time(), 1.0))
-        if isinstance(outcome, Created) and outcome.victims:
-            await self._notify_victims(outcome.victims, self.clock.now_ms())
+        if isinstance(outcome, Created):
+            await alerting.announce(self.alerts, outcome.notices)
         return outcome
 
     async def _attempt(
@@ -181,8 +201,10 @@ class Reservations:
                 if isinstance(out, Booked):
                     answer = Recorded(200, self.answers.created(out.reservation, now))
                     await uow.idempotency.store(req.tenant_id, ENDPOINT, key, digest, answer, now)
+                    notices = notices_for(out.victims, now)
+                    await uow.outbox.add(notices)
                     await uow.commit()
-                    return Created(out.reservation, out.victims, now)
+                    return Created(out.reservation, out.victims, now, notices)
                 if deadline - asyncio.get_running_loop().time() > 0:
                     return None
                 error = not_available(out.placement, out.preemptible)
@@ -190,23 +212,6 @@ class Reservations:
             await uow.idempotency.store(req.tenant_id, ENDPOINT, key, digest, refusal, now)
             await uow.commit()
             return Refused(error)
-
-    async def _notify_victims(self, victims: tuple[Reservation, ...], now: int) -> None:
-        for victim in victims:
-            node_id = victim.atoms[0].node_id if victim.atoms else "-"
-            await self.alerts.publish(
-                Alert(
-                    alert_id=ulid(now),
-                    kind="reservation.notice",
-                    pool_id=victim.pool_id,
-                    node_id=node_id,
-                    at=now,
-                    reason="preempted by a regular reservation",
-                    since=now,
-                    reservation_id=victim.reservation_id,
-                    details={"tenantId": victim.tenant_id, "preemptAt": victim.preempt_at},
-                )
-            )
 
     async def renew(
         self, tenant_id: str, reservation_id: str, lease_seconds: int | None

@@ -1,5 +1,9 @@
 """Named periodic loops: started together, log-and-continue per iteration, cancelled and
-awaited on shutdown. No fire-and-forget tasks anywhere in the coordinator."""
+awaited on shutdown. No fire-and-forget tasks anywhere in the coordinator.
+
+An iteration that failed because something it needs is away (`Unavailable`: the
+database dropped its connections, this replica lost the lead) is counted and logged as
+one warning line per loop per period, not a traceback per iteration."""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from coordinator.errors import Unavailable
+from coordinator.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,7 @@ class Loops:
         self._specs: list[LoopSpec] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.failures: dict[str, int] = {}
+        self._throttle = LogThrottle(log)
 
     def add(
         self,
@@ -42,6 +50,9 @@ class Loops:
                     await spec.body()
             except asyncio.CancelledError:
                 raise
+            except Unavailable as exc:
+                self.failures[spec.name] = self.failures.get(spec.name, 0) + 1
+                self._throttle.warning(spec.name, "loop %s: %s; continuing", spec.name, exc)
             except Exception:
                 self.failures[spec.name] = self.failures.get(spec.name, 0) + 1
                 log.exception("loop %s failed; continuing", spec.name)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from coordinator.bus.alerts import AlertPublisher
+from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
 from ops.alert_forwarder import AlertForwarder, ForwarderSettings
 from ops.cli import run
@@ -69,11 +69,11 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 @pytest.fixture
-async def publisher(nats_url: str) -> AsyncIterator[AlertPublisher]:
+async def publisher(nats_url: str) -> AsyncIterator[AlertStream]:
     """The coordinator's own publisher and stream, under a prefix of this test's own."""
     bus = Bus(nats_url)
     await bus.connect()
-    alerts = AlertPublisher(bus, Subjects(f"t{secrets.token_hex(4)}"))
+    alerts = AlertStream(bus, Subjects(f"t{secrets.token_hex(4)}"))
     await alerts.setup()
     try:
         yield alerts
@@ -100,7 +100,7 @@ async def forwarding(settings: ForwarderSettings) -> AsyncIterator[AlertForwarde
             await task
 
 
-def _settings(nats_url: str, publisher: AlertPublisher, receiver: Receiver) -> ForwarderSettings:
+def _settings(nats_url: str, publisher: AlertStream, receiver: Receiver) -> ForwarderSettings:
     return ForwarderSettings(
         nats_url=nats_url,
         subject_prefix=publisher.subjects.prefix,
@@ -113,7 +113,7 @@ def _settings(nats_url: str, publisher: AlertPublisher, receiver: Receiver) -> F
 
 
 async def test_alerts_reach_alertmanager_and_a_webhook_after_retries(
-    nats_url: str, publisher: AlertPublisher, receiver: Receiver
+    nats_url: str, publisher: AlertStream, receiver: Receiver
 ) -> None:
     receiver.failing = 3
     async with forwarding(_settings(nats_url, publisher, receiver)):
@@ -144,7 +144,7 @@ async def test_alerts_reach_alertmanager_and_a_webhook_after_retries(
 
 
 async def test_nothing_is_lost_across_a_restart_and_nothing_acked_comes_back(
-    nats_url: str, publisher: AlertPublisher, receiver: Receiver
+    nats_url: str, publisher: AlertStream, receiver: Receiver
 ) -> None:
     settings = _settings(nats_url, publisher, receiver)
     receiver.failing = -1

@@ -15,6 +15,7 @@ from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -41,6 +42,12 @@ async def test_a_late_subscriber_reads_the_alerts_it_missed_within_the_bound(
                 "nodes.setMaintenance",
                 {"nodeId": "n1", "maintenance": i % 2 == 0, "reason": f"step {i}"},
             )
+
+    async def all_sent() -> bool:
+        # Published from the outbox just after each commit.
+        return (await c.ledger.outbox.backlog()).unsent == 0
+
+    await eventually(all_sent)
     subjects = Subjects(c.settings.subject_prefix)
     nc = await nats.connect(c.settings.nats_url)
     try:

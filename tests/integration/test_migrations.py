@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.ledger import Database, Ledger, migrations
 from coordinator.ledger import schema as ledger_schema
 from coordinator.ledger.migrations import (
-    BASELINE,
     SCRIPT_LOCATION,
     LegacySchemaError,
     MigrationError,
@@ -29,6 +29,9 @@ from coordinator.ledger.migrations import (
 from tests import numbered_ledger
 from tests.conftest import _pg_execute
 
+# What a database at the baseline goes through to reach the head, in order.
+CHAIN = [r.revision for r in reversed(list(ScriptDirectory(str(SCRIPT_LOCATION)).walk_revisions()))]
+HEAD = CHAIN[-1]
 ALL_TABLES = list(numbered_ledger.ROWS)
 # Present at each numbered step; ROWS lists tables in the order the steps added them.
 TABLES_AT = {1: ALL_TABLES[:8], 2: ALL_TABLES[:9], 3: ALL_TABLES[:13], 4: ALL_TABLES[:14]}
@@ -107,11 +110,11 @@ async def test_a_numbered_database_upgrades_to_head_with_every_row_kept(
     try:
         async with db.read() as conn:
             before = await conn.run_sync(numbered_ledger.dump, TABLES_AT[version])
-        assert await db.migrate() == [BASELINE, *LATER]
+        assert await db.migrate() == CHAIN
         assert await db.migrate() == []
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
-            assert await conn.run_sync(_revision) == LATER[-1]
+            assert await conn.run_sync(_revision) == HEAD
     finally:
         await db.dispose()
     for table, added in ADDED.items():
@@ -237,7 +240,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "next"
-down_revision = "0002"
+down_revision = "{head}"
 
 
 def upgrade() -> None:
@@ -255,10 +258,10 @@ async def test_the_next_revision_alters_tables_that_others_refer_to_with_rows_in
     (SQLite copies it) on a filled database, through the same runner."""
     scripts = tmp_path / "migrations"
     shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "r_next.py").write_text(_NEXT_REVISION)
+    (scripts / "versions" / "r9999_next.py").write_text(_NEXT_REVISION.replace("{head}", HEAD))
     db = await _numbered(database_url, 5)
     try:
-        assert await db.migrate() == [BASELINE, *LATER]
+        assert await db.migrate() == CHAIN
         monkeypatch.setattr(migrations, "SCRIPT_LOCATION", scripts)
         assert await db.migrate() == ["next"]
         async with db.read() as conn:
@@ -282,8 +285,8 @@ async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes
 ) -> None:
     scripts = tmp_path / "migrations"
     shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "r_bad.py").write_text(
-        'from alembic import op\nrevision = "bad"\ndown_revision = "0002"\n\n\n'
+    (scripts / "versions" / "r9999_bad.py").write_text(
+        f'from alembic import op\nrevision = "bad"\ndown_revision = "{HEAD}"\n\n\n'
         "def upgrade() -> None:\n    op.execute(\"DELETE FROM tenants WHERE tenant_id = 'beta'\")\n"
     )
     db = await _numbered(database_url, 5)
@@ -294,7 +297,7 @@ async def test_a_revision_that_leaves_dangling_references_is_refused_and_changes
         with pytest.raises(MigrationError if db.dialect == "sqlite" else IntegrityError):
             await db.migrate()
         async with db.read() as conn:
-            assert await conn.run_sync(_revision) == LATER[-1]
+            assert await conn.run_sync(_revision) == HEAD
             tenants = await conn.run_sync(numbered_ledger.dump, ["tenants"])
         assert [t["tenant_id"] for t in tenants["tenants"]] == ["acme", "beta"]
     finally:
@@ -313,55 +316,4 @@ async def test_coordinators_starting_together_migrate_once(database_url: str) ->
     finally:
         for db in dbs:
             await db.dispose()
-    assert sorted(applied) == [[], [], [BASELINE, *LATER]]
-
-
-async def test_live_bookings_get_their_device_claims_when_0002_runs(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A database at the baseline with live bookings: each gets the claim rows a booking
-    writes today (the ended one none), a booking on a retired form claims its device."""
-    scripts = tmp_path / "migrations"
-    shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    for later in LATER:
-        (scripts / "versions" / f"r{later}_device_claims.py").unlink()
-    db = await _numbered(database_url, 5)
-    try:
-        with monkeypatch.context() as patch:
-            patch.setattr(migrations, "SCRIPT_LOCATION", scripts)
-            assert await db.migrate() == [BASELINE]
-        far = 4_000_000_000_000
-        async with db.transaction() as conn:
-            await conn.execute(
-                text('UPDATE bookings SET "end" = :far WHERE start = 1000'), {"far": far}
-            )
-            await conn.execute(
-                text(
-                    "INSERT INTO bookings (reservation_id, tenant_id, pool_id, node_id, atom_id,"
-                    ' class, spot, start, "end") VALUES'
-                    " ('res-3', 'acme', 'pool-1', 'n1', 'n1/gpu/2', 'gpu', false, 1000, :far)"
-                ),
-                {"far": far},
-            )
-        assert await db.migrate() == LATER
-        async with db.read() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        'SELECT reservation_id, device, part, exclusive, form, start, "end"'
-                        " FROM device_claims ORDER BY reservation_id, device, part"
-                    )
-                )
-            ).all()
-    finally:
-        await db.dispose()
-    got = [(r[0], r[1], r[2], bool(r[3]), r[4] if r[4] in ("node", "retired") else "form")
-           for r in rows]  # fmt: skip
-    assert got == [
-        ("res-1", "", "*", False, "node"),
-        ("res-1", "GPU-0", "*", True, "form"),
-        ("res-1", "GPU-1", "*", True, "form"),
-        ("res-3", "", "*", False, "node"),
-        ("res-3", "GPU-2", "*", True, "retired"),
-    ]
-    assert {(r[5], r[6]) for r in rows} == {(1000, 4_000_000_000_000)}
+    assert sorted(applied) == [[], [], CHAIN]

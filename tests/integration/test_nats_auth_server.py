@@ -245,7 +245,10 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             # A durable consumer, as docs/operator.md shows monitoring systems.
             sub = await js.pull_subscribe(SUBJECTS.all_alerts, durable="pager", stream=stream)
             # The node's registration came first, then the operator's act.
+            # Published from the outbox just after the commit: fetch until both are in.
             msgs = await sub.fetch(2, timeout=5)
+            while len(msgs) < 2:
+                msgs += await sub.fetch(2 - len(msgs), timeout=5)
             alerts = [Alert.model_validate_json(m.data) for m in msgs]
             assert [(a.kind, a.node_id) for a in alerts] == [
                 ("node.registered", NODE_A.node_id),

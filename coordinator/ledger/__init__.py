@@ -5,11 +5,12 @@ facade with its repositories, the unit of work a workflow writes through, the va
 repositories return and the errors they raise.
 """
 
+from coordinator.ledger.booking_batch import BookingBatch, Deferred
 from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced
 from coordinator.ledger.database import Database, LedgerUnavailable, normalize_url
 from coordinator.ledger.facade import Ledger
 from coordinator.ledger.fence import NotLeader
-from coordinator.ledger.idempotency import Recorded, body_hash
+from coordinator.ledger.idempotency import Recorded, body_hash, matching
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import InventoryRefused, NodeChangeSet, UnknownPool
 from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
@@ -18,8 +19,10 @@ from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
 __all__ = [
     "Booked",
+    "BookingBatch",
     "BookingRequest",
     "Database",
+    "Deferred",
     "InventoryRefused",
     "Leadership",
     "Ledger",
@@ -35,5 +38,6 @@ __all__ = [
     "UnknownPool",
     "WriteRaced",
     "body_hash",
+    "matching",
     "normalize_url",
 ]

@@ -168,31 +168,11 @@ class BookingWriter:
         elif not placement.fits:
             return NotPlaced(placement, None)
         await self._check_quota(conn, r, placement, start, end)
-
-        reservation = Reservation(
-            reservation_id=new_reservation_id(),
-            tenant_id=r.tenant_id,
-            pool_id=r.pool_id,
-            project_id=r.project_id,
-            stored_state=LIVE,
-            spot=r.placement.spot,
-            binding=r.placement.binding,
-            start=start,
-            end=end,
-            lease_seconds=r.lease_seconds,
-            lease_expires_at=now + r.lease_seconds * 1000 if r.lease_seconds else None,
-            preempt_at=None,
-            resources=r.resources,
-            gang=r.gang,
-            atoms=tuple(
-                BookedAtom(a.atom_id, pick.node_id, a.cls)
-                for pick in placement.chosen
-                for a in pick.atoms
-            ),
-            created_at=now,
-        )
+        reservation = reservation_of(r, placement, start, end, now)
         noticed = await self._notice(conn, sorted(victims), preempt_at, now) if victims else ()
-        await self._insert(conn, reservation, placement)
+        rows = BookingRows()
+        rows.add(reservation, placement)
+        await rows.write(conn)
         nodes = {n.node_id: n for n in snap.nodes}
         await insert_claims(
             conn,
@@ -202,7 +182,7 @@ class BookingWriter:
             {p.node_id: rows_for(nodes[p.node_id], p.atoms) for p in placement.chosen},
         )
         await bump(conn, [r.pool_id], bookings=True)
-        held_atoms, held_scalars = self._held(reservation, placement)
+        held_atoms, held_scalars = held_of(reservation, placement)
         if noticed:
             # Victims' bookings were cut short: recount, and let the cache reload.
             await refresh_booked(conn, r.pool_id, now)
@@ -221,67 +201,6 @@ class BookingWriter:
             )
         return Booked(reservation, noticed)
 
-    async def _insert(self, conn: AsyncConnection, res: Reservation, placement: Placement) -> None:
-        await conn.execute(
-            schema.reservations.insert().values(
-                reservation_id=res.reservation_id,
-                tenant_id=res.tenant_id,
-                pool_id=res.pool_id,
-                project_id=res.project_id,
-                state=LIVE,
-                spot=res.spot,
-                binding=res.binding,
-                start=res.start,
-                end=res.end,
-                lease_seconds=res.lease_seconds,
-                lease_expires_at=res.lease_expires_at,
-                preempt_at=None,
-                resources=res.resources,
-                gang=res.gang,
-                atoms=[
-                    {"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in res.atoms
-                ],
-                created_at=res.created_at,
-                updated_at=res.created_at,
-            )
-        )
-        common = {
-            "reservation_id": res.reservation_id,
-            "tenant_id": res.tenant_id,
-            "pool_id": res.pool_id,
-            "spot": res.spot,
-            "start": res.start,
-            "end": res.end,
-        }
-        rows = [
-            common | {"node_id": a.node_id, "atom_id": a.atom_id, "class": a.cls} for a in res.atoms
-        ]
-        await conn.execute(schema.bookings.insert(), rows)
-        scalars = [
-            common | {"node_id": pick.node_id, "resource": resource, "amount": amount}
-            for pick in placement.chosen
-            for resource, amount in pick.resources
-            if amount > 0
-        ]
-        if scalars:
-            await conn.execute(schema.scalar_bookings.insert(), scalars)
-
-    @staticmethod
-    def _held(res: Reservation, placement: Placement) -> tuple[list[HeldAtom], list[HeldScalar]]:
-        atoms = [
-            HeldAtom(a.atom_id, a.node_id, a.cls, res.reservation_id, res.spot, res.start, res.end)
-            for a in res.atoms
-        ]
-        scalars = [
-            HeldScalar(
-                pick.node_id, resource, amount, res.reservation_id, res.spot, res.start, res.end
-            )
-            for pick in placement.chosen
-            for resource, amount in pick.resources
-            if amount > 0
-        ]
-        return atoms, scalars
-
     async def _notice(
         self, conn: AsyncConnection, victims: list[str], preempt_at: int | None, now: int
     ) -> tuple[Reservation, ...]:
@@ -299,10 +218,119 @@ class BookingWriter:
     async def _check_quota(
         self, conn: AsyncConnection, r: BookingRequest, placement: Placement, start: int, end: int
     ) -> None:
-        asked: dict[str, int] = {}
-        for pick in placement.chosen:
-            for a in pick.atoms:
-                asked[a.cls] = asked.get(a.cls, 0) + 1
-            for resource, amount in pick.resources:
-                asked[resource] = asked.get(resource, 0) + amount
+        asked = asked_of(placement)
         await quotas.check(conn, self._tenant_locks, r.tenant_id, r.pool_id, asked, start, end)
+
+
+def reservation_of(
+    r: BookingRequest, placement: Placement, start: int, end: int, now: int
+) -> Reservation:
+    """The reservation a fitting placement of `r` books over `[start, end)`."""
+    return Reservation(
+        reservation_id=new_reservation_id(),
+        tenant_id=r.tenant_id,
+        pool_id=r.pool_id,
+        project_id=r.project_id,
+        stored_state=LIVE,
+        spot=r.placement.spot,
+        binding=r.placement.binding,
+        start=start,
+        end=end,
+        lease_seconds=r.lease_seconds,
+        lease_expires_at=now + r.lease_seconds * 1000 if r.lease_seconds else None,
+        preempt_at=None,
+        resources=r.resources,
+        gang=r.gang,
+        atoms=tuple(
+            BookedAtom(a.atom_id, pick.node_id, a.cls)
+            for pick in placement.chosen
+            for a in pick.atoms
+        ),
+        created_at=now,
+    )
+
+
+def asked_of(placement: Placement) -> dict[str, int]:
+    """What a placement takes per atom class and scalar resource, for the quota check."""
+    asked: dict[str, int] = {}
+    for pick in placement.chosen:
+        for a in pick.atoms:
+            asked[a.cls] = asked.get(a.cls, 0) + 1
+        for resource, amount in pick.resources:
+            asked[resource] = asked.get(resource, 0) + amount
+    return asked
+
+
+def held_of(res: Reservation, placement: Placement) -> tuple[list[HeldAtom], list[HeldScalar]]:
+    """The new reservation's bookings as the snapshot cache holds them."""
+    atoms = [
+        HeldAtom(a.atom_id, a.node_id, a.cls, res.reservation_id, res.spot, res.start, res.end)
+        for a in res.atoms
+    ]
+    scalars = [
+        HeldScalar(pick.node_id, resource, amount, res.reservation_id, res.spot, res.start, res.end)
+        for pick in placement.chosen
+        for resource, amount in pick.resources
+        if amount > 0
+    ]
+    return atoms, scalars
+
+
+class BookingRows:
+    """The rows of one or more new reservations — the reservation, its atom and scalar
+    bookings — written with one statement per table."""
+
+    def __init__(self) -> None:
+        self.reservations: list[dict[str, Any]] = []
+        self.bookings: list[dict[str, Any]] = []
+        self.scalars: list[dict[str, Any]] = []
+
+    def add(self, res: Reservation, placement: Placement) -> None:
+        self.reservations.append(
+            {
+                "reservation_id": res.reservation_id,
+                "tenant_id": res.tenant_id,
+                "pool_id": res.pool_id,
+                "project_id": res.project_id,
+                "state": LIVE,
+                "spot": res.spot,
+                "binding": res.binding,
+                "start": res.start,
+                "end": res.end,
+                "lease_seconds": res.lease_seconds,
+                "lease_expires_at": res.lease_expires_at,
+                "preempt_at": None,
+                "resources": res.resources,
+                "gang": res.gang,
+                "atoms": [
+                    {"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in res.atoms
+                ],
+                "created_at": res.created_at,
+                "updated_at": res.created_at,
+            }
+        )
+        common = {
+            "reservation_id": res.reservation_id,
+            "tenant_id": res.tenant_id,
+            "pool_id": res.pool_id,
+            "spot": res.spot,
+            "start": res.start,
+            "end": res.end,
+        }
+        self.bookings += [
+            common | {"node_id": a.node_id, "atom_id": a.atom_id, "class": a.cls} for a in res.atoms
+        ]
+        self.scalars += [
+            common | {"node_id": pick.node_id, "resource": resource, "amount": amount}
+            for pick in placement.chosen
+            for resource, amount in pick.resources
+            if amount > 0
+        ]
+
+    async def write(self, conn: AsyncConnection) -> None:
+        if self.reservations:
+            await conn.execute(schema.reservations.insert(), self.reservations)
+        if self.bookings:
+            await conn.execute(schema.bookings.insert(), self.bookings)
+        if self.scalars:
+            await conn.execute(schema.scalar_bookings.insert(), self.scalars)

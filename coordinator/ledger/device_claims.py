@@ -28,15 +28,11 @@ def rows_for(node: NodeSlot, atoms: Iterable[AtomSlot]) -> list[ClaimRow]:
     return merged_rows(rows)
 
 
-async def insert_claims(
-    conn: AsyncConnection,
-    reservation_id: str,
-    start: int,
-    end: int,
-    per_node: Mapping[str, Iterable[ClaimRow]],
-) -> None:
-    """Write one reservation's claim rows, nodeId → its rows on that node."""
-    values = [
+def claim_values(
+    reservation_id: str, start: int, end: int, per_node: Mapping[str, Iterable[ClaimRow]]
+) -> list[dict[str, object]]:
+    """The table rows of one reservation's claim rows, nodeId → its rows on that node."""
+    return [
         {
             "reservation_id": reservation_id,
             "node_id": node_id,
@@ -50,5 +46,20 @@ async def insert_claims(
         for node_id, rows in sorted(per_node.items())
         for row in rows
     ]
+
+
+async def write_claims(conn: AsyncConnection, values: list[dict[str, object]]) -> None:
+    """Write claim rows (of one reservation or of a batch of them) in one statement."""
     if values:
         await conn.execute(schema.device_claims.insert(), values)
+
+
+async def insert_claims(
+    conn: AsyncConnection,
+    reservation_id: str,
+    start: int,
+    end: int,
+    per_node: Mapping[str, Iterable[ClaimRow]],
+) -> None:
+    """Write one reservation's claim rows, nodeId → its rows on that node."""
+    await write_claims(conn, claim_values(reservation_id, start, end, per_node))

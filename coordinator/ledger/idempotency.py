@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +51,39 @@ async def lookup(
     ).first()
     if row is None:
         return None
-    if row.body_hash != digest:
+    return matching((row.body_hash, Recorded(row.status, row.response)), key, digest)
+
+
+def matching(stored: tuple[str, Recorded], key: str, digest: str) -> Recorded:
+    """A stored (body hash, answer) for `key`, if `digest` is its body's hash."""
+    if stored[0] != digest:
         raise IdempotencyKeyConflict(
             f"idempotency key {key!r} was used with a different request body",
             {"idempotencyKey": key},
         )
-    return Recorded(row.status, row.response)
+    return stored[1]
+
+
+async def lookup_many(
+    conn: AsyncConnection, endpoint: str, keys: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[str, Recorded]]:
+    """(tenant, key) → (body hash, answer) of those recorded, in one query."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    i = schema.idempotency.c
+    rows = await conn.execute(
+        select(i.tenant_id, i.key, i.body_hash, i.status, i.response).where(
+            (i.endpoint == endpoint)
+            & i.tenant_id.in_(sorted({t for t, _ in wanted}))
+            & i.key.in_(sorted({k for _, k in wanted}))
+        )
+    )
+    return {
+        (row.tenant_id, row.key): (row.body_hash, Recorded(row.status, row.response))
+        for row in rows.all()
+        if (row.tenant_id, row.key) in wanted
+    }
 
 
 async def store(
@@ -79,6 +107,29 @@ async def store(
             created_at=now,
         )
     )
+
+
+async def store_many(
+    conn: AsyncConnection,
+    endpoint: str,
+    answers: Iterable[tuple[str, str, str, Recorded]],
+    now: int,
+) -> None:
+    """Record (tenant, key, body hash, answer) of many requests in one statement."""
+    rows = [
+        {
+            "tenant_id": tenant_id,
+            "endpoint": endpoint,
+            "key": key,
+            "body_hash": digest,
+            "status": answer.status,
+            "response": answer.response,
+            "created_at": now,
+        }
+        for tenant_id, key, digest, answer in answers
+    ]
+    if rows:
+        await conn.execute(schema.idempotency.insert(), rows)
 
 
 async def recorded(

@@ -135,20 +135,39 @@ async def check(
         if quota.pool_id is None:
             await locks.ensure(tenant_id)
         held = await commitments(conn, tenant_id, quota.resource, quota.pool_id, start, end)
-        used = peak(held, start, end)
-        want = wanted[quota.resource]
-        if used + want > quota.limit:
-            raise QuotaExceeded(
-                f"quota for {quota.resource} exceeded: {used} in use at the busiest instant "
-                f"of the window, {want} asked, limit {quota.limit}",
-                {
-                    "resource": quota.resource,
-                    "poolId": quota.pool_id,
-                    "limit": quota.limit,
-                    "used": used,
-                    "requested": want,
-                },
-            )
+        error = exceeded(quota, peak(held, start, end), wanted[quota.resource])
+        if error is not None:
+            raise error
+
+
+async def of_tenants(conn: AsyncConnection, tenant_ids: Iterable[str], pool_id: str) -> list[Quota]:
+    """Every quota of these tenants that bookings in `pool_id` count against."""
+    q = schema.quotas.c
+    rows = await conn.execute(
+        select(q.tenant_id, q.pool_id, q.resource, q.limit).where(
+            q.tenant_id.in_(sorted(set(tenant_ids))) & q.pool_id.in_([EVERY_POOL, pool_id])
+        )
+    )
+    found = [Quota(row[0], row[1] or None, row[2], int(row[3])) for row in rows.all()]
+    return sorted(found, key=lambda qu: (qu.tenant_id, qu.resource, qu.pool_id is None))
+
+
+def exceeded(quota: Quota, used: int, want: int) -> QuotaExceeded | None:
+    """QUOTA_EXCEEDED when `want` more on top of `used` (at the window's busiest
+    instant) passes the quota's limit."""
+    if used + want <= quota.limit:
+        return None
+    return QuotaExceeded(
+        f"quota for {quota.resource} exceeded: {used} in use at the busiest instant "
+        f"of the window, {want} asked, limit {quota.limit}",
+        {
+            "resource": quota.resource,
+            "poolId": quota.pool_id,
+            "limit": quota.limit,
+            "used": used,
+            "requested": want,
+        },
+    )
 
 
 class QuotaRepo:

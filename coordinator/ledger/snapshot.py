@@ -99,6 +99,17 @@ class _PoolCache:
     atoms: list[HeldAtom] = field(default_factory=list)
     scalars: list[HeldScalar] = field(default_factory=list)
 
+    def fork(self) -> _PoolCache:
+        """A copy whose bookings can grow without touching this one (nodes are shared:
+        they are immutable)."""
+        return replace(
+            self,
+            by_node={node: list(held) for node, held in self.by_node.items()},
+            resolved=dict(self.resolved),
+            atoms=list(self.atoms),
+            scalars=list(self.scalars),
+        )
+
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         for h in atoms:
             self.by_node.setdefault(h.node_id, []).append(h)
@@ -242,6 +253,15 @@ class SnapshotCache:
         now: int,
         ignore_reservations: frozenset[str] = frozenset(),
     ) -> PoolSnapshot:
+        cache = await self._fresh(conn, pool_id, now)
+        return build_snapshot(cache, start, end, ignore_reservations)
+
+    async def draft(self, conn: AsyncConnection, pool_id: str, now: int) -> SnapshotDraft:
+        """A private copy of the pool as the database holds it, to which a batch of
+        bookings adds each booking as it is decided (call under the pool lock)."""
+        return SnapshotDraft((await self._fresh(conn, pool_id, now)).fork())
+
+    async def _fresh(self, conn: AsyncConnection, pool_id: str, now: int) -> _PoolCache:
         cache = self._pools.setdefault(pool_id, _PoolCache())
         nodes_v, bookings_v = await versions(conn, pool_id)
         if cache.nodes_version != nodes_v:
@@ -263,7 +283,7 @@ class SnapshotCache:
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v
             self.reloads += 1
-        return build_snapshot(cache, start, end, ignore_reservations)
+        return cache
 
     def reserved_atoms(self, pool_id: str, now: int) -> set[str]:
         """Atoms that already count as `reserved` (a booking starts after now)."""
@@ -294,6 +314,45 @@ class SnapshotCache:
             cache.index(atoms)
             cache.scalars.extend(scalars)
             cache.bookings_version = bookings_version
+
+    def adopt(self, pool_id: str, draft: SnapshotDraft, booked: bool) -> None:
+        """The unit of work that drafted `draft` committed (moving the bookings counter
+        by one if it `booked`): the draft, claims it resolved included, becomes the
+        cache — unless the cache moved on meanwhile (then it reloads when next read)."""
+        cache = self._pools.get(pool_id)
+        fork = draft.cache
+        if cache is None or cache.bookings_version != draft.version:
+            return
+        if cache.nodes_version != fork.nodes_version:
+            return
+        fork.bookings_version = draft.version + (1 if booked else 0)
+        self._pools[pool_id] = fork
+
+
+class SnapshotDraft:
+    """One pool's bookings as a batch of bookings sees them: what was committed, plus
+    each booking of the batch decided so far (none of it visible to anyone else)."""
+
+    def __init__(self, cache: _PoolCache) -> None:
+        self.cache = cache
+        self.version = cache.bookings_version
+
+    def snapshot(self, start: int, end: int) -> PoolSnapshot:
+        return build_snapshot(self.cache, start, end, frozenset())
+
+    def reserved_atoms(self, now: int) -> set[str]:
+        return {h.atom_id for h in self.cache.atoms if h.start > now}
+
+    def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
+        cache = self.cache
+        atoms = [
+            h if h.device_id or h.atom_id not in cache.current else
+            replace(h, device_id=cache.current[h.atom_id][1].device_id)
+            for h in atoms
+        ]  # fmt: skip
+        cache.atoms.extend(atoms)
+        cache.index(atoms)
+        cache.scalars.extend(scalars)
 
 
 class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):

@@ -14,7 +14,7 @@ driver error crosses this boundary.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.exc import IntegrityError
@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from coordinator.errors import Unavailable
 from coordinator.ledger import idempotency
+from coordinator.ledger.booking_batch import BookingBatch
 from coordinator.ledger.bookings import BookingWriter
 from coordinator.ledger.database import Database, lock_pool, unavailable_on_lost_connection
 from coordinator.ledger.fence import check_fence
@@ -55,6 +56,20 @@ class IdempotencyRecords:
             self._conn, tenant_id, endpoint, key, digest, answer.status, answer.response, now
         )
 
+    async def lookup_many(
+        self, endpoint: str, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, idempotency.Recorded]]:
+        """(tenant, key) → (body hash, answer) of those recorded; `idempotency.matching`
+        turns one into the answer for a request, or its key conflict."""
+        return await idempotency.lookup_many(self._conn, endpoint, keys)
+
+    async def store_many(
+        self, endpoint: str, answers: Iterable[tuple[str, str, str, idempotency.Recorded]],
+        now: int,
+    ) -> None:  # fmt: skip
+        """Record (tenant, key, body hash, answer) of many requests in one statement."""
+        await idempotency.store_many(self._conn, endpoint, answers, now)
+
 
 class UnitOfWork:
     def __init__(
@@ -62,6 +77,7 @@ class UnitOfWork:
     ) -> None:
         self._conn = conn
         self._tx = tx
+        self._snapshots = snapshots
         self._after_commit: list[Callable[[], None]] = []
         self.committed = False
         self._tenant_locks = TenantLocks(conn)
@@ -85,6 +101,17 @@ class UnitOfWork:
         tenant's quota lock, then pools, then reservation rows."""
         for pool_id in sorted(set(pool_ids)):
             await lock_pool(self._conn, pool_id)
+
+    async def booking_batch(
+        self, pool_id: str, tenant_ids: Iterable[str], now: int
+    ) -> BookingBatch:
+        """Book many requests of one pool in this unit of work (see `booking_batch`):
+        takes the tenants' quota locks, then the pool lock — nothing else may be locked
+        before."""
+        return await BookingBatch.open(
+            self._conn, self._snapshots, self._after_commit.append, self._tenant_locks,
+            pool_id, tenant_ids, now,
+        )  # fmt: skip
 
     async def commit(self) -> None:
         if self.committed:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import Clock
@@ -21,8 +22,19 @@ from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
-from coordinator.ledger import Booked, BookingRequest, Ledger, Recorded, body_hash
+from coordinator.ledger import (
+    Booked,
+    BookingBatch,
+    BookingRequest,
+    Deferred,
+    Ledger,
+    NotPlaced,
+    Recorded,
+    body_hash,
+    matching,
+)
 from coordinator.services import alerting
+from coordinator.services.group_commit import GroupCommit
 from coordinator.services.idempotent import Replayed, retrying
 from coordinator.services.node_changes import settle_pool_moves
 from shared.ids import ulid
@@ -138,6 +150,23 @@ def notices_for(victims: tuple[Reservation, ...], now: int) -> tuple[Alert, ...]
     )
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A create waiting for a batch: the request, its body hash, and until when (event
+    loop time) it may wait for capacity."""
+
+    req: CreateRequest
+    digest: str
+    deadline: float
+
+
+# One group commit per ledger: every `Reservations` over it (the API builds one per
+# call) batches with the others.
+_BATCHES: WeakKeyDictionary[Ledger, GroupCommit[_Pending, CreateOutcome | None]] = (
+    WeakKeyDictionary()
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Reservations:
     ledger: Ledger
@@ -150,23 +179,135 @@ class Reservations:
     async def create(self, req: CreateRequest) -> CreateOutcome:
         """Book `req` or refuse it, exactly once per idempotency key.
 
-        A retry is answered from its record first: it gets the first answer even when
-        the request would no longer validate (its start has passed since)."""
-        digest = body_hash(req.canonical)
-        found = await self.ledger.recorded(req.tenant_id, ENDPOINT, req.idempotency_key, digest)
-        if found is not None:
-            return Replayed(found.status, found.response)
-        resolve_start(req.start, self.clock.now_ms())
+        Concurrent creates of one pool share a unit of work (`_batch`). A retry is
+        answered from its record first: it gets the first answer even when the request
+        would no longer validate (its start has passed since)."""
+        item = _Pending(req, body_hash(req.canonical), 0.0)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.wait_ms / 1000
+        item.deadline = loop.time() + req.wait_ms / 1000
+        batches = _BATCHES.get(self.ledger)
+        if batches is None:
+            batches = _BATCHES[self.ledger] = GroupCommit()
         while True:
-            outcome = await retrying(lambda: self._attempt(req, digest, deadline))
+            outcome = await batches.submit(req.pool_id, item, self._run_batch)
             if outcome is not None:
                 break
-            await self.capacity.wait(min(deadline - loop.time(), 1.0))
+            await self.capacity.wait(min(item.deadline - loop.time(), 1.0))
         if isinstance(outcome, Created):
             await alerting.announce(self.alerts, outcome.notices)
         return outcome
+
+    async def _run_batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:
+        try:
+            return await self._batch(items)
+        except Exception:
+            # The batch as a whole failed (a write raced, the database went away): none
+            # of it is durable and nobody was answered, so each request runs alone, as
+            # it would have without company, and gets its own outcome or error.
+            pass
+        return [await self._alone_or_error(item) for item in items]
+
+    async def _batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:
+        """One unit of work for requests of one pool: replay, book or refuse each in
+        turn against what the ones before it booked, and commit all answers at once.
+        One request's refusal or error leaves its neighbours' answers as they are; those
+        that must run alone (a preemption, a repeated key) run after the commit."""
+        now = self.clock.now_ms()
+        out: list[CreateOutcome | Exception | None] = [None] * len(items)
+        alone: list[int] = []
+        answers: list[tuple[str, str, str, Recorded]] = []
+        async with self.ledger.transaction() as uow:
+            batch = await uow.booking_batch(
+                items[0].req.pool_id, {item.req.tenant_id for item in items}, now
+            )
+            keys = [(item.req.tenant_id, item.req.idempotency_key) for item in items]
+            found = await uow.idempotency.lookup_many(ENDPOINT, keys)
+            seen: set[tuple[str, str]] = set()
+            for n, (item, key) in enumerate(zip(items, keys, strict=True)):
+                if key in seen:
+                    # After the first with this key commits, this one replays its answer.
+                    alone.append(n)
+                    continue
+                seen.add(key)
+                try:
+                    decided = await self._decide(batch, item, found.get(key), now)
+                except Exception as exc:
+                    out[n] = exc
+                    continue
+                if isinstance(decided, Deferred):
+                    alone.append(n)
+                    continue
+                # From here an error fails the whole batch: a booking decided must be
+                # recorded with its answer or not at all.
+                out[n] = self._answer(item, decided, now, answers)
+            await batch.write()
+            await uow.idempotency.store_many(ENDPOINT, answers, now)
+            await uow.commit()
+        for n in alone:
+            out[n] = await self._alone_or_error(items[n])
+        return out
+
+    async def _decide(
+        self,
+        batch: BookingBatch,
+        item: _Pending,
+        stored: tuple[str, Recorded] | None,
+        now: int,
+    ) -> Replayed | Booked | NotPlaced | Deferred | QuotaExceeded:
+        req = item.req
+        if stored is not None:
+            found = matching(stored, req.idempotency_key, item.digest)
+            return Replayed(found.status, found.response)
+        booking = self._booking(req, now)
+        try:
+            return await batch.book(booking)
+        except QuotaExceeded as exc:
+            return exc
+
+    def _answer(
+        self,
+        item: _Pending,
+        decided: Replayed | Booked | NotPlaced | QuotaExceeded,
+        now: int,
+        answers: list[tuple[str, str, str, Recorded]],
+    ) -> CreateOutcome | None:
+        if isinstance(decided, Replayed):
+            return decided
+        req = item.req
+        record = (req.tenant_id, req.idempotency_key, item.digest)
+        if isinstance(decided, Booked):
+            answers.append((*record, Recorded(200, self.answers.created(decided.reservation, now))))
+            return Created(decided.reservation, (), now)
+        error: CoordinatorError
+        if isinstance(decided, NotPlaced):
+            if item.deadline - asyncio.get_running_loop().time() > 0:
+                return None
+            error = not_available(decided.placement, decided.preemptible)
+        else:
+            error = decided
+        answers.append((*record, Recorded(error.status, self.answers.refused(error))))
+        return Refused(error)
+
+    async def _alone_or_error(self, item: _Pending) -> CreateOutcome | Exception | None:
+        try:
+            return await retrying(lambda: self._attempt(item.req, item.digest, item.deadline))
+        except Exception as exc:
+            return exc
+
+    def _booking(self, req: CreateRequest, now: int) -> BookingRequest:
+        # Recomputed for every attempt: a request that waited starts when it is placed.
+        return BookingRequest(
+            tenant_id=req.tenant_id,
+            pool_id=req.pool_id,
+            project_id=req.project_id,
+            placement=req.placement,
+            start=resolve_start(req.start, now),
+            duration_ms=req.duration_ms,
+            lease_seconds=req.lease_seconds,
+            resources=req.resources,
+            gang=req.gang,
+            notice_ms=self.notice_ms,
+        )
 
     async def _attempt(
         self, req: CreateRequest, digest: str, deadline: float
@@ -180,19 +321,7 @@ class Reservations:
             found = await uow.idempotency.lookup(req.tenant_id, ENDPOINT, key, digest)
             if found is not None:
                 return Replayed(found.status, found.response)
-            # Recomputed for every attempt: a request that waited starts when it is placed.
-            booking = BookingRequest(
-                tenant_id=req.tenant_id,
-                pool_id=req.pool_id,
-                project_id=req.project_id,
-                placement=req.placement,
-                start=resolve_start(req.start, now),
-                duration_ms=req.duration_ms,
-                lease_seconds=req.lease_seconds,
-                resources=req.resources,
-                gang=req.gang,
-                notice_ms=self.notice_ms,
-            )
+            booking = self._booking(req, now)
             try:
                 out = await uow.bookings.book(booking, now)
             except QuotaExceeded as exc:

@@ -167,6 +167,12 @@ _BATCHES: WeakKeyDictionary[Ledger, GroupCommit[_Pending, CreateOutcome | None]]
 )
 
 
+def batches_run(ledger: Ledger) -> int:
+    """How many create batches have run over `ledger` (tests and benchmarks read it)."""
+    batches = _BATCHES.get(ledger)
+    return 0 if batches is None else batches.batches
+
+
 @dataclass(frozen=True, slots=True)
 class Reservations:
     ledger: Ledger

@@ -4,9 +4,10 @@ Pure data, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from coordinator.domain.claims import Claim, claim_of
 from coordinator.domain.model import NodeState
@@ -126,6 +127,19 @@ class HeldClaim:
     holder: Holder
 
 
+class NodeOrder(Protocol):
+    """Eligible nodes in packing order for one window, from counts kept across requests
+    (`free_index`): what the placer would get by counting every node itself."""
+
+    def candidates(
+        self,
+        key: tuple[frozenset[str], bool, str | None, int | None],
+        refusal: Callable[[NodeSlot], str | None],
+        held: Mapping[str, tuple[HeldClaim, ...]],
+        need: int,
+    ) -> tuple[Counter[str], int, Iterator[tuple[int, str, NodeSlot]]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PoolSnapshot:
     """One pool, seen for the window [start, end)."""
@@ -141,6 +155,9 @@ class PoolSnapshot:
     # Pool-wide free quantity per scalar resource at the window's peak, after node-level
     # and pool-level (interval reservation) bookings; absent means unconstrained.
     pool_free: dict[str, int] = field(default_factory=dict)
+    # Kept free counts for this window, when the snapshot's source keeps them; without
+    # them the placer counts every node.
+    order: NodeOrder | None = None
 
 
 @dataclass(frozen=True, slots=True)

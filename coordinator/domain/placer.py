@@ -59,15 +59,22 @@ class _Metric:
             self.scalar_best[resource] = max(self.scalar_best.get(resource, 0), free)
 
 
-def _eligible(node: NodeSlot, req: PlacementRequest, metric: _Metric) -> bool:
+def _refusal(node: NodeSlot, req: PlacementRequest) -> str | None:
+    """Why the node may not take the request whatever it holds, or None."""
     bucket = node_bucket(node.state)
     if bucket != "allocatable":
-        metric.filtered[f"not allocatable: {bucket}"] += 1
-        return False
+        return f"not allocatable: {bucket}"
     if (req.profile_id is not None and node.profile_id != req.profile_id) or (
         req.profile_version is not None and node.profile_version != req.profile_version
     ):
-        metric.filtered[PROFILE_MISMATCH] += 1
+        return PROFILE_MISMATCH
+    return None
+
+
+def _eligible(node: NodeSlot, req: PlacementRequest, metric: _Metric) -> bool:
+    reason = _refusal(node, req)
+    if reason is not None:
+        metric.filtered[reason] += 1
         return False
     metric.eligible += 1
     return True
@@ -137,27 +144,40 @@ def place(
             gang=req.gang_size > 1,
         )
     metric = _Metric(req)
-    eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
+    counted: Iterable[tuple[int, str, NodeSlot]]
+    if req.gang_size == 1 and not req.whole_node and snap.order is not None:
+        # Counts kept across requests (`free_index`): no pass over the fleet.
+        classes = {d.cls for d in req.devices}
+        key = (frozenset(classes), ignore_spot, req.profile_id, req.profile_version)
+        refused, few, counted = snap.order.candidates(
+            key, lambda n: _refusal(n, req), snap.held, sum(d.count for d in req.devices)
+        )
+        metric.filtered.update(refused)
+        if few:
+            metric.filtered[f"too few free {'/'.join(sorted(classes))}"] += few
+        eligible: list[NodeSlot] = []
+    else:
+        eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
     if req.gang_size == 1:
         # The score is a function of one number per node (free atoms of the requested
         # classes, or the node's size for whole nodes), so trying nodes in that order
         # and stopping at `limit` fits gives exactly the top `limit` without building
         # every node's view.
         if req.whole_node:
-            order = sorted((len(n.atoms), n.node_id, n) for n in eligible)
-        else:
+            counted = sorted((len(n.atoms), n.node_id, n) for n in eligible)
+        elif snap.order is None:
             classes = {d.cls for d in req.devices}
             need = sum(d.count for d in req.devices)
-            counted = sorted(
+            every = sorted(
                 (free_count(n, snap, classes, ignore_spot), n.node_id, n) for n in eligible
             )
-            order = [c for c in counted if c[0] >= need]
-            few = len(counted) - len(order)
+            counted = [c for c in every if c[0] >= need]
+            few = len(every) - len(counted)
             if few:
                 metric.filtered[f"too few free {'/'.join(sorted(classes))}"] += few
         picks: list[NodePick] = []
         tried = Counter[str]()
-        for _, _, node in order:
+        for _, _, node in counted:
             pick, _, reason = _fit(NodeView(node, snap, ignore_spot), req)
             if pick is None:
                 tried[reason] += 1

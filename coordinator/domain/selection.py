@@ -26,6 +26,7 @@ from coordinator.domain.cliques import bits, maximal_cliques
 from coordinator.domain.placement import (
     AtomSlot,
     DeviceRequest,
+    HeldClaim,
     NodeSlot,
     PlacementRequest,
     PoolSnapshot,
@@ -288,10 +289,17 @@ class NodeView:
 
 
 def free_count(node: NodeSlot, snap: PoolSnapshot, classes: set[str], ignore_spot: bool) -> int:
-    """Free healthy atoms of the requested classes, the packing key: the node's healthy
-    count less what the window's claims take, so an unbooked node costs one lookup."""
+    """Free healthy atoms of the requested classes in the snapshot's window, the packing
+    key."""
+    return free_among(node, snap.held.get(node.node_id) or (), classes, ignore_spot)
+
+
+def free_among(
+    node: NodeSlot, held: tuple[HeldClaim, ...], classes: set[str], ignore_spot: bool
+) -> int:
+    """Free healthy atoms of `classes` under `held`: the node's healthy count less what
+    the claims take, so an unbooked node costs one lookup."""
     free = node.healthy(classes)
-    held = snap.held.get(node.node_id)
     if not held:
         return free
     gone: set[str] = set()

@@ -17,6 +17,7 @@ taken, so the placer sees exactly what the database holds.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import stale_claim
 from coordinator.domain.cliques import peer_sets
+from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement import (
     AtomSlot,
@@ -98,6 +100,13 @@ class _PoolCache:
     resolved: dict[str, _NodeClaims] = field(default_factory=dict)
     atoms: list[HeldAtom] = field(default_factory=list)
     scalars: list[HeldScalar] = field(default_factory=list)
+    # (end, nodeId) and (start, nodeId) of every atom booking, ascending: the nodes with
+    # a booking outside a window, whose kept free counts do not hold for it.
+    ends: list[tuple[int, str]] = field(default_factory=list)
+    starts: list[tuple[int, str]] = field(default_factory=list)
+    # Per-node free counts under all bookings (`free_index`); None until first asked for
+    # after nodes or bookings were (re)loaded.
+    counts: FreeCounts | None = None
 
     def fork(self) -> _PoolCache:
         """A copy whose bookings can grow without touching this one (nodes are shared:
@@ -111,9 +120,37 @@ class _PoolCache:
         )
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
+        touched = set()
         for h in atoms:
             self.by_node.setdefault(h.node_id, []).append(h)
             self.resolved.pop(h.node_id, None)
+            self.ends.append((h.end, h.node_id))
+            self.starts.append((h.start, h.node_id))
+            touched.add(h.node_id)
+        # Sorted runs plus a short new one: timsort merges them in linear time.
+        self.ends.sort()
+        self.starts.sort()
+        if self.counts is not None:
+            self.counts.touch(touched)
+
+    def reset(self) -> None:
+        """Nodes or bookings were reloaded: every resolved claim and count is stale."""
+        self.resolved = {}
+        self.counts = None
+
+    def all_claims(self, node_id: str) -> tuple[HeldClaim, ...]:
+        return self.claims(node_id).claims if node_id in self.by_node else ()
+
+    def free_counts(self) -> FreeCounts:
+        if self.counts is None:
+            self.counts = FreeCounts(self.nodes, self.all_claims)
+        return self.counts
+
+    def irregular(self, start: int, end: int) -> frozenset[str]:
+        """Nodes with a booking the window [start, end) does not overlap."""
+        ended = self.ends[: bisect_left(self.ends, (start + 1,))]
+        later = self.starts[bisect_left(self.starts, (end,)) :]
+        return frozenset(n for _, n in ended) | frozenset(n for _, n in later)
 
     def claims(self, node_id: str) -> _NodeClaims:
         """A booking on a current atom claims what that atom is; one on an atom that left
@@ -267,7 +304,7 @@ class SnapshotCache:
         if cache.nodes_version != nodes_v:
             cache.nodes = await _load_nodes(conn, pool_id)
             cache.current = {a.atom_id: (n.node_id, a) for n in cache.nodes for a in n.atoms}
-            cache.resolved = {}
+            cache.reset()
             cache.capacity_memory = sum(
                 n.capacity.get("memoryGiB", 0)
                 for n in cache.nodes
@@ -279,7 +316,8 @@ class SnapshotCache:
             # Keep bookings that ended a little before now: a request placed a moment
             # after its `start` was fixed must still see them.
             cache.atoms, cache.scalars = await _load_bookings(conn, pool_id, now - KEEP_ENDED_MS)
-            cache.by_node, cache.resolved = {}, {}
+            cache.by_node, cache.ends, cache.starts = {}, [], []
+            cache.reset()
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v
             self.reloads += 1
@@ -407,4 +445,7 @@ def build_snapshot(cache: _PoolCache, start: int, end: int, ignore: frozenset[st
             node: {r: tuple(v) for r, v in res.items()} for node, res in per_node.items()
         },
         pool_free={"memoryGiB": max(0, cache.capacity_memory - peak)},
+        # With reservations ignored (a change of one's own booking) the kept counts,
+        # which include them, do not hold: the placer counts.
+        order=None if ignore else cache.free_counts().window(cache.irregular(start, end)),
     )

@@ -1,0 +1,94 @@
+"""Kept free counts (`free_index`) against a recount: after random sequences of
+bookings and releases on random small pools (current forms, retired forms, whole nodes,
+spot or not; bookings in and out of the window), every kept count equals what
+`free_among` counts afresh, and the placer answers exactly what it answers when it
+counts every node itself."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.domain.free_index import FreeCounts, Key
+from coordinator.domain.placement import HeldClaim, NodeSlot, PlacementRequest, PoolSnapshot
+from coordinator.domain.placer import place
+from coordinator.domain.selection import free_among
+from tests.unit.test_placer_properties import holds, nodes, requests
+
+# A booking: (nodeId, start, end, claim); windows are drawn from the same few instants.
+Booking = tuple[str, int, int, HeldClaim]
+TIMES = (0, 10, 20, 30, 40)
+
+
+def _claims(bookings: list[Booking], node_id: str, start: int, end: int) -> tuple[HeldClaim, ...]:
+    return tuple(h for n, s, e, h in bookings if n == node_id and s < end and e > start)
+
+
+def _refusal(node: NodeSlot) -> str | None:
+    return None if node.state.reachable else "not allocatable: unreachable"
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[tuple[NodeSlot, ...], list[list[Booking]]]:
+    """Nodes, and the bookings after each step of a random sequence of bookings (a few
+    claims on one node, for one span) and releases (one earlier booking gone)."""
+    pool = tuple(draw(nodes(f"n{i}"))[0] for i in range(draw(st.integers(1, 4))))
+    current: list[Booking] = []
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        if current and draw(st.integers(0, 2)) == 0:
+            current = [b for b in current if b != draw(st.sampled_from(current))]
+        else:
+            node = draw(st.sampled_from(pool))
+            start = draw(st.sampled_from(TIMES[:-1]))
+            end = draw(st.sampled_from([t for t in TIMES if t > start]))
+            current = current + [(node.node_id, start, end, h) for h in draw(holds(node))]
+        steps.append(current)
+    return pool, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    history=histories(),
+    reqs=st.lists(requests, min_size=1, max_size=3),
+    ignore_spot=st.booleans(),
+    window=st.tuples(st.sampled_from(TIMES[:-1]), st.integers(1, 40)),
+)
+def test_kept_counts_equal_a_recount_and_the_placer_does_not_tell_them_apart(
+    history: tuple[tuple[NodeSlot, ...], list[list[Booking]]],
+    reqs: list[PlacementRequest],
+    ignore_spot: bool,
+    window: tuple[int, int],
+) -> None:
+    pool, steps = history
+    bookings: list[Booking] = []
+    counts = FreeCounts(pool, lambda n: _claims(bookings, n, -1, 10**9))
+    keys: list[Key] = []
+    for step in steps:
+        changed = {b[0] for b in set(bookings) ^ set(step)}
+        bookings = step
+        counts.touch(changed)
+        for req in reqs:
+            classes = frozenset(d.cls for d in req.devices)
+            key = (classes, ignore_spot, None, None)
+            keys.append(key)
+            index = counts.index(key, _refusal)
+            for node in pool:
+                if _refusal(node) is not None:
+                    assert node.node_id not in index.free
+                    continue
+                everything = _claims(bookings, node.node_id, -1, 10**9)
+                recount = free_among(node, everything, set(classes), ignore_spot)
+                assert index.free[node.node_id] == recount
+            assert index.order == sorted((f, n) for n, f in index.free.items())
+
+            start, end = window[0], window[0] + window[1]
+            held = {n.node_id: _claims(bookings, n.node_id, start, end) for n in pool}
+            irregular = frozenset(n for n, s, e, _ in bookings if not (s < end and e > start))
+            snap = PoolSnapshot(pool, held=held)
+            kept = replace(snap, order=counts.window(irregular))
+            assert place(req, kept, ignore_spot=ignore_spot) == place(
+                req, snap, ignore_spot=ignore_spot
+            )

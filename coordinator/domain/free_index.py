@@ -67,6 +67,17 @@ class FreeCounts:
             found.order = sorted((f, n) for n, f in found.free.items())
         return found
 
+    def fork(self, claims: Callable[[str], tuple[HeldClaim, ...]]) -> FreeCounts:
+        """A copy whose counts move apart from these (a batch of bookings drafting on a
+        copy of the pool), reading each node's claims through `claims`."""
+        twin = FreeCounts((), claims)
+        twin._nodes = self._nodes
+        twin._indexes = {
+            key: _Index(Counter(i.refused), dict(i.free), list(i.order))
+            for key, i in self._indexes.items()
+        }
+        return twin
+
     def touch(self, node_ids: Iterable[str]) -> None:
         """The bookings of these nodes changed: recount them in every index built."""
         for key, index in self._indexes.items():

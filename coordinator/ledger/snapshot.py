@@ -111,13 +111,19 @@ class _PoolCache:
     def fork(self) -> _PoolCache:
         """A copy whose bookings can grow without touching this one (nodes are shared:
         they are immutable)."""
-        return replace(
+        fork = replace(
             self,
             by_node={node: list(held) for node, held in self.by_node.items()},
             resolved=dict(self.resolved),
             atoms=list(self.atoms),
             scalars=list(self.scalars),
+            ends=list(self.ends),
+            starts=list(self.starts),
+            counts=None,
         )
+        if self.counts is not None:
+            fork.counts = self.counts.fork(fork.all_claims)
+        return fork
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         touched = set()

@@ -17,7 +17,7 @@ taken, so the placer sees exactly what the database holds.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -43,6 +43,9 @@ from coordinator.ledger import schema
 
 _FAULTY = ("unhealthy", "unmonitored")
 KEEP_ENDED_MS = 5 * 60 * 1000
+# Up to this many new bookings are inserted into the sorted bounds one by one (a
+# booking's few atoms: each batch member indexes its own); more are sorted in.
+_INSERT_IN_PLACE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +130,23 @@ class _PoolCache:
 
     def index(self, atoms: Iterable[HeldAtom]) -> None:
         touched = set()
-        for h in atoms:
+        held = list(atoms)
+        # A few new bookings (one reservation of a batch) go in place; a reload sorts.
+        few = len(held) <= _INSERT_IN_PLACE
+        for h in held:
             self.by_node.setdefault(h.node_id, []).append(h)
             self.resolved.pop(h.node_id, None)
-            self.ends.append((h.end, h.node_id))
-            self.starts.append((h.start, h.node_id))
+            if few:
+                insort(self.ends, (h.end, h.node_id))
+                insort(self.starts, (h.start, h.node_id))
+            else:
+                self.ends.append((h.end, h.node_id))
+                self.starts.append((h.start, h.node_id))
             touched.add(h.node_id)
-        # Sorted runs plus a short new one: timsort merges them in linear time.
-        self.ends.sort()
-        self.starts.sort()
+        if not few:
+            # Sorted runs plus a new one: timsort merges them.
+            self.ends.sort()
+            self.starts.sort()
         if self.counts is not None:
             self.counts.touch(touched)
 

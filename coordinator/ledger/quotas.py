@@ -43,12 +43,15 @@ class TenantLocks:
     async def take(self, tenant_id: str) -> None:
         """Take the tenant's quota lock if it has a tenant-wide quota. Call before any
         pool lock."""
+        # SQLite admits one writer at a time (`BEGIN IMMEDIATE`): nothing to take, and
+        # `ensure` never asks.
+        if self._conn.dialect.name != "postgresql":
+            return
         if tenant_id in self._held or not await _has_tenant_wide(self._conn, tenant_id):
             return
-        if self._conn.dialect.name == "postgresql":
-            await self._conn.exec_driver_sql(
-                f"SELECT pg_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))", (tenant_id,)
-            )
+        await self._conn.exec_driver_sql(
+            f"SELECT pg_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))", (tenant_id,)
+        )
         self._held.add(tenant_id)
 
     async def ensure(self, tenant_id: str) -> None:

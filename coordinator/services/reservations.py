@@ -1,12 +1,16 @@
 """Compute reservations as workflows: create (and its wait for capacity), renew, release.
 
-Each attempt to create is one unit of work: replay the answer recorded under the
-idempotency key, or place and book, or refuse — and record that answer in the same
-commit, so a retry with the same key and body gets exactly the first answer (a 409
-included). With a wait, a request that does not fit tries again whenever capacity may
-have freed up, until its deadline. Spot holders noticed by a booking hear of it by a
-`reservation.notice` alert, written to the outbox in the booking's own commit and
-announced to the alert sink once durable.
+Each attempt to create replays the answer recorded under the idempotency key, or places
+and books, or refuses — and records that answer in the same commit as the booking, so a
+retry with the same key and body gets exactly the first answer (a 409 included).
+Concurrent attempts on one pool share one unit of work (group commit, `group_commit`):
+requests that arrive while a batch commits join the next, and each is decided in turn
+against what the ones before it booked (`ledger.booking_batch`), with its own answer or
+error; a batch that fails as a whole is retried one request at a time, and a request
+that must preempt runs alone. With a wait, a request that does not fit tries again
+whenever capacity may have freed up, until its deadline. Spot holders noticed by a
+booking hear of it by a `reservation.notice` alert, written to the outbox in the
+booking's own commit and announced to the alert sink once durable.
 """
 
 from __future__ import annotations

@@ -204,3 +204,20 @@ async def test_an_error_in_one_request_loses_no_other_booking(rig: Rig) -> None:
     # The cache and the ledger agree after the failed batch: 2 GPUs are left.
     last = await together(rig, rig.request(pool, "x", gpus=2), rig.request(pool, "y", gpus=1))
     assert isinstance(last[0], Created) and isinstance(last[1], Refused)
+
+
+async def test_requests_arriving_while_a_batch_runs_join_the_next_one(rig: Rig) -> None:
+    pool = await rig.pool(nodes=1, gpus=8)
+    before = batches_run(rig.ledger)
+    first = asyncio.create_task(rig.reservations.create(rig.request(pool, "first")))
+    for _ in range(100):  # a few turns of the loop: the first batch starts
+        if batches_run(rig.ledger) > before:
+            break
+        await asyncio.sleep(0)
+    assert batches_run(rig.ledger) == before + 1
+    later = [rig.request(pool, f"later-{i}") for i in range(3)]
+    outcomes = await together(rig, *later)
+    assert isinstance(await first, Created)
+    assert all(isinstance(out, Created) for out in outcomes)
+    # The three that came while the first ran (or just after) made one batch.
+    assert batches_run(rig.ledger) == before + 2

@@ -221,3 +221,34 @@ async def test_requests_arriving_while_a_batch_runs_join_the_next_one(rig: Rig) 
     assert all(isinstance(out, Created) for out in outcomes)
     # The three that came while the first ran (or just after) made one batch.
     assert batches_run(rig.ledger) == before + 2
+
+
+async def test_whole_nodes_gangs_and_spot_in_one_batch_claim_each_device_once(
+    rig: Rig, database_url: str
+) -> None:
+    pool = await rig.pool(nodes=4, gpus=8)
+    version = await bookings_version(database_url, pool)
+    outcomes = await together(
+        rig,
+        rig.request(pool, "whole", binding="node"),
+        rig.request(pool, "gang", gpus=4, gang={"size": 2}),
+        *(rig.request(pool, f"small-{i}", gpus=2) for i in range(4)),
+        rig.request(pool, "spot", gpus=2, spot=True),
+    )
+    assert all(isinstance(out, Created) for out in outcomes), outcomes
+    # One unit of work, not one per request (a batch that failed and fell back to
+    # running each alone would have moved the counter once per booking).
+    assert await bookings_version(database_url, pool) == version + 1
+    whole = outcomes[0]
+    assert isinstance(whole, Created)
+    whole_node = whole.reservation.atoms[0].node_id
+    others = [a for out in outcomes[1:] for a in out.reservation.atoms]  # type: ignore[union-attr]
+    assert whole_node not in {a.node_id for a in others}
+    assert len({a.atom_id for a in others}) == len(others) == 8 + 8 + 2
+    async with database(database_url) as db, db.read() as conn:
+        claims = (await conn.execute(select(schema.device_claims))).all()
+    exclusive: dict[tuple[str, str, str | None], int] = defaultdict(int)
+    for row in claims:
+        if row.exclusive:
+            exclusive[(row.node_id, row.device, row.part)] += 1
+    assert exclusive and all(n == 1 for n in exclusive.values()), exclusive

@@ -156,12 +156,14 @@ def notices_for(victims: tuple[Reservation, ...], now: int) -> tuple[Alert, ...]
 
 @dataclass(slots=True)
 class _Pending:
-    """A create waiting for a batch: the request, its body hash, and until when (event
-    loop time) it may wait for capacity."""
+    """A create waiting for a batch: the request, its body hash, until when (event loop
+    time) it may wait for capacity, and the workflow it came through (which words its
+    answer; the batch runs on the workflow of the request that started the drain)."""
 
     req: CreateRequest
     digest: str
     deadline: float
+    workflow: Reservations
 
 
 # One group commit per ledger: every `Reservations` over it (the API builds one per
@@ -192,7 +194,7 @@ class Reservations:
         Concurrent creates of one pool share a unit of work (`_batch`). A retry is
         answered from its record first: it gets the first answer even when the request
         would no longer validate (its start has passed since)."""
-        item = _Pending(req, body_hash(req.canonical), 0.0)
+        item = _Pending(req, body_hash(req.canonical), 0.0, self)
         loop = asyncio.get_running_loop()
         item.deadline = loop.time() + req.wait_ms / 1000
         batches = _BATCHES.get(self.ledger)
@@ -215,7 +217,7 @@ class Reservations:
             # of it is durable and nobody was answered, so each request runs alone, as
             # it would have without company, and gets its own outcome or error.
             pass
-        return [await self._alone_or_error(item) for item in items]
+        return [await item.workflow._alone_or_error(item) for item in items]
 
     async def _batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:
         """One unit of work for requests of one pool: replay, book or refuse each in
@@ -249,12 +251,12 @@ class Reservations:
                     continue
                 # From here an error fails the whole batch: a booking decided must be
                 # recorded with its answer or not at all.
-                out[n] = self._answer(item, decided, now, answers)
+                out[n] = item.workflow._answer(item, decided, now, answers)
             await batch.write()
             await uow.idempotency.store_many(ENDPOINT, answers, now)
             await uow.commit()
         for n in alone:
-            out[n] = await self._alone_or_error(items[n])
+            out[n] = await items[n].workflow._alone_or_error(items[n])
         return out
 
     async def _decide(
@@ -268,7 +270,7 @@ class Reservations:
         if stored is not None:
             found = matching(stored, req.idempotency_key, item.digest)
             return Replayed(found.status, found.response)
-        booking = self._booking(req, now)
+        booking = item.workflow._booking(req, now)
         try:
             return await batch.book(booking)
         except QuotaExceeded as exc:

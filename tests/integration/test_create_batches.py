@@ -186,23 +186,25 @@ async def test_an_error_in_one_request_loses_no_other_booking(rig: Rig) -> None:
         failing.create(rig.request(pool, "ok-1", gpus=2)),
         failing.create(rig.request(pool, "boom", gpus=2, leaseSeconds=1313)),
         failing.create(rig.request(pool, "ok-2", gpus=2)),
+        # Answered by its own workflow, though the batch runs on the failing one's.
+        rig.reservations.create(rig.request(pool, "own-words", gpus=1, leaseSeconds=1313)),
         return_exceptions=True,
     )
     assert batches_run(rig.ledger) == batches + 1
-    ok1, boom, ok2 = outcomes
+    ok1, boom, ok2, own = outcomes
     assert isinstance(boom, RuntimeError)
-    assert isinstance(ok1, Created) and isinstance(ok2, Created)
+    assert isinstance(ok1, Created) and isinstance(ok2, Created) and isinstance(own, Created)
     # Both acknowledged bookings are durable and replay; the failed one left nothing.
     for key, out in (("ok-1", ok1), ("ok-2", ok2)):
         replay = await rig.reservations.create(rig.request(pool, key, gpus=2))
         assert isinstance(replay, Replayed)
         assert replay.body["reservationId"] == out.reservation.reservation_id
     row = await rig.row(pool, "gpu")
-    assert row.allocated == 4
+    assert row.allocated == 5
     retried = await rig.reservations.create(rig.request(pool, "boom", gpus=2, leaseSeconds=1313))
     assert isinstance(retried, Created)
-    # The cache and the ledger agree after the failed batch: 2 GPUs are left.
-    last = await together(rig, rig.request(pool, "x", gpus=2), rig.request(pool, "y", gpus=1))
+    # The cache and the ledger agree after the failed batch: 1 GPU is left.
+    last = await together(rig, rig.request(pool, "x", gpus=1), rig.request(pool, "y", gpus=1))
     assert isinstance(last[0], Created) and isinstance(last[1], Refused)
 
 

@@ -12,7 +12,9 @@ snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) a
 live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
 its counter; a reader compares counters (one primary-key read) and reloads only the part
 that moved. Inside a booking transaction the counters are read after the pool lock is
-taken, so the placer sees exactly what the database holds.
+taken, so the placer sees exactly what the database holds. A batch of bookings works on
+a `SnapshotDraft` — a private fork of the pool's cache to which each booking it decides
+is added — and the cache adopts the draft once the batch has committed.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ booking's own commit and announced to the alert sink once durable.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
@@ -43,6 +44,8 @@ from coordinator.services.idempotent import Replayed, retrying
 from coordinator.services.node_changes import settle_pool_moves
 from shared.ids import ulid
 from shared.wire import Alert
+
+log = logging.getLogger(__name__)
 
 ENDPOINT = "reservations.create"
 # A start this far in the past is a clock problem on the client, not "now".
@@ -212,11 +215,16 @@ class Reservations:
     async def _run_batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:
         try:
             return await self._batch(items)
-        except Exception:
-            # The batch as a whole failed (a write raced, the database went away): none
-            # of it is durable and nobody was answered, so each request runs alone, as
-            # it would have without company, and gets its own outcome or error.
-            pass
+        except Exception as exc:
+            # The batch as a whole failed (a write raced, the database went away, an
+            # answer could not be worded): none of it is durable and nobody was answered,
+            # so each request runs alone, as it would have without company, and gets its
+            # own outcome or error.
+            if len(items) > 1:
+                log.warning(
+                    "a batch of %d creates failed (%s: %s); each runs alone",
+                    len(items), type(exc).__name__, exc,
+                )  # fmt: skip
         return [await item.workflow._alone_or_error(item) for item in items]
 
     async def _batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:

@@ -100,8 +100,7 @@ class BookingBatch:
         now: int,
     ) -> BookingBatch:
         tenants = sorted(set(tenant_ids))
-        for tenant_id in tenants:
-            await tenant_locks.take(tenant_id)
+        await tenant_locks.take_all(tenants)
         await lock_pool(conn, pool_id)
         draft = await snapshots.draft(conn, pool_id, now)
         quota_list = await quotas.of_tenants(conn, tenants, pool_id)

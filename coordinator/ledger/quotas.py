@@ -54,6 +54,26 @@ class TenantLocks:
         )
         self._held.add(tenant_id)
 
+    async def take_all(self, tenant_ids: Iterable[str]) -> None:
+        """`take` for several tenants (a batch of creates): which of them have a
+        tenant-wide quota is one query, and their locks are taken in sorted order."""
+        if self._conn.dialect.name != "postgresql":
+            return
+        wanted = sorted(set(tenant_ids) - self._held)
+        if not wanted:
+            return
+        q = schema.quotas.c
+        rows = await self._conn.execute(
+            select(q.tenant_id)
+            .where(q.tenant_id.in_(wanted) & (q.pool_id == EVERY_POOL))
+            .distinct()
+        )
+        for tenant_id in sorted(row[0] for row in rows.all()):
+            await self._conn.exec_driver_sql(
+                f"SELECT pg_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))", (tenant_id,)
+            )
+            self._held.add(tenant_id)
+
     async def ensure(self, tenant_id: str) -> None:
         """Before counting against a tenant-wide quota: the lock must be held. Taking it
         now could wait behind a writer that waits for our pool lock, so only an

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -254,3 +255,22 @@ async def test_whole_nodes_gangs_and_spot_in_one_batch_claim_each_device_once(
         if row.exclusive:
             exclusive[(row.node_id, row.device, row.part)] += 1
     assert exclusive and all(n == 1 for n in exclusive.values()), exclusive
+
+
+async def test_tenants_in_one_batch_each_meet_their_own_quota(rig: Rig) -> None:
+    pool = await rig.pool(nodes=1, gpus=8)
+    await rig.ledger.tenants.create("beta", "Beta", rig.clock.now_ms())
+    await rig.ledger.quotas.set(Quota(TENANT, None, "gpu", 2), rig.clock.now_ms())
+
+    def beta(key: str) -> CreateRequest:
+        req = rig.request(pool, key, gpus=2)
+        return replace(req, tenant_id="beta")
+
+    outcomes = await together(
+        rig, rig.request(pool, "a1", gpus=2), beta("b1"), rig.request(pool, "a2", gpus=2),
+        beta("b2"),
+    )  # fmt: skip
+    assert [type(out) for out in outcomes] == [Created, Created, Refused, Created]
+    assert [out.reservation.tenant_id for out in outcomes if isinstance(out, Created)] == [
+        TENANT, "beta", "beta",
+    ]  # fmt: skip

@@ -13,6 +13,11 @@ live bookings (keyed by `bookings_version`). Every transaction that changes eith
 its counter; a reader compares counters (one primary-key read) and reloads only the part
 that moved. Inside a booking transaction the counters are read after the pool lock is
 taken, so the placer sees exactly what the database holds.
+
+The cache also keeps each node's free counts under all its bookings (`free_index`),
+recounting only the nodes of each committed booking, so the placer need not count the
+whole fleet per request; for a window, nodes with a booking outside it are named
+(`irregular`) and recounted against the window's own claims.
 """
 
 from __future__ import annotations

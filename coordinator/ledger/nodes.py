@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.model import AtomView, NodeState, NodeView
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     HEALTHY_DEVICE,
@@ -29,6 +30,7 @@ from coordinator.domain.transitions import (
 )
 from coordinator.errors import Conflict, CoordinatorError, NotFound
 from coordinator.ledger import schema
+from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.outbox import OutboxWriter
 from coordinator.ledger.risk import refresh_risk
@@ -63,14 +65,17 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     )  # fmt: skip
     node_rows = (
         await conn.execute(
-            select(*columns).where(n.node_id.in_(node_ids)).order_by(n.node_id).with_for_update()
+            select(*columns)
+            .where(among(conn, n.node_id, node_ids))
+            .order_by(n.node_id)
+            .with_for_update()
         )
     ).all()
     devices: dict[str, dict[str, DeviceFlags]] = {row.node_id: {} for row in node_rows}
     forms: dict[str, dict[str, set[str]]] = {row.node_id: {} for row in node_rows}
     atom_rows = await conn.execute(
         select(a.node_id, a.device_id, a.atom_id, a.health, a.health_reasons).where(
-            a.node_id.in_(node_ids) & a.retired.is_(False) & (a.device_id != "")
+            among(conn, a.node_id, node_ids) & a.retired.is_(False) & (a.device_id != "")
         )
     )
     for row in atom_rows.all():
@@ -154,6 +159,7 @@ class NodeChangeSet:
         self._new_nodes: list[dict[str, object]] = []
         self._new_atoms: list[dict[str, object]] = []
         self._new_events: list[dict[str, object]] = []
+        self._new_views: list[NodeView] = []
 
     async def _pool_exists(self, pool_id: str) -> bool:
         known = self._pools.get(pool_id)
@@ -185,7 +191,7 @@ class NodeChangeSet:
         ids = list(claimed)
         for i in range(0, len(ids), 5000):
             rows = await self._conn.execute(
-                select(a.atom_id, a.node_id).where(a.atom_id.in_(ids[i : i + 5000]))
+                select(a.atom_id, a.node_id).where(among(self._conn, a.atom_id, ids[i : i + 5000]))
             )
             for atom_id, holder in rows.all():
                 node_id = claimed[atom_id]
@@ -213,8 +219,11 @@ class NodeChangeSet:
                 "created_at": now,
             }
         )
+        views = []
         for atom in inv.atoms:
             health = after.device(atom.device_id) if atom.device_id else HEALTHY_DEVICE
+            view = AtomView(atom.atom_id, inv.node_id, atom.cls, atom.device_id, health.status)
+            views.append(view)
             self._new_atoms.append(
                 {
                     "atom_id": atom.atom_id,
@@ -228,6 +237,13 @@ class NodeChangeSet:
                     "health_reasons": list(health.reasons),
                 }
             )
+        state = NodeState(after.reachable, after.health, after.maintenance, after.provisioning)
+        self._new_views.append(
+            NodeView(
+                inv.node_id, inv.pool_id, state, tuple(views), inv.scalars.vcpu,
+                inv.scalars.memory_gib, inv.scalars.hugepages_1gi,
+            )
+        )  # fmt: skip
         self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
         if self.alerts_of is not None:
             self._new_alerts += self.alerts_of(inv.node_id, after.pool_id, transitions)
@@ -239,6 +255,11 @@ class NodeChangeSet:
         await self.outbox.add(alerts)
         self.written += alerts
 
+    def new_views(self) -> list[NodeView]:
+        """The registered new nodes as the rollup sees them: what reading their rows
+        back after `flush` would give."""
+        return list(self._new_views)
+
     async def flush(self) -> None:
         """Write the registered new nodes: one statement per table for the batch."""
         for table, rows in (
@@ -246,10 +267,10 @@ class NodeChangeSet:
             (schema.atoms, self._new_atoms),
             (schema.node_events, self._new_events),
         ):
-            if rows:
-                await self._conn.execute(table.insert(), rows)
+            await insert_rows(self._conn, table, rows)
         await self.write_alerts(self._new_alerts)
         self._new_nodes, self._new_atoms, self._new_events, self._new_alerts = [], [], [], []
+        self._new_views = []
 
     @asynccontextmanager
     async def isolated(self, node_id: str) -> AsyncIterator[None]:
@@ -461,9 +482,10 @@ class NodeRepo:
             changes = NodeChangeSet(conn, now, await _load_flags(conn, ids))
             rollup = await NodeChange.begin(conn, ids)
             yield changes
+            fresh = changes.new_views()
             await changes.flush()
             if changes.changed:
-                await rollup.settle(now)
+                await rollup.settle(now, fresh)
                 changes.risks = await refresh_risk(conn, ids, now)
                 if changes.risks and changes.risk_alerts_of is not None:
                     await changes.write_alerts(changes.risk_alerts_of(changes.risks))

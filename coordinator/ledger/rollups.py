@@ -29,6 +29,7 @@ from coordinator.domain.model import (
 from coordinator.domain.rollup import STATE_COLUMNS, Delta, compute_rollup, rollup_delta
 from coordinator.domain.states import atom_bucket, node_bucket
 from coordinator.ledger import schema
+from coordinator.ledger.bulk import among
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.snapshot import bump
 
@@ -77,7 +78,7 @@ async def load_node_views(
     atom_cond: ColumnElement[bool]
     if node_ids is not None:
         ids = list(node_ids)
-        node_cond, atom_cond = n.node_id.in_(ids), a.node_id.in_(ids)
+        node_cond, atom_cond = among(conn, n.node_id, ids), among(conn, a.node_id, ids)
     else:
         node_cond, atom_cond = n.pool_id == pool_id, a.pool_id == pool_id
     # Only the columns a view needs: the stored inventory document is large.
@@ -312,8 +313,13 @@ class NodeChange:
         ids = list(node_ids)
         return cls(conn, ids, await load_node_views(conn, node_ids=ids))
 
-    async def settle(self, now: int) -> None:
-        after = {v.node_id: v for v in await load_node_views(self._conn, node_ids=self._ids)}
+    async def settle(self, now: int, fresh: Iterable[NodeView] = ()) -> None:
+        """`fresh`: nodes written in this transaction whose views the caller already
+        has (a registering batch), so only the others are read back."""
+        after = {v.node_id: v for v in fresh}
+        rest = [i for i in self._ids if i not in after]
+        if rest:
+            after |= {v.node_id: v for v in await load_node_views(self._conn, node_ids=rest)}
         touched = {v.pool_id for v in after.values()} | {v.pool_id for v in self._before.values()}
         # A rebuild writes absolute rows under the pool lock; deltas wait for it.
         for pool_id in sorted(touched):

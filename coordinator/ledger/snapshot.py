@@ -12,9 +12,16 @@ snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) a
 live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
 its counter; a reader compares counters (one primary-key read) and reloads only the part
 that moved. Inside a booking transaction the counters are read after the pool lock is
-taken, so the placer sees exactly what the database holds. A batch of bookings works on
-a `SnapshotDraft` — a private fork of the pool's cache to which each booking it decides
-is added — and the cache adopts the draft once the batch has committed.
+taken, so the placer sees exactly what the database holds.
+
+The cache also keeps each node's free counts under all its bookings (`free_index`),
+recounting only the nodes of each committed booking, so the placer need not count the
+whole fleet per request; for a window, nodes with a booking outside it are named
+(`irregular`) and recounted against the window's own claims.
+
+A batch of bookings works on a `SnapshotDraft` — a private fork of the pool's cache,
+free counts included, to which each booking it decides is added — and the cache adopts
+the draft once the batch has committed.
 """
 
 from __future__ import annotations

@@ -143,6 +143,11 @@ async def coordinator_run(url: str, pool_id: str, nodes: int, count: int, rate: 
                 c.ingest.sink.on_inventory(inv)
             while len(c.tracker.nodes) < nodes:  # noqa: ASYNC110 - the writer loop fills it
                 await asyncio.sleep(0.1)
+            # Registration's aftermath (every node's `node.registered` alert, published to
+            # JetStream one acknowledged message at a time) is not heartbeat ingest: let it
+            # finish, so the blast measures the steady state the goal is about.
+            while (await c.ledger.outbox.backlog()).unsent:  # noqa: ASYNC110 - the relay drains it
+                await asyncio.sleep(0.1)
             lags: list[float] = []
             if rate:
                 # Paced: the lag of every heartbeat (a timestamp each is affordable here).

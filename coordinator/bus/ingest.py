@@ -67,13 +67,16 @@ class Ingest:
         )
 
     def on_message(self, msg: Msg) -> None:
+        self.on_raw(msg.subject, msg.data)
+
+    def on_raw(self, subject: str, data: bytes) -> None:
         """One message; never raises (the bus calls it for a batch at a time, and one bad
         message must not cost the rest of the batch)."""
         try:
-            self.handle(msg.subject, msg.data)
+            self.handle(subject, data)
         except Exception:
-            self.drop("internal", msg.subject)
-            log.exception("ingest failed on %s", msg.subject)
+            self.drop("internal", subject)
+            log.exception("ingest failed on %s", subject)
 
     def _parse(self, subject: str) -> tuple[str, str, str] | None:
         try:

@@ -58,6 +58,7 @@ class FastLane:
         self.max_bytes = max_bytes
         self._on_full = on_full
         self._wake = asyncio.Event()
+        self._waiting = False  # the drain task waits for `_wake` (else it will look again)
         self._task = asyncio.get_running_loop().create_task(self._drain(), name="bus-fast-lane")
 
     @classmethod
@@ -84,27 +85,35 @@ class FastLane:
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
     ) -> None:
         handle = self._handlers.get(sid)
-        sub = self._client._subs.get(sid) if handle is not None else None
-        if handle is None or sub is None or headers or reply:
+        if handle is None or headers or reply:
             await self._original(sid, subject, reply, data, headers)
             return
+        sub = self._client._subs.get(sid)
+        if sub is None:  # unsubscribed: nats-py's path skips it the same way
+            return
         # What nats-py's own path records for a delivered message.
+        size = len(data)
         stats = self._client.stats
         stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
+        stats["in_bytes"] += size
         sub._received += 1
-        if len(self._queue) >= self.max_msgs or self._bytes + len(data) > self.max_bytes:
+        if len(self._queue) >= self.max_msgs or self._bytes + size > self.max_bytes:
             self._on_full(subject.decode(errors="replace"))
             return
         self._queue.append((handle, subject, data))
-        self._bytes += len(data)
+        self._bytes += size
+        if not self._waiting:
+            return
+        self._waiting = False
         self._wake.set()
 
     async def _drain(self) -> None:
         queue = self._queue
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            if not queue:
+                self._waiting = True
+                await self._wake.wait()
+                self._wake.clear()
             while queue:
                 for _ in range(min(BATCH, len(queue))):
                     handle, subject, data = queue.popleft()

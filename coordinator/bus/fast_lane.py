@@ -36,7 +36,11 @@ RawHandler = Callable[[str, bytes], None]
 ProcessMsg = Callable[[int, bytes, bytes, bytes, Any], Awaitable[None]]
 
 # Messages handled per turn of the event loop (then the API, the sweep, the reader run).
-BATCH = 64
+# Small on purpose: each turn the reader moves a 32 KiB read (~100 heartbeats) from the
+# socket into the queue, so the backlog builds here — bounded, and every drop counted —
+# not in the server's buffer for us, whose overflow (or a PONG stuck behind it) costs
+# the connection and, uncounted, everything in it.
+BATCH = 16
 
 
 class FastLane:

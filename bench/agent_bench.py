@@ -4,7 +4,8 @@ nats-server (SPEC §8 goal: < 40 MB RSS, < 1 % of one core at the default interv
 Runs `gpufleet-agent --simulate h100-sxm-8` as a subprocess for N seconds at each
 interval, counts its heartbeats, samples its RSS and CPU time from /proc, and compares
 with a baseline measured in the same run: a bare Python process that imports the same
-libraries (nats-py, pydantic, pynvml) and sleeps. Prints a table and writes
+modules (agent.main, the publisher, the poller, NVML and the simulator, through
+the same entry point) and sleeps. Prints a table and writes
 bench/results/agent.json.
 
     .venv/bin/python bench/agent_bench.py [--seconds 30] [--intervals 5,0.5]
@@ -31,10 +32,14 @@ from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 
 TICKS = os.sysconf("SC_CLK_TCK")
-# What the agent process imports, minus aiohttp (the agent leaves it out; see agent.main).
+# What the agent process imports when it runs `--simulate` (the NVML side included),
+# through the same entry point (agent.daemon: what agent.lean leaves out, it leaves
+# out here too), minus aiohttp (the agent leaves it out; see agent.main).
 BASELINE = (
-    "import sys, time; sys.modules['aiohttp'] = None; import agent.main, agent.publisher; "
-    "print('ready', flush=True); time.sleep(3600)"
+    "import sys, time; sys.modules['aiohttp'] = None; import agent.lean; "
+    "agent.lean.leave_out_unused_imports(); "
+    "import agent.main, agent.publisher, agent.poller, agent.reader, agent.xid_watch, "
+    "agent.simulated; print('ready', flush=True); time.sleep(3600)"
 )
 
 
@@ -84,7 +89,7 @@ async def measure_agent(url: str, interval: float, seconds: float) -> dict[str, 
         first.set()
 
     await nc.subscribe(f"gpufleet.hb.{pool}.{node}", cb=count)
-    cmd = [sys.executable, "-m", "agent.main", "--pool-id", pool, "--node-id", node]
+    cmd = [sys.executable, "-m", "agent.daemon", "--pool-id", pool, "--node-id", node]
     cmd += ["--nats-url", url, "--simulate", "h100-sxm-8", "--interval", str(interval)]
     proc = await asyncio.create_subprocess_exec(
         *cmd, stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "GPUFLEET_LOG_LEVEL": "WARNING"}

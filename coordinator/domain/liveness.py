@@ -138,8 +138,11 @@ class LivenessTracker:
         node = self.nodes.get(hb.node_id)
         if node is None or node.pool_id != hb.pool_id:
             return UNKNOWN
-        announced = hb.interval_ms
-        interval = min(max(announced, self.min_interval_ms), self.max_interval_ms)
+        announced = interval = hb.interval_ms
+        if interval < self.min_interval_ms:  # `clamp`, inline on the hot path
+            interval = self.min_interval_ms
+        elif interval > self.max_interval_ms:
+            interval = self.max_interval_ms
         if hb.boot_id == node.boot_id and hb.seq > node.seq:
             node.seq = hb.seq  # the common case of `_boot`: the next beat of this boot
         else:

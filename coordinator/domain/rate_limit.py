@@ -42,9 +42,10 @@ class RateLimiter:
                     self._next_prune = now + 1.0
                     return False
             bucket = self._buckets[key] = _Bucket(float(self.burst), now)
-        else:
-            elapsed = max(0.0, now - bucket.at)
-            bucket.tokens = min(float(self.burst), bucket.tokens + elapsed * self.rate)
+        elif now > bucket.at:
+            # Inline min/max: this runs for every message ingested.
+            tokens = bucket.tokens + (now - bucket.at) * self.rate
+            bucket.tokens = tokens if tokens < self.burst else float(self.burst)
             bucket.at = now
         if bucket.tokens < 1.0:
             return False

@@ -95,6 +95,7 @@ class NodeStateService:
         self.backlog = backlog
         self.backlog_limit = backlog_limit
         self._behind = False
+        self._rearm_due = False  # messages were lost since the last sweep (`fell_behind`)
         self.capacity = capacity or CapacitySignal()
         self.is_leader = is_leader
         # Inventories that arrived while another replica led (and probably wrote them).
@@ -187,7 +188,10 @@ class NodeStateService:
             "the coordinator dropped NATS messages (slow consumer): judging nobody"
             " until every node has had its window again",
         )
-        self.tracker.rearm(self.clock.now_ms())
+        # Rearming touches every node; a slow consumer reports each message it drops
+        # (thousands a second when behind), and rearming on each made falling behind
+        # worse. The sweep, the only judge of the quiet windows, rearms first thing.
+        self._rearm_due = True
 
     def on_inventory(self, inv: Inventory) -> None:
         if self.tracker.is_rival(inv.node_id, inv.boot_id, self.clock.now_ms()):
@@ -394,6 +398,9 @@ class NodeStateService:
 
     async def sweep(self) -> None:
         now = self.clock.now_ms()
+        if self._rearm_due:
+            self._rearm_due = False
+            self.tracker.rearm(now)
         backlog = self.backlog()
         if backlog > self.backlog_limit:
             # Heartbeats may be waiting in our own queue: judge nobody, and give every

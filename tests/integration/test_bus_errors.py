@@ -75,3 +75,33 @@ def test_each_drop_reason_is_logged_at_warning_with_the_node_id(
     assert len(messages) == 3  # one per reason: the flood from gpu-7 is not a log flood
     for node, reason in (("gpu-7", "not_json"), ("gpu-8", "bad_schema"), ("gpu-9", "too_large")):
         assert any(f"node {node}" in m and reason in m for m in messages), messages
+
+
+async def test_fast_lane_handles_or_counts_every_message(nats_url: str) -> None:
+    """The heartbeat fast lane (`Bus.subscribe_fast`) is bounded like a subscription: what
+    does not fit is dropped, counted as a slow consumer and reported as falling behind;
+    everything else reaches the handler, messages with a reply subject included (they
+    take nats-py's ordinary path)."""
+    behind: list[int] = []
+    bus = Bus(nats_url, pending_msgs_limit=5, on_behind=lambda: behind.append(1))
+    await bus.connect(attempts=1)
+    handled: list[tuple[str, bytes]] = []
+    try:
+        await bus.subscribe_fast("lane.>", lambda subject, data: handled.append((subject, data)))
+        assert bus.nc is not None
+        await bus.nc.publish("lane.asks", b"question", reply="lane-replies")
+        for i in range(2000):
+            await bus.publish(f"lane.{i % 7}", str(i).encode())
+        await bus.flush()
+
+        async def all_accounted() -> bool:
+            return len(handled) + bus.errors.get("slow_consumer", 0) == 2001
+
+        await eventually(all_accounted, within_s=10)
+        assert bus.errors["slow_consumer"] > 0  # 2,000 at once into a queue of 5
+        assert len(behind) == bus.errors["slow_consumer"]
+        assert ("lane.asks", b"question") in handled
+        assert all(subject.startswith("lane.") for subject, _ in handled)
+        assert bus.backlog() == 0
+    finally:
+        await bus.close()

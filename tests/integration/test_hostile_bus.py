@@ -136,6 +136,28 @@ async def test_falling_behind_is_our_outage_not_the_nodes(rig: Rig) -> None:
     assert rig.service.behind_episodes == 2
 
 
+async def test_drops_while_behind_rearm_once_at_the_next_sweep(rig: Rig) -> None:
+    """A slow consumer reports every message it drops; the windows are re-armed once, by
+    the sweep that would otherwise judge, from the sweep's own time."""
+    inv = make_inventory("n1", rig.pool_id, gpus=1)
+    rig.service.on_inventory(inv)
+    await rig.service.write_pending()
+    rig.service.on_heartbeat(make_heartbeat(inv, 1, interval_ms=1000))
+    await rig.service.sweep()
+    rig.clock.advance(10_000)  # silent past its 3 s window: a sweep now would mark it
+    for _ in range(1000):
+        rig.service.fell_behind()  # our drops, not its silence
+    assert rig.service.behind_episodes == 1000
+    await rig.service.sweep()
+    assert rig.tracker.nodes["n1"].reachable
+    rig.clock.advance(2_000)
+    await rig.service.sweep()
+    assert rig.tracker.nodes["n1"].reachable
+    rig.clock.advance(2_000)
+    await rig.service.sweep()
+    assert not rig.tracker.nodes["n1"].reachable  # a whole window of silence since
+
+
 async def test_the_coordinator_refuses_an_open_bus_unless_told(
     tmp_path: Path, nats_url: str
 ) -> None:

@@ -166,3 +166,28 @@ def test_main_exits_two_on_bad_config(capsys: pytest.CaptureFixture[str]) -> Non
 def test_main_exits_two_on_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--pool-id", POOL, "--node-id", "n", "--simulate", "no-such-box"]) == 2
     assert "no-such-box" in capsys.readouterr().err
+
+
+def test_env_names_json_tables_and_nested_keys() -> None:
+    """The env rules pydantic-settings had, now `shared.settings.from_env`'s own: names
+    are case-insensitive, empty values are unset, a table is JSON with `__` keys merged
+    over it, a list field's text form stands alone."""
+    env = {
+        "gpufleet_pool_id": POOL,
+        "GPUFLEET_NODE_ID": "",
+        "GPUFLEET_HEALTH": '{"xid_hold_s": 5, "recover_after_s": 3}',
+        "GPUFLEET_Health__Xid_Hold_S": "7",
+        "GPUFLEET_HEALTH__XID_FAULTS": "[1, 2]",
+        "GPUFLEET_MANAGEMENT_NICS": "eth0,eth1",
+        "GPUFLEET_EXPECTED__GPU": "8",
+    }
+    s = load(Settings, [], env, defaults={"node_id": "default"})
+    assert s.pool_id == POOL
+    assert s.node_id == "default"
+    assert (s.health.xid_hold_s, s.health.recover_after_s) == (7, 3)
+    assert s.health.xid_faults == (1, 2)
+    assert s.management_nics == ("eth0", "eth1")
+    assert s.expected == {"gpu": 8}
+    with pytest.raises(ConfigError) as err:
+        load(Settings, [], {**env, "GPUFLEET_HEALTH__XID_FAULTS": "{bad"})
+    assert err.value.field == "health"

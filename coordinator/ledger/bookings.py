@@ -22,11 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
+from coordinator.domain.risk import UNHEALTHY, assess
 from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.device_claims import insert_claims, rows_for
 from coordinator.ledger.quotas import TenantLocks
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
+from coordinator.ledger.risk import at_risk_json
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
 from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
 from shared.ids import new_reservation_id
@@ -169,6 +171,9 @@ class BookingWriter:
             return NotPlaced(placement, None)
         await self._check_quota(conn, r, placement, start, end)
 
+        # Only whole nodes are booked with their faulty devices: such a reservation is
+        # at risk from its first answer, not from whichever node change re-judges it.
+        unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
         reservation = Reservation(
             reservation_id=new_reservation_id(),
             tenant_id=r.tenant_id,
@@ -190,6 +195,7 @@ class BookingWriter:
                 for a in pick.atoms
             ),
             created_at=now,
+            at_risk=assess(dict.fromkeys(unhealthy, UNHEALTHY), None, now),
         )
         noticed = await self._notice(conn, sorted(victims), preempt_at, now) if victims else ()
         await self._insert(conn, reservation, placement)
@@ -207,7 +213,6 @@ class BookingWriter:
             # Victims' bookings were cut short: recount, and let the cache reload.
             await refresh_booked(conn, r.pool_id, now)
         else:
-            unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
             allocated, reserved = booked_delta(
                 held_atoms, self._snapshots.reserved_atoms(r.pool_id, now), unhealthy, now
             )
@@ -243,6 +248,7 @@ class BookingWriter:
                 ],
                 created_at=res.created_at,
                 updated_at=res.created_at,
+                at_risk=at_risk_json(res.at_risk),
             )
         )
         common = {

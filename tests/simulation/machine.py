@@ -27,7 +27,7 @@ from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.model import Quota
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import InvalidInput
+from coordinator.errors import InvalidInput, Unavailable
 from coordinator.ledger import Database, Ledger, ReservationFilter
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.rollups import rebuild_pool
@@ -37,7 +37,9 @@ from coordinator.services.intervals import IntervalBookings, IntervalsBooked, In
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.node_changes import (
     NodeChanges,
+    NotRecorded,
     record_heartbeat,
+    record_inventories,
     record_inventory,
     record_reachability,
 )
@@ -226,18 +228,33 @@ class LedgerMachine(RuleBasedStateMachine):
         await self._publish(
             [await record_inventory(self.ledger, host.inventory(self.now), self.now)]
         )
-        if host.node_id not in (await self._held_devices())[0]:
-            # SPEC §5 pool moves: without bookings still to run, a node is where its
-            # agent says.
-            node = (await self.view()).nodes.get(host.node_id)
-            if node is None or node.pool_id != host.pool_id:
-                self.fail(
-                    [
-                        f"{host.node_id} holds no bookings and is not in the pool its "
-                        f"agent reports ({host.pool_id})"
-                    ],
-                    "an inventory",
-                )
+        await self._where_reported([host], "an inventory")
+
+    async def _inventories(self, hosts: list[SimHost]) -> None:
+        """The batched path (`record_inventories`, a fleet registering or restarting):
+        new and known nodes in one unit of work, each as the single path would."""
+        now = self.now
+        outcomes = await record_inventories(self.ledger, [h.inventory(now) for h in hosts], now)
+        refused = [o for o in outcomes if isinstance(o, NotRecorded)]
+        self.fail([f"{o.node_id}: inventory not recorded: {o.error}" for o in refused], "a batch")
+        await self._publish([o for o in outcomes if isinstance(o, NodeChanges)])
+        await self._where_reported(hosts, "a batch of inventories")
+
+    async def _where_reported(self, hosts: list[SimHost], step: str) -> None:
+        """SPEC §5 pool moves: without bookings still to run, a node is where its agent
+        says."""
+        held = (await self._held_devices())[0]
+        nodes = (await self.view()).nodes
+        self.fail(
+            [
+                f"{h.node_id} holds no bookings and is not in the pool its agent "
+                f"reports ({h.pool_id})"
+                for h in hosts
+                if h.node_id not in held
+                and (h.node_id not in nodes or nodes[h.node_id].pool_id != h.pool_id)
+            ],
+            step,
+        )
 
     async def _heartbeat(self, host: SimHost) -> None:
         changes = await record_heartbeat(self.ledger, host.heartbeat(self.now), self.now)
@@ -410,6 +427,23 @@ class LedgerMachine(RuleBasedStateMachine):
         return out
 
     @precondition(lambda self: self.ready)
+    @rule(h=st.integers(0, 9), move=st.booleans(), new=st.booleans())
+    def inventories_batch(self, h: int, move: bool, new: bool) -> None:
+        """Agents restarting together: two known nodes (the first maybe into the other
+        pool) and, while there is room, a new one, through the batched path."""
+        hosts = self._hosts(self.run(self._held_devices())[0])
+        batch = [_pick(hosts, h), _pick(hosts, h + 1)]
+        if move:
+            batch[0].pool_id = next(p for p in self.pools if p != batch[0].pool_id)
+            batch[0].boot += 1
+        if new and len(self.hosts) < MAX_HOSTS:
+            host = SimHost.build(f"{self.ns}-n{len(self.hosts)}", self.pools[h % 2], "r1", 2, 1)
+            self.hosts.append(host)
+            batch.append(host)
+        self.run(self._inventories(batch))
+        self.count("inventories batched" + (" (pool move)" if move else ""))
+
+    @precondition(lambda self: self.ready)
     @rule(h=st.integers(0, 9))
     def pool_move(self, h: int) -> None:
         self.run(self._pool_move(self.host(h)))
@@ -528,7 +562,15 @@ class LedgerMachine(RuleBasedStateMachine):
 
     async def _create(self, body: dict[str, Any], shape: str) -> None:
         now = self.now
-        out = await self.reservations.create(create_request(body))
+        try:
+            out = await self.reservations.create(create_request(body))
+        except Unavailable as exc:
+            # One writer, nothing to race: the placer offered what the database refuses.
+            raise InvariantViolation(
+                f"create {body} answered 503 ({exc}) with no other writer: the placer "
+                "offered capacity the database's claims refuse (the same physical device "
+                "promised twice)"
+            ) from exc
         if isinstance(out, Replayed):
             raise InvariantViolation(f"a fresh key was answered as a replay: {out}")
         if isinstance(out, Refused):
@@ -550,7 +592,19 @@ class LedgerMachine(RuleBasedStateMachine):
         problems += ref.overcommitted(view, res.reservation_id, now)
         problems += self._unbookable(view, res)
         problems += self._notices(out, now, noticed_before)
+        problems += self._born_at_risk(view, res, now)
         self.fail(problems, f"create {body}")
+
+    def _born_at_risk(self, view: LedgerView, res: Reservation, now: int) -> list[str]:
+        """A booking is at risk from its first answer when it took faulty devices (whole
+        nodes keep theirs); no alert, nothing changed for it."""
+        risky, unsaid = ref.at_risk_atoms(view, self.models[res.reservation_id])
+        self.at_risk[res.reservation_id] = bool(risky)
+        flag = reservation(res, now).get("atRisk")
+        got = sorted(flag["atoms"]) if flag else []
+        if unsaid or got == sorted(risky):
+            return []
+        return [f"{res.reservation_id} answered atRisk {flag}, atoms at risk {sorted(risky)}"]
 
     def _model(self, res: Reservation) -> ref.ReservationModel:
         return ref.ReservationModel(

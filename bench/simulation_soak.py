@@ -8,19 +8,19 @@ must catch. Reports sequences run and invariant violations found (each with the 
 that replays it), as a table and bench/results/simulation.json.
 
     .venv/bin/python bench/simulation_soak.py [--sequences 500] [--batch 25] [--steps 40]
-        [--concurrent-rounds 5] [--concurrent-seconds 10] [--databases sqlite,postgresql]
+        [--planted-searches 3] [--planted-budget 300] [--concurrent-rounds 5]
+        [--concurrent-seconds 10] [--databases sqlite,postgresql]
 
 A violation found here is a bug: replay it with the printed seed in the CI test
-(`GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_EXAMPLES=<batch> pytest
+(`GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_EXAMPLES=<batch> GPUFLEET_SIM_SHRINK=1 pytest
 tests/integration/test_simulation.py -k <database>`), which shrinks it to the minimal
-sequence.
+sequence (the test runs 30 steps a sequence, the soak `--steps`: pass the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import secrets
 import sys
@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
+from report import Goal, write
 
 from coordinator.ledger import Database, Ledger
 from tests.simulation.concurrent import run_concurrently
@@ -78,13 +80,8 @@ def postgres_reachable() -> bool:
     return True
 
 
-def soak(
-    url: str, ledger_class: type[Ledger], args: argparse.Namespace, budget: int
-) -> dict[str, Any]:
-    """Batches of `args.batch` sequences, each batch with a seed of its own, until
-    `budget` sequences ran; a failing batch is recorded (not shrunk) and the next
-    batch goes on. A planted ledger stops at its first catch."""
-    options = settings(
+def _options(args: argparse.Namespace) -> settings:
+    return settings(
         max_examples=args.batch,
         stateful_step_count=args.steps,
         deadline=None,
@@ -92,6 +89,14 @@ def soak(
         database=None,
         phases=[Phase.generate],
     )
+
+
+def _searches(
+    url: str, ledger_class: type[Ledger], args: argparse.Namespace, budget: int, stop: bool
+) -> dict[str, Any]:
+    """Batches of `args.batch` sequences, each batch with a fresh seed, until `budget`
+    sequences ran. A failing batch is recorded (not shrunk) with its seed and the
+    sequences it took; with `stop` the first one ends the search."""
     stats: Counter[str] = Counter()
     found: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -101,12 +106,20 @@ def soak(
         glue = Glue(runner, ledger, db, stats)
         try:
             while stats["sequences"] < budget:
-                chosen = random.randrange(2**32)
+                chosen, before = random.randrange(2**32), stats["sequences"]
                 try:
-                    run_state_machine_as_test(seed(chosen)(machine_for(glue)), settings=options)
+                    machine = seed(chosen)(machine_for(glue))
+                    run_state_machine_as_test(machine, settings=_options(args))
                 except Exception as exc:  # an invariant, or anything the ledger raised
-                    found.append({"seed": chosen, "error": f"{type(exc).__name__}: {exc}"[:2000]})
-                    if ledger_class is not Ledger:
+                    found.append(
+                        {
+                            "seed": chosen,
+                            "sequences": stats["sequences"] - before,
+                            "after": stats["sequences"],
+                            "error": f"{type(exc).__name__}: {exc}"[:2000],
+                        }
+                    )
+                    if stop:
                         break
         finally:
             runner.run(db.dispose())
@@ -121,11 +134,87 @@ def soak(
     }
 
 
+def soak(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    with scratch_database(kind) as url:
+        return _searches(url, Ledger, args, args.sequences, stop=False)
+
+
+def planted(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`args.planted_searches` searches of the planted ledger, each with seeds of its
+    own, each until its first catch: how many sequences the simulation needs to find
+    the bug (the soak's baseline: what a real bug like it would cost to find)."""
+    runs = []
+    for _ in range(args.planted_searches):
+        with scratch_database(kind) as url:
+            runs.append(_searches(url, PlantedLedger, args, args.planted_budget, stop=True))
+    until = sorted(r["sequences"] for r in runs if r["violations"])
+    return {
+        "searches": len(runs),
+        "caught": len(until),
+        "sequences": sum(r["sequences"] for r in runs),
+        "steps": sum(r["steps"] for r in runs),
+        "violations": sum(r["violations"] for r in runs),
+        "sequences_until_caught": until,
+        "median_until_caught": until[len(until) // 2] if until else None,
+        "found": [f for r in runs for f in r["found"]],
+        "seconds": round(sum(r["seconds"] for r in runs), 1),
+    }
+
+
+def concurrent(args: argparse.Namespace) -> dict[str, Any]:
+    rounds: list[dict[str, Any]] = []
+    for _ in range(args.concurrent_rounds):
+        chosen = random.randrange(2**32)
+        with scratch_database("postgresql") as url:
+            outcome = asyncio.run(
+                run_concurrently(url, seconds=args.concurrent_seconds, writers=4, seed=chosen)
+            )
+        rounds.append(
+            {
+                "seed": chosen,
+                "violations": outcome.violations,
+                "drift": outcome.drift,
+                "operations": dict(sorted(outcome.operations.items())),
+            }
+        )
+    return {
+        "sequences": len(rounds),
+        "steps": sum(sum(r["operations"].values()) for r in rounds),
+        "violations": sum(len(r["violations"]) for r in rounds),
+        "found": [r for r in rounds if r["violations"]],
+        "rounds": rounds,
+    }
+
+
+def goals_of(runs: dict[str, Any], args: argparse.Namespace) -> list[Goal]:
+    goals = []
+    for name, run in runs.items():
+        value = f"{run['sequences']:,} sequences, {run['steps']:,} steps"
+        value += f", {run['violations']} violations"
+        if name.endswith("planted claim bug"):
+            until = run["sequences_until_caught"]
+            goals.append(
+                Goal(
+                    f"{name}: caught",
+                    f"{run['caught']} of {run['searches']} searches, after {until} sequences",
+                    f"median {run['median_until_caught']} of a {args.planted_budget} budget",
+                    "every search",
+                    run["caught"] == run["searches"],
+                )
+            )
+        else:
+            goals.append(
+                Goal(f"{name}: invariant violations", value, "", "0", not run["violations"])
+            )
+    return goals
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sequences", type=int, default=500, help="per database")
     p.add_argument("--batch", type=int, default=25)
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--planted-searches", type=int, default=3)
     p.add_argument("--planted-budget", type=int, default=300)
     p.add_argument("--concurrent-rounds", type=int, default=5)
     p.add_argument("--concurrent-seconds", type=float, default=10.0)
@@ -136,59 +225,17 @@ def main() -> None:
         print("PostgreSQL not reachable: SQLite only", file=sys.stderr)
         kinds.remove("postgresql")
 
-    results: dict[str, Any] = {"settings": vars(args), "runs": {}}
+    runs: dict[str, Any] = {}
     for kind in kinds:
-        with scratch_database(kind) as url:
-            results["runs"][kind] = soak(url, Ledger, args, args.sequences)
-        with scratch_database(kind) as url:
-            results["runs"][f"{kind}, planted claim bug"] = soak(
-                url, PlantedLedger, args, args.planted_budget
-            )
-    if "postgresql" in kinds:
-        rounds: list[dict[str, Any]] = []
-        for _ in range(args.concurrent_rounds):
-            chosen = random.randrange(2**32)
-            with scratch_database("postgresql") as url:
-                outcome = asyncio.run(
-                    run_concurrently(
-                        url,
-                        seconds=args.concurrent_seconds,
-                        writers=4,
-                        seed=chosen,
-                    )
-                )
-            rounds.append(
-                {
-                    "seed": chosen,
-                    "violations": outcome.violations,
-                    "drift": outcome.drift,
-                    "operations": dict(sorted(outcome.operations.items())),
-                }
-            )
-        results["runs"]["postgresql, concurrent"] = {
-            "sequences": len(rounds),
-            "steps": sum(sum(r["operations"].values()) for r in rounds),
-            "violations": sum(len(r["violations"]) for r in rounds),
-            "found": [r for r in rounds if r["violations"]],
-            "rounds": rounds,
-        }
-
-    print(f"{'run':34} {'sequences':>9} {'steps':>7} {'violations':>10}  note")
-    for name, run in results["runs"].items():
-        planted = "planted" in name
-        if planted:
-            note = "caught" if run["violations"] else "NOT CAUGHT"
-        else:
-            note = "ok" if not run["violations"] else "VIOLATIONS (seeds in the JSON)"
-        print(f"{name:34} {run['sequences']:>9} {run['steps']:>7} {run['violations']:>10}  {note}")
-    for name, run in results["runs"].items():
+        runs[kind] = soak(kind, args)
+        runs[f"{kind}, planted claim bug"] = planted(kind, args)
+    if "postgresql" in kinds and args.concurrent_rounds:
+        runs["postgresql, concurrent"] = concurrent(args)
+    for name, run in runs.items():
         if "planted" not in name:
             for f in run["found"]:
                 print(f"\n{name}, seed {f.get('seed')}:\n{f.get('error') or f.get('violations')}")
-    out = HERE / "results" / "simulation.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"\nwrote {out}")
+    sys.exit(write("simulation", {"settings": vars(args), "runs": runs}, goals_of(runs, args)))
 
 
 if __name__ == "__main__":

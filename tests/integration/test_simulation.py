@@ -41,7 +41,7 @@ from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, ma
 from tests.simulation.planted import PlantedLedger
 
 EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "10"))
-STEPS = 30
+STEPS = int(os.environ.get("GPUFLEET_SIM_STEPS", "30"))
 PLANTED_EXAMPLES = 200
 CONCURRENT_SECONDS = float(os.environ.get("GPUFLEET_SIM_SECONDS", "6"))
 # CI runs the same sequences every time: a fixed seed, no example database. A failure

@@ -23,6 +23,7 @@ class NodeRow:
     maintenance_reason: str
     provisioning: bool
     scalars: dict[str, int]
+    pending_pool: str | None  # a reported pool move held while bookings live
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ async def read_view(
                 row.maintenance_reason or "",
                 bool(row.provisioning),
                 {"vcpu": row.vcpu, "memoryGiB": row.memory_gib, "hugepages1Gi": row.hugepages_1gi},
+                row.pending_pool_id,
             )
             for row in node_rows
         }

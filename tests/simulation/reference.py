@@ -445,6 +445,10 @@ def at_risk_atoms(view: LedgerView, m: ReservationModel) -> tuple[set[str], bool
     reading — a node that is provisioning and unhealthy, which the SPEC leaves unsaid
     (its bucket is provisioning, not unhealthy, and provisioning is not a risk to what a
     node already holds)."""
+    if m.held_until() <= m.start:
+        # Noticed before it starts: it will never hold anything, so whether it is at
+        # risk is moot (the ledger stops judging it; the SPEC says nothing).
+        return set(), True
     risky: set[str] = set()
     unsaid = False
     for atom_id in m.atoms:

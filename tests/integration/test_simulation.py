@@ -10,7 +10,7 @@ commitment above capacity, every reservation's state and bookings as the clock s
 at-risk flags as the atoms' buckets say, with their alerts in the outbox, pool-change
 holds, `device.reconfigured` events.
 
-Budget: CI runs `GPUFLEET_SIM_EXAMPLES` sequences per database (default 10, 30 steps
+Budget: CI runs `GPUFLEET_SIM_EXAMPLES` sequences per database (default 20, 30 steps
 each, `GPUFLEET_SIM_STEPS`) from one fixed seed, so every run tries the same sequences;
 `bench/simulation_soak.py` runs many more from fresh seeds.
 
@@ -44,7 +44,7 @@ from tests.simulation.concurrent import run_concurrently
 from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
 from tests.simulation.planted import PlantedLedger
 
-EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "20"))
 STEPS = int(os.environ.get("GPUFLEET_SIM_STEPS", "30"))
 PLANTED_EXAMPLES = 200
 CONCURRENT_SECONDS = float(os.environ.get("GPUFLEET_SIM_SECONDS", "6"))

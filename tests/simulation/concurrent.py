@@ -180,7 +180,8 @@ async def _intervals(sh: _Shared, replica: Replica, rng: random.Random) -> None:
 async def _renew(sh: _Shared, replica: Replica, rng: random.Random) -> None:
     if not sh.reservations:
         return
-    rid = rng.choice(sorted(sh.reservations))
+    # The newest ones: those still live, whose leases race the clock.
+    rid = rng.choice(list(sh.reservations)[-6:])
     tenant, leases = sh.reservations[rid]
     try:
         out = await replica.reservations.renew(tenant, rid, rng.choice([None, 60, 300]))
@@ -295,13 +296,14 @@ async def check(sh: _Shared, db: Database) -> tuple[list[str], int]:
         )
         if rid in sh.released and state != "released":
             problems.append(f"{rid} was answered 'released', shows {state!r}")
-        if (
-            leases
-            and state == "expired"
-            and res.ended_at is not None
-            and res.ended_at < max(leases)
-        ):
-            problems.append(f"{rid} renewed until {max(leases)} but expired at {res.ended_at}")
+        # A renew that answered "extended" holds: the stored lease is the one the last
+        # renew answered (renews may shorten it too, so not the longest), and the clock
+        # ended it only once that lease had run out.
+        lease = res.lease_expires_at
+        if leases and lease not in leases:
+            problems.append(f"{rid} stores lease {lease}, no renew answered it: {leases}")
+        if res.stored_state == "expired" and (lease is None or (res.ended_at or 0) < lease):
+            problems.append(f"{rid} expired at {res.ended_at} with its lease until {lease}")
     problems += ref.holding_mismatches(view, holdings, now)
     for key, ids in sh.keys.items():
         if len(ids) > 1:

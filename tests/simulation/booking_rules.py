@@ -18,7 +18,14 @@ from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
 from coordinator.services.reservations import Created, Refused
 from tests.simulation import reference as ref
-from tests.simulation.base import MINUTE, NOTICE_MS, InvariantViolation, MachineBase, pick
+from tests.simulation.base import (
+    DEVICE_INDEX,
+    MINUTE,
+    NOTICE_MS,
+    InvariantViolation,
+    MachineBase,
+    pick,
+)
 from tests.simulation.fleet import SimGpu, SimHost, SimNic
 from tests.simulation.ledger_view import LedgerView
 from tests.simulation.requests import RESOURCES, SHAPES, create_body, create_request, interval_body
@@ -101,7 +108,7 @@ class BookingRules(MachineBase):
 
     @precondition(lambda self: self.ready)
     @rule(
-        i=st.integers(0, 15),
+        i=DEVICE_INDEX,
         count=st.integers(1, 2),
         spot=st.booleans(),
         later=st.sampled_from([None, 30 * MINUTE]),

@@ -13,7 +13,14 @@ from coordinator.ledger import ReservationFilter
 from coordinator.services.node_changes import (
     record_reachability,
 )
-from tests.simulation.base import GPU_FORMS, MAX_HOSTS, MachineBase, device_id_of, pick
+from tests.simulation.base import (
+    DEVICE_INDEX,
+    GPU_FORMS,
+    MAX_HOSTS,
+    MachineBase,
+    device_id_of,
+    pick,
+)
 from tests.simulation.fleet import Health, SimGpu, SimHost, SimNic
 
 
@@ -31,7 +38,7 @@ class FleetRules(MachineBase):
         self.count("node added")
 
     @precondition(lambda self: self.ready)
-    @rule(i=st.integers(0, 15), form=st.integers(0, 5), then_book=st.sampled_from([True, False]))
+    @rule(i=DEVICE_INDEX, form=st.integers(0, 5), then_book=st.sampled_from([True, False]))
     def reconfigure(self, i: int, form: int, then_book: bool) -> None:
         """Change a device's form: a GPU to MIG (2 or 3 instances, new ones every time),
         time-slice slots (2, 4 or 1 replicas, the same ids for the same slots) or whole; a
@@ -78,7 +85,7 @@ class FleetRules(MachineBase):
             )
 
     @precondition(lambda self: self.ready)
-    @rule(i=st.integers(0, 15))
+    @rule(i=DEVICE_INDEX)
     def lose_or_restore_device(self, i: int) -> None:
         host, dev = self.device(i, object)
         dev.present = not dev.present  # type: ignore[attr-defined]
@@ -87,7 +94,7 @@ class FleetRules(MachineBase):
 
     @precondition(lambda self: self.ready)
     @rule(
-        i=st.integers(0, 15),
+        i=DEVICE_INDEX,
         status=st.sampled_from(["unhealthy", "healthy", "degraded", "unmonitored"]),
         by_inventory=st.booleans(),
     )

@@ -22,11 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
+from coordinator.domain.risk import UNHEALTHY, assess
 from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.device_claims import insert_claims, rows_for
 from coordinator.ledger.quotas import TenantLocks
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
+from coordinator.ledger.risk import at_risk_json
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
 from coordinator.ledger.snapshot import HeldAtom, HeldScalar, SnapshotCache, bump
 from shared.ids import new_reservation_id
@@ -226,6 +228,9 @@ def reservation_of(
     r: BookingRequest, placement: Placement, start: int, end: int, now: int
 ) -> Reservation:
     """The reservation a fitting placement of `r` books over `[start, end)`."""
+    # Only whole nodes are booked with their faulty devices: such a reservation is at
+    # risk from its first answer, not from whichever node change re-judges it.
+    unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
     return Reservation(
         reservation_id=new_reservation_id(),
         tenant_id=r.tenant_id,
@@ -247,6 +252,7 @@ def reservation_of(
             for a in pick.atoms
         ),
         created_at=now,
+        at_risk=assess(dict.fromkeys(unhealthy, UNHEALTHY), None, now),
     )
 
 
@@ -307,6 +313,7 @@ class BookingRows:
                 ],
                 "created_at": res.created_at,
                 "updated_at": res.created_at,
+                "at_risk": at_risk_json(res.at_risk),
             }
         )
         common = {

@@ -99,6 +99,49 @@ async def test_an_unhealthy_device_puts_only_its_holders_at_risk(ledger: Ledger)
     assert "atRisk" not in await _answer(rig, other.reservation.reservation_id)
 
 
+async def test_a_whole_node_booked_with_a_faulty_device_is_at_risk_from_the_start(
+    ledger: Ledger,
+) -> None:
+    """A whole-node booking takes the node's faulty devices too (found by the simulation,
+    tests/integration/test_simulation.py): it is at risk from its first answer, and
+    stays so without an alert until the device recovers. (Before: no flag until some
+    unrelated change of the node re-judged it, which then sent `reservation.atRisk`
+    though nothing had happened to it.)"""
+    rig = await Rig.open(ledger)
+    pool = await rig.pool(nodes=1, gpus=2)
+    node_id = f"{pool[-6:]}-n0"
+    atoms = (await ledger.catalog.node(node_id)).atoms  # type: ignore[union-attr]
+    sick = next(a for a in atoms if a.cls == "gpu")
+    inv = make_inventory(node_id, pool)
+    sick_hb = make_heartbeat(
+        inv, devices=(DeviceHealth(device_id=sick.device_id, status="unhealthy"),)
+    )
+    await record_heartbeat(ledger, sick_hb, rig.clock.now_ms())
+    out = await rig.reservations.create(
+        rig.request(pool, "whole", devices=[{"class": "node", "count": 1}])
+    )
+    assert isinstance(out, Created)
+    rid, since = out.reservation.reservation_id, rig.clock.now_ms()
+    want = {"reason": "unhealthy", "since": since, "atoms": [sick.atom_id]}
+    assert render(out.reservation, since)["atRisk"] == want
+    assert (await _answer(rig, rid))["atRisk"] == want
+    # Maintenance changes the reason while it lasts, not the flag: nothing to announce.
+    rig.clock.advance(60_000)
+    on = await rig.maintenance.set(node_id, True, "swap PSU", "ops")
+    assert on.reservations_at_risk == 0
+    assert (await _answer(rig, rid))["atRisk"]["reason"] == "maintenance"  # type: ignore[index]
+    await rig.maintenance.set(node_id, False, "", "ops")
+    assert (await _answer(rig, rid))["atRisk"] == want
+    assert not [a.kind for a in rig.alerts.alerts if a.reservation_id == rid]
+    healed = make_heartbeat(inv, devices=())
+    changes = await record_heartbeat(ledger, healed, rig.clock.now_ms())
+    assert changes is not None
+    await alerting.publish(rig.alerts, [changes], rig.clock.now_ms())
+    assert "atRisk" not in await _answer(rig, rid)
+    assert rig.alerts.alerts[-1].kind == "reservation.recovered"
+    assert rig.alerts.alerts[-1].details["reason"] == "unhealthy"
+
+
 async def test_a_reservation_ended_is_not_at_risk(ledger: Ledger) -> None:
     rig = await Rig.open(ledger)
     _, node_id, rid = await _booked(rig)

@@ -1,0 +1,238 @@
+"""The simulation's state machine, its common part: the loop and ledger a test lends
+it (`Glue`), the services it drives, each sequence's namespace (tenants, pools, nodes of
+its own in the one database the test opened, so sequences cannot see each other), the
+simulated hosts and how rules pick them — those holding bookings still to run first.
+
+Hypothesis rules are synchronous and the ledger is async, so every rule runs its
+coroutine on one event loop that the test owns (`Glue.runner`, an `asyncio.Runner`) and
+that also owns the ledger's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine
+
+from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.capacity_signal import CapacitySignal
+from coordinator.domain.clock import FakeClock
+from coordinator.ledger import Database, Ledger
+from coordinator.services import alerting
+from coordinator.services.intervals import IntervalBookings
+from coordinator.services.maintenance import Maintenance
+from coordinator.services.node_changes import (
+    NodeChanges,
+    NotRecorded,
+    record_heartbeat,
+    record_inventories,
+    record_inventory,
+)
+from coordinator.services.reservations import Reservations
+from coordinator.tasks.reservation_clock import ReservationClock
+from shared.wire import Alert
+from tests.simulation import reference as ref
+from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic
+from tests.simulation.ledger_view import LedgerView, outbox_end, read_view
+
+T = TypeVar("T")
+NOTICE_MS = 120_000
+GPU_FORMS: tuple[tuple[GpuMode, int], ...] = (
+    ("mig", 2),
+    ("mig", 3),
+    ("slot", 2),
+    ("slot", 4),
+    ("whole", 1),
+    ("slot", 1),
+)
+MINUTE = 60_000
+MAX_HOSTS = 5
+# Which device a rule picks, from a list with those under bookings still to run first:
+# the first few as often as any, since changes under live bookings are what can break a
+# promise.
+DEVICE_INDEX = st.integers(0, 2) | st.integers(0, 15)
+_namespaces = itertools.count()
+
+
+class InvariantViolation(AssertionError):
+    """The ledger broke a rule of the reference model."""
+
+
+class RecordingAlerts:
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    async def publish(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+
+@dataclass
+class Glue:
+    """What a test lends its machines: the loop, the ledger on it, a raw handle on the
+    same database for the checker, and counts of what the sequences did."""
+
+    runner: asyncio.Runner
+    ledger: Ledger
+    db: Database
+    stats: Counter[str]
+
+    def run(self, work: Awaitable[T]) -> T:
+        return self.runner.run(work)  # type: ignore[arg-type]
+
+
+def pick(items: list[T], i: int) -> T:
+    return items[i % len(items)]
+
+
+def device_id_of(dev: object) -> str:
+    return dev.uuid if isinstance(dev, SimGpu) else dev.pci if isinstance(dev, SimNic) else ""
+
+
+class MachineBase(RuleBasedStateMachine):
+    glue: ClassVar[Glue]
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = self.glue
+        g.stats["sequences"] += 1
+        self.ledger, self.db = g.ledger, g.db
+        ns = f"sim{next(_namespaces)}x{id(self) % 10_000}"
+        self.ns = ns
+        self.clock = FakeClock()
+        self.alerts = RecordingAlerts()
+        self.capacity = CapacitySignal()
+        self.reservations = Reservations(
+            self.ledger, self.clock, self.alerts, self.capacity, RESERVATION_ANSWERS, NOTICE_MS
+        )
+        self.intervals = IntervalBookings(self.ledger, self.clock, self.capacity, INTERVAL_ANSWERS)
+        self.maintenance = Maintenance(self.ledger, self.clock, self.alerts, self.capacity)
+        self.res_clock = ReservationClock(self.ledger, self.clock, self.capacity, self.alerts)
+        self.tenants = [f"{ns}a", f"{ns}b"]
+        self.pools: list[str] = []
+        self.hosts: list[SimHost] = []
+        self.models: dict[str, ref.ReservationModel] = {}
+        self.answers: list[tuple[dict[str, Any], int, Any]] = []  # body, status, answer
+        self.ticks = [self.clock.now_ms()]
+        self.keys = itertools.count()
+        self.ready = False
+        self.alerts_seen = 0
+        self.outbox_seen = self.run(outbox_end(self.db))  # judge only the alerts after it
+        self.outbox_ids: set[str] = set()
+        self.at_risk: dict[str, bool] = {}
+
+    # -- glue -----------------------------------------------------------------------------
+
+    def run(self, work: Awaitable[T]) -> T:
+        return self.glue.run(work)
+
+    @property
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def count(self, what: str) -> None:
+        self.glue.stats[what] += 1
+        event(what)
+
+    async def view(self) -> LedgerView:
+        return await read_view(self.db, self.tenants, self.pools)
+
+    def fail(self, violations: list[str], step: str) -> None:
+        if violations:
+            self.glue.stats["violations"] += len(violations)
+            shown = "\n  ".join(violations[:20])
+            raise InvariantViolation(f"after {step} at t={self.now}:\n  {shown}")
+
+    async def _publish(self, changes: list[NodeChanges]) -> None:
+        await alerting.publish(self.alerts, changes, self.now)
+
+    async def _register(self, host: SimHost) -> None:
+        self.hosts.append(host)
+        await self._inventory(host)
+
+    async def _inventory(self, host: SimHost) -> None:
+        await self._publish(
+            [await record_inventory(self.ledger, host.inventory(self.now), self.now)]
+        )
+        await self._where_reported([host], "an inventory")
+
+    async def _inventories(self, hosts: list[SimHost]) -> None:
+        """The batched path (`record_inventories`, a fleet registering or restarting):
+        new and known nodes in one unit of work, each as the single path would."""
+        now = self.now
+        outcomes = await record_inventories(self.ledger, [h.inventory(now) for h in hosts], now)
+        refused = [o for o in outcomes if isinstance(o, NotRecorded)]
+        self.fail([f"{o.node_id}: inventory not recorded: {o.error}" for o in refused], "a batch")
+        await self._publish([o for o in outcomes if isinstance(o, NodeChanges)])
+        await self._where_reported(hosts, "a batch of inventories")
+
+    async def _where_reported(self, hosts: list[SimHost], step: str) -> None:
+        """SPEC §5 pool moves: without bookings still to run, a node is where its agent
+        says."""
+        held = (await self._held_devices())[0]
+        nodes = (await self.view()).nodes
+        self.fail(
+            [
+                f"{h.node_id} holds no bookings and is not in the pool its agent "
+                f"reports ({h.pool_id})"
+                for h in hosts
+                if h.node_id not in held
+                and (h.node_id not in nodes or nodes[h.node_id].pool_id != h.pool_id)
+            ],
+            step,
+        )
+
+    async def _heartbeat(self, host: SimHost) -> None:
+        changes = await record_heartbeat(self.ledger, host.heartbeat(self.now), self.now)
+        if changes is not None:
+            await self._publish([changes])
+
+    # -- the fleet changes -------------------------------------------------------------------
+    # Rules pick hosts and devices by index from lists that put those holding bookings
+    # still to run first: the changes that matter are the ones under live bookings, and
+    # hypothesis tries small indices first.
+
+    async def _held_devices(self) -> tuple[set[str], set[tuple[str, str]]]:
+        """Node ids and (node id, device id) pairs holding bookings that have not ended
+        (device ids are per node: every host has a NIC at 0000:40:00.0)."""
+        view = await self.view()
+        nodes: set[str] = set()
+        devices: set[tuple[str, str]] = set()
+        for b in view.bookings:
+            if b.end > self.now and b.end > b.start:
+                nodes.add(b.node_id)
+                atom = view.atoms.get(b.atom_id)
+                if atom is not None and atom.device_id:
+                    devices.add((b.node_id, atom.device_id))
+        nodes |= {s.node_id for s in view.scalars if s.node_id and s.end > self.now}
+        return nodes, devices
+
+    def _hosts(self, held: set[str]) -> list[SimHost]:
+        return sorted(self.hosts, key=lambda h: (h.node_id not in held, h.node_id))
+
+    def _devices(self, held: set[tuple[str, str]], kind: type[T]) -> list[tuple[SimHost, T]]:
+        found = [
+            ((h.node_id, device_id_of(d)), (h, d))
+            for h in self.hosts
+            for d in (*h.gpus, *h.nics)
+            if isinstance(d, kind)
+        ]
+        return [hd for key, hd in sorted(found, key=lambda f: (f[0] not in held, f[0]))]
+
+    def host(self, i: int) -> SimHost:
+        return pick(self._hosts(self.run(self._held_devices())[0]), i)
+
+    def device(self, i: int, kind: type[T]) -> tuple[SimHost, T]:
+        return pick(self._devices(self.run(self._held_devices())[1], kind), i)
+
+    async def _book_forms(
+        self, host: SimHost, dev: SimGpu | SimNic, count: int, *, spot: bool, later: int | None
+    ) -> None:
+        """Book forms of one device (`booking_rules.BookingRules`)."""
+        raise NotImplementedError

@@ -32,6 +32,7 @@ from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.reservation_clock import ReservationClock
+from coordinator.tasks.shutdown import bounded
 from shared.settings import ConfigError
 from shared.subjects import Subjects
 
@@ -112,7 +113,7 @@ async def running_coordinator(
         ledger = await Ledger.open(
             settings.effective_database_url, application_name=f"gpufleet-coordinator {replica}"
         )
-        stack.push_async_callback(ledger.close)
+        stack.push_async_callback(bounded("ledger", ledger.close))
         # Built first: a retention below the SPEC's 24 h is refused before anything runs.
         idempotency_purge = IdempotencyPurge(ledger, clock, int(settings.idempotency_keep_s * 1000))
         if settings.bootstrap_operator_key:
@@ -152,7 +153,7 @@ async def running_coordinator(
         alerts = OutboxRelay(
             ledger, stream, clock, leadership, interval_s=settings.outbox_interval_s
         )
-        stack.push_async_callback(leadership.close)
+        stack.push_async_callback(bounded("leadership", leadership.close))
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
         nodes = NodeStateService(
@@ -179,7 +180,7 @@ async def running_coordinator(
             log.warning("startup rebuild corrected %d rollup rows", drift)
 
         await bus.connect()
-        stack.push_async_callback(bus.close)
+        stack.push_async_callback(bounded("bus", bus.close))
         check_bus_security(bus, settings)
         try:
             await asyncio.wait_for(stream.setup(), timeout=10)
@@ -244,7 +245,7 @@ async def running_coordinator(
         # Every replica: the backlog figures; the leader alone drains (fenced inside).
         loops.add("alert-outbox", 0, alerts.tick)
         loops.start()
-        stack.push_async_callback(loops.stop)
+        stack.push_async_callback(bounded("loops", loops.stop))
 
         metrics = Metrics(
             Sources(
@@ -288,7 +289,7 @@ async def running_coordinator(
             idle_timeout_s=settings.http_idle_timeout_s,
         )
         await http.start()
-        stack.push_async_callback(http.stop)
+        stack.push_async_callback(bounded("http", http.stop))
         log.info("coordinator API on http://%s:%d", settings.http_host, http.port)
         metrics_http = None
         if settings.metrics_port is not None:
@@ -299,7 +300,7 @@ async def running_coordinator(
                 idle_timeout_s=settings.http_idle_timeout_s,
             )
             await metrics_http.start()
-            stack.push_async_callback(metrics_http.stop)
+            stack.push_async_callback(bounded("metrics-http", metrics_http.stop))
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
             settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,

@@ -369,6 +369,9 @@ def build_app(
     return app
 
 
+SHUTDOWN_GRACE_S = 5.0
+
+
 class HttpServer:
     """The API on a TCP socket; port 0 picks a free one (see `.port` after start)."""
 
@@ -377,8 +380,14 @@ class HttpServer:
     ) -> None:
         # keepalive_timeout is armed when a connection opens and after each answer: a
         # client that sends no complete request header within it is closed.
+        # shutdown_timeout: handlers still running at shutdown (a create waiting for room)
+        # get this long, then are cancelled; their clients retry under their keys.
         self._runner = web.AppRunner(
-            app, access_log=None, keepalive_timeout=idle_timeout_s, max_field_size=8190
+            app,
+            access_log=None,
+            keepalive_timeout=idle_timeout_s,
+            max_field_size=8190,
+            shutdown_timeout=SHUTDOWN_GRACE_S,
         )
         self.host = host
         self.port = port

@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 import uvloop
+from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,6 +42,7 @@ from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 
 GOAL_S = 10.0
+STALL_S = 120.0
 
 
 def settings(db: str, nats_url: str, key: str) -> CoordinatorSettings:
@@ -90,9 +92,17 @@ async def run_backend(db: str, nats_url: str, nodes: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         for inv in invs:
             c.ingest.sink.on_inventory(inv)
-        while len(c.tracker.nodes) < nodes:  # noqa: ASYNC110 - the writer loop fills it
+        # Bounded: a run whose tracker never reaches every node (seen a few times on a
+        # loaded machine, cause not yet found) reports it instead of waiting forever.
+        while len(c.tracker.nodes) < nodes and time.perf_counter() < t0 + STALL_S:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         register_s = time.perf_counter() - t0
+        tracked_now = len(c.tracker.nodes)
+        if tracked_now < nodes:
+            async with c.ledger._db.read() as conn:
+                rows = (await conn.execute(select(func.count()).select_from(schema.nodes))).scalar()
+            print(f"registration: {tracked_now} of {nodes} nodes tracked after {STALL_S:g} s,"
+                  f" {rows} node rows recorded")  # fmt: skip
         before = await nodes_served(c.url, key, pool)
         rollup_before = await c.ledger.rollup([pool])
         window_s = c.settings.misses * 5.0
@@ -138,6 +148,7 @@ async def run_backend(db: str, nats_url: str, nodes: int) -> dict[str, Any]:
         "nodes_list_orjson_ms_per_1000": round(orjson_s * 1000 / len(pages), 2),
         "nodes": nodes,
         "register_s": round(register_s, 2),
+        "registered_all": tracked_now == nodes,
         "inventories_per_s": round(nodes / register_s),
         "bare_rows_s": round(bare_s, 3),
         "register_over_bare": round(register_s / bare_s, 1),
@@ -164,7 +175,7 @@ async def main() -> int:
             Goal(
                 f"{backend}: {a.nodes:,} nodes registered", f"{r['register_s']} s",
                 f"{r['register_over_bare']}x a bare {a.nodes:,}-row write", f"<= {GOAL_S:g} s",
-                r["register_s"] <= GOAL_S * a.nodes / 10_000,
+                r["registered_all"] and r["register_s"] <= GOAL_S * a.nodes / 10_000,
             )
         )  # fmt: skip
         goals.append(

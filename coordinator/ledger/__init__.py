@@ -12,7 +12,7 @@ from coordinator.ledger.facade import Ledger
 from coordinator.ledger.fence import NotLeader
 from coordinator.ledger.idempotency import Recorded, body_hash, matching
 from coordinator.ledger.leadership import Leadership
-from coordinator.ledger.nodes import InventoryRefused, NodeChangeSet, UnknownPool
+from coordinator.ledger.node_change_set import InventoryRefused, NodeChangeSet, UnknownPool
 from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced

@@ -10,6 +10,7 @@ from sqlalchemy import Row, select
 
 from coordinator.domain.model import AtomRecord, Holder, NodeEvent, NodeRecord, NodeState
 from coordinator.ledger import schema
+from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
 
 
@@ -97,7 +98,7 @@ class Catalog:
             if ids:
                 result = await conn.execute(
                     select(a.node_id, a["class"], a.health).where(
-                        a.node_id.in_(ids) & (a.retired.is_(False))
+                        among(conn, a.node_id, ids) & (a.retired.is_(False))
                     )
                 )
                 for node_id, cls, _health in result.all():

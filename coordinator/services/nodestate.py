@@ -39,6 +39,7 @@ from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.errors import CoordinatorError
+from coordinator.gc_pause import gc_paused
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
 from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
@@ -260,8 +261,10 @@ class NodeStateService:
                     if node is not None:
                         node.inventory_hash = digest
         batch = list(inventories.values())
-        for i in range(0, len(batch), INVENTORY_BATCH):
-            await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
+        # A fleet registering: no collector passes over the whole heap meanwhile.
+        with gc_paused(len(batch) > INVENTORY_BATCH):
+            for i in range(0, len(batch), INVENTORY_BATCH):
+                await self._apply_inventories(batch[i : i + INVENTORY_BATCH], now)
         if came_back:
             try:
                 flipped = await record_reachability(self.ledger, came_back, True, now)

@@ -44,6 +44,7 @@ class Loops:
         self._specs.append(LoopSpec(name, interval_s, body, when))
 
     async def _run(self, spec: LoopSpec) -> None:
+        me = asyncio.current_task()
         while True:
             try:
                 if spec.when is None or spec.when():
@@ -56,6 +57,10 @@ class Loops:
             except Exception:
                 self.failures[spec.name] = self.failures.get(spec.name, 0) + 1
                 log.exception("loop %s failed; continuing", spec.name)
+            if me is not None and me.cancelling():
+                # Stopped, but the body swallowed the cancel (3.11's `asyncio.wait_for`
+                # returns normally when its awaitable completes as the cancel arrives).
+                raise asyncio.CancelledError
             await asyncio.sleep(spec.interval_s)
 
     def start(self) -> None:

@@ -106,7 +106,10 @@ class OutboxRelay:
                     await self._purge(now)
         finally:
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+                # Not `wait_for`: on 3.11 it swallows a cancel that arrives as the event
+                # is set (a wake-up during shutdown), and the loop never stopped.
+                async with asyncio.timeout(self.interval_s):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

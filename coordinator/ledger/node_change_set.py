@@ -1,0 +1,405 @@
+"""One transaction's changes to some nodes (`NodeChangeSet`): new nodes registered in
+bulk, a known node's change in its own savepoint, flags and transitions saved with their
+node events and outbox alerts. `NodeRepo.change` opens one and settles the rollup and
+at-risk flags when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from types import MappingProxyType
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.model import AtomView, NodeState, NodeView
+from coordinator.domain.risk import RiskChange
+from coordinator.domain.transitions import (
+    HEALTHY_DEVICE,
+    NodeFlags,
+    Transition,
+    forms_of,
+)
+from coordinator.errors import Conflict, CoordinatorError, NotFound
+from coordinator.ledger import schema
+from coordinator.ledger.bulk import among, insert_rows
+from coordinator.ledger.database import lock_pool
+from coordinator.ledger.outbox import OutboxWriter
+from shared.wire import Alert, Inventory
+
+
+class UnknownPool(NotFound):
+    """An agent reported a pool the ledger does not know."""
+
+
+def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:
+    """The node row's columns an inventory describes (not its flags)."""
+    return {
+        "pool_id": inv.pool_id,
+        "hostname": inv.hostname,
+        "boot_id": inv.boot_id,
+        "labels": dict(inv.labels),
+        "profile_id": inv.profile_id,
+        "profile_version": inv.profile_version,
+        "inventory_hash": inv.inventory_hash,
+        "inventory": inv.model_dump(mode="json", by_alias=True),
+        "last_seen": now,
+        "vcpu": inv.scalars.vcpu,
+        "memory_gib": inv.scalars.memory_gib,
+        "hugepages_1gi": inv.scalars.hugepages_1gi,
+        "updated_at": now,
+    }
+
+
+# How the caller words transitions and risk changes as alerts (services/alerting.py).
+AlertsOf = Callable[[str, str, Sequence[Transition]], Sequence[Alert]]
+RiskAlertsOf = Callable[[Sequence[RiskChange]], Sequence[Alert]]
+
+
+class InventoryRefused(Conflict):
+    """The ledger cannot record this inventory (its atom ids belong to another node, or
+    a constraint refused a row); nothing of it was written."""
+
+
+class NodeChangeSet:
+    """One transaction's changes to some nodes. `before` is each existing node's flags
+    as the transaction found them (absent: no such node).
+
+    New nodes are registered in bulk (`admit` then `register`: their rows are written
+    together when the change set ends, a few statements for a whole batch); a change to
+    an existing node can be `isolated` in a savepoint so that one refused write leaves
+    the rest of the batch standing."""
+
+    def __init__(self, conn: AsyncConnection, now: int, before: dict[str, NodeFlags]) -> None:
+        self._conn = conn
+        self._now = now
+        self.before: Mapping[str, NodeFlags] = MappingProxyType(dict(before))
+        # What the rows say now, so that `save` writes only what differs.
+        self._current = before
+        self.changed = False
+        # The alerts for the transitions saved here, committed with them: the caller
+        # says how transitions and risk changes read as alerts (`alerts_of`,
+        # `risk_alerts_of`); every save writes them to the outbox and `written` lists them.
+        self.outbox = OutboxWriter(conn)
+        self.alerts_of: AlertsOf | None = None
+        self.risk_alerts_of: RiskAlertsOf | None = None
+        self.written: list[Alert] = []
+        self._new_alerts: list[Alert] = []
+        # Reservations that became at risk or recovered; set once the change settles.
+        self.risks: list[RiskChange] = []
+        self._pools: dict[str, bool] = {}
+        # Rows of the registered new nodes, written by `flush`.
+        self._new_nodes: list[dict[str, object]] = []
+        self._new_atoms: list[dict[str, object]] = []
+        self._new_events: list[dict[str, object]] = []
+        self._new_views: list[NodeView] = []
+
+    async def _pool_exists(self, pool_id: str) -> bool:
+        known = self._pools.get(pool_id)
+        if known is None:
+            p = schema.pools.c
+            rows = await self._conn.execute(select(p.pool_id).where(p.pool_id == pool_id))
+            known = self._pools[pool_id] = rows.first() is not None
+        return known
+
+    async def admit(self, invs: Sequence[Inventory]) -> dict[str, CoordinatorError]:
+        """Check inventories of new nodes before `register`: why each that cannot be
+        recorded is refused (an unknown pool; atom ids another node holds, or that two
+        inventories of the batch both claim). The others are safe to register."""
+        refused: dict[str, CoordinatorError] = {}
+        for pool_id in sorted({inv.pool_id for inv in invs}):
+            await self._pool_exists(pool_id)
+        claimed: dict[str, str] = {}
+        for inv in invs:
+            if not self._pools[inv.pool_id]:
+                refused[inv.node_id] = UnknownPool(f"unknown pool {inv.pool_id}")
+                continue
+            for atom in inv.atoms:
+                other = claimed.setdefault(atom.atom_id, inv.node_id)
+                if other != inv.node_id:
+                    refused[inv.node_id] = InventoryRefused(
+                        f"atom {atom.atom_id} is also claimed by node {other}"
+                    )
+        a = schema.atoms.c
+        ids = list(claimed)
+        for i in range(0, len(ids), 5000):
+            rows = await self._conn.execute(
+                select(a.atom_id, a.node_id).where(among(self._conn, a.atom_id, ids[i : i + 5000]))
+            )
+            for atom_id, holder in rows.all():
+                node_id = claimed[atom_id]
+                if holder != node_id:
+                    refused[node_id] = InventoryRefused(f"atom {atom_id} belongs to node {holder}")
+        return refused
+
+    def register(self, inv: Inventory, after: NodeFlags, transitions: Sequence[Transition]) -> None:
+        """Queue a new node (admitted by `admit`) with its flags and transitions."""
+        now = self._now
+        self._new_nodes.append(
+            _inventory_values(inv, now)
+            | {
+                "node_id": inv.node_id,
+                "reachable": after.reachable,
+                "reachable_since": now,
+                "health": after.health,
+                "health_reasons": list(after.health_reasons),
+                "health_since": now,
+                "provisioning": after.provisioning,
+                "maintenance": after.maintenance,
+                "maintenance_reason": after.maintenance_reason,
+                "maintenance_by": after.maintenance_by,
+                "maintenance_since": now if after.maintenance else None,
+                "created_at": now,
+            }
+        )
+        views = []
+        for atom in inv.atoms:
+            health = after.device(atom.device_id) if atom.device_id else HEALTHY_DEVICE
+            view = AtomView(atom.atom_id, inv.node_id, atom.cls, atom.device_id, health.status)
+            views.append(view)
+            self._new_atoms.append(
+                {
+                    "atom_id": atom.atom_id,
+                    "node_id": inv.node_id,
+                    "pool_id": inv.pool_id,
+                    "class": atom.cls,
+                    "device_id": atom.device_id,
+                    "attrs": dict(atom.attrs),
+                    "retired": False,
+                    "health": health.status,
+                    "health_reasons": list(health.reasons),
+                }
+            )
+        state = NodeState(after.reachable, after.health, after.maintenance, after.provisioning)
+        self._new_views.append(
+            NodeView(
+                inv.node_id, inv.pool_id, state, tuple(views), inv.scalars.vcpu,
+                inv.scalars.memory_gib, inv.scalars.hugepages_1gi,
+            )
+        )  # fmt: skip
+        self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
+        if self.alerts_of is not None:
+            self._new_alerts += self.alerts_of(inv.node_id, after.pool_id, transitions)
+        self._current[inv.node_id] = after
+        self.changed = True
+
+    async def write_alerts(self, alerts: Sequence[Alert]) -> None:
+        """Into the outbox, in this transaction."""
+        await self.outbox.add(alerts)
+        self.written += alerts
+
+    def new_views(self) -> list[NodeView]:
+        """The registered new nodes as the rollup sees them: what reading their rows
+        back after `flush` would give."""
+        return list(self._new_views)
+
+    async def flush(self) -> None:
+        """Write the registered new nodes: one statement per table for the batch."""
+        for table, rows in (
+            (schema.nodes, self._new_nodes),
+            (schema.atoms, self._new_atoms),
+            (schema.node_events, self._new_events),
+        ):
+            await insert_rows(self._conn, table, rows)
+        await self.write_alerts(self._new_alerts)
+        self._new_nodes, self._new_atoms, self._new_events, self._new_alerts = [], [], [], []
+        self._new_views = []
+
+    @asynccontextmanager
+    async def isolated(self, node_id: str) -> AsyncIterator[None]:
+        """A savepoint around one node's change: when a write is refused (raised here as
+        `InventoryRefused`, or whatever the block raised), that node's writes are undone
+        and the change set goes on as if it had not been tried."""
+        current, changed, written = self._current.get(node_id), self.changed, len(self.written)
+        try:
+            async with self._conn.begin_nested():
+                yield
+        except BaseException as exc:
+            if current is None:
+                self._current.pop(node_id, None)
+            else:
+                self._current[node_id] = current
+            self.changed = changed
+            del self.written[written:]  # rolled back with the savepoint
+            if isinstance(exc, IntegrityError | DataError):
+                raise InventoryRefused(str(exc.orig)) from None
+            raise
+
+    async def lock_pools(self, pool_ids: Iterable[str]) -> None:
+        """Serialise with the pools' booking writers until the end (sorted)."""
+        for pool_id in sorted(set(pool_ids)):
+            await lock_pool(self._conn, pool_id)
+
+    async def holds_bookings(self, node_id: str) -> bool:
+        """Has the node a live or future booking (of an atom or of its resources)?"""
+        for table in (schema.bookings, schema.scalar_bookings):
+            c = table.c
+            found = await self._conn.execute(
+                select(c.node_id)
+                .where((c.node_id == node_id) & (c.end > self._now) & (c.end > c.start))
+                .limit(1)
+            )
+            if found.first() is not None:
+                return True
+        return False
+
+    async def put_inventory(self, inv: Inventory, pool_id: str | None = None) -> None:
+        """Write what an inventory describes: the node row (a new node starts with a
+        fresh node's flags), its atoms (new, changed, retired), in `pool_id` (default:
+        the one the inventory names; a node held for a pool move stays where it is).
+        Its flags are `save`'s."""
+        n = schema.nodes.c
+        pool_id = pool_id or inv.pool_id
+        if not await self._pool_exists(inv.pool_id):
+            raise UnknownPool(f"unknown pool {inv.pool_id}")
+        now = self._now
+        values = _inventory_values(inv, now) | {"pool_id": pool_id}
+        current = self._current.get(inv.node_id)
+        if current is None:
+            fresh = NodeFlags(pool_id)
+            await self._conn.execute(
+                schema.nodes.insert().values(
+                    node_id=inv.node_id,
+                    reachable=fresh.reachable,
+                    reachable_since=now,
+                    health=fresh.health,
+                    health_reasons=[],
+                    health_since=now,
+                    provisioning=fresh.provisioning,
+                    maintenance=False,
+                    maintenance_reason="",
+                    maintenance_by="",
+                    created_at=now,
+                    **values,
+                )
+            )
+            current = fresh
+        else:
+            await self._conn.execute(
+                update(schema.nodes).where(n.node_id == inv.node_id).values(**values)
+            )
+        await self._replace_atoms(inv, pool_id)
+        devices = {
+            a.device_id: current.devices.get(a.device_id, HEALTHY_DEVICE)
+            for a in inv.atoms
+            if a.device_id
+        }
+        self._current[inv.node_id] = replace(
+            current, pool_id=pool_id, devices=devices, forms=forms_of(inv)
+        )
+        self.changed = True
+
+    async def _replace_atoms(self, inv: Inventory, pool_id: str) -> None:
+        a = schema.atoms.c
+        current = {
+            row.atom_id
+            for row in (
+                await self._conn.execute(select(a.atom_id).where(a.node_id == inv.node_id))
+            ).all()
+        }
+        seen: set[str] = set()
+        inserts: list[dict[str, object]] = []
+        updates: list[dict[str, object]] = []
+        for atom in inv.atoms:
+            values: dict[str, object] = {
+                "pool_id": pool_id,
+                "class": atom.cls,
+                "device_id": atom.device_id,
+                "attrs": dict(atom.attrs),
+                "retired": False,
+            }
+            seen.add(atom.atom_id)
+            if atom.atom_id in current:
+                updates.append({"b_atom_id": atom.atom_id, **values})
+            else:
+                # Healthy until `save` writes the device's health with its transition.
+                inserts.append(
+                    {"atom_id": atom.atom_id, "node_id": inv.node_id}
+                    | values
+                    | {"health": "healthy", "health_reasons": []}
+                )
+        if inserts:
+            await self._conn.execute(schema.atoms.insert(), inserts)
+        if updates:
+            stmt = (
+                update(schema.atoms)
+                .where(a.atom_id == bindparam("b_atom_id"))
+                .values({k: bindparam(k) for k in updates[0] if k != "b_atom_id"})
+            )
+            await self._conn.execute(stmt, updates)
+        gone = current - seen
+        if gone:
+            await self._conn.execute(
+                update(schema.atoms).where(a.atom_id.in_(gone)).values(retired=True)
+            )
+
+    async def save(self, node_id: str, after: NodeFlags, transitions: Sequence[Transition]) -> None:
+        """Persist a node's flags and record each transition as a node event."""
+        n, a = schema.nodes.c, schema.atoms.c
+        cur = self._current[node_id]
+        now = self._now
+        values: dict[str, object] = {}
+        if cur.reachable != after.reachable:
+            values |= {"reachable": after.reachable, "reachable_since": now}
+        if cur.health != after.health:
+            values |= {"health": after.health, "health_since": now}
+        if cur.health_reasons != after.health_reasons:
+            values["health_reasons"] = list(after.health_reasons)
+        if cur.provisioning != after.provisioning:
+            values["provisioning"] = after.provisioning
+        if cur.maintenance != after.maintenance:
+            values |= {
+                "maintenance": after.maintenance,
+                "maintenance_since": now if after.maintenance else None,
+            }
+        if (cur.maintenance_reason, cur.maintenance_by) != (
+            after.maintenance_reason,
+            after.maintenance_by,
+        ):
+            values |= {
+                "maintenance_reason": after.maintenance_reason,
+                "maintenance_by": after.maintenance_by,
+            }
+        if cur.pending_pool != after.pending_pool:
+            values["pending_pool_id"] = after.pending_pool
+        if cur.pool_id != after.pool_id:
+            # A pending move done: the node and its atoms join the new pool together.
+            values["pool_id"] = after.pool_id
+            await self._conn.execute(
+                update(schema.atoms).where(a.node_id == node_id).values(pool_id=after.pool_id)
+            )
+        if values:
+            await self._conn.execute(
+                update(schema.nodes).where(n.node_id == node_id).values(updated_at=now, **values)
+            )
+        for device_id, flags in after.devices.items():
+            if cur.device(device_id) != flags:
+                await self._conn.execute(
+                    update(schema.atoms)
+                    .where((a.node_id == node_id) & (a.device_id == device_id))
+                    .values(health=flags.status, health_reasons=list(flags.reasons))
+                )
+        if transitions:
+            await self._conn.execute(
+                schema.node_events.insert(),
+                [_event(node_id, after.pool_id, t, now) for t in transitions],
+            )
+            if self.alerts_of is not None:
+                await self.write_alerts(self.alerts_of(node_id, after.pool_id, transitions))
+        self._current[node_id] = after
+        self.changed = self.changed or bool(transitions)
+
+
+def _event(node_id: str, pool_id: str, t: Transition, now: int) -> dict[str, object]:
+    return {
+        "node_id": node_id,
+        "pool_id": pool_id,
+        "kind": t.kind,
+        "reason": t.reason,
+        "by": t.by,
+        "at": now,
+        "device_id": t.device_id,
+    }

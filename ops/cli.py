@@ -23,11 +23,10 @@ from typing import Any
 import click
 
 from ops import views
-from ops.answers import short_answer
-from ops.api_spec import MethodSpec, methods
-from ops.client import ApiError, ClientError, Unreachable, method_path
-from ops.flags import BadValue, body_from, missing, option, parse_when
-from ops.output import FORMATS
+from ops.api_commands import api_group, call_cmd
+from ops.cli_options import output_options, pass_session, show_answer, tenant_option
+from ops.client import ApiError, ClientError, Unreachable
+from ops.flags import parse_when
 from ops.session import DEFAULT_URL, Session
 from shared.ids import CROCKFORD
 
@@ -49,33 +48,6 @@ def version() -> str:
         return "0+unknown"
 
 
-def _set(attr: str) -> Any:
-    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
-        if value is not None and value is not False:
-            setattr(ctx.ensure_object(Session), attr, value)
-
-    return callback
-
-
-def output_options(f: Any) -> Any:
-    """-o and --local on every command as well as before it (`gpufleet pools -o json`)."""
-    f = click.option(
-        "-o", "--output", type=click.Choice(FORMATS), expose_value=False, callback=_set("fmt"),
-        help="table (default on a terminal), wide, json (default when piped) or csv",
-    )(f)  # fmt: skip
-    return click.option(
-        "--local", is_flag=True, expose_value=False, callback=_set("local"),
-        help="times in local time (default: UTC)",
-    )(f)  # fmt: skip
-
-
-def tenant_option(f: Any) -> Any:
-    return click.option(
-        "-t", "--tenant", metavar="TENANT",
-        help="act for this tenant (default: the key's own; operator keys: every tenant)",
-    )(f)  # fmt: skip
-
-
 @click.group(context_settings=CONTEXT, help=__doc__)
 @click.option("--url", envvar="GPUFLEET_URL", default=DEFAULT_URL, show_default=True,
               help="coordinator URL (env GPUFLEET_URL)")  # fmt: skip
@@ -87,17 +59,6 @@ def tenant_option(f: Any) -> Any:
 def cli(ctx: click.Context, url: str, key: str | None, timeout: float) -> None:
     session = ctx.ensure_object(Session)
     session.url, session.key, session.timeout_s = url, key, timeout
-
-
-pass_session = click.make_pass_decorator(Session, ensure=True)
-
-
-def _show_answer(session: Session, method: str, body: dict[str, Any], answer: Any) -> None:
-    text = short_answer(method, body, answer, session.local)
-    if text is not None and session.format in ("table", "wide"):
-        session.say(text)
-    else:
-        session.printer.json(answer)
 
 
 # --- read views ---------------------------------------------------------------------
@@ -315,7 +276,7 @@ def alerts_forward_cmd(args: tuple[str, ...]) -> None:
 
 
 def _write(session: Session, method: str, body: dict[str, Any]) -> None:
-    _show_answer(session, method, body, session.call(method, body))
+    show_answer(session, method, body, session.call(method, body))
 
 
 @cli.command("maintenance")
@@ -375,94 +336,8 @@ def pool_offer_cmd(session: Session, owner: str, pool_id: str, offer_to: str) ->
     _write(session, "pools.offer", {"tenantId": owner, "poolId": pool_id, "offerTo": offer_to})
 
 
-# --- every method ---------------------------------------------------------------------
-
-
-class ApiGroup(click.Group):
-    """`gpufleet api METHOD --flags`: one command per API method, made on demand."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(methods())
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        spec = methods().get(name)
-        return None if spec is None else _method_command(spec)
-
-
-def _method_command(spec: MethodSpec) -> click.Command:
-    def callback(**given: Any) -> None:
-        session = click.get_current_context().ensure_object(Session)
-        base = _json_arg(given.pop("json_body", None) or "{}")
-        body = body_from(spec, given, base)
-        if spec.param("tenantId") is not None and "tenantId" not in body:
-            who = session.tenant(None, required=False)
-            if who is not None:
-                body["tenantId"] = who
-        absent = missing(spec, body)
-        if absent:
-            raise click.UsageError(f"{spec.name} needs {', '.join(absent)}")
-        _show_answer(session, spec.name, body, session.call(spec.name, body))
-
-    params: list[click.Parameter] = [option(p) for p in spec.params]
-    params.append(
-        click.Option(
-            ["--json", "json_body"], metavar="JSON|@FILE",
-            help="a body to start from (flags override its fields)",
-        )
-    )  # fmt: skip
-    cmd = click.Command(
-        spec.name,
-        params=params,
-        callback=callback,
-        help=f"{spec.summary}\n\n{spec.kind}, {spec.permission} @ {spec.scope}."
-        + (" tenantId defaults to the key's own tenant." if spec.param("tenantId") else ""),
-        short_help=spec.summary,
-    )
-    return output_options(cmd)  # type: ignore[no-any-return]
-
-
-def _json_arg(text: str) -> dict[str, Any]:
-    if text.startswith("@"):
-        try:
-            with open(text[1:]) as f:
-                text = f.read()
-        except OSError as exc:
-            raise BadValue(f"cannot read {text[1:]}: {exc.strerror}") from None
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadValue(f"body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadValue("body must be a JSON object")
-    return body
-
-
-@cli.group("api", cls=ApiGroup)
-def api_group() -> None:
-    """Every API method, with flags from its input (e.g. `gpufleet api capacity.timeline
-    --pool-id pool_… --from -1d`). `gpufleet api METHOD -h` lists them."""
-
-
-@cli.command("call")
-@click.argument("method", required=False)
-@click.argument("body", required=False, default="{}")
-@pass_session
-def call_cmd(session: Session, method: str | None, body: str) -> None:
-    """Call a method with a raw JSON body and print its answer as is; no METHOD: list
-    the methods."""
-    if method is None:
-        for spec in methods().values():
-            click.echo(f"{spec.name:<24} {spec.kind:<5} {spec.summary}")
-        return
-    try:
-        method_path(method)
-    except ValueError:
-        close = [m for m in methods() if m.startswith(method)] or list(methods())
-        raise click.UsageError(
-            f"{method!r} is not a method; try {', '.join(close[:6])} (gpufleet call lists them)"
-        ) from None
-    answer = session.call(method, _json_arg(body))
-    click.echo(json.dumps(answer, indent=2))
+cli.add_command(api_group)
+cli.add_command(call_cmd)
 
 
 # --- local tools ----------------------------------------------------------------------

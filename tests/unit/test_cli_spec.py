@@ -10,7 +10,8 @@ import pytest
 
 from coordinator.api.methods import REGISTRY
 from ops import api_spec
-from ops.cli import ApiGroup, cli
+from ops.api_commands import ApiGroup
+from ops.cli import cli
 from ops.flags import BadValue, body_from, parse_when
 
 SPEC = Path(api_spec.__file__).with_name(api_spec.SPEC_FILE)

@@ -16,7 +16,10 @@ loops), never as a driver error. Each connection carries `application_name`
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -123,9 +126,12 @@ class Database:
             # Let SQLAlchemy, not pysqlite, decide when transactions begin.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
+            # The busy timeout first: switching a new file to WAL needs the write lock,
+            # which another coordinator migrating the same file may hold for seconds
+            # (pysqlite's own 5 s wait ran out under load: "database is locked").
+            cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
@@ -139,6 +145,10 @@ class Database:
 
     async def migrate(self) -> list[str]:
         """Bring the schema to the newest revision in one transaction (see `migrations`)."""
+        async with _one_migrator(self.engine.url.database if self.dialect == "sqlite" else None):
+            return await self._migrate()
+
+    async def _migrate(self) -> list[str]:
         async with self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 # Only outside a transaction; the migration checks the references itself.
@@ -166,6 +176,26 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+@asynccontextmanager
+async def _one_migrator(sqlite_path: str | None) -> AsyncIterator[None]:
+    """SQLite: one migrating process at a time, by an OS lock on `<file>.migrate-lock`
+    (PostgreSQL's migrations take an advisory lock instead). Two coordinators opening a
+    new file at once otherwise deadlock: one migrates while the other, switching the
+    file to WAL, holds the shared lock the first needs to commit; both wait out their
+    busy timeouts and one start fails with "database is locked"."""
+    if not sqlite_path or sqlite_path == ":memory:":
+        yield
+        return
+    fd = os.open(f"{sqlite_path}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # In a thread: a second migrator in this process must not block the event loop
+        # that the first needs in order to finish.
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @asynccontextmanager

@@ -83,22 +83,7 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
 
     Idempotent per idempotencyKey; QUOTA_EXCEEDED over quota; 409 CAPACITY_NOT_AVAILABLE
     with, per device request, what was asked, what could be had and why."""
-    out = await ctx.services.reservations.create(
-        CreateRequest(
-            tenant_id=body.tenant_id,
-            pool_id=body.pool_id,
-            project_id=body.project_id,
-            placement=body.placement(),
-            start=body.start,
-            duration_ms=body.duration_ms,
-            lease_seconds=body.lease_seconds,
-            resources=body.resources.as_dict() if body.resources else {},
-            gang=body.gang.model_dump(by_alias=True, exclude_none=True) if body.gang else None,
-            idempotency_key=body.idempotency_key,
-            canonical=body.canonical(),
-            wait_ms=body.wait.timeout_ms if body.wait else 0,
-        )
-    )
+    out = await ctx.services.reservations.create(create_request(body))
     if isinstance(out, Created):
         ctx.services.metrics.booked("reservation")
         return render.reservation(out.reservation, out.at)
@@ -167,3 +152,21 @@ async def release(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
     """End a reservation now; the rest of its time is free at once (rollup included)."""
     out = await ctx.services.reservations.release(body.tenant_id, body.reservation_id)
     return render.reservation(out.reservation, out.at)
+
+
+def create_request(body: ReservationCreateInput) -> CreateRequest:
+    """What a decoded create body asks of the reservation workflow."""
+    return CreateRequest(
+        tenant_id=body.tenant_id,
+        pool_id=body.pool_id,
+        project_id=body.project_id,
+        placement=body.placement(),
+        start=body.start,
+        duration_ms=body.duration_ms,
+        lease_seconds=body.lease_seconds,
+        resources=body.resources.as_dict() if body.resources else {},
+        gang=body.gang.model_dump(by_alias=True, exclude_none=True) if body.gang else None,
+        idempotency_key=body.idempotency_key,
+        canonical=body.canonical(),
+        wait_ms=body.wait.timeout_ms if body.wait else 0,
+    )

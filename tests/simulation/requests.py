@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.reservations import create_request as api_create_request
 from coordinator.domain.intervals import format_time
 from coordinator.services.reservations import CreateRequest
 
@@ -84,21 +85,7 @@ def create_body(
 
 def create_request(body: dict[str, Any]) -> CreateRequest:
     """What `POST /api/compute/reservations/create` hands the workflow for `body`."""
-    inp = ReservationCreateInput.model_validate(body)
-    return CreateRequest(
-        tenant_id=inp.tenant_id,
-        pool_id=inp.pool_id,
-        project_id=inp.project_id,
-        placement=inp.placement(),
-        start=inp.start,
-        duration_ms=inp.duration_ms,
-        lease_seconds=inp.lease_seconds,
-        resources=inp.resources.as_dict() if inp.resources else {},
-        gang=inp.gang.model_dump(by_alias=True, exclude_none=True) if inp.gang else None,
-        idempotency_key=inp.idempotency_key,
-        canonical=inp.canonical(),
-        wait_ms=inp.wait.timeout_ms if inp.wait else 0,
-    )
+    return api_create_request(ReservationCreateInput.model_validate(body))
 
 
 def interval_body(now: int, first: int, count: int, gb: int) -> dict[str, Any]:

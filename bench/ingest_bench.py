@@ -74,10 +74,18 @@ class Progress:
         self.quiet_s = quiet_s
         self.n = 0
         self.first = self.last = 0.0
+        self.publisher_gone: float | None = None
 
-    async def settle(self, count: Callable[[], int], accounted: Callable[[], int]) -> None:
+    async def settle(
+        self,
+        count: Callable[[], int],
+        accounted: Callable[[], int],
+        publisher: subprocess.Popen[bytes],
+    ) -> None:
         """Until every message is accounted for (processed or counted as dropped), or
-        nothing has moved for `quiet_s` (the rest was lost without being counted)."""
+        nothing has moved for `quiet_s` since the publisher exited (the rest was lost
+        without being counted). While the publisher runs, a quiet spell is its own (a
+        starved process on a loaded machine), not a loss."""
         moved = time.perf_counter()
         while True:
             await asyncio.sleep(0.02)
@@ -86,8 +94,18 @@ class Progress:
                 if self.n == 0:
                     self.first = now
                 self.n, self.last, moved = n, now, now
-            if accounted() >= self.expect or now - moved > self.quiet_s:
+            if accounted() >= self.expect:
                 return
+            if publisher.poll() is None:
+                continue
+            if now - max(moved, self._exited(now)) > self.quiet_s:
+                return
+
+    def _exited(self, now: float) -> float:
+        """When the publisher was first seen gone."""
+        if self.publisher_gone is None:
+            self.publisher_gone = now
+        return self.publisher_gone
 
     @property
     def rate(self) -> float:
@@ -105,7 +123,7 @@ async def baseline(url: str, pool: str, nodes: int, count: int) -> tuple[float, 
     await nc.flush()
     proc = publish(url, pool, nodes, count)
     progress = Progress(count)
-    await progress.settle(lambda: received[0], lambda: received[0])
+    await progress.settle(lambda: received[0], lambda: received[0], proc)
     proc.wait()
     await nc.close()
     return progress.rate, received[0]
@@ -174,7 +192,7 @@ async def coordinator_run(url: str, pool_id: str, nodes: int, count: int, rate: 
 
             proc = publish(url, pool_id, nodes, count, rate)
             progress = Progress(count)
-            await progress.settle(processed, lambda: processed() + sum(dropped().values()))
+            await progress.settle(processed, lambda: processed() + sum(dropped().values()), proc)
             proc.wait()
             return Run(progress.rate, processed(), dropped(), lags)
 

@@ -94,9 +94,9 @@ async def previews(services: Services, pool: str, now: int, n: int) -> list[floa
     lat = []
     for _ in range(n):
         t0 = time.perf_counter()
-        placement, _ = await services.ledger.bookings.preview(
-            pool, req, now, now + HOUR, now, 120_000
-        )
+        placement = (
+            await services.ledger.bookings.preview(pool, req, now, now + HOUR, now, 120_000)
+        ).placement
         lat.append((time.perf_counter() - t0) * 1000)
         assert placement.fits
     return lat

@@ -40,10 +40,6 @@ def new_pool_id() -> str:
     return "pool_" + ulid()
 
 
-def new_project_id() -> str:
-    return "prj_" + ulid()
-
-
 def new_reservation_id() -> str:
     return "rsv_" + ulid()
 

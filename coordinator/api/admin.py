@@ -83,10 +83,15 @@ async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> dict[str
     """Create an API key for a tenant (operator). The key is shown once, stored hashed."""
     if await ctx.ledger.tenants.get(body.tenant_id) is None:
         raise NotFound(f"tenant {body.tenant_id!r} not found")
-    key_id, key = await ctx.ledger.keys.create(
+    issued = await ctx.ledger.keys.create(
         body.tenant_id, frozenset(body.roles), body.label, ctx.now()
     )
-    return {"keyId": key_id, "key": key, "tenantId": body.tenant_id, "roles": sorted(body.roles)}
+    return {
+        "keyId": issued.key_id,
+        "key": issued.key,
+        "tenantId": body.tenant_id,
+        "roles": sorted(body.roles),
+    }
 
 
 @REGISTRY.method(

@@ -155,10 +155,11 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
     the placer turned away, by reason."""
     now = ctx.now()
     start = resolve_start(body.start, now)
-    placement, preemptible = await ctx.ledger.bookings.preview(
+    preview = await ctx.ledger.bookings.preview(
         body.pool_id, body.placement(), start, start + body.duration_ms, now,
         ctx.services.notice_ms,
     )  # fmt: skip
+    placement, preemptible = preview.placement, preview.preemptible
     out: dict[str, Any] = {
         "fits": placement.fits,
         "candidates": [_candidate(p) for p in placement.candidates],
@@ -169,7 +170,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
         out["shortfalls"] = details["devices"]
         out["filtered"] = dict(sorted(placement.filtered.items()))
     if preemptible is not None:
-        out["preemptible"] = {"count": preemptible[0], "startsAt": preemptible[1]}
+        out["preemptible"] = {"count": preemptible.count, "startsAt": preemptible.starts_at}
     return out
 
 

@@ -195,7 +195,8 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     (poolId left out) every pool's the tenant sees; operators may leave out tenantId."""
     after = decode_id_cursor(body.cursor) if body.cursor else None
     pools = await _listed_pools(ctx, body)
-    nodes, counts = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
+    found = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
+    nodes, counts = found.nodes, found.atom_counts
     page, more = nodes[: body.limit], len(nodes) > body.limit
     return {
         "poolId": body.pool_id,

@@ -17,6 +17,15 @@ class Window:
     step_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class BookedSpan:
+    """One atom booked over [start, end)."""
+
+    atom_id: str
+    start: int
+    end: int
+
+
 class TimelineError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -41,17 +50,15 @@ def resolve_window(
     return Window(frm, to, step)
 
 
-def booked_per_bucket(
-    window: Window, bookings: Iterable[tuple[str, int, int]]
-) -> list[tuple[int, int, int]]:
+def booked_per_bucket(window: Window, bookings: Iterable[BookedSpan]) -> list[tuple[int, int, int]]:
     """(bucketStart, bucketEnd, distinct atoms booked at any time in the bucket)."""
     edges = list(range(window.start, window.end, window.step_ms))
     atoms: list[set[str]] = [set() for _ in edges]
-    for atom_id, b_start, b_end in bookings:
+    for b in bookings:
         for i, edge in enumerate(edges):
             bucket_end = min(edge + window.step_ms, window.end)
-            if b_start < bucket_end and b_end > edge:
-                atoms[i].add(atom_id)
+            if b.start < bucket_end and b.end > edge:
+                atoms[i].add(b.atom_id)
     return [
         (edge, min(edge + window.step_ms, window.end), len(atoms[i]))
         for i, edge in enumerate(edges)

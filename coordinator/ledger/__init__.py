@@ -6,15 +6,17 @@ repositories return and the errors they raise.
 """
 
 from coordinator.ledger.booking_batch import BookingBatch, Deferred
-from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced
+from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced, Preemptible, Preview
+from coordinator.ledger.catalog import NodePage
 from coordinator.ledger.database import Database, LedgerUnavailable, normalize_url
 from coordinator.ledger.facade import Ledger
 from coordinator.ledger.fence import NotLeader
-from coordinator.ledger.idempotency import Recorded, body_hash, matching
+from coordinator.ledger.idempotency import Recorded, Stored, body_hash, matching
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.node_change_set import InventoryRefused, NodeChangeSet, UnknownPool
 from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
+from coordinator.ledger.tenants import IssuedKey
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
 __all__ = [
@@ -24,16 +26,21 @@ __all__ = [
     "Database",
     "Deferred",
     "InventoryRefused",
+    "IssuedKey",
     "Leadership",
     "Ledger",
     "LedgerUnavailable",
     "NodeChangeSet",
+    "NodePage",
     "NotLeader",
     "NotPlaced",
     "OutboxBacklog",
     "PendingAlert",
+    "Preemptible",
+    "Preview",
     "Recorded",
     "ReservationFilter",
+    "Stored",
     "UnitOfWork",
     "UnknownPool",
     "WriteRaced",

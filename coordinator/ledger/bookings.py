@@ -55,9 +55,27 @@ class Booked:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemptible:
+    """A regular request that fits once spot reservations are noticed: how many would
+    be, and when the request would start (after their notice)."""
+
+    count: int
+    starts_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class NotPlaced:
     placement: Placement
-    preemptible: tuple[int, int] | None  # (spot reservations noticed, when it would start)
+    preemptible: Preemptible | None
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """Where a request would go now, and (a regular request that does not fit) what
+    preempting spot reservations would give it."""
+
+    placement: Placement
+    preemptible: Preemptible | None
 
 
 def booked_delta(
@@ -86,19 +104,19 @@ class BookingRepo:
 
     async def preview(
         self, pool_id: str, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
-    ) -> tuple[Placement, tuple[int, int] | None]:
+    ) -> Preview:
         async with self._db.read() as conn:
             snap = await self._snapshots.snapshot(conn, pool_id, start, end, now)
             placement = place(req, snap)
             if placement.fits or req.spot:
-                return placement, None
+                return Preview(placement, None)
             plan = await preempting(
                 conn, self._snapshots, pool_id, req, start, end - start, now, notice_ms
             )
         if plan is None or not plan[0].fits:
-            return placement, None
+            return Preview(placement, None)
         _, victims, moved_start = plan
-        return placement, (len(victims), moved_start)
+        return Preview(placement, Preemptible(len(victims), moved_start))
 
 
 async def preempting(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row, select
@@ -12,6 +13,14 @@ from coordinator.domain.model import AtomRecord, Holder, NodeEvent, NodeRecord, 
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+
+
+@dataclass(frozen=True, slots=True)
+class NodePage:
+    """A page of nodes, and per node its current atoms counted by class."""
+
+    nodes: list[NodeRecord]
+    atom_counts: dict[str, dict[str, int]]
 
 
 def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
@@ -78,10 +87,8 @@ class Catalog:
                 )
         return _node(row, atoms)
 
-    async def nodes(
-        self, pool_id: str | Sequence[str], after: str | None, limit: int
-    ) -> tuple[list[NodeRecord], dict[str, dict[str, int]]]:
-        """A page of the nodes of a pool (or of several) ordered by nodeId, and per node
+    async def nodes(self, pool_id: str | Sequence[str], after: str | None, limit: int) -> NodePage:
+        """A page of the nodes of a pool (or of several) ordered by nodeId, with per node
         its atom counts."""
         n, a = schema.nodes.c, schema.atoms.c
         cond = n.pool_id == pool_id if isinstance(pool_id, str) else n.pool_id.in_(pool_id)
@@ -103,7 +110,7 @@ class Catalog:
                 )
                 for node_id, cls, _health in result.all():
                     counts[node_id][cls] = counts[node_id].get(cls, 0) + 1
-        return [_node(r) for r in rows], counts
+        return NodePage([_node(r) for r in rows], counts)
 
     async def holders(self, node_id: str, now: int) -> dict[str, Holder]:
         """atomId → the reservation holding it now (a booking running at `now`)."""

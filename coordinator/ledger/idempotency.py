@@ -36,6 +36,14 @@ class Recorded:
     response: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An answer as recorded under a key, with the hash of the body it answered."""
+
+    digest: str
+    answer: Recorded
+
+
 async def lookup(
     conn: AsyncConnection, tenant_id: str, endpoint: str, key: str, digest: str
 ) -> Recorded | None:
@@ -51,23 +59,24 @@ async def lookup(
     ).first()
     if row is None:
         return None
-    return matching((row.body_hash, Recorded(row.status, row.response)), key, digest)
+    return matching(Stored(row.body_hash, Recorded(row.status, row.response)), key, digest)
 
 
-def matching(stored: tuple[str, Recorded], key: str, digest: str) -> Recorded:
-    """A stored (body hash, answer) for `key`, if `digest` is its body's hash."""
-    if stored[0] != digest:
+def matching(stored: Stored, key: str, digest: str) -> Recorded:
+    """The answer stored under `key`, if `digest` is the hash of the body it answered."""
+    if stored.digest != digest:
         raise IdempotencyKeyConflict(
             f"idempotency key {key!r} was used with a different request body",
             {"idempotencyKey": key},
         )
-    return stored[1]
+    return stored.answer
 
 
 async def lookup_many(
     conn: AsyncConnection, endpoint: str, keys: Iterable[tuple[str, str]]
-) -> dict[tuple[str, str], tuple[str, Recorded]]:
-    """(tenant, key) → (body hash, answer) of those recorded, in one query."""
+) -> dict[tuple[str, str], Stored]:
+    """(tenant, key) → the answer stored and its body's hash, of those recorded, in one
+    query."""
     wanted = set(keys)
     if not wanted:
         return {}
@@ -80,7 +89,7 @@ async def lookup_many(
         )
     )
     return {
-        (row.tenant_id, row.key): (row.body_hash, Recorded(row.status, row.response))
+        (row.tenant_id, row.key): Stored(row.body_hash, Recorded(row.status, row.response))
         for row in rows.all()
         if (row.tenant_id, row.key) in wanted
     }

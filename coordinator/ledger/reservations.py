@@ -11,6 +11,7 @@ from sqlalchemy import Row, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
+from coordinator.domain.timeline import BookedSpan
 from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
@@ -167,7 +168,7 @@ class ReservationRepo:
                 await lock_pool(conn, pool_id)
                 await refresh_booked(conn, pool_id, now)
 
-    async def booked_gpus(self, pool_id: str, start: int, end: int) -> list[tuple[str, int, int]]:
+    async def booked_gpus(self, pool_id: str, start: int, end: int) -> list[BookedSpan]:
         """Whole-GPU bookings overlapping [start, end) (MIG and slot atoms not counted)."""
         b = schema.bookings.c
         async with self._db.read() as conn:
@@ -179,7 +180,7 @@ class ReservationRepo:
                     & (b.end > start)
                 )
             )
-            return [(a, int(s_), int(e)) for a, s_, e in rows.all()]
+            return [BookedSpan(a, int(s_), int(e)) for a, s_, e in rows.all()]
 
 
 class ReservationWriter:

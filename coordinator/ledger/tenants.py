@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+from dataclasses import dataclass
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +26,14 @@ from shared.ids import CROCKFORD
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "gpf"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """A new API key: its id, and the full key, shown once and never stored."""
+
+    key_id: str
+    key: str
 
 
 def _hash(secret: str) -> str:
@@ -91,12 +100,12 @@ class ApiKeyRepo:
 
     async def create(
         self, tenant_id: str, roles: frozenset[str], label: str, now: int
-    ) -> tuple[str, str]:
-        """Returns (keyId, the full key). The full key is never stored."""
+    ) -> IssuedKey:
+        """The full key is never stored."""
         key_id = _new_key_id()
         secret = secrets.token_urlsafe(32)
         await self.insert(key_id, secret, tenant_id, roles, label, now)
-        return key_id, f"{KEY_PREFIX}_{key_id}_{secret}"
+        return IssuedKey(key_id, f"{KEY_PREFIX}_{key_id}_{secret}")
 
     async def insert(
         self,

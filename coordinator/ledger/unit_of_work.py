@@ -58,9 +58,10 @@ class IdempotencyRecords:
 
     async def lookup_many(
         self, endpoint: str, keys: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[str, idempotency.Recorded]]:
-        """(tenant, key) → (body hash, answer) of those recorded; `idempotency.matching`
-        turns one into the answer for a request, or its key conflict."""
+    ) -> dict[tuple[str, str], idempotency.Stored]:
+        """(tenant, key) → the answer stored and its body's hash, of those recorded;
+        `idempotency.matching` turns one into the answer for a request, or its key
+        conflict."""
         return await idempotency.lookup_many(self._conn, endpoint, keys)
 
     async def store_many(

@@ -34,7 +34,9 @@ from coordinator.ledger import (
     Deferred,
     Ledger,
     NotPlaced,
+    Preemptible,
     Recorded,
+    Stored,
     body_hash,
     matching,
 )
@@ -130,12 +132,10 @@ def shortfall_details(placement: Placement) -> dict[str, Any]:
     }
 
 
-def not_available(
-    placement: Placement, preemptible: tuple[int, int] | None
-) -> CapacityNotAvailable:
+def not_available(placement: Placement, preemptible: Preemptible | None) -> CapacityNotAvailable:
     details = shortfall_details(placement)
     if preemptible:
-        details["preemptible"] = {"count": preemptible[0], "startsAt": preemptible[1]}
+        details["preemptible"] = {"count": preemptible.count, "startsAt": preemptible.starts_at}
     return CapacityNotAvailable(placement.reason or "the request does not fit", details)
 
 
@@ -271,7 +271,7 @@ class Reservations:
         self,
         batch: BookingBatch,
         item: _Pending,
-        stored: tuple[str, Recorded] | None,
+        stored: Stored | None,
         now: int,
     ) -> Replayed | Booked | NotPlaced | Deferred | QuotaExceeded:
         req = item.req

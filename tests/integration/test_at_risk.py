@@ -189,11 +189,11 @@ async def test_a_reconfigured_gpu_keeps_its_booking_at_risk_and_its_new_forms_wa
     assert (await _answer(rig, rid))["atRisk"]["reason"] == "reconfigured"  # type: ignore[index]
     # The booking keeps the device: no slot of it overlaps the booked hour.
     slot = PlacementRequest(devices=(DeviceRequest("gpu.slot", 1),))
-    placement, _ = await ledger.bookings.preview(pool, slot, now, now + HOUR, now, 60_000)
+    placement = (await ledger.bookings.preview(pool, slot, now, now + HOUR, now, 60_000)).placement
     assert not placement.fits
-    placement, _ = await ledger.bookings.preview(
-        pool, slot, now + HOUR, now + 2 * HOUR, now, 60_000
-    )
+    placement = (
+        await ledger.bookings.preview(pool, slot, now + HOUR, now + 2 * HOUR, now, 60_000)
+    ).placement
     assert placement.fits
     # The old form back: the booking's atom is current again and it recovers.
     changes = await record_inventory(ledger, _inventory(node, pool, [_gpu(node, 0)], "w2"), now)

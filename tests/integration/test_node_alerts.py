@@ -1,6 +1,9 @@
-"""Every transition the ledger records from inventories, heartbeats, silence and the
-operator's maintenance flag reaches a subscriber on real NATS (SPEC §3: "every transition
-is recorded and published as an alert"; §4: one typed list of kinds)."""
+"""Every alert kind the coordinator can produce reaches a subscriber on real NATS (SPEC §3:
+"every transition is recorded and published as an alert"; §4: one typed list of kinds):
+the node's own transitions from inventories, heartbeats, silence and the operator's
+maintenance flag in the first test, those that need a live booking (a held pool move,
+a reconfigured device, a reservation at risk, recovered or noticed) in the second;
+between them, every kind in `shared.wire.AlertKind`."""
 
 from __future__ import annotations
 
@@ -12,16 +15,18 @@ import pytest
 from coordinator.app import Coordinator
 from coordinator.domain.clock import FakeClock
 from shared.subjects import Subjects
-from shared.wire import ALERT_KINDS, Alert, DeviceHealth, Heartbeat, Inventory
+from shared.wire import ALERT_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api
 from tests.waiting import eventually
 
-# Kinds this test does not drive (held pool moves and device reconfiguration have their
-# own tests: test_pool_moves.py, test_at_risk.py).
-NOT_PRODUCED_YET = {
+# The kinds that need a live booking: the second test drives these, the first the rest.
+WITH_BOOKINGS = {
     "node.poolChangePending",
     "device.reconfigured",
+    "reservation.notice",
+    "reservation.atRisk",
+    "reservation.recovered",
 }
 
 
@@ -121,8 +126,7 @@ async def test_every_node_and_device_transition_reaches_a_nats_subscriber(
     await on.heartbeat(make_heartbeat(moved, 1, boot_id="boot-2"))
     await on.heartbeat(on.beat(moved), "node.duplicateId")
 
-    produced = {k for k in ALERT_KINDS if k.split(".")[0] in ("node", "device")}
-    assert {a.kind for a in on.alerts} == produced - NOT_PRODUCED_YET
+    assert {a.kind for a in on.alerts} == set(ALERT_KINDS) - WITH_BOOKINGS
     # One alert per recorded transition, in the order the ledger recorded them.
     events = await clocked.ledger.catalog.events("n1")
     assert [(e.kind, e.device_id, e.reason) for e in events] == [
@@ -131,3 +135,67 @@ async def test_every_node_and_device_transition_reaches_a_nats_subscriber(
     maintenance = [a for a in on.alerts if a.kind.startswith("node.maintenance")]
     assert [a.details["maintenance"] for a in maintenance] == [True, False]
     assert all(a.by.startswith("operator/") for a in maintenance)
+
+
+def _reservation(pool_id: str, key: str, **extra: object) -> dict[str, object]:
+    return {
+        "tenantId": "acme",
+        "poolId": pool_id,
+        "devices": [{"class": "gpu", "count": 1}],
+        "duration": "1h",
+        "idempotencyKey": key,
+    } | extra
+
+
+async def test_every_kind_that_needs_a_booking_reaches_a_nats_subscriber(
+    clocked: Coordinator, capi: Api, listener: Listener
+) -> None:
+    await capi.ok("tenants.create", {"tenantId": "acme"})
+    pool_a = (await capi.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
+    pool_b = (await capi.ok("pools.create", {"tenantId": "acme", "name": "b"}))["poolId"]
+    inv = make_inventory("n1", pool_a, gpus=2)
+    on = listener
+    await on.inventory(inv, "node.registered")
+    await on.heartbeat(on.beat(inv))
+    held = await capi.ok("reservations.create", _reservation(pool_a, "held"))
+    assert held["state"] == "active"
+
+    # Maintenance puts the holder's reservation at risk; ending it, back.
+    for flag in (True, False):
+        await capi.ok(
+            "nodes.setMaintenance", {"nodeId": "n1", "maintenance": flag, "reason": "psu"}
+        )
+    await on.wait_for("reservation.atRisk", "reservation.recovered")
+    risk = [a for a in on.alerts if a.kind.startswith("reservation.")]
+    assert [(a.kind, a.reservation_id) for a in risk] == [
+        ("reservation.atRisk", held["reservationId"]),
+        ("reservation.recovered", held["reservationId"]),
+    ]
+
+    # A spot booking on the other GPU, noticed by a regular request that needs it.
+    spot = await capi.ok("reservations.create", _reservation(pool_a, "spot", spot=True))
+    regular = await capi.ok("reservations.create", _reservation(pool_a, "regular"))
+    assert regular["state"] == "scheduled"
+    await on.wait_for("reservation.notice")
+    notice = next(a for a in on.alerts if a.kind == "reservation.notice")
+    assert notice.reservation_id == spot["reservationId"]
+
+    # A GPU now reported as two time-slice slots: the device is reconfigured.
+    gpu = next(a for a in inv.atoms if a.cls == "gpu")
+    slots = [
+        Atom(atom_id=f"n1:gpu.slot:{gpu.device_id}:{j}", cls="gpu.slot", device_id=gpu.device_id)
+        for j in range(2)
+    ]
+    sliced = inv.model_copy(
+        update={
+            "atoms": (*(a for a in inv.atoms if a != gpu), *slots),
+            "inventory_hash": inv.inventory_hash + "-sliced",
+        }
+    )
+    await on.inventory(sliced, "device.reconfigured")
+
+    # The host now says it belongs to pool b while it holds bookings here: held back.
+    await on.inventory(make_inventory("n1", pool_b, gpus=2), "node.poolChangePending")
+
+    # With the first test: every kind the coordinator has.
+    assert {a.kind for a in on.alerts} >= WITH_BOOKINGS

@@ -32,8 +32,8 @@ def _stealing(inv: Inventory, atom_id: str) -> Inventory:
 
 
 async def _node_ids(ledger: Ledger, pool_id: str) -> list[str]:
-    nodes, _ = await ledger.catalog.nodes([pool_id], None, 100)
-    return [n.node_id for n in nodes]
+    page = await ledger.catalog.nodes([pool_id], None, 100)
+    return [n.node_id for n in page.nodes]
 
 
 async def test_one_refused_new_node_leaves_the_rest_of_its_batch_recorded(ledger: Ledger) -> None:

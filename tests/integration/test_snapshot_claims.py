@@ -62,7 +62,7 @@ async def _pool(ledger: Ledger) -> str:
 
 async def _slots_free(ledger: Ledger, pool: str) -> set[str]:
     req = PlacementRequest(devices=(DeviceRequest("gpu.slot", 1),))
-    placement, _ = await ledger.bookings.preview(pool, req, NOW, NOW + HOUR, NOW, 120_000)
+    placement = (await ledger.bookings.preview(pool, req, NOW, NOW + HOUR, NOW, 120_000)).placement
     return {a.atom_id.rsplit(":", 1)[0] for p in placement.candidates for a in p.atoms}
 
 
@@ -103,13 +103,13 @@ async def test_nvlink_cliques_come_from_the_stored_link_matrix(ledger: Ledger) -
     await record_inventory(ledger, inventory(pool, [whole(i) for i in range(4)], chain), NOW)
     four = PlacementRequest(devices=(DeviceRequest("gpu", 4),), topology="nvlink-all")
     two = PlacementRequest(devices=(DeviceRequest("gpu", 2),), topology="nvlink-all")
-    placement, _ = await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)
+    placement = (await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)).placement
     assert not placement.fits
-    placement, _ = await ledger.bookings.preview(pool, two, NOW, NOW + HOUR, NOW, 120_000)
+    placement = (await ledger.bookings.preview(pool, two, NOW, NOW + HOUR, NOW, 120_000)).placement
     assert placement.fits
     # Behind an NVSwitch every GPU is linked to every other.
     switched = tuple(_info(i, ("0000:a0:00.0",)) for i in range(4))
     inv = inventory(pool, [whole(i) for i in range(4)], switched, tag="switch")
     await record_inventory(ledger, inv, NOW + 1)
-    placement, _ = await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)
+    placement = (await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)).placement
     assert placement.fits

@@ -1,0 +1,69 @@
+"""The layout README.md describes, as imports: shared <- agent; shared <- coordinator
+(domain <- ledger <- services <- api | bus | tasks); operator tooling in `ops/`, which
+nothing in the runtime imports; SQLAlchemy only in the ledger, aiohttp only in the API,
+nats only in the bus (coordinator side). Any import counts, inside functions too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ["domain", "ledger", "services", "api", "bus", "tasks"]
+# The entrypoints at the top: none of them imports another.
+ENTRYPOINTS = {"api", "bus", "tasks"}
+ONLY_IN = {"sqlalchemy": "ledger", "aiohttp": "api", "nats": "bus"}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", ["shared", "agent", "coordinator"])
+def test_the_runtime_never_imports_operator_tooling_or_the_other_side(package: str) -> None:
+    refused = {
+        "shared": {"agent", "coordinator", "ops"},
+        "agent": {"coordinator", "ops"},
+        "coordinator": {"agent", "ops"},
+    }[package]
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for path in _modules(package)
+        for module in _imports(path)
+        if module.split(".")[0] in refused
+    ]
+    assert wrong == []
+
+
+def test_coordinator_layers_point_one_way_and_each_library_has_one_home() -> None:
+    wrong = []
+    for path in _modules("coordinator"):
+        parts = path.relative_to(ROOT / "coordinator").parts
+        layer = parts[0] if len(parts) > 1 else ""  # "" is the top level: the wiring
+        for module in _imports(path):
+            names = module.split(".")
+            home = ONLY_IN.get(names[0])
+            if home is not None and layer != home:
+                wrong.append((path.relative_to(ROOT), module, f"only {home}/ imports it"))
+            if layer not in LAYERS or names[0] != "coordinator" or len(names) < 2:
+                continue
+            target = names[1]
+            if target not in LAYERS or target == layer:
+                continue
+            if layer in ENTRYPOINTS and target in ENTRYPOINTS:
+                wrong.append((path.relative_to(ROOT), module, "entrypoints are siblings"))
+            elif LAYERS.index(target) > LAYERS.index(layer):
+                wrong.append((path.relative_to(ROOT), module, "points up"))
+    assert wrong == []

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.app import Coordinator
+from coordinator.app import Coordinator, running_coordinator
 from coordinator.domain.clock import FakeClock
 from coordinator.services.node_changes import record_inventory
 from tests.factories import make_inventory
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, coordinator_settings
 
 T0 = 1_800_000_000_000
 
@@ -75,6 +77,46 @@ async def test_a_body_split_over_tcp_writes_is_read_whole_and_oversize_is_413(
     )  # fmt: skip
     assert status_of(answer) == 413
     assert b"PAYLOAD_TOO_LARGE" in answer
+
+
+async def dribble(writer: asyncio.StreamWriter) -> None:
+    """One more byte of body every 100 ms, for ever (a slow-body client)."""
+    while True:
+        await asyncio.sleep(0.1)
+        writer.write(b" ")
+        await writer.drain()
+
+
+async def test_a_stalled_or_trickled_body_is_408_within_the_body_timeout(
+    tmp_path: Path, nats_url: str
+) -> None:
+    """A client that sends its headers and then holds the body back (all at once, or a
+    byte at a time) gets 408 once `http_body_timeout_s` has passed, not a handler that
+    waits for ever."""
+    settings = coordinator_settings(
+        f"sqlite:///{tmp_path / 'ledger.db'}", nats_url, http_body_timeout_s=0.5
+    )
+    async with running_coordinator(settings) as c:
+        key = c.settings.bootstrap_operator_key
+        assert key is not None
+        head = post("/api/compute/capacity/summary", b"", key).replace(
+            b"Content-Length: 0", b"Content-Length: 100"
+        )
+        for trickle in (False, True):
+            reader, writer = await asyncio.open_connection("127.0.0.1", c.http.port)
+            dribbling = asyncio.create_task(dribble(writer)) if trickle else None
+            try:
+                writer.write(head + b'{"tenantId"')
+                await writer.drain()
+                started = time.monotonic()
+                answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+                assert status_of(answer) == 408, (trickle, answer)
+                assert time.monotonic() - started < 3, trickle
+            finally:
+                if dribbling is not None:
+                    dribbling.cancel()
+                    await asyncio.gather(dribbling, return_exceptions=True)
+                writer.close()
 
 
 async def test_malformed_json_is_invalid_input_never_500(api: Api) -> None:

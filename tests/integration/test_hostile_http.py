@@ -17,6 +17,7 @@ from coordinator.domain.clock import FakeClock
 from coordinator.services.node_changes import record_inventory
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
+from tests.waiting import eventually
 
 T0 = 1_800_000_000_000
 
@@ -221,6 +222,35 @@ async def test_tenants_see_maintenance_by_the_operator_not_its_key(
     other = (await api.ok("pools.create", {"tenantId": "globex", "name": "g"}))["poolId"]
     status, out = await api.call("reservations.list", {"tenantId": "acme", "poolId": other}, key)
     assert status == 404, out
+
+
+async def test_the_console_alert_feed_shows_tenants_the_operator_not_its_key(
+    api: Api, coordinator: Coordinator
+) -> None:
+    """The console's alert feed is the same fact as `maintenance.by`: a tenant sees that
+    the operator put its node in maintenance, never the operator's key id."""
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    await record_inventory(coordinator.ledger, make_inventory("n1", pool), 1)
+    key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+    await api.ok("nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "fw"})
+    operator_key_id = api.operator_key.split("_")[1]
+
+    async def feed(as_key: str) -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {as_key}"}
+        async with api.session.get(f"{api.base}/api/console/alerts", headers=headers) as resp:
+            assert resp.status == 200
+            alerts: list[dict[str, Any]] = (await resp.json())["alerts"]
+            return [a for a in alerts if a["kind"] == "node.maintenance"]
+
+    async def arrived() -> bool:
+        return bool(await feed(key))
+
+    await eventually(arrived)
+    seen = await feed(key)
+    assert [a["by"] for a in seen] == ["operator"], seen
+    assert operator_key_id not in json.dumps(seen)
+    assert [a["by"] for a in await feed(api.operator_key)] == [f"operator/{operator_key_id}"]
 
 
 @pytest.fixture

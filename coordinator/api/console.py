@@ -10,6 +10,7 @@ from aiohttp import web
 
 from coordinator.api.auth import authenticate, bearer_key
 from coordinator.api.context import Services
+from coordinator.api.nodes import shown_by
 
 WEB = Path(__file__).resolve().parent.parent / "web"
 # Only this origin: the page can neither load nor send anything elsewhere.
@@ -37,7 +38,8 @@ def add_console_routes(app: web.Application, services: Services) -> None:
 
     async def alerts(request: web.Request) -> web.Response:
         """Alerts seen since `after` (a sequence number from the previous answer); a
-        tenant's key sees its visible pools' alerts, an operator's all of them."""
+        tenant's key sees its visible pools' alerts (who acted only as `operator`), an
+        operator's all of them."""
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
         try:
@@ -49,11 +51,16 @@ def add_console_routes(app: web.Application, services: Services) -> None:
             pools = await services.ledger.pools.list_visible(principal.tenant_id)
             visible = {p.pool_id for p in pools}
             items = [i for i in items if i.alert.pool_id in visible]
+        operator = principal.is_operator
         return web.json_response(
             {
                 "last": services.feed.last_seq,
                 "alerts": [
-                    {"seq": i.seq} | i.alert.model_dump(mode="json", by_alias=True) for i in items
+                    {"seq": i.seq}
+                    | i.alert.model_dump(mode="json", by_alias=True)
+                    # Who acted, as `maintenance.by` shows it: a tenant sees "operator".
+                    | {"by": shown_by(i.alert.by, operator)}
+                    for i in items
                 ],
             }
         )

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,6 +176,22 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         # holds one of those bookings, and a booking on an atom outside the allocatable
         # bucket is not counted (SPEC §2: its reservation is at risk): 15 - 11 = 4.
         assert "allocatable=15 available=4" in text
+        # Secure by default: the demo's NATS demands credentials (its INFO says so before
+        # anyone can publish), and each agent has a user of its own, private files.
+        found = re.search(r"NATS:\s+nats://127\.0\.0\.1:(\d+)", text)
+        assert found is not None, text
+        with socket.create_connection(("127.0.0.1", int(found[1])), timeout=5) as bus:
+            info = bus.makefile("rb").readline().decode()
+        assert info.startswith("INFO "), info
+        assert json.loads(info[5:]).get("auth_required") is True, info
+        creds = state / "nats-auth" / "creds"
+        agents = sorted(p.name for p in creds.glob("agent-*.creds"))
+        nodes = ("h100-a", "h100-b", "a100-a", "l40s-a")
+        assert sorted(n for n in nodes for a in agents if a.endswith(f"-{n}.creds")) == sorted(
+            nodes
+        ), agents
+        assert len(agents) == len(nodes), agents
+        assert all((creds / name).stat().st_mode & 0o077 == 0 for name in agents)
         # Four agents, a coordinator and nats-server.
         children = _children_of(demo.pid)
         assert len(children) == 6, children

@@ -65,7 +65,9 @@ async def rig(ledger: Ledger) -> AsyncIterator[Rig]:
     yield rig
 
 
-async def test_one_bad_inventory_never_aborts_the_batch_or_health_recording(rig: Rig) -> None:
+async def test_one_bad_inventory_never_aborts_the_batch_or_health_recording(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     """Before: the insert of an out-of-range vcpu failed and `write_pending` lost every
     other inventory and health transition of that pass."""
     n0 = make_inventory("n0", rig.pool_id, gpus=1)
@@ -89,6 +91,9 @@ async def test_one_bad_inventory_never_aborts_the_batch_or_health_recording(rig:
     assert "device.unhealthy" in kinds
     assert rig.service.rejected == 1
     assert [r for r, subject in rig.drops if subject.endswith(".n2")] == ["ledger_rejected"]
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert [r.levelname for r in refused] == ["WARNING"]
+    assert "node n2" in refused[0].getMessage()
 
 
 async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: Rig) -> None:
@@ -170,13 +175,14 @@ async def test_the_coordinator_refuses_an_open_bus_unless_told(
 
 
 async def test_revoked_bootstrap_key_stays_revoked_across_restarts(
-    database_url: str, nats_url: str
+    database_url: str, nats_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     key = new_key()
     settings = coordinator_settings(database_url, nats_url, bootstrap_operator_key=key)
     key_id = key.split("_")[1]
     async with running_coordinator(settings) as c:
         assert await c.ledger.keys.authenticate(key) is not None
+    assert f"registered a new bootstrap key {key_id}" in caplog.text
     # The same key id with another secret is not a rotation: refused, not overwritten.
     forged = f"gpf_{key_id}_{new_key().split('_', 2)[2]}"
     with pytest.raises(ConfigError, match="new key"):
@@ -187,8 +193,11 @@ async def test_revoked_bootstrap_key_stays_revoked_across_restarts(
     async with running_coordinator(settings) as c:
         assert await c.ledger.keys.authenticate(key) is not None
         assert await c.ledger.keys.revoke(key_id, None, 2)
+    caplog.clear()
     async with running_coordinator(settings) as c:
         assert await c.ledger.keys.authenticate(key) is None
+    # Said, not silent: the operator learns the setting no longer works.
+    assert f"key {key_id} was revoked and stays revoked" in caplog.text
 
 
 async def test_idle_and_slow_header_connections_are_closed(tmp_path: Path, nats_url: str) -> None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.app import Coordinator
+from coordinator.app import Coordinator, running_coordinator
 from coordinator.domain.clock import FakeClock
 from coordinator.services.node_changes import record_inventory
 from tests.factories import make_inventory
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, coordinator_settings
+from tests.waiting import eventually
 
 T0 = 1_800_000_000_000
 
@@ -75,6 +78,46 @@ async def test_a_body_split_over_tcp_writes_is_read_whole_and_oversize_is_413(
     )  # fmt: skip
     assert status_of(answer) == 413
     assert b"PAYLOAD_TOO_LARGE" in answer
+
+
+async def dribble(writer: asyncio.StreamWriter) -> None:
+    """One more byte of body every 100 ms, for ever (a slow-body client)."""
+    while True:
+        await asyncio.sleep(0.1)
+        writer.write(b" ")
+        await writer.drain()
+
+
+async def test_a_stalled_or_trickled_body_is_408_within_the_body_timeout(
+    tmp_path: Path, nats_url: str
+) -> None:
+    """A client that sends its headers and then holds the body back (all at once, or a
+    byte at a time) gets 408 once `http_body_timeout_s` has passed, not a handler that
+    waits for ever."""
+    settings = coordinator_settings(
+        f"sqlite:///{tmp_path / 'ledger.db'}", nats_url, http_body_timeout_s=0.5
+    )
+    async with running_coordinator(settings) as c:
+        key = c.settings.bootstrap_operator_key
+        assert key is not None
+        head = post("/api/compute/capacity/summary", b"", key).replace(
+            b"Content-Length: 0", b"Content-Length: 100"
+        )
+        for trickle in (False, True):
+            reader, writer = await asyncio.open_connection("127.0.0.1", c.http.port)
+            dribbling = asyncio.create_task(dribble(writer)) if trickle else None
+            try:
+                writer.write(head + b'{"tenantId"')
+                await writer.drain()
+                started = time.monotonic()
+                answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+                assert status_of(answer) == 408, (trickle, answer)
+                assert time.monotonic() - started < 3, trickle
+            finally:
+                if dribbling is not None:
+                    dribbling.cancel()
+                    await asyncio.gather(dribbling, return_exceptions=True)
+                writer.close()
 
 
 async def test_malformed_json_is_invalid_input_never_500(api: Api) -> None:
@@ -179,6 +222,35 @@ async def test_tenants_see_maintenance_by_the_operator_not_its_key(
     other = (await api.ok("pools.create", {"tenantId": "globex", "name": "g"}))["poolId"]
     status, out = await api.call("reservations.list", {"tenantId": "acme", "poolId": other}, key)
     assert status == 404, out
+
+
+async def test_the_console_alert_feed_shows_tenants_the_operator_not_its_key(
+    api: Api, coordinator: Coordinator
+) -> None:
+    """The console's alert feed is the same fact as `maintenance.by`: a tenant sees that
+    the operator put its node in maintenance, never the operator's key id."""
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    await record_inventory(coordinator.ledger, make_inventory("n1", pool), 1)
+    key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+    await api.ok("nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "fw"})
+    operator_key_id = api.operator_key.split("_")[1]
+
+    async def feed(as_key: str) -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {as_key}"}
+        async with api.session.get(f"{api.base}/api/console/alerts", headers=headers) as resp:
+            assert resp.status == 200
+            alerts: list[dict[str, Any]] = (await resp.json())["alerts"]
+            return [a for a in alerts if a["kind"] == "node.maintenance"]
+
+    async def arrived() -> bool:
+        return bool(await feed(key))
+
+    await eventually(arrived)
+    seen = await feed(key)
+    assert [a["by"] for a in seen] == ["operator"], seen
+    assert operator_key_id not in json.dumps(seen)
+    assert [a["by"] for a in await feed(api.operator_key)] == [f"operator/{operator_key_id}"]
 
 
 @pytest.fixture

@@ -310,6 +310,19 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     assert "Response 200" in card and "reservationId (required) " in card, card
     assert "Its state now." in card and '"reservationId": "rsv_' in card, card
     assert "409 Refused" in card and "ErrorEnvelope" in card, card
+    # "Try it" calls this coordinator with the key signed in with in this tab.
+    d.find_element(By.CSS_SELECTOR, "#op-capacity-summary details summary").click()
+    body = d.find_element(By.ID, "op-capacity-summary-body")
+    body.clear()
+    body.send_keys('{"tenantId": "operator"}')
+    d.find_element(By.CSS_SELECTOR, "#op-capacity-summary details button").click()
+    WebDriverWait(d, 20).until(
+        lambda drv: drv.find_element(By.ID, "op-capacity-summary-out").text.strip()
+    )
+    answer = d.find_element(By.ID, "op-capacity-summary-out").text
+    status, _, text = answer.partition("\n")
+    assert status == "200", answer
+    assert [p["poolId"] for p in json.loads(text)["pools"]] == [pool], answer
     _fetched_only_from(d, procs.url)
     _shot(d, "09-api-reference")
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,6 +168,11 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         text = "".join(lines)
         assert "Press Ctrl-C" in text, text
         assert "acme key:" in text and "gpf_" in text
+        # The console's URL is printed, and it is the console (the sign-in page).
+        url = re.search(r"^  console: +(http://\S+/)", text, re.M)
+        assert url, text
+        with urllib.request.urlopen(url.group(1), timeout=10) as resp:
+            assert 'id="signin-form"' in resp.read().decode()
         assert "NVIDIA H100 80GB HBM3" in text and "total=16" in text
         # The demo books capacity and injects a fault; the table shows both.
         assert "4 NVLink-connected GPUs" in text

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
+import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,3 +191,66 @@ def test_the_cli_refuses_a_forwarder_without_a_target_or_with_a_bad_url(
     assert "no target" in capsys.readouterr().err
     assert run(["alerts", "forward", "--webhook", "ftp://x"], {}) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
+
+
+async def _start_process(config: Path) -> asyncio.subprocess.Process:
+    """`gpufleet-alerts forward` as systemd starts it, once its durable consumer is bound."""
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "gpufleet-alerts"), "forward", "--config", str(config),
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = await asyncio.wait_for(proc.stderr.readline(), timeout=20)
+        assert line, "gpufleet-alerts exited before it was ready"
+        if b"forwarding " in line:
+            return proc
+    raise AssertionError("gpufleet-alerts did not bind its consumer")
+
+
+async def _stop_process(proc: asyncio.subprocess.Process) -> bytes:
+    """SIGTERM, as `systemctl restart` sends; it exits 0 within TimeoutStopSec."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stderr is not None
+    rest = await asyncio.wait_for(proc.stderr.read(), timeout=10)
+    assert await proc.wait() == 0, rest
+    return rest
+
+
+async def test_the_forward_process_loses_nothing_across_a_sigterm_restart(
+    nats_url: str, publisher: AlertStream, receiver: Receiver, tmp_path: Path
+) -> None:
+    config = tmp_path / "alerts.toml"
+    config.write_text(
+        "[alerts]\n"
+        f'nats_url = "{nats_url}"\n'
+        f'subject_prefix = "{publisher.subjects.prefix}"\n'
+        f'webhooks = ["{receiver.url}/hook"]\n'
+        "backoff_initial_s = 0.05\nbackoff_max_s = 0.2\n"
+    )
+    receiver.failing = -1
+    first = await _start_process(config)
+    try:
+        for n in range(3):
+            await publisher.publish(_alert("node.unreachable", n))
+
+        async def retrying() -> bool:
+            return receiver.refused >= 3
+
+        await eventually(retrying, within_s=10)
+    finally:
+        # Restarted while the receiver refuses: the batch in hand is handed back.
+        await _stop_process(first)
+    for n in range(3, 5):
+        await publisher.publish(_alert("node.reachable", n))
+    receiver.failing = 0
+    second = await _start_process(config)
+    try:
+        # Well within JetStream's 30 s ack wait: nothing waits for a redelivery timer.
+        async def caught_up() -> bool:
+            return {h["alertId"] for h in receiver.hooks} == {f"a{n:03d}" for n in range(5)}
+
+        await eventually(caught_up, within_s=10)
+    finally:
+        await _stop_process(second)

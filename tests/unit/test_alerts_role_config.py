@@ -1,0 +1,104 @@
+"""The alert forwarder's files as the gpufleet_coordinator role writes them (Ansible's own
+template module, run locally) are what `gpufleet-alerts forward --config` reads: every
+role variable arrives, the labels included, and the NATS CA reaches it as it reaches the
+coordinator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ops.alert_forwarder import AlertForwarder, add_arguments, settings_from
+from tests.unit.test_ansible_lint import ansible_env, tool
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "ansible" / "roles" / "gpufleet_coordinator"
+
+
+def render(tmp_path: Path, **overrides: object) -> Path:
+    """alerts.toml, alerts.env and alerts-nats.creds rendered into tmp_path/etc with the
+    role's defaults and `overrides`."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    variables |= {
+        "gpufleet_coordinator_config_dir": str(etc),
+        "ansible_python_interpreter": sys.executable,
+        **overrides,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    for name in ("alerts.toml", "alerts.env", "alerts-nats.creds"):
+        result = subprocess.run(
+            [
+                tool("ansible"), "localhost", "-c", "local", "-i", "localhost,",
+                "-m", "ansible.builtin.template",
+                "-a", f"src={ROLE / 'templates' / name}.j2 dest={etc / name}",
+                "-e", f"@{tmp_path / 'vars.json'}",
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+            env=ansible_env(tmp_path),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+    return etc
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile= reads them (double quotes unwrapped)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = json.loads(value) if value.startswith('"') else value
+    return out
+
+
+def forward_args(config: Path) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["forward", "--config", str(config)])
+
+
+def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
+    tmp_path: Path,
+) -> None:
+    etc = render(
+        tmp_path,
+        gpufleet_coordinator_alerts_enabled=True,
+        gpufleet_coordinator_nats_url="tls://nats.example.net:4222",
+        gpufleet_coordinator_subject_prefix="gf",
+        gpufleet_coordinator_alerts_durable="fwd-1",
+        gpufleet_coordinator_alerts_alertmanager_urls=["http://am-1:9093", "http://am-2:9093"],
+        gpufleet_coordinator_alerts_webhook_urls=["https://hooks.example/a?token=x&y=1"],
+        gpufleet_coordinator_alerts_labels={"cluster": "eu-1", "team": "ml infra"},
+        gpufleet_coordinator_alerts_nats_password="s3cret",
+        gpufleet_coordinator_nats_ca_file="/srv/nats-ca.pem",
+    )
+    env = env_file(etc / "alerts.env")
+    # As the coordinator's unit does, the forwarder's trusts the NATS CA the role installs.
+    assert env["SSL_CERT_FILE"] == str(etc / "nats-ca.pem")
+    s = settings_from(forward_args(etc / "alerts.toml"), env)
+    assert s.nats_url == "tls://nats.example.net:4222"
+    assert s.subject_prefix == "gf" and s.durable == "fwd-1"
+    assert s.alertmanager == ("http://am-1:9093", "http://am-2:9093")
+    assert s.webhooks == ("https://hooks.example/a?token=x&y=1",)
+    assert dict(s.labels) == {"cluster": "eu-1", "team": "ml infra"}
+    assert s.nats_credentials == str(etc / "alerts-nats.creds")
+    AlertForwarder(s)  # reads the credentials file the role wrote
+
+
+def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) -> None:
+    etc = render(
+        tmp_path,
+        gpufleet_coordinator_alerts_enabled=True,
+        gpufleet_coordinator_alerts_alertmanager_urls=["http://127.0.0.1:9093"],
+    )
+    env = env_file(etc / "alerts.env")
+    assert "SSL_CERT_FILE" not in env
+    s = settings_from(forward_args(etc / "alerts.toml"), env)
+    assert s.alertmanager == ("http://127.0.0.1:9093",) and s.webhooks == ()
+    assert dict(s.labels) == {} and s.nats_credentials is None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 from ops.answers import atoms_text
 from ops.output import Column, Section, View
 from ops.session import Session
@@ -75,6 +77,19 @@ def summary(session: Session, tenant: str | None) -> View:
     ]
     sections.append(Section(columns, models, title="whole GPUs by model:", empty="no GPUs"))
     return View(data, sections)
+
+
+def pool_id(session: Session, tenant: str | None, given: str | None) -> str | None:
+    """A --pool value as a pool id: an id as given, a name looked up among the pools
+    the key sees (the tables show names first)."""
+    if not given or given.startswith("pool_"):
+        return given
+    named = [p["poolId"] for p in capacity(session, tenant)["pools"] if p["name"] == given]
+    if len(named) == 1:
+        return str(named[0])
+    if named:
+        raise click.UsageError(f"{len(named)} pools are named {given!r}: give one's id")
+    raise click.UsageError(f"no pool named {given!r} (gpufleet pools lists them)")
 
 
 def _pool_names(session: Session, tenant: str | None) -> dict[str, str]:

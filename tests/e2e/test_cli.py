@@ -127,6 +127,10 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
         (["pools"], "POOL", lambda d: {p["name"] for p in d} == {"h100-east", "mixed"}),
         (["nodes"], "LAST SEEN", lambda d: [n["nodeId"] for n in d] == ["h100-a"]),
         (["nodes", "--pool", world.mixed], "no nodes", lambda d: d == []),
+        # Pools by name as well as by id (tables show the name first).
+        (["nodes", "--pool", "h100-east"], "LAST SEEN", lambda d: len(d) == 1),
+        (["reservations", "--pool", "mixed"], "no reservations", lambda d: d == []),
+        (["usage", "--pool", "mixed"], "nothing ran", lambda d: d["rows"] == []),
         (["node", "h100-a"], "BUCKET", lambda d: len(d["atoms"]) > 8),
         (["reservations"], "RESERVATION", lambda d: [r["reservationId"] for r in d] == [rid]),
         (["reservations", "--state", "released"], "no reservations", lambda d: d == []),
@@ -204,6 +208,16 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
     assert world.fleet.url in bad.err and "INVALID_INPUT" in bad.err and "tenantId" in bad.err
     refused = piped(world, "pools", env={"GPUFLEET_URL": "http://127.0.0.1:9"})
     assert refused.code == 1 and "http://127.0.0.1:9" in refused.err
+    for url in ("127.0.0.1:8080", "notaurl", "http://[::1"):  # no scheme, no host, broken
+        odd = piped(world, "pools", env={"GPUFLEET_URL": url})
+        assert odd.code == 1 and len(odd.err.strip().splitlines()) == 1, odd.err
+        assert f"cannot reach the coordinator at {url}/api/" in odd.err, odd.err
+    # alerts watch: a NATS port nobody listens on, an HTTP URL: one line, at once.
+    for nats_url, said in (("nats://127.0.0.1:9", "cannot connect to NATS"),
+                           (world.fleet.url, "is not a nats://host:port URL")):  # fmt: skip
+        feed = piped(world, "alerts", "watch", "--idle", "2", env={"GPUFLEET_NATS_URL": nats_url})
+        assert feed.code == 1 and said in feed.err, feed.err
+        assert len(feed.err.strip().splitlines()) == 1, feed.err
     nokey = piped(world, "pools", env={"GPUFLEET_KEY": ""})
     assert nokey.code == 2 and "API key" in nokey.err
     notjson = piped(world, "call", "capacity.summary", "{not json")
@@ -257,6 +271,14 @@ def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -
     assert "node.maintenance" in table.out and "alert test" in table.out, table.out
     frame = on_terminal(world, "watch", "--count", "1")
     assert frame.code == 0 and "GPUs:" in frame.out and "h100-a" in frame.out, frame.out
+    # Piped: a JSON line per frame, its times RFC 3339 like every other view's.
+    line = piped(world, "watch", "--count", "1", "--pool", "h100-east")
+    data = json.loads(line.out)
+    assert [n["nodeId"] for n in data["nodes"]] == ["h100-a"], data
+    assert re.match(r"\d{4}-\d\d-\d\dT", data["nodes"][0]["lastSeen"]), data
+    assert not re.search(r'"(lastSeen|since|at)": \d', line.out), line.out
+    unknown = piped(world, "nodes", "--pool", "no-such-pool")
+    assert unknown.code == 2 and "no pool named 'no-such-pool'" in unknown.err, unknown.err
 
 
 def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:

@@ -16,6 +16,7 @@ from tests.integration.conftest import Api
 
 T0 = 1_800_000_000_000
 MIN = 60_000
+PROJECT = "prj_01hzy3k4m5n6p7q8r9s0t1v2w3"
 
 
 async def _fleet(api: Api, c: Coordinator) -> tuple[str, str]:
@@ -40,7 +41,9 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
 ) -> None:
     pool, _ = await _fleet(capi, clocked)
     early = await capi.ok("reservations.create", _req(pool, "a", 2, "2h"))
-    spot = await capi.ok("reservations.create", _req(pool, "b", 2, "4h", spot=True))
+    spot = await capi.ok(
+        "reservations.create", _req(pool, "b", 2, "4h", spot=True, projectId=PROJECT)
+    )
     clock.advance(60 * MIN)
     await capi.ok(
         "reservations.release", {"tenantId": "acme", "reservationId": early["reservationId"]}
@@ -55,8 +58,17 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
     )
     # released after 1 h: 2 GPU-h; preempted at 62 min: 2 × 62/60; the big one 8 × 8/60.
     assert report["totals"]["gpu"] == pytest.approx(2 + 124 / 60 + 64 / 60, abs=1e-5)
-    (row,) = [r for r in report["rows"] if r["resource"] == "gpu"]
-    assert (row["tenantId"], row["poolId"], row["reservations"]) == ("acme", pool, 3)
+    # Per project: the spot booking's own row, the other two under no project.
+    rows = {r["projectId"]: r for r in report["rows"] if r["resource"] == "gpu"}
+    assert (rows[None]["tenantId"], rows[None]["poolId"], rows[None]["reservations"]) == (
+        "acme", pool, 2,
+    )  # fmt: skip
+    assert rows[PROJECT]["hours"] == pytest.approx(124 / 60, abs=1e-5)
+    assert rows[PROJECT]["reservations"] == 1
+    by_project = await capi.ok("usage.report", {
+        "tenantId": "acme", "projectId": PROJECT, "from": T0 - MIN, "to": T0 + 1440 * MIN,
+    })  # fmt: skip
+    assert by_project["totals"] == {"gpu": pytest.approx(124 / 60, abs=1e-5)}
     assert report["asOf"] == T0 + 70 * MIN
     # Nothing ran before the window.
     empty = await capi.ok("usage.report", {"tenantId": "acme", "from": T0 - 60 * MIN, "to": T0})
@@ -68,6 +80,7 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
 
     assert await listed(state=["released"]) == [early["reservationId"]]
     assert await listed(state=["preempted"]) == [spot["reservationId"]]
+    assert await listed(projectId=PROJECT) == [spot["reservationId"]]
     assert await listed(state=["scheduled", "active", "noticed"]) == [big["reservationId"]]
     # Overlapping a window after the preemption: only what still runs then.
     assert await listed(poolId=pool, **{"from": T0 + 90 * MIN}) == [big["reservationId"]]

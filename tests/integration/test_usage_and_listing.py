@@ -123,3 +123,21 @@ async def test_operators_list_everything_and_tenants_only_their_own(
     held = [a for a in node["atoms"] if a["heldBy"]]
     assert [a["heldBy"]["reservationId"] for a in held] == [booked["reservationId"]]
     assert {a["bucket"] for a in node["atoms"]} == {"allocatable"}
+
+
+async def test_usage_counts_mig_vf_and_scalar_hours_by_resource(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    await capi.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await capi.ok("pools.create", {"tenantId": "acme", "name": "m"}))["poolId"]
+    await record_inventory(clocked.ledger, make_inventory("k0", pool, gpus=0, mig=2, nics=2), 1)
+    body = {
+        "tenantId": "acme", "poolId": pool, "duration": "2h", "idempotencyKey": "mig",
+        "devices": [{"class": "gpu.mig", "count": 2}, {"class": "nic.vf", "count": 1}],
+        "resources": {"vcpu": 8},
+    }  # fmt: skip
+    await capi.ok("reservations.create", body)
+    clock.advance(30 * MIN)
+    report = await capi.ok("usage.report", {"tenantId": "acme", "from": T0, "to": T0 + 240 * MIN})
+    # Half an hour so far: 2 MIG instances, 1 VF, 8 vCPU; nothing counted for what is to come.
+    assert report["totals"] == pytest.approx({"gpu.mig": 1.0, "nic.vf": 0.5, "vcpu": 4.0})

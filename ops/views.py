@@ -242,14 +242,17 @@ RESERVATION_COLUMNS = [
     Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
     Column("poolId", "POOL", wide=True), Column("projectId", "PROJECT", wide=True),
     Column("state", "STATE"), Column("start", "START", time=True), Column("end", "END", time=True),
-    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("spot", "SPOT", wide=True),
+    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("risk", "AT RISK"),
+    Column("spot", "SPOT", wide=True),
     Column("leaseExpiresAt", "LEASE UNTIL", time=True, wide=True),
 ]  # fmt: skip
 
 
 def _reservation_row(r: dict[str, Any]) -> dict[str, Any]:
     nodes_ = sorted({a["nodeId"] for a in r["atoms"]})
-    return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_)}
+    risk = r.get("atRisk") or {}
+    return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_),
+                "risk": risk.get("reason")}  # fmt: skip
 
 
 def reservations(session: Session, body: dict[str, Any], limit: int) -> View:

@@ -176,6 +176,11 @@ def test_writes_answer_in_one_line_and_every_method_takes_flags(world: World) ->
     into = on_terminal(world, "maintenance", "h100-a", "--reason", "swap PSU")
     assert into.code == 0 and into.out.strip().startswith("h100-a → maintenance (swap PSU)")
     assert len(into.out.strip().splitlines()) == 1, into.out
+    # The booking it put at risk says so, and why, in the reservations table.
+    (held,) = [
+        x for x in on_terminal(world, "reservations").out.splitlines() if world.reservation in x
+    ]
+    assert held.rstrip().endswith("h100-a  maintenance"), held
     out = piped(world, "maintenance", "h100-a", "--off")
     assert json.loads(out.out)["nodeId"] == "h100-a"
     assert "out of maintenance" in on_terminal(world, "maintenance", "h100-a", "--off").out

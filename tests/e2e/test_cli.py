@@ -225,6 +225,9 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
         assert len(feed.err.strip().splitlines()) == 1, feed.err
     nokey = piped(world, "pools", env={"GPUFLEET_KEY": ""})
     assert nokey.code == 2 and "API key" in nokey.err
+    # `call` alone lists every method, as the hint above says.
+    listed = [line.split()[0] for line in piped(world, "call").out.splitlines()]
+    assert {"reservations.list", "tenants.list", "apiKeys.list", "usage.report"} <= set(listed)
     notjson = piped(world, "call", "capacity.summary", "{not json")
     assert notjson.code == 2 and "not JSON" in notjson.err
     # A reader that goes away (`gpufleet … | head`) ends it quietly.

@@ -155,8 +155,12 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
     assert len(held) == 2 and all("allocatable" in line for line in held), node
     wide = on_terminal(world, "nodes", "-o", "wide").out
     assert "HOSTNAME" in wide and "HOSTNAME" not in on_terminal(world, "nodes").out
-    local = piped(world, "--local", "-o", "json", "reservation", world.reservation, "-t", "acme")
-    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+([+-]\d\d:\d\d|Z)"', local.out)
+    # --local: the machine's zone (POSIX TZ, five and a half hours east), else UTC.
+    args = ("-o", "json", "reservation", world.reservation, "-t", "acme")
+    local = piped(world, "--local", *args, env={"TZ": "XST-5:30"})
+    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+\+05:30"', local.out), local.out
+    utc = piped(world, *args, env={"TZ": "XST-5:30"})
+    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+Z"', utc.out), utc.out
 
 
 def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> None:

@@ -435,6 +435,9 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int
         except click.exceptions.Abort:
             return _fail("interrupted", 130)
         except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: `gpufleet` alone
+                sys.stderr.write(exc.format_message() + "\n")  # the help, as click shows it
+                return 2
             hint = f" (see {exc.ctx.command_path} -h)" if exc.ctx is not None else ""
             return _fail(f"{exc.format_message()}{hint}", 2)
         except click.ClickException as exc:

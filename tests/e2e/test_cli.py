@@ -248,6 +248,10 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
 
 
 def test_version_completion_and_usage_csv(world: World) -> None:
+    for args in ([], ["api"], ["alerts"]):  # a group alone: its help, as is
+        bare = piped(world, *args)
+        assert bare.code == 2 and bare.err.startswith("Usage: gpufleet"), bare.err
+        assert "Commands:" in bare.err and "(see gpufleet" not in bare.err, bare.err
     assert re.match(r"gpufleet, version \d", piped(world, "--version").out)
     for shell, marker in (("bash", "complete "), ("zsh", "compdef"), ("fish", "complete ")):
         script = piped(world, "completion", shell)

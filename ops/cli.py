@@ -144,9 +144,8 @@ def reservations_cmd(
 @output_options
 @pass_session
 def reservation_cmd(session: Session, reservation_id: str, tenant: str | None) -> None:
-    """One reservation with its state and atoms (operators: add --tenant)."""
-    who = session.tenant(tenant)
-    assert who is not None
+    """One reservation with its state and atoms (operators: any tenant's)."""
+    who = session.tenant(tenant, required=False)
     session.show(views.reservation(session, reservation_id, who))
 
 

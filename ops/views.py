@@ -269,8 +269,9 @@ def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
     return View(found, [Section(RESERVATION_COLUMNS, rows, empty="no reservations")])
 
 
-def reservation(session: Session, reservation_id: str, tenant: str) -> View:
-    r = session.call("reservations.get", {"tenantId": tenant, "reservationId": reservation_id})
+def reservation(session: Session, reservation_id: str, tenant: str | None) -> View:
+    body = {"reservationId": reservation_id} | ({"tenantId": tenant} if tenant else {})
+    r = session.call("reservations.get", body)
     lines = [
         f"{r['reservationId']}  tenant {r['tenantId']}  pool {r['poolId']}"
         + (f"  project {r['projectId']}" if r.get("projectId") else ""),

@@ -135,6 +135,7 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
         (["reservations"], "RESERVATION", lambda d: [r["reservationId"] for r in d] == [rid]),
         (["reservations", "--state", "released"], "no reservations", lambda d: d == []),
         (["reservation", rid, "-t", "acme"], "ATOMS", lambda d: d["state"] == "active"),
+        (["reservation", rid], "ATOMS", lambda d: d["tenantId"] == "acme"),  # operator: any
         (["tenants"], "KEYS", lambda d: {"acme", "globex"} <= {t["tenantId"] for t in d}),
         (["keys", "acme"], "LABEL", lambda d: [k["label"] for k in d] == ["ci"]),
         (["usage"], "TOTAL HOURS", lambda d: {r["tenantId"] for r in d["rows"]} <= {"acme"}),
@@ -169,6 +170,9 @@ def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> Non
     globex = json.loads(piped(world, "pools", key=world.globex_key).out)
     assert [p["name"] for p in globex] == ["mixed"]
     assert json.loads(piped(world, "reservations", key=world.globex_key).out) == []
+    # Another tenant's reservation is as absent as a missing one.
+    other = piped(world, "reservation", world.reservation, key=world.globex_key)
+    assert other.code == 1 and "404 NOT_FOUND" in other.err, other.err
     denied = piped(world, "tenants", key=world.globex_key)
     assert denied.code == 1 and "PERMISSION_DENIED" in denied.err
     # Generated commands fill in tenantId too.

@@ -118,6 +118,13 @@ async def test_operators_list_everything_and_tenants_only_their_own(
     assert status == 404
     everyone = await capi.ok("reservations.list", {})
     assert [r["tenantId"] for r in everyone["reservations"]] == ["acme"]
+    # One reservation by its id alone: an operator's lookup; a tenant names itself.
+    by_id = {"reservationId": booked["reservationId"]}
+    assert (await capi.ok("reservations.get", by_id))["tenantId"] == "acme"
+    status, err = await capi.call("reservations.get", by_id, key=acme)
+    assert status == 403 and "tenantId is required" in err["error"]["message"]
+    status, _ = await capi.call("reservations.get", by_id | {"tenantId": "globex"})
+    assert status == 404
 
     node = await capi.ok("nodes.get", {"tenantId": "acme", "nodeId": "n0"}, key=acme)
     held = [a for a in node["atoms"] if a["heldBy"]]

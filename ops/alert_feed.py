@@ -14,6 +14,7 @@ from typing import Any
 
 from coordinator.bus.alerts import stream_name
 from shared.credentials import CredentialsError, connect_options
+from shared.nats_servers import split_servers
 from shared.subjects import Subjects
 
 
@@ -41,6 +42,7 @@ class Feed:
 
 async def _connect(feed: Feed) -> Any:
     import nats
+    from nats.errors import NoServersError
 
     options: dict[str, Any] = {}
     if feed.credentials:
@@ -49,14 +51,26 @@ async def _connect(feed: Feed) -> Any:
             options = connect_options(text, feed.credentials, "--nats-credentials")
         except (OSError, CredentialsError) as exc:
             raise FeedError(f"cannot use credentials {feed.credentials}: {exc}") from None
-    servers = [u.strip() for u in feed.nats_url.split(",")]
     try:
+        servers = split_servers(feed.nats_url)
+    except ValueError as exc:
+        raise FeedError(f"--nats-url: {exc}") from None
+    seen: list[Exception] = []
+
+    async def keep(exc: Exception) -> None:
+        """nats-py's default logs each error with its traceback; the last one is said
+        in one line instead."""
+        seen.append(exc)
+
+    try:
+        # One try per server (max_reconnect_attempts=0 would mean "forever" to nats-py).
         return await nats.connect(
-            servers=servers, connect_timeout=3, max_reconnect_attempts=0,
-            allow_reconnect=False, **options,
+            servers=servers, connect_timeout=3, max_reconnect_attempts=1,
+            reconnect_time_wait=0.2, allow_reconnect=False, error_cb=keep, **options,
         )  # fmt: skip
     except Exception as exc:
-        why = str(exc) or type(exc).__name__
+        last = seen[-1] if seen and isinstance(exc, NoServersError) else exc
+        why = str(last) or type(last).__name__
         raise FeedError(f"{feed.nats_url}: cannot connect to NATS ({why})") from None
 
 

@@ -83,13 +83,14 @@ def summary_cmd(session: Session, tenant: str | None) -> None:
 
 
 @cli.command("nodes")
-@click.option("-p", "--pool", metavar="POOL_ID", help="one pool's nodes")
+@click.option("-p", "--pool", metavar="POOL", help="one pool's nodes (its name or id)")
 @tenant_option
 @output_options
 @pass_session
 def nodes_cmd(session: Session, pool: str | None, tenant: str | None) -> None:
     """Nodes with their status, health and GPUs (every pool the key sees, or one)."""
-    session.show(views.nodes(session, session.tenant(tenant, required=False), pool))
+    who = session.tenant(tenant, required=False)
+    session.show(views.nodes(session, who, views.pool_id(session, who, pool)))
 
 
 @cli.command("node")
@@ -108,7 +109,7 @@ def node_cmd(session: Session, node_id: str, tenant: str | None) -> None:
     "-s", "--state", multiple=True, metavar="STATE", type=click.Choice(STATES),
     help="only these states now (repeatable; live: scheduled, active, noticed)",
 )  # fmt: skip
-@click.option("-p", "--pool", metavar="POOL_ID")
+@click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
 @click.option("--project", metavar="PROJECT_ID")
 @click.option("--from", "from_", metavar="TIME", help="overlapping this window (e.g. -7d)")
 @click.option("--to", metavar="TIME")
@@ -126,6 +127,7 @@ def reservations_cmd(
         states += ["scheduled", "active", "noticed"]
     body: dict[str, Any] = {"state": sorted(set(states))}
     who = session.tenant(tenant, required=False)
+    pool = views.pool_id(session, who, pool)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -142,9 +144,8 @@ def reservations_cmd(
 @output_options
 @pass_session
 def reservation_cmd(session: Session, reservation_id: str, tenant: str | None) -> None:
-    """One reservation with its state and atoms (operators: add --tenant)."""
-    who = session.tenant(tenant)
-    assert who is not None
+    """One reservation with its state and atoms (operators: any tenant's)."""
+    who = session.tenant(tenant, required=False)
     session.show(views.reservation(session, reservation_id, who))
 
 
@@ -169,7 +170,7 @@ def keys_cmd(session: Session, tenant: str | None, revoked: bool) -> None:
 @cli.command("usage")
 @click.option("--from", "from_", metavar="TIME", help="window start (default: 30 days before --to)")
 @click.option("--to", metavar="TIME", help="window end (default: now)")
-@click.option("-p", "--pool", metavar="POOL_ID")
+@click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
 @click.option("--project", metavar="PROJECT_ID")
 @tenant_option
 @output_options
@@ -182,6 +183,7 @@ def usage_cmd(
     project, as the bookings ran; `-o csv` for billing."""
     body: dict[str, Any] = {}
     who = session.tenant(tenant, required=False)
+    pool = views.pool_id(session, who, pool)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -432,6 +434,9 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int
         except click.exceptions.Abort:
             return _fail("interrupted", 130)
         except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: `gpufleet` alone
+                sys.stderr.write(exc.format_message() + "\n")  # the help, as click shows it
+                return 2
             hint = f" (see {exc.ctx.command_path} -h)" if exc.ctx is not None else ""
             return _fail(f"{exc.format_message()}{hint}", 2)
         except click.ClickException as exc:

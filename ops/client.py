@@ -12,6 +12,7 @@ import http.client
 import json
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -68,12 +69,17 @@ class ApiClient:
         """POST /api/compute/<module>/<method> with a JSON body; raises ApiError or
         Unreachable (and ValueError for a malformed method name)."""
         url = self.base_url + method_path(method)
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
-            method="POST",
-        )
+        try:
+            if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                raise ValueError("not an http:// or https:// URL")
+            request = urllib.request.Request(
+                url,
+                data=json.dumps(body).encode(),
+                headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+                method="POST",
+            )
+        except ValueError as exc:
+            raise Unreachable(url, f"{exc} (e.g. http://127.0.0.1:8080)") from None
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 raw = response.read()

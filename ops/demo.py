@@ -37,10 +37,13 @@ from ops.nats_auth import (
     agent_user,
     bcrypt_hasher,
     build,
+    reader_user,
     write_bundle,
 )
 from ops.table import render_summary
 from shared.ids import CROCKFORD
+
+CLI_READER = "cli"  # the NATS user the exported GPUFLEET_NATS_CREDENTIALS name
 
 # (node id, pool key, host profile)
 FLEET: tuple[tuple[str, str, str], ...] = (
@@ -81,6 +84,7 @@ class Demo:
         bundle = build(
             nodes,
             alert_stream=stream_name(DEFAULT_PREFIX),
+            readers=[CLI_READER],  # `gpufleet alerts watch` with the exported credentials
             passwords=self.auth.passwords if self.auth else None,
             hash_password=bcrypt_hasher(4),  # random passwords: the cost buys nothing
             store_dir=None,  # EmbeddedNats passes its own
@@ -167,8 +171,12 @@ class Demo:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write("\n".join(export_lines(info, self.nats.url if self.nats else "")) + "\n")
+            f.write("\n".join(self.export_lines(info)) + "\n")
         return path
+
+    def export_lines(self, info: dict[str, Any]) -> list[str]:
+        nats_url = self.nats.url if self.nats else ""
+        return export_lines(info, nats_url, self.creds(reader_user(CLI_READER)))
 
     def fault_file(self, node_id: str) -> Path:
         return self.state_dir / f"faults-{node_id}.json"
@@ -294,10 +302,10 @@ class Demo:
         self.logs.clear()
 
 
-def export_lines(info: dict[str, Any], nats_url: str) -> list[str]:
+def export_lines(info: dict[str, Any], nats_url: str, nats_credentials: str) -> list[str]:
     return [
         f"export GPUFLEET_URL={info['url']} GPUFLEET_KEY={info['operatorKey']} "
-        f"GPUFLEET_NATS_URL={nats_url}",
+        f"GPUFLEET_NATS_URL={nats_url} GPUFLEET_NATS_CREDENTIALS={nats_credentials}",
         f"# as tenant acme: export GPUFLEET_KEY={info['keys']['acme']}",
     ]
 
@@ -330,7 +338,7 @@ def run_demo(settings: DemoSettings) -> int:
         print(f"  globex key:    {info['keys']['globex']}")
         env_file = demo.write_env(info)
         print("  use the CLI against it (the same lines are in", f"{env_file}, mode 0600):")
-        for line in export_lines(info, demo.nats.url if demo.nats else ""):
+        for line in demo.export_lines(info):
             print(f"    {line}")
         print("    gpufleet pools; gpufleet nodes; gpufleet node h100-b; gpufleet reservations")
         print("    gpufleet alerts watch --since -1h; gpufleet watch; gpufleet usage -o csv")

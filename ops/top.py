@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ops import views
-from ops.output import Column, Printer, Section, View, format_time
+from ops.output import Column, Printer, Section, View, format_time, with_times
 from ops.session import Session
 
 
@@ -71,7 +71,7 @@ def _frames(session: Session, printer: Printer, tenant: str | None, pool: str | 
             import json
 
             data: Any = view.data
-            printer.out.write(json.dumps(data) + "\n")
+            printer.out.write(json.dumps(with_times(data, session.local)) + "\n")
             printer.out.flush()
         else:
             printer.show(view)

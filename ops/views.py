@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 from ops.answers import atoms_text
 from ops.output import Column, Section, View
 from ops.session import Session
@@ -75,6 +77,19 @@ def summary(session: Session, tenant: str | None) -> View:
     ]
     sections.append(Section(columns, models, title="whole GPUs by model:", empty="no GPUs"))
     return View(data, sections)
+
+
+def pool_id(session: Session, tenant: str | None, given: str | None) -> str | None:
+    """A --pool value as a pool id: an id as given, a name looked up among the pools
+    the key sees (the tables show names first)."""
+    if not given or given.startswith("pool_"):
+        return given
+    named = [p["poolId"] for p in capacity(session, tenant)["pools"] if p["name"] == given]
+    if len(named) == 1:
+        return str(named[0])
+    if named:
+        raise click.UsageError(f"{len(named)} pools are named {given!r}: give one's id")
+    raise click.UsageError(f"no pool named {given!r} (gpufleet pools lists them)")
 
 
 def _pool_names(session: Session, tenant: str | None) -> dict[str, str]:
@@ -227,14 +242,17 @@ RESERVATION_COLUMNS = [
     Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
     Column("poolId", "POOL", wide=True), Column("projectId", "PROJECT", wide=True),
     Column("state", "STATE"), Column("start", "START", time=True), Column("end", "END", time=True),
-    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("spot", "SPOT", wide=True),
+    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("risk", "AT RISK"),
+    Column("spot", "SPOT", wide=True),
     Column("leaseExpiresAt", "LEASE UNTIL", time=True, wide=True),
 ]  # fmt: skip
 
 
 def _reservation_row(r: dict[str, Any]) -> dict[str, Any]:
     nodes_ = sorted({a["nodeId"] for a in r["atoms"]})
-    return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_)}
+    risk = r.get("atRisk") or {}
+    return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_),
+                "risk": risk.get("reason")}  # fmt: skip
 
 
 def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
@@ -251,8 +269,9 @@ def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
     return View(found, [Section(RESERVATION_COLUMNS, rows, empty="no reservations")])
 
 
-def reservation(session: Session, reservation_id: str, tenant: str) -> View:
-    r = session.call("reservations.get", {"tenantId": tenant, "reservationId": reservation_id})
+def reservation(session: Session, reservation_id: str, tenant: str | None) -> View:
+    body = {"reservationId": reservation_id} | ({"tenantId": tenant} if tenant else {})
+    r = session.call("reservations.get", body)
     lines = [
         f"{r['reservationId']}  tenant {r['tenantId']}  pool {r['poolId']}"
         + (f"  project {r['projectId']}" if r.get("projectId") else ""),

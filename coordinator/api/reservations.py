@@ -35,6 +35,15 @@ class ReservationRef(ApiInput):
     )
 
 
+class ReservationLookup(ApiInput):
+    tenant_id: TenantId | None = Field(
+        default=None, description="The reservation's tenant; absent (operators only): any."
+    )
+    reservation_id: ReservationId = Field(
+        description="The reservation.", examples=["rsv_01hzy3k4m5n6p7q8r9s0t1v2w3"]
+    )
+
+
 class RenewInput(ApiInput):
     tenant_id: TenantId = Field(description="The reservation's tenant.")
     reservation_id: ReservationId = Field(
@@ -95,10 +104,10 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
 
 @REGISTRY.method(
     "reservations.get", kind="read", permission="compute:reservations:read",
-    scope="compute-tenant", input=ReservationRef, output=out.ReservationOut, phase="v0.2",
+    scope="compute-tenant", input=ReservationLookup, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
-async def get(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
-    """One of the tenant's reservations, with its state now."""
+async def get(ctx: CallContext, body: ReservationLookup) -> dict[str, Any]:
+    """One of the tenant's reservations, with its state now (operators: any tenant's)."""
     res = await ctx.ledger.reservations.get(body.reservation_id, body.tenant_id)
     return render.reservation(res, ctx.now())
 

@@ -58,15 +58,17 @@ async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: in
 
 
 async def _owned(
-    conn: AsyncConnection, reservation_id: str, tenant_id: str, *, for_update: bool = False
-) -> Reservation:
-    """The tenant's reservation; another tenant's is as absent as a missing one. With
-    `for_update` the row stays locked until the transaction ends (the last lock in the
-    lock order: tenant, pools, reservations)."""
+    conn: AsyncConnection, reservation_id: str, tenant_id: str | None, *,
+    for_update: bool = False,
+) -> Reservation:  # fmt: skip
+    """The tenant's reservation; another tenant's is as absent as a missing one (tenant
+    None: any tenant's). With `for_update` the row stays locked until the transaction
+    ends (the last lock in the lock order: tenant, pools, reservations)."""
     rv = schema.reservations.c
-    query = select(schema.reservations).where(
-        (rv.reservation_id == reservation_id) & (rv.tenant_id == tenant_id)
-    )
+    where = rv.reservation_id == reservation_id
+    if tenant_id is not None:
+        where &= rv.tenant_id == tenant_id
+    query = select(schema.reservations).where(where)
     if for_update:
         query = query.with_for_update()
     row = (await conn.execute(query)).first()
@@ -79,7 +81,8 @@ class ReservationRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def get(self, reservation_id: str, tenant_id: str) -> Reservation:
+    async def get(self, reservation_id: str, tenant_id: str | None) -> Reservation:
+        """The tenant's reservation (None: whichever tenant's, for an operator)."""
         async with self._db.read() as conn:
             return await _owned(conn, reservation_id, tenant_id)
 

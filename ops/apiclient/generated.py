@@ -589,6 +589,12 @@ ReservationCreateInput = TypedDict("ReservationCreateInput", {
 })
 
 
+ReservationLookup = TypedDict("ReservationLookup", {
+    'tenantId': NotRequired[str | None],
+    'reservationId': str,
+})
+
+
 # A reservation as its tenant sees it, with its state now.
 ReservationOut = TypedDict("ReservationOut", {
     'reservationId': str,
@@ -888,8 +894,8 @@ class ReservationsApi:
         """Place and book a request atomically across every atom and gang member."""
         return cast("ReservationOut", self._t.call("reservations.create", body))
 
-    def get(self, body: ReservationRef) -> ReservationOut:
-        """One of the tenant's reservations, with its state now."""
+    def get(self, body: ReservationLookup) -> ReservationOut:
+        """One of the tenant's reservations, with its state now (operators: any tenant's)."""
         return cast("ReservationOut", self._t.call("reservations.get", body))
 
     def list(self, body: ListInput | None = None) -> ReservationPage:
@@ -1127,8 +1133,8 @@ class AsyncReservationsApi:
         """Place and book a request atomically across every atom and gang member."""
         return cast("ReservationOut", await self._t.call("reservations.create", body))
 
-    async def get(self, body: ReservationRef) -> ReservationOut:
-        """One of the tenant's reservations, with its state now."""
+    async def get(self, body: ReservationLookup) -> ReservationOut:
+        """One of the tenant's reservations, with its state now (operators: any tenant's)."""
         return cast("ReservationOut", await self._t.call("reservations.get", body))
 
     async def list(self, body: ListInput | None = None) -> ReservationPage:

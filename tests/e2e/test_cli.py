@@ -127,10 +127,15 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
         (["pools"], "POOL", lambda d: {p["name"] for p in d} == {"h100-east", "mixed"}),
         (["nodes"], "LAST SEEN", lambda d: [n["nodeId"] for n in d] == ["h100-a"]),
         (["nodes", "--pool", world.mixed], "no nodes", lambda d: d == []),
+        # Pools by name as well as by id (tables show the name first).
+        (["nodes", "--pool", "h100-east"], "LAST SEEN", lambda d: len(d) == 1),
+        (["reservations", "--pool", "mixed"], "no reservations", lambda d: d == []),
+        (["usage", "--pool", "mixed"], "nothing ran", lambda d: d["rows"] == []),
         (["node", "h100-a"], "BUCKET", lambda d: len(d["atoms"]) > 8),
         (["reservations"], "RESERVATION", lambda d: [r["reservationId"] for r in d] == [rid]),
         (["reservations", "--state", "released"], "no reservations", lambda d: d == []),
         (["reservation", rid, "-t", "acme"], "ATOMS", lambda d: d["state"] == "active"),
+        (["reservation", rid], "ATOMS", lambda d: d["tenantId"] == "acme"),  # operator: any
         (["tenants"], "KEYS", lambda d: {"acme", "globex"} <= {t["tenantId"] for t in d}),
         (["keys", "acme"], "LABEL", lambda d: [k["label"] for k in d] == ["ci"]),
         (["usage"], "TOTAL HOURS", lambda d: {r["tenantId"] for r in d["rows"]} <= {"acme"}),
@@ -151,8 +156,12 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
     assert len(held) == 2 and all("allocatable" in line for line in held), node
     wide = on_terminal(world, "nodes", "-o", "wide").out
     assert "HOSTNAME" in wide and "HOSTNAME" not in on_terminal(world, "nodes").out
-    local = piped(world, "--local", "-o", "json", "reservation", world.reservation, "-t", "acme")
-    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+([+-]\d\d:\d\d|Z)"', local.out)
+    # --local: the machine's zone (POSIX TZ, five and a half hours east), else UTC.
+    args = ("-o", "json", "reservation", world.reservation, "-t", "acme")
+    local = piped(world, "--local", *args, env={"TZ": "XST-5:30"})
+    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+\+05:30"', local.out), local.out
+    utc = piped(world, *args, env={"TZ": "XST-5:30"})
+    assert re.search(r'"start": "\d{4}-\d\d-\d\dT[\d:.]+Z"', utc.out), utc.out
 
 
 def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> None:
@@ -161,6 +170,9 @@ def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> Non
     globex = json.loads(piped(world, "pools", key=world.globex_key).out)
     assert [p["name"] for p in globex] == ["mixed"]
     assert json.loads(piped(world, "reservations", key=world.globex_key).out) == []
+    # Another tenant's reservation is as absent as a missing one.
+    other = piped(world, "reservation", world.reservation, key=world.globex_key)
+    assert other.code == 1 and "404 NOT_FOUND" in other.err, other.err
     denied = piped(world, "tenants", key=world.globex_key)
     assert denied.code == 1 and "PERMISSION_DENIED" in denied.err
     # Generated commands fill in tenantId too.
@@ -172,6 +184,11 @@ def test_writes_answer_in_one_line_and_every_method_takes_flags(world: World) ->
     into = on_terminal(world, "maintenance", "h100-a", "--reason", "swap PSU")
     assert into.code == 0 and into.out.strip().startswith("h100-a → maintenance (swap PSU)")
     assert len(into.out.strip().splitlines()) == 1, into.out
+    # The booking it put at risk says so, and why, in the reservations table.
+    (held,) = [
+        x for x in on_terminal(world, "reservations").out.splitlines() if world.reservation in x
+    ]
+    assert held.rstrip().endswith("h100-a  maintenance"), held
     out = piped(world, "maintenance", "h100-a", "--off")
     assert json.loads(out.out)["nodeId"] == "h100-a"
     assert "out of maintenance" in on_terminal(world, "maintenance", "h100-a", "--off").out
@@ -204,8 +221,21 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
     assert world.fleet.url in bad.err and "INVALID_INPUT" in bad.err and "tenantId" in bad.err
     refused = piped(world, "pools", env={"GPUFLEET_URL": "http://127.0.0.1:9"})
     assert refused.code == 1 and "http://127.0.0.1:9" in refused.err
+    for url in ("127.0.0.1:8080", "notaurl", "http://[::1"):  # no scheme, no host, broken
+        odd = piped(world, "pools", env={"GPUFLEET_URL": url})
+        assert odd.code == 1 and len(odd.err.strip().splitlines()) == 1, odd.err
+        assert f"cannot reach the coordinator at {url}/api/" in odd.err, odd.err
+    # alerts watch: a NATS port nobody listens on, an HTTP URL: one line, at once.
+    for nats_url, said in (("nats://127.0.0.1:9", "cannot connect to NATS"),
+                           (world.fleet.url, "is not a nats://host:port URL")):  # fmt: skip
+        feed = piped(world, "alerts", "watch", "--idle", "2", env={"GPUFLEET_NATS_URL": nats_url})
+        assert feed.code == 1 and said in feed.err, feed.err
+        assert len(feed.err.strip().splitlines()) == 1, feed.err
     nokey = piped(world, "pools", env={"GPUFLEET_KEY": ""})
     assert nokey.code == 2 and "API key" in nokey.err
+    # `call` alone lists every method, as the hint above says.
+    listed = [line.split()[0] for line in piped(world, "call").out.splitlines()]
+    assert {"reservations.list", "tenants.list", "apiKeys.list", "usage.report"} <= set(listed)
     notjson = piped(world, "call", "capacity.summary", "{not json")
     assert notjson.code == 2 and "not JSON" in notjson.err
     # A reader that goes away (`gpufleet … | head`) ends it quietly.
@@ -222,6 +252,10 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
 
 
 def test_version_completion_and_usage_csv(world: World) -> None:
+    for args in ([], ["api"], ["alerts"]):  # a group alone: its help, as is
+        bare = piped(world, *args)
+        assert bare.code == 2 and bare.err.startswith("Usage: gpufleet"), bare.err
+        assert "Commands:" in bare.err and "(see gpufleet" not in bare.err, bare.err
     assert re.match(r"gpufleet, version \d", piped(world, "--version").out)
     for shell, marker in (("bash", "complete "), ("zsh", "compdef"), ("fish", "complete ")):
         script = piped(world, "completion", shell)
@@ -257,6 +291,14 @@ def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -
     assert "node.maintenance" in table.out and "alert test" in table.out, table.out
     frame = on_terminal(world, "watch", "--count", "1")
     assert frame.code == 0 and "GPUs:" in frame.out and "h100-a" in frame.out, frame.out
+    # Piped: a JSON line per frame, its times RFC 3339 like every other view's.
+    line = piped(world, "watch", "--count", "1", "--pool", "h100-east")
+    data = json.loads(line.out)
+    assert [n["nodeId"] for n in data["nodes"]] == ["h100-a"], data
+    assert re.match(r"\d{4}-\d\d-\d\dT", data["nodes"][0]["lastSeen"]), data
+    assert not re.search(r'"(lastSeen|since|at)": \d', line.out), line.out
+    unknown = piped(world, "nodes", "--pool", "no-such-pool")
+    assert unknown.code == 2 and "no pool named 'no-such-pool'" in unknown.err, unknown.err
 
 
 def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:

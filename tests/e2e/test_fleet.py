@@ -123,6 +123,40 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
         agent_log.close()
 
 
+def _demo_keys_stay_off_argv_and_its_exports_work(text: str, state: Path, pids: list[int]) -> None:
+    """The keys reach no command line `ps` shows; the printed `export` line (also in
+    demo.env, mode 0600) is all the CLI needs, alerts from NATS included."""
+    (exports,) = [line.strip() for line in text.splitlines() if "export GPUFLEET_URL=" in line]
+    env_file = state / "demo.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert exports in env_file.read_text().splitlines()
+    env = dict(word.split("=", 1) for word in exports.split()[1:])
+    assert {"GPUFLEET_URL", "GPUFLEET_KEY", "GPUFLEET_NATS_URL"} <= set(env), env
+    keys = [line.split()[-1] for line in text.splitlines() if " key:" in line]
+    assert len(keys) == 3 and env["GPUFLEET_KEY"] in keys, keys
+    for pid in pids:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        assert not [k for k in keys if k in argv or k.split("_", 2)[2] in argv], argv
+    cli_env = {"PATH": os.environ["PATH"], "HOME": str(state)} | env
+
+    def gpufleet(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        ran = subprocess.run(
+            [str(BIN / "gpufleet"), *args], capture_output=True, text=True, timeout=60,
+            env=cli_env | extra,
+        )  # fmt: skip
+        assert "Traceback" not in ran.stderr, ran.stderr
+        return ran
+
+    pools = gpufleet("pools")
+    assert pools.returncode == 0 and "h100-east" in pools.stdout, pools.stderr
+    alerts = gpufleet("alerts", "watch", "--since", "-1h", "--count", "1", "--idle", "20")
+    assert alerts.returncode == 0 and '"kind": "node.' in alerts.stdout, alerts.stderr
+    # Without the exported NATS credentials the server refuses: said in one line.
+    anonymous = gpufleet("alerts", "watch", "--idle", "5", GPUFLEET_NATS_CREDENTIALS="")
+    assert anonymous.returncode == 1 and "Authorization Violation" in anonymous.stderr
+    assert len(anonymous.stderr.strip().splitlines()) == 1, anonymous.stderr
+
+
 def _children_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -201,6 +235,7 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         # Four agents, a coordinator and nats-server.
         children = _children_of(demo.pid)
         assert len(children) == 6, children
+        _demo_keys_stay_off_argv_and_its_exports_work(text, state, [demo.pid, *children])
         demo.send_signal(signal.SIGINT)
         rest = demo.stdout.read().decode()
         assert demo.wait(30) == 0

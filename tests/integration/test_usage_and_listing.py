@@ -16,6 +16,7 @@ from tests.integration.conftest import Api
 
 T0 = 1_800_000_000_000
 MIN = 60_000
+PROJECT = "prj_01hzy3k4m5n6p7q8r9s0t1v2w3"
 
 
 async def _fleet(api: Api, c: Coordinator) -> tuple[str, str]:
@@ -40,7 +41,9 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
 ) -> None:
     pool, _ = await _fleet(capi, clocked)
     early = await capi.ok("reservations.create", _req(pool, "a", 2, "2h"))
-    spot = await capi.ok("reservations.create", _req(pool, "b", 2, "4h", spot=True))
+    spot = await capi.ok(
+        "reservations.create", _req(pool, "b", 2, "4h", spot=True, projectId=PROJECT)
+    )
     clock.advance(60 * MIN)
     await capi.ok(
         "reservations.release", {"tenantId": "acme", "reservationId": early["reservationId"]}
@@ -55,8 +58,17 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
     )
     # released after 1 h: 2 GPU-h; preempted at 62 min: 2 × 62/60; the big one 8 × 8/60.
     assert report["totals"]["gpu"] == pytest.approx(2 + 124 / 60 + 64 / 60, abs=1e-5)
-    (row,) = [r for r in report["rows"] if r["resource"] == "gpu"]
-    assert (row["tenantId"], row["poolId"], row["reservations"]) == ("acme", pool, 3)
+    # Per project: the spot booking's own row, the other two under no project.
+    rows = {r["projectId"]: r for r in report["rows"] if r["resource"] == "gpu"}
+    assert (rows[None]["tenantId"], rows[None]["poolId"], rows[None]["reservations"]) == (
+        "acme", pool, 2,
+    )  # fmt: skip
+    assert rows[PROJECT]["hours"] == pytest.approx(124 / 60, abs=1e-5)
+    assert rows[PROJECT]["reservations"] == 1
+    by_project = await capi.ok("usage.report", {
+        "tenantId": "acme", "projectId": PROJECT, "from": T0 - MIN, "to": T0 + 1440 * MIN,
+    })  # fmt: skip
+    assert by_project["totals"] == {"gpu": pytest.approx(124 / 60, abs=1e-5)}
     assert report["asOf"] == T0 + 70 * MIN
     # Nothing ran before the window.
     empty = await capi.ok("usage.report", {"tenantId": "acme", "from": T0 - 60 * MIN, "to": T0})
@@ -68,6 +80,7 @@ async def test_usage_counts_what_ran_and_listing_filters_by_state(
 
     assert await listed(state=["released"]) == [early["reservationId"]]
     assert await listed(state=["preempted"]) == [spot["reservationId"]]
+    assert await listed(projectId=PROJECT) == [spot["reservationId"]]
     assert await listed(state=["scheduled", "active", "noticed"]) == [big["reservationId"]]
     # Overlapping a window after the preemption: only what still runs then.
     assert await listed(poolId=pool, **{"from": T0 + 90 * MIN}) == [big["reservationId"]]
@@ -105,8 +118,33 @@ async def test_operators_list_everything_and_tenants_only_their_own(
     assert status == 404
     everyone = await capi.ok("reservations.list", {})
     assert [r["tenantId"] for r in everyone["reservations"]] == ["acme"]
+    # One reservation by its id alone: an operator's lookup; a tenant names itself.
+    by_id = {"reservationId": booked["reservationId"]}
+    assert (await capi.ok("reservations.get", by_id))["tenantId"] == "acme"
+    status, err = await capi.call("reservations.get", by_id, key=acme)
+    assert status == 403 and "tenantId is required" in err["error"]["message"]
+    status, _ = await capi.call("reservations.get", by_id | {"tenantId": "globex"})
+    assert status == 404
 
     node = await capi.ok("nodes.get", {"tenantId": "acme", "nodeId": "n0"}, key=acme)
     held = [a for a in node["atoms"] if a["heldBy"]]
     assert [a["heldBy"]["reservationId"] for a in held] == [booked["reservationId"]]
     assert {a["bucket"] for a in node["atoms"]} == {"allocatable"}
+
+
+async def test_usage_counts_mig_vf_and_scalar_hours_by_resource(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    await capi.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await capi.ok("pools.create", {"tenantId": "acme", "name": "m"}))["poolId"]
+    await record_inventory(clocked.ledger, make_inventory("k0", pool, gpus=0, mig=2, nics=2), 1)
+    body = {
+        "tenantId": "acme", "poolId": pool, "duration": "2h", "idempotencyKey": "mig",
+        "devices": [{"class": "gpu.mig", "count": 2}, {"class": "nic.vf", "count": 1}],
+        "resources": {"vcpu": 8},
+    }  # fmt: skip
+    await capi.ok("reservations.create", body)
+    clock.advance(30 * MIN)
+    report = await capi.ok("usage.report", {"tenantId": "acme", "from": T0, "to": T0 + 240 * MIN})
+    # Half an hour so far: 2 MIG instances, 1 VF, 8 vCPU; nothing counted for what is to come.
+    assert report["totals"] == pytest.approx({"gpu.mig": 1.0, "nic.vf": 0.5, "vcpu": 4.0})

@@ -77,7 +77,12 @@ class FastLane:
         self._original_parse = original_parse
         self._parser = client._ps
         self._handlers: dict[int, RawHandler] = {}
-        self._queue: deque[tuple[RawHandler, bytes, bytes]] = deque()
+        # The queue as three deques in step (handler, subject, payload), not a deque of
+        # tuples: a backlog of 100,000 tuples is 100,000 objects for the cyclic GC to
+        # walk on every full collection; handlers are few and bytes are not tracked.
+        self._handles: deque[RawHandler] = deque()
+        self._subjects: deque[bytes] = deque()
+        self._payloads: deque[bytes] = deque()
         self._bytes = 0
         self.max_msgs = max_msgs
         self.max_bytes = max_bytes
@@ -120,7 +125,7 @@ class FastLane:
 
     @property
     def backlog(self) -> int:
-        return len(self._queue)
+        return len(self._payloads)
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
@@ -141,10 +146,12 @@ class FastLane:
         stats["in_msgs"] += 1
         stats["in_bytes"] += size
         sub._received += 1
-        if len(self._queue) >= self.max_msgs or self._bytes + size > self.max_bytes:
+        if len(self._payloads) >= self.max_msgs or self._bytes + size > self.max_bytes:
             self._on_full(subject.decode(errors="replace"))
             return
-        self._queue.append((handle, subject, data))
+        self._handles.append(handle)
+        self._subjects.append(subject)
+        self._payloads.append(data)
         self._bytes += size
         if not self._waiting:
             return
@@ -153,54 +160,63 @@ class FastLane:
 
     async def _parse(self, data: bytes = b"") -> None:
         """One read from the server: the lane's frames at its head here, the rest (from
-        the first frame that is not one, or not complete) to nats-py's parser."""
+        the first frame that is not one) to nats-py's parser. A lane frame or a control
+        line cut by the end of the read waits in the buffer for the next read, as it
+        would in nats-py's parser (handing it over would send every frame of the next
+        read the slow way)."""
         parser = self._parser
-        if parser.state != AWAITING_CONTROL_LINE:  # inside a payload nats-py started
+        if parser.state != AWAITING_CONTROL_LINE:  # inside a frame nats-py started
             await self._original_parse(data)
             return
         buf = parser.buf
         buf.extend(data)
         raw = bytes(buf)
         end, pos, handlers, match = len(raw), 0, self._handlers, _MSG_NO_REPLY.match
+        wait = False  # what is left is a lane frame or a control line, cut short
         while True:
             frame = match(raw, pos)
             if frame is None:
+                wait = raw.find(b"\r\n", pos) < 0
+                break
+            sid = int(frame.group(2))
+            handle = handlers.get(sid)
+            if handle is None:
                 break
             payload_at = frame.end()
             payload_end = payload_at + int(frame.group(3))
             if payload_end + 2 > end:
-                break  # not all here yet
-            sid = int(frame.group(2))
-            handle = handlers.get(sid)
-            if handle is None:
+                wait = True
                 break
             self._offer(sid, handle, frame.group(1), raw[payload_at:payload_end])
             pos = payload_end + 2
         if pos:
             del buf[:pos]
-        if buf:
+        if buf and not wait:
             await self._original_parse(b"")
 
+    def _handle_next(self) -> None:
+        data = self._payloads.popleft()
+        self._bytes -= len(data)
+        self._handles.popleft()(self._subjects.popleft().decode(errors="replace"), data)
+
     async def _drain(self) -> None:
-        queue = self._queue
+        handles, subjects, payloads = self._handles, self._subjects, self._payloads
         while True:
-            if not queue:
+            if not payloads:
                 self._waiting = True
                 await self._wake.wait()
                 self._wake.clear()
-            while queue:
-                for _ in range(min(BATCH, len(queue))):
-                    handle, subject, data = queue.popleft()
+            while payloads:
+                for _ in range(min(BATCH, len(payloads))):  # `_handle_next`, inline
+                    data = payloads.popleft()
                     self._bytes -= len(data)
-                    handle(subject.decode(errors="replace"), data)
+                    handles.popleft()(subjects.popleft().decode(errors="replace"), data)
                 await asyncio.sleep(0)
 
     async def close(self) -> None:
         """Stop; what still waits is handled first (a clean close loses nothing)."""
-        while self._queue:
-            handle, subject, data = self._queue.popleft()
-            self._bytes -= len(data)
-            handle(subject.decode(errors="replace"), data)
+        while self._payloads:
+            self._handle_next()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

@@ -144,3 +144,21 @@ async def test_a_read_of_whole_heartbeat_frames_is_taken_in_one_pass() -> None:
         assert lane.backlog == 100 and not client._ps.buf
         await lane.close()
         assert handled == [(s.decode(), p) for _, s, p in frames]
+
+
+async def test_heartbeat_frames_cut_by_a_read_never_fall_back_to_nats_pys_parser() -> None:
+    """A read ends mid-frame nearly every time; the cut frame waits for the next read in
+    the lane's own pass (nats-py's parser, had it taken it, would parse the whole next
+    read one coroutine per message)."""
+    frames = [("lane", b"t.hb.p.gpu-%d" % i, b'{"seq":%d}' % i) for i in range(100)]
+    stream = wire(frames)
+    payloads = [i for i in range(len(stream)) if stream.startswith(b'{"seq"', i)]
+    # In a control line, in a payload, between a payload and its CRLF.
+    cuts = (5, payloads[10] - 3, payloads[30] + 3, payloads[60] + 9, payloads[99] + 10)
+    async with lane_on_a_client() as (client, lane, handled):
+        for cut in cuts:
+            await client._ps.parse(stream[:cut])
+            await client._ps.parse(stream[cut:])
+            assert not client._ps.msg_arg, f"nats-py parsed a frame (cut at {cut})"
+        await lane.close()
+        assert handled == [(s.decode(), p) for _, s, p in frames] * 5

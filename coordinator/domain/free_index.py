@@ -21,7 +21,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from heapq import merge
+from heapq import heappop, heappush, merge
 
 from coordinator.domain.placement import HeldClaim, NodeSlot
 from coordinator.domain.selection import free_among
@@ -31,6 +31,8 @@ Key = tuple[frozenset[str], bool, str | None, int | None]
 # Why a node may not take the request at all (not allocatable, other profile), or None.
 Refusal = Callable[[NodeSlot], str | None]
 Candidate = tuple[int, str, NodeSlot]
+# Windows whose irregular counts are kept (`FreeCounts.counted_in`).
+_WINDOWS = 32
 
 
 @dataclass
@@ -50,6 +52,12 @@ class FreeCounts:
         self._nodes = {n.node_id: n for n in nodes}
         self._claims = claims
         self._indexes: dict[Key, _Index] = {}
+        # Irregular nodes' counts in recent windows, by (key, start, end): a pool's
+        # requests come back to the same few windows (a slot next hour, tomorrow's
+        # training run), and counting hundreds of irregular nodes again for each costs
+        # more than placing. Forgotten for a node by `touch`; the oldest window goes
+        # when there are more than `_WINDOWS`.
+        self._window_counts: dict[tuple[Key, int, int], dict[str, int]] = {}
 
     def _count(self, key: Key, node: NodeSlot) -> int:
         return free_among(node, self._claims(node.node_id), set(key[0]), key[1])
@@ -76,10 +84,14 @@ class FreeCounts:
             key: _Index(Counter(i.refused), dict(i.free), list(i.order))
             for key, i in self._indexes.items()
         }
+        twin._window_counts = {span: dict(c) for span, c in self._window_counts.items()}
         return twin
 
     def touch(self, node_ids: Iterable[str]) -> None:
         """The bookings of these nodes changed: recount them in every index built."""
+        for counted in self._window_counts.values():
+            for node_id in node_ids:
+                counted.pop(node_id, None)
         for key, index in self._indexes.items():
             for node_id in set(node_ids):
                 old = index.free.get(node_id)
@@ -92,8 +104,18 @@ class FreeCounts:
                 insort(index.order, (new, node_id))
                 index.free[node_id] = new
 
-    def window(self, irregular: frozenset[str]) -> WindowOrder:
-        return WindowOrder(self, irregular)
+    def window(self, irregular: frozenset[str], start: int, end: int) -> WindowOrder:
+        return WindowOrder(self, irregular, start, end)
+
+    def counted_in(self, key: Key, start: int, end: int) -> dict[str, int]:
+        """The irregular nodes' counts kept for this window (filled by the caller)."""
+        span = (key, start, end)
+        found = self._window_counts.get(span)
+        if found is None:
+            if len(self._window_counts) >= _WINDOWS:
+                del self._window_counts[next(iter(self._window_counts))]
+            found = self._window_counts[span] = {}
+        return found
 
     def nodes(self) -> Mapping[str, NodeSlot]:
         return self._nodes
@@ -102,8 +124,9 @@ class FreeCounts:
 class WindowOrder:
     """The kept counts seen from one window: `irregular` nodes are recounted."""
 
-    def __init__(self, counts: FreeCounts, irregular: frozenset[str]) -> None:
+    def __init__(self, counts: FreeCounts, irregular: frozenset[str], start: int, end: int) -> None:
         self._counts, self._irregular = counts, irregular
+        self._start, self._end = start, end
 
     def candidates(
         self,
@@ -119,22 +142,52 @@ class WindowOrder:
         index = self._counts.index(key, refusal)
         nodes = self._counts.nodes()
         classes, ignore_spot = set(key[0]), key[1]
-        irregular = [n for n in self._irregular if n in index.free]
-        exact = sorted(
-            (free_among(nodes[n], held.get(n) or (), classes, ignore_spot), n, nodes[n])
-            for n in irregular
-        )
+        free = index.free
+        # An irregular node's kept count takes every claim of the node, in the window or
+        # not: a lower bound of its count in the window. So only those kept below `need`
+        # are counted at once (they decide `few`); the others are counted lazily, in
+        # the order of their bounds, as the placer asks for more candidates. With many
+        # future bookings most of the pool is irregular for any one window, and the
+        # placer stops after a few fits.
+        irregular = sorted((free[n], n) for n in self._irregular if n in free)
+
+        counted = self._counts.counted_in(key, self._start, self._end)
+
+        def count(node_id: str) -> tuple[int, str]:
+            found = counted.get(node_id)
+            if found is None:
+                held_there = held.get(node_id) or ()
+                found = counted[node_id] = free_among(
+                    nodes[node_id], held_there, classes, ignore_spot
+                )
+            return found, node_id
+
         pos = bisect_left(index.order, (need, ""))
-        few = pos - sum(1 for n in irregular if index.free[n] < need)
-        few += sum(1 for c in exact if c[0] < need)
+        split = bisect_left(irregular, (need, ""))
+        low = [count(n) for _, n in irregular[:split]]
+        few = pos - split + sum(1 for c in low if c[0] < need)
         skip = self._irregular
         order = index.order
 
         def regular() -> Iterator[Candidate]:
             for i in range(pos, len(order)):
-                free, node_id = order[i]
+                free_there, node_id = order[i]
                 if node_id not in skip:
-                    yield free, node_id, nodes[node_id]
+                    yield free_there, node_id, nodes[node_id]
 
-        fitting = (c for c in exact if c[0] >= need)
-        return index.refused, few, merge(regular(), fitting)
+        def fitting() -> Iterator[Candidate]:
+            """Irregular nodes with at least `need` free in the window, ascending by
+            (free, nodeId): one is given once no node left to count can come before it
+            (its bound is already past it)."""
+            ready = [c for c in low if c[0] >= need]
+            ready.sort()
+            bounds, i = irregular[split:], 0
+            while ready or i < len(bounds):
+                if i < len(bounds) and (not ready or bounds[i] < ready[0]):
+                    heappush(ready, count(bounds[i][1]))
+                    i += 1
+                    continue
+                free_there, node_id = heappop(ready)
+                yield free_there, node_id, nodes[node_id]
+
+        return index.refused, few, merge(regular(), fitting())

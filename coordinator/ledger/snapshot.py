@@ -473,5 +473,7 @@ def build_snapshot(cache: _PoolCache, start: int, end: int, ignore: frozenset[st
         pool_free={"memoryGiB": max(0, cache.capacity_memory - peak)},
         # With reservations ignored (a change of one's own booking) the kept counts,
         # which include them, do not hold: the placer counts.
-        order=None if ignore else cache.free_counts().window(cache.irregular(start, end)),
+        order=None
+        if ignore
+        else cache.free_counts().window(cache.irregular(start, end), start, end),
     )

@@ -88,7 +88,45 @@ def test_kept_counts_equal_a_recount_and_the_placer_does_not_tell_them_apart(
             held = {n.node_id: _claims(bookings, n.node_id, start, end) for n in pool}
             irregular = frozenset(n for n, s, e, _ in bookings if not (s < end and e > start))
             snap = PoolSnapshot(pool, held=held)
-            kept = replace(snap, order=counts.window(irregular))
+            kept = replace(snap, order=counts.window(irregular, start, end))
             assert place(req, kept, ignore_spot=ignore_spot) == place(
                 req, snap, ignore_spot=ignore_spot
             )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    history=histories(),
+    req=requests,
+    need=st.integers(0, 6),
+    ignore_spot=st.booleans(),
+    window=st.tuples(st.sampled_from(TIMES[:-1]), st.integers(1, 40)),
+)
+def test_candidates_are_every_fitting_node_fewest_free_first_however_many_are_irregular(
+    history: tuple[tuple[NodeSlot, ...], list[list[Booking]]],
+    req: PlacementRequest,
+    need: int,
+    ignore_spot: bool,
+    window: tuple[int, int],
+) -> None:
+    """The window's candidates (irregular nodes counted lazily) are exactly the eligible
+    nodes with at least `need` free in the window, ascending by (free, nodeId), and
+    `few` counts the rest: what counting every node afresh gives."""
+    pool, steps = history
+    bookings = steps[-1]
+    counts = FreeCounts(pool, lambda n: _claims(bookings, n, -1, 10**9))
+    start, end = window[0], window[0] + window[1]
+    held = {n.node_id: _claims(bookings, n.node_id, start, end) for n in pool}
+    irregular = frozenset(n for n, s, e, _ in bookings if not (s < end and e > start))
+    classes = frozenset(d.cls for d in req.devices)
+    key: Key = (classes, ignore_spot, None, None)
+    order = counts.window(irregular, start, end)
+    refused, few, candidates = order.candidates(key, _refusal, held, need)
+    recount = sorted(
+        (free_among(n, held[n.node_id], set(classes), ignore_spot), n.node_id)
+        for n in pool
+        if _refusal(n) is None
+    )
+    assert [(f, n) for f, n, _ in candidates] == [c for c in recount if c[0] >= need]
+    assert few == sum(1 for c in recount if c[0] < need)
+    assert sum(refused.values()) == sum(1 for n in pool if _refusal(n) is not None)

@@ -35,12 +35,12 @@ from ops.nats_auth import AgentNode, agent_user, bcrypt_hasher, build, write_bun
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
+from tests.ansible_play import play_role
 
 # pip builds and installs the package: longer than the suite's default per-test limit.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 NODE = AgentNode(new_pool_id(), "ansible.node-01")
 PREFIX = "tansible" + os.urandom(3).hex()
 
@@ -77,42 +77,8 @@ def copy_checkout(dest: Path) -> Path:
 
 
 def run_role(tmp: Path, variables: dict[str, object], passwords_file: Path) -> str:
-    (tmp / "vars.json").write_text(json.dumps(variables))
-    (tmp / "play.yml").write_text(
-        "- name: The agent role into a scratch prefix\n"
-        "  hosts: localhost\n"
-        "  connection: local\n"
-        "  gather_facts: false\n"
-        "  roles:\n"
-        "    - role: gpufleet_agent\n"
-    )
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_ROLES_PATH": str(REPO / "ansible" / "roles"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
-        # connection: local runs modules from the "remote" temp dir, ~/.ansible/tmp by default.
-        "ANSIBLE_REMOTE_TEMP": str(tmp / "ansible-remote-tmp"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    result = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i", "localhost,",
-            "-e", f"ansible_python_interpreter={sys.executable}",
-            "-e", f"@{tmp / 'vars.json'}",
-            # The generator's output is an Ansible vars file: gpufleet_nats_passwords.
-            "-e", f"@{passwords_file}",
-            str(tmp / "play.yml"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )  # fmt: skip
+    # The generator's output is an Ansible vars file: gpufleet_nats_passwords.
+    result = play_role(tmp, "gpufleet_agent", variables, "-e", f"@{passwords_file}", timeout=280)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     return result.stdout
 

@@ -6,21 +6,17 @@ setting is written as such. The roles' config steps run for real on this host
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.ids import new_pool_id
+from tests.ansible_play import play_role
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 POOL = new_pool_id()
 AGENT_USER = f"agent:{POOL}:node-01"
 PASSWORDS = {AGENT_USER: "agent-secret", "coordinator": "coordinator-secret"}
@@ -40,36 +36,7 @@ def run_config_steps(tmp: Path, role: str, variables: dict[str, Any]) -> tuple[i
     }
     if role == "gpufleet_agent":
         scratch |= {"gpufleet_agent_pool_id": POOL, "gpufleet_agent_node_id": "node-01"}
-    (tmp / "vars.json").write_text(json.dumps(scratch | variables))
-    (tmp / "play.yml").write_text(
-        f"- name: {role}\n  hosts: localhost\n  connection: local\n  gather_facts: false\n"
-        f"  roles:\n    - role: {role}\n"
-    )
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_ROLES_PATH": str(REPO / "ansible" / "roles"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(tmp / "ansible-remote-tmp"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    result = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i", "localhost,",
-            "-e", f"ansible_python_interpreter={sys.executable}",
-            "-e", f"@{tmp / 'vars.json'}",
-            "--tags", f"{role}_config",
-            str(tmp / "play.yml"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
+    result = play_role(tmp, role, scratch | variables, "--tags", f"{role}_config")
     return result.returncode, result.stdout + result.stderr
 
 

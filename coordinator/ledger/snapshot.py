@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.claims import stale_claim
+from coordinator.domain.claims import NODE_DEVICE, form_of, stale_claim
 from coordinator.domain.cliques import peer_sets
 from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.model import NodeState
@@ -68,6 +68,9 @@ class HeldAtom:
     end: int
     # The physical device of the atom; "" until the cache fills it in (`committed`).
     device_id: str = ""
+    # The device's partition when it was booked (`claims.form_of`), as its claim rows
+    # say; "" for a booking of this process's, made on the current partition.
+    form: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +106,9 @@ class _PoolCache:
     nodes_version: int = -1
     bookings_version: int = -1
     nodes: tuple[NodeSlot, ...] = ()
-    # atomId → (nodeId, atom) of every current atom.
+    # atomId → (nodeId, atom) of every current atom; nodeId → node.
     current: dict[str, tuple[str, AtomSlot]] = field(default_factory=dict)
+    by_id: dict[str, NodeSlot] = field(default_factory=dict)
     capacity_memory: int = 0
     by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
     # nodeId → its bookings' claims, resolved against the current atoms when first asked
@@ -159,6 +163,30 @@ class _PoolCache:
         if self.counts is not None:
             self.counts.touch(touched)
 
+    def pinned(self, h: HeldAtom) -> HeldAtom:
+        """A new booking of this process's with its atom's device and that device's
+        partition as they are now: should the atom be retired, or the device
+        repartitioned, later, the booking still claims the device."""
+        if h.device_id or h.atom_id not in self.current:
+            return h
+        node_id, atom = self.current[h.atom_id]
+        node = self.by_id.get(node_id)
+        atoms = node.by_device.get(atom.device_id, ()) if node is not None else ()
+        form = form_of(a.atom_id for a in atoms) if atom.device_id else ""
+        return replace(h, device_id=atom.device_id, form=form)
+
+    def _same_form(self, h: HeldAtom, forms: dict[str, str]) -> bool:
+        """Whether `h` was booked on its device's current partition (`forms` caches the
+        node's current ones by device)."""
+        if not h.form or not h.device_id:
+            return True
+        current = forms.get(h.device_id)
+        if current is None:
+            node = self.by_id.get(h.node_id)
+            atoms = node.by_device.get(h.device_id, ()) if node is not None else ()
+            current = forms[h.device_id] = form_of(a.atom_id for a in atoms)
+        return current == h.form
+
     def reset(self) -> None:
         """Nodes or bookings were reloaded: every resolved claim and count is stale."""
         self.resolved = {}
@@ -180,13 +208,16 @@ class _PoolCache:
 
     def claims(self, node_id: str) -> _NodeClaims:
         """A booking on a current atom claims what that atom is; one on an atom that left
-        the inventory (or the pool) claims its whole device."""
+        the inventory (or the pool), or on a partition its device no longer has (an atom
+        id can outlive a repartition: slot 0 of 2 is slot 0 of 4), claims its whole
+        device, as the database's claim rows do (one partition of a device at a time)."""
         found = self.resolved.get(node_id)
         if found is None:
             rows = []
+            forms: dict[str, str] = {}
             for h in self.by_node.get(node_id, ()):
                 atom = self.current.get(h.atom_id)
-                if atom is not None and atom[0] == h.node_id:
+                if atom is not None and atom[0] == h.node_id and self._same_form(h, forms):
                     claim = atom[1].claim
                 else:
                     claim = stale_claim(h.atom_id, h.cls, h.device_id)
@@ -278,7 +309,21 @@ async def _load_bookings(
 ) -> tuple[list[HeldAtom], list[HeldScalar]]:
     """Bookings that end after `now` (an ended booking can hold nothing later), with the
     device of their atom, retired or not."""
-    b, s, a = schema.bookings.c, schema.scalar_bookings.c, schema.atoms.c
+    b, s, a, dc = (
+        schema.bookings.c, schema.scalar_bookings.c, schema.atoms.c, schema.device_claims.c
+    )  # fmt: skip
+    # The partition each live booking was made on, per device (its claim rows say).
+    form_rows = await conn.execute(
+        select(dc.reservation_id, dc.node_id, dc.device, dc.form)
+        .distinct()
+        .where(
+            dc.reservation_id.in_(
+                select(b.reservation_id).where((b.pool_id == pool_id) & (b.end > now))
+            )
+            & (dc.device != NODE_DEVICE)
+        )
+    )
+    forms = {(r[0], r[1], r[2]): r[3] for r in form_rows.all()}
     atom_rows = await conn.execute(
         select(b.atom_id, b.node_id, b["class"], b.reservation_id, b.spot, b.start, b.end)
         .add_columns(a.device_id)
@@ -292,7 +337,17 @@ async def _load_bookings(
     )
     return (
         [
-            HeldAtom(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5]), int(r[6]), r[7] or "")
+            HeldAtom(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                bool(r[4]),
+                int(r[5]),
+                int(r[6]),
+                r[7] or "",
+                forms.get((r[3], r[1], r[7] or ""), ""),
+            )
             for r in atom_rows.all()
         ],
         [
@@ -330,6 +385,7 @@ class SnapshotCache:
         if cache.nodes_version != nodes_v:
             cache.nodes = await _load_nodes(conn, pool_id)
             cache.current = {a.atom_id: (n.node_id, a) for n in cache.nodes for a in n.atoms}
+            cache.by_id = {n.node_id: n for n in cache.nodes}
             cache.reset()
             cache.capacity_memory = sum(
                 n.capacity.get("memoryGiB", 0)
@@ -369,11 +425,7 @@ class SnapshotCache:
         if cache is not None and cache.bookings_version == bookings_version - 1:
             # Remember each atom's device now: should the atom be retired later, its
             # booking still claims the device.
-            atoms = [
-                h if h.device_id or h.atom_id not in cache.current else
-                replace(h, device_id=cache.current[h.atom_id][1].device_id)
-                for h in atoms
-            ]  # fmt: skip
+            atoms = [cache.pinned(h) for h in atoms]
             cache.atoms.extend(atoms)
             cache.index(atoms)
             cache.scalars.extend(scalars)
@@ -409,11 +461,7 @@ class SnapshotDraft:
 
     def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
         cache = self.cache
-        atoms = [
-            h if h.device_id or h.atom_id not in cache.current else
-            replace(h, device_id=cache.current[h.atom_id][1].device_id)
-            for h in atoms
-        ]  # fmt: skip
+        atoms = [cache.pinned(h) for h in atoms]
         cache.atoms.extend(atoms)
         cache.index(atoms)
         cache.scalars.extend(scalars)

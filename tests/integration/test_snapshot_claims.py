@@ -113,3 +113,29 @@ async def test_nvlink_cliques_come_from_the_stored_link_matrix(ledger: Ledger) -
     await record_inventory(ledger, inv, NOW + 1)
     placement = (await ledger.bookings.preview(pool, four, NOW, NOW + HOUR, NOW, 120_000)).placement
     assert placement.fits
+
+
+async def test_a_device_repartitioned_under_a_booking_whose_atom_id_stays_holds_the_device(
+    ledger: Ledger, database_url: str
+) -> None:
+    """A GPU goes from 2 time-slice slots to 4: the booked slot's atom id (`…:G0:0`) is
+    still in the inventory, but the booking was made on the old partition, which the
+    database holds the whole device for (one form at a time): none of the new slots is
+    free under it (the soak found the placer offering them; PostgreSQL then refused the
+    write as a 503, SQLite would have promised the device twice)."""
+    pool = await _pool(ledger)
+    await record_inventory(ledger, inventory(pool, [*slots(0, 2), *slots(1, 2)]), NOW)
+    held = await book(ledger, booking(pool, "gpu.slot", 1), NOW)
+    assert isinstance(held, Booked)
+    booked_device = held.reservation.atoms[0].atom_id.split(":")[2]
+    reconfigured = inventory(pool, [*slots(0, 4), *slots(1, 4)], tag="four")
+    await record_inventory(ledger, reconfigured, NOW + 1)
+    other = {"G0": "G1", "G1": "G0"}[booked_device]
+    assert await _slots_free(ledger, pool) == {f"n0:gpu.slot:{other}"}
+    out = await book(ledger, booking(pool, "gpu.slot", 5, NOW + 2), NOW + 2)
+    assert isinstance(out, NotPlaced)
+    replica = await Ledger.open(database_url)
+    try:
+        assert await _slots_free(replica, pool) == {f"n0:gpu.slot:{other}"}
+    finally:
+        await replica.close()

@@ -231,19 +231,21 @@ class Demo:
             if p["owner"] == "acme" and not p["archived"]
         }
         pools = {}
-        for key, name, model in POOLS:
+        for pool_key, name, model in POOLS:
             if name not in existing:
                 body = {"tenantId": "acme", "name": name} | ({"gpuModel": model} if model else {})
                 existing[name] = op.call("pools.create", body)["poolId"]
-            pools[key] = existing[name]
+            pools[pool_key] = existing[name]
         # Idempotent: offering an offered pool changes nothing.
         op.call("pools.offer", {"tenantId": "acme", "poolId": pools["mixed"], "offerTo": "globex"})
-        keys = {}
+        keys: dict[str, str] = {}
         for tenant in TENANTS:
-            key = saved.get(tenant)
-            if key is None or not _key_works(url, key, tenant):
-                key = op.call("apiKeys.create", {"tenantId": tenant, "label": "demo"})["key"]
-            keys[tenant] = key
+            kept = saved.get(tenant)
+            if kept is not None and _key_works(url, kept, tenant):
+                keys[tenant] = kept
+            else:
+                made = op.call("apiKeys.create", {"tenantId": tenant, "label": "demo"})
+                keys[tenant] = made["key"]
         return {"pools": pools, "keys": keys}
 
     def wait_for_fleet(self, client: ApiClient, timeout_s: float = 30) -> dict[str, Any]:

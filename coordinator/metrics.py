@@ -11,8 +11,8 @@ the liveness tracker, the ledger's census), so nothing on the hot path pays for 
 except the API latency histogram and the booking counters.
 
 Replicas: series that describe the fleet (the census, heartbeat ages, the alert outbox)
-are the same whichever replica reads them, so only the leader exports them, from the
-scrape it answers as leader on; every replica exports its process series (what it
+are the same whichever replica reads them, so only the leader exports them (in every
+scrape it answers while it leads); every replica exports its process series (what it
 ingested, served, published, its links, `gpufleet_leader`). Scraping all replicas and
 summing is then right without any dedup, and a new leader takes the fleet series over.
 """

@@ -242,7 +242,7 @@ async def running_coordinator(
             fenced(idempotency_purge.tick),
             when=lead,
         )
-        # Every replica: the backlog figures; the leader alone drains (fenced inside).
+        # Every replica runs it; the leader alone drains and counts the backlog (fenced).
         loops.add("alert-outbox", 0, alerts.tick)
         loops.start()
         stack.push_async_callback(bounded("loops", loops.stop))

@@ -9,6 +9,12 @@ Cardinality is bounded by the fleet itself; docs/operator.md has the table.
 Most values are read at scrape time from the objects that own them (ingest counters,
 the liveness tracker, the ledger's census), so nothing on the hot path pays for metrics
 except the API latency histogram and the booking counters.
+
+Replicas: series that describe the fleet (the census, heartbeat ages, the alert outbox)
+are the same whichever replica reads them, so only the leader exports them (in every
+scrape it answers while it leads); every replica exports its process series (what it
+ingested, served, published, its links, `gpufleet_leader`). Scraping all replicas and
+summing is then right without any dedup, and a new leader takes the fleet series over.
 """
 
 from __future__ import annotations
@@ -175,10 +181,32 @@ def _buckets(ages: list[float]) -> list[tuple[str, float]]:
     return [*out, ("+Inf", float(len(ages)))]
 
 
+def _fleet(census: Census, s: Sources) -> Iterable[Metric]:
+    """The leader's series: what the fleet is, not what this process did."""
+    yield from _census(census)
+    ages = s.heartbeat_ages_s()
+    yield GaugeHistogramMetricFamily(
+        "gpufleet_heartbeat_age_seconds",
+        "Age of each node's newest heartbeat at scrape time, across the fleet",
+        buckets=_buckets(ages),
+        gsum_value=sum(ages),
+    )
+    yield GaugeMetricFamily(
+        "gpufleet_alert_outbox_backlog",
+        "Alerts in the outbox not yet acknowledged by JetStream",
+        value=s.outbox_backlog(),
+    )
+    yield GaugeMetricFamily(
+        "gpufleet_alert_outbox_oldest_age_seconds",
+        "Age of the oldest alert not yet acknowledged by JetStream (0: none)",
+        value=s.outbox_oldest_age_s(),
+    )
+
+
 class _Collector(Collector):
     def __init__(self, sources: Sources) -> None:
         self.sources = sources
-        self.census = Census()
+        self.census: Census | None = None
 
     def collect(self) -> Iterable[Metric]:
         s = self.sources
@@ -188,7 +216,8 @@ class _Collector(Collector):
         )  # fmt: skip
         build.add_metric([_version(), platform.python_version()], 1)
         yield build
-        yield from _census(self.census)
+        if self.census is not None:
+            yield from _fleet(self.census, s)
         ingest = CounterMetricFamily(
             "gpufleet_ingest_messages", "Agent messages accepted by kind", labels=["kind"]
         )
@@ -201,13 +230,6 @@ class _Collector(Collector):
         for reason, n in sorted(s.dropped.items()):
             dropped.add_metric([reason], n)
         yield dropped
-        ages = s.heartbeat_ages_s()
-        yield GaugeHistogramMetricFamily(
-            "gpufleet_heartbeat_age_seconds",
-            "Age of each node's newest heartbeat at scrape time, across the fleet",
-            buckets=_buckets(ages),
-            gsum_value=sum(ages),
-        )
         yield CounterMetricFamily(
             "gpufleet_rollup_drift_corrections",
             "Rollup rows the periodic rebuild had to correct",
@@ -269,17 +291,7 @@ def _liveness(s: Sources) -> Iterable[Metric]:
 
 
 def _outbox(s: Sources) -> Iterable[Metric]:
-    """Alerts committed but not yet acknowledged by JetStream, and refused leader writes."""
-    yield GaugeMetricFamily(
-        "gpufleet_alert_outbox_backlog",
-        "Alerts in the outbox not yet acknowledged by JetStream",
-        value=s.outbox_backlog(),
-    )
-    yield GaugeMetricFamily(
-        "gpufleet_alert_outbox_oldest_age_seconds",
-        "Age of the oldest alert not yet acknowledged by JetStream (0: none)",
-        value=s.outbox_oldest_age_s(),
-    )
+    """This replica's failed alert publishes and refused leader writes."""
     yield CounterMetricFamily(
         "gpufleet_alert_publish_failures",
         "Alert publishes JetStream did not acknowledge in time (each retried)",
@@ -330,6 +342,12 @@ class Metrics:
     def refused(self, kind: str, reason: str) -> None:
         self.refusals.labels(kind, reason.lower()).inc()
 
+    def exports_fleet(self) -> bool:
+        """Whether this replica's scrape carries the fleet series (it leads)."""
+        return self.sources.is_leader()
+
     def render(self, census: Census | None = None) -> bytes:
-        self._collector.census = census or Census()
+        """The exposition; the fleet series only with a `census` (give one only when
+        `exports_fleet`)."""
+        self._collector.census = census
         return bytes(generate_latest(self.registry))

@@ -10,14 +10,18 @@ Secure like production: NATS runs with per-agent credentials (`ops.nats_auth`,
 written under the state directory, private), the coordinator connects with its own
 user and would refuse an open server. Agents get their users once their pools exist:
 the users file is regenerated (the coordinator keeps its password) and nats-server
-reloads it.
+reloads it. The state directory is the owner's alone (0700), and so is every file the
+demo and its children write there (umask 077: the ledger, the logs, JetStream's store).
+
+A kept `--state-dir` runs again: the tenants, pools and keys (`demo-keys.json`, 0600)
+of the last run are reused, and the bookings are made with the same idempotency keys,
+so they are the same bookings (a new one only once the ledger has forgotten the key).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ops.cli import new_key
 from ops.client import ApiClient, ApiError
 from ops.embedded_nats import EmbeddedNats, free_port
 from ops.nats_auth import (
@@ -41,9 +46,15 @@ from ops.nats_auth import (
     write_bundle,
 )
 from ops.table import render_summary
-from shared.ids import CROCKFORD
 
 CLI_READER = "cli"  # the NATS user the exported GPUFLEET_NATS_CREDENTIALS name
+TENANTS = ("acme", "globex")
+# (pool key, name, GPU model): the pools the demo makes, found by name on a rerun.
+POOLS: tuple[tuple[str, str, str | None], ...] = (
+    ("h100", "h100-east", "NVIDIA H100 80GB HBM3"),
+    ("mixed", "mixed-west", None),
+)
+PRIVATE_UMASK = 0o077
 
 # (node id, pool key, host profile)
 FLEET: tuple[tuple[str, str, str], ...] = (
@@ -98,10 +109,29 @@ class Demo:
         name = next(u for u in self.auth.users if u.name == user).creds_filename
         return str(self.auth_dir / "creds" / name)
 
+    @property
+    def keys_file(self) -> Path:
+        return self.state_dir / "demo-keys.json"
+
+    def _saved_keys(self) -> dict[str, str]:
+        """The last run's keys (operator and tenants), if this state dir kept them."""
+        try:
+            saved = json.loads(self.keys_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(saved, dict):
+            return {}
+        return {k: v for k, v in saved.items() if isinstance(v, str)}
+
+    def _save_keys(self, keys: dict[str, str]) -> None:
+        write_private(self.keys_file, json.dumps(keys, indent=2) + "\n")
+
     def _spawn(
         self, name: str, argv: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        log = open(self.state_dir / f"{name}.log", "ab")
+        path = self.state_dir / f"{name}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.fdopen(fd, "ab")
         self.logs.append(log)
         # Secrets travel in the environment, never on the command line `ps` shows.
         child_env = os.environ | (env or {})
@@ -111,7 +141,8 @@ class Demo:
 
     def start(self) -> dict[str, Any]:
         self.state_dir = Path(self.settings.state_dir or tempfile.mkdtemp(prefix="gpufleet-demo-"))
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private(self.state_dir)  # a kept dir from a demo that left it readable
         self._write_auth([])
         self.nats = EmbeddedNats(
             store_dir=str(self.state_dir / "nats"),
@@ -120,8 +151,8 @@ class Demo:
         )
         self.nats.start()
         port = self.settings.port or free_port()
-        operator_key = "gpf_" + "".join(secrets.choice(CROCKFORD) for _ in range(16)) + "_"
-        operator_key += secrets.token_urlsafe(32)
+        saved = self._saved_keys()
+        operator_key = saved.get("operator") or new_key()
         self._spawn(
             "coordinator",
             [
@@ -142,7 +173,8 @@ class Demo:
                     f"coordinator did not start; see {self.state_dir}/coordinator.log"
                 )
             time.sleep(0.1)
-        info = self._bootstrap(op)
+        info = self._bootstrap(op, url, saved)
+        self._save_keys({"operator": operator_key, **info["keys"]})
         info |= {"url": url, "operatorKey": operator_key, "stateDir": str(self.state_dir)}
         fleet = FLEET[: self.settings.agents]
         self._write_auth([AgentNode(info["pools"][pool], node) for node, pool, _ in fleet])
@@ -168,10 +200,7 @@ class Demo:
     def write_env(self, info: dict[str, Any]) -> Path:
         """`demo.env` (mode 0600): the exports that point the CLI at this demo."""
         path = self.state_dir / "demo.env"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(self.export_lines(info)) + "\n")
+        write_private(path, "\n".join(self.export_lines(info)) + "\n")
         return path
 
     def export_lines(self, info: dict[str, Any]) -> list[str]:
@@ -188,25 +217,36 @@ class Demo:
         tmp.write_text(json.dumps({"faults": faults}))
         tmp.replace(path)
 
-    def _bootstrap(self, op: ApiClient) -> dict[str, Any]:
-        for tenant in ("acme", "globex"):
+    def _bootstrap(self, op: ApiClient, url: str, saved: dict[str, str]) -> dict[str, Any]:
+        """Tenants, pools, the offer and keys: what a kept state dir has is reused."""
+        for tenant in TENANTS:
             try:
                 op.call("tenants.create", {"tenantId": tenant, "name": tenant.title()})
             except ApiError as exc:
                 if exc.status != 409:
                     raise
-        h100 = op.call(
-            "pools.create",
-            {"tenantId": "acme", "name": "h100-east", "gpuModel": "NVIDIA H100 80GB HBM3"},
-        )
-        mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed-west"})
-        op.call("pools.offer", {"tenantId": "acme", "poolId": mixed["poolId"], "offerTo": "globex"})
-        acme = op.call("apiKeys.create", {"tenantId": "acme", "label": "demo"})
-        globex = op.call("apiKeys.create", {"tenantId": "globex", "label": "demo"})
-        return {
-            "pools": {"h100": h100["poolId"], "mixed": mixed["poolId"]},
-            "keys": {"acme": acme["key"], "globex": globex["key"]},
+        existing = {
+            p["name"]: p["poolId"]
+            for p in op.call("pools.list", {"tenantId": "acme"})["pools"]
+            if p["owner"] == "acme" and not p["archived"]
         }
+        pools = {}
+        for pool_key, name, model in POOLS:
+            if name not in existing:
+                body = {"tenantId": "acme", "name": name} | ({"gpuModel": model} if model else {})
+                existing[name] = op.call("pools.create", body)["poolId"]
+            pools[pool_key] = existing[name]
+        # Idempotent: offering an offered pool changes nothing.
+        op.call("pools.offer", {"tenantId": "acme", "poolId": pools["mixed"], "offerTo": "globex"})
+        keys: dict[str, str] = {}
+        for tenant in TENANTS:
+            kept = saved.get(tenant)
+            if kept is not None and _key_works(url, kept, tenant):
+                keys[tenant] = kept
+            else:
+                made = op.call("apiKeys.create", {"tenantId": tenant, "label": "demo"})
+                keys[tenant] = made["key"]
+        return {"pools": pools, "keys": keys}
 
     def wait_for_fleet(self, client: ApiClient, timeout_s: float = 30) -> dict[str, Any]:
         """Poll capacity.summary until every started agent's node is counted."""
@@ -302,6 +342,34 @@ class Demo:
         self.logs.clear()
 
 
+def _key_works(url: str, key: str, tenant: str) -> bool:
+    try:
+        ApiClient(url, key).call("pools.list", {"tenantId": tenant})
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            return False
+        raise
+    return True
+
+
+def make_private(state_dir: Path) -> None:
+    """The state dir 0700 and nothing in it open to group or others."""
+    state_dir.chmod(0o700)
+    for path in state_dir.rglob("*"):
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            if mode & 0o077:
+                path.chmod(mode & 0o700)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, mode 0600 even if the file was there with another."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def export_lines(info: dict[str, Any], nats_url: str, nats_credentials: str) -> list[str]:
     return [
         f"export GPUFLEET_URL={info['url']} GPUFLEET_KEY={info['operatorKey']} "
@@ -320,6 +388,8 @@ def run_demo(settings: DemoSettings) -> int:
 
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
+    # Children inherit it: the ledger, the logs and NATS's store are the owner's alone.
+    old_umask = os.umask(PRIVATE_UMASK)
     try:
         info = demo.start()
         acme = ApiClient(info["url"], info["keys"]["acme"])
@@ -346,7 +416,10 @@ def run_demo(settings: DemoSettings) -> int:
         print("\n".join(shown))
         print()
         print(render_summary(summary))
-        print("\nPress Ctrl-C to stop.", flush=True)
+        if settings.duration_s is None:
+            print("\nPress Ctrl-C to stop.", flush=True)
+        else:
+            print(f"\nStopping in {settings.duration_s:g} s (--duration).", flush=True)
         started = time.monotonic()
         while not stopping:
             if settings.duration_s is not None and time.monotonic() - started > settings.duration_s:
@@ -359,6 +432,7 @@ def run_demo(settings: DemoSettings) -> int:
         return 1
     finally:
         demo.stop()
+        os.umask(old_umask)
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
         print("gpufleet demo stopped; every child process has exited.", flush=True)

@@ -315,7 +315,11 @@ def _metrics_handler(
                     status=401,
                     headers={"WWW-Authenticate": "Bearer"},
                 )
-        body = services.metrics.render(await services.ledger.census(services.clock.now_ms()))
+        # A follower's scrape carries no fleet series (the leader's), so no census read.
+        census = None
+        if services.metrics.exports_fleet():
+            census = await services.ledger.census(services.clock.now_ms())
+        body = services.metrics.render(census)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     return metrics

@@ -22,6 +22,11 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+# r0004: a key the database generates and that grows for the ledger's whole life (events,
+# bookings, claims, the outbox): 64-bit on PostgreSQL; on SQLite INTEGER, which for a
+# primary key is the rowid, already 64-bit (BIGINT there would not be).
+GrowingId = BigInteger().with_variant(Integer(), "sqlite")
+
 schema_version = Table(
     "gpufleet_schema_version",
     metadata,
@@ -124,7 +129,7 @@ atoms = Table(
 node_events = Table(
     "node_events",
     metadata,
-    Column("event_id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", GrowingId, primary_key=True, autoincrement=True),
     Column("node_id", String(128), nullable=False),
     Column("pool_id", String(57), nullable=False),
     Column("kind", String(64), nullable=False),
@@ -197,7 +202,7 @@ reservations = Table(
 bookings = Table(
     "bookings",
     metadata,
-    Column("booking_id", Integer, primary_key=True, autoincrement=True),
+    Column("booking_id", GrowingId, primary_key=True, autoincrement=True),
     Column("reservation_id", String(57), nullable=False, index=True),
     Column("tenant_id", String(128), nullable=False),
     Column("pool_id", String(57), nullable=False),
@@ -221,7 +226,7 @@ bookings = Table(
 device_claims = Table(
     "device_claims",
     metadata,
-    Column("claim_id", Integer, primary_key=True, autoincrement=True),
+    Column("claim_id", GrowingId, primary_key=True, autoincrement=True),
     Column("reservation_id", String(57), nullable=False, index=True),
     Column("node_id", String(128), nullable=False),
     Column("device", String(256), nullable=False),
@@ -235,7 +240,7 @@ device_claims = Table(
 scalar_bookings = Table(
     "scalar_bookings",
     metadata,
-    Column("booking_id", Integer, primary_key=True, autoincrement=True),
+    Column("booking_id", GrowingId, primary_key=True, autoincrement=True),
     Column("reservation_id", String(57), nullable=False, index=True),
     Column("tenant_id", String(128), nullable=False),
     Column("pool_id", String(57), nullable=False),
@@ -289,7 +294,7 @@ pool_versions = Table(
 alert_outbox = Table(
     "alert_outbox",
     metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("seq", GrowingId, primary_key=True, autoincrement=True),
     Column("alert_id", String(64), nullable=False),
     Column("payload", Text, nullable=False),
     Column("created_at", BigInteger, nullable=False),

@@ -14,8 +14,9 @@ It is also the coordinator's alert sink: a service that committed alerts announc
 them here, which only wakes the relay early (on the leader the alert goes out at once
 rather than at the next round).
 
-Every replica refreshes the backlog figures (unsent count, oldest unsent alert's time)
-for its metrics, at most once a second; sent rows are dropped after `keep_sent_ms`.
+The leader refreshes the backlog figures (unsent count, oldest unsent alert's time)
+for its metrics, at most once a second (a follower exports no fleet series, see
+`coordinator.metrics`); sent rows are dropped after `keep_sent_ms`.
 """
 
 from __future__ import annotations
@@ -97,10 +98,10 @@ class OutboxRelay:
         """One round, then wait for the next (or a wake-up); the named loop's body."""
         try:
             now = self.clock.now_ms()
-            if now - self._stats_at >= STATS_EVERY_MS:
-                self._stats_at = now
-                self.backlog = await self.ledger.outbox.backlog()
             if self.leader.is_leader:
+                if now - self._stats_at >= STATS_EVERY_MS:
+                    self._stats_at = now
+                    self.backlog = await self.ledger.outbox.backlog()
                 with self.leader.fenced():
                     await self.drain()
                     await self._purge(now)

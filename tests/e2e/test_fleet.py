@@ -246,3 +246,39 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
             demo.kill()
             demo.wait()
         demo.stdout.close()
+
+
+def _booked(text: str) -> list[str]:
+    return re.findall(r"^  booked (\S+):", text, re.M)
+
+
+def test_the_demo_reruns_on_its_kept_state_dir_with_private_files(tmp_path: Path) -> None:
+    """The README offers `--state-dir` to keep the demo: a second run reuses the tenants,
+    pools, keys and bookings the first made (it once exited 1 on its own booking's
+    idempotency key). Under `--duration` nothing waits for Ctrl-C, so none is asked for.
+    Everything it writes (the ledger, the logs) is the owner's alone."""
+    state = tmp_path / "demo-state"
+    runs = []
+    for _ in range(2):
+        ran = subprocess.run(
+            [str(BIN / "gpufleet"), "demo", "--state-dir", str(state), "--interval", "1",
+             "--duration", "1"],
+            capture_output=True, text=True, timeout=110,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "gpufleet demo is running" in ran.stdout, ran.stdout
+        assert "Ctrl-C" not in ran.stdout
+        assert "every child process has exited" in ran.stdout
+        runs.append(ran.stdout)
+    first, second = runs
+    assert len(_booked(first)) == 2 and _booked(second) == _booked(first)
+    keys = [re.findall(r"^  (\w+) key: +(\S+)$", text, re.M) for text in runs]
+    assert keys[1] == keys[0] and len(keys[0]) == 3
+    pools = [re.findall(r"\b(pool_\w+)", text) for text in runs]
+    assert set(pools[1]) == set(pools[0]) != set()
+    assert state.stat().st_mode & 0o777 == 0o700
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert {"gpufleet.db", "coordinator.log", "nats.log", "agent-h100-a.log"} <= {
+        p.name for p in files
+    }
+    assert [str(p) for p in files if p.stat().st_mode & 0o077] == []

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import text
+
 from coordinator.ledger import Ledger
 from coordinator.services.node_changes import record_inventory
+from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, Served
 
@@ -118,6 +121,39 @@ async def test_maintenance_moves_the_node_records_who_and_why_and_alerts(
     assert await _code(
         api, "nodes.setMaintenance", {"nodeId": "nope", "maintenance": False}, None
     ) == "NOT_FOUND"  # fmt: skip
+
+
+async def test_node_events_page_past_the_32_bit_ids(served: Served) -> None:
+    """A ledger whose event ids went past 2^31 (a busy fleet over years) keeps recording
+    and paging them; PostgreSQL once answered `after` = 2^31 with a 500."""
+    api = served.api
+    await _setup(api, served.ledger)
+    big = 2**31
+    events = await api.ok("nodes.events", {"tenantId": "acme", "nodeId": "a1", "after": big})
+    assert events["events"] == []
+    # One event stored at 2^31 + 6 and the id generator moved past it, as years would.
+    async with database(served.database_url) as db, db.transaction() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO node_events (event_id, node_id, pool_id, kind, reason, by, at)"
+                " SELECT :id, node_id, pool_id, 'node.healthy', '', 'coordinator', 2"
+                " FROM nodes WHERE node_id = 'a1'"
+            ),
+            {"id": big + 6},
+        )
+        if db.dialect == "postgresql":
+            await conn.execute(
+                text("SELECT setval(pg_get_serial_sequence('node_events', 'event_id'), :id)"),
+                {"id": big + 6},
+            )
+    await api.ok("nodes.setMaintenance", {"nodeId": "a1", "maintenance": True, "reason": "x"})
+    events = await api.ok("nodes.events", {"tenantId": "acme", "nodeId": "a1", "after": big})
+    assert [(e["eventId"], e["kind"]) for e in events["events"]] == [
+        (big + 6, "node.healthy"),
+        (big + 7, "node.maintenance"),
+    ]
+    events = await api.ok("nodes.events", {"tenantId": "acme", "nodeId": "a1", "after": big + 6})
+    assert [e["eventId"] for e in events["events"]] == [big + 7]
 
 
 async def test_quotas_are_kept(served: Served) -> None:

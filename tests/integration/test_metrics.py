@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
+import aiohttp
 import nats
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.app import Coordinator
+from coordinator.app import Coordinator, running_coordinator
 from coordinator.services.node_changes import record_inventory
 from shared.subjects import Subjects
 from tests.factories import make_heartbeat, make_inventory
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
@@ -136,3 +140,68 @@ async def test_pool_series_are_parts_in_one_unit_and_gpus_join_with_dcgm_labels(
     assert refusals[(("kind", "reservation"), ("reason", "capacity_not_available"))] == 1
     build = m["gpufleet_build_info"]
     assert len(build) == 1 and dict(next(iter(build)))["version"]
+
+
+# What the fleet is, the same whichever replica reads it: the leader's to export alone.
+FLEET_SERIES = {
+    "gpufleet_pool_info", "gpufleet_pool_gpus", "gpufleet_pool_nodes", "gpufleet_pool_vcpus",
+    "gpufleet_pool_memory_bytes", "gpufleet_node_info", "gpufleet_node_state",
+    "gpufleet_gpu_info", "gpufleet_heartbeat_age_seconds_bucket",
+    "gpufleet_heartbeat_age_seconds_gcount", "gpufleet_alert_outbox_backlog",
+    "gpufleet_alert_outbox_oldest_age_seconds",
+}  # fmt: skip
+# What this process did or is: every replica's own.
+PROCESS_SERIES = {
+    "gpufleet_build_info", "gpufleet_leader", "gpufleet_nats_connected",
+    "gpufleet_nats_probe_failures_total", "gpufleet_bookings_total",
+    "gpufleet_api_request_duration_seconds_count", "gpufleet_alerts_published_total",
+    "gpufleet_rollup_drift_corrections_total", "gpufleet_leader_fenced_writes_total",
+}  # fmt: skip
+
+
+@pytest.mark.timeout(240)  # a failover on a loaded machine
+async def test_only_the_leader_exports_the_fleet_and_a_new_leader_takes_it_over(
+    database_url: str, nats_url: str
+) -> None:
+    """Two replicas scraped together add up to one fleet: `sum` is not doubled and the
+    DCGM join finds one `gpufleet_gpu_info` per GPU."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("replicas share a PostgreSQL ledger")
+    settings = coordinator_settings(database_url, nats_url)
+    async with AsyncExitStack() as outer:
+        leader_stack = AsyncExitStack()
+        a = await leader_stack.enter_async_context(running_coordinator(settings))
+        b = await outer.enter_async_context(running_coordinator(settings))
+        outer.push_async_callback(leader_stack.aclose)
+        assert [a.leadership.is_leader, b.leadership.is_leader] == [True, False]
+        session = await outer.enter_async_context(aiohttp.ClientSession())
+        key = settings.bootstrap_operator_key
+        assert key
+        api_a, api_b = Api(session, a.url, key), Api(session, b.url, key)
+        await api_b.ok("tenants.create", {"tenantId": "acme"})
+        pool = (await api_b.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+        await record_inventory(a.ledger, make_inventory("n1", pool, gpus=4), 1)
+        await api_a.ok("capacity.summary", {"tenantId": "acme"})
+
+        leader, follower = await _scrape(api_a), await _scrape(api_b)
+        assert FLEET_SERIES | PROCESS_SERIES <= set(leader)
+        assert sum(_by(leader["gpufleet_pool_gpus"], pool=pool).values()) == 4
+        assert len(leader["gpufleet_gpu_info"]) == 4
+        assert PROCESS_SERIES <= set(follower)
+        assert [n for n in follower if n in FLEET_SERIES] == []
+        assert "gpufleet_pool" not in await scrape_text(api_b)  # no empty families either
+        assert (leader["gpufleet_leader"][()], follower["gpufleet_leader"][()]) == (1, 0)
+
+        await leader_stack.aclose()
+
+        async def took_over() -> bool:
+            return b.leadership.is_leader
+
+        await eventually(took_over, within_s=60)
+        now = await _scrape(api_b)
+        assert FLEET_SERIES <= set(now)
+        assert sum(_by(now["gpufleet_pool_gpus"], pool=pool).values()) == 4
+        assert {dict(k)["UUID"] for k in now["gpufleet_gpu_info"]} == {
+            f"GPU-n1-{i}" for i in range(4)
+        }
+        assert now["gpufleet_leader"][()] == 1

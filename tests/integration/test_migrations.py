@@ -16,7 +16,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.ledger import Database, Ledger, migrations
@@ -317,3 +317,114 @@ async def test_coordinators_starting_together_migrate_once(database_url: str) ->
         for db in dbs:
             await db.dispose()
     assert sorted(applied) == [[], [], CHAIN]
+
+
+# Keys the database generates that grow for the ledger's whole life (r0004).
+GROWING_IDS = [
+    ("node_events", "event_id"),
+    ("bookings", "booking_id"),
+    ("scalar_bookings", "booking_id"),
+    ("device_claims", "claim_id"),
+    ("alert_outbox", "seq"),
+]
+# Rows of the tables revisions 0002 and 0003 added, in as those revisions left them.
+AT_0003 = {
+    "device_claims": [
+        {
+            "reservation_id": "res-1", "node_id": "n1", "device": "GPU-1", "part": "",
+            "exclusive": True, "form": "f" * 32, "start": 1000, "end": 5000,
+        },
+    ],
+    "alert_outbox": [
+        {"alert_id": "a1", "payload": '{"kind": "node.registered"}', "created_at": 8,
+         "sent_at": 9, "attempts": 1},
+        {"alert_id": "a2", "payload": '{"kind": "node.maintenance"}', "created_at": 960,
+         "sent_at": None, "attempts": 0},
+    ],
+}  # fmt: skip
+
+
+def _clear(table: str, n: int) -> dict[str, str]:
+    """What keeps row `n` of a copy clear of the table's unique and exclusion constraints."""
+    return {
+        "bookings": {"atom_id": f"n1/gpu/{n}"},
+        "device_claims": {"device": f"GPU-{n}"},
+        "alert_outbox": {"alert_id": f"a{n}"},
+    }.get(table, {})
+
+
+def _scripts_up_to(tmp_path: Path, revision: str) -> Path:
+    """The migration scripts as they stood when `revision` was the newest."""
+    scripts = tmp_path / f"migrations-{revision}"
+    shutil.copytree(SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in (scripts / "versions").glob("r*.py"):
+        if path.name[1:5] > revision:
+            path.unlink()
+    return scripts
+
+
+def _fill_0003(conn: Connection) -> None:
+    metadata = MetaData()
+    for name, rows in AT_0003.items():
+        conn.execute(Table(name, metadata, autoload_with=conn).insert(), rows)
+
+
+def _id_types(conn: Connection) -> dict[str, str]:
+    insp = inspect(conn)
+    out = {}
+    for table, column in GROWING_IDS:
+        (col,) = [c for c in insp.get_columns(table) if c["name"] == column]
+        out[f"{table}.{column}"] = str(col["type"])
+    return out
+
+
+def _add_past_2_31(conn: Connection) -> dict[str, int]:
+    """Moves each growing id past 2^31 (PostgreSQL: its sequence; SQLite: a row there),
+    then adds one row the database numbers itself; returns the ids it got."""
+    metadata = MetaData()
+    got = {}
+    for name, column in GROWING_IDS:
+        table = Table(name, metadata, autoload_with=conn)
+        row = dict(conn.execute(select(table).limit(1)).mappings().one())
+        del row[column]
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text("SELECT setval(pg_get_serial_sequence(:t, :c), :n)"),
+                {"t": name, "c": column, "n": 2**31 + 6},
+            )
+        else:
+            conn.execute(table.insert().values(row | {column: 2**31 + 6} | _clear(name, 8)))
+        added = conn.execute(table.insert().values(row | _clear(name, 9)))
+        got[name] = added.inserted_primary_key[0]
+    return got
+
+
+async def test_growing_ids_become_64_bit_on_a_filled_database_at_0003(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's SERIAL keys were 32-bit: `nodes.events` past 2^31 answered 500 and the
+    next event, booking, claim or alert after 2^31 - 1 could not be written. r0004 widens
+    the columns and their sequences with every row in place; SQLite's INTEGER PRIMARY KEY
+    was 64-bit already and stays the rowid."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0003"))
+        assert (await db.migrate())[-1] == "0003"
+        async with db.transaction() as conn:
+            await conn.run_sync(_fill_0003)
+        tables = [*ALL_TABLES, *AT_0003]
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, tables)
+        monkeypatch.undo()
+        assert await db.migrate() == ["0004"]
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, tables)
+            types = await conn.run_sync(_id_types)
+        assert after == before
+        want = "BIGINT" if db.dialect == "postgresql" else "INTEGER"
+        assert types == {f"{t}.{c}": want for t, c in GROWING_IDS}
+        async with db.transaction() as conn:
+            got = await conn.run_sync(_add_past_2_31)
+        assert got == {t: 2**31 + 7 for t, _ in GROWING_IDS}
+    finally:
+        await db.dispose()

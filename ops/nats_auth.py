@@ -4,8 +4,9 @@ files the agents and the coordinator connect with, and `gpufleet nats-auth`.
 Each agent gets its own user, allowed to publish only its own heartbeat and inventory
 subjects and to subscribe only to its own inventory-request subject, so a compromised
 host cannot speak for another. The coordinator may read every heartbeat and inventory,
-ask for inventories, publish alerts and use JetStream. Optional reader users (monitoring)
-may read alerts, live or from the JetStream stream, and nothing else.
+ask for inventories, publish and read alerts (its console feed) and use JetStream.
+Optional reader users (monitoring) may read alerts, live or from the JetStream stream,
+and nothing else.
 
 Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Because
 they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
@@ -147,8 +148,9 @@ def coordinator_permissions(subjects: Subjects) -> Permissions:
     p = subjects.prefix
     return Permissions(
         publish=(f"{p}.invreq.>", f"{p}.alert.>", "$JS.API.>"),
+        # Alerts: every replica's console feed listens to all of them, its own included.
         # JetStream API answers, and agents' inventory replies, arrive on its _INBOX.
-        subscribe=(f"{p}.hb.>", f"{p}.inv.>", "_INBOX.>"),
+        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.alert.>", "_INBOX.>"),
     )
 
 

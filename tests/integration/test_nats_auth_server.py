@@ -25,6 +25,7 @@ from agent.main import run as run_agent
 from coordinator.app import running_coordinator
 from coordinator.bus.alerts import stream_name
 from coordinator.bus.connection import Bus
+from coordinator.services.node_changes import record_inventory
 from ops.embedded_nats import EmbeddedNats, find_nats_server, free_port
 from ops.nats_auth import (
     AgentNode,
@@ -38,6 +39,7 @@ from ops.nats_auth import (
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, Heartbeat
+from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
 
@@ -302,6 +304,43 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
         if agent_task is not None:
             assert await asyncio.wait_for(agent_task, 15) == 0
         await reader.close()
+
+
+async def test_the_console_alert_feed_fills_under_the_coordinators_own_user(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The console's live feed is the coordinator's subscription to `<prefix>.alert.>`:
+    under the generated permissions nats-server refused it ("Subscription Violation"),
+    and `/api/console/alerts` stayed empty after every alert."""
+    settings = coordinator_settings(
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        secured.server.url,
+        nats_credentials=str(secured.creds_file("coordinator")),
+        subject_prefix=PREFIX,
+        insecure_bus=False,
+    )
+    async with running_coordinator(settings) as c, aiohttp.ClientSession() as session:
+        now = int(time.time() * 1000)
+        await c.ledger.tenants.create("acme", "Acme", now)
+        await c.ledger.pools.create(POOL, "secured", "acme", None, now)
+        await record_inventory(c.ledger, make_inventory(NODE_B.node_id, POOL), now)
+        key = settings.bootstrap_operator_key
+        assert key
+        api = Api(session, c.url, key)
+        body = {"nodeId": NODE_B.node_id, "maintenance": True, "reason": "feed test"}
+        await api.ok("nodes.setMaintenance", body)
+
+        async def feed() -> list[tuple[str, str]]:
+            headers = {"Authorization": f"Bearer {key}"}
+            async with session.get(f"{c.url}/api/console/alerts", headers=headers) as resp:
+                assert resp.status == 200
+                alerts = (await resp.json())["alerts"]
+            return [(a["kind"], a["nodeId"]) for a in alerts]
+
+        async def maintenance_in_feed() -> bool:
+            return ("node.maintenance", NODE_B.node_id) in await feed()
+
+        await eventually(maintenance_in_feed, within_s=20)
 
 
 async def test_a_reload_cuts_off_only_the_rotated_user(tmp_path: Path) -> None:

@@ -5,8 +5,11 @@ Each agent gets its own user, allowed to publish only its own heartbeat and inve
 subjects and to subscribe only to its own inventory-request subject, so a compromised
 host cannot speak for another. The coordinator may read every heartbeat and inventory,
 ask for inventories, publish and read alerts (its console feed) and use JetStream.
-Optional reader users (monitoring) may read alerts, live or from the JetStream stream,
-and nothing else.
+Optional reader users (monitoring) may read alerts, live or from the JetStream stream
+through ephemeral consumers, and nothing else: they can neither create nor delete a
+durable consumer, nor pull or acknowledge the forwarders' ones. Each alert forwarder
+gets its own user, which may create, read and recreate its own durable consumer and
+nothing else.
 
 Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Because
 they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
@@ -45,8 +48,12 @@ DEFAULT_BCRYPT_COST = 6
 ANSIBLE_PASSWORDS_VAR = "gpufleet_nats_passwords"
 ANSIBLE_AGENT_GROUP = "gpufleet_agents"
 _READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# A consumer name is one subject token in the JetStream API: no dots or wildcards.
+_DURABLE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# `gpufleet-alerts`' consumer unless its --durable says otherwise.
+DEFAULT_FORWARDER_DURABLE = "alert-forwarder"
 
-Role = Literal["coordinator", "agent", "reader"]
+Role = Literal["coordinator", "agent", "reader", "forwarder"]
 DEFAULT_LISTEN = "127.0.0.1:4222"
 
 
@@ -91,6 +98,8 @@ def is_loopback(listen: str) -> bool:
 class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    # Carved out of `publish` (nats-server applies deny over allow).
+    publish_deny: tuple[str, ...] = ()
     # Lets an agent answer a request on its reply subject without a publish grant on
     # anyone's inbox.
     allow_responses: bool = False
@@ -133,6 +142,12 @@ def reader_user(name: str) -> str:
     return f"reader:{name}"
 
 
+def forwarder_user(durable: str) -> str:
+    if not _DURABLE_NAME.match(durable):
+        raise NatsAuthError(f"forwarder durable {durable!r}: use 1-64 of [A-Za-z0-9_-]")
+    return f"forwarder:{durable}"
+
+
 def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
     return Permissions(
         publish=(
@@ -154,9 +169,22 @@ def coordinator_permissions(subjects: Subjects) -> Permissions:
     )
 
 
-def reader_permissions(subjects: Subjects, alert_stream: str) -> Permissions:
-    """Live alerts on core NATS, and the alert stream through JetStream consumers
-    (ephemeral or durable, push or pull), but no stream management and no publishing."""
+def reader_permissions(
+    subjects: Subjects,
+    alert_stream: str,
+    protected: Collection[str] = (DEFAULT_FORWARDER_DURABLE,),
+) -> Permissions:
+    """Live alerts on core NATS, and the alert stream through ephemeral consumers (push or
+    pull), but no stream management, no publishing, and no durable consumers.
+
+    Only the legacy create subject `$JS.API.CONSUMER.CREATE.<stream>` is granted:
+    nats-server refuses a durable there (the consumer is named by the server), whereas
+    `…CREATE.<stream>.<name>` makes a durable whenever the body names one. So a reader
+    creates its consumer unnamed (nats-py: `subscribe`, or `add_consumer` without a name
+    then `pull_subscribe_bind`). Delete is not granted at all; an ephemeral consumer goes
+    away by itself once idle. Consumer names are not known in advance, so `protected`
+    durables (the forwarders') are denied by name: a reader pulling or acknowledging on
+    one would take alerts away from it."""
     s = alert_stream
     return Permissions(
         publish=(
@@ -167,17 +195,40 @@ def reader_permissions(subjects: Subjects, alert_stream: str) -> Permissions:
             f"$JS.API.DIRECT.GET.{s}",
             f"$JS.API.DIRECT.GET.{s}.>",
             f"$JS.API.CONSUMER.CREATE.{s}",
-            f"$JS.API.CONSUMER.CREATE.{s}.>",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.>",
-            f"$JS.API.CONSUMER.INFO.{s}.>",
-            f"$JS.API.CONSUMER.DELETE.{s}.>",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.>",
+            f"$JS.API.CONSUMER.INFO.{s}.*",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
             f"$JS.API.CONSUMER.NAMES.{s}",
             f"$JS.API.CONSUMER.LIST.{s}",
             f"$JS.ACK.{s}.>",
             f"$JS.FC.{s}.>",
         ),
         subscribe=(subjects.all_alerts, "_INBOX.>"),
+        publish_deny=tuple(
+            subject
+            for durable in sorted(set(protected))
+            for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{s}.{durable}", f"$JS.ACK.{s}.{durable}.>")
+        ),
+    )
+
+
+def forwarder_permissions(alert_stream: str, durable: str) -> Permissions:
+    """Its own durable consumer on the alert stream, by any of the three create subjects
+    nats-py uses (each names the consumer, so it can be no other): create it, recreate it
+    when someone deleted it, read its info, pull and acknowledge. It may not delete any
+    consumer nor touch the stream, and it publishes nothing else."""
+    s, d = alert_stream, durable
+    return Permissions(
+        publish=(
+            "$JS.API.INFO",
+            f"$JS.API.STREAM.INFO.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}.{d}",
+            f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}",
+            f"$JS.API.CONSUMER.INFO.{s}.{d}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}",
+            f"$JS.ACK.{s}.{d}.>",
+        ),
+        subscribe=("_INBOX.>",),
     )
 
 
@@ -203,6 +254,7 @@ def build(
     alert_stream: str,
     prefix: str = DEFAULT_PREFIX,
     readers: Iterable[str] = (),
+    forwarders: Iterable[str] = (),
     passwords: Mapping[str, str] | None = None,
     rotate: Collection[str] = (),
     hash_password: Callable[[str], str] | None = None,
@@ -226,10 +278,14 @@ def build(
             raise NatsAuthError(f"node id {node.node_id!r} is listed in more than one pool")
         seen.add(node.node_id)
         users.append(NatsUser(agent_user(node), "agent", agent_permissions(subjects, node), node))
+    durables = sorted(set(forwarders))
+    protected = {DEFAULT_FORWARDER_DURABLE, *durables}
     for name in sorted(set(readers)):
-        users.append(
-            NatsUser(reader_user(name), "reader", reader_permissions(subjects, alert_stream))
-        )
+        perms = reader_permissions(subjects, alert_stream, protected)
+        users.append(NatsUser(reader_user(name), "reader", perms))
+    for durable in durables:
+        perms = forwarder_permissions(alert_stream, durable)
+        users.append(NatsUser(forwarder_user(durable), "forwarder", perms))
     names = {u.name for u in users}
     unknown = set(rotate) - names - {"all"}
     if unknown:
@@ -275,12 +331,13 @@ def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -
     ]
     for user in users:
         perms = user.permissions
+        deny = f", deny: {_list(perms.publish_deny)}" if perms.publish_deny else ""
         lines += [
             "    {",
             f"      user: {_quote(user.name)}",
             f"      password: {_quote(hashes[user.name])}",
             "      permissions: {",
-            f"        publish: {{ allow: {_list(perms.publish)} }}",
+            f"        publish: {{ allow: {_list(perms.publish)}{deny} }}",
             f"        subscribe: {{ allow: {_list(perms.subscribe)} }}",
         ]
         if perms.allow_responses:
@@ -445,6 +502,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", action="append", default=[], metavar="POOL_ID:NODE_ID")
     p.add_argument("--group", default=ANSIBLE_AGENT_GROUP, help="agent group in the inventory")
     p.add_argument("--reader", action="append", default=[], help="a read-only alerts user")
+    p.add_argument(
+        "--forwarder",
+        action="append",
+        default=[],
+        metavar="DURABLE",
+        help="an alert forwarder's user (forwarder:DURABLE), owning that durable consumer"
+        f" (the forwarder's default: {DEFAULT_FORWARDER_DURABLE})",
+    )
     p.add_argument("--subject-prefix", default=DEFAULT_PREFIX)
     p.add_argument("--rotate", action="append", default=[], metavar="USER|all")
     p.add_argument("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST)
@@ -483,6 +548,7 @@ def command(args: argparse.Namespace) -> int:
             alert_stream=stream_name(args.subject_prefix),
             prefix=args.subject_prefix,
             readers=args.reader,
+            forwarders=args.forwarder,
             passwords=previous,
             rotate=args.rotate,
             hash_password=bcrypt_hasher(args.bcrypt_cost),
@@ -494,9 +560,12 @@ def command(args: argparse.Namespace) -> int:
     except (NatsAuthError, ValueError, OSError) as exc:
         print(f"gpufleet nats-auth: {exc}", file=sys.stderr)
         return 2
-    agents = sum(1 for u in bundle.users if u.role == "agent")
+    roles = [u.role for u in bundle.users]
     dropped = sorted(set(previous) - set(bundle.passwords))
-    print(f"{agents} agents, {len(bundle.users) - agents - 1} readers, 1 coordinator")
+    print(
+        f"{roles.count('agent')} agents, {roles.count('reader')} readers,"
+        f" {roles.count('forwarder')} forwarders, 1 coordinator"
+    )
     print(f"new passwords: {', '.join(sorted(bundle.changed)) or 'none'}")
     if dropped:
         print(f"revoked: {', '.join(dropped)}")

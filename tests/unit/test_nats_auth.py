@@ -74,6 +74,7 @@ def test_an_agent_may_publish_and_subscribe_only_its_own_subjects() -> None:
     coord = users["coordinator"].permissions
     assert "t.hb.>" in coord.subscribe and "t.invreq.>" in coord.publish
     assert "$JS.API.>" in coord.publish
+    assert "t.alert.>" in coord.subscribe  # the console's feed
     conf = bundle.authorization
     assert f'"t.hb.{POOL}.gpu02"' in conf
     for pw in bundle.passwords.values():
@@ -106,6 +107,40 @@ def test_bad_input_is_refused_with_the_node_named() -> None:
         make([AgentNode(POOL, "n1"), AgentNode(new_pool_id(), "n1")])
     with pytest.raises(NatsAuthError, match="reader name"):
         make([], readers=("a b",))
+    with pytest.raises(NatsAuthError, match="forwarder durable"):
+        build([], alert_stream="T_ALERTS", hash_password=fake_hash, forwarders=["a.b"])
+
+
+def test_readers_get_no_durable_consumers_and_a_forwarder_only_its_own() -> None:
+    """What a reader's and a forwarder's permissions name; the integration test shows
+    nats-server holding them to it."""
+    bundle = build(
+        [],
+        alert_stream="T_ALERTS",
+        prefix="t",
+        hash_password=fake_hash,
+        readers=["prom"],
+        forwarders=["fwd-b"],
+    )
+    users = {u.name: u for u in bundle.users}
+    reader = users["reader:prom"].permissions
+    assert not [p for p in reader.publish if ".DELETE." in p or "DURABLE" in p]
+    # The only create subject is the one that cannot make a durable.
+    assert [p for p in reader.publish if ".CREATE." in p] == ["$JS.API.CONSUMER.CREATE.T_ALERTS"]
+    # Both the default forwarder's consumer and the one named here are out of its reach.
+    assert set(reader.publish_deny) == {
+        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder",
+        "$JS.ACK.T_ALERTS.alert-forwarder.>",
+        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.fwd-b",
+        "$JS.ACK.T_ALERTS.fwd-b.>",
+    }
+    fwd = users["forwarder:fwd-b"]
+    assert fwd.role == "forwarder" and fwd.creds_filename == "forwarder-fwd-b.creds"
+    consumer_subjects = [p for p in fwd.permissions.publish if "CONSUMER" in p or "ACK" in p]
+    assert consumer_subjects and all(".T_ALERTS.fwd-b" in p for p in consumer_subjects)
+    assert not [p for p in fwd.permissions.publish if ".DELETE." in p]
+    assert "t.alert.>" not in fwd.permissions.publish
+    assert 'deny: ["$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder"' in bundle.authorization
 
 
 def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
@@ -154,13 +189,15 @@ def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps([{"poolId": POOL, "nodeId": "gpu.1"}]))
     argv = ["nats-auth", "--out", str(out), "--nodes", str(nodes), "--node", f"{POOL}:gpu2"]
-    assert cli_run([*argv, "--reader", "prom", "--bcrypt-cost", "4"], {}) == 0
+    extra = ["--reader", "prom", "--forwarder", "alert-forwarder", "--bcrypt-cost", "4"]
+    assert cli_run([*argv, *extra], {}) == 0
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == [
         "authorization.conf",
         f"creds/agent-{POOL}-gpu.1.creds",
         f"creds/agent-{POOL}-gpu2.creds",
         "creds/coordinator.creds",
+        "creds/forwarder-alert-forwarder.creds",
         "creds/reader-prom.creds",
         "nats-server.conf",
         "passwords.json",
@@ -181,7 +218,9 @@ def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -
     )
     again = json.loads((out / "passwords.json").read_text())["gpufleet_nats_passwords"]
     assert again == {
-        k: v for k, v in passwords.items() if not k.endswith(":gpu2") and "reader" not in k
+        k: v
+        for k, v in passwords.items()
+        if not k.endswith(":gpu2") and not k.startswith(("reader:", "forwarder:"))
     }
     assert not (out / "creds" / f"agent-{POOL}-gpu2.creds").exists()
     assert cli_run(["nats-auth", "--out", str(out), "--node", "nonsense"], {}) == 2

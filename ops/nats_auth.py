@@ -24,6 +24,12 @@ The server config listens on loopback by default. Anything else must be TLS: pas
 and heartbeats would otherwise cross the network in clear, so `render_server_config`
 refuses a non-loopback `listen` without a certificate and key (`TlsFiles`).
 
+For a cluster (`--cluster NAME --server NAME=CLIENT,ROUTE ...`) it writes one config per
+server instead: its name, client listener, JetStream store, and routes to the others.
+Routes carry no password, so a route listener off loopback needs TLS with a CA, and the
+servers then verify each other's certificates: anyone else who reached the route port
+would join the cluster and see every message.
+
 Everything above the "files" section is pure: nodes in, text out.
 """
 
@@ -37,7 +43,7 @@ import secrets
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
@@ -48,6 +54,8 @@ DEFAULT_BCRYPT_COST = 6
 ANSIBLE_PASSWORDS_VAR = "gpufleet_nats_passwords"
 ANSIBLE_AGENT_GROUP = "gpufleet_agents"
 _READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Server and cluster names: a file name part and a config string, nothing that needs care.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # A consumer name is one subject token in the JetStream API: no dots or wildcards.
 _DURABLE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # `gpufleet-alerts`' consumer unless its --durable says otherwise.
@@ -55,6 +63,7 @@ DEFAULT_FORWARDER_DURABLE = "alert-forwarder"
 
 Role = Literal["coordinator", "agent", "reader", "forwarder"]
 DEFAULT_LISTEN = "127.0.0.1:4222"
+SERVER_CONFIG = "nats-server.conf"
 
 
 class NatsAuthError(ValueError):
@@ -95,6 +104,37 @@ def is_loopback(listen: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ClusterServer:
+    """One server of a cluster: its name, where clients connect, where routes connect."""
+
+    name: str
+    listen: str
+    cluster_listen: str
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.match(self.name):
+            raise NatsAuthError(f"server name {self.name!r}: use 1-64 of [A-Za-z0-9._-]")
+
+    @property
+    def config_filename(self) -> str:
+        return f"nats-server-{self.name}.conf"
+
+
+def parse_server_arg(text: str) -> ClusterServer:
+    """`SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT`"""
+    name, sep, addresses = text.partition("=")
+    listen, comma, cluster_listen = addresses.partition(",")
+    if not (sep and comma and _has_port(listen) and _has_port(cluster_listen)):
+        raise NatsAuthError(f"{text!r} is not SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT")
+    return ClusterServer(name, listen.strip(), cluster_listen.strip())
+
+
+def _has_port(address: str) -> bool:
+    host, sep, port = address.strip().rpartition(":")
+    return bool(host and sep and port.isdigit() and 0 < int(port) < 65536)
+
+
+@dataclass(frozen=True)
 class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
@@ -124,9 +164,16 @@ class AuthBundle:
     users: tuple[NatsUser, ...]
     passwords: Mapping[str, str]
     authorization: str  # the users, for AUTHORIZATION_FILE
-    server_config: str  # a whole config that includes it
+    # Whole server configs that include it, by file name: SERVER_CONFIG, or one per
+    # server of a cluster.
+    server_configs: Mapping[str, str]
     # Users whose password is new in this bundle (new users and rotated ones).
     changed: frozenset[str] = frozenset()
+
+    @property
+    def server_config(self) -> str:
+        """The single server's config (not written for a cluster)."""
+        return self.server_configs[SERVER_CONFIG]
 
     def credentials(self, user: str) -> str:
         return credentials_text(user, self.passwords[user])
@@ -262,8 +309,11 @@ def build(
     listen: str = DEFAULT_LISTEN,
     store_dir: str | None = "/var/lib/nats/jetstream",
     tls: TlsFiles | None = None,
+    cluster: str | None = None,
+    servers: Sequence[ClusterServer] = (),
 ) -> AuthBundle:
-    """Every user of a fleet with its password and permissions, and the server config.
+    """Every user of a fleet with its password and permissions, and the server config:
+    one, or with `cluster` one per server of `servers` (`listen` then unused).
 
     Passwords in `passwords` (the previous run's) are kept, so regenerating after adding
     a node touches no other host; users named in `rotate` (or `"all"`) get new ones.
@@ -301,8 +351,13 @@ def build(
             out[user.name] = make_password()
             changed.add(user.name)
     authorization = render_authorization(users, {u.name: hasher(out[u.name]) for u in users})
-    server_config = render_server_config(listen=listen, store_dir=store_dir, tls=tls)
-    return AuthBundle(tuple(users), out, authorization, server_config, frozenset(changed))
+    if cluster is None and not servers:
+        configs = {SERVER_CONFIG: render_server_config(listen=listen, store_dir=store_dir, tls=tls)}
+    elif cluster is None or not servers:
+        raise NatsAuthError("--cluster and --server go together")
+    else:
+        configs = render_cluster_configs(cluster, servers, store_dir=store_dir, tls=tls)
+    return AuthBundle(tuple(users), out, authorization, configs, frozenset(changed))
 
 
 def _quote(value: str) -> str:
@@ -347,6 +402,32 @@ def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -
     return "\n".join(lines)
 
 
+def _require_tls(listen: str, tls: TlsFiles | None) -> None:
+    if tls is None and not is_loopback(listen):
+        raise NatsAuthError(
+            f"listening on {listen} without TLS would send passwords in clear: give"
+            " --tls-cert and --tls-key, or listen on 127.0.0.1"
+        )
+
+
+def _tls_block(tls: TlsFiles, *, verify: bool, indent: str = "") -> list[str]:
+    return [
+        f"{indent}tls {{",
+        f"{indent}  cert_file: {_quote(tls.cert_file)}",
+        f"{indent}  key_file: {_quote(tls.key_file)}",
+        *([f"{indent}  ca_file: {_quote(tls.ca_file)}"] if tls.ca_file else []),
+        *([f"{indent}  verify: true"] if verify else []),
+        f"{indent}  timeout: 2",
+        f"{indent}}}",
+    ]
+
+
+def _jetstream_block(store_dir: str | None) -> list[str]:
+    if store_dir is None:
+        return ["jetstream: enabled"]
+    return ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
+
+
 def render_server_config(
     *,
     listen: str = DEFAULT_LISTEN,
@@ -355,36 +436,75 @@ def render_server_config(
 ) -> str:
     """A whole single-server config around the users file. `store_dir=None` leaves the
     JetStream store to the command line (`-sd`, as the embedded test server passes it).
-    Clusters: write your own and include the users file in it."""
-    if tls is None and not is_loopback(listen):
-        raise NatsAuthError(
-            f"listening on {listen} without TLS would send passwords in clear: give"
-            " --tls-cert and --tls-key, or listen on 127.0.0.1"
-        )
-    jetstream = ["jetstream: enabled"]
-    if store_dir is not None:
-        jetstream = ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
-    tls_block: list[str] = []
-    if tls is not None:
-        tls_block = [
-            "tls {",
-            f"  cert_file: {_quote(tls.cert_file)}",
-            f"  key_file: {_quote(tls.key_file)}",
-            *([f"  ca_file: {_quote(tls.ca_file)}"] if tls.ca_file else []),
-            *(["  verify: true"] if tls.verify else []),
-            "  timeout: 2",
-            "}",
-        ]
+    Clusters: `render_cluster_configs`."""
+    _require_tls(listen, tls)
+    tls_block = _tls_block(tls, verify=tls.verify) if tls is not None else []
     return "\n".join(
         [
             "# nats-server configuration for gpufleet, written by `gpufleet nats-auth`.",
             f"listen: {_quote(listen)}",
             *tls_block,
-            *jetstream,
+            *_jetstream_block(store_dir),
             f"include {_quote(AUTHORIZATION_FILE)}",
             "",
         ]
     )
+
+
+def render_cluster_configs(
+    cluster: str,
+    servers: Sequence[ClusterServer],
+    *,
+    store_dir: str | None = "/var/lib/nats/jetstream",
+    tls: TlsFiles | None = None,
+) -> dict[str, str]:
+    """One config per server of a JetStream cluster, by file name: each server routes to
+    all the others and keeps its store in `<store_dir>/<server name>` (so the files
+    also serve several servers on one host). Clients' listeners follow the single
+    server's rule; a route listener off loopback needs TLS and a CA, and then the
+    servers verify each other (routes have no password)."""
+    if not _SERVER_NAME.match(cluster):
+        raise NatsAuthError(f"cluster name {cluster!r}: use 1-64 of [A-Za-z0-9._-]")
+    for what, values in (
+        ("server name", [s.name for s in servers]),
+        ("address", [a for s in servers for a in (s.listen, s.cluster_listen)]),
+    ):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise NatsAuthError(f"{what} {twice[0]!r} is given twice")
+    configs = {}
+    for server in servers:
+        _require_tls(server.listen, tls)
+        if not is_loopback(server.cluster_listen) and (tls is None or tls.ca_file is None):
+            raise NatsAuthError(
+                f"server {server.name}: routes on {server.cluster_listen} carry no password;"
+                " give --tls-cert, --tls-key and --tls-ca (the servers then verify each"
+                " other), or listen on 127.0.0.1"
+            )
+        routes = [f"nats-route://{o.cluster_listen}" for o in servers if o is not server]
+        route_tls = []
+        if tls is not None:
+            route_tls = _tls_block(tls, verify=tls.ca_file is not None, indent="  ")
+        store = None if store_dir is None else str(PurePosixPath(store_dir) / server.name)
+        configs[server.config_filename] = "\n".join(
+            [
+                f"# nats-server configuration for gpufleet: server {server.name} of cluster"
+                f" {cluster}, written by `gpufleet nats-auth`.",
+                f"server_name: {_quote(server.name)}",
+                f"listen: {_quote(server.listen)}",
+                *(_tls_block(tls, verify=tls.verify) if tls is not None else []),
+                *_jetstream_block(store),
+                "cluster {",
+                f"  name: {_quote(cluster)}",
+                f"  listen: {_quote(server.cluster_listen)}",
+                *route_tls,
+                f"  routes: {_list(routes)}",
+                "}",
+                f"include {_quote(AUTHORIZATION_FILE)}",
+                "",
+            ]
+        )
+    return configs
 
 
 def credentials_text(user: str, password: str) -> str:
@@ -471,14 +591,19 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def write_bundle(out_dir: Path, bundle: AuthBundle) -> None:
-    """`authorization.conf` (the users), `nats-server.conf` (includes it),
-    `passwords.json` (an Ansible vars file: the roles read `gpufleet_nats_passwords`) and
-    `creds/<user>.creds`; stale creds files are removed."""
+    """`authorization.conf` (the users), `nats-server.conf` or `nats-server-<name>.conf`
+    per server of a cluster (each includes it), `passwords.json` (an Ansible vars file:
+    the roles read `gpufleet_nats_passwords`) and `creds/<user>.creds`; stale creds and
+    server configs (a cluster's old servers, or the other layout's) are removed."""
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     creds_dir = out_dir / "creds"
     creds_dir.mkdir(mode=0o700, exist_ok=True)
     _write_private(out_dir / AUTHORIZATION_FILE, bundle.authorization)
-    _write_private(out_dir / "nats-server.conf", bundle.server_config)
+    for name, text in bundle.server_configs.items():
+        _write_private(out_dir / name, text)
+    for stale in out_dir.glob("nats-server*.conf"):
+        if stale.name not in bundle.server_configs:
+            stale.unlink()
     doc = {ANSIBLE_PASSWORDS_VAR: dict(sorted(bundle.passwords.items()))}
     _write_private(out_dir / "passwords.json", json.dumps(doc, indent=2) + "\n")
     wanted = set()
@@ -516,15 +641,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
-        help="host:port nats-server listens on; anything but loopback needs --tls-cert/key",
+        help="host:port nats-server listens on (a cluster's: --server); anything but"
+        " loopback needs --tls-cert/key",
     )
     p.add_argument("--tls-cert", help="the server's certificate (path on the NATS host)")
     p.add_argument("--tls-key", help="the server's private key (path on the NATS host)")
-    p.add_argument("--tls-ca", help="CA for client certificates (path on the NATS host)")
+    p.add_argument(
+        "--tls-ca",
+        help="CA for client certificates and a cluster's routes (path on the NATS host)",
+    )
     p.add_argument(
         "--tls-verify", action="store_true", help="require client certificates from --tls-ca"
     )
-    p.add_argument("--store-dir", default="/var/lib/nats/jetstream", help="JetStream store")
+    p.add_argument(
+        "--store-dir",
+        default="/var/lib/nats/jetstream",
+        help="JetStream store (a cluster's servers: STORE_DIR/SERVER_NAME)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="write a JetStream cluster's configs, nats-server-SERVER_NAME.conf, one per --server",
+    )
+    p.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT",
+        help="a server of --cluster: where clients and where routes connect (repeat per server)",
+    )
 
 
 def command(args: argparse.Namespace) -> int:
@@ -555,6 +700,8 @@ def command(args: argparse.Namespace) -> int:
             listen=args.listen,
             store_dir=args.store_dir,
             tls=tls,
+            cluster=args.cluster,
+            servers=[parse_server_arg(server) for server in args.server],
         )
         write_bundle(args.out, bundle)
     except (NatsAuthError, ValueError, OSError) as exc:
@@ -569,6 +716,9 @@ def command(args: argparse.Namespace) -> int:
     print(f"new passwords: {', '.join(sorted(bundle.changed)) or 'none'}")
     if dropped:
         print(f"revoked: {', '.join(dropped)}")
-    print(f"wrote {args.out}/: {AUTHORIZATION_FILE}, nats-server.conf, passwords.json, creds/")
+    print(
+        f"wrote {args.out}/: {AUTHORIZATION_FILE}, {', '.join(bundle.server_configs)},"
+        " passwords.json, creds/"
+    )
     print("apply with `nats-server --signal reload`; then push credentials (site.yml)")
     return 0

@@ -30,7 +30,8 @@ from coordinator.app import running_coordinator
 from coordinator.bus.alerts import AlertStream, stream_name
 from coordinator.bus.connection import Bus
 from coordinator.services.node_changes import record_inventory
-from ops.embedded_nats import EmbeddedNats, find_nats_server, free_port
+from ops.cli import run as cli_run
+from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
 from ops.nats_auth import (
     AgentNode,
     AuthBundle,
@@ -623,3 +624,52 @@ async def test_a_forwarder_recreates_its_own_durable_and_touches_no_other(
         await admin.jetstream(timeout=5).delete_consumer(STREAM, "someone-else")
         await admin.close()
         await forwarder.close()
+
+
+async def test_the_written_cluster_configs_form_a_jetstream_cluster(tmp_path: Path) -> None:
+    """`gpufleet nats-auth --cluster --server ...` as docs/operator.md runs it; three
+    nats-servers started from those files alone (`-c`) form one JetStream cluster, in
+    which the coordinator's user keeps the alert stream in three copies."""
+    out = tmp_path / "auth"
+    ports = {name: (free_port(), free_port()) for name in ("n1", "n2", "n3")}
+    servers = [
+        arg
+        for name, (client, route) in ports.items()
+        for arg in ("--server", f"{name}=127.0.0.1:{client},127.0.0.1:{route}")
+    ]
+    argv = ["nats-auth", "--out", str(out), "--bcrypt-cost", "4", "--subject-prefix", PREFIX]
+    argv += ["--node", f"{POOL}:{NODE_A.node_id}", "--cluster", "fleet"]
+    assert cli_run([*argv, "--store-dir", str(tmp_path / "js"), *servers], {}) == 0
+    cluster = EmbeddedNatsCluster(
+        servers={
+            name: EmbeddedNats.from_config(
+                str(out / f"nats-server-{name}.conf"), client, str(tmp_path / f"{name}.log")
+            )
+            for name, (client, _) in ports.items()
+        }
+    )
+    with cluster:
+        bus = Bus(cluster.url, user_credentials=str(out / "creds" / "coordinator.creds"))
+        await bus.connect(attempts=1)
+        try:
+            assert bus.auth_required
+            # Asked for: the INFO a first connect gets may predate the cluster's forming.
+            stream = AlertStream(bus, SUBJECTS, replicas=3)
+
+            async def set_up() -> bool:
+                # The cluster elects its JetStream meta leader first.
+                try:
+                    await stream.setup()
+                except (nats.errors.Error, TimeoutError):
+                    return False
+                return True
+
+            await eventually(set_up, within_s=30)
+            assert stream.replicas == 3
+            info = await bus.jetstream(timeout_s=5).stream_info(STREAM)
+            assert info.cluster is not None and info.cluster.name == "fleet"
+            members = {info.cluster.leader, *(r.name for r in info.cluster.replicas or [])}
+            assert members == set(ports)
+            assert {p.name for p in (tmp_path / "js").iterdir()} == set(ports)
+        finally:
+            await bus.close()

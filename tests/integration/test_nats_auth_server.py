@@ -525,6 +525,13 @@ async def test_a_reader_reads_the_alert_stream_only_through_ephemeral_consumers(
             return [await push.next_msg(timeout=5)]
 
         await (await until_alert(next_pushed, alert_id)).ack()
+        # As `gpufleet alerts watch` reads it.
+        ordered = await js.subscribe(SUBJECTS.all_alerts, stream=STREAM, ordered_consumer=True)
+
+        async def next_in_order() -> list[Msg]:
+            return [await ordered.next_msg(timeout=5)]
+
+        await until_alert(next_in_order, alert_id)
         pull = await ephemeral_pull(js)
 
         async def next_pulled() -> list[Msg]:

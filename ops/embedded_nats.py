@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -69,13 +70,24 @@ class EmbeddedNats:
         store_dir: str | None = None,
         config_file: str | None = None,
         log_file: str | None = None,
+        config_only: bool = False,
     ) -> None:
         self.port = port or free_port()
-        self._own_store = store_dir is None
-        self.store_dir = store_dir or tempfile.mkdtemp(prefix="gpufleet-nats-")
+        # The config file says everything (listen, store): no flags of ours override it.
+        self._config_only = config_only
+        self._own_store = store_dir is None and not config_only
+        if store_dir is None and not config_only:
+            store_dir = tempfile.mkdtemp(prefix="gpufleet-nats-")
+        self.store_dir = store_dir or ""
         self.config_file = config_file
         self.log_file = log_file
         self._proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def from_config(cls, config_file: str, port: int, log_file: str | None = None) -> EmbeddedNats:
+        """A server started with `-c config_file` alone, as production starts it (a
+        config `gpufleet nats-auth` wrote); `port` is the client port it listens on."""
+        return cls(port, config_file=config_file, log_file=log_file, config_only=True)
 
     @property
     def url(self) -> str:
@@ -88,8 +100,9 @@ class EmbeddedNats:
     def start(self, timeout: float = 10.0) -> None:
         if self.running:
             return
-        cmd = [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port)]
-        cmd += ["-js", "-sd", self.store_dir]
+        cmd = [find_nats_server()]
+        if not self._config_only:
+            cmd += ["-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store_dir]
         if self.config_file:
             cmd += ["-c", self.config_file]
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
@@ -145,12 +158,20 @@ class EmbeddedNats:
 class EmbeddedNatsCluster:
     """`size` nats-servers clustered on loopback, JetStream on, one store each: what a
     production NATS deployment looks like, for tests of losing one server. Servers are
-    named `n1`.. (the names JetStream reports as stream leaders)."""
+    named `n1`.. (the names JetStream reports as stream leaders). Or the given `servers`
+    by name (say, `EmbeddedNats.from_config` of each config `gpufleet nats-auth` wrote)."""
 
-    def __init__(self, size: int = 3, name: str = "gpufleet") -> None:
+    def __init__(
+        self,
+        size: int = 3,
+        name: str = "gpufleet",
+        servers: Mapping[str, EmbeddedNats] | None = None,
+    ) -> None:
         self.workdir = tempfile.mkdtemp(prefix="gpufleet-natscluster-")
+        self.servers: dict[str, EmbeddedNats] = dict(servers or {})
+        if servers is not None:
+            return  # configured by the caller (say, `EmbeddedNats.from_config` each)
         routes = [free_port() for _ in range(size)]
-        self.servers: dict[str, EmbeddedNats] = {}
         for i, route in enumerate(routes, start=1):
             server_name = f"n{i}"
             store = Path(self.workdir) / server_name

@@ -4,8 +4,12 @@ files the agents and the coordinator connect with, and `gpufleet nats-auth`.
 Each agent gets its own user, allowed to publish only its own heartbeat and inventory
 subjects and to subscribe only to its own inventory-request subject, so a compromised
 host cannot speak for another. The coordinator may read every heartbeat and inventory,
-ask for inventories, publish alerts and use JetStream. Optional reader users (monitoring)
-may read alerts, live or from the JetStream stream, and nothing else.
+ask for inventories, publish and read alerts (its console feed) and use JetStream.
+Optional reader users (monitoring) may read alerts, live or from the JetStream stream
+through ephemeral consumers, and nothing else: they can neither create nor delete a
+durable consumer, nor pull or acknowledge the forwarders' ones. Each alert forwarder
+gets its own user, which may create, read and recreate its own durable consumer and
+nothing else.
 
 Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Because
 they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
@@ -20,6 +24,12 @@ The server config listens on loopback by default. Anything else must be TLS: pas
 and heartbeats would otherwise cross the network in clear, so `render_server_config`
 refuses a non-loopback `listen` without a certificate and key (`TlsFiles`).
 
+For a cluster (`--cluster NAME --server NAME=CLIENT,ROUTE ...`) it writes one config per
+server instead: its name, client listener, JetStream store, and routes to the others.
+Routes carry no password, so a route listener off loopback needs TLS with a CA, and the
+servers then verify each other's certificates: anyone else who reached the route port
+would join the cluster and see every message.
+
 Everything above the "files" section is pure: nodes in, text out.
 """
 
@@ -33,7 +43,7 @@ import secrets
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
@@ -44,9 +54,16 @@ DEFAULT_BCRYPT_COST = 6
 ANSIBLE_PASSWORDS_VAR = "gpufleet_nats_passwords"
 ANSIBLE_AGENT_GROUP = "gpufleet_agents"
 _READER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Server and cluster names: a file name part and a config string, nothing that needs care.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# A consumer name is one subject token in the JetStream API: no dots or wildcards.
+_DURABLE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# `gpufleet-alerts`' consumer unless its --durable says otherwise.
+DEFAULT_FORWARDER_DURABLE = "alert-forwarder"
 
-Role = Literal["coordinator", "agent", "reader"]
+Role = Literal["coordinator", "agent", "reader", "forwarder"]
 DEFAULT_LISTEN = "127.0.0.1:4222"
+SERVER_CONFIG = "nats-server.conf"
 
 
 class NatsAuthError(ValueError):
@@ -87,9 +104,42 @@ def is_loopback(listen: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ClusterServer:
+    """One server of a cluster: its name, where clients connect, where routes connect."""
+
+    name: str
+    listen: str
+    cluster_listen: str
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.match(self.name):
+            raise NatsAuthError(f"server name {self.name!r}: use 1-64 of [A-Za-z0-9._-]")
+
+    @property
+    def config_filename(self) -> str:
+        return f"nats-server-{self.name}.conf"
+
+
+def parse_server_arg(text: str) -> ClusterServer:
+    """`SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT`"""
+    name, sep, addresses = text.partition("=")
+    listen, comma, cluster_listen = addresses.partition(",")
+    if not (sep and comma and _has_port(listen) and _has_port(cluster_listen)):
+        raise NatsAuthError(f"{text!r} is not SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT")
+    return ClusterServer(name, listen.strip(), cluster_listen.strip())
+
+
+def _has_port(address: str) -> bool:
+    host, sep, port = address.strip().rpartition(":")
+    return bool(host and sep and port.isdigit() and 0 < int(port) < 65536)
+
+
+@dataclass(frozen=True)
 class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    # Carved out of `publish` (nats-server applies deny over allow).
+    publish_deny: tuple[str, ...] = ()
     # Lets an agent answer a request on its reply subject without a publish grant on
     # anyone's inbox.
     allow_responses: bool = False
@@ -114,9 +164,16 @@ class AuthBundle:
     users: tuple[NatsUser, ...]
     passwords: Mapping[str, str]
     authorization: str  # the users, for AUTHORIZATION_FILE
-    server_config: str  # a whole config that includes it
+    # Whole server configs that include it, by file name: SERVER_CONFIG, or one per
+    # server of a cluster.
+    server_configs: Mapping[str, str]
     # Users whose password is new in this bundle (new users and rotated ones).
     changed: frozenset[str] = frozenset()
+
+    @property
+    def server_config(self) -> str:
+        """The single server's config (not written for a cluster)."""
+        return self.server_configs[SERVER_CONFIG]
 
     def credentials(self, user: str) -> str:
         return credentials_text(user, self.passwords[user])
@@ -130,6 +187,12 @@ def reader_user(name: str) -> str:
     if not _READER_NAME.match(name):
         raise NatsAuthError(f"reader name {name!r}: use 1-64 of [A-Za-z0-9._-]")
     return f"reader:{name}"
+
+
+def forwarder_user(durable: str) -> str:
+    if not _DURABLE_NAME.match(durable):
+        raise NatsAuthError(f"forwarder durable {durable!r}: use 1-64 of [A-Za-z0-9_-]")
+    return f"forwarder:{durable}"
 
 
 def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
@@ -147,14 +210,28 @@ def coordinator_permissions(subjects: Subjects) -> Permissions:
     p = subjects.prefix
     return Permissions(
         publish=(f"{p}.invreq.>", f"{p}.alert.>", "$JS.API.>"),
+        # Alerts: every replica's console feed listens to all of them, its own included.
         # JetStream API answers, and agents' inventory replies, arrive on its _INBOX.
-        subscribe=(f"{p}.hb.>", f"{p}.inv.>", "_INBOX.>"),
+        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.alert.>", "_INBOX.>"),
     )
 
 
-def reader_permissions(subjects: Subjects, alert_stream: str) -> Permissions:
-    """Live alerts on core NATS, and the alert stream through JetStream consumers
-    (ephemeral or durable, push or pull), but no stream management and no publishing."""
+def reader_permissions(
+    subjects: Subjects,
+    alert_stream: str,
+    protected: Collection[str] = (DEFAULT_FORWARDER_DURABLE,),
+) -> Permissions:
+    """Live alerts on core NATS, and the alert stream through ephemeral consumers (push or
+    pull), but no stream management, no publishing, and no durable consumers.
+
+    Only the legacy create subject `$JS.API.CONSUMER.CREATE.<stream>` is granted:
+    nats-server refuses a durable there (the consumer is named by the server), whereas
+    `…CREATE.<stream>.<name>` makes a durable whenever the body names one. So a reader
+    creates its consumer unnamed (nats-py: `subscribe`, or `add_consumer` without a name
+    then `pull_subscribe_bind`). Delete is not granted at all; an ephemeral consumer goes
+    away by itself once idle. Consumer names are not known in advance, so `protected`
+    durables (the forwarders') are denied by name: a reader pulling or acknowledging on
+    one would take alerts away from it."""
     s = alert_stream
     return Permissions(
         publish=(
@@ -165,17 +242,40 @@ def reader_permissions(subjects: Subjects, alert_stream: str) -> Permissions:
             f"$JS.API.DIRECT.GET.{s}",
             f"$JS.API.DIRECT.GET.{s}.>",
             f"$JS.API.CONSUMER.CREATE.{s}",
-            f"$JS.API.CONSUMER.CREATE.{s}.>",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.>",
-            f"$JS.API.CONSUMER.INFO.{s}.>",
-            f"$JS.API.CONSUMER.DELETE.{s}.>",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.>",
+            f"$JS.API.CONSUMER.INFO.{s}.*",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
             f"$JS.API.CONSUMER.NAMES.{s}",
             f"$JS.API.CONSUMER.LIST.{s}",
             f"$JS.ACK.{s}.>",
             f"$JS.FC.{s}.>",
         ),
         subscribe=(subjects.all_alerts, "_INBOX.>"),
+        publish_deny=tuple(
+            subject
+            for durable in sorted(set(protected))
+            for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{s}.{durable}", f"$JS.ACK.{s}.{durable}.>")
+        ),
+    )
+
+
+def forwarder_permissions(alert_stream: str, durable: str) -> Permissions:
+    """Its own durable consumer on the alert stream, by any of the three create subjects
+    nats-py uses (each names the consumer, so it can be no other): create it, recreate it
+    when someone deleted it, read its info, pull and acknowledge. It may not delete any
+    consumer nor touch the stream, and it publishes nothing else."""
+    s, d = alert_stream, durable
+    return Permissions(
+        publish=(
+            "$JS.API.INFO",
+            f"$JS.API.STREAM.INFO.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}.{d}",
+            f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}",
+            f"$JS.API.CONSUMER.INFO.{s}.{d}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}",
+            f"$JS.ACK.{s}.{d}.>",
+        ),
+        subscribe=("_INBOX.>",),
     )
 
 
@@ -201,6 +301,7 @@ def build(
     alert_stream: str,
     prefix: str = DEFAULT_PREFIX,
     readers: Iterable[str] = (),
+    forwarders: Iterable[str] = (),
     passwords: Mapping[str, str] | None = None,
     rotate: Collection[str] = (),
     hash_password: Callable[[str], str] | None = None,
@@ -208,8 +309,11 @@ def build(
     listen: str = DEFAULT_LISTEN,
     store_dir: str | None = "/var/lib/nats/jetstream",
     tls: TlsFiles | None = None,
+    cluster: str | None = None,
+    servers: Sequence[ClusterServer] = (),
 ) -> AuthBundle:
-    """Every user of a fleet with its password and permissions, and the server config.
+    """Every user of a fleet with its password and permissions, and the server config:
+    one, or with `cluster` one per server of `servers` (`listen` then unused).
 
     Passwords in `passwords` (the previous run's) are kept, so regenerating after adding
     a node touches no other host; users named in `rotate` (or `"all"`) get new ones.
@@ -224,10 +328,14 @@ def build(
             raise NatsAuthError(f"node id {node.node_id!r} is listed in more than one pool")
         seen.add(node.node_id)
         users.append(NatsUser(agent_user(node), "agent", agent_permissions(subjects, node), node))
+    durables = sorted(set(forwarders))
+    protected = {DEFAULT_FORWARDER_DURABLE, *durables}
     for name in sorted(set(readers)):
-        users.append(
-            NatsUser(reader_user(name), "reader", reader_permissions(subjects, alert_stream))
-        )
+        perms = reader_permissions(subjects, alert_stream, protected)
+        users.append(NatsUser(reader_user(name), "reader", perms))
+    for durable in durables:
+        perms = forwarder_permissions(alert_stream, durable)
+        users.append(NatsUser(forwarder_user(durable), "forwarder", perms))
     names = {u.name for u in users}
     unknown = set(rotate) - names - {"all"}
     if unknown:
@@ -243,8 +351,13 @@ def build(
             out[user.name] = make_password()
             changed.add(user.name)
     authorization = render_authorization(users, {u.name: hasher(out[u.name]) for u in users})
-    server_config = render_server_config(listen=listen, store_dir=store_dir, tls=tls)
-    return AuthBundle(tuple(users), out, authorization, server_config, frozenset(changed))
+    if cluster is None and not servers:
+        configs = {SERVER_CONFIG: render_server_config(listen=listen, store_dir=store_dir, tls=tls)}
+    elif cluster is None or not servers:
+        raise NatsAuthError("--cluster and --server go together")
+    else:
+        configs = render_cluster_configs(cluster, servers, store_dir=store_dir, tls=tls)
+    return AuthBundle(tuple(users), out, authorization, configs, frozenset(changed))
 
 
 def _quote(value: str) -> str:
@@ -273,12 +386,13 @@ def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -
     ]
     for user in users:
         perms = user.permissions
+        deny = f", deny: {_list(perms.publish_deny)}" if perms.publish_deny else ""
         lines += [
             "    {",
             f"      user: {_quote(user.name)}",
             f"      password: {_quote(hashes[user.name])}",
             "      permissions: {",
-            f"        publish: {{ allow: {_list(perms.publish)} }}",
+            f"        publish: {{ allow: {_list(perms.publish)}{deny} }}",
             f"        subscribe: {{ allow: {_list(perms.subscribe)} }}",
         ]
         if perms.allow_responses:
@@ -286,6 +400,32 @@ def render_authorization(users: Sequence[NatsUser], hashes: Mapping[str, str]) -
         lines += ["      }", "    }"]
     lines += ["  ]", "}", ""]
     return "\n".join(lines)
+
+
+def _require_tls(listen: str, tls: TlsFiles | None) -> None:
+    if tls is None and not is_loopback(listen):
+        raise NatsAuthError(
+            f"listening on {listen} without TLS would send passwords in clear: give"
+            " --tls-cert and --tls-key, or listen on 127.0.0.1"
+        )
+
+
+def _tls_block(tls: TlsFiles, *, verify: bool, indent: str = "") -> list[str]:
+    return [
+        f"{indent}tls {{",
+        f"{indent}  cert_file: {_quote(tls.cert_file)}",
+        f"{indent}  key_file: {_quote(tls.key_file)}",
+        *([f"{indent}  ca_file: {_quote(tls.ca_file)}"] if tls.ca_file else []),
+        *([f"{indent}  verify: true"] if verify else []),
+        f"{indent}  timeout: 2",
+        f"{indent}}}",
+    ]
+
+
+def _jetstream_block(store_dir: str | None) -> list[str]:
+    if store_dir is None:
+        return ["jetstream: enabled"]
+    return ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
 
 
 def render_server_config(
@@ -296,36 +436,75 @@ def render_server_config(
 ) -> str:
     """A whole single-server config around the users file. `store_dir=None` leaves the
     JetStream store to the command line (`-sd`, as the embedded test server passes it).
-    Clusters: write your own and include the users file in it."""
-    if tls is None and not is_loopback(listen):
-        raise NatsAuthError(
-            f"listening on {listen} without TLS would send passwords in clear: give"
-            " --tls-cert and --tls-key, or listen on 127.0.0.1"
-        )
-    jetstream = ["jetstream: enabled"]
-    if store_dir is not None:
-        jetstream = ["jetstream {", f"  store_dir: {_quote(store_dir)}", "}"]
-    tls_block: list[str] = []
-    if tls is not None:
-        tls_block = [
-            "tls {",
-            f"  cert_file: {_quote(tls.cert_file)}",
-            f"  key_file: {_quote(tls.key_file)}",
-            *([f"  ca_file: {_quote(tls.ca_file)}"] if tls.ca_file else []),
-            *(["  verify: true"] if tls.verify else []),
-            "  timeout: 2",
-            "}",
-        ]
+    Clusters: `render_cluster_configs`."""
+    _require_tls(listen, tls)
+    tls_block = _tls_block(tls, verify=tls.verify) if tls is not None else []
     return "\n".join(
         [
             "# nats-server configuration for gpufleet, written by `gpufleet nats-auth`.",
             f"listen: {_quote(listen)}",
             *tls_block,
-            *jetstream,
+            *_jetstream_block(store_dir),
             f"include {_quote(AUTHORIZATION_FILE)}",
             "",
         ]
     )
+
+
+def render_cluster_configs(
+    cluster: str,
+    servers: Sequence[ClusterServer],
+    *,
+    store_dir: str | None = "/var/lib/nats/jetstream",
+    tls: TlsFiles | None = None,
+) -> dict[str, str]:
+    """One config per server of a JetStream cluster, by file name: each server routes to
+    all the others and keeps its store in `<store_dir>/<server name>` (so the files
+    also serve several servers on one host). Clients' listeners follow the single
+    server's rule; a route listener off loopback needs TLS and a CA, and then the
+    servers verify each other (routes have no password)."""
+    if not _SERVER_NAME.match(cluster):
+        raise NatsAuthError(f"cluster name {cluster!r}: use 1-64 of [A-Za-z0-9._-]")
+    for what, values in (
+        ("server name", [s.name for s in servers]),
+        ("address", [a for s in servers for a in (s.listen, s.cluster_listen)]),
+    ):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise NatsAuthError(f"{what} {twice[0]!r} is given twice")
+    configs = {}
+    for server in servers:
+        _require_tls(server.listen, tls)
+        if not is_loopback(server.cluster_listen) and (tls is None or tls.ca_file is None):
+            raise NatsAuthError(
+                f"server {server.name}: routes on {server.cluster_listen} carry no password;"
+                " give --tls-cert, --tls-key and --tls-ca (the servers then verify each"
+                " other), or listen on 127.0.0.1"
+            )
+        routes = [f"nats-route://{o.cluster_listen}" for o in servers if o is not server]
+        route_tls = []
+        if tls is not None:
+            route_tls = _tls_block(tls, verify=tls.ca_file is not None, indent="  ")
+        store = None if store_dir is None else str(PurePosixPath(store_dir) / server.name)
+        configs[server.config_filename] = "\n".join(
+            [
+                f"# nats-server configuration for gpufleet: server {server.name} of cluster"
+                f" {cluster}, written by `gpufleet nats-auth`.",
+                f"server_name: {_quote(server.name)}",
+                f"listen: {_quote(server.listen)}",
+                *(_tls_block(tls, verify=tls.verify) if tls is not None else []),
+                *_jetstream_block(store),
+                "cluster {",
+                f"  name: {_quote(cluster)}",
+                f"  listen: {_quote(server.cluster_listen)}",
+                *route_tls,
+                f"  routes: {_list(routes)}",
+                "}",
+                f"include {_quote(AUTHORIZATION_FILE)}",
+                "",
+            ]
+        )
+    return configs
 
 
 def credentials_text(user: str, password: str) -> str:
@@ -412,14 +591,19 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def write_bundle(out_dir: Path, bundle: AuthBundle) -> None:
-    """`authorization.conf` (the users), `nats-server.conf` (includes it),
-    `passwords.json` (an Ansible vars file: the roles read `gpufleet_nats_passwords`) and
-    `creds/<user>.creds`; stale creds files are removed."""
+    """`authorization.conf` (the users), `nats-server.conf` or `nats-server-<name>.conf`
+    per server of a cluster (each includes it), `passwords.json` (an Ansible vars file:
+    the roles read `gpufleet_nats_passwords`) and `creds/<user>.creds`; stale creds and
+    server configs (a cluster's old servers, or the other layout's) are removed."""
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     creds_dir = out_dir / "creds"
     creds_dir.mkdir(mode=0o700, exist_ok=True)
     _write_private(out_dir / AUTHORIZATION_FILE, bundle.authorization)
-    _write_private(out_dir / "nats-server.conf", bundle.server_config)
+    for name, text in bundle.server_configs.items():
+        _write_private(out_dir / name, text)
+    for stale in out_dir.glob("nats-server*.conf"):
+        if stale.name not in bundle.server_configs:
+            stale.unlink()
     doc = {ANSIBLE_PASSWORDS_VAR: dict(sorted(bundle.passwords.items()))}
     _write_private(out_dir / "passwords.json", json.dumps(doc, indent=2) + "\n")
     wanted = set()
@@ -443,21 +627,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", action="append", default=[], metavar="POOL_ID:NODE_ID")
     p.add_argument("--group", default=ANSIBLE_AGENT_GROUP, help="agent group in the inventory")
     p.add_argument("--reader", action="append", default=[], help="a read-only alerts user")
+    p.add_argument(
+        "--forwarder",
+        action="append",
+        default=[],
+        metavar="DURABLE",
+        help="an alert forwarder's user (forwarder:DURABLE), owning that durable consumer"
+        f" (the forwarder's default: {DEFAULT_FORWARDER_DURABLE})",
+    )
     p.add_argument("--subject-prefix", default=DEFAULT_PREFIX)
     p.add_argument("--rotate", action="append", default=[], metavar="USER|all")
     p.add_argument("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST)
     p.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
-        help="host:port nats-server listens on; anything but loopback needs --tls-cert/key",
+        help="host:port nats-server listens on (a cluster's: --server); anything but"
+        " loopback needs --tls-cert/key",
     )
     p.add_argument("--tls-cert", help="the server's certificate (path on the NATS host)")
     p.add_argument("--tls-key", help="the server's private key (path on the NATS host)")
-    p.add_argument("--tls-ca", help="CA for client certificates (path on the NATS host)")
+    p.add_argument(
+        "--tls-ca",
+        help="CA for client certificates and a cluster's routes (path on the NATS host)",
+    )
     p.add_argument(
         "--tls-verify", action="store_true", help="require client certificates from --tls-ca"
     )
-    p.add_argument("--store-dir", default="/var/lib/nats/jetstream", help="JetStream store")
+    p.add_argument(
+        "--store-dir",
+        default="/var/lib/nats/jetstream",
+        help="JetStream store (a cluster's servers: STORE_DIR/SERVER_NAME)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="write a JetStream cluster's configs, nats-server-SERVER_NAME.conf, one per --server",
+    )
+    p.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT",
+        help="a server of --cluster: where clients and where routes connect (repeat per server)",
+    )
 
 
 def command(args: argparse.Namespace) -> int:
@@ -481,23 +693,32 @@ def command(args: argparse.Namespace) -> int:
             alert_stream=stream_name(args.subject_prefix),
             prefix=args.subject_prefix,
             readers=args.reader,
+            forwarders=args.forwarder,
             passwords=previous,
             rotate=args.rotate,
             hash_password=bcrypt_hasher(args.bcrypt_cost),
             listen=args.listen,
             store_dir=args.store_dir,
             tls=tls,
+            cluster=args.cluster,
+            servers=[parse_server_arg(server) for server in args.server],
         )
         write_bundle(args.out, bundle)
     except (NatsAuthError, ValueError, OSError) as exc:
         print(f"gpufleet nats-auth: {exc}", file=sys.stderr)
         return 2
-    agents = sum(1 for u in bundle.users if u.role == "agent")
+    roles = [u.role for u in bundle.users]
     dropped = sorted(set(previous) - set(bundle.passwords))
-    print(f"{agents} agents, {len(bundle.users) - agents - 1} readers, 1 coordinator")
+    print(
+        f"{roles.count('agent')} agents, {roles.count('reader')} readers,"
+        f" {roles.count('forwarder')} forwarders, 1 coordinator"
+    )
     print(f"new passwords: {', '.join(sorted(bundle.changed)) or 'none'}")
     if dropped:
         print(f"revoked: {', '.join(dropped)}")
-    print(f"wrote {args.out}/: {AUTHORIZATION_FILE}, nats-server.conf, passwords.json, creds/")
+    print(
+        f"wrote {args.out}/: {AUTHORIZATION_FILE}, {', '.join(bundle.server_configs)},"
+        " passwords.json, creds/"
+    )
     print("apply with `nats-server --signal reload`; then push credentials (site.yml)")
     return 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
+import secrets
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,25 +21,31 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
 
 from agent.config import Settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
-from coordinator.bus.alerts import stream_name
+from coordinator.bus.alerts import AlertStream, stream_name
 from coordinator.bus.connection import Bus
-from ops.embedded_nats import EmbeddedNats, find_nats_server, free_port
+from coordinator.services.node_changes import record_inventory
+from ops.cli import run as cli_run
+from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
 from ops.nats_auth import (
     AgentNode,
     AuthBundle,
     agent_user,
     bcrypt_hasher,
     build,
+    forwarder_user,
     reader_user,
     write_bundle,
 )
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, Heartbeat
+from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
 
@@ -46,6 +54,8 @@ SUBJECTS = Subjects(PREFIX)
 POOL = new_pool_id()
 NODE_A = AgentNode(POOL, "gpu-a.rack1")  # a dot: encoded as %2E in its subjects
 NODE_B = AgentNode(POOL, "gpu-b")
+STREAM = stream_name(PREFIX)
+FORWARDER = "alert-forwarder"
 
 
 @dataclass
@@ -79,6 +89,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         alert_stream=stream_name(PREFIX),
         prefix=PREFIX,
         readers=["monitoring"],
+        forwarders=[FORWARDER],
         hash_password=bcrypt_hasher(4),  # real bcrypt, as nats-server must check it
         store_dir=None,  # EmbeddedNats passes its own
     )
@@ -100,6 +111,20 @@ def denied(errors: list[str], what: str) -> set[str]:
 
 def lower(*subjects: str) -> set[str]:
     return {s.lower() for s in subjects}
+
+
+async def ephemeral_pull(js: JetStreamContext) -> JetStreamContext.PullSubscription:
+    """A reader's pull consumer: created unnamed (the server names it), then bound."""
+    info = await js.add_consumer(
+        STREAM,
+        ConsumerConfig(
+            filter_subject=SUBJECTS.all_alerts,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+        ),
+    )
+    assert info.config.durable_name is None
+    return await js.pull_subscribe_bind(info.name, stream=STREAM)
 
 
 class Collector:
@@ -249,8 +274,8 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
 
             js = reader.jetstream(timeout=5)
             stream = stream_name(PREFIX)
-            # A durable consumer, as docs/operator.md shows monitoring systems.
-            sub = await js.pull_subscribe(SUBJECTS.all_alerts, durable="pager", stream=stream)
+            # An ephemeral pull consumer, as docs/operator.md shows monitoring systems.
+            sub = await ephemeral_pull(js)
             # The node's registration came first, then the operator's act.
             # Published from the outbox just after the commit: fetch until both are in.
             msgs = await sub.fetch(2, timeout=5)
@@ -302,6 +327,43 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
         if agent_task is not None:
             assert await asyncio.wait_for(agent_task, 15) == 0
         await reader.close()
+
+
+async def test_the_console_alert_feed_fills_under_the_coordinators_own_user(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The console's live feed is the coordinator's subscription to `<prefix>.alert.>`:
+    under the generated permissions nats-server refused it ("Subscription Violation"),
+    and `/api/console/alerts` stayed empty after every alert."""
+    settings = coordinator_settings(
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        secured.server.url,
+        nats_credentials=str(secured.creds_file("coordinator")),
+        subject_prefix=PREFIX,
+        insecure_bus=False,
+    )
+    async with running_coordinator(settings) as c, aiohttp.ClientSession() as session:
+        now = int(time.time() * 1000)
+        await c.ledger.tenants.create("acme", "Acme", now)
+        await c.ledger.pools.create(POOL, "secured", "acme", None, now)
+        await record_inventory(c.ledger, make_inventory(NODE_B.node_id, POOL), now)
+        key = settings.bootstrap_operator_key
+        assert key
+        api = Api(session, c.url, key)
+        body = {"nodeId": NODE_B.node_id, "maintenance": True, "reason": "feed test"}
+        await api.ok("nodes.setMaintenance", body)
+
+        async def feed() -> list[tuple[str, str]]:
+            headers = {"Authorization": f"Bearer {key}"}
+            async with session.get(f"{c.url}/api/console/alerts", headers=headers) as resp:
+                assert resp.status == 200
+                alerts = (await resp.json())["alerts"]
+            return [(a["kind"], a["nodeId"]) for a in alerts]
+
+        async def maintenance_in_feed() -> bool:
+            return ("node.maintenance", NODE_B.node_id) in await feed()
+
+        await eventually(maintenance_in_feed, within_s=20)
 
 
 async def test_a_reload_cuts_off_only_the_rotated_user(tmp_path: Path) -> None:
@@ -406,3 +468,215 @@ async def test_a_permissions_violation_is_counted_and_logged_at_warning(
         assert "permissions violation" in caplog.text.lower()
     finally:
         await bus.close()
+
+
+@pytest.fixture
+async def alert_id(secured: Secured) -> AsyncIterator[str]:
+    """One alert in the stream, published as the coordinator publishes them."""
+    bus = Bus(secured.server.url, user_credentials=str(secured.creds_file("coordinator")))
+    await bus.connect(attempts=1)
+    try:
+        stream = AlertStream(bus, SUBJECTS)
+        await stream.setup()
+        alert = Alert(
+            alert_id=f"a-{secrets.token_hex(6)}",
+            kind="node.degraded",
+            pool_id=POOL,
+            node_id=NODE_A.node_id,
+            at=int(time.time() * 1000),
+        )
+        await stream.publish(alert)
+        yield alert.alert_id
+    finally:
+        await bus.close()
+
+
+async def until_alert(next_msgs: Callable[[], Awaitable[list[Msg]]], alert_id: str) -> Msg:
+    """Read a consumer from the stream's start until the alert with `alert_id`."""
+    for _ in range(1000):
+        for msg in await next_msgs():
+            if Alert.model_validate_json(msg.data).alert_id == alert_id:
+                return msg
+    raise AssertionError(f"alert {alert_id} not read")
+
+
+async def consumer_names(secured: Secured) -> list[str]:
+    admin = await secured.connect("coordinator")
+    try:
+        return [c.name for c in await admin.jetstream(timeout=5).consumers_info(STREAM)]
+    finally:
+        await admin.close()
+
+
+async def test_a_reader_reads_the_alert_stream_only_through_ephemeral_consumers(
+    secured: Secured, alert_id: str
+) -> None:
+    """Readers could delete the forwarder's durable consumer (forwarding then stopped for
+    good) and create durables of their own. Now they read through ephemeral consumers,
+    push and pull, and every way to a durable, or to the forwarder's one, is refused."""
+    errors: list[str] = []
+    reader = await secured.connect(reader_user("monitoring"), errors)
+    forwarder = await secured.connect(forwarder_user(FORWARDER))
+    try:
+        js = reader.jetstream(timeout=5)
+        push = await js.subscribe(SUBJECTS.all_alerts, stream=STREAM)
+
+        async def next_pushed() -> list[Msg]:
+            return [await push.next_msg(timeout=5)]
+
+        await (await until_alert(next_pushed, alert_id)).ack()
+        # As `gpufleet alerts watch` reads it.
+        ordered = await js.subscribe(SUBJECTS.all_alerts, stream=STREAM, ordered_consumer=True)
+
+        async def next_in_order() -> list[Msg]:
+            return [await ordered.next_msg(timeout=5)]
+
+        await until_alert(next_in_order, alert_id)
+        pull = await ephemeral_pull(js)
+
+        async def next_pulled() -> list[Msg]:
+            return await pull.fetch(10, timeout=5)
+
+        await (await until_alert(next_pulled, alert_id)).ack()
+
+        # The forwarder's durable, made by its own user; then the reader goes for it.
+        await forwarder.jetstream(timeout=5).add_consumer(
+            STREAM, ConsumerConfig(durable_name=FORWARDER, ack_policy=AckPolicy.EXPLICIT)
+        )
+        refused = reader.jetstream(timeout=2)
+        with pytest.raises(nats.errors.Error):
+            await refused.delete_consumer(STREAM, FORWARDER)
+        with pytest.raises(nats.errors.Error):  # a durable, the legacy way
+            await refused.add_consumer(STREAM, ConsumerConfig(durable_name="mine"))
+        with pytest.raises(nats.errors.Error):  # a durable, named in the subject
+            await refused.add_consumer(STREAM, ConsumerConfig(name="mine", durable_name="mine"))
+        with pytest.raises(nats.errors.Error):  # pulling (and so acking) the forwarder's
+            await reader.request(
+                f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}", b'{"batch": 1}', timeout=2
+            )
+        # The one create subject a reader has makes no durable, whatever the body says.
+        body = {"stream_name": STREAM, "config": {"durable_name": "mine", "ack_policy": "explicit"}}
+        answer = await reader.request(
+            f"$JS.API.CONSUMER.CREATE.{STREAM}", json.dumps(body).encode(), timeout=5
+        )
+        assert "error" in json.loads(answer.data), answer.data
+
+        names = await consumer_names(secured)
+        assert FORWARDER in names and "mine" not in names
+        assert denied(errors, "publish") == lower(
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.mine",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.mine",
+            f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}",
+        )
+    finally:
+        await forwarder.close()
+        await reader.close()
+
+
+async def test_a_forwarder_recreates_its_own_durable_and_touches_no_other(
+    secured: Secured, alert_id: str
+) -> None:
+    """`forwarder:<durable>` creates its durable consumer, reads and acknowledges, and
+    creates it again after someone deleted it; it may not delete a consumer, nor create
+    one under another name."""
+    errors: list[str] = []
+    forwarder = await secured.connect(forwarder_user(FORWARDER), errors)
+    admin = await secured.connect("coordinator")
+    try:
+        js = forwarder.jetstream(timeout=5)
+        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL)
+        for _ in range(2):
+            # As gpufleet-alerts subscribes: info, then create under its name (with a filter).
+            sub = await js.pull_subscribe(
+                SUBJECTS.all_alerts, durable=FORWARDER, stream=STREAM, config=config
+            )
+
+            async def next_pulled() -> list[Msg]:
+                return await sub.fetch(10, timeout=5)  # noqa: B023 - used in this iteration
+
+            await (await until_alert(next_pulled, alert_id)).ack()
+            assert (await js.consumer_info(STREAM, FORWARDER)).config.durable_name == FORWARDER
+            await sub.unsubscribe()
+            await admin.jetstream(timeout=5).delete_consumer(STREAM, FORWARDER)
+        # The legacy durable create, and the name-only create, work as well.
+        await js.add_consumer(STREAM, ConsumerConfig(durable_name=FORWARDER))
+        await admin.jetstream(timeout=5).delete_consumer(STREAM, FORWARDER)
+        await js.add_consumer(STREAM, ConsumerConfig(name=FORWARDER, durable_name=FORWARDER))
+
+        await admin.jetstream(timeout=5).add_consumer(
+            STREAM, ConsumerConfig(durable_name="someone-else")
+        )
+        refused = forwarder.jetstream(timeout=2)
+        with pytest.raises(nats.errors.Error):
+            await refused.delete_consumer(STREAM, "someone-else")
+        with pytest.raises(nats.errors.Error):
+            await refused.delete_consumer(STREAM, FORWARDER)
+        with pytest.raises(nats.errors.Error):
+            await refused.add_consumer(STREAM, ConsumerConfig(durable_name="other"))
+        with pytest.raises(nats.errors.Error):
+            await refused.add_consumer(STREAM, ConsumerConfig(name="other", durable_name="other"))
+        with pytest.raises(nats.errors.Error):
+            await refused.add_consumer(STREAM, ConsumerConfig())  # ephemeral
+        names = await consumer_names(secured)
+        assert {FORWARDER, "someone-else"} <= set(names) and "other" not in names
+        assert denied(errors, "publish") == lower(
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.someone-else",
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.other",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.other",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        )
+    finally:
+        await admin.jetstream(timeout=5).delete_consumer(STREAM, "someone-else")
+        await admin.close()
+        await forwarder.close()
+
+
+async def test_the_written_cluster_configs_form_a_jetstream_cluster(tmp_path: Path) -> None:
+    """`gpufleet nats-auth --cluster --server ...` as docs/operator.md runs it; three
+    nats-servers started from those files alone (`-c`) form one JetStream cluster, in
+    which the coordinator's user keeps the alert stream in three copies."""
+    out = tmp_path / "auth"
+    ports = {name: (free_port(), free_port()) for name in ("n1", "n2", "n3")}
+    servers = [
+        arg
+        for name, (client, route) in ports.items()
+        for arg in ("--server", f"{name}=127.0.0.1:{client},127.0.0.1:{route}")
+    ]
+    argv = ["nats-auth", "--out", str(out), "--bcrypt-cost", "4", "--subject-prefix", PREFIX]
+    argv += ["--node", f"{POOL}:{NODE_A.node_id}", "--cluster", "fleet"]
+    assert cli_run([*argv, "--store-dir", str(tmp_path / "js"), *servers], {}) == 0
+    cluster = EmbeddedNatsCluster(
+        servers={
+            name: EmbeddedNats.from_config(
+                str(out / f"nats-server-{name}.conf"), client, str(tmp_path / f"{name}.log")
+            )
+            for name, (client, _) in ports.items()
+        }
+    )
+    with cluster:
+        bus = Bus(cluster.url, user_credentials=str(out / "creds" / "coordinator.creds"))
+        await bus.connect(attempts=1)
+        try:
+            assert bus.auth_required
+            # Asked for: the INFO a first connect gets may predate the cluster's forming.
+            stream = AlertStream(bus, SUBJECTS, replicas=3)
+
+            async def set_up() -> bool:
+                # The cluster elects its JetStream meta leader first.
+                try:
+                    await stream.setup()
+                except (nats.errors.Error, TimeoutError):
+                    return False
+                return True
+
+            await eventually(set_up, within_s=30)
+            assert stream.replicas == 3
+            info = await bus.jetstream(timeout_s=5).stream_info(STREAM)
+            assert info.cluster is not None and info.cluster.name == "fleet"
+            members = {info.cluster.leader, *(r.name for r in info.cluster.replicas or [])}
+            assert members == set(ports)
+            assert {p.name for p in (tmp_path / "js").iterdir()} == set(ports)
+        finally:
+            await bus.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ops.alert_forwarder import AlertForwarder, add_arguments, settings_from
+from shared.credentials import parse_credentials
 from tests.unit.test_ansible_lint import ansible_env, tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,6 +90,21 @@ def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
     assert dict(s.labels) == {"cluster": "eu-1", "team": "ml infra"}
     assert s.nats_credentials == str(etc / "alerts-nats.creds")
     AlertForwarder(s)  # reads the credentials file the role wrote
+
+
+def test_the_forwarder_connects_as_the_user_that_owns_its_durable(tmp_path: Path) -> None:
+    """Its default user was `reader:monitoring`, which may not create a durable consumer:
+    it is `forwarder:<durable>` (`gpufleet nats-auth --forwarder <durable>`), with its
+    password from the vaulted `gpufleet_nats_passwords`."""
+    etc = render(
+        tmp_path,
+        gpufleet_coordinator_alerts_enabled=True,
+        gpufleet_coordinator_alerts_alertmanager_urls=["http://127.0.0.1:9093"],
+        gpufleet_coordinator_alerts_durable="fwd-1",
+        gpufleet_nats_passwords={"forwarder:fwd-1": "its-own", "reader:monitoring": "not-this"},
+    )
+    creds = (etc / "alerts-nats.creds").read_text()
+    assert parse_credentials(creds) == ("forwarder:fwd-1", "its-own")
 
 
 def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from ops.nats_auth import (
     build,
     credentials_text,
     nodes_from_json,
+    parse_server_arg,
 )
 from shared.credentials import CredentialsError, parse_credentials
 from shared.ids import new_pool_id
@@ -74,6 +75,7 @@ def test_an_agent_may_publish_and_subscribe_only_its_own_subjects() -> None:
     coord = users["coordinator"].permissions
     assert "t.hb.>" in coord.subscribe and "t.invreq.>" in coord.publish
     assert "$JS.API.>" in coord.publish
+    assert "t.alert.>" in coord.subscribe  # the console's feed
     conf = bundle.authorization
     assert f'"t.hb.{POOL}.gpu02"' in conf
     for pw in bundle.passwords.values():
@@ -106,6 +108,40 @@ def test_bad_input_is_refused_with_the_node_named() -> None:
         make([AgentNode(POOL, "n1"), AgentNode(new_pool_id(), "n1")])
     with pytest.raises(NatsAuthError, match="reader name"):
         make([], readers=("a b",))
+    with pytest.raises(NatsAuthError, match="forwarder durable"):
+        build([], alert_stream="T_ALERTS", hash_password=fake_hash, forwarders=["a.b"])
+
+
+def test_readers_get_no_durable_consumers_and_a_forwarder_only_its_own() -> None:
+    """What a reader's and a forwarder's permissions name; the integration test shows
+    nats-server holding them to it."""
+    bundle = build(
+        [],
+        alert_stream="T_ALERTS",
+        prefix="t",
+        hash_password=fake_hash,
+        readers=["prom"],
+        forwarders=["fwd-b"],
+    )
+    users = {u.name: u for u in bundle.users}
+    reader = users["reader:prom"].permissions
+    assert not [p for p in reader.publish if ".DELETE." in p or "DURABLE" in p]
+    # The only create subject is the one that cannot make a durable.
+    assert [p for p in reader.publish if ".CREATE." in p] == ["$JS.API.CONSUMER.CREATE.T_ALERTS"]
+    # Both the default forwarder's consumer and the one named here are out of its reach.
+    assert set(reader.publish_deny) == {
+        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder",
+        "$JS.ACK.T_ALERTS.alert-forwarder.>",
+        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.fwd-b",
+        "$JS.ACK.T_ALERTS.fwd-b.>",
+    }
+    fwd = users["forwarder:fwd-b"]
+    assert fwd.role == "forwarder" and fwd.creds_filename == "forwarder-fwd-b.creds"
+    consumer_subjects = [p for p in fwd.permissions.publish if "CONSUMER" in p or "ACK" in p]
+    assert consumer_subjects and all(".T_ALERTS.fwd-b" in p for p in consumer_subjects)
+    assert not [p for p in fwd.permissions.publish if ".DELETE." in p]
+    assert "t.alert.>" not in fwd.permissions.publish
+    assert 'deny: ["$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder"' in bundle.authorization
 
 
 def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
@@ -154,13 +190,15 @@ def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps([{"poolId": POOL, "nodeId": "gpu.1"}]))
     argv = ["nats-auth", "--out", str(out), "--nodes", str(nodes), "--node", f"{POOL}:gpu2"]
-    assert cli_run([*argv, "--reader", "prom", "--bcrypt-cost", "4"], {}) == 0
+    extra = ["--reader", "prom", "--forwarder", "alert-forwarder", "--bcrypt-cost", "4"]
+    assert cli_run([*argv, *extra], {}) == 0
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == [
         "authorization.conf",
         f"creds/agent-{POOL}-gpu.1.creds",
         f"creds/agent-{POOL}-gpu2.creds",
         "creds/coordinator.creds",
+        "creds/forwarder-alert-forwarder.creds",
         "creds/reader-prom.creds",
         "nats-server.conf",
         "passwords.json",
@@ -181,7 +219,9 @@ def test_the_cli_writes_private_files_that_nats_server_accepts(tmp_path: Path) -
     )
     again = json.loads((out / "passwords.json").read_text())["gpufleet_nats_passwords"]
     assert again == {
-        k: v for k, v in passwords.items() if not k.endswith(":gpu2") and "reader" not in k
+        k: v
+        for k, v in passwords.items()
+        if not k.endswith(":gpu2") and not k.startswith(("reader:", "forwarder:"))
     }
     assert not (out / "creds" / f"agent-{POOL}-gpu2.creds").exists()
     assert cli_run(["nats-auth", "--out", str(out), "--node", "nonsense"], {}) == 2
@@ -213,3 +253,102 @@ def test_the_server_config_listens_on_loopback_and_refuses_clear_text_beyond(
         timeout=30,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+def test_a_cluster_gets_one_config_per_server_routed_to_the_others(tmp_path: Path) -> None:
+    """`--cluster` and `--server` write `nats-server-<name>.conf` per server (and no
+    single-server config) that nats-server accepts."""
+    out = tmp_path / "auth"
+    base = ["nats-auth", "--out", str(out), "--bcrypt-cost", "4", "--node", f"{POOL}:gpu1"]
+    assert cli_run(base, {}) == 0
+    assert (out / "nats-server.conf").is_file()
+    servers = [
+        "--server", "n1=127.0.0.1:4222,127.0.0.1:6222",
+        "--server", "n2=127.0.0.1:4223,127.0.0.1:6223",
+        "--server", "n3=localhost:4224,localhost:6224",
+    ]  # fmt: skip
+    cluster = [*base, "--cluster", "fleet", "--store-dir", "/srv/js", *servers]
+    assert cli_run(cluster, {}) == 0
+    written = sorted(p.name for p in out.glob("nats-server*.conf"))
+    assert written == ["nats-server-n1.conf", "nats-server-n2.conf", "nats-server-n3.conf"]
+    n1 = (out / "nats-server-n1.conf").read_text()
+    assert n1.splitlines()[1:] == [
+        'server_name: "n1"',
+        'listen: "127.0.0.1:4222"',
+        "jetstream {",
+        '  store_dir: "/srv/js/n1"',
+        "}",
+        "cluster {",
+        '  name: "fleet"',
+        '  listen: "127.0.0.1:6222"',
+        '  routes: ["nats-route://127.0.0.1:6223", "nats-route://localhost:6224"]',
+        "}",
+        'include "authorization.conf"',
+    ]
+    for name in written:
+        path = out / name
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        checked = subprocess.run(
+            [find_nats_server(), "-t", "-c", str(path)], capture_output=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stderr
+    # Back to one server: the cluster's files go.
+    assert cli_run(base, {}) == 0
+    assert sorted(p.name for p in out.glob("nats-server*.conf")) == ["nats-server.conf"]
+
+
+def test_a_cluster_off_loopback_needs_tls_and_its_routes_a_ca(tmp_path: Path) -> None:
+    """Routes carry no password: anyone reaching a route port would join the cluster."""
+    out = tmp_path / "auth"
+    base = ["nats-auth", "--out", str(out), "--bcrypt-cost", "4", "--cluster", "fleet"]
+    lan = ["--server", "a=10.0.0.1:4222,10.0.0.1:6222", "--server", "b=10.0.0.2:4222,10.0.0.2:6222"]
+    assert cli_run([*base, *lan], {}) == 2  # clear text
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=nats.test", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    assert cli_run([*base, *lan, *tls], {}) == 2  # routes without a CA
+    assert cli_run([*base, *lan, *tls, "--tls-ca", str(cert)], {}) == 0
+    a = (out / "nats-server-a.conf").read_text()
+    cluster_part = a[a.index("cluster {") :]
+    assert f'    ca_file: "{cert}"' in cluster_part and "    verify: true" in cluster_part
+    assert "verify" not in a[: a.index("cluster {")]  # clients: only with --tls-verify
+    assert 'routes: ["nats-route://10.0.0.2:6222"]' in a
+    checked = subprocess.run(
+        [find_nats_server(), "-t", "-c", str(out / "nats-server-a.conf")],
+        capture_output=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
+    # Loopback routes and a TLS client listener need no CA.
+    mixed = ["--server", "a=10.0.0.1:4222,127.0.0.1:6222"]
+    assert cli_run([*base, *mixed, *tls], {}) == 0
+
+
+def test_cluster_arguments_are_checked() -> None:
+    def bundle(cluster: str | None, *servers: str) -> AuthBundle:
+        return build(
+            [],
+            alert_stream="T",
+            hash_password=fake_hash,
+            cluster=cluster,
+            servers=[parse_server_arg(s) for s in servers],
+        )
+
+    with pytest.raises(NatsAuthError, match="go together"):
+        bundle(None, "a=127.0.0.1:1,127.0.0.1:2")
+    with pytest.raises(NatsAuthError, match="go together"):
+        bundle("fleet")
+    with pytest.raises(NatsAuthError, match="given twice"):
+        bundle("fleet", "a=127.0.0.1:1,127.0.0.1:2", "a=127.0.0.1:3,127.0.0.1:4")
+    with pytest.raises(NatsAuthError, match="given twice"):
+        bundle("fleet", "a=127.0.0.1:1,127.0.0.1:2", "b=127.0.0.1:3,127.0.0.1:2")
+    with pytest.raises(NatsAuthError, match="cluster name"):
+        bundle("my fleet", "a=127.0.0.1:1,127.0.0.1:2")
+    for bad in ("a", "a=127.0.0.1:1", "a=127.0.0.1,127.0.0.1:2", "=127.0.0.1:1,127.0.0.1:2"):
+        with pytest.raises(NatsAuthError):
+            parse_server_arg(bad)

@@ -544,15 +544,9 @@ async function pollAlerts() {
   } catch { /* the next poll tries again; a lost connection shows with the view */ }
 }
 
-// An operator's key may read the whole fleet; a tenant's may not (PERMISSION_DENIED).
+// The key says what it is: an operator's sees the whole fleet, a tenant's its tenant's.
 async function isOperator() {
-  try {
-    await call("capacity.fleet", {});
-    return true;
-  } catch (err) {
-    if (err instanceof ApiError && err.code === "PERMISSION_DENIED") return false;
-    throw err;
-  }
+  return (await call("apiKeys.self", {})).operator === true;
 }
 
 async function signedIn() {

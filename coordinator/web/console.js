@@ -193,7 +193,7 @@ async function fleetView(view) {
       h("p", { class: "muted small" }, `${pool.gpuModel || "any GPU"} · owner ${pool.owner}`,
         pool.archived ? " · archived" : "", h("br"), h("span", { class: "id" }, pool.poolId)),
       gpu ? [h("h3", {}, `GPUs (${gpu.total})`), stateBar(gpu, "GPUs")] : h("p", {}, "No GPUs yet."),
-      node ? h("p", {}, `${node.total} nodes, ${node.allocatable} allocatable`) : null));
+      node ? h("p", {}, `${plural(node.total, "node")}, ${node.allocatable} allocatable`) : null));
   }
   put(view, grid);
 }
@@ -383,6 +383,9 @@ function holderBadge(held) {
   return badge(`${short(held.reservationId)} (${held.tenantId})`, "held");
 }
 
+const deviceName = (a) => String(a.attrs.name || a.attrs.nic || a.deviceId || a.atomId);
+const byName = (x, y) => deviceName(x).localeCompare(deviceName(y), undefined, { numeric: true });
+
 // One row per NIC: its VFs (or the whole NIC without SR-IOV) summed by health and holder.
 function nicCard(vfs, next) {
   if (!vfs.length) return null;
@@ -391,7 +394,7 @@ function nicCard(vfs, next) {
     if (!byNic.has(a.deviceId)) byNic.set(a.deviceId, []);
     byNic.get(a.deviceId).push(a);
   }
-  const rows = [...byNic.values()].sort((x, y) => String(x[0].attrs.nic).localeCompare(String(y[0].attrs.nic)));
+  const rows = [...byNic.values()].sort((x, y) => byName(x[0], y[0]));
   const counts = (atoms, key) => {
     const c = new Map();
     for (const a of atoms) c.set(key(a), (c.get(key(a)) || 0) + 1);
@@ -418,12 +421,13 @@ function nicCard(vfs, next) {
 
 function otherCard(atoms, next) {
   if (!atoms.length) return null;
+  atoms.sort(byName);
   return h("section", { class: "card", "aria-labelledby": "oth-title" },
     h("h2", { id: "oth-title" }, "Other devices"),
     scroller(h("table", {}, h("thead", {}, h("tr", {}, ["device", "class", "health", "holder"].map((c) => h("th", { scope: "col" }, c)))),
       h("tbody", {}, atoms.map((a) => {
         const later = next.get(a.atomId);
-        return h("tr", {}, h("td", { title: a.atomId }, a.attrs.name || a.deviceId || a.atomId), h("td", {}, a.class),
+        return h("tr", {}, h("td", { title: a.atomId }, deviceName(a)), h("td", {}, a.class),
           h("td", {}, badge(a.health)),
           h("td", {}, holderBadge(a.heldBy), later ? [" ", badge(`next ${short(later.reservationId)} from ${time(later.start)}`, "next")] : null));
       })))));

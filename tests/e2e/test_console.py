@@ -315,6 +315,8 @@ def test_console_sign_in_node_xid_booking_and_timeline(fleet: World, browser: We
     assert len(nics) == 8 and all("4 VFs" in r for r in nics), nics
     _accessible(d)
     _shot(d, "03-node")
+    d.execute_script("document.getElementById('nics').scrollIntoView()")
+    _shot(d, "03b-node-nics")
 
     # An XID on GPU 3 (the simulated NVML's fault file): the card turns unhealthy.
     faults.write_text(json.dumps({"faults": [{"kind": "xid", "gpu": 3, "xid": 79}]}))

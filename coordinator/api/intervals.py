@@ -17,6 +17,7 @@ from typing import Any
 
 from coordinator.api import interval_outputs as out
 from coordinator.api import render
+from coordinator.api.auth import may_act_for
 from coordinator.api.body import BodyError, strict_json
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_time_cursor, encode_cursor
@@ -28,12 +29,13 @@ from coordinator.domain.intervals import (
     parse_limit,
     parse_window,
 )
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused, visible_pool
-from shared.ids import IDEMPOTENCY_KEY_PATTERN
+from shared.ids import IDEMPOTENCY_KEY_PATTERN, TENANT_ID_PATTERN
 
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+_TENANT = re.compile(TENANT_ID_PATTERN)
 TIME = {"type": "string", "format": "date-time"}
 
 
@@ -88,6 +90,12 @@ class CalendarInput(RestInput):
     )
     pool_id: str | None = param(
         "poolId", "query", description="The pool; needed when the tenant sees several."
+    )
+    tenant_id: str | None = param(
+        "tenantId",
+        "query",
+        description="The tenant whose calendar (default: the key's own); an operator's key "
+        "may name any tenant, the console's operator acting for one.",
     )
 
 
@@ -156,7 +164,11 @@ async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
 async def calendar(ctx: CallContext, inp: CalendarInput) -> Any:
     """Per quarter-hour of [from, to): the tenant's limit, reserved and reservable GB."""
     start, end = parse_window(inp.from_, inp.to, grid=True)
-    tenant = ctx.principal.tenant_id
+    tenant = ctx.principal.tenant_id if inp.tenant_id is None else inp.tenant_id
+    if not _TENANT.match(tenant):
+        raise IntervalError("tenantId: not a tenant id")
+    if not may_act_for(ctx.principal, tenant):
+        raise PermissionDenied(f"this key may not act for tenant {tenant!r}")
     pool = await visible_pool(ctx.ledger, tenant, inp.pool_id)
     quarters = list(range(start, end, INTERVAL_MS))
     usage = await ctx.ledger.intervals.reservable(tenant, pool.pool_id, quarters)

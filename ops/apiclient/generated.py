@@ -780,9 +780,9 @@ class IntervalsApi:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def calendar(self, from_: str, to: str, *, pool_id: str | None = None) -> Calendar:
+    def calendar(self, from_: str, to: str, *, pool_id: str | None = None, tenant_id: str | None = None) -> Calendar:
         """Per quarter-hour of [from, to): the tenant's limit, reserved and reservable GB."""
-        return cast("Calendar", self._t.request("GET", "/api/capacity/calendar", query={"from": from_, "to": to, "poolId": pool_id}))
+        return cast("Calendar", self._t.request("GET", "/api/capacity/calendar", query={"from": from_, "to": to, "poolId": pool_id, "tenantId": tenant_id}))
 
     def list(self, from_: str, to: str, *, cursor: str | None = None, limit: int | None = None) -> IntervalReservationPage:
         """The audit list: every interval reservation made in [from, to), newest first."""
@@ -1019,9 +1019,9 @@ class AsyncIntervalsApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def calendar(self, from_: str, to: str, *, pool_id: str | None = None) -> Calendar:
+    async def calendar(self, from_: str, to: str, *, pool_id: str | None = None, tenant_id: str | None = None) -> Calendar:
         """Per quarter-hour of [from, to): the tenant's limit, reserved and reservable GB."""
-        return cast("Calendar", await self._t.request("GET", "/api/capacity/calendar", query={"from": from_, "to": to, "poolId": pool_id}))
+        return cast("Calendar", await self._t.request("GET", "/api/capacity/calendar", query={"from": from_, "to": to, "poolId": pool_id, "tenantId": tenant_id}))
 
     async def list(self, from_: str, to: str, *, cursor: str | None = None, limit: int | None = None) -> IntervalReservationPage:
         """The audit list: every interval reservation made in [from, to), newest first."""

@@ -1,21 +1,27 @@
 """The web console in a real headless chromium (selenium + Debian's chromium-driver),
-against a real coordinator and a simulated agent: sign in by keyboard, walk fleet → pool
-→ node, watch an injected XID turn a GPU unhealthy (and the alert arrive), book GPUs and
-see them on the timeline, use the calendar; labels, keyboard use and contrast checked.
-Screenshots go to tmp/artifacts/console/ (the path is printed)."""
+against a real coordinator and a simulated agent in a tenant's pool: an operator signs
+in by keyboard acting for that tenant, sees the whole fleet, walks fleet → pool → node,
+watches an injected XID turn a GPU unhealthy (and the alert arrive), books GPUs now and
+later and sees them on a timeline scaled to them, uses the tenant's calendar, and sees a
+lost connection in the page; then an operator as itself, a tenant, and the phone width.
+Labels, keyboard use and contrast are checked. Screenshots go to tmp/artifacts/console/
+(the path is printed)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from shared.ids import TENANT_ID_PATTERN
 from tests.e2e.fleet_procs import Fleet, wait_for
 
 try:
@@ -51,13 +57,29 @@ def _require_browser() -> None:
     pytest.skip(message)
 
 
+TENANT = "acme-research"  # a hyphen: the sign-in form's pattern must let it through
+
+
+@dataclass(frozen=True)
+class World:
+    procs: Fleet
+    pool: str  # TENANT's pool "train", with one simulated 8-GPU node
+    other: str  # globex's pool "inference", empty and not offered to TENANT
+    faults: Path
+    tenant_key: str
+
+
 @pytest.fixture
-def fleet(tmp_path: Path, nats_url: str) -> Iterator[tuple[Fleet, str, Path]]:
+def fleet(tmp_path: Path, nats_url: str) -> Iterator[World]:
     procs = Fleet(tmp_path, nats_url)
     try:
         procs.start_coordinator()
         op = procs.operator()
-        pool = op.call("pools.create", {"tenantId": "operator", "name": "train"})["poolId"]
+        for tenant in (TENANT, "globex"):
+            op.call("tenants.create", {"tenantId": tenant})
+        pool = op.call("pools.create", {"tenantId": TENANT, "name": "train"})["poolId"]
+        other = op.call("pools.create", {"tenantId": "globex", "name": "inference"})["poolId"]
+        tenant_key = op.call("apiKeys.create", {"tenantId": TENANT})["key"]
         faults = tmp_path / "faults.json"
         faults.write_text('{"faults": []}')
         procs.agents["gpu-a"] = procs._spawn(
@@ -70,11 +92,11 @@ def fleet(tmp_path: Path, nats_url: str) -> Iterator[tuple[Fleet, str, Path]]:
         )  # fmt: skip
 
         def ready() -> bool:
-            nodes = op.call("nodes.list", {"tenantId": "operator", "poolId": pool})["nodes"]
+            nodes = op.call("nodes.list", {"poolId": pool})["nodes"]
             return bool(nodes) and nodes[0]["status"] == "ready"
 
         wait_for(ready, timeout=60, what="agent ready")
-        yield procs, pool, faults
+        yield World(procs, pool, other, faults, tenant_key)
     finally:
         procs.close()
 
@@ -195,10 +217,62 @@ def _tab_to(driver: WebDriver, css: str, most: int = 60) -> None:
     raise AssertionError(f"{css} not reachable with Tab")
 
 
-def test_console_sign_in_node_xid_booking_and_timeline(
-    fleet: tuple[Fleet, str, Path], browser: WebDriver
-) -> None:
-    procs, pool, faults = fleet
+# A booking bar's label is whole (not cut by the bar's width) and the bar is not a sliver.
+BAR_READABLE = """
+const b = arguments[0], row = b.parentElement.getBoundingClientRect();
+const r = b.getBoundingClientRect();
+return {whole: b.scrollWidth <= b.clientWidth, share: r.width / row.width,
+  left: (r.left - row.left) / row.width, right: (r.right - row.left) / row.width};
+"""
+
+
+def _bars(driver: WebDriver) -> list[dict[str, Any]]:
+    return _retry(
+        lambda: [
+            driver.execute_script(BAR_READABLE, bar)
+            | {"text": bar.text, "id": bar.get_attribute("data-reservation")}
+            for bar in driver.find_elements(By.CSS_SELECTOR, "#gantt .booking[data-reservation]")
+        ]
+    )
+
+
+def _book(driver: WebDriver, gpus: int, hours: int, start_in_min: int) -> None:
+    """Fill in the booking form and press Enter. Until an input has the focus a live
+    redraw may replace the form, so the filling is retried; then the form stays."""
+    fields = {"#book-gpus": gpus, "#book-hours": hours, "#book-start": start_in_min}
+
+    def fill() -> None:
+        for css, value in fields.items():
+            box = driver.find_element(By.CSS_SELECTOR, css)
+            box.send_keys(Keys.CONTROL, "a")
+            box.send_keys(str(value))
+
+    _wait(driver, "#book-form")
+    _retry(fill)
+    shown = {
+        css: driver.find_element(By.CSS_SELECTOR, css).get_attribute("value") for css in fields
+    }
+    assert shown == {css: str(v) for css, v in fields.items()}, shown
+    driver.find_element(By.CSS_SELECTOR, "#book-start").send_keys(Keys.ENTER)
+
+
+def _problem(driver: WebDriver, timeout: float = 20) -> str:
+    """The text of the page's error panel once it shows (role=alert, in the page)."""
+    WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.ID, "problem").is_displayed())
+    panel = driver.find_element(By.ID, "problem")
+    assert panel.get_attribute("role") == "alert"
+    return str(panel.text)
+
+
+def _sign_in(driver: WebDriver, key: str, tenant: str) -> None:
+    _wait(driver, "#key").send_keys(key)
+    box = driver.find_element(By.ID, "tenant")
+    box.clear()
+    box.send_keys(tenant, Keys.ENTER)
+
+
+def test_console_sign_in_node_xid_booking_and_timeline(fleet: World, browser: WebDriver) -> None:
+    procs, pool, faults = fleet.procs, fleet.pool, fleet.faults
     d = browser
     print(f"\nconsole screenshots: {ARTIFACTS}")
     d.get(procs.url + "/")
@@ -206,20 +280,29 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     _accessible(d)
     _shot(d, "01-sign-in")
 
-    # Sign in with the keyboard only.
+    # Sign in with the keyboard only: an operator's key, acting for a tenant.
     _tab_to(d, "#key")
-    d.switch_to.active_element.send_keys(procs.operator_key, Keys.TAB, "operator", Keys.ENTER)
+    d.switch_to.active_element.send_keys(procs.operator_key, Keys.TAB, TENANT, Keys.ENTER)
     _wait(d, f"a[href='#/pool/{pool}']")
     assert d.execute_script("return sessionStorage.getItem('gpufleet.key')") == procs.operator_key
     assert d.execute_script("return localStorage.length") == 0
     assert d.get_cookies() == []
+    # An operator sees the whole fleet, each pool by its name: globex's too.
+    _wait(d, f"a[href='#/pool/{fleet.other}']")
+    names = _retry(
+        lambda: sorted(e.text for e in d.find_elements(By.CSS_SELECTOR, ".pool-card h2"))
+    )
+    assert names == ["inference", "train"]
     _accessible(d)
     _shot(d, "02-fleet")
 
-    # Fleet → pool → node, by keyboard.
+    # Fleet → pool → node, by keyboard; headings name the pool, not its id.
     _tab_to(d, f"a[href='#/pool/{pool}']")
-    _follow(d, f"a[href='#/pool/{pool}']", "a[href='#/node/gpu-a']")
-    _follow(d, "a[href='#/node/gpu-a']", "#devices article[data-device]")
+    _follow(d, f"a[href='#/pool/{pool}']", "#view a[href='#/node/gpu-a']")
+    heading = _retry(lambda: d.find_element(By.CSS_SELECTOR, "#view h1").text)
+    assert "train" in heading and pool not in heading, heading
+    _follow(d, "#view a[href='#/node/gpu-a']", "#devices article[data-device]")
+    assert "train" in _retry(lambda: d.find_element(By.CSS_SELECTOR, ".crumbs").text)
     classes = _retry(
         lambda: [
             c.get_attribute("class").split()
@@ -227,8 +310,13 @@ def test_console_sign_in_node_xid_booking_and_timeline(
         ]
     )
     assert len(classes) == 8 and all("healthy" in c for c in classes)
+    # 8 ConnectX-7 NICs with 4 VFs each: one row per NIC, not 32 VF rows.
+    nics = _retry(lambda: [r.text for r in d.find_elements(By.CSS_SELECTOR, "#nics tbody tr")])
+    assert len(nics) == 8 and all("4 VFs" in r for r in nics), nics
     _accessible(d)
     _shot(d, "03-node")
+    d.execute_script("document.getElementById('nics').scrollIntoView()")
+    _shot(d, "03b-node-nics")
 
     # An XID on GPU 3 (the simulated NVML's fault file): the card turns unhealthy.
     faults.write_text(json.dumps({"faults": [{"kind": "xid", "gpu": 3, "xid": 79}]}))
@@ -244,20 +332,35 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     _accessible(d)
     _shot(d, "04-node-xid")
 
-    # Book two GPUs from the pool page; the booking appears on the timeline.
+    # Book two GPUs for 2 h from the pool page (as the tenant acted for): the timeline
+    # scales to the booking, whose label is whole.
     _retry(lambda: d.find_element(By.CSS_SELECTOR, f".crumbs a[href='#/pool/{pool}']").click())
-    gpus = _wait(d, "#book-gpus")
-    gpus.clear()
-    gpus.send_keys("2", Keys.ENTER)
+    _book(d, gpus=2, hours=2, start_in_min=0)
     text = _retry(lambda: _wait(d, "#gantt .booking[data-reservation]").text)
     assert "2 GPU" in text and "active" in text
     assert "Booked rsv_" in d.find_element(By.ID, "status").text
+    [now] = _bars(d)
+    assert now["whole"] and now["share"] > 0.5, now
+    # One more GPU for 1 h, starting in 2 h: both fit the window, side by side.
+    _book(d, gpus=1, hours=1, start_in_min=120)
+    WebDriverWait(d, 20).until(lambda drv: len(_bars(drv)) == 2)
+    later, first = sorted(_bars(d), key=lambda b: b["left"], reverse=True)
+    assert later["id"] != first["id"] and "scheduled" in later["text"], later
+    assert all(b["whole"] for b in (first, later)), (first, later)
+    assert first["share"] > 0.4 and later["share"] > 0.2, (first, later)
+    assert later["left"] >= first["right"] - 0.01 and later["right"] <= 1.01, (first, later)
     _accessible(d)
     _shot(d, "05-pool-booked")
 
-    # The holder shows on the node page, next to the unhealthy GPU's at-risk mark if hit.
+    # The holders show on the node page: two GPUs held now, one booked later (its
+    # future holder and start, not "free").
     d.get(procs.url + "/#/node/gpu-a")
     _wait(d, "#devices .badge.held")
+    _wait(d, "#devices .badge.next")
+    upcoming = _retry(
+        lambda: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#devices .badge.next")]
+    )
+    assert len(upcoming) == 1 and TENANT in upcoming[0] and "from" in upcoming[0], upcoming
     _shot(d, "06-node-held")
 
     # An XID on a held GPU: its card is marked at risk, and the holder is alerted.
@@ -295,12 +398,26 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     _retry(lambda: d.find_element(By.CSS_SELECTOR, "#maint-form button.secondary").click())
     WebDriverWait(d, 20).until(lambda drv: drv.find_elements(By.ID, "maint-reason"))
 
+    # The calendar of the tenant acted for (its pool, its limit).
     d.get(procs.url + "/#/calendar")
     _wait(d, "#cal-out table tbody tr")
     assert len(d.find_elements(By.CSS_SELECTOR, "#cal-out tbody tr")) == 96
+    assert "train" in d.find_element(By.CSS_SELECTOR, "#cal-pool option").text
     _accessible(d)
     _fetched_only_from(d, procs.url)  # the console and its API calls, from the console's origin
     _shot(d, "08-calendar")
+
+    # A lost connection is said in the page, and goes when the coordinator answers again.
+    d.get(procs.url + "/#/pool/" + pool)
+    _wait(d, "#gantt")
+    d.set_network_conditions(offline=True, latency=0, download_throughput=0, upload_throughput=0)
+    try:
+        assert "reach the coordinator" in _problem(d)
+        _accessible(d)
+        _shot(d, "08b-offline")
+    finally:
+        d.delete_network_conditions()
+    WebDriverWait(d, 20).until(lambda drv: not drv.find_element(By.ID, "problem").is_displayed())
 
     # The reference page renders the OpenAPI document from shipped assets.
     d.get(procs.url + "/api/docs")
@@ -314,7 +431,7 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     d.find_element(By.CSS_SELECTOR, "#op-capacity-summary details summary").click()
     body = d.find_element(By.ID, "op-capacity-summary-body")
     body.clear()
-    body.send_keys('{"tenantId": "operator"}')
+    body.send_keys(json.dumps({"tenantId": TENANT}))
     d.find_element(By.CSS_SELECTOR, "#op-capacity-summary details button").click()
     WebDriverWait(d, 20).until(
         lambda drv: drv.find_element(By.ID, "op-capacity-summary-out").text.strip()
@@ -327,8 +444,74 @@ def test_console_sign_in_node_xid_booking_and_timeline(
     _shot(d, "09-api-reference")
 
 
-def test_console_pages_load_nothing_from_elsewhere(fleet: tuple[Fleet, str, Path]) -> None:
-    procs, _, _ = fleet
+# The tenant field's pattern, compiled as the browser does (`v` flag), against the API's.
+PATTERN = """
+const p = document.getElementById('tenant').pattern;
+const re = new RegExp('^(?:' + p + ')$', 'v');
+return arguments[0].map(s => re.test(s));
+"""
+SAMPLES = ["acme-research", "a", "Acme.Labs:eu-1", "acme research", "acme/x", "ü", "", "x" * 129]
+
+
+def test_console_operator_as_itself_tenant_and_phone_width(
+    fleet: World, browser: WebDriver
+) -> None:
+    procs, pool, other = fleet.procs, fleet.pool, fleet.other
+    d = browser
+    d.get(procs.url + "/")
+    _wait(d, "#signin-form")
+
+    # The sign-in hint's way: an operator's key as tenant `operator` sees the whole fleet.
+    _sign_in(d, procs.operator_key, "operator")
+    _wait(d, f"a[href='#/pool/{pool}']")
+    _wait(d, f"a[href='#/pool/{other}']")
+    # globex's pool opens (no 404), named; booking there as `operator` is refused, and
+    # the refusal (an API error envelope) is said in the page.
+    _follow(d, f"a[href='#/pool/{other}']", "#book-form")
+    heading = _retry(lambda: d.find_element(By.CSS_SELECTOR, "#view h1").text)
+    assert "inference" in heading and other not in heading, heading
+    _book(d, gpus=1, hours=1, start_in_min=0)
+    said = _problem(d)
+    assert "Not booked" in said and "not found" in said and "{" not in said, said
+    _accessible(d)
+    _shot(d, "10-operator-refused")
+    _retry(lambda: d.find_element(By.ID, "signout").click())
+
+    # The tenant field refuses what the API would: its pattern is valid under `v`.
+    tenant_re = re.compile(TENANT_ID_PATTERN)
+    assert d.execute_script(PATTERN, SAMPLES) == [bool(tenant_re.match(s)) for s in SAMPLES]
+    d.execute_script("performance.clearResourceTimings()")
+    _sign_in(d, fleet.tenant_key, "acme research")
+    invalid = d.execute_script("return document.getElementById('tenant').validity.patternMismatch")
+    assert invalid is True
+    assert d.find_element(By.ID, "signin").is_displayed()
+    assert not [u for u in d.execute_script(FETCHED) if "/api/compute/" in u]
+
+    # A tenant sees its own pools only.
+    d.find_element(By.ID, "key").clear()
+    _sign_in(d, fleet.tenant_key, TENANT)
+    _wait(d, f"a[href='#/pool/{pool}']")
+    assert not d.find_elements(By.CSS_SELECTOR, f"a[href='#/pool/{other}']")
+
+    # At phone width no page scrolls sideways.
+    d.set_window_size(390, 844)
+    assert d.execute_script("return window.innerWidth") == 390
+    for route, ready in (
+        ("#/", f"a[href='#/pool/{pool}']"),
+        (f"#/pool/{pool}", "#gantt"),
+        ("#/node/gpu-a", "#devices article[data-device]"),
+        ("#/calendar", "#cal-out table tbody tr"),
+    ):
+        d.get(f"{procs.url}/{route}")
+        _wait(d, ready)
+        width = d.execute_script("return document.documentElement.scrollWidth")
+        _shot(d, f"11-phone-{route.split('/')[1] or 'fleet'}")
+        assert width <= 390, (route, width)
+    _accessible(d)
+
+
+def test_console_pages_load_nothing_from_elsewhere(fleet: World) -> None:
+    procs = fleet.procs
     import urllib.request
 
     for path in ("/", "/api/docs"):

@@ -237,6 +237,28 @@ async def test_calendar_windows_and_past_rows(rest: tuple[Rest, str]) -> None:
     assert (status, "15-minute" in text) == (400, True), text
 
 
+async def test_an_operator_reads_a_tenants_calendar_and_a_tenant_only_its_own(
+    rest: tuple[Rest, str], capi: Api
+) -> None:
+    """The console's operator acts for a tenant: the calendar takes `tenantId` (an
+    operator's key, or the tenant's own); without it the key's own tenant is meant."""
+    client, pool = rest
+    assert (await client.post({"intervals": [iv(0, 16)]}, idem="op-cal"))[0] == 200
+    window = {"from": iv(0)["startsAt"], "to": iv(2)["startsAt"], "poolId": pool}
+    operator = Rest(client.session, client.base, capi.operator_key)
+    status, cal = await operator.get("/api/capacity/calendar", **window, tenantId="acme")
+    assert status == 200, cal
+    assert [i["reservedGb"] for i in cal["intervals"]] == [16, 0]
+    # The operator's own tenant does not see acme's pool: 404, as before.
+    assert (await operator.get("/api/capacity/calendar", **window))[0] == 404
+    status, own = await client.get("/api/capacity/calendar", **window, tenantId="acme")
+    assert (status, own["intervals"]) == (200, cal["intervals"])
+    status, err = await client.get("/api/capacity/calendar", **window, tenantId="globex")
+    assert status == 403 and err["error"]["code"] == "PERMISSION_DENIED", err
+    status, text = await operator.get("/api/capacity/calendar", **window, tenantId="a b")
+    assert (status, "tenantId" in text) == (400, True), text
+
+
 async def test_committed_memory_binds_compute_reservations_in_that_window(
     rest: tuple[Rest, str], capi: Api
 ) -> None:

@@ -20,9 +20,10 @@ PACKAGES = ("agent", "coordinator", "ops", "shared")
 def test_bootstrap_installs_without_a_word(tmp_path: Path) -> None:
     copy = tmp_path / "gpufleet"
     (copy / "scripts").mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "uv.lock"):
         shutil.copy(ROOT / name, copy / name)
-    shutil.copy(ROOT / "scripts" / "bootstrap-venv", copy / "scripts" / "bootstrap-venv")
+    for name in ("bootstrap-venv", "uv-requirements.txt"):
+        shutil.copy(ROOT / "scripts" / name, copy / "scripts" / name)
     for package in PACKAGES:
         shutil.copytree(
             ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")

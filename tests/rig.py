@@ -23,21 +23,13 @@ from coordinator.services.maintenance import Maintenance
 from coordinator.services.node_changes import record_inventory
 from coordinator.services.reservations import CreateRequest, Reservations
 from shared.ids import new_pool_id
-from shared.wire import Alert
 from tests.database import database
 from tests.factories import make_inventory
+from tests.fakes import RecordingAlerts
 
 HOUR = 3_600_000
 Q = 900_000
 TENANT = "acme"
-
-
-class RecordingAlerts:
-    def __init__(self) -> None:
-        self.alerts: list[Alert] = []
-
-    async def publish(self, alert: Alert) -> None:
-        self.alerts.append(alert)
 
 
 class Rig:

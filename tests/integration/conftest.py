@@ -27,7 +27,7 @@ from coordinator.config import CoordinatorSettings
 from coordinator.domain.clock import FakeClock
 from coordinator.ledger import Ledger
 from ops.cli import new_key
-from shared.wire import Alert
+from tests.fakes import RecordingAlerts
 
 
 @dataclass
@@ -103,16 +103,6 @@ async def api(coordinator: Coordinator) -> AsyncIterator[Api]:
     assert key is not None
     async with aiohttp.ClientSession() as session:
         yield Api(session, coordinator.url, key)
-
-
-class RecordingAlerts:
-    """The alert sink of the in-process app: keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.alerts: list[Alert] = []
-
-    async def publish(self, alert: Alert) -> None:
-        self.alerts.append(alert)
 
 
 @dataclass

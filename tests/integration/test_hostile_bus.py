@@ -27,8 +27,8 @@ from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat, Scalars
 from tests.factories import make_heartbeat, make_inventory
+from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.integration.conftest import coordinator_settings
-from tests.integration.test_nodestate_service import RecordingPublisher, RecordingSink
 from tests.waiting import eventually
 
 
@@ -37,7 +37,7 @@ class Rig:
         self.ledger, self.pool_id = ledger, pool_id
         self.clock = FakeClock(1_800_000_000_000)
         self.tracker = LivenessTracker(misses=3, recovery_hold_ms=1000)
-        self.sink = RecordingSink()
+        self.sink = RecordingAlerts()
         self.bus = RecordingPublisher()
         self.drops: list[tuple[str, str]] = []
         self.backlog = 0

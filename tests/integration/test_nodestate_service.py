@@ -19,27 +19,9 @@ from coordinator.services.maintenance import Maintenance
 from coordinator.services.nodestate import NodeStateService
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
-from shared.wire import Alert, Atom, DeviceHealth, GpuInfo, Inventory
+from shared.wire import Atom, DeviceHealth, GpuInfo, Inventory
 from tests.factories import make_heartbeat, make_inventory
-
-
-class RecordingSink:
-    def __init__(self) -> None:
-        self.alerts: list[Alert] = []
-
-    async def publish(self, alert: Alert) -> None:
-        self.alerts.append(alert)
-
-    def kinds(self) -> list[str]:
-        return [a.kind for a in self.alerts]
-
-
-class RecordingPublisher:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes]] = []
-
-    async def publish(self, subject: str, payload: bytes) -> None:
-        self.sent.append((subject, payload))
+from tests.fakes import RecordingAlerts, RecordingPublisher
 
 
 class CountingSignal(CapacitySignal):
@@ -59,7 +41,7 @@ class Rig:
         self.clock = FakeClock(1_800_000_000_000)
         self.tracker = LivenessTracker(misses=3, recovery_hold_ms=1000)
         self.subjects = Subjects("t")
-        self.sink = RecordingSink()
+        self.sink = RecordingAlerts()
         self.bus = RecordingPublisher()
         self.capacity = CountingSignal()
         self.drops: list[tuple[str, str]] = []

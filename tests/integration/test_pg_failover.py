@@ -28,9 +28,9 @@ from shared.wire import DeviceHealth
 from tests.conftest import _pg_execute
 from tests.database import database
 from tests.factories import make_heartbeat, make_inventory
+from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.integration.conftest import Api, coordinator_settings
-from tests.integration.test_nodestate_service import RecordingPublisher
-from tests.rig import RecordingAlerts, Rig
+from tests.rig import Rig
 from tests.waiting import eventually
 
 

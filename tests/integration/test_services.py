@@ -35,19 +35,11 @@ from coordinator.services.reservations import (
     Reservations,
 )
 from shared.ids import new_pool_id
-from shared.wire import Alert
 from tests.factories import make_inventory
+from tests.fakes import RecordingAlerts
 
 HOUR = 3_600_000
 Q = 900_000
-
-
-class RecordingAlerts:
-    def __init__(self) -> None:
-        self.alerts: list[Alert] = []
-
-    async def publish(self, alert: Alert) -> None:
-        self.alerts.append(alert)
 
 
 class World:

@@ -37,7 +37,7 @@ from coordinator.services.node_changes import (
 )
 from coordinator.services.reservations import Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
-from shared.wire import Alert
+from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic
 from tests.simulation.ledger_view import LedgerView, outbox_end, read_view
@@ -63,14 +63,6 @@ _namespaces = itertools.count()
 
 class InvariantViolation(AssertionError):
     """The ledger broke a rule of the reference model."""
-
-
-class RecordingAlerts:
-    def __init__(self) -> None:
-        self.alerts: list[Alert] = []
-
-    async def publish(self, alert: Alert) -> None:
-        self.alerts.append(alert)
 
 
 @dataclass

@@ -37,10 +37,11 @@ from coordinator.services.node_changes import (
 from coordinator.services.reservations import Created, Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.ids import new_pool_id
+from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation.fleet import SimGpu, SimHost, SimNic
 from tests.simulation.ledger_view import read_view
-from tests.simulation.machine import NOTICE_MS, RecordingAlerts
+from tests.simulation.machine import NOTICE_MS
 from tests.simulation.requests import RESOURCES, SHAPES, create_body, create_request, interval_body
 
 MINUTE = 60_000

@@ -22,7 +22,6 @@ from tests.simulation.base import (
     Glue,
     InvariantViolation,
     MachineBase,
-    RecordingAlerts,
 )
 from tests.simulation.booking_rules import BookingRules
 from tests.simulation.fleet import SimHost
@@ -35,7 +34,6 @@ __all__ = [
     "InvariantViolation",
     "LedgerMachine",
     "MachineBase",
-    "RecordingAlerts",
     "machine_for",
 ]
 

@@ -38,10 +38,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import DEFAULT_SUB_PENDING_BYTES_LIMIT, Subscription
 from nats.js.client import JetStreamContext
 
-from coordinator.bus.fast_lane import FastLane, RawHandler
 from coordinator.log_throttle import LogThrottle
 from shared.credentials import CredentialsError, connect_options
 from shared.nats_servers import split_servers
@@ -122,7 +120,6 @@ class Bus:
         self._probe_timeout_s = probe_timeout_s
         self._pending_msgs_limit = pending_msgs_limit
         self.nc: Client | None = None
-        self._lane: FastLane | None = None
         self.errors: dict[str, int] = {}
         self.probe_failures = 0
         self._throttle = LogThrottle(log)
@@ -164,8 +161,7 @@ class Bus:
 
     def backlog(self) -> int:
         """Messages delivered to us and not yet handled, over every subscription."""
-        waiting = sum(int(sub.pending_msgs) for sub in self._subscriptions)
-        return waiting + (self._lane.backlog if self._lane is not None else 0)
+        return sum(int(sub.pending_msgs) for sub in self._subscriptions)
 
     async def connect(self, *, attempts: int = 0, connect_timeout_s: float = 5.0) -> None:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
@@ -222,9 +218,6 @@ class Bus:
             detail = str(exc) or type(exc).__name__
         self._count(error_kind(exc), detail)
 
-    def _lane_full(self, subject: str) -> None:
-        self._count("slow_consumer", f"dropped a message on {subject}")
-
     def _count(self, kind: str, detail: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
         self._throttle.warning(kind, "NATS client error (%s): %s", kind, detail)
@@ -266,55 +259,20 @@ class Bus:
         self, subject: str, handle: BatchHandler, queue: str = "", batch: int = BATCH
     ) -> None:
         """Like `subscribe`, for a hot subject: `handle` (synchronous, never raising) is
-        given each message that is already waiting, up to `batch` a turn, then the event
-        loop runs. nats-py calls back one message at a time, each its own coroutine
-        through its queue; at tens of thousands of heartbeats a second that costs about
-        as much as handling them (bench/ingest_bench.py). Its queue has no public batch
-        read: the messages are taken as its own callback loop takes them (and its byte
-        count kept, which its slow-consumer check reads); a nats-py without that queue
-        gets one message per call."""
-        subs: list[Subscription] = []
+        given each message, and the event loop runs after every `batch` of them. nats-py
+        hands a waiting message to its callback without a turn of the loop, so a burst
+        would otherwise hold the API, the sweep and the socket reader until it is done."""
+        count = 0
 
         async def on_message(msg: Msg) -> None:
+            nonlocal count
             handle(msg)
-            pending = getattr(subs[0], "_pending_queue", None) if subs else None
-            if isinstance(pending, asyncio.Queue):
-                sub = subs[0]
-                for _ in range(batch - 1):
-                    if pending.empty():
-                        break
-                    more = pending.get_nowait()
-                    sub._pending_size -= len(more.data)
-                    try:
-                        handle(more)
-                    finally:
-                        pending.task_done()
-            await asyncio.sleep(0)  # the API, the sweep and the reader between batches
+            count += 1
+            if count >= batch:
+                count = 0
+                await asyncio.sleep(0)
 
-        sub = await self._client().subscribe(
-            subject, queue=queue, cb=on_message, pending_msgs_limit=self._pending_msgs_limit
-        )
-        subs.append(sub)
-        self._subscriptions.append(sub)
-
-    async def subscribe_fast(self, subject: str, handle: RawHandler, queue: str = "") -> None:
-        """The hottest subject (heartbeats): plain messages go through the fast lane
-        (`coordinator.bus.fast_lane`) to `handle(subject, payload)`, synchronous and never
-        raising; the rest (and every message, on a nats-py the lane cannot hook) through
-        `subscribe_batched`. Bounded by the same limits, counted the same way."""
-        client = self._client()
-        if self._lane is None:
-            self._lane = FastLane.install(
-                client,
-                max_msgs=self._pending_msgs_limit,
-                max_bytes=DEFAULT_SUB_PENDING_BYTES_LIMIT,
-                on_full=self._lane_full,
-            )
-        subs = len(self._subscriptions)
-        await self.subscribe_batched(subject, lambda msg: handle(msg.subject, msg.data), queue)
-        sid = getattr(self._subscriptions[subs], "_id", None)
-        if self._lane is not None and isinstance(sid, int):
-            self._lane.add(sid, handle)
+        await self.subscribe(subject, on_message, queue)
 
     async def publish(self, subject: str, payload: bytes) -> None:
         await self._client().publish(subject, payload)
@@ -331,6 +289,3 @@ class Bus:
                 await asyncio.wait_for(self.nc.drain(), timeout=5)
             except (TimeoutError, nats.errors.Error):
                 await self.nc.close()
-        if self._lane is not None:
-            await self._lane.close()
-            self._lane = None

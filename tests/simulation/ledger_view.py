@@ -224,7 +224,7 @@ async def read_outbox(db: Database, after: int) -> list[tuple[int, Alert]]:
         rows = (
             await conn.execute(select(o.seq, o.payload).where(o.seq > after).order_by(o.seq))
         ).all()
-    return [(int(row.seq), Alert.model_validate_json(row.payload)) for row in rows]
+    return [(int(row.seq), Alert.from_json(row.payload)) for row in rows]
 
 
 async def outbox_end(db: Database) -> int:

@@ -15,8 +15,8 @@ had for us that we dropped; authorization and permissions violations) and logged
 warning, at most once per kind per period. A slow consumer also calls `on_behind`:
 heartbeats were lost on our side, so liveness treats it as our own outage.
 `backlog()` is how many messages wait unread in our subscriptions (ingest falling
-behind), and `auth_required` what the server said in its INFO: whether it lets anyone
-connect without credentials.
+behind), and `auth_required` what the server said in its INFO (read at each connect):
+whether it lets anyone connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
 `gpufleet nats-auth` writes (see `ops.nats_auth`); `tls` is the client TLS context for
@@ -30,6 +30,8 @@ announces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -121,6 +123,8 @@ class Bus:
         self._pending_msgs_limit = pending_msgs_limit
         self.nc: Client | None = None
         self.errors: dict[str, int] = {}
+        # What the connected server says of itself in its INFO (`_read_server_info`).
+        self.server_info: dict[str, Any] = {}
         self.probe_failures = 0
         self._throttle = LogThrottle(log)
 
@@ -138,10 +142,8 @@ class Bus:
 
     def cluster_size(self) -> int:
         """How many servers the connected one says its cluster has (itself included): 1
-        outside a cluster. Read from the INFO it sent, so only as fresh as the last
-        (re)connect or cluster change."""
-        nc = self.nc
-        info: dict[str, Any] = dict(getattr(nc, "_server_info", None) or {})
+        outside a cluster. Read from its INFO, so only as fresh as the last (re)connect."""
+        info = self.server_info
         if not info.get("cluster"):
             return 1
         urls = set(info.get("connect_urls") or [])
@@ -150,14 +152,35 @@ class Bus:
     @property
     def auth_required(self) -> bool:
         """Whether the server we are connected to demands credentials (its INFO)."""
-        # nats-py keeps the server's INFO only in a private attribute.
-        info = getattr(self.nc, "_server_info", None) or {}
-        return bool(info.get("auth_required", False))
+        return bool(self.server_info.get("auth_required", False))
 
     @property
     def tls(self) -> bool:
-        info = getattr(self.nc, "_server_info", None) or {}
-        return bool(info.get("tls_required", False)) or self.url.startswith("tls://")
+        return bool(self.server_info.get("tls_required", False)) or self.url.startswith("tls://")
+
+    async def _read_server_info(self) -> None:
+        """Keep the INFO of the server we are connected to in `server_info`. nats-py keeps
+        the one it got only in a private attribute, so this reads it as the protocol
+        gives it: a server sends INFO to every new connection first, in clear (TLS, when
+        required, starts after it), on a connection of its own closed at once."""
+        nc = self.nc
+        url = nc.connected_url if nc is not None else None
+        if url is None or url.hostname is None:
+            return
+        timeout = self._probe_timeout_s
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(url.hostname, url.port or 4222), timeout
+        )
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await asyncio.wait_for(writer.wait_closed(), timeout)
+        if not line.startswith(b"INFO "):
+            raise nats.errors.Error(f"no INFO from NATS at {url.netloc}: {line[:40]!r}")
+        info = json.loads(line[5:])
+        self.server_info = info if isinstance(info, dict) else {}
 
     def backlog(self) -> int:
         """Messages delivered to us and not yet handled, over every subscription."""
@@ -197,6 +220,7 @@ class Bus:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        await self._read_server_info()
         log.info("connected to NATS at %s", self.connected_server)
         if self._on_up:
             self._on_up()
@@ -208,6 +232,10 @@ class Bus:
 
     async def _reconnected(self) -> None:
         log.info("reconnected to NATS at %s", self.connected_server)
+        try:
+            await self._read_server_info()
+        except (OSError, TimeoutError, ValueError, nats.errors.Error) as exc:
+            log.warning("could not read the INFO of NATS at %s: %s", self.connected_server, exc)
         if self._on_up:
             self._on_up()
 

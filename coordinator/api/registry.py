@@ -1,7 +1,7 @@
 """The method registry: every API method is declared once, here, with its name, kind,
 permission, scope, phase, status, input model, output model and handler. Routing,
 authorization, the OpenAPI document (its response schemas included), the docs' method
-table and the typed client (`ops/apiclient`) are all generated from it.
+table and the CLI's per-method commands are all generated from it.
 
 Two conventions share it. `compute`: `POST /api/compute/<module>/<method>`, a JSON
 object in, the error envelope out. `seed-002` (the interval endpoints): any verb and

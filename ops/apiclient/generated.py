@@ -522,7 +522,8 @@ WaitInput = TypedDict("WaitInput", {
 })
 
 
-# A reservation request to try: it books nothing, so it needs no idempotency key.
+# A reservation request to try: seed 000 has it validated as `reservations.create`'s
+# input, `idempotencyKey` included (the CLI fills one in); nothing is booked with it.
 PreviewInput = TypedDict("PreviewInput", {
     'tenantId': str,
     'poolId': str,
@@ -536,7 +537,7 @@ PreviewInput = TypedDict("PreviewInput", {
     'node': NotRequired[NodeProfileInput | None],
     'leaseSeconds': NotRequired[int | None],
     'spot': NotRequired[bool],
-    'idempotencyKey': NotRequired[str | None],
+    'idempotencyKey': str,
     'wait': NotRequired[WaitInput | None],
     'gang': NotRequired[GangInput | None],
 })

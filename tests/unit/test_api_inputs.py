@@ -174,12 +174,14 @@ def test_create_and_preview_refuse_every_seed_constraint(
     assert field in paths(refusal(method, reservation(**patch)))
 
 
-def test_create_needs_an_idempotency_key_and_preview_which_books_nothing_does_not() -> None:
+def test_create_and_preview_both_need_an_idempotency_key() -> None:
+    """Seed 000: preview's input is create's, validated the same way, idempotencyKey
+    included (required in its table)."""
     body = reservation()
     del body["idempotencyKey"]
-    assert paths(refusal("reservations.create", body))[0] == "idempotencyKey"
-    accepts("reservations.create", reservation())
-    accepts("capacity.preview", body)
+    for method in ("reservations.create", "capacity.preview"):
+        assert paths(refusal(method, body))[0] == "idempotencyKey"
+        accepts(method, reservation())
 
 
 @pytest.mark.parametrize(

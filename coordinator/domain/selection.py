@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from coordinator.domain.claims import Claim, conflicts
-from coordinator.domain.cliques import bits, maximal_cliques
 from coordinator.domain.placement import (
     AtomSlot,
     DeviceRequest,
@@ -31,6 +30,7 @@ from coordinator.domain.placement import (
     PlacementRequest,
     PoolSnapshot,
 )
+from shared.cliques import bits, maximal_cliques
 
 _NONE: frozenset[str] = frozenset()
 

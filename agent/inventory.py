@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import msgspec
 
 from agent.readings import DiskReading, GpuReading, HostReading, NicReading, NvmlSnapshot
+from shared.cliques import bits, clique_partition, peer_sets
 from shared.wire import (
     ATOM_CLASSES,
     Atom,
@@ -71,31 +72,21 @@ class Identity:
 
 
 def nvlink_cliques(gpus: Iterable[GpuReading]) -> dict[str, str]:
-    """GPU UUID → clique name, for GPUs joined by NVLink directly or through NVSwitches.
+    """GPU UUID → clique name: GPUs with one name share an NVLink pairwise, directly or
+    through one NVSwitch fabric (SPEC §5: a chain of bridges is not a clique).
 
-    Connected components over a graph of PCI addresses (GPUs, peer GPUs, switches);
-    cliques are named `nvl0`, `nvl1`… in order of their lowest GPU index. GPUs without
-    an active link get no clique.
+    The node's GPUs are split into cliques from the link matrix, the largest first
+    (`clique_partition`), named `nvl0`, `nvl1`… in that order. GPUs without an active
+    link get no clique.
     """
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     linked = [g for g in sorted(gpus, key=lambda g: g.index) if g.nvlink_remotes]
-    for gpu in linked:
-        for remote in gpu.nvlink_remotes:
-            parent[find(remote)] = find(gpu.pci_bus_id or gpu.uuid)
-    names: dict[str, str] = {}
+    peers = peer_sets((g.uuid, g.pci_bus_id or g.uuid, g.nvlink_remotes) for g in linked)
+    at = {g.uuid: i for i, g in enumerate(linked)}
+    adjacency = [sum(1 << at[p] for p in peers[g.uuid] if p in at) for g in linked]
     out: dict[str, str] = {}
-    for gpu in linked:
-        root = find(gpu.pci_bus_id or gpu.uuid)
-        names.setdefault(root, f"nvl{len(names)}")
-        out[gpu.uuid] = names[root]
+    for n, part in enumerate(clique_partition(adjacency)):
+        for i in bits(part):
+            out[linked[i].uuid] = f"nvl{n}"
     return out
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from shared.wire import Atom, Inventory, NodeHealth, Scalars
+from shared.wire import Atom, GpuInfo, Inventory, NodeHealth, Scalars
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -29,10 +29,15 @@ def inventory(i: int, pool: str, gpus: int = 8) -> Inventory:
         )
         for g in range(gpus)
     ]
+    infos = tuple(
+        GpuInfo(uuid=a.device_id, index=g, name="H100", memory_mib=81559,
+                pci_bus_id=f"0000:{0x10 + g:02x}:00.0")
+        for g, a in enumerate(atoms[1:])
+    )  # fmt: skip
     return Inventory(
         node_id=node, pool_id=pool, boot_id="b", sent_at=0, inventory_hash=f"hash-{i}",
         labels={"rack": f"r{i // 32}"}, scalars=Scalars(vcpu=128, memory_gib=1024),
-        atoms=tuple(atoms), health=NodeHealth(status="healthy"),
+        gpus=infos, atoms=tuple(atoms), health=NodeHealth(status="healthy"),
     )  # fmt: skip
 
 

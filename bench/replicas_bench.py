@@ -72,7 +72,12 @@ async def replica(db: str, nats_url: str, key: str) -> AsyncIterator[str]:
 
 def mix(pool: str) -> list[tuple[str, dict[str, Any]]]:
     bench = {"tenantId": "bench"}
-    gpus = {"poolId": pool, "devices": [{"class": "gpu", "count": 2}], "duration": "1h"}
+    gpus = {
+        "poolId": pool,
+        "devices": [{"class": "gpu", "count": 2}],
+        "duration": "1h",
+        "idempotencyKey": "try",
+    }
     return [
         ("capacity/preview", bench | gpus),
         ("capacity/byPool", bench | {"poolId": pool}),

@@ -5,6 +5,7 @@ body, the answer printed as is)."""
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 import click
@@ -38,6 +39,10 @@ def _method_command(spec: MethodSpec) -> click.Command:
             who = session.tenant(None, required=False)
             if who is not None:
                 body["tenantId"] = who
+        if spec.kind == "read" and spec.param("idempotencyKey") and "idempotencyKey" not in body:
+            # A read (capacity.preview) books nothing, yet its input is create's, key
+            # included: a fresh key spares the user inventing one.
+            body["idempotencyKey"] = f"cli-{secrets.token_hex(8)}"
         absent = missing(spec, body)
         if absent:
             raise click.UsageError(f"{spec.name} needs {', '.join(absent)}")

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+from copy import copy as shallow_copy
 from typing import Any, TypeVar
 
 import msgspec
 
-from shared.wire import Atom, DeviceHealth, Heartbeat, Inventory, NodeHealth, Scalars
+from shared.wire import (
+    Atom,
+    DeviceHealth,
+    DiskInfo,
+    GpuInfo,
+    Heartbeat,
+    Inventory,
+    MigInstance,
+    NicInfo,
+    NodeHealth,
+    Scalars,
+)
 
 W = TypeVar("W", bound=msgspec.Struct)
 
@@ -15,7 +27,7 @@ W = TypeVar("W", bound=msgspec.Struct)
 def unchecked(value: W, **changes: Any) -> W:
     """A copy of `value` with `changes`, past the model's own rules (`__post_init__`):
     what an agent that does not use the model could send, for the ledger's defences."""
-    copy = msgspec.structs.replace(value)
+    copy = shallow_copy(value)  # no __post_init__: `value` may be unchecked already
     for name, changed in changes.items():
         msgspec.structs.force_setattr(copy, name, changed)
     return copy
@@ -60,7 +72,7 @@ def make_inventory(
                 atom_id=f"{node_id}:gpu.mig:MIG-{i}",
                 cls="gpu.mig",
                 device_id=f"GPU-{node_id}-mig",
-                attrs={"profile": "3g.40gb"},
+                attrs={"profile": "3g.40gb", "uuid": f"MIG-{i}"},
             )
         )
     for i in range(nics):
@@ -70,19 +82,63 @@ def make_inventory(
     digest = hashlib.sha256(
         "|".join(a.atom_id for a in atoms).encode() + f"{vcpu}/{memory_gib}".encode()
     ).hexdigest()
-    return Inventory(
-        node_id=node_id,
-        pool_id=pool_id,
-        boot_id=boot_id,
-        sent_at=sent_at,
-        inventory_hash=digest,
-        hostname=node_id,
-        labels=labels or {},
-        provisioning=provisioning,
-        scalars=Scalars(vcpu=vcpu, memory_gib=memory_gib, hugepages_1gi=hugepages),
-        atoms=tuple(atoms),
-        health=NodeHealth(status=health),  # type: ignore[arg-type]
-        devices=devices,
+    return backed(
+        Inventory(
+            node_id=node_id,
+            pool_id=pool_id,
+            boot_id=boot_id,
+            sent_at=sent_at,
+            inventory_hash=digest,
+            hostname=node_id,
+            labels=labels or {},
+            provisioning=provisioning,
+            scalars=Scalars(vcpu=vcpu, memory_gib=memory_gib, hugepages_1gi=hugepages),
+            atoms=tuple(atoms),
+            health=NodeHealth(status=health),  # type: ignore[arg-type]
+            devices=devices,
+        )
+    )
+
+
+def backed(inv: Inventory) -> Inventory:
+    """`inv` with its device lists made to match its atoms, as an agent would list them,
+    for tests that hand-build atoms (the ledger refuses atoms no listed device backs)."""
+    forms: dict[str, list[Atom]] = {}
+    for atom in inv.atoms:
+        if atom.cls != "node":
+            forms.setdefault(f"{atom.cls}|{atom.device_id}", []).append(atom)
+    gpus: list[GpuInfo] = [g for g in inv.gpus if g.missing]
+    nics: list[NicInfo] = []
+    disks: list[DiskInfo] = []
+    for key, atoms in forms.items():
+        cls, device = key.split("|", 1)
+        if cls == "gpu" and device not in {g.uuid for g in gpus}:
+            gpus.append(_gpu(device, len(gpus)))
+        elif cls == "gpu.mig":
+            instances = tuple(
+                MigInstance(uuid=str(a.attrs.get("uuid", "")), gpu_instance_id=k,
+                            compute_instance_id=0, profile="3g.40gb", memory_mib=40_000)
+                for k, a in enumerate(atoms)
+            )  # fmt: skip
+            gpus.append(_gpu(device, len(gpus), mig_enabled=True, mig_instances=instances))
+        elif cls == "gpu.slot":
+            gpus.append(_gpu(device, len(gpus), sharing="timeslice", replicas=len(atoms)))
+        elif cls == "nic.vf":
+            vfs = tuple(a.atom_id for a in atoms) if len(atoms) > 1 else ()
+            nics.append(NicInfo(name=device, sriov_total_vfs=len(vfs), vfs=vfs))
+        elif cls == "disk":
+            disks.append(DiskInfo(name=device, size_bytes=1 << 40))
+    return unchecked(inv, gpus=tuple(gpus), nics=tuple(nics), disks=tuple(disks))
+
+
+def _gpu(uuid: str, index: int, **kw: object) -> GpuInfo:
+    return GpuInfo(
+        uuid=uuid,
+        index=index,
+        name="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        pci_bus_id=f"0000:{index:02x}:00.0",
+        **kw,  # type: ignore[arg-type]
     )
 
 

@@ -13,7 +13,7 @@ from pydantic import Field
 from coordinator.api import outputs as out
 from coordinator.api import render
 from coordinator.api.context import CallContext
-from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, TenantId
+from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.domain.model import Pool, RollupRow
@@ -33,11 +33,8 @@ class FleetInput(ApiInput):
 
 
 class PreviewInput(ReservationCreateInput):
-    """A reservation request to try: it books nothing, so it needs no idempotency key."""
-
-    idempotency_key: IdempotencyKey | None = Field(  # type: ignore[assignment]
-        default=None, description="Ignored: a preview books nothing."
-    )
+    """A reservation request to try: seed 000 has it validated as `reservations.create`'s
+    input, `idempotencyKey` included (the CLI fills one in); nothing is booked with it."""
 
 
 class ByPoolInput(ApiInput):

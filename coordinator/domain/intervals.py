@@ -7,7 +7,7 @@ validation table, the calendar grid and the reservable arithmetic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 INTERVAL_MS = 15 * 60 * 1000
 LEAD_MS = 30 * 60 * 1000
@@ -58,8 +58,14 @@ class QuarterUsage:
         return reservable_gb(self.room_gb, self.pool_free_gb)
 
 
-def parse_time(value: object, field: str) -> int:
-    """RFC 3339 with an explicit offset (`Z` or `±hh:mm`) → ms since the epoch (UTC)."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US_PER_MS = 1000
+
+
+def parse_time_us(value: object, field: str) -> int:
+    """RFC 3339 with an explicit offset (`Z` or `±hh:mm`) → microseconds since the epoch
+    (UTC), exactly: a fraction below the millisecond is kept so that the grid checks see
+    it (SPEC §5: such times are misaligned, not truncated onto the grid)."""
     if not isinstance(value, str):
         raise IntervalError(f"{field}: must be an RFC 3339 time string")
     text = value.strip()
@@ -72,12 +78,25 @@ def parse_time(value: object, field: str) -> int:
     if parsed.tzinfo is None:
         raise IntervalError(f"{field}: {value!r} has no UTC offset")
     try:
-        ms = int(parsed.timestamp() * 1000)
-    except (OverflowError, ValueError):
-        ms = -1
-    if not 0 <= ms <= MAX_TIME_MS:
+        us = (parsed - _EPOCH) // timedelta(microseconds=1)
+    except OverflowError:
+        us = -1
+    if not 0 <= us <= MAX_TIME_MS * _US_PER_MS:
         raise IntervalError(f"{field}: {value!r} is out of range (1970 to 6429)")
-    return ms
+    return us
+
+
+def parse_time(value: object, field: str) -> int:
+    """An RFC 3339 time → ms since the epoch; one with a sub-millisecond fraction is
+    refused, since the API's times are whole milliseconds."""
+    us = parse_time_us(value, field)
+    if us % _US_PER_MS:
+        raise IntervalError(f"{field}: {value!r} has a fraction below the millisecond")
+    return us // _US_PER_MS
+
+
+def _on_grid(us: int) -> bool:
+    return us % (INTERVAL_MS * _US_PER_MS) == 0
 
 
 def format_time(ms: int) -> str:
@@ -111,16 +130,18 @@ def parse_intervals(body: object, now: int) -> list[Interval]:
         if extra:
             problems.append(f"{where}: unknown fields: {', '.join(extra)}")
         try:
-            start = parse_time(item.get("startsAt"), f"{where}.startsAt")
-            end = parse_time(item.get("endsAt"), f"{where}.endsAt")
+            start_us = parse_time_us(item.get("startsAt"), f"{where}.startsAt")
+            end_us = parse_time_us(item.get("endsAt"), f"{where}.endsAt")
         except IntervalError as exc:
             problems.append(str(exc))
             continue
         gb = item.get("capacityGb")
-        if start % INTERVAL_MS:
+        if not _on_grid(start_us):
             problems.append(f"{where}.startsAt: not aligned to a 15-minute UTC boundary")
-        if end % INTERVAL_MS:
+        if not _on_grid(end_us):
             problems.append(f"{where}.endsAt: not aligned to a 15-minute UTC boundary")
+        # Exact when on the grid; off it, the request is refused above anyway.
+        start, end = start_us // _US_PER_MS, end_us // _US_PER_MS
         if end != start + INTERVAL_MS:
             problems.append(
                 f"{where}.endsAt: must be startsAt + 15 minutes (enumerate longer spans)"
@@ -144,13 +165,17 @@ def parse_window(frm: str | None, to: str | None, *, grid: bool) -> tuple[int, i
     on the 15-minute grid for the calendar."""
     if frm is None or to is None:
         raise IntervalError("from and to are required")
-    start, end = parse_time(frm, "from"), parse_time(to, "to")
+    if grid:
+        start_us, end_us = parse_time_us(frm, "from"), parse_time_us(to, "to")
+        if not (_on_grid(start_us) and _on_grid(end_us)):
+            raise IntervalError("from/to: must be on the 15-minute UTC grid")
+        start, end = start_us // _US_PER_MS, end_us // _US_PER_MS
+    else:
+        start, end = parse_time(frm, "from"), parse_time(to, "to")
     if end <= start:
         raise IntervalError("to: must be after from")
     if end - start > MAX_WINDOW_MS:
         raise IntervalError("to: the window is at most 35 days")
-    if grid and (start % INTERVAL_MS or end % INTERVAL_MS):
-        raise IntervalError("from/to: must be on the 15-minute UTC grid")
     return start, end
 
 

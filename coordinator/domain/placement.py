@@ -48,7 +48,9 @@ class PlacementRequest:
 class AtomSlot:
     """One current atom. `device_id` names the physical device it is a form of; `peers`
     the devices (GPU UUIDs) it shares an NVLink with, None when the inventory gave no
-    link matrix (then its `nvlinkClique` label stands in)."""
+    link matrix. Then its `nvlinkClique` label stands in: the agent derives it from the
+    link matrix as a clique (GPUs of one label are pairwise linked), never a connected
+    component, so the label says no more than the matrix would."""
 
     atom_id: str
     cls: str

@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from coordinator.domain.claims import Claim, conflicts
-from coordinator.domain.cliques import bits, maximal_cliques
 from coordinator.domain.placement import (
     AtomSlot,
     DeviceRequest,
@@ -31,6 +30,7 @@ from coordinator.domain.placement import (
     PlacementRequest,
     PoolSnapshot,
 )
+from shared.cliques import bits, maximal_cliques
 
 _NONE: frozenset[str] = frozenset()
 
@@ -310,10 +310,9 @@ def free_among(
         claim = h.claim
         if claim.device is None:
             return 0
-        part = claim.part
         for atom in by_device.get(claim.device, ()):
-            # `conflicts`, inlined: this runs for every booked node of the pool.
-            if part is not None and atom.claim.part not in (None, part):
+            # The one rule (`claims.conflicts`), as the database and `covered` apply it.
+            if not conflicts(atom.claim, claim):
                 continue
             if atom.healthy and atom.cls in classes and atom.atom_id not in gone:
                 gone.add(atom.atom_id)

@@ -36,7 +36,6 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import NODE_DEVICE, form_of, stale_claim
-from coordinator.domain.cliques import peer_sets
 from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement import (
@@ -49,6 +48,7 @@ from coordinator.domain.placement import (
 )
 from coordinator.domain.states import node_bucket
 from coordinator.ledger import schema
+from shared.cliques import peer_sets
 
 _FAULTY = ("unhealthy", "unmonitored")
 KEEP_ENDED_MS = 5 * 60 * 1000

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from coordinator.domain import pool_moves
+from coordinator.domain.inventory_truth import UntrueReason, untrue
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     Cause,
@@ -22,7 +23,7 @@ from coordinator.domain.transitions import (
     after_inventory,
     node_transitions,
 )
-from coordinator.errors import CoordinatorError, NotFound
+from coordinator.errors import CoordinatorError, InvalidInput, NotFound
 from coordinator.ledger import Ledger, NodeChangeSet
 from coordinator.services.alerting import alerts_for, risk_alerts
 from shared.wire import Alert, Heartbeat, Inventory
@@ -82,10 +83,27 @@ def _with_risks(out: list[NodeChanges], change: NodeChangeSet) -> list[NodeChang
     return merged
 
 
+class UntrueInventory(InvalidInput):
+    """An inventory no host can have (`coordinator.domain.inventory_truth`): refused
+    whole, nothing of it written."""
+
+    def __init__(self, reason: UntrueReason, message: str) -> None:
+        super().__init__(f"inventory refused ({reason}): {message}")
+        self.reason = reason
+
+
+def check_inventory(inv: Inventory) -> None:
+    finding = untrue(inv)
+    if finding is not None:
+        raise UntrueInventory(finding.reason, finding.message)
+
+
 async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChanges:
-    """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks). A node
-    reported in another pool moves there only if it holds no live or future booking;
-    otherwise it is held in its pool until they end (`settle_pool_moves`)."""
+    """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks,
+    `UntrueInventory` for one no host can have). A node reported in another pool moves
+    there only if it holds no live or future booking; otherwise it is held in its pool
+    until they end (`settle_pool_moves`)."""
+    check_inventory(inv)
     async with _changing(ledger, [inv.node_id], now) as change:
         pool_id, transitions = await _put_inventory(change, inv)
     return _one(change, inv.node_id, pool_id, transitions)
@@ -150,6 +168,12 @@ async def record_inventories(
     belong to another node) is its own `NotRecorded` and the rest are recorded."""
     latest = {inv.node_id: inv for inv in invs}  # the newest of a node's inventories
     out: dict[str, NodeChanges | NotRecorded] = {}
+    for inv in list(latest.values()):
+        try:
+            check_inventory(inv)
+        except UntrueInventory as exc:
+            out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, exc)
+            del latest[inv.node_id]
     async with _changing(ledger, latest, now) as change:
         new = [inv for inv in latest.values() if inv.node_id not in change.before]
         refused = await change.admit(new)

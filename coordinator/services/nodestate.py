@@ -45,6 +45,7 @@ from coordinator.log_throttle import LogThrottle
 from coordinator.services import alerting
 from coordinator.services.node_changes import (
     NotRecorded,
+    UntrueInventory,
     record_duplicate_id,
     record_heartbeat,
     record_inventories,
@@ -345,6 +346,13 @@ class NodeStateService:
         subject = self.subjects.inventory(inv.pool_id, inv.node_id)
         if isinstance(error, UnknownPool):
             self._drop("unknown_pool", subject)
+            return
+        if isinstance(error, UntrueInventory):
+            # Counted by why (`UNTRUE_REASONS`): a host claiming what it cannot have.
+            self._drop(error.reason, subject)
+            self._throttle.warning(
+                error.reason, "node %s: inventory refused: %s", inv.node_id, error.message
+            )
             return
         self.rejected += 1
         self._drop("ledger_rejected", subject)

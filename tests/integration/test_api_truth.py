@@ -66,9 +66,7 @@ async def test_preview_counts_the_nodes_it_turned_away_by_reason(
     await capi.ok("nodes.setMaintenance", {"nodeId": "n0", "maintenance": True, "reason": "x"})
     await capi.ok("reservations.create", req(pool, "six", 6))
     await capi.ok("reservations.create", req(pool, "six-more", 6))
-    body = req(pool, "p", 8)
-    del body["idempotencyKey"]
-    out = await capi.ok("capacity.preview", body)
+    out = await capi.ok("capacity.preview", req(pool, "p", 8))
     assert out["fits"] is False
     # n0 in maintenance; n1 and n2 hold six booked GPUs each.
     assert out["filtered"] == {"not allocatable: maintenance": 1, "too few free matching gpu": 2}

@@ -21,7 +21,7 @@ from coordinator.services.node_changes import (
 )
 from coordinator.services.reservations import Created
 from shared.wire import Atom, DeviceHealth, Inventory
-from tests.factories import make_heartbeat, make_inventory
+from tests.factories import backed, make_heartbeat, make_inventory
 from tests.rig import HOUR, TENANT, Rig
 
 
@@ -163,8 +163,10 @@ def _slots(node: str, i: int, k: int) -> list[Atom]:
 
 def _inventory(node: str, pool: str, atoms: list[Atom], tag: str) -> Inventory:
     base = make_inventory(node, pool, gpus=0)
-    return msgspec.structs.replace(
-        base, atoms=(*base.atoms, *atoms), inventory_hash=f"{base.inventory_hash}{tag}"
+    return backed(
+        msgspec.structs.replace(
+            base, atoms=(*base.atoms, *atoms), inventory_hash=f"{base.inventory_hash}{tag}"
+        )
     )
 
 

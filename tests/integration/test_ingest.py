@@ -160,3 +160,32 @@ async def test_a_silent_node_goes_unreachable_and_comes_back(
 
     await eventually(beat_until_back)
     assert seq > 4
+
+
+async def test_an_inventory_claiming_gpus_it_lacks_is_refused_and_counted(
+    api: Api, coordinator: Coordinator, nc: nats.NATS
+) -> None:
+    """The review's forgery, on the agent's own subject: no GPUs listed and 5,000 `gpu`
+    atoms took a pool from 24 to 5,016 allocatable GPUs. It is refused whole, counted
+    by reason, and the pool holds what the honest host has."""
+    pool = await _pool(api)
+    s = Subjects(coordinator.settings.subject_prefix)
+    honest = make_inventory("honest", pool, gpus=2)
+    await nc.publish(s.inventory(pool, "honest"), honest.to_json())
+    await eventually(lambda: _has_total(api, pool, 2))
+    bare = make_inventory("forger", pool, gpus=0)
+    forged_atoms = [
+        {"atomId": f"forger:gpu:G{i}", "class": "gpu", "deviceId": f"G{i}"} for i in range(5000)
+    ]
+    body = json.loads(bare.to_json())
+    body["atoms"] += forged_atoms
+    await nc.publish(s.inventory(pool, "forger"), json.dumps(body).encode())
+    await nc.flush()
+    await eventually(lambda: _dropped(coordinator, "unbacked_atom"))
+    assert (await _gpu_row(api, pool))["total"] == 2
+    nodes = await coordinator.ledger.nodes.liveness_snapshot()
+    assert [n.node_id for n in nodes] == ["honest"]
+
+
+async def _dropped(coordinator: Coordinator, reason: str) -> bool:
+    return coordinator.ingest.dropped[reason] >= 1

@@ -17,7 +17,7 @@ from coordinator.app import Coordinator
 from coordinator.domain.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import ALERT_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
-from tests.factories import make_heartbeat, make_inventory
+from tests.factories import backed, make_heartbeat, make_inventory
 from tests.integration.conftest import Api
 from tests.waiting import eventually
 
@@ -187,10 +187,12 @@ async def test_every_kind_that_needs_a_booking_reaches_a_nats_subscriber(
         Atom(atom_id=f"n1:gpu.slot:{gpu.device_id}:{j}", cls="gpu.slot", device_id=gpu.device_id)
         for j in range(2)
     ]
-    sliced = msgspec.structs.replace(
-        inv,
-        atoms=(*(a for a in inv.atoms if a != gpu), *slots),
-        inventory_hash=inv.inventory_hash + "-sliced",
+    sliced = backed(
+        msgspec.structs.replace(
+            inv,
+            atoms=(*(a for a in inv.atoms if a != gpu), *slots),
+            inventory_hash=inv.inventory_hash + "-sliced",
+        )
     )
     await on.inventory(sliced, "device.reconfigured")
 

@@ -292,7 +292,7 @@ async def test_a_missing_gpu_is_recorded_alerted_unhealthy_and_its_return_said(r
         missing="GPU is lost (NVML_ERROR_GPU_IS_LOST)",
     )
     lost = msgspec.structs.replace(
-        inv, atoms=(*inv.atoms, atom), gpus=(gpu,), inventory_hash="with-standin"
+        inv, atoms=(*inv.atoms, atom), gpus=(*inv.gpus, gpu), inventory_hash="with-standin"
     )
     before = len(rig.sink.alerts)
     await rig.inventory(lost)

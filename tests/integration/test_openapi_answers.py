@@ -108,8 +108,9 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.call("reservations.get", rid, acme)
     await a.call("reservations.renew", rid | {"leaseSeconds": 900}, acme)
     await a.call("reservations.list", {"tenantId": "acme", "limit": 2}, acme)
-    await a.call("capacity.preview", request, acme)
-    await a.call("capacity.preview", request | {"devices": [{"class": "gpu", "count": 64}]}, acme)
+    tried = request | {"idempotencyKey": "try"}
+    await a.call("capacity.preview", tried, acme)
+    await a.call("capacity.preview", tried | {"devices": [{"class": "gpu", "count": 64}]}, acme)
     await a.call("capacity.timeline", ref, acme)
     await a.call("capacity.summary", {"tenantId": "acme"}, acme)
     await a.call("capacity.fleet", {})

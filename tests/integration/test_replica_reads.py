@@ -20,7 +20,12 @@ from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
 
-GPUS = {"tenantId": "acme", "devices": [{"class": "gpu", "count": 3}], "duration": "1h"}
+GPUS = {
+    "tenantId": "acme",
+    "devices": [{"class": "gpu", "count": 3}],
+    "duration": "1h",
+    "idempotencyKey": "try",
+}
 
 
 async def _reads(api: Api, pool: str, rids: list[str]) -> dict[str, Any]:

@@ -79,14 +79,18 @@ async def test_a_recorded_409_is_replayed_even_after_capacity_frees(served: Serv
     assert (await capi.call("reservations.create", req(pool, "big2", 4)))[0] == 200
 
 
-async def test_preview_books_nothing_so_needs_no_idempotency_key(served: Served) -> None:
+async def test_preview_is_validated_as_create_is_idempotency_key_included(
+    served: Served,
+) -> None:
+    """Seed 000: preview's input is create's, validated the same way."""
     body = req("pool_" + "0" * 26, "x")
-    del body["idempotencyKey"]
     # Past validation: the (absent) pool is what it answers about.
     status, err = await served.api.call("capacity.preview", body)
     assert status == 404 and err["error"]["code"] == "NOT_FOUND", err
-    status, err = await served.api.call("reservations.create", body)
-    assert status == 400 and err["error"]["details"]["fields"][0]["path"] == "idempotencyKey"
+    del body["idempotencyKey"]
+    for method in ("capacity.preview", "reservations.create"):
+        status, err = await served.api.call(method, body)
+        assert status == 400 and err["error"]["details"]["fields"][0]["path"] == "idempotencyKey"
 
 
 async def test_preview_writes_nothing_and_ranks_at_most_ten_candidates(served: Served) -> None:

@@ -3,6 +3,8 @@ longer has still hold the device, and NVLink cliques come from the stored link m
 
 from __future__ import annotations
 
+from typing import Any
+
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
 from coordinator.ledger import Booked, BookingRequest, Ledger, NotPlaced
 from coordinator.services.node_changes import record_inventory
@@ -16,6 +18,15 @@ HOUR = 3_600_000
 def inventory(
     pool: str, gpus: list[Atom], infos: tuple[GpuInfo, ...] = (), tag: str = ""
 ) -> Inventory:
+    if not infos:  # the devices behind the atoms, as an agent would list them
+        forms: dict[str, list[Atom]] = {}
+        for atom in gpus:
+            forms.setdefault(atom.device_id, []).append(atom)
+        infos = tuple(
+            _info(int(dev[1:]), (), sharing="timeslice" if atoms[0].cls == "gpu.slot" else
+                  "exclusive", replicas=len(atoms))
+            for dev, atoms in forms.items()
+        )  # fmt: skip
     return Inventory(
         node_id="n0", pool_id=pool, boot_id="b", sent_at=0, inventory_hash=f"h{tag}",
         scalars=Scalars(vcpu=64, memory_gib=512), health=NodeHealth(status="healthy"),
@@ -89,10 +100,10 @@ async def test_a_gpu_reconfigured_under_a_booking_keeps_its_new_forms_unbookable
         await replica.close()
 
 
-def _info(i: int, peers: tuple[str, ...]) -> GpuInfo:
+def _info(i: int, peers: tuple[str, ...], **kw: Any) -> GpuInfo:
     return GpuInfo(
         uuid=f"G{i}", index=i, name="H100", memory_mib=81559, pci_bus_id=f"0000:0{i}:00.0",
-        nvlink_peers=peers, nvlink_clique="nvl0",
+        nvlink_peers=peers, nvlink_clique="nvl0", **kw,
     )  # fmt: skip
 
 

@@ -14,7 +14,18 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.wire import Atom, DeviceHealth, Heartbeat, Inventory, NodeHealth, Scalars
+from shared.wire import (
+    Atom,
+    DeviceHealth,
+    DiskInfo,
+    GpuInfo,
+    Heartbeat,
+    Inventory,
+    MigInstance,
+    NicInfo,
+    NodeHealth,
+    Scalars,
+)
 
 GpuMode = Literal["whole", "mig", "slot"]
 Health = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
@@ -28,6 +39,14 @@ class SimGpu:
     generation: int = 0  # bumped at every MIG re-partition: new instance UUIDs
     present: bool = True  # False: gone from the inventory (the agent lost it)
     health: Health = "healthy"
+
+
+def _mig(g: SimGpu, k: int) -> str:
+    return f"MIG-{g.uuid}-{g.generation}-{k}"
+
+
+def _mig_profile(g: SimGpu) -> str:
+    return "3g.40gb" if g.parts == 2 else "2g.20gb"
 
 
 @dataclass
@@ -87,10 +106,10 @@ class SimHost:
             elif g.mode == "mig":
                 out += [
                     Atom(
-                        atom_id=f"{n}:gpu.mig:MIG-{g.uuid}-{g.generation}-{k}",
+                        atom_id=f"{n}:gpu.mig:{_mig(g, k)}",
                         cls="gpu.mig",
                         device_id=g.uuid,
-                        attrs={**base, "profile": "3g.40gb" if g.parts == 2 else "2g.20gb"},
+                        attrs={**base, "uuid": _mig(g, k), "profile": _mig_profile(g)},
                     )
                     for k in range(g.parts)
                 ]
@@ -143,8 +162,48 @@ class SimHost:
         ]
         return tuple(sick)
 
+    def devices(self) -> tuple[tuple[GpuInfo, ...], tuple[NicInfo, ...], tuple[DiskInfo, ...]]:
+        """The devices behind the atoms, as the agent lists them."""
+        gpus = tuple(
+            GpuInfo(
+                uuid=g.uuid,
+                index=i,
+                name="H100",
+                memory_mib=81559,
+                pci_bus_id=f"0000:{0x10 + i:02x}:00.0",
+                mig_enabled=g.mode == "mig",
+                mig_instances=tuple(
+                    MigInstance(
+                        uuid=_mig(g, k),
+                        gpu_instance_id=k,
+                        compute_instance_id=0,
+                        profile=_mig_profile(g),
+                        memory_mib=20_000,
+                    )
+                    for k in range(g.parts if g.mode == "mig" else 0)
+                ),
+                sharing="timeslice" if g.mode == "slot" else "exclusive",
+                replicas=g.parts if g.mode == "slot" else 1,
+            )
+            for i, g in enumerate(self.gpus)
+            if g.present
+        )
+        nics = tuple(
+            NicInfo(
+                name=f"eth{i}",
+                pci_address=nic.pci,
+                sriov_total_vfs=8,
+                sriov_num_vfs=nic.vfs,
+                vfs=tuple(f"{nic.pci}.{k + 1}" for k in range(nic.vfs)),
+            )
+            for i, nic in enumerate(self.nics)
+            if nic.present
+        )
+        return gpus, nics, (DiskInfo(name="nvme0n1", size_bytes=1 << 40, device_id=self.disk),)
+
     def inventory(self, now: int) -> Inventory:
         atoms = self.atoms()
+        gpus, nics, disks = self.devices()
         digest = hashlib.sha256(
             "|".join(f"{a.atom_id}/{a.device_id}" for a in atoms).encode()
             + f"{self.pool_id}/{self.vcpu}/{self.memory_gib}".encode()
@@ -159,6 +218,9 @@ class SimHost:
             labels={"rack": self.rack},
             provisioning=self.provisioning,
             scalars=Scalars(vcpu=self.vcpu, memory_gib=self.memory_gib),
+            gpus=gpus,
+            nics=nics,
+            disks=disks,
             atoms=tuple(atoms),
             health=NodeHealth(status=self.health),
             devices=self.device_health(),

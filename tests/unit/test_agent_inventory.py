@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.fake_sysfs import build_tree
 from agent.inventory import Identity, SharingRule, build_inventory, inventory_hash, nvlink_cliques
@@ -154,7 +156,7 @@ def gpu(index: int, remotes: tuple[str, ...]) -> GpuReading:
     )
 
 
-def test_cliques_are_connected_components() -> None:
+def test_switch_and_bridge_groups_are_cliques() -> None:
     # 0-1 bridged directly, 2 and 3 through one switch, 4 alone.
     gpus = [
         gpu(3, ("0000:f0:00.0",)),
@@ -169,6 +171,57 @@ def test_cliques_are_connected_components() -> None:
         "GPU-2": "nvl1",
         "GPU-3": "nvl1",
     }
+
+
+def test_a_chain_of_bridges_is_not_one_clique() -> None:
+    """SPEC §5: 0–1–2–3 bridged in a chain is connected, but 0 and 2 share no NVLink, so
+    no label may put them together."""
+    pci = [f"0000:{i:02x}:00.0" for i in range(4)]
+    gpus = [gpu(i, tuple(pci[j] for j in (i - 1, i + 1) if 0 <= j < 4)) for i in range(4)]
+    assert nvlink_cliques(gpus) == {
+        "GPU-0": "nvl0",
+        "GPU-1": "nvl0",
+        "GPU-2": "nvl1",
+        "GPU-3": "nvl1",
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(2, 8).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n * n),
+        )
+    )
+)
+def test_every_label_names_a_clique_and_the_first_a_largest_one(
+    graph: tuple[int, set[tuple[int, int]]],
+) -> None:
+    n, edges = graph
+    links = {(a, b) for a, b in edges if a != b} | {(b, a) for a, b in edges if a != b}
+    pci = [f"0000:{i:02x}:00.0" for i in range(n)]
+    gpus = [gpu(i, tuple(pci[j] for j in range(n) if (i, j) in links)) for i in range(n)]
+    labels = nvlink_cliques(gpus)
+    groups: dict[str, list[int]] = {}
+    for uuid, label in labels.items():
+        groups.setdefault(label, []).append(int(uuid.removeprefix("GPU-")))
+    for members in groups.values():
+        assert all((a, b) in links for a in members for b in members if a != b), members
+    linked = {a for a, _ in links}
+    assert set(labels) == {f"GPU-{i}" for i in linked}
+    if groups:
+        largest = max(len(c) for c in _cliques_by_brute_force(n, links))
+        assert len(groups["nvl0"]) == largest
+
+
+def _cliques_by_brute_force(n: int, links: set[tuple[int, int]]) -> list[list[int]]:
+    out = []
+    for mask in range(1, 1 << n):
+        members = [i for i in range(n) if mask >> i & 1]
+        if all((a, b) in links for a in members for b in members if a != b):
+            out.append(members)
+    return out
 
 
 def test_no_gpus_means_only_the_node_atom() -> None:

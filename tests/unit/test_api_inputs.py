@@ -174,12 +174,14 @@ def test_create_and_preview_refuse_every_seed_constraint(
     assert field in paths(refusal(method, reservation(**patch)))
 
 
-def test_create_needs_an_idempotency_key_and_preview_which_books_nothing_does_not() -> None:
+def test_create_and_preview_both_need_an_idempotency_key() -> None:
+    """Seed 000: preview's input is create's, validated the same way, idempotencyKey
+    included (required in its table)."""
     body = reservation()
     del body["idempotencyKey"]
-    assert paths(refusal("reservations.create", body))[0] == "idempotencyKey"
-    accepts("reservations.create", reservation())
-    accepts("capacity.preview", body)
+    for method in ("reservations.create", "capacity.preview"):
+        assert paths(refusal(method, body))[0] == "idempotencyKey"
+        accepts(method, reservation())
 
 
 @pytest.mark.parametrize(
@@ -335,6 +337,29 @@ def test_window_rules(frm: str | None, to: str | None, grid: bool, words: str) -
 
 def test_windows_off_the_grid_are_fine_for_the_audit_list() -> None:
     assert parse_window(iso(T0 + 1000), iso(T0 + 2000), grid=False) == (T0 + 1000, T0 + 2000)
+
+
+def _sub_ms(ms: int) -> str:
+    """A time a tenth of a millisecond past `ms`: on the grid only if truncated."""
+    return iso(ms)[:-1] + ".0001Z"
+
+
+def test_sub_millisecond_times_are_misaligned_not_truncated() -> None:
+    """SPEC §5: a fraction below the millisecond is off the grid, never truncated onto
+    it, in both the reservation body and the calendar window."""
+    start = T0 + 3_600_000
+    body = {"intervals": [iv(0) | {"startsAt": _sub_ms(start)}]}
+    with pytest.raises(IntervalError) as info:
+        parse_intervals(body, T0)
+    assert "intervals[0].startsAt: not aligned" in str(info.value)
+    with pytest.raises(IntervalError) as info:
+        parse_window(_sub_ms(T0), iso(T0 + Q), grid=True)
+    assert "15-minute" in str(info.value)
+    with pytest.raises(IntervalError) as info:
+        parse_window(iso(T0), _sub_ms(T0 + Q), grid=False)
+    assert "to: " in str(info.value) and "millisecond" in str(info.value)
+    # Whole milliseconds with more digits are still the same instant.
+    assert parse_window(iso(T0)[:-1] + ".000000Z", iso(T0 + Q), grid=True) == (T0, T0 + Q)
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "x"])

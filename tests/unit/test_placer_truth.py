@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.domain.claims import WHOLE_NODE, Claim, conflicts, stale_claim
-from coordinator.domain.cliques import peer_sets
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement import (
     AtomSlot,
@@ -18,6 +17,7 @@ from coordinator.domain.placement import (
     PoolSnapshot,
 )
 from coordinator.domain.placer import place
+from shared.cliques import peer_sets
 
 READY = NodeState(reachable=True, health="healthy", maintenance=False, provisioning=False)
 CAPACITY = {"vcpu": 128, "memoryGiB": 1024, "hugepages1Gi": 0}

@@ -6,6 +6,9 @@ The link matrix comes from the inventory: each GPU lists the PCI addresses at th
 end of its active links (`GpuInfo.nvlink_peers`), another GPU of the node (a bridge) or
 an NVSwitch. Two GPUs are linked when one names the other or both reach one switch.
 
+It lives in `shared/` because both sides use it: the agent labels each GPU with a clique
+(`clique_partition`), the coordinator's placer finds cliques among free GPUs.
+
 Maximal cliques are found by Bron–Kerbosch with pivoting over bitmasks: a node has at
 most a few dozen GPUs, and on the usual shapes (all linked, pairs, none) it is a handful
 of steps.
@@ -82,3 +85,18 @@ def bits(mask: int) -> list[int]:
         found.append(low.bit_length() - 1)
         mask ^= low
     return found
+
+
+def clique_partition(adjacency: Sequence[int]) -> list[int]:
+    """Disjoint cliques covering every vertex, each as a bitmask: repeatedly the largest
+    maximal clique of what is left (ties: the one with the lowest vertices), so the first
+    is a largest clique of the graph and every part is a clique, never a chain."""
+    left = (1 << len(adjacency)) - 1
+    parts: list[int] = []
+    while left:
+        sub = [adjacency[v] & left if left >> v & 1 else 0 for v in range(len(adjacency))]
+        found = [m & left for m in maximal_cliques(sub) if m & left]
+        best = min(found, key=lambda m: (-m.bit_count(), bits(m)))
+        parts.append(best)
+        left &= ~best
+    return parts

@@ -163,9 +163,9 @@ class AlertForwarder:
             seen = await source.history(self._replay)
             log.info(
                 "forwarding %s (consumer %s) to %d Alertmanager(s) and %d webhook(s); "
-                "%d conditions firing after %d alerts of history",
+                "%d conditions firing after %s alerts of history",
                 stream, self.s.durable, len(self.alertmanagers), len(self.webhooks),
-                sum(1 for _ in self.conditions.firing()), seen,
+                sum(1 for _ in self.conditions.firing()), "no" if seen is None else seen,
             )  # fmt: skip
             sd_notify("READY=1", notify_socket)
             self.ready.set()

@@ -138,34 +138,43 @@ class AlertSource:
                 break
         return late
 
-    async def history(self, apply: Callable[[Msg], Any]) -> int:
+    async def history(self, apply: Callable[[Msg], Any], attempts: int = 3) -> int | None:
         """Feed every message the stream holds now to `apply`, through an ephemeral
-        consumer; returns how many. Retries from the start on errors."""
-        while True:
+        consumer; returns how many, or None when the history could not be read (after
+        `attempts` tries: say, a NATS user that may not create one). Forwarding goes on
+        without it; what fired before then is re-sent only once it changes."""
+        for attempt in range(1, attempts + 1):
             raise_if_cancelled()
             try:
                 return await self._history(apply)
             except (nats.errors.Error, TimeoutError) as exc:
                 self.errors += 1
-                log.warning("reading the history of %s failed (%s); retrying",
-                            self.spec.stream, _text(exc))  # fmt: skip
-                await asyncio.sleep(RETRY_S)
+                log.warning("reading the history of %s failed (%s)%s", self.spec.stream,
+                            _text(exc), "; retrying" if attempt < attempts else
+                            "; going on without it: conditions that fired before this"
+                            " start are not re-sent until they change")  # fmt: skip
+                if attempt < attempts:
+                    await asyncio.sleep(RETRY_S)
+        return None
 
     async def _history(self, apply: Callable[[Msg], Any]) -> int:
         info = await self.js.stream_info(self.spec.stream)
         last = info.state.last_seq
         if info.state.messages == 0:
             return 0
-        sub = await self.js.pull_subscribe(
-            self.spec.subject,
-            stream=self.spec.stream,
-            config=ConsumerConfig(
+        # Unnamed, so the server names it: the one create subject a NATS user limited
+        # to ephemeral consumers may use ($JS.API.CONSUMER.CREATE.<stream>).
+        consumer = await self.js.add_consumer(
+            self.spec.stream,
+            ConsumerConfig(
                 ack_policy=AckPolicy.NONE,
                 deliver_policy=DeliverPolicy.ALL,
-                inactive_threshold=60.0,
+                filter_subject=self.spec.subject,
+                inactive_threshold=30.0,
                 mem_storage=True,
             ),
         )
+        sub = await self.js.pull_subscribe_bind(consumer.name, self.spec.stream)
         count = 0
         try:
             while True:

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -100,6 +101,9 @@ class Target:
     def _take(self) -> list[Item]:
         return [self.queue.popleft()]
 
+    def _held(self, items: list[Item]) -> list[Msg]:
+        return [i.pending.msg for i in (*items, *self.queue)]
+
     def _body(self, items: list[Item]) -> Callable[[], Any]:
         body = items[0].body
         return lambda: body
@@ -118,7 +122,7 @@ class Target:
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
                 continue
             items = self._take()
-            if await self.post(http, self._body(items), [i.pending.msg for i in items]):
+            if await self.post(http, self._body(items), partial(self._held, items)):
                 self.delivered += len(items)
             for item in items:
                 await item.pending.finish()
@@ -127,7 +131,7 @@ class Target:
         self,
         http: aiohttp.ClientSession,
         body: Callable[[], Any],
-        held: Iterable[Msg] = (),
+        held: Callable[[], Iterable[Msg]] = tuple,
     ) -> bool:
         """POST until taken (True) or refused (False); retries everything else. The
         body is made afresh for each try (an Alertmanager `endsAt` is relative to now)."""
@@ -152,13 +156,12 @@ class Target:
             delay = min(delay * 2, self.backoff.max_s)
 
 
-async def _sleep_holding(seconds: float, held: Iterable[Msg]) -> None:
-    """Sleep, telling JetStream the held messages are still being worked on, so it does
-    not hand them out again."""
-    held = list(held)
+async def _sleep_holding(seconds: float, held: Callable[[], Iterable[Msg]]) -> None:
+    """Sleep, telling JetStream the held messages (those in hand and those queued
+    behind them) are still being worked on, so it does not hand them out again."""
     deadline = time.monotonic() + seconds
     while True:
-        for msg in held:
+        for msg in held():
             with contextlib.suppress(Exception):
                 await msg.in_progress()
         left = deadline - time.monotonic()
@@ -208,6 +211,8 @@ class AlertmanagerTarget(Target):
         now = time.monotonic()
         if now >= self._next_resend:
             self._next_resend = now + self.resend_s
-            if any(True for _ in self.conditions.firing()) and await self.post(http, self._firing):
+            if any(True for _ in self.conditions.firing()) and await self.post(
+                http, self._firing, partial(self._held, [])
+            ):
                 self.resent += 1
         return max(0.0, self._next_resend - time.monotonic())

@@ -297,6 +297,33 @@ async def test_the_forward_process_loses_nothing_across_a_sigterm_restart(
         await _stop_process(second)
 
 
+async def test_a_restarted_forwarder_resends_what_is_still_firing_from_the_history(
+    nats_url: str, publisher: AlertStream, receiver: Receiver
+) -> None:
+    settings = replace(_settings(nats_url, publisher, receiver), webhooks=())
+    async with forwarding(settings) as first:
+        await publisher.publish(_alert("node.unreachable", 1))
+        await publisher.publish(_alert("device.unhealthy", 2, device_id="GPU-1"))
+        await publisher.publish(_alert("device.healthy", 3, device_id="GPU-1"))
+
+        async def done() -> bool:
+            return first.delivered >= 3
+
+        await eventually(done, within_s=10)
+    receiver.am.clear()
+    # Nothing new on the stream: all the second start knows, it read from the history.
+    async with forwarding(settings) as second:
+
+        async def resent() -> bool:
+            return len(receiver.am) >= 1
+
+        await eventually(resent, within_s=10)
+        assert second.delivered == 0
+    names = {a["labels"]["alertname"] for a in receiver.am}
+    assert names == {"GpufleetEventNodeUnreachable"}
+    assert all(a["endsAt"] > _now_rfc3339() for a in receiver.am)
+
+
 async def test_a_bare_timeout_from_fetch_is_an_empty_poll_not_a_crash(
     nats_url: str, publisher: AlertStream, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops.forwarder.conditions import CONDITIONS, ENDS, Conditions, alert_name
+from ops.forwarder.conditions import CONDITIONS, ENDS, EVENT_PREFIX, Conditions, alert_name
+from ops.forwarder.payloads import fingerprint, webhook_payload
 from ops.forwarder.redact import log, redact
 from shared.wire import ALERT_KINDS, Alert
 
@@ -27,6 +28,8 @@ def test_no_alert_name_comes_from_both_the_rules_and_the_forwarder() -> None:
     assert len(forwarder) == len(ALERT_KINDS)
     assert _rule_names(), "no rules read"
     assert not _rule_names() & forwarder
+    # Nor will a new kind collide: the forwarder's prefix is its own.
+    assert not [name for name in _rule_names() if name.startswith(EVENT_PREFIX)]
 
 
 def test_every_condition_has_a_kind_that_ends_it_and_both_are_alert_kinds() -> None:
@@ -140,3 +143,32 @@ def test_the_forwarders_log_redacts_messages_and_exceptions(
     assert "s3cret" not in caplog.text and "t0ken" not in caplog.text
     assert "https://***@hooks.example/hook?token=***" in caplog.text
     assert "bad answer from https://***@" in caplog.text
+
+
+def test_the_fingerprint_is_alertmanagers() -> None:
+    labels = {
+        "alertname": "GpufleetEventDeviceUnhealthy", "severity": "warning", "pool": "pool-a",
+        "node": "gpu-01.example.net", "device": "GPU-1", "cluster": "test",
+    }  # fmt: skip
+    # As prometheus-alertmanager 0.25 lists this alert in GET /api/v2/alerts (the
+    # integration test compares with a running one).
+    assert fingerprint(labels) == "e661ababf8961a8a"
+    assert fingerprint({}) == "cbf29ce484222325"  # Prometheus' empty label signature
+
+
+def test_a_webhook_notification_has_alertmanagers_shape() -> None:
+    out = Conditions().apply(_alert("device.missing", 1000))
+    body = webhook_payload(out.notified, out.status, "https://gpufleet.example")
+    assert body["version"] == "4" and body["status"] == "firing"
+    assert body["groupLabels"] == {"alertname": "GpufleetEventDeviceMissing"}
+    assert body["commonLabels"] == dict(out.notified[0].labels)
+    assert body["externalURL"] == "https://gpufleet.example"
+    (alert,) = body["alerts"]
+    assert alert["startsAt"] == "1970-01-01T00:00:01.000Z"
+    assert alert["endsAt"] == "0001-01-01T00:00:00Z"  # firing, as Alertmanager writes it
+    # Several alerts of different names: grouped by nothing, common parts only.
+    ended = Conditions().apply(_alert("node.healthy", 2000))
+    body = webhook_payload(ended.notified, ended.status, "")
+    assert body["groupLabels"] == {} and body["groupKey"] == "{}:{}"
+    assert "alertname" not in body["commonLabels"] and body["commonLabels"]["node"] == "n1"
+    assert {a["status"] for a in body["alerts"]} == {"resolved"}

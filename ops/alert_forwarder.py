@@ -49,6 +49,7 @@ from ops.forwarder.targets import (
     WebhookTarget,
 )
 from shared.credentials import CredentialsError, connect_options
+from shared.nats_servers import split_servers
 from shared.subjects import Subjects
 from shared.systemd import sd_notify
 from shared.wire import Alert
@@ -87,6 +88,11 @@ class AlertForwarder:
         if not settings.alertmanager and not settings.webhooks:
             raise ConfigError("no target: give --alertmanager and/or --webhook")
         self.s = settings
+        try:
+            # A cluster's seeds, as the coordinator takes them: any live one will do.
+            self._servers = split_servers(settings.nats_url)
+        except ValueError as exc:
+            raise ConfigError(f"nats_url: {exc}") from None
         self.subjects = Subjects(settings.subject_prefix)
         self.conditions = Conditions(
             labels=dict(settings.labels), event_ttl_ms=int(settings.event_ttl_s * 1000)
@@ -136,7 +142,7 @@ class AlertForwarder:
         while True:
             try:
                 return await nats.connect(
-                    servers=[self.s.nats_url], name="gpufleet-alerts",
+                    servers=self._servers, name="gpufleet-alerts",
                     max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=5,
                     error_cb=on_error, **self._connect_options,
                 )  # fmt: skip

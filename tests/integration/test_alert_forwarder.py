@@ -231,6 +231,13 @@ def test_the_cli_refuses_a_forwarder_without_a_target_or_with_a_bad_url(
     assert "no target" in capsys.readouterr().err
     assert run(["alerts", "forward", "--webhook", "ftp://x"], {}) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
+    hook = "https://u:s3cret@hooks.example/x?token=t0ken"
+    assert run(["alerts", "forward", "--webhook", hook, "--nats-url", "nats://a:4222,b"], {}) == 2
+    err = capsys.readouterr().err
+    assert "nats_url: 'b' is not a nats://host:port URL" in err
+    assert run(["alerts", "forward", "--webhook", hook.replace("https", "ftp")], {}) == 2
+    err = capsys.readouterr().err
+    assert "not an http(s) URL" in err and "s3cret" not in err and "t0ken" not in err
 
 
 async def _start_process(config: Path) -> asyncio.subprocess.Process:

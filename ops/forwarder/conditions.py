@@ -24,6 +24,10 @@ from typing import Any
 from shared.wire import Alert
 
 EVENT_PREFIX = "GpufleetEvent"
+# An ended condition is remembered (to tell a stale replay from news) this long after
+# its end: longer than the alert stream keeps anything (7 days), so no replay is older.
+FORGET_ENDED_MS = 8 * 86_400_000
+_PRUNE_EVERY = 1000
 
 # kind -> severity of the condition it starts.
 CONDITIONS: dict[str, str] = {
@@ -109,11 +113,21 @@ class Conditions:
     labels: Mapping[str, str] = field(default_factory=dict)
     event_ttl_ms: int = 3_600_000
     _states: dict[tuple[tuple[str, str], ...], _State] = field(default_factory=dict)
+    _applied: int = 0
 
     def firing(self) -> Iterator[AmAlert]:
         for state in self._states.values():
             if state.firing is not None:
                 yield state.firing
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def _forget_ended(self, before_ms: int) -> None:
+        """Ended conditions otherwise pile up (one per reservation ever at risk)."""
+        self._states = {
+            k: v for k, v in self._states.items() if v.firing is not None or v.at >= before_ms
+        }
 
     def _base(self, alert: Alert) -> dict[str, str]:
         base = {"pool": alert.pool_id, "node": alert.node_id} | dict(self.labels)
@@ -134,6 +148,9 @@ class Conditions:
         }
 
     def apply(self, alert: Alert) -> Outcome:
+        self._applied += 1
+        if self._applied % _PRUNE_EVERY == 0:
+            self._forget_ended(before_ms=alert.at - FORGET_ENDED_MS)
         base = self._base(alert)
         annotations = self._annotations(alert)
         if alert.kind in ENDS:

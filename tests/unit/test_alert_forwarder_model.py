@@ -172,3 +172,18 @@ def test_a_webhook_notification_has_alertmanagers_shape() -> None:
     assert body["groupLabels"] == {} and body["groupKey"] == "{}:{}"
     assert "alertname" not in body["commonLabels"] and body["commonLabels"]["node"] == "n1"
     assert {a["status"] for a in body["alerts"]} == {"resolved"}
+
+
+def test_ended_conditions_are_forgotten_once_no_replay_can_be_older() -> None:
+    c = Conditions()
+    day = 86_400_000
+    c.apply(_alert("node.unreachable", 1000, node="still-down"))
+    for n in range(600):
+        c.apply(_alert("node.unreachable", 2000 + n, node=f"n{n}"))
+        c.apply(_alert("node.reachable", 3000 + n, node=f"n{n}"))
+    assert len(c) == 601
+    # A week and more later, the next pruning keeps only what still fires, and later.
+    for n in range(1000):
+        c.apply(_alert("node.registered", 9 * day + n))
+    assert len(c) == 1
+    assert _firing(c) == [("GpufleetEventNodeUnreachable", "still-down", 1000)]

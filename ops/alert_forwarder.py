@@ -162,7 +162,7 @@ class AlertForwarder:
                     ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
                     max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
-                wait_s=self.s.fetch_wait_s,
+                wait_s=self.s.fetch_wait_s, history_js=nc.jetstream(timeout=4),
             )  # fmt: skip
             source.resume_from = self._resume_from
             await source.bind()

@@ -38,8 +38,19 @@ class ConsumerSpec:
 
 
 class AlertSource:
-    def __init__(self, js: JetStreamContext, spec: ConsumerSpec, *, wait_s: float) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        *,
+        wait_s: float,
+        history_js: JetStreamContext | None = None,
+    ) -> None:
         self.js = js
+        # The history read gives up sooner: a user not allowed an ephemeral consumer
+        # sees its request time out (a permission violation is not an answer), and the
+        # forwarder waits for it before it forwards anything.
+        self.history_js = history_js or js
         self.spec = spec
         self.wait_s = wait_s
         self.recreated = 0
@@ -138,7 +149,7 @@ class AlertSource:
                 break
         return late
 
-    async def history(self, apply: Callable[[Msg], Any], attempts: int = 3) -> int | None:
+    async def history(self, apply: Callable[[Msg], Any], attempts: int = 2) -> int | None:
         """Feed every message the stream holds now to `apply`, through an ephemeral
         consumer; returns how many, or None when the history could not be read (after
         `attempts` tries: say, a NATS user that may not create one). Forwarding goes on
@@ -158,13 +169,13 @@ class AlertSource:
         return None
 
     async def _history(self, apply: Callable[[Msg], Any]) -> int:
-        info = await self.js.stream_info(self.spec.stream)
+        info = await self.history_js.stream_info(self.spec.stream)
         last = info.state.last_seq
         if info.state.messages == 0:
             return 0
         # Unnamed, so the server names it: the one create subject a NATS user limited
         # to ephemeral consumers may use ($JS.API.CONSUMER.CREATE.<stream>).
-        consumer = await self.js.add_consumer(
+        consumer = await self.history_js.add_consumer(
             self.spec.stream,
             ConsumerConfig(
                 ack_policy=AckPolicy.NONE,
@@ -174,7 +185,7 @@ class AlertSource:
                 mem_storage=True,
             ),
         )
-        sub = await self.js.pull_subscribe_bind(consumer.name, self.spec.stream)
+        sub = await self.history_js.pull_subscribe_bind(consumer.name, self.spec.stream)
         count = 0
         try:
             while True:

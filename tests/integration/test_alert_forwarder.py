@@ -5,6 +5,7 @@ failures, NATS errors, a deleted consumer and its own restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -24,11 +25,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from coordinator.bus.alerts import AlertStream
+from coordinator.bus.alerts import AlertStream, stream_name
 from coordinator.bus.connection import Bus
 from ops.alert_forwarder import AlertForwarder, ForwarderSettings
 from ops.cli import run
-from ops.embedded_nats import free_port
+from ops.embedded_nats import EmbeddedNats, free_port
 from ops.forwarder.conditions import rfc3339
 from ops.forwarder.payloads import fingerprint
 from shared.subjects import Subjects
@@ -379,6 +380,80 @@ async def test_a_deleted_consumer_is_recreated_and_forwarding_resumes_where_it_w
     assert [_alert_ids(h) for h in receiver.hooks] == [["a001"], ["a002"], ["a003"]]
     assert forwarder.source is not None and forwarder.source.recreated == 1
     assert any("recreated" in r.getMessage() for r in caplog.records)
+
+
+def _durable_grants(stream: str, durable: str, *, ephemeral: bool) -> list[str]:
+    """What a forwarder's own NATS user may publish: its durable consumer only (as
+    `gpufleet nats-auth --forwarder` grants), plus, with `ephemeral`, an unnamed
+    ephemeral consumer to read the history through (as a reader may)."""
+    s, d = stream, durable
+    grants = [
+        "$JS.API.INFO", f"$JS.API.STREAM.INFO.{s}",
+        f"$JS.API.CONSUMER.CREATE.{s}.{d}", f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}", f"$JS.API.CONSUMER.INFO.{s}.{d}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}", f"$JS.ACK.{s}.{d}.>",
+    ]  # fmt: skip
+    if ephemeral:
+        grants += [f"$JS.API.CONSUMER.CREATE.{s}", f"$JS.API.CONSUMER.MSG.NEXT.{s}.*"]
+    return grants
+
+
+@pytest.mark.parametrize("ephemeral", [True, False], ids=["with-history", "without"])
+async def test_a_forwarder_limited_to_its_own_durable_forwards_and_recreates_it(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture, ephemeral: bool
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet.alerts")
+    prefix = f"t{secrets.token_hex(4)}"
+    stream = stream_name(prefix)
+    users = [
+        {"user": "coordinator", "password": "c"},
+        {
+            "user": "fwd",
+            "password": "f",
+            "permissions": {
+                "publish": {"allow": _durable_grants(stream, "fwd", ephemeral=ephemeral)},
+                "subscribe": {"allow": ["_INBOX.>"]},
+            },
+        },
+    ]
+    config = tmp_path / "nats.conf"
+    config.write_text("authorization " + json.dumps({"users": users}) + "\n")
+    with EmbeddedNats(config_file=str(config)) as server:
+        bus = Bus(server.url.replace("nats://", "nats://coordinator:c@"))
+        await bus.connect()
+        try:
+            alerts = AlertStream(bus, Subjects(prefix))
+            await alerts.setup()
+            await alerts.publish(_alert("node.unreachable", 1))
+            settings = ForwarderSettings(
+                nats_url=server.url.replace("nats://", "nats://fwd:f@"),
+                subject_prefix=prefix,
+                durable="fwd",
+                alertmanager=(receiver.url,),
+            )
+            async with forwarding(settings) as forwarder:
+
+                async def first() -> bool:
+                    return forwarder.delivered >= 1
+
+                await eventually(first, within_s=10)
+                js = bus.jetstream(timeout_s=5)
+                assert await js.delete_consumer(stream, "fwd")
+                await alerts.publish(_alert("node.reachable", 2))
+
+                async def second() -> bool:
+                    return forwarder.delivered >= 2
+
+                await eventually(second, within_s=15)
+        finally:
+            await bus.close()
+    assert forwarder.source is not None and forwarder.source.recreated == 1
+    history = [r.getMessage() for r in caplog.records if "history" in r.getMessage()]
+    if ephemeral:
+        assert any("after 1 alerts of history" in m for m in history), history
+    else:
+        assert any("going on without it" in m for m in history), history
+    assert "fwd:f@" not in caplog.text
 
 
 class Failing:

@@ -61,7 +61,7 @@ class Item:
     body: Any = None  # webhook: the payload as is
 
 
-@dataclass
+@dataclass(frozen=True)
 class Backoff:
     initial_s: float
     max_s: float
@@ -93,10 +93,6 @@ class Target:
             await oldest.pending.finish()
         self.queue.append(item)
         self._wake.set()
-
-    async def abandon(self) -> None:
-        """Forget what is queued (stopping: the caller hands the messages back)."""
-        self.queue.clear()
 
     def _take(self) -> list[Item]:
         return [self.queue.popleft()]

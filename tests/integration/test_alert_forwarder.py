@@ -503,15 +503,17 @@ async def test_a_failing_target_delays_only_itself_and_its_bounded_queue_drops(
 
             await eventually(others_have_all, within_s=10)
             failing = forwarder.webhooks[1]
-            # One alert in its hands, two queued; the rest dropped and counted.
-            assert failing.dropped == 3 and len(failing.queue) == 2
-            assert forwarder.dropped == 3
+            # One alert in its hands, at most two queued; the rest dropped and counted
+            # (three, or four when all six came in one fetch, before it took one).
+            assert failing.dropped + len(failing.queue) == 5 and len(failing.queue) <= 2
+            assert forwarder.dropped == failing.dropped >= 3
             # Acknowledged: every alert the failing target is done with (dropped).
-            assert forwarder.delivered == 3
+            assert forwarder.delivered == failing.dropped
             assert down.attempts == 1
     assert [_alert_ids(h) for h in receiver.hooks] == [[f"a{n:03d}"] for n in range(6)]
     drops = [r for r in caplog.records if "queue full" in r.getMessage()]
-    assert len(drops) == 3 and all(r.levelno == logging.WARNING for r in drops)
+    assert len(drops) == failing.dropped
+    assert all(r.levelno == logging.WARNING for r in drops)
 
 
 async def test_webhook_secrets_never_reach_the_log(

@@ -2,19 +2,16 @@
 
 Reads the coordinator's JetStream alert stream through a durable pull consumer and
 delivers every alert to Alertmanager (`POST /api/v2/alerts`) and/or webhooks (`POST` of
-the alert's JSON), at least once: a message is acknowledged only after every target took
-it, failed deliveries are retried with capped exponential backoff (connection errors,
-timeouts, 408, 425, 429 and 5xx), and what was not acknowledged when the forwarder stopped
-is delivered again when it starts (the consumer's position lives in NATS; a batch in
-hand is handed back on SIGTERM, and comes back after the ack wait when killed). A target that
-refuses the content itself (another 4xx) cannot be helped by retrying: that alert is
-logged at error and acknowledged.
+Alertmanager's webhook payload). Each target has its own delivery state and bounded
+retry queue (`ops.forwarder.targets`): a message is acknowledged once every target has
+delivered it, refused it (a 4xx other than 408/425/429) or dropped it from a full
+queue. What was not acknowledged when the forwarder stopped is delivered again when it
+starts (a batch in hand is handed back on SIGTERM, and comes back after the ack wait
+when killed).
 
-Alertmanager sees conditions, not events: a transition that starts a condition
-(`node.unreachable`) fires an alert with the labels `alertname`, `severity`, `pool`,
-`node` (and `device`), and the transition that ends it (`node.reachable`) sends the same
-labels with `endsAt` set, which resolves it. One-shot events (`node.registered`,
-`reservation.notice`, ...) fire with `endsAt` an hour later.
+Alertmanager sees conditions: a kind that starts one fires an alert that is re-sent
+every resend interval until the kind that ends it arrives (`ops.forwarder.conditions`).
+Which conditions are firing is rebuilt at start from the stream's history.
 """
 
 from __future__ import annotations
@@ -24,54 +21,38 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import signal
 import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import msgspec
 import nats
 import nats.errors
-import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from coordinator.bus.alerts import stream_name
+from ops.forwarder.conditions import Conditions
+from ops.forwarder.payloads import webhook_payload
+from ops.forwarder.redact import log, redact
+from ops.forwarder.source import AlertSource, ConsumerSpec, raise_if_cancelled
+from ops.forwarder.targets import (
+    AlertmanagerTarget,
+    Backoff,
+    Item,
+    Pending,
+    Target,
+    WebhookTarget,
+)
 from shared.credentials import CredentialsError, connect_options
+from shared.nats_servers import split_servers
 from shared.subjects import Subjects
 from shared.systemd import sd_notify
 from shared.wire import Alert
-
-log = logging.getLogger("gpufleet.alerts")
-
-# kind -> (alertname, severity) of the condition it starts.
-FIRES: dict[str, tuple[str, str]] = {
-    "node.unreachable": ("GpufleetNodeUnreachable", "critical"),
-    "node.unhealthy": ("GpufleetNodeUnhealthy", "critical"),
-    "node.unmonitored": ("GpufleetNodeUnhealthy", "critical"),
-    "node.degraded": ("GpufleetNodeDegraded", "warning"),
-    "device.unhealthy": ("GpufleetDeviceUnhealthy", "warning"),
-    "device.degraded": ("GpufleetDeviceDegraded", "warning"),
-    "device.missing": ("GpufleetDeviceMissing", "warning"),
-    "node.maintenance": ("GpufleetNodeMaintenance", "info"),
-    "node.provisioning": ("GpufleetNodeProvisioning", "info"),
-    "reservation.atRisk": ("GpufleetReservationAtRisk", "warning"),
-}
-# kind -> the kinds whose conditions it ends.
-RESOLVES: dict[str, tuple[str, ...]] = {
-    "node.reachable": ("node.unreachable",),
-    "node.healthy": ("node.unhealthy", "node.degraded"),
-    "device.healthy": ("device.unhealthy", "device.degraded", "device.missing"),
-    "node.maintenanceEnded": ("node.maintenance",),
-    "node.provisioned": ("node.provisioning",),
-    "reservation.recovered": ("reservation.atRisk",),
-}
-RETRY_STATUSES = frozenset({408, 425, 429})
 
 
 class ConfigError(ValueError):
@@ -91,58 +72,15 @@ class ForwarderSettings:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 60.0
     event_ttl_s: float = 3600.0
-    condition_ttl_s: float = 7 * 86400.0
+    # Firing conditions are re-sent to Alertmanager this often, each with endsAt 4
+    # intervals ahead (Prometheus' resend delay and rule).
+    resend_interval_s: float = 60.0
+    # Alerts one target may hold while it cannot deliver; beyond, the oldest is dropped.
+    max_queue: int = 500
+    # How long one pull waits for new alerts.
+    fetch_wait_s: float = 1.0
     # Extra labels on every Alertmanager alert (say, cluster="eu-1").
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-def rfc3339(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
-def _event_name(kind: str) -> str:
-    return "Gpufleet" + "".join(p[:1].upper() + p[1:] for p in kind.split("."))
-
-
-def alertmanager_alerts(alert: Alert, s: ForwarderSettings) -> list[dict[str, Any]]:
-    """The Alertmanager API v2 alerts one gpufleet alert becomes."""
-    base = {"pool": alert.pool_id, "node": alert.node_id} | dict(s.labels)
-    if alert.device_id:
-        base["device"] = alert.device_id
-    if alert.reservation_id:
-        base["reservation"] = alert.reservation_id
-    annotations = {
-        "summary": f"{alert.kind} on node {alert.node_id} (pool {alert.pool_id})",
-        "description": alert.reason or alert.kind,
-        "kind": alert.kind,
-        "by": alert.by,
-        "alertId": alert.alert_id,
-    }
-    start = alert.since or alert.at
-    if alert.kind in RESOLVES:
-        out = []
-        for ended in RESOLVES[alert.kind]:
-            name, severity = FIRES[ended]
-            labels = base | {"alertname": name, "severity": severity}
-            out.append(
-                {"labels": labels, "annotations": annotations,
-                 "startsAt": rfc3339(alert.at), "endsAt": rfc3339(alert.at)}
-            )  # fmt: skip
-        return out
-    name, severity = FIRES.get(alert.kind, (_event_name(alert.kind), "info"))
-    ttl = s.condition_ttl_s if alert.kind in FIRES else s.event_ttl_s
-    return [
-        {
-            "labels": base | {"alertname": name, "severity": severity},
-            "annotations": annotations,
-            "startsAt": rfc3339(start),
-            "endsAt": rfc3339(alert.at + int(ttl * 1000)),
-        }
-    ]
-
-
-class _Refused(Exception):
-    """A target refused the content (a 4xx that retrying cannot change)."""
 
 
 class AlertForwarder:
@@ -150,9 +88,37 @@ class AlertForwarder:
         if not settings.alertmanager and not settings.webhooks:
             raise ConfigError("no target: give --alertmanager and/or --webhook")
         self.s = settings
+        try:
+            # A cluster's seeds, as the coordinator takes them: any live one will do.
+            self._servers = split_servers(settings.nats_url)
+        except ValueError as exc:
+            raise ConfigError(f"nats_url: {exc}") from None
         self.subjects = Subjects(settings.subject_prefix)
-        self.delivered = 0
-        self.refused = 0
+        self.conditions = Conditions(
+            labels=dict(settings.labels), event_ttl_ms=int(settings.event_ttl_s * 1000)
+        )
+        backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        self.alertmanagers = [
+            AlertmanagerTarget(
+                url=url.rstrip("/") + "/api/v2/alerts",
+                backoff=backoff,
+                max_queue=settings.max_queue,
+                conditions=self.conditions,
+                resend_s=settings.resend_interval_s,
+                batch=settings.batch,
+            )
+            for url in settings.alertmanager
+        ]
+        self.webhooks = [
+            WebhookTarget(url=url, backoff=backoff, max_queue=settings.max_queue)
+            for url in settings.webhooks
+        ]
+        self.targets: list[Target] = [*self.alertmanagers, *self.webhooks]
+        self.delivered = 0  # alerts every target is done with (acknowledged)
+        self.source: AlertSource | None = None
+        self.ready = asyncio.Event()  # set once bound and caught up with the history
+        self._inflight: dict[int, Pending] = {}
+        self._last_seq = 0
         self._connect_options: dict[str, Any] = {}
         if settings.nats_credentials:
             with open(settings.nats_credentials) as f:
@@ -161,100 +127,123 @@ class AlertForwarder:
                 text, settings.nats_credentials, "nats_credentials"
             )
 
+    @property
+    def refused(self) -> int:
+        return sum(t.refused for t in self.targets)
+
+    @property
+    def dropped(self) -> int:
+        return sum(t.dropped for t in self.targets)
+
+    async def _connect(self) -> Client:
+        async def on_error(exc: Exception) -> None:
+            log.warning("NATS: %s", exc)
+
+        while True:
+            try:
+                return await nats.connect(
+                    servers=self._servers, name="gpufleet-alerts",
+                    max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=5,
+                    error_cb=on_error, **self._connect_options,
+                )  # fmt: skip
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                log.warning("connecting to NATS failed (%s); retrying", exc)
+                await asyncio.sleep(1)
+
     async def run(self, notify_socket: str | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later."""
-        nc = await nats.connect(
-            servers=[self.s.nats_url], name="gpufleet-alerts", max_reconnect_attempts=-1,
-            reconnect_time_wait=1, **self._connect_options,
-        )  # fmt: skip
+        nc = await self._connect()
         try:
-            js = nc.jetstream(timeout=10)
-            ack_wait = max(30.0, self.s.http_timeout_s * 3)
-            sub = await js.pull_subscribe(
-                self.subjects.all_alerts,
-                durable=self.s.durable,
-                stream=stream_name(self.s.subject_prefix),
-                config=ConsumerConfig(
-                    ack_policy=AckPolicy.EXPLICIT,
-                    deliver_policy=DeliverPolicy.ALL,
-                    ack_wait=ack_wait,
-                    max_ack_pending=max(1000, self.s.batch * 2),
+            stream = stream_name(self.s.subject_prefix)
+            source = self.source = AlertSource(
+                nc.jetstream(timeout=10),
+                ConsumerSpec(
+                    stream=stream, subject=self.subjects.all_alerts, durable=self.s.durable,
+                    ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
+                    max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
-            )
+                wait_s=self.s.fetch_wait_s, history_js=nc.jetstream(timeout=4),
+            )  # fmt: skip
+            source.resume_from = self._resume_from
+            await source.bind()
+            seen = await source.history(self._replay)
             log.info(
-                "forwarding %s (consumer %s) to %d Alertmanager(s) and %d webhook(s)",
-                stream_name(self.s.subject_prefix), self.s.durable,
-                len(self.s.alertmanager), len(self.s.webhooks),
+                "forwarding %s (consumer %s) to %d Alertmanager(s) and %d webhook(s); "
+                "%d conditions firing after %s alerts of history",
+                stream, self.s.durable, len(self.alertmanagers), len(self.webhooks),
+                sum(1 for _ in self.conditions.firing()), "no" if seen is None else seen,
             )  # fmt: skip
             sd_notify("READY=1", notify_socket)
+            self.ready.set()
             timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
-            async with aiohttp.ClientSession(timeout=timeout) as http:
-                while True:
-                    try:
-                        msgs = await sub.fetch(self.s.batch, timeout=1)
-                    except nats.errors.TimeoutError:
-                        continue
-                    except (nats.errors.Error, nats.js.errors.Error) as exc:
-                        log.warning("fetching alerts failed: %s; retrying", exc)
-                        await asyncio.sleep(1)
-                        continue
-                    try:
-                        await self._deliver(http, msgs)
-                    except asyncio.CancelledError:
-                        # Stopping mid-delivery: hand the batch back at once rather than
-                        # after the ack wait, so the next start (or replica) resends it.
-                        for msg in msgs:
-                            with contextlib.suppress(Exception):
-                                await msg.nak()
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(nc.flush(), timeout=2)
-                        raise
+            try:
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    async with asyncio.TaskGroup() as tasks:
+                        for target in self.targets:
+                            tasks.create_task(target.run(http), name=f"deliver {target.name}")
+                        while True:
+                            raise_if_cancelled()
+                            for msg in await source.fetch(self.s.batch):
+                                await self._take(msg)
+            except asyncio.CancelledError:
+                # Stopping: hand back what is not done at once rather than after the
+                # ack wait, so the next start (or a second forwarder) resends it.
+                late = await source.hand_back(self.s.batch)
+                for msg in [p.msg for p in self._inflight.values()] + late:
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.flush(), timeout=2)
+                raise
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), timeout=5)
 
-    async def _deliver(self, http: aiohttp.ClientSession, msgs: list[Msg]) -> None:
-        alerts: list[Alert] = []
-        for msg in msgs:
-            try:
-                alerts.append(Alert.from_json(msg.data))
-            except msgspec.DecodeError as exc:
-                log.error("not an alert on %s, skipped: %s", msg.subject, exc)
-        if alerts:
-            body = [a for alert in alerts for a in alertmanager_alerts(alert, self.s)]
-            for url in self.s.alertmanager:
-                await self._post(http, url.rstrip("/") + "/api/v2/alerts", body, msgs)
-            for url in self.s.webhooks:
-                for alert in alerts:
-                    await self._post(http, url, msgspec.to_builtins(alert), msgs)
-        for msg in msgs:
-            await msg.ack()
-        self.delivered += len(alerts)
+    def _resume_from(self) -> int | None:
+        if self._inflight:
+            return min(self._inflight)
+        return self._last_seq + 1 if self._last_seq else None
 
-    async def _post(
-        self, http: aiohttp.ClientSession, url: str, body: Any, msgs: list[Msg]
-    ) -> None:
-        delay = self.s.backoff_initial_s
-        while True:
-            try:
-                async with http.post(url, json=body) as resp:
-                    if resp.status < 300:
-                        return
-                    text = (await resp.text())[:200]
-                    if resp.status < 500 and resp.status not in RETRY_STATUSES:
-                        self.refused += 1
-                        log.error("%s refused the alerts (%d %s); skipped", url, resp.status, text)
-                        return
-                    problem = f"{resp.status} {text}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                problem = str(exc) or type(exc).__name__
-            log.warning("delivery to %s failed (%s); retrying in %.1f s", url, problem, delay)
-            # Tell JetStream we are still at it, so it does not hand the batch out again.
-            for msg in msgs:
-                with contextlib.suppress(Exception):
-                    await msg.in_progress()
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, self.s.backoff_max_s)
+    def _replay(self, msg: Msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError):
+            self.conditions.apply(Alert.from_json(msg.data))
+
+    async def _take(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        self._last_seq = max(self._last_seq, seq)
+        if seq in self._inflight:
+            self._inflight[seq].msg = msg  # handed out again; acknowledge the new one
+            return
+        try:
+            alert = Alert.from_json(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("not an alert on %s, skipped: %s", msg.subject, exc)
+            await self._ack(msg)
+            return
+        outcome = self.conditions.apply(alert)
+        pending = Pending(seq, msg, len(self.targets), self._done)
+        self._inflight[seq] = pending
+        for am in self.alertmanagers:
+            if outcome.alertmanager:
+                await am.put(Item(pending, alerts=outcome.alertmanager))
+            else:
+                await pending.finish()  # nothing for Alertmanager: older than its state
+        if self.webhooks:
+            body = webhook_payload(outcome.notified, outcome.status, "")
+            for hook in self.webhooks:
+                await hook.put(Item(pending, body=body))
+
+    async def _done(self, pending: Pending) -> None:
+        self._inflight.pop(pending.seq, None)
+        await self._ack(pending.msg)
+        self.delivered += 1
+
+    @staticmethod
+    async def _ack(msg: Msg) -> None:
+        try:
+            await msg.ack()
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("acknowledging %s failed (%s); it will come again", msg.subject, exc)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -290,7 +279,7 @@ def _urls(value: Any, where: str) -> tuple[str, ...]:
 _TOML_KEYS = {
     "nats_url", "nats_credentials", "subject_prefix", "durable", "alertmanager", "webhooks",
     "batch", "http_timeout_s", "backoff_initial_s", "backoff_max_s", "event_ttl_s",
-    "condition_ttl_s", "labels", "log_level",
+    "resend_interval_s", "max_queue", "fetch_wait_s", "labels", "log_level",
 }  # fmt: skip
 
 
@@ -345,7 +334,7 @@ def command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> i
         settings = settings_from(args, env)
         forwarder = AlertForwarder(settings)
     except (ConfigError, CredentialsError, OSError) as exc:
-        print(f"gpufleet alerts: {exc}", file=sys.stderr)
+        print(f"gpufleet alerts: {redact(str(exc))}", file=sys.stderr)
         return 2
     return asyncio.run(_serve(forwarder, env.get("NOTIFY_SOCKET")))
 
@@ -360,7 +349,10 @@ async def _serve(forwarder: AlertForwarder, notify_socket: str | None) -> int:
         await forwarder.run(notify_socket)
     except asyncio.CancelledError:
         sd_notify("STOPPING=1", notify_socket)
-        log.info("stopped; %d alerts delivered", forwarder.delivered)
+        log.info(
+            "stopped; %d alerts delivered, %d refused, %d dropped",
+            forwarder.delivered, forwarder.refused, forwarder.dropped,
+        )  # fmt: skip
     return 0
 
 

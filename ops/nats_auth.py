@@ -258,24 +258,33 @@ def reader_permissions(
     )
 
 
-def forwarder_permissions(alert_stream: str, durable: str) -> Permissions:
+def forwarder_permissions(
+    alert_stream: str, durable: str, protected: Collection[str] = ()
+) -> Permissions:
     """Its own durable consumer on the alert stream, by any of the three create subjects
     nats-py uses (each names the consumer, so it can be no other): create it, recreate it
-    when someone deleted it, read its info, pull and acknowledge. It may not delete any
-    consumer nor touch the stream, and it publishes nothing else."""
+    when someone deleted it, read its info, pull and acknowledge. At start it reads the
+    stream's history through an unnamed (ephemeral, unacknowledged) consumer, as a reader
+    may, to rebuild which conditions fire; the other `protected` durables are denied by
+    name, so it can take no other forwarder's alerts. It may not delete any consumer nor
+    touch the stream, and it publishes nothing else."""
     s, d = alert_stream, durable
     return Permissions(
         publish=(
             "$JS.API.INFO",
             f"$JS.API.STREAM.INFO.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}",
             f"$JS.API.CONSUMER.CREATE.{s}.{d}",
             f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
             f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}",
             f"$JS.API.CONSUMER.INFO.{s}.{d}",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
             f"$JS.ACK.{s}.{d}.>",
         ),
         subscribe=("_INBOX.>",),
+        publish_deny=tuple(
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{other}" for other in sorted(set(protected) - {d})
+        ),
     )
 
 
@@ -334,7 +343,7 @@ def build(
         perms = reader_permissions(subjects, alert_stream, protected)
         users.append(NatsUser(reader_user(name), "reader", perms))
     for durable in durables:
-        perms = forwarder_permissions(alert_stream, durable)
+        perms = forwarder_permissions(alert_stream, durable, protected)
         users.append(NatsUser(forwarder_user(durable), "forwarder", perms))
     names = {u.name for u in users}
     unknown = set(rotate) - names - {"all"}

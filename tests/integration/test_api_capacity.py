@@ -204,6 +204,7 @@ async def test_openapi_is_generated_from_the_registry(served: Served) -> None:
     assert calendar["operationId"] == "intervals.calendar"
     assert {(p["name"], p["in"], p["required"]) for p in calendar["parameters"]} == {
         ("from", "query", True), ("to", "query", True), ("poolId", "query", False),
+        ("tenantId", "query", False),
     }  # fmt: skip
     post = doc["paths"]["/api/capacity/reservations"]["post"]
     assert ("Idempotency-Key", "header") in {(p["name"], p["in"]) for p in post["parameters"]}

@@ -138,7 +138,12 @@ def test_readers_get_no_durable_consumers_and_a_forwarder_only_its_own() -> None
     fwd = users["forwarder:fwd-b"]
     assert fwd.role == "forwarder" and fwd.creds_filename == "forwarder-fwd-b.creds"
     consumer_subjects = [p for p in fwd.permissions.publish if "CONSUMER" in p or "ACK" in p]
-    assert consumer_subjects and all(".T_ALERTS.fwd-b" in p for p in consumer_subjects)
+    # Its own durable by name; the history through an unnamed (ephemeral) consumer, with
+    # every other forwarder's durable denied by name.
+    shared = {"$JS.API.CONSUMER.CREATE.T_ALERTS", "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.*"}
+    assert all(".T_ALERTS.fwd-b" in p for p in set(consumer_subjects) - shared)
+    assert shared <= set(consumer_subjects)
+    assert fwd.permissions.publish_deny == ("$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder",)
     assert not [p for p in fwd.permissions.publish if ".DELETE." in p]
     assert "t.alert.>" not in fwd.permissions.publish
     assert 'deny: ["$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder"' in bundle.authorization

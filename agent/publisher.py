@@ -22,6 +22,11 @@ heard again within a third of it. A heartbeat counts as sent (its `seq` used up)
 once the server has answered the PING after it; one lost with a hung server is sent
 again, same `seq`, on the new link.
 
+NATS errors are never quiet: permission violations (this agent's user may not publish
+or subscribe what it tries), authorization failures and failed publishes are logged at
+WARNING, at most once per kind per `WARN_EVERY_S`, and counted in `bus_errors`, which
+every heartbeat carries (`busErrors`).
+
 `nats_credentials` is either a NATS JWT `.creds` file (decentralised auth) or the
 user/password file that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`).
 """
@@ -31,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from nats.aio.client import Client
 from agent.clock import Clock
 from agent.state import AgentState
 from shared.credentials import CredentialsError, connect_options
+from shared.log_throttle import LogThrottle
 from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
@@ -51,6 +57,8 @@ log = logging.getLogger(__name__)
 # own slowness for a dead server and hop between servers.
 MIN_PROBE_EVERY_S = 0.25
 MIN_PROBE_TIMEOUT_S = 0.5
+# Seconds between two warnings of one kind of NATS error (the count keeps every one).
+WARN_EVERY_S = 10.0
 # Seconds between rounds of reconnect attempts once every server has failed once.
 RECONNECT_WAIT_S = 2.0
 
@@ -103,6 +111,18 @@ class ServerRotation:
         return servers[pick], delay
 
 
+def error_kind(exc: BaseException) -> str | None:
+    """The kind of a NATS client error this agent counts, None for the rest (connection
+    attempts failing while a server is away: the disconnect is logged already)."""
+    text = str(exc).lower()
+    # A refused password at reconnect comes as a plain Error naming the violation.
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in text:
+        return "authorization"
+    if "permissions violation" in text:
+        return "permissions"
+    return None
+
+
 def auth_options(creds: Path | None) -> dict[str, Any]:
     """nats-py connect options for a credentials file, read once at start (a new file
     takes a restart, which is what the Ansible handler does)."""
@@ -132,6 +152,12 @@ class PublisherStats:
     reconnects: int = 0
     # Probes (or heartbeats) the server did not answer in time: links taken as dead.
     dead_links: int = 0
+    # NATS errors by kind (`error_kind`, and "publish"); their sum is `busErrors`.
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bus_errors(self) -> int:
+        return sum(self.errors.values())
 
 
 class Publisher:
@@ -158,6 +184,7 @@ class Publisher:
         self._interval_s = interval_s
         self.link = LinkTiming.for_window(interval_s, misses)
         self._rotation = ServerRotation()
+        self._throttle = LogThrottle(log, every_s=WARN_EVERY_S)
         self._clock = clock
         self._auth = auth_options(creds)
         # Called once, after the first inventory is out: systemd's READY=1.
@@ -330,6 +357,7 @@ class Publisher:
             seq=self._seq,
             sent_at=self._clock.wall_ms(),
             interval_ms=int(self._interval_s * 1000),
+            bus_errors=self.stats.bus_errors,
             inventory_hash=state.inventory.inventory_hash,
             provisioning=state.inventory.provisioning,
             health=health,
@@ -357,9 +385,15 @@ class Publisher:
             await asyncio.wait_for(nc.publish(subject, body), timeout=self._timeout_s)
         except Exception as exc:
             self.stats.failures += 1
-            log.warning("publish to %s failed: %s", subject, exc or type(exc).__name__)
+            self._count("publish", "publish to %s failed: %s", subject, exc or type(exc).__name__)
             return False
         return True
+
+    def _count(self, kind: str, msg: str, *args: object) -> None:
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+        self._throttle.warning(
+            kind, msg + " (NATS errors so far: %d)", *args, self.stats.bus_errors
+        )
 
     # -- callbacks from nats-py -------------------------------------------------------------
 
@@ -372,10 +406,15 @@ class Publisher:
             try:
                 await asyncio.wait_for(msg.respond(self._inventory_bytes(state)), self._timeout_s)
             except Exception as exc:
-                log.warning("inventory reply failed: %s", exc)
+                self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
 
     async def _on_error(self, exc: Exception) -> None:
-        log.debug("nats: %s", exc or type(exc).__name__)
+        kind = error_kind(exc)
+        if kind is None:
+            log.debug("nats: %s", exc or type(exc).__name__)
+            return
+        # e.g. "Permissions Violation for Publish to ...": the server names the subject.
+        self._count(kind, "NATS refused this agent (%s): %s", kind, exc or type(exc).__name__)
 
     async def _on_disconnected(self) -> None:
         if self._closing:

@@ -64,6 +64,7 @@ class Beat(Struct, frozen=True, rename="camel", gc=False):
     schema_version: _Int32 = SCHEMA_VERSION
     provisioning: bool = False
     devices: tuple[()] = ()
+    bus_errors: _Int63 = 0
 
 
 _DECODER = msgspec.json.Decoder(Beat)

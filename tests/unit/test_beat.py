@@ -144,6 +144,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "provisioning": st.one_of(st.booleans(), ANY),
     "health": HEALTH,
     "devices": st.one_of(st.just([]), ANY),
+    "busErrors": INT,
     # snake_case names (the model takes them too) and unknown fields
     "node_id": TEXT,
     "interval_ms": INT,
@@ -191,6 +192,7 @@ AGENT_HEARTBEATS = st.fixed_dictionaries(
         "interval_ms": st.integers(100, 3_600_000),
         "inventory_hash": st.text(SAFE_TEXT, max_size=128),
         "provisioning": st.booleans(),
+        "bus_errors": st.integers(0, 2**63 - 1),
         "health": st.fixed_dictionaries(
             {
                 "status": st.sampled_from(["healthy", "degraded", "unhealthy", "unmonitored"]),

@@ -250,14 +250,28 @@ class Publisher:
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._watch_link(nc), name="nats-link-probe")
-                tasks.create_task(self._publish_loop(), name="nats-publish")
+            loops = [
+                asyncio.create_task(self._watch_link(nc), name="nats-link-probe"),
+                asyncio.create_task(self._publish_loop(), name="nats-publish"),
+            ]
+            try:
+                done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # they only end by raising
+            finally:
+                # Python 3.11's wait_for (nats-py's flush waits with it) drops a
+                # cancellation that lands just as what it waits for completes; a loop
+                # that missed its cancel still stops at its next turn.
+                self._closing = True
+                self._wake.set()
+                for task in loops:
+                    task.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
         finally:
             await self._close(nc)
 
     async def _publish_loop(self) -> None:
-        while True:
+        while not self._closing:
             delay = max(0.0, self._next_heartbeat - self._clock.monotonic())
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -267,7 +281,7 @@ class Publisher:
             await self._flush()
 
     async def _watch_link(self, nc: Client) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.link.probe_every_s)
             await self._answered(nc)
 

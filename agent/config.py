@@ -117,6 +117,13 @@ class Settings(SettingsModel):
     interval_s: Annotated[float, Option(aliases=("--interval",))] = Field(
         5.0, ge=0.1, le=3600, description="seconds between polls (0.1 – 3600)"
     )
+    misses: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="the coordinator's `misses`: a silent NATS server is left for another"
+        " within a third of misses × interval",
+    )
     simulate: str | None = Field(
         None, description="simulated NVML from a host profile (name or `.toml` path)"
     )

@@ -133,6 +133,7 @@ async def run(
         node_id=settings.node_id,
         boot_id=boot_id,
         interval_s=settings.interval_s,
+        misses=settings.misses,
         clock=clock,
         creds=settings.nats_credentials,
         on_ready=lambda: _ready(notify_socket),

@@ -11,6 +11,22 @@ connection gets that. Every network wait has a timeout. If polling stalls (NVML 
 hang when a GPU falls off the bus), heartbeats keep flowing but report the node
 `unmonitored` instead of repeating a stale "healthy".
 
+A hung server (stopped, wedged, its host swapping) closes nothing, and nats-py's own
+pings take tens of seconds to notice, longer than the coordinator waits before marking
+the node unreachable. So the link is probed: a PING round trip (`flush`) every
+`LinkTiming.probe_every_s`, and after each heartbeat; no PONG within `probe_timeout_s`
+means the server is dead to us, and the client reconnects (`force_reconnect`) to
+another server of the cluster (`ServerRotation` tries the one just left last). Both are
+derived from the coordinator's detection window (misses × interval) so that the agent is
+heard again within a third of it. A heartbeat counts as sent (its `seq` used up) only
+once the server has answered the PING after it; one lost with a hung server is sent
+again, same `seq`, on the new link.
+
+NATS errors are never quiet: permission violations (this agent's user may not publish
+or subscribe what it tries), authorization failures and failed publishes are logged at
+WARNING, at most once per kind per `WARN_EVERY_S`, and counted in `bus_errors`, which
+every heartbeat carries (`busErrors`).
+
 `nats_credentials` is either a NATS JWT `.creds` file (decentralised auth) or the
 user/password file that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`).
 """
@@ -20,21 +36,92 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 
 from agent.clock import Clock
 from agent.state import AgentState
 from shared.credentials import CredentialsError, connect_options
+from shared.log_throttle import LogThrottle
 from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
 
 log = logging.getLogger(__name__)
+
+# Floors of the link probe, for very short intervals: a loaded host must not take its
+# own slowness for a dead server and hop between servers.
+MIN_PROBE_EVERY_S = 0.25
+MIN_PROBE_TIMEOUT_S = 0.5
+# Seconds between two warnings of one kind of NATS error (the count keeps every one).
+WARN_EVERY_S = 10.0
+# Seconds between rounds of reconnect attempts once every server has failed once.
+RECONNECT_WAIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class LinkTiming:
+    """How often the link is probed and how long an answer may take. The coordinator
+    marks a node unreachable after misses × interval of silence; a dead link is noticed
+    within probe_every_s + probe_timeout_s = 3/5 of a third of that window, and the rest
+    of the third is left for the reconnect and the heartbeat it sends at once."""
+
+    probe_every_s: float
+    probe_timeout_s: float
+
+    @classmethod
+    def for_window(cls, interval_s: float, misses: int) -> LinkTiming:
+        budget = misses * interval_s / 3
+        return cls(
+            probe_every_s=max(MIN_PROBE_EVERY_S, budget / 5),
+            probe_timeout_s=max(MIN_PROBE_TIMEOUT_S, 2 * budget / 5),
+        )
+
+
+class ServerRotation:
+    """nats-py's `reconnect_to_server_handler`: which server the next reconnect attempt
+    goes to, and after how long. Servers not yet tried since the link was lost come
+    first, in the pool's (shuffled) order, and the server just left comes last: a hung
+    one still accepts TCP connections and would cost a whole connect timeout. Once every
+    server has been tried, a new round starts after `wait_s`."""
+
+    def __init__(self, wait_s: float = RECONNECT_WAIT_S) -> None:
+        self.wait_s = wait_s
+        self.left = ""  # host:port of the server whose link was lost
+        self._tried: set[str] = set()
+
+    def connected(self, server: str) -> None:
+        """A link is up to `server`: if it is lost, that is the one left."""
+        self.left = server
+        self._tried.clear()
+
+    def __call__(self, servers: list[Any], server_info: dict[str, Any]) -> tuple[Any, float]:
+        names = [s.uri.netloc for s in servers]
+        delay = 0.0
+        if all(name in self._tried for name in names):
+            self._tried.clear()
+            delay = self.wait_s
+        untried = [i for i, name in enumerate(names) if name not in self._tried]
+        pick = next((i for i in untried if names[i] != self.left), untried[0])
+        self._tried.add(names[pick])
+        return servers[pick], delay
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """The kind of a NATS client error this agent counts, None for the rest (connection
+    attempts failing while a server is away: the disconnect is logged already)."""
+    text = str(exc).lower()
+    # A refused password at reconnect comes as a plain Error naming the violation.
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in text:
+        return "authorization"
+    if "permissions violation" in text:
+        return "permissions"
+    return None
 
 
 def auth_options(creds: Path | None) -> dict[str, Any]:
@@ -64,6 +151,14 @@ class PublisherStats:
     failures: int = 0
     skipped_offline: int = 0
     reconnects: int = 0
+    # Probes (or heartbeats) the server did not answer in time: links taken as dead.
+    dead_links: int = 0
+    # NATS errors by kind (`error_kind`, and "publish"); their sum is `busErrors`.
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bus_errors(self) -> int:
+        return sum(self.errors.values())
 
 
 class Publisher:
@@ -77,6 +172,7 @@ class Publisher:
         boot_id: str,
         interval_s: float,
         clock: Clock,
+        misses: int = 3,
         creds: Path | None = None,
         timeout_s: float = 5.0,
         on_ready: Callable[[], None] | None = None,
@@ -87,6 +183,9 @@ class Publisher:
         self._node_id = node_id
         self._boot_id = boot_id
         self._interval_s = interval_s
+        self.link = LinkTiming.for_window(interval_s, misses)
+        self._rotation = ServerRotation()
+        self._throttle = LogThrottle(log, every_s=WARN_EVERY_S)
         self._clock = clock
         self._auth = auth_options(creds)
         # Called once, after the first inventory is out: systemd's READY=1.
@@ -111,6 +210,13 @@ class Publisher:
         return self._nc is not None and self._nc.is_connected
 
     @property
+    def server(self) -> str:
+        """host:port of the server this agent is connected to ("" when none)."""
+        nc = self._nc
+        url = nc.connected_url if nc is not None else None
+        return url.netloc if url is not None else ""
+
+    @property
     def latest(self) -> AgentState | None:
         """The one state waiting to be published: there is never a backlog."""
         return self._state
@@ -131,8 +237,10 @@ class Publisher:
                 name=f"gpufleet-agent {self._node_id}",
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=2,
+                reconnect_time_wait=int(RECONNECT_WAIT_S),
+                reconnect_to_server_handler=self._rotation,
                 connect_timeout=int(max(1, self._timeout_s)),
+                # nats-py's own pings only back up the probe (`_watch_link`).
                 ping_interval=10,
                 max_outstanding_pings=3,
                 **self._auth,
@@ -140,18 +248,69 @@ class Publisher:
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
             )
-            log.info("connected to %s", nc.connected_url.netloc if nc.connected_url else "?")
+            self._rotation.connected(self.server)
+            log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)
-            while True:
-                delay = max(0.0, self._next_heartbeat - self._clock.monotonic())
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
-                self._wake.clear()
-                await self._flush()
+            loops = [
+                asyncio.create_task(self._watch_link(nc), name="nats-link-probe"),
+                asyncio.create_task(self._publish_loop(), name="nats-publish"),
+            ]
+            try:
+                done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # they only end by raising
+            finally:
+                # Python 3.11's wait_for (nats-py's flush waits with it) drops a
+                # cancellation that lands just as what it waits for completes; a loop
+                # that missed its cancel still stops at its next turn.
+                self._closing = True
+                self._wake.set()
+                for task in loops:
+                    task.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
         finally:
             await self._close(nc)
+
+    async def _publish_loop(self) -> None:
+        while not self._closing:
+            delay = max(0.0, self._next_heartbeat - self._clock.monotonic())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await self._flush()
+
+    async def _watch_link(self, nc: Client) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.link.probe_every_s)
+            await self._answered(nc)
+
+    async def _answered(self, nc: Client) -> bool:
+        """Whether the server answers a PING in time: everything written before it has
+        reached the server. When it does not, the link is taken as dead and the client
+        reconnects to another server."""
+        if not nc.is_connected:
+            return False
+        server = self.server
+        try:
+            # nats-py annotates the timeout as int; it is used as a float.
+            await nc.flush(timeout=self.link.probe_timeout_s)  # type: ignore[arg-type]
+        except nats.errors.FlushTimeoutError:
+            if not nc.is_connected:
+                return False  # nats-py noticed too and is reconnecting already
+            self.stats.dead_links += 1
+            log.warning(
+                "no answer from NATS at %s within %.1fs: leaving it for another server",
+                server,
+                self.link.probe_timeout_s,
+            )
+            await nc.force_reconnect()
+            return False
+        except nats.errors.Error as exc:  # closed or reconnecting meanwhile
+            log.debug("nats probe: %s", exc or type(exc).__name__)
+            return False
+        return True
 
     async def _close(self, nc: Client) -> None:
         self._closing = True
@@ -212,6 +371,7 @@ class Publisher:
             seq=self._seq,
             sent_at=self._clock.wall_ms(),
             interval_ms=int(self._interval_s * 1000),
+            bus_errors=self.stats.bus_errors,
             inventory_hash=state.inventory.inventory_hash,
             provisioning=state.inventory.provisioning,
             health=health,
@@ -221,7 +381,12 @@ class Publisher:
         if len(body) > MAX_HEARTBEAT_BYTES:
             # Only with very many broken devices; the first few still tell the story.
             body = msgspec.structs.replace(hb, devices=devices[:8]).to_json()
-        if await self._publish(self.hb_subject, body):
+        nc = self._nc
+        if (
+            nc is not None
+            and await self._publish(self.hb_subject, body)
+            and await self._answered(nc)
+        ):
             self._seq += 1
             self._last_health = (health, devices)
             self.stats.heartbeats += 1
@@ -234,9 +399,15 @@ class Publisher:
             await asyncio.wait_for(nc.publish(subject, body), timeout=self._timeout_s)
         except Exception as exc:
             self.stats.failures += 1
-            log.warning("publish to %s failed: %s", subject, exc or type(exc).__name__)
+            self._count("publish", "publish to %s failed: %s", subject, exc or type(exc).__name__)
             return False
         return True
+
+    def _count(self, kind: str, msg: str, *args: object) -> None:
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+        self._throttle.warning(
+            kind, msg + " (NATS errors so far: %d)", *args, self.stats.bus_errors
+        )
 
     # -- callbacks from nats-py -------------------------------------------------------------
 
@@ -249,10 +420,15 @@ class Publisher:
             try:
                 await asyncio.wait_for(msg.respond(self._inventory_bytes(state)), self._timeout_s)
             except Exception as exc:
-                log.warning("inventory reply failed: %s", exc)
+                self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
 
     async def _on_error(self, exc: Exception) -> None:
-        log.debug("nats: %s", exc or type(exc).__name__)
+        kind = error_kind(exc)
+        if kind is None:
+            log.debug("nats: %s", exc or type(exc).__name__)
+            return
+        # e.g. "Permissions Violation for Publish to ...": the server names the subject.
+        self._count(kind, "NATS refused this agent (%s): %s", kind, exc or type(exc).__name__)
 
     async def _on_disconnected(self) -> None:
         if self._closing:
@@ -261,7 +437,8 @@ class Publisher:
 
     async def _on_reconnected(self) -> None:
         self.stats.reconnects += 1
-        log.info("reconnected to nats")
+        self._rotation.connected(self.server)
+        log.info("reconnected to nats at %s", self.server or "?")
         # The coordinator may have missed anything sent while we were away.
         self._need_inventory = True
         self._next_heartbeat = 0.0

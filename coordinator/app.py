@@ -252,6 +252,7 @@ async def running_coordinator(
                 accepted=ingest.accepted,
                 dropped=ingest.dropped,
                 heartbeat_ages_s=lambda: tracker.ages_s(clock.now_ms()),
+                agent_bus_errors=tracker.bus_errors,
                 drift_corrections=lambda: drift_total[0],
                 alerts_published=stream.published_by_kind,
                 loop_failures=loops.failures,

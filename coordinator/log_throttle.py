@@ -1,39 +1,8 @@
-"""Warnings that a flood must not turn into a log flood: at most one line per key per
-period, saying how many were held back since the last one.
-
-Used for what one bad host or a slow consumer can repeat thousands of times a second
-(dropped messages, NATS errors, clamped intervals); the counters in
-`coordinator.metrics` keep the exact numbers.
-"""
+"""`LogThrottle` lives in `shared.log_throttle` (the agent uses it too); the coordinator's
+modules import it from here."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
+from shared.log_throttle import LogThrottle
 
-
-class LogThrottle:
-    def __init__(
-        self,
-        logger: logging.Logger,
-        every_s: float = 10.0,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._log = logger
-        self._every_s = every_s
-        self._monotonic = monotonic
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, msg: str, *args: object) -> None:
-        now = self._monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self._every_s:
-            self._held[key] = self._held.get(key, 0) + 1
-            return
-        self._last[key] = now
-        held = self._held.pop(key, 0)
-        if held:
-            msg, args = msg + " (and %d more like it since)", (*args, held)
-        self._log.warning(msg, *args)
+__all__ = ["LogThrottle"]

@@ -116,6 +116,8 @@ class Sources:
     is_leader: Callable[[], bool] = lambda: False
     outage_holds: Callable[[], int] = lambda: 0
     interval_clamped: Callable[[], int] = lambda: 0
+    # (pool, node, count) of each agent whose last heartbeat reported NATS errors.
+    agent_bus_errors: Callable[[], Iterable[tuple[str, str, int]]] = tuple
     # The alert outbox and leader fencing (see `_outbox`).
     outbox_backlog: Callable[[], int] = lambda: 0
     outbox_oldest_age_s: Callable[[], float] = lambda: 0.0
@@ -201,6 +203,17 @@ def _fleet(census: Census, s: Sources) -> Iterable[Metric]:
         "Age of the oldest alert not yet acknowledged by JetStream (0: none)",
         value=s.outbox_oldest_age_s(),
     )
+    # Every replica hears every heartbeat: from the leader alone, like the fleet.
+    agents = CounterMetricFamily(
+        "gpufleet_agent_bus_errors",
+        "NATS errors an agent reported in its last heartbeat, cumulative since it started"
+        " (publishes refused or failed, permission violations); agents reporting none have"
+        " no series",
+        labels=["node", "pool"],
+    )
+    for pool, node, n in sorted(s.agent_bus_errors()):
+        agents.add_metric([node, pool], n)
+    yield agents
 
 
 class _Collector(Collector):

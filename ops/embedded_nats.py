@@ -118,6 +118,7 @@ class EmbeddedNats:
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
+        proc.send_signal(signal.SIGCONT)  # a paused server acts on SIGTERM only once resumed
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -130,6 +131,20 @@ class EmbeddedNats:
         if self._proc is None or self._proc.poll() is not None:
             raise EmbeddedNatsError("nats-server is not running")
         self._proc.send_signal(signal.SIGHUP)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs with every connection open (TCP still accepts and
+        the kernel still buffers), as a wedged host or a long GC pause looks to clients."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise EmbeddedNatsError("nats-server is not running")
+        self._proc.send_signal(sig)
 
     def restart(self, down_for: float = 0.0) -> None:
         self.stop()

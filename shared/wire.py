@@ -231,6 +231,9 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
     provisioning: bool = False
     health: NodeHealth
     devices: Annotated[tuple[DeviceHealth, ...], Meta(max_length=MAX_DEVICES)] = ()
+    # NATS errors the agent met since it started (publishes refused or failed, permission
+    # violations): its link looks healthy while some of what it sends goes nowhere.
+    bus_errors: Int63 = 0
 
 
 # Every kind of alert, the one list (SPEC §4): every transition the ledger records is

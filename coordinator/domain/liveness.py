@@ -61,6 +61,8 @@ class NodeLiveness:
     prev_seq: int = -1
     # While the other boot keeps speaking, the duplicate episode lasts until then.
     rival_until: int | None = None
+    # The NATS errors the agent last reported (cumulative since it started).
+    bus_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,7 @@ class LivenessTracker:
                 node.reachable, node.back_since, came_back = True, None, True
         node.last_seen = now
         node.interval_ms = interval
+        node.bus_errors = hb.bus_errors
         self.unflushed[hb.node_id] = (now, interval)
         devices = frozenset(hb.devices) if hb.devices else NO_DEVICES
         status = hb.health.status
@@ -251,6 +254,10 @@ class LivenessTracker:
     def ages_s(self, now: int) -> list[float]:
         """Seconds since the last heartbeat of every reachable node."""
         return [(now - n.last_seen) / 1000 for n in self.nodes.values() if n.reachable]
+
+    def bus_errors(self) -> list[tuple[str, str, int]]:
+        """(pool, node, count) of each node whose agent last reported NATS errors."""
+        return [(n.pool_id, n.node_id, n.bus_errors) for n in self.nodes.values() if n.bus_errors]
 
     def mark_unreachable(self, node_ids: list[str] | tuple[str, ...]) -> None:
         for node_id in node_ids:

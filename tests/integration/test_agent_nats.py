@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
@@ -21,18 +22,43 @@ from agent.clock import SystemClock
 from agent.config import HealthSettings, Settings
 from agent.fake_sysfs import build_tree
 from agent.faults import write_faults
-from agent.inventory import Identity
+from agent.inventory import Identity, build_inventory
 from agent.main import run
 from agent.poller import Poller
 from agent.profile import load_profile
 from agent.publisher import Publisher
 from agent.reader import NvmlReader
+from agent.readings import HostReading, NvmlSnapshot
 from agent.simulated import SimulatedNvml
+from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNats, free_port
+from ops.nats_auth import (
+    AgentNode,
+    NatsUser,
+    Permissions,
+    agent_permissions,
+    agent_user,
+    credentials_text,
+    render_authorization,
+)
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, Inventory
+from shared.wire import Heartbeat, Inventory, NodeHealth
+from tests.waiting import eventually
+
+PREFIX = "tauth"
+
+
+def state(pool: str, node: str) -> AgentState:
+    inv = build_inventory(
+        Identity(node_id=node, pool_id=pool),
+        NvmlSnapshot(),
+        HostReading(vcpu=8),
+        boot_id="",
+        sent_at=0,
+    )
+    return AgentState(inv, NodeHealth(status="healthy"), (), SystemClock().monotonic())
 
 
 class Bus:
@@ -278,3 +304,102 @@ async def test_polling_continues_while_nats_is_away(tmp_path: Path) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+WATCHER = "watcher"
+
+
+@contextlib.contextmanager
+def nats_with_users(tmp_path: Path, agent: NatsUser) -> Iterator[EmbeddedNats]:
+    """A nats-server whose users are `agent` (password "agent-pw") and a watcher that may
+    read everything."""
+    watcher = NatsUser(WATCHER, "reader", Permissions(publish=(">",), subscribe=(">",)))
+    config = tmp_path / "nats-server.conf"
+    config.write_text(
+        render_authorization([agent, watcher], {agent.name: "agent-pw", WATCHER: "watcher-pw"})
+    )
+    (tmp_path / "agent.creds").write_text(credentials_text(agent.name, "agent-pw"))
+    with EmbeddedNats(config_file=str(config)) as server:
+        yield server
+
+
+def publisher_for(server: EmbeddedNats, creds: Path, pool: str, node: str) -> Publisher:
+    return Publisher(
+        servers=server.url,
+        subjects=Subjects(PREFIX),
+        pool_id=pool,
+        node_id=node,
+        boot_id="boot-1",
+        interval_s=0.2,
+        clock=SystemClock(),
+        creds=creds,
+    )
+
+
+async def test_refused_publishes_are_warned_once_per_period_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent started with another node's credentials (what `gpufleet nats-auth` wrote
+    for gpu-a, on gpu-b): the server refuses everything it sends. No heartbeat can say so;
+    the agent's log does, at WARNING, without flooding it."""
+    pool = new_pool_id()
+    owner = AgentNode(pool, "gpu-a")
+    user = NatsUser(agent_user(owner), "agent", agent_permissions(Subjects(PREFIX), owner), owner)
+    with nats_with_users(tmp_path, user) as server:
+        pub = publisher_for(server, tmp_path / "agent.creds", pool, "gpu-b")
+        pub.update(state(pool, "gpu-b"))
+        caplog.set_level(logging.WARNING, logger="agent.publisher")
+        task = asyncio.create_task(pub.run(), name="publisher")
+        try:
+
+            async def refused_often() -> bool:
+                return pub.stats.errors.get("permissions", 0) >= 5
+
+            await eventually(refused_often)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    refusals = [m for m in warnings if "permissions violation" in m.lower()]
+    assert len(refusals) == 1, warnings  # one per 10 s, however many were refused
+    assert "gpu-b" in refusals[0]  # the server names the subject it refused
+    assert pub.stats.bus_errors >= 5
+
+
+async def test_a_refused_subscription_is_counted_in_the_heartbeats_that_get_through(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats and inventory may be published but inventory requests may not be
+    received (a server config of one's own that forgot the agent's subscribe grant): the
+    coordinator's requests would go unanswered, and the heartbeats say why."""
+    pool = new_pool_id()
+    node = AgentNode(pool, "gpu-a")
+    subjects = Subjects(PREFIX)
+    allowed = Permissions(
+        publish=(subjects.heartbeat(pool, "gpu-a"), subjects.inventory(pool, "gpu-a")),
+        subscribe=(f"{PREFIX}.nothing",),
+    )
+    with nats_with_users(tmp_path, NatsUser(agent_user(node), "agent", allowed, node)) as server:
+        nc = await nats.connect(server.url, user=WATCHER, password="watcher-pw")
+        try:
+            bus = Bus(nc, subjects, pool, "gpu-a")
+            await bus.start()
+            pub = publisher_for(server, tmp_path / "agent.creds", pool, "gpu-a")
+            pub.update(state(pool, "gpu-a"))
+            task = asyncio.create_task(pub.run(), name="publisher")
+            try:
+
+                async def counted() -> Heartbeat:
+                    hb = await bus.heartbeat()
+                    while hb.bus_errors == 0:
+                        hb = await bus.heartbeat()
+                    return hb
+
+                hb = await asyncio.wait_for(counted(), 10)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await nc.close()
+    assert hb.bus_errors >= 1
+    assert pub.stats.errors.get("permissions", 0) >= 1

@@ -1,5 +1,6 @@
 """The publisher alone against a real nats-server: inventory on hash change, immediate
-heartbeats on health change, and `unmonitored` when polling stalls."""
+heartbeats on health change, `unmonitored` when polling stalls, and a hung server of a
+cluster left for another well inside one detection window."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ from agent.readings import HostReading, NvmlSnapshot
 from agent.simulated import SimulatedNvml
 from agent.state import AgentState
 from agent.sysfs import read_host
+from ops.embedded_nats import EmbeddedNatsCluster
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat, Inventory, NodeHealth
+from tests.waiting import eventually
 
 CLOCK = SystemClock()
 HEALTHY = NodeHealth(status="healthy")
@@ -170,3 +173,77 @@ async def test_missing_gpu_and_port_down_reach_the_bus(
         "0000:1a:00.0": "unhealthy",
         "missing-pci-0000:5d:00.0": "unhealthy",
     }
+
+
+# The coordinator's window for this agent is misses x interval = 3 x 3 s = 9 s; the agent
+# must be heard again through another server within a third of it.
+HUNG_INTERVAL_S = 3.0
+HUNG_BUDGET_S = 3 * HUNG_INTERVAL_S / 3
+
+
+async def test_a_hung_server_is_left_for_another_within_a_third_of_the_window() -> None:
+    cluster = EmbeddedNatsCluster(3)
+    await asyncio.to_thread(cluster.start)
+    pool = new_pool_id()
+    subjects = Subjects(f"t{secrets.token_hex(4)}")
+    pub = Publisher(
+        servers=cluster.url,
+        subjects=subjects,
+        pool_id=pool,
+        node_id="n1",
+        boot_id="boot-1",
+        interval_s=HUNG_INTERVAL_S,
+        clock=CLOCK,
+    )
+    task = asyncio.create_task(pub.run(), name="publisher")
+    hung = None
+    loop = asyncio.get_running_loop()
+    try:
+        pub.update(state(pool, vcpu=8))
+
+        async def connected() -> bool:
+            return pub.server != ""
+
+        await eventually(connected)
+        hung = cluster.servers[cluster.by_port(int(pub.server.rsplit(":", 1)[1]))]
+        listener = next(s for s in cluster.servers.values() if s is not hung)
+        nc = await nats.connect(servers=[listener.url], dont_randomize=True)
+        arrivals: asyncio.Queue[tuple[float, Heartbeat]] = asyncio.Queue()
+        seqs: list[int] = []
+
+        async def on_hb(msg: Msg) -> None:
+            hb = Heartbeat.from_json(msg.data)
+            seqs.append(hb.seq)
+            await arrivals.put((loop.time(), hb))
+
+        await nc.subscribe(subjects.heartbeat(pool, "n1"), cb=on_hb)
+        await nc.flush()
+        try:
+            # Heard through the cluster's route; right after one arrives the next is a
+            # whole interval away, so the stop below catches no heartbeat in flight.
+            await asyncio.wait_for(arrivals.get(), 20)
+            hung.pause()
+            stopped = loop.time()
+            # Generous wait, so a slow agent fails on the bound below, not on a timeout.
+            arrived, _ = await asyncio.wait_for(arrivals.get(), 9 * HUNG_BUDGET_S)
+            assert arrived - stopped <= HUNG_BUDGET_S, arrived - stopped
+            assert pub.server not in ("", f"127.0.0.1:{hung.port}")
+            # Every heartbeat the publisher counts as sent (seq 0 .. heartbeats-1) from
+            # the first this subscriber could hear reached it: none was lost with the
+            # hung server.
+            await asyncio.wait_for(arrivals.get(), 3 * HUNG_INTERVAL_S)
+            sent = pub.stats.heartbeats
+
+            async def caught_up() -> bool:
+                return max(seqs) >= sent - 1
+
+            await eventually(caught_up, within_s=3 * HUNG_INTERVAL_S)
+            assert sorted(set(seqs)) == list(range(seqs[0], max(seqs) + 1))
+        finally:
+            await nc.close()
+    finally:
+        if hung is not None:
+            hung.resume()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(cluster.close)

@@ -15,10 +15,15 @@ import aiohttp
 import nats
 import pytest
 
+from agent.clock import SystemClock
+from agent.inventory import Identity, build_inventory
+from agent.publisher import Publisher
+from agent.readings import HostReading, NvmlSnapshot
+from agent.state import AgentState
 from coordinator.app import Coordinator, running_coordinator
-from ops.embedded_nats import EmbeddedNats
+from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
 from shared.subjects import Subjects
-from shared.wire import Inventory
+from shared.wire import Inventory, NodeHealth
 from tests.factories import make_heartbeat, make_inventory
 from tests.freezable_proxy import FreezableProxy
 from tests.integration.conftest import Api, coordinator_settings
@@ -131,3 +136,98 @@ async def test_a_frozen_link_is_noticed_fast_and_marks_no_node_unreachable(
         beating.cancel()
         await asyncio.gather(beating, return_exceptions=True)
         await nc.close()
+
+
+AGENT_INTERVAL_S = 2.0  # each node's window: 3 misses x 2 s = 6 s
+
+
+def agent_state(pool: str, node_id: str) -> AgentState:
+    inv = build_inventory(
+        Identity(node_id=node_id, pool_id=pool),
+        NvmlSnapshot(),
+        HostReading(vcpu=8),
+        boot_id="",
+        sent_at=0,
+    )
+    return AgentState(inv, NodeHealth(status="healthy"), (), SystemClock().monotonic())
+
+
+async def test_a_hung_cluster_server_under_coordinator_and_agents_marks_no_node_unreachable(
+    tmp_path: Path,
+) -> None:
+    """SPEC §9: one of three clustered servers hangs (SIGSTOP) with the coordinator and an
+    agent on it. With the coordinator's default probe (every 1 s, 2 s to answer) it notices
+    within a third of the default window (5 s) and moves to another server; the agent
+    moves too; no node is marked unreachable."""
+    cluster = EmbeddedNatsCluster(3)
+    await asyncio.to_thread(cluster.start)
+    hung = cluster.servers["n1"]
+    hung_at = f"127.0.0.1:{hung.port}"
+    # The coordinator takes its seeds in order: it starts on n1. So does one agent, given
+    # only n1 (it learns the others from the cluster); the others start anywhere.
+    settings = coordinator_settings(f"sqlite:///{tmp_path / 'ledger.db'}", cluster.url)
+    assert settings.nats_probe_interval_s + settings.nats_probe_timeout_s <= 5.0
+    tasks: list[asyncio.Task[None]] = []
+    paused = False
+    try:
+        async with running_coordinator(settings) as coordinator, aiohttp.ClientSession() as s:
+            assert coordinator.bus.connected_server == hung_at
+            key = settings.bootstrap_operator_key
+            assert key is not None
+            api = Api(s, coordinator.url, key)
+            await api.ok("tenants.create", {"tenantId": "acme"})
+            pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+            publishers = {
+                node_id: Publisher(
+                    servers=servers,
+                    subjects=Subjects(settings.subject_prefix),
+                    pool_id=pool,
+                    node_id=node_id,
+                    boot_id="boot-1",
+                    interval_s=AGENT_INTERVAL_S,
+                    clock=SystemClock(),
+                )
+                for node_id, servers in (
+                    ("on-hung", hung.url),
+                    ("any-1", cluster.url),
+                    ("any-2", cluster.url),
+                )
+            }
+            for node_id, pub in publishers.items():
+                pub.update(agent_state(pool, node_id))
+                tasks.append(asyncio.create_task(pub.run(), name=f"agent {node_id}"))
+
+            async def all_heard() -> bool:
+                nodes = coordinator.tracker.nodes.values()
+                return len(nodes) == len(publishers) and all(n.seq >= 1 for n in nodes)
+
+            await eventually(all_heard, within_s=20)
+            assert publishers["on-hung"].server == hung_at
+
+            hung.pause()
+            paused = True
+            loop = asyncio.get_running_loop()
+            paused_at = loop.time()
+
+            # Down and up again within one poll, at times: the move is what is seen.
+            async def moved() -> bool:
+                server = coordinator.bus.connected_server
+                return coordinator.tracker.bus_connected and server not in ("", hung_at)
+
+            await eventually(moved, within_s=10)
+            assert loop.time() - paused_at <= 5.0
+            assert coordinator.bus.probe_failures >= 1
+            # A whole window of the nodes' after the reconnect, every one still heard.
+            await asyncio.sleep(3 * AGENT_INTERVAL_S + 0.5)
+            assert publishers["on-hung"].server not in ("", hung_at)
+            assert all(n.reachable for n in coordinator.tracker.nodes.values())
+            for node_id in publishers:
+                kinds = [e.kind for e in await coordinator.ledger.catalog.events(node_id)]
+                assert "node.unreachable" not in kinds, (node_id, kinds)
+    finally:
+        if paused:
+            hung.resume()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.to_thread(cluster.close)

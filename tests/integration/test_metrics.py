@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 import aiohttp
+import msgspec
 import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -87,6 +88,40 @@ async def test_metrics_expose_ingest_drops_heartbeat_age_and_api_latency(
     assert m["gpufleet_alerts_published_total"][(("kind", "node.registered"),)] >= 1
     assert m["gpufleet_leader"][()] == 1
     assert m["gpufleet_nats_connected"][()] == 1
+
+
+async def test_the_nats_errors_an_agent_reports_are_shown_for_its_node(
+    api: Api, coordinator: Coordinator
+) -> None:
+    """An agent whose NATS user may not do all it tries says so in its heartbeats
+    (`busErrors`); /metrics shows the latest count for each agent that reports any."""
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    s = Subjects(coordinator.settings.subject_prefix)
+    invs = [make_inventory(node, pool, gpus=1) for node in ("n1", "n2")]
+    nc = await nats.connect(coordinator.settings.nats_url)
+    try:
+        for inv in invs:
+            await nc.publish(s.inventory(pool, inv.node_id), inv.to_json())
+
+        async def registered() -> bool:
+            return len(await coordinator.ledger.nodes.liveness_snapshot()) == 2
+
+        await eventually(registered)
+        for seq, errors in ((1, 3), (2, 7)):
+            hb = msgspec.structs.replace(make_heartbeat(invs[0], seq), bus_errors=errors)
+            await nc.publish(s.heartbeat(pool, "n1"), hb.to_json())
+        await nc.publish(s.heartbeat(pool, "n2"), make_heartbeat(invs[1]).to_json())
+        await nc.flush()
+
+        async def heard() -> bool:
+            return coordinator.ingest.accepted["hb"] >= 3
+
+        await eventually(heard)
+    finally:
+        await nc.close()
+    m = await _scrape(api)
+    assert m["gpufleet_agent_bus_errors_total"] == {(("node", "n1"), ("pool", pool)): 7}
 
 
 async def test_pool_series_are_parts_in_one_unit_and_gpus_join_with_dcgm_labels(

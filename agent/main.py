@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.clock import Clock, SystemClock
 from agent.config import Settings
 from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile
@@ -34,6 +33,7 @@ from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
+from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError, load
 from shared.subjects import Subjects
 from shared.systemd import sd_notify

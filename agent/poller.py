@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from agent.clock import Clock
 from agent.health import Finding, HealthPolicy, HealthState, evaluate
 from agent.inventory import Identity, SharingRule, build_inventory
 from agent.presence import reconcile
@@ -30,6 +29,7 @@ from agent.reader import NvmlReader
 from agent.readings import HostReading, NicReading, NvmlSnapshot
 from agent.state import AgentState
 from agent.xid_watch import XidWatcher
+from shared.clock import Clock
 from shared.wire import Inventory
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class Poller:
                 host,
                 self._sharing,
                 boot_id=self._boot_id,
-                sent_at=self._clock.wall_ms(),
+                sent_at=self._clock.now_ms(),
                 offer_boot_disks=self._offer[0],
                 offer_management_nics=self._offer[1],
                 expected=self._expected,

@@ -26,8 +26,8 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from agent.clock import Clock
 from agent.state import AgentState
+from shared.clock import Clock
 from shared.credentials import CredentialsError, connect_options
 from shared.settings import ConfigError
 from shared.subjects import Subjects
@@ -195,7 +195,7 @@ class Publisher:
         inv = state.inventory.model_copy(
             update={
                 "boot_id": self._boot_id,
-                "sent_at": self._clock.wall_ms(),
+                "sent_at": self._clock.now_ms(),
                 "health": state.health,
                 "devices": state.devices,
             }
@@ -210,7 +210,7 @@ class Publisher:
             pool_id=self._pool_id,
             boot_id=self._boot_id,
             seq=self._seq,
-            sent_at=self._clock.wall_ms(),
+            sent_at=self._clock.now_ms(),
             interval_ms=int(self._interval_s * 1000),
             inventory_hash=state.inventory.inventory_hash,
             provisioning=state.inventory.provisioning,

@@ -17,7 +17,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.clock import SystemClock
 from agent.config import HealthSettings, Settings
 from agent.fake_sysfs import build_tree
 from agent.faults import write_faults
@@ -30,6 +29,7 @@ from agent.reader import NvmlReader
 from agent.simulated import SimulatedNvml
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNats, free_port
+from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory

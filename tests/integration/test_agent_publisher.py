@@ -13,7 +13,6 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from agent.clock import SystemClock
 from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile, write_faults
 from agent.inventory import Identity, build_inventory
@@ -25,6 +24,7 @@ from agent.readings import HostReading, NvmlSnapshot
 from agent.simulated import SimulatedNvml
 from agent.state import AgentState
 from agent.sysfs import read_host
+from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat, Inventory, NodeHealth

@@ -24,10 +24,18 @@ import click
 
 from ops import views
 from ops.api_commands import api_group, call_cmd
-from ops.cli_options import output_options, pass_session, show_answer, tenant_option
+from ops.cli_options import (
+    output_options,
+    pass_session,
+    settings_from,
+    settings_options,
+    show_answer,
+    tenant_option,
+)
+from ops.cli_settings import CliSettings
 from ops.client import ApiError, ClientError, Unreachable
 from ops.flags import parse_when
-from ops.session import DEFAULT_URL, Session
+from ops.session import Session
 from shared.ids import CROCKFORD
 
 STATES = (
@@ -49,16 +57,14 @@ def version() -> str:
 
 
 @click.group(context_settings=CONTEXT, help=__doc__)
-@click.option("--url", envvar="GPUFLEET_URL", default=DEFAULT_URL, show_default=True,
-              help="coordinator URL (env GPUFLEET_URL)")  # fmt: skip
-@click.option("--key", envvar="GPUFLEET_KEY", help="API key (env GPUFLEET_KEY)")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per call")
+@settings_options(CliSettings)
 @click.version_option(version(), "--version", prog_name="gpufleet")
 @output_options
 @click.pass_context
-def cli(ctx: click.Context, url: str, key: str | None, timeout: float) -> None:
+def cli(ctx: click.Context) -> None:
     session = ctx.ensure_object(Session)
-    session.url, session.key, session.timeout_s = url, key, timeout
+    settings = settings_from(ctx, CliSettings, session.env)
+    session.url, session.key, session.timeout_s = settings.url, settings.key, settings.timeout_s
 
 
 # --- read views ---------------------------------------------------------------------
@@ -415,17 +421,14 @@ def _fail(text: str, code: int) -> int:
 
 
 def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int:
-    """The command line; `env`'s GPUFLEET_URL and GPUFLEET_KEY (when given) sit below
-    flags and the process environment."""
-    given = env or {}
-    defaults = {k: given[v] for k, v in (("url", "GPUFLEET_URL"), ("key", "GPUFLEET_KEY"))
-                if given.get(v)}  # fmt: skip
+    """The command line; `env`'s `GPUFLEET_*` settings (when given) sit below flags and
+    the process environment."""
+    session = Session(env={**(env or {}), **os.environ})
     try:
         try:
             cli.main(
-                args=list(argv or []), prog_name="gpufleet", standalone_mode=False,
-                default_map=defaults,
-            )  # fmt: skip
+                args=list(argv or []), prog_name="gpufleet", standalone_mode=False, obj=session
+            )
             sys.stdout.flush()
         except click.exceptions.Exit as exc:
             return int(exc.exit_code)

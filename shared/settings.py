@@ -35,12 +35,16 @@ __all__ = [
     "ENV_PREFIX",
     "ConfigError",
     "Field",
+    "FlagSpec",
     "Option",
     "SettingsModel",
     "build",
     "build_parser",
+    "config_help",
     "fields",
     "flag_names",
+    "flag_specs",
+    "from_sources",
     "load",
     "markdown_table",
     "with_table",
@@ -88,6 +92,7 @@ class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     prog: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     toml_table: ClassVar[str | None] = None  # the file's table, e.g. [coordinator]
+    config_env: ClassVar[str] = CONFIG_ENV  # the variable that names the file
 
     @classmethod
     def environment_extras(cls, env: Mapping[str, str]) -> dict[str, Any]:
@@ -149,7 +154,19 @@ def load(
     ConfigError naming the field. `defaults` sit below every source (a one-shot command
     may fill in what only the daemon needs)."""
     args = vars(build_parser(model).parse_args(argv))
-    config = args.pop("config", None) or env.get(CONFIG_ENV) or None
+    return from_sources(model, args, env, defaults)
+
+
+def from_sources(
+    model: type[M],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    defaults: Mapping[str, Any] | None = None,
+) -> M:
+    """The settings from flags already parsed (by argparse here, by click for `gpufleet`):
+    `flags` holds the given ones by field name, and `config` for the file."""
+    args = dict(flags)
+    config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
         dict(defaults or {}),
         read_toml(Path(config), model) if config else {},
@@ -360,34 +377,68 @@ def from_flags(model: type[SettingsModel], args: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def build_parser(model: type[SettingsModel]) -> argparse.ArgumentParser:
-    """One flag per field (nested tables are file and env only); unset flags are absent
-    from the namespace, so they never hide an env or file value."""
-    parser = argparse.ArgumentParser(
-        prog=model.prog, description=model.summary, argument_default=argparse.SUPPRESS
-    )
-    table = f" ([{model.toml_table}] table or top level)" if model.toml_table else ""
-    parser.add_argument(
-        "--config", metavar="PATH", help=f"TOML settings file{table}; env {CONFIG_ENV}"
-    )
+@dataclass(frozen=True)
+class FlagSpec:
+    """The command-line flag of one field, for whichever parser builds it (argparse here,
+    click for `gpufleet`): `switch` is --x/--no-x, `repeat` takes one item each time."""
+
+    dest: str
+    names: tuple[str, ...]
+    help: str
+    style: Literal["switch", "choice", "repeat", "value"]
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    def pick(self, text: str) -> str:
+        """A choice matched case-insensitively (`--log-level debug`)."""
+        return next((c for c in self.choices if c.lower() == text.lower()), text)
+
+
+def flag_specs(model: type[SettingsModel]) -> Iterator[FlagSpec]:
+    """One flag per field; nested tables are file and env only."""
     for field in fields(model):
         kind = _kind(field.annotation)
         if _is_table(kind):
             continue
         option = field.option
+        names = tuple(flag_names(field.name, option))
         help_text = field.description + f" (env {ENV_PREFIX}{field.name.upper()})"
-        kwargs: dict[str, Any] = {"dest": field.name, "help": help_text}
         if option.item is not None:
-            kwargs |= {"action": "append", "metavar": option.metavar or "VALUE"}
+            yield FlagSpec(
+                field.name, names, help_text, "repeat", metavar=option.metavar or "VALUE"
+            )
         elif kind is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
+            yield FlagSpec(field.name, names, help_text, "switch")
+        elif choices := _choices(field.annotation):
+            yield FlagSpec(field.name, names, help_text, "choice", tuple(choices))
         else:
-            choices = _choices(field.annotation)
-            if choices:
-                kwargs |= {"choices": choices, "type": _pick_from(choices)}
-            else:
-                kwargs["metavar"] = option.metavar or _metavar(kind)
-        parser.add_argument(*flag_names(field.name, option), **kwargs)
+            metavar = option.metavar or _metavar(kind)
+            yield FlagSpec(field.name, names, help_text, "value", metavar=metavar)
+
+
+def config_help(model: type[SettingsModel]) -> str:
+    table = f" ([{model.toml_table}] table or top level)" if model.toml_table else ""
+    return f"TOML settings file{table}; env {model.config_env}"
+
+
+def build_parser(model: type[SettingsModel]) -> argparse.ArgumentParser:
+    """The flags of `flag_specs`; unset flags are absent from the namespace, so they never
+    hide an env or file value."""
+    parser = argparse.ArgumentParser(
+        prog=model.prog, description=model.summary, argument_default=argparse.SUPPRESS
+    )
+    parser.add_argument("--config", metavar="PATH", help=config_help(model))
+    for spec in flag_specs(model):
+        kwargs: dict[str, Any] = {"dest": spec.dest, "help": spec.help}
+        if spec.style == "repeat":
+            kwargs |= {"action": "append", "metavar": spec.metavar}
+        elif spec.style == "switch":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif spec.style == "choice":
+            kwargs |= {"choices": spec.choices, "type": spec.pick}
+        else:
+            kwargs["metavar"] = spec.metavar
+        parser.add_argument(*spec.names, **kwargs)
     return parser
 
 
@@ -476,15 +527,6 @@ def _choices(annotation: Any) -> list[str]:
     if get_origin(kind) is Literal:
         return [str(a) for a in get_args(kind)]
     return []
-
-
-def _pick_from(choices: list[str]) -> Callable[[str], str]:
-    """Choices match case-insensitively (`--log-level debug`)."""
-
-    def pick(text: str) -> str:
-        return next((c for c in choices if c.lower() == text.lower()), text)
-
-    return pick
 
 
 def _metavar(kind: Any) -> str:

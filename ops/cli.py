@@ -57,7 +57,7 @@ def version() -> str:
 
 
 @click.group(context_settings=CONTEXT, help=__doc__)
-@settings_options(CliSettings)
+@settings_options(CliSettings, only=CliSettings.API_FLAGS)
 @click.version_option(version(), "--version", prog_name="gpufleet")
 @output_options
 @click.pass_context
@@ -224,28 +224,24 @@ def alerts_group() -> None:
 @alerts_group.command("watch")
 @click.option("-p", "--pool", metavar="POOL_ID", help="only this pool's alerts")
 @click.option("--since", metavar="TIME", help="replay from this time (e.g. -1h); default: new only")
-@click.option("--nats-url", envvar="GPUFLEET_NATS_URL", default="nats://127.0.0.1:4222",
-              show_default=True, help="env GPUFLEET_NATS_URL")  # fmt: skip
-@click.option("--nats-credentials", envvar="GPUFLEET_NATS_CREDENTIALS", metavar="PATH")
-@click.option("--subject-prefix", envvar="GPUFLEET_SUBJECT_PREFIX", default="gpufleet",
-              show_default=True)  # fmt: skip
+@settings_options(CliSettings, only=CliSettings.NATS_FLAGS, config=False)
 @click.option("--count", type=click.IntRange(1), help="stop after this many alerts")
 @click.option("--idle", type=float, metavar="SECONDS", help="stop after this long without one")
 @output_options
 @pass_session
 def alerts_watch_cmd(
-    session: Session, pool: str | None, since: str | None, nats_url: str,
-    nats_credentials: str | None, subject_prefix: str, count: int | None, idle: float | None,
-) -> None:  # fmt: skip
+    session: Session, pool: str | None, since: str | None, count: int | None, idle: float | None
+) -> None:
     """Follow alerts as they are published (JSON lines when piped)."""
     import asyncio
 
     from ops.alert_feed import Feed, FeedError, alert_line, follow
     from ops.output import format_time, with_times
 
+    s = settings_from(click.get_current_context(), CliSettings, session.env)
     printer = session.printer
     feed = Feed(
-        nats_url, subject_prefix, nats_credentials, pool,
+        s.nats_url, s.subject_prefix, s.nats_credentials, pool,
         parse_when(since) if since else None, count, idle,
     )  # fmt: skip
 

@@ -59,13 +59,19 @@ def _option(spec: FlagSpec) -> Callable[[Any], Any]:
     return click.option(*names, **kwargs)
 
 
-def settings_options(model: type[SettingsModel]) -> Callable[[Any], Any]:
-    """The flags of `model`, generated as the daemons' argparse flags are
-    (`shared.settings.flag_specs`), and `--config`; `settings_from` builds the settings."""
+def settings_options(
+    model: type[SettingsModel], only: tuple[str, ...] | None = None, config: bool = True
+) -> Callable[[Any], Any]:
+    """The flags of `model` (or of its fields named in `only`), generated as the daemons'
+    argparse flags are (`shared.settings.flag_specs`), and `--config`; `settings_from`
+    builds the settings from them."""
 
     def decorate(f: Any) -> Any:
         for spec in reversed(list(flag_specs(model))):
-            f = _option(spec)(f)
+            if only is None or spec.dest in only:
+                f = _option(spec)(f)
+        if not config:
+            return f
         return click.option(
             "--config", metavar="PATH", help=config_help(model), expose_value=False,
             callback=_keep("config"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 
 from ops import cli_settings
@@ -25,11 +26,16 @@ def test_operator_docs_cli_table_is_the_model() -> None:
 
 
 def test_every_cli_setting_is_a_gpufleet_flag() -> None:
-    given = {name for param in cli.params for name in getattr(param, "opts", [])}
-    assert "--config" in given
+    """API settings on `gpufleet` itself, NATS ones on `alerts watch`, which uses them."""
+    alerts = cli.commands["alerts"]
+    assert isinstance(alerts, click.Group)
+    commands = {"url": cli, "nats_url": alerts.commands["watch"]}
     for field in fields(CliSettings):
+        command = commands["nats_url" if field.name in CliSettings.NATS_FLAGS else "url"]
+        given = {name for param in command.params for name in getattr(param, "opts", [])}
         assert field.description, field.name
         assert flag_names(field.name, field.option)[0] in given, field.name
+    assert "--config" in {name for param in cli.params for name in getattr(param, "opts", [])}
 
 
 def reached(capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, str]) -> str:

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 from agent.readings import DiskReading, GpuReading, HostReading, NicReading, NvmlSnapshot
 from shared.wire import (
     ATOM_CLASSES,
@@ -41,7 +43,7 @@ from shared.wire import (
 GIB = 1024**3
 MISSING_PREFIX = "missing-"
 log = logging.getLogger(__name__)
-_HASH_EXCLUDE = {"sent_at", "boot_id", "inventory_hash", "health", "devices"}
+_HASH_EXCLUDE = ("sentAt", "bootId", "inventoryHash", "health", "devices")
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ def build_inventory(
         health=health or NodeHealth(status="healthy"),
         devices=devices,
     )
-    return inv.model_copy(update={"inventory_hash": inventory_hash(inv)})
+    return msgspec.structs.replace(inv, inventory_hash=inventory_hash(inv))
 
 
 def _one_per_function(nics: Iterable[NicReading]) -> list[NicReading]:
@@ -370,6 +372,8 @@ def _one_per_function(nics: Iterable[NicReading]) -> list[NicReading]:
 
 def inventory_hash(inv: Inventory) -> str:
     """sha256 of the canonical JSON of the inventory without per-send fields and health."""
-    body = inv.model_dump(mode="json", by_alias=False, exclude=_HASH_EXCLUDE)
+    body = msgspec.to_builtins(inv)
+    for name in _HASH_EXCLUDE:
+        del body[name]
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -112,8 +112,8 @@ def read_once(settings: Settings, root: Path, expected: Mapping[str, int]) -> In
         xid_hold_s=h.xid_hold_s,
     )
     health = evaluate(HealthState(), snap.counters, (), 0.0, policy, snap.error, extra=extra)
-    return inventory.model_copy(
-        update={"health": health.node, "devices": health.unhealthy_devices()}
+    return msgspec.structs.replace(
+        inventory, health=health.node, devices=health.unhealthy_devices()
     )
 
 
@@ -215,7 +215,7 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
             with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
                 inv = read_once(settings, build_tree(Path(tmp), profile), expected)
     if fmt == "json":
-        data = inv.model_dump(mode="json", by_alias=True)
+        data = msgspec.to_builtins(inv)
         if data["poolId"] == PLACEHOLDER_POOL:
             data["poolId"] = None
         print(json.dumps(data, indent=2))

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
+
 from agent.health import Finding, HealthPolicy, HealthState, evaluate
 from agent.inventory import Identity, SharingRule, build_inventory
 from agent.presence import reconcile
@@ -136,7 +138,7 @@ class Poller:
             extra=self._device_findings(inventory, host),
         )
         devices = self._health.unhealthy_devices()
-        inventory = inventory.model_copy(update={"health": self._health.node, "devices": devices})
+        inventory = msgspec.structs.replace(inventory, health=self._health.node, devices=devices)
         self.polls += 1
         return AgentState(inventory, self._health.node, devices, now)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 
 from agent.state import AgentState
@@ -192,13 +193,12 @@ class Publisher:
                 ready()
 
     def _inventory_bytes(self, state: AgentState) -> bytes:
-        inv = state.inventory.model_copy(
-            update={
-                "boot_id": self._boot_id,
-                "sent_at": self._clock.now_ms(),
-                "health": state.health,
-                "devices": state.devices,
-            }
+        inv = msgspec.structs.replace(
+            state.inventory,
+            boot_id=self._boot_id,
+            sent_at=self._clock.now_ms(),
+            health=state.health,
+            devices=state.devices,
         )
         return inv.to_json()
 
@@ -220,7 +220,7 @@ class Publisher:
         body = hb.to_json()
         if len(body) > MAX_HEARTBEAT_BYTES:
             # Only with very many broken devices; the first few still tell the story.
-            body = hb.model_copy(update={"devices": devices[:8]}).to_json()
+            body = msgspec.structs.replace(hb, devices=devices[:8]).to_json()
         if await self._publish(self.hb_subject, body):
             self._seq += 1
             self._last_health = (health, devices)

@@ -31,7 +31,7 @@ def inventory(i: int, pool: str, gpus: int = 8) -> Inventory:
     ]
     return Inventory(
         node_id=node, pool_id=pool, boot_id="b", sent_at=0, inventory_hash=f"hash-{i}",
-        labels={"rack": f"r{i // 32}"}, scalars=Scalars(vcpu=128, memoryGiB=1024),
+        labels={"rack": f"r{i // 32}"}, scalars=Scalars(vcpu=128, memory_gib=1024),
         atoms=tuple(atoms), health=NodeHealth(status="healthy"),
     )  # fmt: skip
 

@@ -189,7 +189,7 @@ async def running_coordinator(
             log.warning("alert stream %s not set up yet: %s", stream.name, exc)
         # Every replica sees every heartbeat (no queue group), so a follower's tracker is
         # warm when it takes over; only the leader writes what the heartbeats imply.
-        await bus.subscribe_fast(subjects.all_heartbeats, ingest.on_raw)
+        await bus.subscribe_batched(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe_batched(subjects.all_inventories, ingest.on_message)
         feed = AlertFeed()
         await bus.subscribe(subjects.all_alerts, feed_from_bus(feed))

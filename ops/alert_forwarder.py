@@ -34,12 +34,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import msgspec
 import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from pydantic import ValidationError
 
 from coordinator.bus.alerts import stream_name
 from shared.credentials import CredentialsError, connect_options
@@ -217,16 +217,16 @@ class AlertForwarder:
         alerts: list[Alert] = []
         for msg in msgs:
             try:
-                alerts.append(Alert.model_validate_json(msg.data))
-            except ValidationError as exc:
-                log.error("not an alert on %s, skipped: %s", msg.subject, exc.errors()[:1])
+                alerts.append(Alert.from_json(msg.data))
+            except msgspec.DecodeError as exc:
+                log.error("not an alert on %s, skipped: %s", msg.subject, exc)
         if alerts:
             body = [a for alert in alerts for a in alertmanager_alerts(alert, self.s)]
             for url in self.s.alertmanager:
                 await self._post(http, url.rstrip("/") + "/api/v2/alerts", body, msgs)
             for url in self.s.webhooks:
                 for alert in alerts:
-                    await self._post(http, url, alert.model_dump(mode="json", by_alias=True), msgs)
+                    await self._post(http, url, msgspec.to_builtins(alert), msgs)
         for msg in msgs:
             await msg.ack()
         self.delivered += len(alerts)

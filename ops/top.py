@@ -18,11 +18,11 @@ def frame(session: Session, tenant: str | None, pool: str | None) -> View:
     pool_id = chosen[0]["poolId"] if pool and chosen else pool
     summary_rows = []
     for p in chosen:
-        gpu = views._row(p, "gpu")
+        gpu = views.pool_row(p, "gpu")
         summary_rows.append({"pool": p["name"]} | {c: gpu.get(c, 0) for c in views.COUNTS})
     nodes = views.nodes(session, tenant, pool_id)
     columns = [Column("pool", "POOL")] + [
-        Column(c, views._SHORT.get(c, c.upper()), right=True) for c in views.COUNTS
+        Column(c, views.SHORT_HEADERS.get(c, c.upper()), right=True) for c in views.COUNTS
     ]
     stamp = format_time(int(time.time() * 1000), session.local)
     return View(

@@ -16,7 +16,7 @@ COUNTS = (
     "total", "allocatable", "allocated", "reserved", "available",
     "provisioning", "unhealthy", "maintenance", "unreachable",
 )  # fmt: skip
-_SHORT = {"allocatable": "ALLOC'BLE", "provisioning": "PROV", "maintenance": "MAINT"}
+SHORT_HEADERS = {"allocatable": "ALLOC'BLE", "provisioning": "PROV", "maintenance": "MAINT"}
 
 
 def capacity(session: Session, tenant: str | None) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def capacity(session: Session, tenant: str | None) -> dict[str, Any]:
     return dict(session.call("capacity.summary", {"tenantId": tenant}))
 
 
-def _row(pool: dict[str, Any], resource: str) -> dict[str, Any]:
+def pool_row(pool: dict[str, Any], resource: str) -> dict[str, Any]:
     return next((r for r in pool["capacity"] if r["resource"] == resource), {})
 
 
@@ -34,7 +34,7 @@ def pools(session: Session, tenant: str | None) -> View:
     data = capacity(session, tenant)
     rows = []
     for p in data["pools"]:
-        gpu, node = _row(p, "gpu"), _row(p, "node")
+        gpu, node = pool_row(p, "gpu"), pool_row(p, "node")
         rows.append(
             {
                 "name": p["name"], "poolId": p["poolId"], "owner": p["owner"],
@@ -66,13 +66,13 @@ def summary(session: Session, tenant: str | None) -> View:
             f"gpuModel={p['gpuModel'] or '-'}{archived}"
         )
         columns = [Column("resource", "RESOURCE")] + [
-            Column(c, _SHORT.get(c, c.upper()), right=True) for c in COUNTS
+            Column(c, SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNTS
         ]
         shown = [r for r in p["capacity"] if r["total"] or r["resource"] in ("gpu", "node")]
         sections.append(Section(columns, shown, title=title))
     models = [{"model": m} | cols for m, cols in data["byGpuModel"].items()]
     columns = [Column("model", "GPU MODEL")] + [
-        Column(c, _SHORT.get(c, c.upper()), right=True)
+        Column(c, SHORT_HEADERS.get(c, c.upper()), right=True)
         for c in ("total", "allocatable", "allocated", "reserved", "available")
     ]
     sections.append(Section(columns, models, title="whole GPUs by model:", empty="no GPUs"))

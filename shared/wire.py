@@ -2,7 +2,9 @@
 
 Field names on the wire are camelCase. Unknown fields are ignored so that agents and
 coordinators can be upgraded one host at a time; `schemaVersion` says which shape the
-sender wrote. Everything here is a frozen value; serialise with `to_json`.
+sender wrote. Everything here is a frozen msgspec Struct, the one model both sides use:
+serialise with `to_json`, decode with `from_json` or a `msgspec.json.Decoder` of the
+type (ingest's), which checks every bound below.
 
 Every field is bounded, because an agent is not trusted to be well behaved: strings are
 no longer than their ledger columns and hold no NUL (PostgreSQL refuses it), numbers are
@@ -13,10 +15,10 @@ schema error, dropped and counted at ingest, before it can reach the ledger.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+import msgspec
+from msgspec import Meta, Struct, field
 
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 
@@ -27,14 +29,24 @@ MAX_HEARTBEAT_BYTES = 8 * 1024
 MAX_INVENTORY_BYTES = 1024 * 1024
 
 AtomClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node"]
-ATOM_CLASSES: tuple[AtomClass, ...] = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node")
+ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
 HealthStatus = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
 Sharing = Literal["exclusive", "timeslice", "mps"]
-_NO_NUL = r"^[^\x00]*$"
 
 
-def _text(max_length: int) -> Any:
-    return Field(max_length=max_length, pattern=_NO_NUL)
+def _whole(pattern: str) -> str:
+    """`pattern` (anchored `^…$`, as shared.ids writes it for every reader) anchored at
+    the very end: msgspec matches with Python's `re`, whose `$` also matches before a
+    final newline, and an id ending in one is not the id it looks like."""
+    return pattern.removesuffix("$") + r"\Z"
+
+
+# PostgreSQL refuses a NUL in text; msgspec matches patterns with `re.search`.
+_NO_NUL = r"\A[^\x00]*\Z"
+
+
+def _text(max_length: int) -> Meta:
+    return Meta(max_length=max_length, pattern=_NO_NUL)
 
 
 # Lengths are the ledger's columns (coordinator/ledger/schema.py) or, for what is only
@@ -43,39 +55,50 @@ Text64 = Annotated[str, _text(64)]
 Text128 = Annotated[str, _text(128)]
 Text256 = Annotated[str, _text(256)]
 Reason = Annotated[str, _text(1024)]
-Reasons = Annotated[tuple[Reason, ...], Field(max_length=64)]
+Reasons = Annotated[tuple[Reason, ...], Meta(max_length=64)]
 MAX_INT = 2**53  # exact in every JSON reader
-Count = Annotated[int, Field(ge=0, le=MAX_INT)]
-Int63 = Annotated[int, Field(ge=0, le=2**63 - 1)]
-Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
+Int63 = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+Int32 = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+# msgspec refuses NaN and infinities in JSON ("Number out of range") on its own.
 AttrValue = (
     Annotated[str, _text(1024)]
-    | Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
-    | Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[int, Meta(ge=-MAX_INT, le=MAX_INT)]
+    | float
     | bool
     | None
 )
-Attrs = Annotated[dict[Text128, AttrValue], Field(max_length=128)]
+Attrs = Annotated[dict[Text128, AttrValue], Meta(max_length=128)]
 MAX_DEVICES = 4096
 MAX_ATOMS = 16384
 
-NodeId = Annotated[str, Field(pattern=NODE_ID_PATTERN, max_length=128)]
-PoolId = Annotated[str, Field(pattern=POOL_ID_PATTERN, max_length=57)]
+NodeId = Annotated[str, Meta(pattern=_whole(NODE_ID_PATTERN), max_length=128)]
+PoolId = Annotated[str, Meta(pattern=_whole(POOL_ID_PATTERN), max_length=57)]
 
 
-class Wire(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-    )
+class Wire(Struct, frozen=True, rename="camel"):
+    """A payload on the bus. Constructing one checks only `__post_init__`'s rules;
+    decoding one checks every bound, and its `msgspec.ValidationError` names the field
+    that broke one (`… - at $.devices[3].status`). The coordinator decodes every
+    message it receives, so what an agent builds out of bounds is dropped and counted
+    there, with that field in the log."""
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Self:
+        """The payload in `data`; raises `msgspec.ValidationError` for a value outside the
+        schema, `msgspec.DecodeError` (its base) for what is not JSON."""
+        return msgspec.json.decode(data, type=cls)
 
 
-class DeviceHealth(Wire):
+_ENCODER = msgspec.json.Encoder()
+
+
+# gc=False on the heartbeat's parts: tens of thousands a second, holding only strings,
+# numbers and tuples of each other, never in a cycle; the cyclic GC need not walk them.
+class DeviceHealth(Wire, frozen=True, kw_only=True, gc=False):
     """Health of one device (GPU uuid, NIC PCI address, disk name) as the agent sees it."""
 
     device_id: Text128
@@ -83,21 +106,21 @@ class DeviceHealth(Wire):
     reasons: Reasons = ()
 
 
-class NodeHealth(Wire):
+class NodeHealth(Wire, frozen=True, kw_only=True, gc=False):
     status: HealthStatus
     reasons: Reasons = ()
 
 
-class Atom(Wire):
+class Atom(Wire, frozen=True, kw_only=True):
     """One bookable unit. `device_id` names the device whose health moves this atom."""
 
-    atom_id: str = Field(min_length=1, max_length=256, pattern=_NO_NUL)
-    cls: AtomClass = Field(alias="class")
+    atom_id: Annotated[str, Meta(min_length=1, max_length=256, pattern=_NO_NUL)]
+    cls: AtomClass = field(name="class")
     device_id: Text128 = ""
-    attrs: Attrs = Field(default_factory=dict)
+    attrs: Attrs = field(default_factory=dict)
 
 
-class MigInstance(Wire):
+class MigInstance(Wire, frozen=True, kw_only=True):
     uuid: Text128
     gpu_instance_id: Count
     compute_instance_id: Count
@@ -105,37 +128,37 @@ class MigInstance(Wire):
     memory_mib: Count
 
 
-class GpuInfo(Wire):
+class GpuInfo(Wire, frozen=True, kw_only=True):
     uuid: Text128
     index: Count
     name: Text256
     memory_mib: Count
     pci_bus_id: Text64
     # -1 where the kernel does not know (sysfs says so).
-    numa_node: Annotated[int, Field(ge=-1, le=MAX_INT)] | None = None
+    numa_node: Annotated[int, Meta(ge=-1, le=MAX_INT)] | None = None
     cpu_affinity: Annotated[str, _text(4096)] | None = None
     compute_capability: Text64 | None = None
     mig_enabled: bool = False
-    mig_instances: Annotated[tuple[MigInstance, ...], Field(max_length=64)] = ()
-    nvlink_peers: Annotated[tuple[Text128, ...], Field(max_length=MAX_DEVICES)] = ()
+    mig_instances: Annotated[tuple[MigInstance, ...], Meta(max_length=64)] = ()
+    nvlink_peers: Annotated[tuple[Text128, ...], Meta(max_length=MAX_DEVICES)] = ()
     nvlink_clique: Text128 | None = None
     fabric_clique: Text128 | None = None
     sharing: Sharing = "exclusive"
-    replicas: Annotated[int, Field(ge=1, le=1024)] = 1
+    replicas: Annotated[int, Meta(ge=1, le=1024)] = 1
     missing: Reason | None = None  # why NVML cannot read it: the GPU is held unhealthy
 
 
-class NicInfo(Wire):
+class NicInfo(Wire, frozen=True, kw_only=True):
     name: Text128
     pci_address: Text64 | None = None
     speed_mbps: Count | None = None
     sriov_total_vfs: Count = 0
     sriov_num_vfs: Count = 0
-    vfs: Annotated[tuple[Text128, ...], Field(max_length=MAX_DEVICES)] = ()
+    vfs: Annotated[tuple[Text128, ...], Meta(max_length=MAX_DEVICES)] = ()
     bookable: bool = True  # the management NIC is not, unless configured to be
 
 
-class DiskInfo(Wire):
+class DiskInfo(Wire, frozen=True, kw_only=True):
     name: Text128
     size_bytes: Count
     rotational: bool = False
@@ -144,14 +167,14 @@ class DiskInfo(Wire):
     bookable: bool = True  # the boot/root disk is not, unless configured to be
 
 
-class Scalars(Wire):
+class Scalars(Wire, frozen=True, kw_only=True):
     # The ledger keeps these in 32-bit integer columns; real hosts are far below.
-    vcpu: int = Field(default=0, ge=0, le=1 << 20)
-    memory_gib: int = Field(default=0, ge=0, le=1 << 30, alias="memoryGiB")
-    hugepages_1gi: int = Field(default=0, ge=0, le=1 << 30, alias="hugepages1Gi")
+    vcpu: Annotated[int, Meta(ge=0, le=1 << 20)] = 0
+    memory_gib: Annotated[int, Meta(ge=0, le=1 << 30)] = field(default=0, name="memoryGiB")
+    hugepages_1gi: Annotated[int, Meta(ge=0, le=1 << 30)] = field(default=0, name="hugepages1Gi")
 
 
-class Inventory(Wire):
+class Inventory(Wire, frozen=True, kw_only=True):
     """The full picture of one host, published at start, on change and on request."""
 
     schema_version: Int32 = SCHEMA_VERSION
@@ -165,20 +188,20 @@ class Inventory(Wire):
     driver_version: Text64 | None = None
     cuda_version: Text64 | None = None
     profile_id: Text128 | None = None
-    profile_version: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
-    labels: Annotated[dict[Text128, Text256], Field(max_length=128)] = Field(default_factory=dict)
+    profile_version: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    labels: Annotated[dict[Text128, Text256], Meta(max_length=128)] = field(default_factory=dict)
     provisioning: bool = False
-    gpus: Annotated[tuple[GpuInfo, ...], Field(max_length=MAX_DEVICES)] = ()
-    nics: Annotated[tuple[NicInfo, ...], Field(max_length=MAX_DEVICES)] = ()
-    disks: Annotated[tuple[DiskInfo, ...], Field(max_length=MAX_DEVICES)] = ()
-    scalars: Scalars = Field(default_factory=Scalars)
-    atoms: Annotated[tuple[Atom, ...], Field(max_length=MAX_ATOMS)] = ()
+    gpus: Annotated[tuple[GpuInfo, ...], Meta(max_length=MAX_DEVICES)] = ()
+    nics: Annotated[tuple[NicInfo, ...], Meta(max_length=MAX_DEVICES)] = ()
+    disks: Annotated[tuple[DiskInfo, ...], Meta(max_length=MAX_DEVICES)] = ()
+    scalars: Scalars = Scalars()
+    atoms: Annotated[tuple[Atom, ...], Meta(max_length=MAX_ATOMS)] = ()
     health: NodeHealth = NodeHealth(status="healthy")
-    devices: Annotated[tuple[DeviceHealth, ...], Field(max_length=MAX_DEVICES)] = ()
+    devices: Annotated[tuple[DeviceHealth, ...], Meta(max_length=MAX_DEVICES)] = ()
 
-    @model_validator(mode="after")
-    def _unique_owned_atom_ids(self) -> Inventory:
-        # Another node's atom id would collide in the ledger (or claim its device).
+    def __post_init__(self) -> None:
+        # Another node's atom id would collide in the ledger (or claim its device). A
+        # ValueError here is a msgspec.ValidationError when decoding.
         own = f"{self.node_id}:"
         foreign = [a.atom_id for a in self.atoms if not a.atom_id.startswith(own)]
         if foreign:
@@ -191,10 +214,9 @@ class Inventory(Wire):
         if dupes:
             shown = ", ".join(dupes[:5]) + (f" and {len(dupes) - 5} more" if len(dupes) > 5 else "")
             raise ValueError(f"duplicate atom ids: {shown}")
-        return self
 
 
-class Heartbeat(Wire):
+class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
     """Small and frequent. `devices` lists every device that is not healthy right now
     (absent means healthy), so a lost heartbeat never loses a health change."""
 
@@ -204,11 +226,11 @@ class Heartbeat(Wire):
     boot_id: Text64
     seq: Int63
     sent_at: Int63
-    interval_ms: int = Field(ge=100, le=3_600_000)
+    interval_ms: Annotated[int, Meta(ge=100, le=3_600_000)]
     inventory_hash: Text128
     provisioning: bool = False
     health: NodeHealth
-    devices: Annotated[tuple[DeviceHealth, ...], Field(max_length=MAX_DEVICES)] = ()
+    devices: Annotated[tuple[DeviceHealth, ...], Meta(max_length=MAX_DEVICES)] = ()
 
 
 # Every kind of alert, the one list (SPEC §4): every transition the ledger records is
@@ -243,7 +265,7 @@ AlertKind = Literal[
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
 
 
-class Alert(Wire):
+class Alert(Wire, frozen=True, kw_only=True):
     schema_version: int = SCHEMA_VERSION
     alert_id: str
     kind: AlertKind
@@ -255,4 +277,4 @@ class Alert(Wire):
     by: str = "coordinator"
     device_id: str | None = None
     reservation_id: str | None = None
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any, TypeVar
+
+import msgspec
 
 from shared.wire import Atom, DeviceHealth, Heartbeat, Inventory, NodeHealth, Scalars
+
+W = TypeVar("W", bound=msgspec.Struct)
+
+
+def unchecked(value: W, **changes: Any) -> W:
+    """A copy of `value` with `changes`, past the model's own rules (`__post_init__`):
+    what an agent that does not use the model could send, for the ledger's defences."""
+    copy = msgspec.structs.replace(value)
+    for name, changed in changes.items():
+        msgspec.structs.force_setattr(copy, name, changed)
+    return copy
 
 
 def make_inventory(
@@ -65,7 +79,7 @@ def make_inventory(
         hostname=node_id,
         labels=labels or {},
         provisioning=provisioning,
-        scalars=Scalars(vcpu=vcpu, memoryGiB=memory_gib, hugepages1Gi=hugepages),
+        scalars=Scalars(vcpu=vcpu, memory_gib=memory_gib, hugepages_1gi=hugepages),
         atoms=tuple(atoms),
         health=NodeHealth(status=health),  # type: ignore[arg-type]
         devices=devices,

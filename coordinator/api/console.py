@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 from aiohttp import web
 
 from coordinator.api.auth import authenticate, bearer_key
@@ -57,7 +58,7 @@ def add_console_routes(app: web.Application, services: Services) -> None:
                 "last": services.feed.last_seq,
                 "alerts": [
                     {"seq": i.seq}
-                    | i.alert.model_dump(mode="json", by_alias=True)
+                    | msgspec.to_builtins(i.alert)
                     # Who acted, as `maintenance.by` shows it: a tenant sees "operator".
                     | {"by": shown_by(i.alert.by, operator)}
                     for i in items

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import msgspec
 import nats
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from pydantic import ValidationError
 
 from coordinator.alert_feed import AlertFeed
 from coordinator.bus.connection import Bus
@@ -133,8 +133,8 @@ def feed_from_bus(feed: AlertFeed) -> Callable[[Msg], Awaitable[None]]:
 
     async def on_alert(msg: Msg) -> None:
         try:
-            feed.add(Alert.model_validate_json(msg.data))
-        except ValidationError:
+            feed.add(Alert.from_json(msg.data))
+        except msgspec.DecodeError:
             log.warning("not an alert on %s", msg.subject)
 
     return on_alert

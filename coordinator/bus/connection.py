@@ -15,8 +15,8 @@ had for us that we dropped; authorization and permissions violations) and logged
 warning, at most once per kind per period. A slow consumer also calls `on_behind`:
 heartbeats were lost on our side, so liveness treats it as our own outage.
 `backlog()` is how many messages wait unread in our subscriptions (ingest falling
-behind), and `auth_required` what the server said in its INFO: whether it lets anyone
-connect without credentials.
+behind), and `auth_required` what the server said in its INFO (read at each connect):
+whether it lets anyone connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
 `gpufleet nats-auth` writes (see `ops.nats_auth`); `tls` is the client TLS context for
@@ -30,6 +30,8 @@ announces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -38,10 +40,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import DEFAULT_SUB_PENDING_BYTES_LIMIT, Subscription
 from nats.js.client import JetStreamContext
 
-from coordinator.bus.fast_lane import FastLane, RawHandler
 from coordinator.log_throttle import LogThrottle
 from shared.credentials import CredentialsError, connect_options
 from shared.nats_servers import split_servers
@@ -122,8 +122,9 @@ class Bus:
         self._probe_timeout_s = probe_timeout_s
         self._pending_msgs_limit = pending_msgs_limit
         self.nc: Client | None = None
-        self._lane: FastLane | None = None
         self.errors: dict[str, int] = {}
+        # What the connected server says of itself in its INFO (`_read_server_info`).
+        self.server_info: dict[str, Any] = {}
         self.probe_failures = 0
         self._throttle = LogThrottle(log)
 
@@ -141,10 +142,8 @@ class Bus:
 
     def cluster_size(self) -> int:
         """How many servers the connected one says its cluster has (itself included): 1
-        outside a cluster. Read from the INFO it sent, so only as fresh as the last
-        (re)connect or cluster change."""
-        nc = self.nc
-        info: dict[str, Any] = dict(getattr(nc, "_server_info", None) or {})
+        outside a cluster. Read from its INFO, so only as fresh as the last (re)connect."""
+        info = self.server_info
         if not info.get("cluster"):
             return 1
         urls = set(info.get("connect_urls") or [])
@@ -153,19 +152,39 @@ class Bus:
     @property
     def auth_required(self) -> bool:
         """Whether the server we are connected to demands credentials (its INFO)."""
-        # nats-py keeps the server's INFO only in a private attribute.
-        info = getattr(self.nc, "_server_info", None) or {}
-        return bool(info.get("auth_required", False))
+        return bool(self.server_info.get("auth_required", False))
 
     @property
     def tls(self) -> bool:
-        info = getattr(self.nc, "_server_info", None) or {}
-        return bool(info.get("tls_required", False)) or self.url.startswith("tls://")
+        return bool(self.server_info.get("tls_required", False)) or self.url.startswith("tls://")
+
+    async def _read_server_info(self) -> None:
+        """Keep the INFO of the server we are connected to in `server_info`. nats-py keeps
+        the one it got only in a private attribute, so this reads it as the protocol
+        gives it: a server sends INFO to every new connection first, in clear (TLS, when
+        required, starts after it), on a connection of its own closed at once."""
+        nc = self.nc
+        url = nc.connected_url if nc is not None else None
+        if url is None or url.hostname is None:
+            return
+        timeout = self._probe_timeout_s
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(url.hostname, url.port or 4222), timeout
+        )
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await asyncio.wait_for(writer.wait_closed(), timeout)
+        if not line.startswith(b"INFO "):
+            raise nats.errors.Error(f"no INFO from NATS at {url.netloc}: {line[:40]!r}")
+        info = json.loads(line[5:])
+        self.server_info = info if isinstance(info, dict) else {}
 
     def backlog(self) -> int:
         """Messages delivered to us and not yet handled, over every subscription."""
-        waiting = sum(int(sub.pending_msgs) for sub in self._subscriptions)
-        return waiting + (self._lane.backlog if self._lane is not None else 0)
+        return sum(int(sub.pending_msgs) for sub in self._subscriptions)
 
     async def connect(self, *, attempts: int = 0, connect_timeout_s: float = 5.0) -> None:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
@@ -201,6 +220,7 @@ class Bus:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        await self._read_server_info()
         log.info("connected to NATS at %s", self.connected_server)
         if self._on_up:
             self._on_up()
@@ -212,6 +232,10 @@ class Bus:
 
     async def _reconnected(self) -> None:
         log.info("reconnected to NATS at %s", self.connected_server)
+        try:
+            await self._read_server_info()
+        except (OSError, TimeoutError, ValueError, nats.errors.Error) as exc:
+            log.warning("could not read the INFO of NATS at %s: %s", self.connected_server, exc)
         if self._on_up:
             self._on_up()
 
@@ -221,9 +245,6 @@ class Bus:
         else:
             detail = str(exc) or type(exc).__name__
         self._count(error_kind(exc), detail)
-
-    def _lane_full(self, subject: str) -> None:
-        self._count("slow_consumer", f"dropped a message on {subject}")
 
     def _count(self, kind: str, detail: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -266,55 +287,20 @@ class Bus:
         self, subject: str, handle: BatchHandler, queue: str = "", batch: int = BATCH
     ) -> None:
         """Like `subscribe`, for a hot subject: `handle` (synchronous, never raising) is
-        given each message that is already waiting, up to `batch` a turn, then the event
-        loop runs. nats-py calls back one message at a time, each its own coroutine
-        through its queue; at tens of thousands of heartbeats a second that costs about
-        as much as handling them (bench/ingest_bench.py). Its queue has no public batch
-        read: the messages are taken as its own callback loop takes them (and its byte
-        count kept, which its slow-consumer check reads); a nats-py without that queue
-        gets one message per call."""
-        subs: list[Subscription] = []
+        given each message, and the event loop runs after every `batch` of them. nats-py
+        hands a waiting message to its callback without a turn of the loop, so a burst
+        would otherwise hold the API, the sweep and the socket reader until it is done."""
+        count = 0
 
         async def on_message(msg: Msg) -> None:
+            nonlocal count
             handle(msg)
-            pending = getattr(subs[0], "_pending_queue", None) if subs else None
-            if isinstance(pending, asyncio.Queue):
-                sub = subs[0]
-                for _ in range(batch - 1):
-                    if pending.empty():
-                        break
-                    more = pending.get_nowait()
-                    sub._pending_size -= len(more.data)
-                    try:
-                        handle(more)
-                    finally:
-                        pending.task_done()
-            await asyncio.sleep(0)  # the API, the sweep and the reader between batches
+            count += 1
+            if count >= batch:
+                count = 0
+                await asyncio.sleep(0)
 
-        sub = await self._client().subscribe(
-            subject, queue=queue, cb=on_message, pending_msgs_limit=self._pending_msgs_limit
-        )
-        subs.append(sub)
-        self._subscriptions.append(sub)
-
-    async def subscribe_fast(self, subject: str, handle: RawHandler, queue: str = "") -> None:
-        """The hottest subject (heartbeats): plain messages go through the fast lane
-        (`coordinator.bus.fast_lane`) to `handle(subject, payload)`, synchronous and never
-        raising; the rest (and every message, on a nats-py the lane cannot hook) through
-        `subscribe_batched`. Bounded by the same limits, counted the same way."""
-        client = self._client()
-        if self._lane is None:
-            self._lane = FastLane.install(
-                client,
-                max_msgs=self._pending_msgs_limit,
-                max_bytes=DEFAULT_SUB_PENDING_BYTES_LIMIT,
-                on_full=self._lane_full,
-            )
-        subs = len(self._subscriptions)
-        await self.subscribe_batched(subject, lambda msg: handle(msg.subject, msg.data), queue)
-        sid = getattr(self._subscriptions[subs], "_id", None)
-        if self._lane is not None and isinstance(sid, int):
-            self._lane.add(sid, handle)
+        await self.subscribe(subject, on_message, queue)
 
     async def publish(self, subject: str, payload: bytes) -> None:
         await self._client().publish(subject, payload)
@@ -331,6 +317,3 @@ class Bus:
                 await asyncio.wait_for(self.nc.drain(), timeout=5)
             except (TimeoutError, nats.errors.Error):
                 await self.nc.close()
-        if self._lane is not None:
-            await self._lane.close()
-            self._lane = None

@@ -1,9 +1,6 @@
-"""Heartbeat and inventory ingestion: size check, subject parse, compiled pydantic
-validation, subject/payload agreement — then hand the value to a sink.
-
-The common heartbeat (nothing to report but the node's own status) is decoded by
-`coordinator.bus.beat` instead of the model, at a third of the cost; anything else,
-and anything it does not accept, is the model's to judge, with the model's reasons.
+"""Heartbeat and inventory ingestion: size check, subject parse, decoding by the wire
+model itself (`shared.wire`, a msgspec decoder compiled once per kind), subject/payload
+agreement — then hand the value to a sink.
 
 A bad message is dropped and counted by reason; it never raises out of the callback,
 so one bad host cannot stall ingestion for the others. Each node id has its own rate
@@ -18,20 +15,16 @@ with the node id when the subject names one, at most once per reason per period
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
+import msgspec
 from nats.aio.msg import Msg
-from pydantic import ValidationError
 
-from coordinator.bus import beat
-from coordinator.domain.liveness import HeartbeatFacts
 from coordinator.domain.rate_limit import RateLimiter
 from coordinator.log_throttle import LogThrottle
-from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, MAX_INVENTORY_BYTES, Heartbeat, Inventory
 
@@ -39,18 +32,17 @@ log = logging.getLogger(__name__)
 
 
 class IngestSink(Protocol):
-    def on_heartbeat(self, hb: HeartbeatFacts) -> None: ...
+    def on_heartbeat(self, hb: Heartbeat) -> None: ...
 
     def on_inventory(self, inv: Inventory) -> None: ...
 
 
-_HEARTBEAT = Heartbeat.__pydantic_validator__
-_INVENTORY = Inventory.__pydantic_validator__
-_NODE_ID = re.compile(NODE_ID_PATTERN)
-_POOL_ID = re.compile(POOL_ID_PATTERN)
+_HEARTBEAT = msgspec.json.Decoder(Heartbeat)
+_INVENTORY = msgspec.json.Decoder(Inventory)
 
-# A subject parsed: (kind, pool id, node id, whether both ids are well formed).
-Parsed = tuple[str, str, str, bool]
+# A subject parsed: (kind, pool id, node id); the payload's ids are checked against the
+# wire's patterns, and must equal these.
+Parsed = tuple[str, str, str]
 
 
 class Ingest:
@@ -80,13 +72,11 @@ class Ingest:
         )
 
     def on_message(self, msg: Msg) -> None:
-        self.on_raw(msg.subject, msg.data)
-
-    def on_raw(self, subject: str, data: bytes) -> None:
         """One message; never raises (the bus calls it for a batch at a time, and one bad
         message must not cost the rest of the batch)."""
+        subject = msg.subject
         try:
-            self.handle(subject, data)
+            self.handle(subject, msg.data)
         except Exception:
             self.drop("internal", subject)
             log.exception("ingest failed on %s", subject)
@@ -97,13 +87,7 @@ class Ingest:
         except KeyError:
             if len(self._parsed) > 100_000:
                 self._parsed.clear()
-            ids = self.subjects.parse_node_subject(subject)
-            parsed: Parsed | None = None
-            if ids is not None:
-                kind, pool_id, node_id = ids
-                valid = bool(_POOL_ID.fullmatch(pool_id) and _NODE_ID.fullmatch(node_id))
-                parsed = (kind, pool_id, node_id, valid)
-            self._parsed[subject] = parsed
+            parsed = self._parsed[subject] = self.subjects.parse_node_subject(subject)
             return parsed
 
     def handle(self, subject: str, data: bytes) -> None:
@@ -111,7 +95,7 @@ class Ingest:
         if parsed is None or parsed[0] not in ("hb", "inv"):
             self.drop("bad_subject", subject)
             return
-        kind, pool_id, node_id, ids_valid = parsed
+        kind, pool_id, node_id = parsed
         if not self.limiter.allow(node_id, self._monotonic()):
             self.drop("rate_limited", subject)
             return
@@ -119,19 +103,14 @@ class Ingest:
         if len(data) > limit:
             self.drop("too_large", subject, f"{len(data)} bytes")
             return
-        if kind == "hb" and ids_valid:
-            fast = beat.decode(data, pool_id, node_id)
-            if fast is not None:
-                self.accepted["hb"] += 1
-                self.sink.on_heartbeat(fast)
-                return
-        # The model's own validator: `model_validate_json` is this call behind a wrapper.
-        validator = _HEARTBEAT if kind == "hb" else _INVENTORY
+        decoder = _HEARTBEAT if kind == "hb" else _INVENTORY
         try:
-            value: Heartbeat | Inventory = validator.validate_json(data)
-        except ValidationError as exc:
-            reason = "not_json" if exc.errors()[0]["type"] == "json_invalid" else "bad_schema"
-            self.drop(reason, subject, str(exc.errors()[0]["msg"]))
+            value: Heartbeat | Inventory = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            self.drop("bad_schema", subject, str(exc))  # names the field: "at `$.seq`"
+            return
+        except msgspec.DecodeError as exc:
+            self.drop("not_json", subject, str(exc))
             return
         if value.node_id != node_id or value.pool_id != pool_id:
             self.drop("subject_mismatch", subject, f"payload says {value.pool_id}/{value.node_id}")

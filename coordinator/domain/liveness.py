@@ -31,48 +31,11 @@ its detection window, so a flapping node yields one alert, not a storm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from shared.wire import DeviceHealth, HealthStatus, Heartbeat
 
 Ignored = Literal["stale_seq", "duplicate_id"]
-
-
-class HealthFacts(Protocol):
-    @property
-    def status(self) -> HealthStatus: ...
-
-
-class HeartbeatFacts(Protocol):
-    """What the tracker reads of a heartbeat: the wire model, or ingest's fast decoding
-    of the common heartbeat (`coordinator.bus.beat.Beat`), which has the same names."""
-
-    @property
-    def node_id(self) -> str: ...
-    @property
-    def pool_id(self) -> str: ...
-    @property
-    def boot_id(self) -> str: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def interval_ms(self) -> int: ...
-    @property
-    def inventory_hash(self) -> str: ...
-    @property
-    def provisioning(self) -> bool: ...
-    @property
-    def health(self) -> HealthFacts: ...
-    @property
-    def devices(self) -> tuple[DeviceHealth, ...]: ...
-
-
-def as_heartbeat(hb: HeartbeatFacts) -> Heartbeat:
-    """The wire model of `hb` (validated again when it is not one already: the rare
-    path, a heartbeat that changes something and is kept for the ledger)."""
-    if isinstance(hb, Heartbeat):
-        return hb
-    return Heartbeat.model_validate(hb, from_attributes=True)
 
 
 @dataclass(slots=True)
@@ -169,7 +132,7 @@ class LivenessTracker:
     def bus_down(self) -> None:
         self.bus_connected = False
 
-    def on_heartbeat(self, hb: HeartbeatFacts, now: int) -> HeartbeatOutcome:
+    def on_heartbeat(self, hb: Heartbeat, now: int) -> HeartbeatOutcome:
         # The hot path of ingest (tens of thousands a second): a heartbeat that changes
         # nothing but last-seen allocates nothing and returns the shared APPLIED.
         node = self.nodes.get(hb.node_id)
@@ -213,7 +176,7 @@ class LivenessTracker:
         )
 
     def _boot(
-        self, node: NodeLiveness, hb: HeartbeatFacts, interval: int, now: int
+        self, node: NodeLiveness, hb: Heartbeat, interval: int, now: int
     ) -> HeartbeatOutcome | None:
         """Apply bootId/seq; an outcome when the heartbeat must be ignored."""
         if hb.boot_id == node.boot_id or not node.boot_id:

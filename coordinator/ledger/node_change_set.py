@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from types import MappingProxyType
 
+import msgspec
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,7 +46,7 @@ def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:
         "profile_id": inv.profile_id,
         "profile_version": inv.profile_version,
         "inventory_hash": inv.inventory_hash,
-        "inventory": inv.model_dump(mode="json", by_alias=True),
+        "inventory": msgspec.to_builtins(inv),
         "last_seen": now,
         "vcpu": inv.scalars.vcpu,
         "memory_gib": inv.scalars.memory_gib,

@@ -72,7 +72,7 @@ class OutboxRepo:
                 .limit(limit)
             )
             return [
-                PendingAlert(r.seq, Alert.model_validate_json(r.payload), r.created_at, r.attempts)
+                PendingAlert(r.seq, Alert.from_json(r.payload), r.created_at, r.attempts)
                 for r in rows.all()
             ]
 

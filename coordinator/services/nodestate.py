@@ -35,13 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.liveness import (
-    APPLIED,
-    HeartbeatFacts,
-    LivenessTracker,
-    NodeLiveness,
-    as_heartbeat,
-)
+from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.errors import CoordinatorError
 from coordinator.gc_pause import gc_paused
@@ -150,7 +144,7 @@ class NodeStateService:
 
     # -- ingest callbacks: memory only ---------------------------------------------------
 
-    def on_heartbeat(self, hb: HeartbeatFacts) -> None:
+    def on_heartbeat(self, hb: Heartbeat) -> None:
         outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
         if outcome is APPLIED:
             return  # the common case: only last-seen moved
@@ -174,13 +168,13 @@ class NodeStateService:
                 self.tracker.clamp(hb.interval_ms),
             )
         if outcome.health_changed:
-            self._health_dirty[hb.node_id] = as_heartbeat(hb)
+            self._health_dirty[hb.node_id] = hb
         if outcome.came_back:
             self._came_back[hb.node_id] = hb.pool_id
         if outcome.needs_inventory:
             self._note_unknown(hb)
 
-    def _note_unknown(self, hb: HeartbeatFacts) -> None:
+    def _note_unknown(self, hb: Heartbeat) -> None:
         if hb.node_id in self._unknown or len(self._unknown) < MAX_UNKNOWN_PER_PASS:
             self._unknown[hb.node_id] = hb.pool_id
         else:

@@ -225,7 +225,7 @@ class Reservations:
                     "a batch of %d creates failed (%s: %s); each runs alone",
                     len(items), type(exc).__name__, exc,
                 )  # fmt: skip
-        return [await item.workflow._alone_or_error(item) for item in items]
+        return [await item.workflow.alone_or_error(item) for item in items]
 
     async def _batch(self, items: list[_Pending]) -> list[CreateOutcome | Exception | None]:
         """One unit of work for requests of one pool: replay, book or refuse each in
@@ -259,12 +259,12 @@ class Reservations:
                     continue
                 # From here an error fails the whole batch: a booking decided must be
                 # recorded with its answer or not at all.
-                out[n] = item.workflow._answer(item, decided, now, answers)
+                out[n] = item.workflow.answer(item, decided, now, answers)
             await batch.write()
             await uow.idempotency.store_many(ENDPOINT, answers, now)
             await uow.commit()
         for n in alone:
-            out[n] = await items[n].workflow._alone_or_error(items[n])
+            out[n] = await items[n].workflow.alone_or_error(items[n])
         return out
 
     async def _decide(
@@ -278,13 +278,13 @@ class Reservations:
         if stored is not None:
             found = matching(stored, req.idempotency_key, item.digest)
             return Replayed(found.status, found.response)
-        booking = item.workflow._booking(req, now)
+        booking = item.workflow.booking_request(req, now)
         try:
             return await batch.book(booking)
         except QuotaExceeded as exc:
             return exc
 
-    def _answer(
+    def answer(
         self,
         item: _Pending,
         decided: Replayed | Booked | NotPlaced | QuotaExceeded,
@@ -308,13 +308,13 @@ class Reservations:
         answers.append((*record, Recorded(error.status, self.answers.refused(error))))
         return Refused(error)
 
-    async def _alone_or_error(self, item: _Pending) -> CreateOutcome | Exception | None:
+    async def alone_or_error(self, item: _Pending) -> CreateOutcome | Exception | None:
         try:
             return await retrying(lambda: self._attempt(item.req, item.digest, item.deadline))
         except Exception as exc:
             return exc
 
-    def _booking(self, req: CreateRequest, now: int) -> BookingRequest:
+    def booking_request(self, req: CreateRequest, now: int) -> BookingRequest:
         # Recomputed for every attempt: a request that waited starts when it is placed.
         return BookingRequest(
             tenant_id=req.tenant_id,
@@ -341,7 +341,7 @@ class Reservations:
             found = await uow.idempotency.lookup(req.tenant_id, ENDPOINT, key, digest)
             if found is not None:
                 return Replayed(found.status, found.response)
-            booking = self._booking(req, now)
+            booking = self.booking_request(req, now)
             try:
                 out = await uow.bookings.book(booking, now)
             except QuotaExceeded as exc:

@@ -43,7 +43,7 @@ class Watch:
         self.alerts: list[Alert] = []
 
     async def on_alert(self, msg: Any) -> None:
-        self.alerts.append(Alert.model_validate_json(msg.data))
+        self.alerts.append(Alert.from_json(msg.data))
 
     async def node(self) -> dict[str, Any]:
         op = self.fleet.operator()

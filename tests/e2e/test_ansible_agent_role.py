@@ -189,10 +189,10 @@ async def test_the_installed_agent_reports_through_its_own_nats_user(
     inventories: list[Inventory] = []
 
     async def on_hb(msg: Msg) -> None:
-        heartbeats.append(Heartbeat.model_validate_json(msg.data))
+        heartbeats.append(Heartbeat.from_json(msg.data))
 
     async def on_inv(msg: Msg) -> None:
-        inventories.append(Inventory.model_validate_json(msg.data))
+        inventories.append(Inventory.from_json(msg.data))
 
     nc = await nats.connect(
         installed.server.url,

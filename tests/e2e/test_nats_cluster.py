@@ -93,7 +93,7 @@ async def _stream(url: str) -> tuple[list[tuple[str, str, str]], int]:
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             msg = await js.get_msg(stream_name(PREFIX), seq)
             assert msg.data is not None
-            alert = Alert.model_validate_json(msg.data)
+            alert = Alert.from_json(msg.data)
             out.append(((msg.headers or {}).get(MSG_ID, ""), alert.alert_id, alert.kind))
         return out, info.config.num_replicas or 1
     finally:

@@ -52,10 +52,10 @@ class Bus:
         await self.nc.flush()
 
     async def _hb(self, msg: Msg) -> None:
-        await self.heartbeats.put(Heartbeat.model_validate_json(msg.data))
+        await self.heartbeats.put(Heartbeat.from_json(msg.data))
 
     async def _inv(self, msg: Msg) -> None:
-        await self.inventories.put(Inventory.model_validate_json(msg.data))
+        await self.inventories.put(Inventory.from_json(msg.data))
 
     async def heartbeat(self, wait: float = 10) -> Heartbeat:
         return await asyncio.wait_for(self.heartbeats.get(), wait)
@@ -132,7 +132,7 @@ async def test_answers_inventory_request_with_and_without_reply(nats_url: str) -
         await bus.heartbeat()
         subject = bus.subjects.inventory_request(s.pool_id, s.node_id)
         reply = await bus.nc.request(subject, b"{}", timeout=5)
-        answered = Inventory.model_validate_json(reply.data)
+        answered = Inventory.from_json(reply.data)
         again = await bus.inventory()  # the request also re-publishes on the inventory subject
         await bus.nc.publish(subject, b"")
         third = await bus.inventory()

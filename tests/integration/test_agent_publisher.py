@@ -53,10 +53,10 @@ class Wire:
         self.inventories: asyncio.Queue[Inventory] = asyncio.Queue()
 
     async def hb(self, msg: Msg) -> None:
-        await self.heartbeats.put(Heartbeat.model_validate_json(msg.data))
+        await self.heartbeats.put(Heartbeat.from_json(msg.data))
 
     async def inv(self, msg: Msg) -> None:
-        await self.inventories.put(Inventory.model_validate_json(msg.data))
+        await self.inventories.put(Inventory.from_json(msg.data))
 
 
 @pytest.fixture

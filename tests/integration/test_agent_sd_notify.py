@@ -72,7 +72,7 @@ async def test_ready_after_the_first_inventory_and_stopping_on_sigterm(
     inventories: list[Inventory] = []
 
     async def on_inv(msg: nats.aio.msg.Msg) -> None:
-        inventories.append(Inventory.model_validate_json(msg.data))
+        inventories.append(Inventory.from_json(msg.data))
 
     await nc.subscribe(Subjects(prefix).all_inventories, cb=on_inv)
     await nc.flush()

@@ -56,7 +56,7 @@ async def test_a_late_subscriber_reads_the_alerts_it_missed_within_the_bound(
         assert info.config.max_msgs == 3
         sub = await js.pull_subscribe(subjects.all_alerts, stream=stream_name(subjects.prefix))
         msgs = await sub.fetch(10, timeout=2)
-        alerts = [Alert.model_validate_json(m.data) for m in msgs]
+        alerts = [Alert.from_json(m.data) for m in msgs]
         # Only the newest three are kept: bounded retention.
         assert [a.details["maintenance"] for a in alerts] == [True, False, True]
         assert [a.kind for a in alerts] == [

@@ -8,6 +8,8 @@ it clears. (Before: reservations stayed silently `active` on a dead node.)"""
 
 from __future__ import annotations
 
+import msgspec
+
 from coordinator.api.render import reservation as render
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
@@ -161,8 +163,8 @@ def _slots(node: str, i: int, k: int) -> list[Atom]:
 
 def _inventory(node: str, pool: str, atoms: list[Atom], tag: str) -> Inventory:
     base = make_inventory(node, pool, gpus=0)
-    return base.model_copy(
-        update={"atoms": (*base.atoms, *atoms), "inventory_hash": f"{base.inventory_hash}{tag}"}
+    return msgspec.structs.replace(
+        base, atoms=(*base.atoms, *atoms), inventory_hash=f"{base.inventory_hash}{tag}"
     )
 
 

@@ -75,19 +75,20 @@ def test_each_drop_reason_is_logged_at_warning_with_the_node_id(
     assert len(messages) == 3  # one per reason: the flood from gpu-7 is not a log flood
     for node, reason in (("gpu-7", "not_json"), ("gpu-8", "bad_schema"), ("gpu-9", "too_large")):
         assert any(f"node {node}" in m and reason in m for m in messages), messages
+    # A schema error says which field broke the schema, as the wire model's decoder found.
+    assert any("bad_schema" in m and "at `$.nodeId`" in m for m in messages), messages
 
 
-async def test_fast_lane_handles_or_counts_every_message(nats_url: str) -> None:
-    """The heartbeat fast lane (`Bus.subscribe_fast`) is bounded like a subscription: what
-    does not fit is dropped, counted as a slow consumer and reported as falling behind;
-    everything else reaches the handler, messages with a reply subject included (they
-    take nats-py's ordinary path)."""
+async def test_a_batched_subscription_handles_or_counts_every_message(nats_url: str) -> None:
+    """The heartbeat subscription (`Bus.subscribe_batched`) is bounded: what does not fit
+    is dropped, counted as a slow consumer and reported as falling behind; everything
+    else reaches the handler, messages with a reply subject included."""
     behind: list[int] = []
     bus = Bus(nats_url, pending_msgs_limit=5, on_behind=lambda: behind.append(1))
     await bus.connect(attempts=1)
     handled: list[tuple[str, bytes]] = []
     try:
-        await bus.subscribe_fast("lane.>", lambda subject, data: handled.append((subject, data)))
+        await bus.subscribe_batched("lane.>", lambda msg: handled.append((msg.subject, msg.data)))
         assert bus.nc is not None
         await bus.nc.publish("lane.asks", b"question", reply="lane-replies")
         for i in range(2000):

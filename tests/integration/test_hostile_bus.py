@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import nats
 import pytest
 
@@ -77,8 +78,8 @@ async def test_one_bad_inventory_never_aborts_the_batch_or_health_recording(
     await rig.service.write_pending()
     # One pass: a poisoned inventory (past the wire model, as a buggy build could send
     # it), a good one, and a device failure on n0.
-    bad = make_inventory("n2", rig.pool_id).model_copy(
-        update={"scalars": Scalars.model_construct(vcpu=2**64, memory_gib=1, hugepages_1gi=0)}
+    bad = msgspec.structs.replace(
+        make_inventory("n2", rig.pool_id), scalars=Scalars(vcpu=2**64, memory_gib=1)
     )
     rig.service.on_inventory(bad)
     rig.service.on_inventory(make_inventory("n1", rig.pool_id))
@@ -99,7 +100,7 @@ async def test_one_bad_inventory_never_aborts_the_batch_or_health_recording(
 async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: Rig) -> None:
     inv = make_inventory("proto", rig.pool_id)
     for i in range(20_000):
-        forged = make_heartbeat(inv, 1).model_copy(update={"node_id": f"forged-{i}"})
+        forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"forged-{i}")
         rig.service.on_heartbeat(forged)
     assert len(rig.service._unknown) <= nodestate.MAX_UNKNOWN_PER_PASS
     for _ in range(5):
@@ -110,7 +111,7 @@ async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: R
     # The table of recent requests is pruned once they are old.
     rig.clock.advance(nodestate.INVENTORY_REQUEST_EVERY_MS + 1)
     for i in range(nodestate.MAX_UNKNOWN_PER_PASS):
-        forged = make_heartbeat(inv, 1).model_copy(update={"node_id": f"later-{i}"})
+        forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"later-{i}")
         rig.service.on_heartbeat(forged)
     await rig.service.write_pending()
     assert len(rig.service._inv_requested) <= 2 * nodestate.INVENTORY_REQUESTS_PER_S
@@ -308,8 +309,8 @@ async def test_a_flood_and_poison_on_the_bus_spare_every_other_node(
                         hb = make_heartbeat(victim, n + 1, interval_ms=200)
                         await attacker.publish(s.heartbeat(pool, "evil"), hb.to_json())
                     elif n % 3 == 1:
-                        forged: Heartbeat = make_heartbeat(victim, 1).model_copy(
-                            update={"node_id": f"forged-{n}"}
+                        forged: Heartbeat = msgspec.structs.replace(
+                            make_heartbeat(victim, 1), node_id=f"forged-{n}"
                         )
                         await attacker.publish(s.heartbeat(pool, f"forged-{n}"), forged.to_json())
                     else:

@@ -98,7 +98,7 @@ async def test_device_fault_in_a_heartbeat_moves_atoms_records_an_event_and_aler
     alerts: list[Alert] = []
 
     async def on_alert(msg: nats.aio.msg.Msg) -> None:
-        alerts.append(Alert.model_validate_json(msg.data))
+        alerts.append(Alert.from_json(msg.data))
 
     await nc.subscribe(s.all_alerts, cb=on_alert)
     inv = make_inventory("n1", pool, gpus=4)

@@ -256,7 +256,7 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             msgs = await sub.fetch(2, timeout=5)
             while len(msgs) < 2:
                 msgs += await sub.fetch(2 - len(msgs), timeout=5)
-            alerts = [Alert.model_validate_json(m.data) for m in msgs]
+            alerts = [Alert.from_json(m.data) for m in msgs]
             assert [(a.kind, a.node_id) for a in alerts] == [
                 ("node.registered", NODE_A.node_id),
                 ("node.maintenance", NODE_A.node_id),
@@ -284,7 +284,7 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             heard: list[Heartbeat] = []
 
             async def on_hb(msg: Msg) -> None:
-                heard.append(Heartbeat.model_validate_json(msg.data))
+                heard.append(Heartbeat.from_json(msg.data))
 
             coordinator_view = await secured.connect("coordinator")
             try:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from coordinator.capacity_signal import CapacitySignal
@@ -308,8 +309,8 @@ async def test_a_missing_gpu_is_recorded_alerted_unhealthy_and_its_return_said(r
         pci_bus_id="0000:3a:00.0",
         missing="GPU is lost (NVML_ERROR_GPU_IS_LOST)",
     )
-    lost = inv.model_copy(
-        update={"atoms": (*inv.atoms, atom), "gpus": (gpu,), "inventory_hash": "with-standin"}
+    lost = msgspec.structs.replace(
+        inv, atoms=(*inv.atoms, atom), gpus=(gpu,), inventory_hash="with-standin"
     )
     before = len(rig.sink.alerts)
     await rig.inventory(lost)

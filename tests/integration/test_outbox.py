@@ -38,7 +38,7 @@ async def stream_alerts(nats_url: str, prefix: str) -> list[tuple[str, Alert]]:
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             msg = await js.get_msg(name, seq)
             assert msg.data is not None
-            out.append(((msg.headers or {}).get(MSG_ID, ""), Alert.model_validate_json(msg.data)))
+            out.append(((msg.headers or {}).get(MSG_ID, ""), Alert.from_json(msg.data)))
         return out
     finally:
         await nc.close()

@@ -13,7 +13,7 @@ from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, Atom, Inventory
-from tests.factories import make_inventory
+from tests.factories import make_inventory, unchecked
 
 NOW = 1_800_000_000_000
 
@@ -28,7 +28,7 @@ async def _pool(ledger: Ledger) -> str:
 def _stealing(inv: Inventory, atom_id: str) -> Inventory:
     """`inv` with one more atom whose id another node already holds."""
     stolen = Atom(atom_id=atom_id, cls="gpu", device_id="GPU-stolen")
-    return inv.model_copy(update={"atoms": (*inv.atoms, stolen)})
+    return unchecked(inv, atoms=(*inv.atoms, stolen))
 
 
 async def _node_ids(ledger: Ledger, pool_id: str) -> list[str]:

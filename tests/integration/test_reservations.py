@@ -138,7 +138,7 @@ async def test_spot_is_preempted_with_notice_and_preview_gives_only_a_count(
     notices: list[Alert] = []
 
     async def on_alert(msg: Any) -> None:
-        notices.append(Alert.model_validate_json(msg.data))
+        notices.append(Alert.from_json(msg.data))
 
     await nc.subscribe(Subjects(clocked.settings.subject_prefix).all_alerts, cb=on_alert)
     await nc.flush()

@@ -18,7 +18,7 @@ def inventory(
 ) -> Inventory:
     return Inventory(
         node_id="n0", pool_id=pool, boot_id="b", sent_at=0, inventory_hash=f"h{tag}",
-        scalars=Scalars(vcpu=64, memoryGiB=512), health=NodeHealth(status="healthy"),
+        scalars=Scalars(vcpu=64, memory_gib=512), health=NodeHealth(status="healthy"),
         atoms=(Atom(atom_id="n0:node", cls="node"), *gpus), gpus=infos,
     )  # fmt: skip
 

@@ -158,7 +158,7 @@ class SimHost:
             hostname=self.node_id,
             labels={"rack": self.rack},
             provisioning=self.provisioning,
-            scalars=Scalars(vcpu=self.vcpu, memoryGiB=self.memory_gib),
+            scalars=Scalars(vcpu=self.vcpu, memory_gib=self.memory_gib),
             atoms=tuple(atoms),
             health=NodeHealth(status=self.health),
             devices=self.device_health(),

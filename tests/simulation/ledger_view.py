@@ -122,7 +122,7 @@ async def read_view(
                 row.atom_id,
                 row.node_id,
                 row.pool_id,
-                row._mapping["class"],
+                getattr(row, "class"),
                 row.device_id or "",
                 dict(row.attrs or {}),
                 row.health,
@@ -137,7 +137,7 @@ async def read_view(
                 row.pool_id,
                 row.node_id,
                 row.atom_id,
-                row._mapping["class"],
+                getattr(row, "class"),
                 bool(row.spot),
                 int(row.start),
                 int(row.end),
@@ -224,7 +224,7 @@ async def read_outbox(db: Database, after: int) -> list[tuple[int, Alert]]:
         rows = (
             await conn.execute(select(o.seq, o.payload).where(o.seq > after).order_by(o.seq))
         ).all()
-    return [(int(row.seq), Alert.model_validate_json(row.payload)) for row in rows]
+    return [(int(row.seq), Alert.from_json(row.payload)) for row in rows]
 
 
 async def outbox_end(db: Database) -> int:

@@ -57,6 +57,5 @@ def test_the_agent_imports_neither_aiohttp_nor_sqlalchemy(loaded: set[str]) -> N
     assert not loaded & {"aiohttp", "sqlalchemy"}
 
 
-@pytest.mark.xfail(strict=True, reason="shared.wire still imports pydantic")
 def test_the_agent_imports_no_pydantic(loaded: set[str]) -> None:
     assert "pydantic" not in loaded

@@ -4,6 +4,8 @@ model built in code never reads the process environment."""
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -32,10 +34,15 @@ def test_operator_docs_table_is_the_model() -> None:
     )
 
 
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options `parser` offers, as its usage line lists them."""
+    return set(re.findall(r"--[a-z0-9][a-z0-9-]*", parser.format_usage()))
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_every_field_has_a_description_and_its_flag(model: type[SettingsModel]) -> None:
     parser = build_parser(model)
-    known = {s for action in parser._actions for s in action.option_strings}
+    known = _flags(parser)
     for field in fields(model):
         if field.name == "health":  # a table: file and env only
             continue
@@ -52,10 +59,8 @@ def test_documented_notice_flag_exists() -> None:
 def test_shared_settings_have_the_same_names_on_both_sides() -> None:
     both = {f.name for f in fields(Settings)} & {f.name for f in fields(CoordinatorSettings)}
     assert {"nats_url", "nats_credentials", "subject_prefix", "log_level"} <= both
-    agent_flags = {s for a in build_parser(Settings)._actions for s in a.option_strings}
-    coordinator_flags = {
-        s for a in build_parser(CoordinatorSettings)._actions for s in a.option_strings
-    }
+    agent_flags = _flags(build_parser(Settings))
+    coordinator_flags = _flags(build_parser(CoordinatorSettings))
     for name in both:
         flag = "--" + name.replace("_", "-")
         assert flag in agent_flags and flag in coordinator_flags, name

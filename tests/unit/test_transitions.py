@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -191,11 +192,11 @@ def test_an_inventory_gpu_marked_missing_is_missing_whatever_its_health_says() -
             uuid="GPU-n1-1", index=1, name="unknown", memory_mib=0, pci_bus_id="b", missing="gone"
         ),
     )
-    after = after_inventory(None, inv.model_copy(update={"gpus": gpus}))
+    after = after_inventory(None, msgspec.structs.replace(inv, gpus=gpus))
     assert after.devices["GPU-n1-1"] == DeviceFlags("unhealthy", ("missing: gone",))
     kinds = [(t.kind, t.device_id) for t in node_transitions(None, after)]
     assert kinds == [("node.registered", None), ("device.missing", "GPU-n1-1")]
     # The agent's own missing reason is kept as it is, not said twice.
     said = (DeviceHealth(device_id="GPU-n1-1", status="unhealthy", reasons=("missing: x",)),)
-    again = after_inventory(None, inv.model_copy(update={"gpus": gpus, "devices": said}))
+    again = after_inventory(None, msgspec.structs.replace(inv, gpus=gpus, devices=said))
     assert again.devices["GPU-n1-1"] == DeviceFlags("unhealthy", ("missing: x",))

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from coordinator.domain.rate_limit import RateLimiter
 from shared.ids import new_pool_id
@@ -25,8 +25,28 @@ def _inv(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_well_formed_inventory_and_heartbeat_still_pass() -> None:
-    inv = Inventory.model_validate_json(json.dumps(_inv()))
-    Heartbeat.model_validate_json(make_heartbeat(inv, interval_ms=3_600_000).to_json())
+    inv = Inventory.from_json(json.dumps(_inv()))
+    Heartbeat.from_json(make_heartbeat(inv, interval_ms=3_600_000).to_json())
+
+
+@pytest.mark.parametrize(
+    "changes, where",
+    [
+        ({"seq": -1}, "$.seq"),
+        ({"nodeId": "n1\n"}, "$.nodeId"),  # Python's `$` would let a final newline by
+        ({"health": {"status": "fine"}}, "$.health.status"),
+        (
+            {"devices": [{"deviceId": "GPU-0", "status": "unhealthy", "reasons": ["x"] * 65}]},
+            "$.devices[0].reasons",
+        ),
+    ],
+)
+def test_a_schema_error_names_the_field(changes: dict[str, Any], where: str) -> None:
+    inv = make_inventory("n1", POOL)
+    doc = json.loads(make_heartbeat(inv).to_json()) | changes
+    with pytest.raises(ValidationError) as caught:
+        Heartbeat.from_json(json.dumps(doc))
+    assert str(caught.value).endswith(f"at `{where}`")
 
 
 @pytest.mark.parametrize(
@@ -53,7 +73,7 @@ def test_a_well_formed_inventory_and_heartbeat_still_pass() -> None:
 )
 def test_out_of_bounds_inventories_are_schema_errors(what: str, changes: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
-        Inventory.model_validate_json(json.dumps(_inv(**changes)).replace("Infinity", "1e999"))
+        Inventory.from_json(json.dumps(_inv(**changes)).replace("Infinity", "1e999"))
 
 
 @pytest.mark.parametrize(
@@ -70,7 +90,7 @@ def test_out_of_bounds_heartbeats_are_schema_errors(changes: dict[str, Any]) -> 
     inv = make_inventory("n1", POOL)
     doc = json.loads(make_heartbeat(inv).to_json()) | changes
     with pytest.raises(ValidationError):
-        Heartbeat.model_validate_json(json.dumps(doc))
+        Heartbeat.from_json(json.dumps(doc))
 
 
 def test_the_rate_limiter_drops_one_noisy_node_and_spares_the_others() -> None:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, field_validator
+import msgspec
+from msgspec import Meta
 
 from agent.inventory import SharingRule
 from agent.profile import ProfileError, load_profile
@@ -24,19 +25,13 @@ from shared.subjects import Subjects
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
-_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 ExpectedClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk"]
-
-
-def _label_key(key: str) -> str:
-    if not _LABEL_KEY.match(key):
-        raise ValueError("label keys are 1-63 of [A-Za-z0-9._/-]")
-    return key
-
-
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, Field(max_length=256)]
+LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
+LabelValue = Annotated[str, Meta(max_length=256)]
+# `all`, one GPU index or UUID, or a list of them.
+GpuList = str | int | Annotated[tuple[str | int, ...], Meta(min_length=1)]
+XidList = tuple[Annotated[int, Meta(gt=0)], ...]
 
 
 def parse_label(text: str) -> dict[str, str]:
@@ -63,190 +58,191 @@ def parse_share(text: str) -> dict[str, Any]:
     return {"gpus": [g for g in gpus.split(",") if g], "mode": mode, "replicas": replicas}
 
 
-class ShareSetting(BaseModel):
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+def _label_text(value: Any) -> Any:
+    # TOML gives `rack = 7` as a number; a label is text.
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return value
+
+
+def _matches(pattern: str) -> Any:
+    def check(value: str) -> None:
+        if not re.match(pattern, value):
+            raise ValueError(f"{value!r} does not match {pattern}")
+
+    return check
+
+
+def _nats_url(value: str) -> None:
+    for url in value.split(","):
+        if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+", url.strip()):
+            raise ValueError(f"{url!r} is not a nats://host:port URL")
+
+
+def _is_file(value: Path | None) -> None:
+    if value is not None and not value.is_file():
+        raise ValueError(f"{value} does not exist")
+
+
+def _is_dir(value: Path) -> None:
+    if not value.is_dir():
+        raise ValueError(f"{value} is not a directory")
+
+
+def _profile(value: str | None) -> None:
+    if value is not None:
+        try:
+            load_profile(value)
+        except ProfileError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class ShareSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """GPUs (`all`, indexes or UUIDs) offered as `replicas` time-slice or MPS slots."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    gpus: tuple[str, ...] = ("all",)
     mode: Literal["timeslice", "mps"]
-    replicas: int = Field(ge=1, le=64)
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _gpu_list(cls, value: Any) -> Any:
-        items = [value] if isinstance(value, str | int) else value
-        if not isinstance(items, list | tuple) or not items:
-            raise ValueError('expected "all", a GPU index, UUID or a list')
-        return tuple(str(g) for g in items)
+    replicas: Annotated[int, Meta(ge=1, le=64)]
+    gpus: GpuList = "all"
 
     def rule(self) -> SharingRule:
-        return SharingRule(gpus=self.gpus, mode=self.mode, replicas=self.replicas)
+        items = self.gpus if isinstance(self.gpus, tuple) else (self.gpus,)
+        return SharingRule(
+            gpus=tuple(str(g) for g in items), mode=self.mode, replicas=self.replicas
+        )
 
 
-class HealthSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class HealthSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    recover_after_s: Annotated[
+        float,
+        Meta(
+            ge=0, description="seconds a GPU's health must stay better before it is reported better"
+        ),
+    ] = 60.0
+    xid_hold_s: Annotated[
+        float, Meta(ge=0, description="seconds a fault XID keeps a GPU unhealthy")
+    ] = 300.0
+    xid_faults: Annotated[XidList, Meta(description="XIDs added to the fault list")] = ()
+    xid_ignore: Annotated[
+        XidList, Meta(description="XIDs removed from it (treated as application errors)")
+    ] = ()
 
-    recover_after_s: float = Field(
-        60.0,
-        ge=0,
-        description="seconds a GPU's health must stay better before it is reported better",
-    )
-    xid_hold_s: float = Field(300.0, ge=0, description="seconds a fault XID keeps a GPU unhealthy")
-    xid_faults: tuple[PositiveInt, ...] = Field((), description="XIDs added to the fault list")
-    xid_ignore: tuple[PositiveInt, ...] = Field(
-        (), description="XIDs removed from it (treated as application errors)"
-    )
 
-
-class Settings(SettingsModel):
+class Settings(SettingsModel, frozen=True):
     prog = "gpufleet-agent"
     summary = "Inventory and health of one GPU host, published to NATS."
 
-    pool_id: str = Field(description="the pool this host's GPUs belong to (`pool_...`)")
-    node_id: Annotated[str, Option(default_doc="the host name")] = Field(
-        default_factory=socket.gethostname, description="this host's node id"
-    )
-    nats_url: str = Field(
-        "nats://127.0.0.1:4222", description="NATS server URL; a comma-separated list allowed"
-    )
-    nats_credentials: Annotated[Path | None, Option(deprecated=("nats_creds",))] = Field(
-        None, description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"
-    )
-    subject_prefix: str = Field("gpufleet", description="NATS subject prefix")
-    interval_s: Annotated[float, Option(aliases=("--interval",))] = Field(
-        5.0, ge=0.1, le=3600, description="seconds between polls (0.1 – 3600)"
-    )
-    misses: int = Field(
-        3,
-        ge=1,
-        le=100,
-        description="the coordinator's `misses`: a silent NATS server is left for another"
-        " within a third of misses × interval",
-    )
-    simulate: str | None = Field(
-        None, description="simulated NVML from a host profile (name or `.toml` path)"
-    )
-    sysfs_root: Annotated[Path, Option(default_doc="`/` (simulated: a fake tree)")] = Field(
-        Path("/"), description="root of the sys/ and proc/ trees read"
-    )
-    fault_file: Path | None = Field(None, description="simulated faults (JSON), re-read each poll")
-    log_level: LogLevel = Field("INFO", description="log level")
-    provisioning: bool = Field(False, description="report the node as provisioning")
-    profile_id: Annotated[str | None, Option(default_doc="the simulated profile's")] = Field(
-        None, description="host profile id reported in the inventory"
-    )
-    profile_version: Annotated[int | None, Option(default_doc="the simulated profile's")] = Field(
-        None, description="host profile version reported in the inventory"
-    )
+    pool_id: Annotated[
+        str,
+        Meta(description="the pool this host's GPUs belong to (`pool_...`)"),
+        Option(check=_matches(POOL_ID_PATTERN)),
+    ]
+    node_id: Annotated[
+        str,
+        Meta(description="this host's node id"),
+        Option(default_doc="the host name", check=_matches(NODE_ID_PATTERN)),
+    ] = msgspec.field(default_factory=socket.gethostname)
+    nats_url: Annotated[
+        str,
+        Meta(description="NATS server URL; a comma-separated list allowed"),
+        Option(check=_nats_url),
+    ] = "nats://127.0.0.1:4222"
+    nats_credentials: Annotated[
+        Path | None,
+        Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
+        Option(deprecated=("nats_creds",), check=_is_file),
+    ] = None
+    subject_prefix: Annotated[
+        str, Meta(description="NATS subject prefix"), Option(check=Subjects)
+    ] = "gpufleet"
+    interval_s: Annotated[
+        float,
+        Meta(ge=0.1, le=3600, description="seconds between polls (0.1 – 3600)"),
+        Option(aliases=("--interval",)),
+    ] = 5.0
+    misses: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=100,
+            description="the coordinator's `misses`: a silent NATS server is left for another"
+            " within a third of misses × interval",
+        ),
+    ] = 3
+    simulate: Annotated[
+        str | None,
+        Meta(description="simulated NVML from a host profile (name or `.toml` path)"),
+        Option(check=_profile),
+    ] = None
+    sysfs_root: Annotated[
+        Path,
+        Meta(description="root of the sys/ and proc/ trees read"),
+        Option(default_doc="`/` (simulated: a fake tree)", check=_is_dir),
+    ] = Path("/")
+    fault_file: Annotated[
+        Path | None, Meta(description="simulated faults (JSON), re-read each poll")
+    ] = None
+    log_level: Annotated[LogLevel, Meta(description="log level"), Option(before=_upper)] = "INFO"
+    provisioning: Annotated[bool, Meta(description="report the node as provisioning")] = False
+    profile_id: Annotated[
+        str | None,
+        Meta(description="host profile id reported in the inventory"),
+        Option(default_doc="the simulated profile's"),
+    ] = None
+    profile_version: Annotated[
+        int | None,
+        Meta(description="host profile version reported in the inventory"),
+        Option(default_doc="the simulated profile's"),
+    ] = None
     labels: Annotated[
         dict[LabelKey, LabelValue],
-        Option(flag="--label", metavar="K=V", item=parse_label, separator=","),
-    ] = Field(
-        default_factory=dict,
-        description="node labels (a `[labels]` table); merged per key across sources",
-    )
+        Meta(description="node labels (a `[labels]` table); merged per key across sources"),
+        Option(flag="--label", metavar="K=V", item=parse_label, separator=",", before=_label_text),
+    ] = msgspec.field(default_factory=dict)
     sharing: Annotated[
         tuple[ShareSetting, ...],
+        Meta(
+            description=(
+                "GPUs offered as N time-slice or MPS slots (`[[sharing]]` tables of `gpus`, "
+                "`mode`, `replicas`), e.g. `all:timeslice:4`, `0,1:mps:2`"
+            )
+        ),
         Option(flag="--share", metavar="GPUS:MODE:N", item=parse_share, separator=";"),
-    ] = Field(
-        (),
-        description=(
-            "GPUs offered as N time-slice or MPS slots (`[[sharing]]` tables of `gpus`, `mode`, "
-            "`replicas`), e.g. `all:timeslice:4`, `0,1:mps:2`"
-        ),
-    )
+    ] = ()
     expected: Annotated[
-        dict[ExpectedClass, Annotated[int, Field(ge=0, le=4096)]],
+        dict[ExpectedClass, Annotated[int, Meta(ge=0, le=4096)]],
+        Meta(
+            description=(
+                "devices this host must have (an `[expected]` table, e.g. `gpu = 8`); a "
+                "shortfall is reported as missing, unhealthy devices (simulated: the profile's)"
+            )
+        ),
         Option(flag="--expect", metavar="CLASS=N", item=parse_expect, separator=","),
-    ] = Field(
-        default_factory=dict,
-        description=(
-            "devices this host must have (an `[expected]` table, e.g. `gpu = 8`); a shortfall is "
-            "reported as missing, unhealthy devices (simulated: the profile's)"
-        ),
-    )
-    offer_boot_disks: bool = Field(
-        False, description="offer the disk holding `/` (and its mirrors) as bookable"
-    )
-    offer_management_nics: bool = Field(
-        False, description="offer the management NIC(s) as bookable"
-    )
+    ] = msgspec.field(default_factory=dict)
+    offer_boot_disks: Annotated[
+        bool, Meta(description="offer the disk holding `/` (and its mirrors) as bookable")
+    ] = False
+    offer_management_nics: Annotated[
+        bool, Meta(description="offer the management NIC(s) as bookable")
+    ] = False
     management_nics: Annotated[
-        tuple[str, ...], Option(flag="--management-nic", metavar="NAME", item=str, separator=",")
-    ] = Field((), description="the management NICs by netdev name (default: the default route's)")
-    release_file: Path | None = Field(
-        None,
-        description=(
-            "while this file exists the agent lets go of NVML (for a GPU reset or driver "
-            "reload); SIGUSR1/SIGUSR2 do the same"
+        tuple[str, ...],
+        Meta(description="the management NICs by netdev name (default: the default route's)"),
+        Option(flag="--management-nic", metavar="NAME", item=str, separator=","),
+    ] = ()
+    release_file: Annotated[
+        Path | None,
+        Meta(
+            description=(
+                "while this file exists the agent lets go of NVML (for a GPU reset or driver "
+                "reload); SIGUSR1/SIGUSR2 do the same"
+            )
         ),
-    )
-    health: HealthSettings = Field(default_factory=HealthSettings)
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _upper(cls, value: Any) -> Any:
-        return value.upper() if isinstance(value, str) else value
-
-    @field_validator("pool_id")
-    @classmethod
-    def _pool_id(cls, value: str) -> str:
-        if not re.match(POOL_ID_PATTERN, value):
-            raise ValueError(f"{value!r} does not match {POOL_ID_PATTERN}")
-        return value
-
-    @field_validator("node_id")
-    @classmethod
-    def _node_id(cls, value: str) -> str:
-        if not re.match(NODE_ID_PATTERN, value):
-            raise ValueError(f"{value!r} does not match {NODE_ID_PATTERN}")
-        return value
-
-    @field_validator("nats_url")
-    @classmethod
-    def _nats_url(cls, value: str) -> str:
-        for url in value.split(","):
-            if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+", url.strip()):
-                raise ValueError(f"{url!r} is not a nats://host:port URL")
-        return value
-
-    @field_validator("nats_credentials")
-    @classmethod
-    def _credentials(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"{value} does not exist")
-        return value
-
-    @field_validator("subject_prefix")
-    @classmethod
-    def _prefix(cls, value: str) -> str:
-        Subjects(value)
-        return value
-
-    @field_validator("sysfs_root")
-    @classmethod
-    def _sysfs_root(cls, value: Path) -> Path:
-        if not value.is_dir():
-            raise ValueError(f"{value} is not a directory")
-        return value
-
-    @field_validator("simulate")
-    @classmethod
-    def _profile(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                load_profile(value)
-            except ProfileError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("labels", mode="before")
-    @classmethod
-    def _label_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): str(v) for k, v in value.items()}
-        return value
+    ] = None
+    health: HealthSettings = msgspec.field(default_factory=HealthSettings)
 
     @property
     def sharing_rules(self) -> tuple[SharingRule, ...]:

@@ -204,10 +204,11 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
         profile = load_profile(settings.simulate)
         expected = expected or dict(profile.expected)
-        settings = settings.model_copy(
-            update={"profile_id": settings.profile_id or profile.id,
-                    "profile_version": settings.profile_version or profile.version}
-        )  # fmt: skip
+        settings = msgspec.structs.replace(
+            settings,
+            profile_id=settings.profile_id or profile.id,
+            profile_version=settings.profile_version or profile.version,
+        )
         if settings.sysfs_root != Path("/"):
             inv = read_once(settings, settings.sysfs_root, expected)
         else:

@@ -20,20 +20,20 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.clock import Clock, SystemClock
 from agent.config import Settings
 from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
-from agent.lean import dist_version
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
+from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError, load
 from shared.subjects import Subjects
 from shared.systemd import sd_notify
@@ -63,7 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    _leave_out_websocket_support(settings)
     try:
         return asyncio.run(run(settings, notify_socket=os.environ.get("NOTIFY_SOCKET")))
     except ConfigError as exc:  # the credentials file, read when the publisher starts
@@ -75,18 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _version() -> str:
-    # Not importlib.metadata: it costs the agent ~1.5 MB (see agent.lean).
-    return dist_version("gpufleet") or "0+unknown"
-
-
-def _leave_out_websocket_support(settings: Settings) -> None:
-    """nats-py imports aiohttp (about 19 MB resident) whenever it is installed, only to
-    offer ws:// URLs. A GPU host installs gpufleet[agent], which has no aiohttp; where it
-    is present anyway (a dev box, the demo) keep it out of a plain-NATS agent process so
-    the footprint is the one a host sees. Only this process entry point does it."""
-    urls = [u.strip() for u in settings.nats_url.split(",")]
-    if "aiohttp" not in sys.modules and not any(u.startswith("ws") for u in urls):
-        sys.modules["aiohttp"] = None  # type: ignore[assignment]
+    try:
+        return metadata.version("gpufleet")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 @contextlib.contextmanager
@@ -114,7 +105,7 @@ async def run(
     install_signals: bool = True,
     notify_socket: str | None = None,
 ) -> int:
-    from agent.publisher import Publisher  # after main() decided what nats-py may import
+    from agent.publisher import Publisher
 
     real_nvml()  # NvmlMissing, with the fix, before anything imports pynvml
     # The NVML-facing modules import pynvml at their top; only now may they be loaded.

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import msgspec
 
-from agent.clock import Clock
 from agent.health import Finding, HealthPolicy, HealthState, evaluate
 from agent.inventory import Identity, SharingRule, build_inventory
 from agent.presence import reconcile
@@ -32,6 +31,7 @@ from agent.reader import NvmlReader
 from agent.readings import HostReading, NicReading, NvmlSnapshot
 from agent.state import AgentState
 from agent.xid_watch import XidWatcher
+from shared.clock import Clock
 from shared.wire import Inventory
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Poller:
                 host,
                 self._sharing,
                 boot_id=self._boot_id,
-                sent_at=self._clock.wall_ms(),
+                sent_at=self._clock.now_ms(),
                 offer_boot_disks=self._offer[0],
                 offer_management_nics=self._offer[1],
                 expected=self._expected,

@@ -44,8 +44,8 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 
-from agent.clock import Clock
 from agent.state import AgentState
+from shared.clock import Clock
 from shared.credentials import CredentialsError, connect_options
 from shared.log_throttle import LogThrottle
 from shared.settings import ConfigError
@@ -355,7 +355,7 @@ class Publisher:
         inv = msgspec.structs.replace(
             state.inventory,
             boot_id=self._boot_id,
-            sent_at=self._clock.wall_ms(),
+            sent_at=self._clock.now_ms(),
             health=state.health,
             devices=state.devices,
         )
@@ -369,7 +369,7 @@ class Publisher:
             pool_id=self._pool_id,
             boot_id=self._boot_id,
             seq=self._seq,
-            sent_at=self._clock.wall_ms(),
+            sent_at=self._clock.now_ms(),
             interval_ms=int(self._interval_s * 1000),
             bus_errors=self.stats.bus_errors,
             inventory_hash=state.inventory.inventory_hash,

@@ -21,9 +21,9 @@ from typing import Any
 
 import pynvml
 
-from agent.clock import Clock
 from agent.nvml import NvmlLike
 from agent.readings import XidEvent
+from shared.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,10 @@ nats-server (SPEC §8 goal: < 40 MB RSS, < 1 % of one core at the default interv
 Runs `gpufleet-agent --simulate h100-sxm-8` as a subprocess for N seconds at each
 interval, counts its heartbeats, samples its RSS and CPU time from /proc, and compares
 with a baseline measured in the same run: a bare Python process that imports the same
-modules (agent.main, the publisher, the poller, NVML and the simulator, through
-the same entry point) and sleeps. Prints a table and writes
-bench/results/agent.json.
+modules (agent.main, the publisher, the poller, NVML and the simulator) and sleeps.
+Both run in a venv holding only what `pip install gpufleet[agent]` puts on a GPU host
+(tests/agent_host.py), so the figures are a host's, not the development venv's (where
+nats-py would load aiohttp). Prints a table and writes bench/results/agent.json.
 
     .venv/bin/python bench/agent_bench.py [--seconds 30] [--intervals 5,0.5]
 """
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,14 +32,12 @@ from report import Goal, write
 
 from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
+from tests.agent_host import host_venv
 
 TICKS = os.sysconf("SC_CLK_TCK")
-# What the agent process imports when it runs `--simulate` (the NVML side included),
-# through the same entry point (agent.daemon: what agent.lean leaves out, it leaves
-# out here too), minus aiohttp (the agent leaves it out; see agent.main).
+# What the agent process imports when it runs `--simulate` (the NVML side included).
 BASELINE = (
-    "import sys, time; sys.modules['aiohttp'] = None; import agent.lean; "
-    "agent.lean.leave_out_unused_imports(); "
+    "import time; "
     "import agent.main, agent.publisher, agent.poller, agent.reader, agent.xid_watch, "
     "agent.simulated; print('ready', flush=True); time.sleep(3600)"
 )
@@ -64,9 +64,9 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
-async def measure_baseline() -> dict[str, float]:
+async def measure_baseline(python: Path) -> dict[str, float]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", BASELINE, stdout=asyncio.subprocess.PIPE
+        python, "-c", BASELINE, stdout=asyncio.subprocess.PIPE
     )
     try:
         assert proc.stdout is not None
@@ -77,7 +77,7 @@ async def measure_baseline() -> dict[str, float]:
         await proc.wait()
 
 
-async def measure_agent(url: str, interval: float, seconds: float) -> dict[str, Any]:
+async def measure_agent(python: Path, url: str, interval: float, seconds: float) -> dict[str, Any]:
     pool, node = new_pool_id(), "bench-node"
     nc = await nats.connect(url)
     beats = 0
@@ -89,7 +89,7 @@ async def measure_agent(url: str, interval: float, seconds: float) -> dict[str, 
         first.set()
 
     await nc.subscribe(f"gpufleet.hb.{pool}.{node}", cb=count)
-    cmd = [sys.executable, "-m", "agent.daemon", "--pool-id", pool, "--node-id", node]
+    cmd = [str(python), "-m", "agent.main", "--pool-id", pool, "--node-id", node]
     cmd += ["--nats-url", url, "--simulate", "h100-sxm-8", "--interval", str(interval)]
     proc = await asyncio.create_subprocess_exec(
         *cmd, stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "GPUFLEET_LOG_LEVEL": "WARNING"}
@@ -127,11 +127,13 @@ async def main() -> int:
     parser.add_argument("--intervals", default="5,0.5")
     args = parser.parse_args()
     intervals = [float(x) for x in args.intervals.split(",")]
-    baseline = await measure_baseline()
-    rows = []
-    with EmbeddedNats() as server:
-        for interval in intervals:
-            rows.append(await measure_agent(server.url, interval, args.seconds))
+    with tempfile.TemporaryDirectory(prefix="gpufleet-host-") as tmp:
+        python = host_venv(Path(tmp) / "venv")
+        baseline = await measure_baseline(python)
+        rows = []
+        with EmbeddedNats() as server:
+            for interval in intervals:
+                rows.append(await measure_agent(python, server.url, interval, args.seconds))
     for row in rows:
         row["rssVsBaseline"] = round(row["rssMB"] / baseline["rssMB"], 2)
         # At the default 5 s interval the goal applies as stated; faster runs show cost per poll.

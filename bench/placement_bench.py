@@ -35,11 +35,11 @@ from fleet import inventory, postgres_database, postgres_reachable
 from report import Goal, write
 
 from coordinator.api.context import Services
-from coordinator.domain.clock import SystemClock
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_changes import record_inventories
 from coordinator.services.reservations import Created, CreateRequest
+from shared.clock import SystemClock
 from shared.ids import new_pool_id
 
 HERE = Path(__file__).resolve().parent

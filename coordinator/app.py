@@ -22,7 +22,6 @@ from coordinator.bus.connection import Bus, tls_context
 from coordinator.bus.ingest import Ingest
 from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
-from coordinator.domain.clock import Clock, SystemClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
 from coordinator.ledger import Leadership, Ledger
@@ -33,6 +32,7 @@ from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.reservation_clock import ReservationClock
 from coordinator.tasks.shutdown import bounded
+from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
 

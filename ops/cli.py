@@ -24,10 +24,18 @@ import click
 
 from ops import views
 from ops.api_commands import api_group, call_cmd
-from ops.cli_options import output_options, pass_session, show_answer, tenant_option
+from ops.cli_options import (
+    output_options,
+    pass_session,
+    settings_from,
+    settings_options,
+    show_answer,
+    tenant_option,
+)
+from ops.cli_settings import CliSettings
 from ops.client import ApiError, ClientError, Unreachable
 from ops.flags import parse_when
-from ops.session import DEFAULT_URL, Session
+from ops.session import Session
 from shared.ids import CROCKFORD
 
 STATES = (
@@ -49,16 +57,14 @@ def version() -> str:
 
 
 @click.group(context_settings=CONTEXT, help=__doc__)
-@click.option("--url", envvar="GPUFLEET_URL", default=DEFAULT_URL, show_default=True,
-              help="coordinator URL (env GPUFLEET_URL)")  # fmt: skip
-@click.option("--key", envvar="GPUFLEET_KEY", help="API key (env GPUFLEET_KEY)")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per call")
+@settings_options(CliSettings, only=CliSettings.API_FLAGS)
 @click.version_option(version(), "--version", prog_name="gpufleet")
 @output_options
 @click.pass_context
-def cli(ctx: click.Context, url: str, key: str | None, timeout: float) -> None:
+def cli(ctx: click.Context) -> None:
     session = ctx.ensure_object(Session)
-    session.url, session.key, session.timeout_s = url, key, timeout
+    settings = settings_from(ctx, CliSettings, session.env)
+    session.url, session.key, session.timeout_s = settings.url, settings.key, settings.timeout_s
 
 
 # --- read views ---------------------------------------------------------------------
@@ -218,28 +224,24 @@ def alerts_group() -> None:
 @alerts_group.command("watch")
 @click.option("-p", "--pool", metavar="POOL_ID", help="only this pool's alerts")
 @click.option("--since", metavar="TIME", help="replay from this time (e.g. -1h); default: new only")
-@click.option("--nats-url", envvar="GPUFLEET_NATS_URL", default="nats://127.0.0.1:4222",
-              show_default=True, help="env GPUFLEET_NATS_URL")  # fmt: skip
-@click.option("--nats-credentials", envvar="GPUFLEET_NATS_CREDENTIALS", metavar="PATH")
-@click.option("--subject-prefix", envvar="GPUFLEET_SUBJECT_PREFIX", default="gpufleet",
-              show_default=True)  # fmt: skip
+@settings_options(CliSettings, only=CliSettings.NATS_FLAGS, config=False)
 @click.option("--count", type=click.IntRange(1), help="stop after this many alerts")
 @click.option("--idle", type=float, metavar="SECONDS", help="stop after this long without one")
 @output_options
 @pass_session
 def alerts_watch_cmd(
-    session: Session, pool: str | None, since: str | None, nats_url: str,
-    nats_credentials: str | None, subject_prefix: str, count: int | None, idle: float | None,
-) -> None:  # fmt: skip
+    session: Session, pool: str | None, since: str | None, count: int | None, idle: float | None
+) -> None:
     """Follow alerts as they are published (JSON lines when piped)."""
     import asyncio
 
     from ops.alert_feed import Feed, FeedError, alert_line, follow
     from ops.output import format_time, with_times
 
+    s = settings_from(click.get_current_context(), CliSettings, session.env)
     printer = session.printer
     feed = Feed(
-        nats_url, subject_prefix, nats_credentials, pool,
+        s.nats_url, s.subject_prefix, s.nats_credentials, pool,
         parse_when(since) if since else None, count, idle,
     )  # fmt: skip
 
@@ -415,17 +417,14 @@ def _fail(text: str, code: int) -> int:
 
 
 def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int:
-    """The command line; `env`'s GPUFLEET_URL and GPUFLEET_KEY (when given) sit below
-    flags and the process environment."""
-    given = env or {}
-    defaults = {k: given[v] for k, v in (("url", "GPUFLEET_URL"), ("key", "GPUFLEET_KEY"))
-                if given.get(v)}  # fmt: skip
+    """The command line; `env`'s `GPUFLEET_*` settings (when given) sit below flags and
+    the process environment."""
+    session = Session(env={**(env or {}), **os.environ})
     try:
         try:
             cli.main(
-                args=list(argv or []), prog_name="gpufleet", standalone_mode=False,
-                default_map=defaults,
-            )  # fmt: skip
+                args=list(argv or []), prog_name="gpufleet", standalone_mode=False, obj=session
+            )
             sys.stdout.flush()
         except click.exceptions.Exit as exc:
             return int(exc.exit_code)

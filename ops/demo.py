@@ -183,7 +183,7 @@ class Demo:
             self._spawn(
                 f"agent-{node_id}",
                 [
-                    sys.executable, "-m", "agent.daemon",
+                    sys.executable, "-m", "agent.main",
                     "--pool-id", info["pools"][pool_key],
                     "--node-id", node_id,
                     "--nats-url", self.nats.url,

@@ -3,16 +3,17 @@ whose tenant the key is (asked once, with `apiKeys.self`, when a command needs i
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
+from ops.cli_settings import DEFAULT_URL
 from ops.client import ApiClient
 from ops.output import Format, Printer, View, default_format
-
-DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 @dataclass
@@ -22,6 +23,8 @@ class Session:
     timeout_s: float = 30.0
     fmt: Format | None = None
     local: bool = False
+    # Where `GPUFLEET_*` settings are read from: the process's, or what `ops.cli.run` is given.
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
     _client: ApiClient | None = None
     _me: dict[str, Any] | None = field(default=None, repr=False)
 

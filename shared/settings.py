@@ -1,9 +1,11 @@
-"""Settings from a model, the same way on agent and coordinator.
+"""Settings from a model, the same way for every gpufleet process.
 
-Each daemon declares one frozen `SettingsModel` (a plain pydantic model); this module owns
-what both do with it: the sources in precedence (flags > `GPUFLEET_*` env > the TOML
-file named by `--config` or `GPUFLEET_CONFIG` > defaults), the command line generated
-from the fields (name, type, help, choices), errors that name the field, and the
+Each process declares one frozen `SettingsModel` (a msgspec Struct whose fields carry
+their bounds and description in `msgspec.Meta`, and how they look outside the model in
+`Option`); this module owns what every process does with it: the sources in precedence
+(flags > `GPUFLEET_*` env > the TOML file named by `--config` or `GPUFLEET_CONFIG` >
+defaults), the command line generated from the fields (name, type, help, choices),
+errors that name the field (`ConfigError`, the one error of a bad setting), and the
 markdown table the docs carry. Nothing here reads the process environment: `main`
 passes it in. The one I/O is reading the config file the caller names.
 """
@@ -12,20 +14,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tomllib
 import types
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.fields import FieldInfo
+import msgspec
 
 ENV_PREFIX = "GPUFLEET_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 NESTED = "__"  # GPUFLEET_HEALTH__XID_HOLD_S sets health.xid_hold_s
+
+__all__ = [
+    "CONFIG_ENV",
+    "ENV_PREFIX",
+    "ConfigError",
+    "Field",
+    "FlagSpec",
+    "Option",
+    "SettingsModel",
+    "build",
+    "build_parser",
+    "config_help",
+    "fields",
+    "flag_names",
+    "flag_specs",
+    "from_sources",
+    "load",
+    "markdown_table",
+    "with_table",
+]
 
 
 class ConfigError(Exception):
@@ -38,7 +61,8 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Option:
-    """How a field looks outside the model: on the command line, in the env, in the docs.
+    """How a field looks outside the model: on the command line, in the env, in the docs,
+    and the checks its type cannot say.
 
     Put it in the field's `Annotated[...]` metadata; fields without one get the defaults.
     """
@@ -52,27 +76,69 @@ class Option:
     item: Callable[[str], Any] | None = None
     separator: str = ","
     default_doc: str | None = None  # the default as the docs say it, when not a literal
+    # Applied to the raw value from any source before the type is checked (`debug` →
+    # `DEBUG`), and to the typed value after it (raise ValueError: the field is named).
+    before: Callable[[Any], Any] | None = None
+    check: Callable[[Any], object] | None = None
 
 
-class SettingsModel(BaseModel):
-    """Base of both daemons' settings: frozen, unknown keys rejected, defaults validated.
+class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every process's settings: frozen, unknown keys rejected.
 
-    A plain pydantic model: `load` gathers file, env and flags itself, so a model built
-    in code (tests, benchmarks) never picks up the process environment. (Not
-    pydantic-settings: its import costs the agent ~2.5 MB of its 40 MB budget, and only
-    its env parsing was used; `from_env` below does that part.)
+    `load` gathers file, env and flags and `build` checks them; a model built in code
+    (tests, benchmarks) takes its values as given and never reads the environment.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     prog: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     toml_table: ClassVar[str | None] = None  # the file's table, e.g. [coordinator]
+    config_env: ClassVar[str] = CONFIG_ENV  # the variable that names the file
 
     @classmethod
     def environment_extras(cls, env: Mapping[str, str]) -> dict[str, Any]:
         """Values from non-`GPUFLEET_*` variables (systemd's), below the `GPUFLEET_` ones."""
         return {}
+
+    def check(self) -> None:
+        """Rules across fields; raise ConfigError naming one of them."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a settings model, as this module reads its declaration."""
+
+    name: str
+    annotation: Any  # without Annotated's metadata
+    description: str
+    option: Option
+    default: Any  # msgspec.NODEFAULT when required
+    default_factory: Any  # msgspec.NODEFAULT when none
+
+    @property
+    def required(self) -> bool:
+        return self.default is msgspec.NODEFAULT and self.default_factory is msgspec.NODEFAULT
+
+    def default_value(self) -> Any:
+        if self.default_factory is not msgspec.NODEFAULT:
+            return self.default_factory()
+        return None if self.default is msgspec.NODEFAULT else self.default
+
+
+def fields(model: type[msgspec.Struct]) -> Iterator[Field]:
+    """The fields of `model` (a settings model or a table inside one), in order."""
+    hints = typing.get_type_hints(model, include_extras=True)
+    for info in msgspec.structs.fields(model):
+        hint = hints[info.name]
+        metadata: tuple[Any, ...] = ()
+        if get_origin(hint) is Annotated:
+            hint, *rest = get_args(hint)
+            metadata = tuple(rest)
+        description = next(
+            (m.description for m in metadata if isinstance(m, msgspec.Meta) and m.description),
+            "",
+        )
+        option = next((m for m in metadata if isinstance(m, Option)), Option())
+        yield Field(info.name, hint, description, option, info.default, info.default_factory)
 
 
 M = TypeVar("M", bound=SettingsModel)
@@ -88,7 +154,19 @@ def load(
     ConfigError naming the field. `defaults` sit below every source (a one-shot command
     may fill in what only the daemon needs)."""
     args = vars(build_parser(model).parse_args(argv))
-    config = args.pop("config", None) or env.get(CONFIG_ENV) or None
+    return from_sources(model, args, env, defaults)
+
+
+def from_sources(
+    model: type[M],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    defaults: Mapping[str, Any] | None = None,
+) -> M:
+    """The settings from flags already parsed (by argparse here, by click for `gpufleet`):
+    `flags` holds the given ones by field name, and `config` for the file."""
+    args = dict(flags)
+    config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
         dict(defaults or {}),
         read_toml(Path(config), model) if config else {},
@@ -102,11 +180,77 @@ def load(
 
 
 def build(model: type[M], values: Mapping[str, Any]) -> M:
+    """`values` (from any source, text or typed) checked into the model, or ConfigError
+    naming the first field that is wrong."""
+    given = dict(values)
+    declared = list(fields(model))
+    for field in declared:
+        if field.option.before is not None and field.name in given:
+            given[field.name] = field.option.before(given[field.name])
+        if _kind(field.annotation) is bool and isinstance(given.get(field.name), str):
+            text = given[field.name].strip().lower()
+            given[field.name] = _TRUE.get(text, given[field.name])
+        _check_table_items(field, given.get(field.name))
     try:
-        return model(**values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(_where(first["loc"]), first["msg"]) from None
+        settings = msgspec.convert(given, model, strict=False, dec_hook=_from_text)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(*_where(str(exc))) from None
+    for field in declared:
+        if field.option.check is not None:
+            try:
+                field.option.check(getattr(settings, field.name))
+            except ValueError as exc:
+                raise ConfigError(field.name, str(exc)) from None
+    settings.check()
+    return settings
+
+
+# The spellings systemd and most tools take for a yes or no in an env var.
+_TRUE = {
+    **dict.fromkeys(("1", "true", "yes", "on", "y", "t"), True),
+    **dict.fromkeys(("0", "false", "no", "off", "n", "f"), False),
+}
+
+
+def _check_table_items(field: Field, value: Any) -> None:
+    """A table's keys and values one by one, so that the error names the key
+    (`labels.bad key`), which msgspec's own path leaves out."""
+    kind = _kind(field.annotation)
+    if get_origin(kind) is not dict or not isinstance(value, dict):
+        return
+    key_type, value_type = get_args(kind)
+    for key, item in value.items():
+        try:
+            msgspec.convert(key, key_type, strict=False)
+            msgspec.convert(item, value_type, strict=False, dec_hook=_from_text)
+        except msgspec.ValidationError as exc:
+            message, _ = _where(str(exc))
+            raise ConfigError(f"{field.name}.{key}", message) from None
+
+
+def _from_text(kind: type, value: Any) -> Any:
+    """Types msgspec does not build itself, from their TOML, env or flag form."""
+    if kind is Path:
+        if isinstance(value, str | Path):
+            return Path(value)
+        raise TypeError(f"Expected a path, got `{type(value).__name__}`")
+    raise NotImplementedError
+
+
+_AT = re.compile(r"(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?", re.DOTALL)
+_NAMED = re.compile(r"Object (?:contains unknown|missing required) field `([^`]+)`")
+
+
+def _where(text: str) -> tuple[str, str]:
+    """(field, message) from msgspec's error text: `Expected … - at `$.sharing[0].mode``."""
+    found = _AT.fullmatch(text)
+    assert found is not None  # every text matches: the path part is optional
+    message, path = found["message"], (found["path"] or "").replace("[...]", "")
+    path = path.removeprefix(".")
+    named = _NAMED.match(message)
+    if named:
+        path = f"{path}.{named[1]}" if path else named[1]
+    return path or "settings", message
 
 
 def read_toml(path: Path, model: type[SettingsModel]) -> dict[str, Any]:
@@ -121,57 +265,58 @@ def read_toml(path: Path, model: type[SettingsModel]) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ConfigError("config", f"{path}: [{model.toml_table}] must be a table")
     data = {k.replace("-", "_"): v for k, v in data.items()}
-    for name, _, option in _fields(model):
-        for old in option.deprecated:
+    for field in fields(model):
+        for old in field.option.deprecated:
             if old in data:
-                data.setdefault(name, data.pop(old))
+                data.setdefault(field.name, data.pop(old))
     return data
 
 
 def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, Any]:
     """`GPUFLEET_<FIELD>` for each field, names case-insensitive, empty values ignored.
 
-    Tables and lists (and nested models) are JSON, or the `Option.item` text form where
+    Tables and lists (and nested tables) are JSON, or the `Option.item` text form where
     the field has one; `GPUFLEET_<TABLE>__<KEY>` sets one key of a table, merged over
     the JSON value. A value that cannot be parsed raises ConfigError naming the field.
     """
     given = {k.lower(): v for k, v in env.items() if v != ""}
-    for name, _, option in _fields(model):
-        for old in option.deprecated:
+    declared = list(fields(model))
+    for field in declared:
+        for old in field.option.deprecated:
             old_key = (ENV_PREFIX + old).lower()
             if old_key in given:
-                given.setdefault((ENV_PREFIX + name).lower(), given.pop(old_key))
+                given.setdefault((ENV_PREFIX + field.name).lower(), given.pop(old_key))
     values: dict[str, Any] = {}
-    for name, field, option in _fields(model):
-        key = (ENV_PREFIX + name).lower()
+    for field in declared:
+        key = (ENV_PREFIX + field.name).lower()
         text = given.get(key)
         try:
-            value = _env_value(field, option, text)
-            # The text form of a table stands alone (as it did under pydantic-settings).
-            itemized = option.item is not None and text is not None
+            value = _env_value(field, text)
+            # The text form of a table stands alone.
+            itemized = field.option.item is not None and text is not None
             nested = {} if itemized else _nested(field.annotation, key + NESTED.lower(), given)
         except ValueError as exc:
-            raise ConfigError(name, f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+            raise ConfigError(field.name, f"{ENV_PREFIX}{field.name.upper()}: {exc}") from None
         if nested:
             value = _merge(value, nested) if isinstance(value, dict) else nested
         if value is not None:
-            values[name] = value
+            values[field.name] = value
     return {**model.environment_extras(env), **values}
 
 
-def _env_value(field: FieldInfo, option: Option, text: str | None) -> Any:
+def _env_value(field: Field, text: str | None) -> Any:
     if text is None:
         return None
-    if option.item is not None:
-        return _join(field, option, [s for s in text.split(option.separator) if s.strip()])
+    if field.option.item is not None:
+        items = [s for s in text.split(field.option.separator) if s.strip()]
+        return _join(field, items)
     return json.loads(text) if _is_complex(field.annotation) else text
 
 
 def _nested(annotation: Any, prefix: str, given: Mapping[str, str]) -> dict[str, Any]:
     """`prefix` + `key[__key…]` variables as a table; values of complex fields are JSON."""
     kind = _kind(annotation)
-    is_model = isinstance(kind, type) and issubclass(kind, BaseModel)
-    if not is_model and get_origin(kind) is not dict and kind is not dict:
+    if not _is_table(kind) and get_origin(kind) is not dict and kind is not dict:
         return {}
     out: dict[str, Any] = {}
     for env_name, text in given.items():
@@ -192,17 +337,20 @@ def _nested(annotation: Any, prefix: str, given: Mapping[str, str]) -> dict[str,
 
 
 def _field_type(kind: Any, key: str) -> Any:
-    """The annotation of `key` inside a model (None when it is not a model's field)."""
+    """The annotation of `key` inside a table (None when it is not a table's field)."""
     kind = _kind(kind)
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
-        field = kind.model_fields.get(key)
-        return None if field is None else field.annotation
+    if _is_table(kind):
+        return next((f.annotation for f in fields(kind) if f.name == key), None)
     return None
 
 
+def _is_table(kind: Any) -> bool:
+    """Whether `kind` is a model of its own (`[health]`): file and env only, no flag."""
+    return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+
+
 def _is_complex(annotation: Any) -> bool:
-    """Whether an env value for this type is JSON (models, tables, lists), as
-    pydantic-settings decided it."""
+    """Whether an env value for this type is JSON (tables, lists)."""
     if get_origin(annotation) is Annotated:
         return _is_complex(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
@@ -210,51 +358,87 @@ def _is_complex(annotation: Any) -> bool:
     kind = get_origin(annotation) or annotation
     if not isinstance(kind, type) or issubclass(kind, str | bytes):
         return False
-    return issubclass(kind, BaseModel | Mapping | Sequence | AbstractSet | tuple)
+    return issubclass(kind, msgspec.Struct | Mapping | Sequence | AbstractSet | tuple)
 
 
 def from_flags(model: type[SettingsModel], args: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, field, option in _fields(model):
-        if name not in args:
+    for field in fields(model):
+        if field.name not in args:
             continue
-        value = args[name]
-        if option.item is not None:
+        value = args[field.name]
+        if field.option.item is not None:
             try:
-                value = _join(field, option, value)
+                value = _join(field, value)
             except ValueError as exc:
-                raise ConfigError(name, f"{flag_names(name, option)[0]}: {exc}") from None
-        out[name] = value
+                flag = flag_names(field.name, field.option)[0]
+                raise ConfigError(field.name, f"{flag}: {exc}") from None
+        out[field.name] = value
     return out
 
 
+@dataclass(frozen=True)
+class FlagSpec:
+    """The command-line flag of one field, for whichever parser builds it (argparse here,
+    click for `gpufleet`): `switch` is --x/--no-x, `repeat` takes one item each time."""
+
+    dest: str
+    names: tuple[str, ...]
+    help: str
+    style: Literal["switch", "choice", "repeat", "value"]
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    def pick(self, text: str) -> str:
+        """A choice matched case-insensitively (`--log-level debug`)."""
+        return next((c for c in self.choices if c.lower() == text.lower()), text)
+
+
+def flag_specs(model: type[SettingsModel]) -> Iterator[FlagSpec]:
+    """One flag per field; nested tables are file and env only."""
+    for field in fields(model):
+        kind = _kind(field.annotation)
+        if _is_table(kind):
+            continue
+        option = field.option
+        names = tuple(flag_names(field.name, option))
+        help_text = field.description + f" (env {ENV_PREFIX}{field.name.upper()})"
+        if option.item is not None:
+            yield FlagSpec(
+                field.name, names, help_text, "repeat", metavar=option.metavar or "VALUE"
+            )
+        elif kind is bool:
+            yield FlagSpec(field.name, names, help_text, "switch")
+        elif choices := _choices(field.annotation):
+            yield FlagSpec(field.name, names, help_text, "choice", tuple(choices))
+        else:
+            metavar = option.metavar or _metavar(kind)
+            yield FlagSpec(field.name, names, help_text, "value", metavar=metavar)
+
+
+def config_help(model: type[SettingsModel]) -> str:
+    table = f" ([{model.toml_table}] table or top level)" if model.toml_table else ""
+    return f"TOML settings file{table}; env {model.config_env}"
+
+
 def build_parser(model: type[SettingsModel]) -> argparse.ArgumentParser:
-    """One flag per field (nested tables are file and env only); unset flags are absent
-    from the namespace, so they never hide an env or file value."""
+    """The flags of `flag_specs`; unset flags are absent from the namespace, so they never
+    hide an env or file value."""
     parser = argparse.ArgumentParser(
         prog=model.prog, description=model.summary, argument_default=argparse.SUPPRESS
     )
-    table = f" ([{model.toml_table}] table or top level)" if model.toml_table else ""
-    parser.add_argument(
-        "--config", metavar="PATH", help=f"TOML settings file{table}; env {CONFIG_ENV}"
-    )
-    for name, field, option in _fields(model):
-        kind = _kind(field.annotation)
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            continue
-        help_text = (field.description or "") + f" (env {ENV_PREFIX}{name.upper()})"
-        kwargs: dict[str, Any] = {"dest": name, "help": help_text}
-        if option.item is not None:
-            kwargs |= {"action": "append", "metavar": option.metavar or "VALUE"}
-        elif kind is bool:
+    parser.add_argument("--config", metavar="PATH", help=config_help(model))
+    for spec in flag_specs(model):
+        kwargs: dict[str, Any] = {"dest": spec.dest, "help": spec.help}
+        if spec.style == "repeat":
+            kwargs |= {"action": "append", "metavar": spec.metavar}
+        elif spec.style == "switch":
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif spec.style == "choice":
+            kwargs |= {"choices": spec.choices, "type": spec.pick}
         else:
-            choices = _choices(field.annotation)
-            if choices:
-                kwargs |= {"choices": choices, "type": _pick_from(choices)}
-            else:
-                kwargs["metavar"] = option.metavar or _metavar(kind)
-        parser.add_argument(*flag_names(name, option), **kwargs)
+            kwargs["metavar"] = spec.metavar
+        parser.add_argument(*spec.names, **kwargs)
     return parser
 
 
@@ -267,7 +451,7 @@ def flag_names(name: str, option: Option) -> list[str]:
 def markdown_table(model: type[SettingsModel]) -> str:
     """The settings table in the docs: key in the file, flag, env var, default, meaning."""
     rows = ["| setting (file) | flag | env | default | description |", "|---|---|---|---|---|"]
-    for key, env_name, flags, default, text in _doc_rows(model, model, "", ENV_PREFIX):
+    for key, env_name, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
         flag_text = ", ".join(f"`{f}`" for f in flags) or "—"
         rows.append(f"| `{key}` | {flag_text} | {env_name} | {default} | {text} |")
     return "\n".join(rows)
@@ -283,34 +467,34 @@ def with_table(text: str, begin: str, end: str, table: str) -> str:
 
 
 def _doc_rows(
-    root: type[SettingsModel], model: type[BaseModel], prefix: str, env_prefix: str
+    model: type[msgspec.Struct], prefix: str, env_prefix: str
 ) -> Iterator[tuple[str, str, list[str], str, str]]:
-    for name, field in model.model_fields.items():
-        option = option_of(field)
+    for field in fields(model):
+        option = field.option
         kind = _kind(field.annotation)
-        env_name = env_prefix + name.upper()
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            yield from _doc_rows(root, kind, f"{prefix}{name}.", env_name + NESTED)
+        env_name = env_prefix + field.name.upper()
+        if _is_table(kind):
+            yield from _doc_rows(kind, f"{prefix}{field.name}.", env_name + NESTED)
             continue
-        flags = [] if prefix else flag_names(name, option)
+        flags = [] if prefix else flag_names(field.name, option)
         if option.item is not None and flags:
             flags[0] += f" {option.metavar or 'VALUE'} (repeat)"
-        text = (field.description or "").replace("|", "\\|")
+        text = field.description.replace("|", "\\|")
         if option.deprecated:
             text += f"; the old name `{'`, `'.join(option.deprecated)}` is still accepted"
         env_text = f"`{env_name}`"
         if option.item is not None:
             metavar = option.metavar or "VALUE"
             env_text = f"`{env_name}={metavar}{option.separator}…`"
-        yield prefix + name, env_text, flags, _default_doc(field, option), text
+        yield prefix + field.name, env_text, flags, _default_doc(field), text
 
 
-def _default_doc(field: FieldInfo, option: Option) -> str:
-    if option.default_doc is not None:
-        return option.default_doc
-    if field.is_required():
+def _default_doc(field: Field) -> str:
+    if field.option.default_doc is not None:
+        return field.option.default_doc
+    if field.required:
         return "required"
-    default = field.get_default(call_default_factory=True, validated_data={})
+    default = field.default_value()
     if default is None or default == () or default == {}:
         return "none"
     if isinstance(default, bool):
@@ -318,30 +502,23 @@ def _default_doc(field: FieldInfo, option: Option) -> str:
     return f"`{default}`"
 
 
-def _fields(model: type[SettingsModel]) -> Iterator[tuple[str, FieldInfo, Option]]:
-    for name, field in model.model_fields.items():
-        yield name, field, option_of(field)
-
-
-def option_of(field: FieldInfo) -> Option:
-    return next((m for m in field.metadata if isinstance(m, Option)), Option())
-
-
-def _join(field: FieldInfo, option: Option, items: Sequence[str]) -> Any:
+def _join(field: Field, items: Sequence[str]) -> Any:
     """Items of a table (`K=V` each) merge into one; items of a list stay a list."""
-    assert option.item is not None
-    parsed = [option.item(s.strip()) for s in items]
+    assert field.option.item is not None
+    parsed = [field.option.item(s.strip()) for s in items]
     if get_origin(_kind(field.annotation)) is dict:
         return {k: v for p in parsed for k, v in p.items()}
     return parsed
 
 
 def _kind(annotation: Any) -> Any:
-    """The annotation without `| None`."""
+    """The annotation without `| None` and without Annotated's metadata."""
+    if get_origin(annotation) is Annotated:
+        return _kind(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
         if len(args) == 1:
-            return args[0]
+            return _kind(args[0])
     return annotation
 
 
@@ -350,15 +527,6 @@ def _choices(annotation: Any) -> list[str]:
     if get_origin(kind) is Literal:
         return [str(a) for a in get_args(kind)]
     return []
-
-
-def _pick_from(choices: list[str]) -> Callable[[str], str]:
-    """Choices match case-insensitively (`--log-level debug`)."""
-
-    def pick(text: str) -> str:
-        return next((c for c in choices if c.lower() == text.lower()), text)
-
-    return pick
 
 
 def _metavar(kind: Any) -> str:
@@ -380,15 +548,3 @@ def _merge(low: dict[str, Any], high: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def _where(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "[key]":
-            continue
-        else:
-            out += ("." if out else "") + part
-    return out or "settings"

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from coordinator.alert_feed import AlertFeed
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import Clock
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
@@ -17,6 +16,7 @@ from coordinator.metrics import Metrics
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.reservations import Reservations
+from shared.clock import Clock
 from shared.wire import Alert
 
 

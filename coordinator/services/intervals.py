@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import Clock
 from coordinator.domain.intervals import (
     Interval,
     IntervalError,
@@ -28,6 +27,7 @@ from coordinator.domain.model import Pool
 from coordinator.errors import NotFound
 from coordinator.ledger import Ledger, Recorded, body_hash
 from coordinator.services.idempotent import Replayed, retrying
+from shared.clock import Clock
 from shared.ids import POOL_ID_PATTERN
 
 ENDPOINT = "capacity.reservations"

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import Clock
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
 from coordinator.services.node_changes import record_maintenance
+from shared.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import Clock
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.errors import CoordinatorError
@@ -52,6 +51,7 @@ from coordinator.services.node_changes import (
     record_inventory,
     record_reachability,
 )
+from shared.clock import Clock
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
 

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import Clock
 from coordinator.domain.placement import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
@@ -44,6 +43,7 @@ from coordinator.services import alerting
 from coordinator.services.group_commit import GroupCommit
 from coordinator.services.idempotent import Replayed, retrying
 from coordinator.services.node_changes import settle_pool_moves
+from shared.clock import Clock
 from shared.ids import ulid
 from shared.wire import Alert
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.domain.clock import Clock
 from coordinator.ledger import Ledger
+from shared.clock import Clock
 
 log = logging.getLogger(__name__)
 

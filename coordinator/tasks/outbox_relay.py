@@ -26,9 +26,9 @@ import logging
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from coordinator.domain.clock import Clock
 from coordinator.ledger import Ledger, OutboxBacklog
 from coordinator.log_throttle import LogThrottle
+from shared.clock import Clock
 from shared.wire import Alert
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from coordinator.api.context import Services
 from coordinator.api.server import build_app
 from coordinator.app import Coordinator, bootstrap_operator, running_coordinator
 from coordinator.config import CoordinatorSettings
-from coordinator.domain.clock import FakeClock
 from coordinator.ledger import Ledger
 from ops.cli import new_key
+from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 
 

@@ -18,7 +18,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.clock import SystemClock
 from agent.config import HealthSettings, Settings
 from agent.fake_sysfs import build_tree
 from agent.faults import write_faults
@@ -42,6 +41,7 @@ from ops.nats_auth import (
     credentials_text,
     render_authorization,
 )
+from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory, NodeHealth

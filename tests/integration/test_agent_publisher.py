@@ -14,7 +14,6 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from agent.clock import SystemClock
 from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile, write_faults
 from agent.inventory import Identity, build_inventory
@@ -27,6 +26,7 @@ from agent.simulated import SimulatedNvml
 from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNatsCluster
+from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat, Inventory, NodeHealth

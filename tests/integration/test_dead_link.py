@@ -15,13 +15,13 @@ import aiohttp
 import nats
 import pytest
 
-from agent.clock import SystemClock
 from agent.inventory import Identity, build_inventory
 from agent.publisher import Publisher
 from agent.readings import HostReading, NvmlSnapshot
 from agent.state import AgentState
 from coordinator.app import Coordinator, running_coordinator
 from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
+from shared.clock import SystemClock
 from shared.subjects import Subjects
 from shared.wire import Inventory, NodeHealth
 from tests.factories import make_heartbeat, make_inventory

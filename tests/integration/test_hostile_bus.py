@@ -17,12 +17,12 @@ import nats
 import pytest
 
 from coordinator.app import running_coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
 from coordinator.services import nodestate
 from coordinator.services.nodestate import NodeStateService
 from ops.cli import new_key
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.settings import ConfigError
 from shared.subjects import Subjects

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.services.node_changes import record_inventory
+from shared.clock import FakeClock
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually

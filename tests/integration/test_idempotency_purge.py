@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from coordinator.app import running_coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.ledger import Database, Ledger, Recorded
 from coordinator.ledger import idempotency as records
 from coordinator.tasks.idempotency_purge import SPEC_RETENTION_MS, IdempotencyPurge
+from shared.clock import FakeClock
 from tests.integration.conftest import coordinator_settings
 from tests.waiting import eventually
 
@@ -89,9 +89,7 @@ async def test_a_retention_below_the_spec_is_refused(ledger: Ledger) -> None:
 
 async def test_the_running_coordinator_purges_on_its_own(database_url: str, nats_url: str) -> None:
     clock = FakeClock(T0)
-    settings = coordinator_settings(database_url, nats_url).model_copy(
-        update={"idempotency_purge_interval_s": 0.05}
-    )
+    settings = coordinator_settings(database_url, nats_url, idempotency_purge_interval_s=0.05)
     async with running_coordinator(settings, clock):
         db = Database(database_url)
         try:

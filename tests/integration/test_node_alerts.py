@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from coordinator.app import Coordinator
-from coordinator.domain.clock import FakeClock
+from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import ALERT_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
 from tests.factories import backed, make_heartbeat, make_inventory

@@ -12,12 +12,12 @@ import msgspec
 import pytest
 
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.states import atom_bucket
 from coordinator.ledger import Ledger
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.nodestate import NodeStateService
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Atom, DeviceHealth, GpuInfo, Inventory

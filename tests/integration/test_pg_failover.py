@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import select
 
 from coordinator.app import running_coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.transitions import DuplicateIdSeen
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, schema
 from coordinator.services.node_changes import record_inventory, record_maintenance
 from coordinator.services.nodestate import NodeStateService
 from ops.embedded_nats import free_port
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth

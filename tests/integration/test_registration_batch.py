@@ -5,11 +5,11 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
 from coordinator.services.node_changes import NodeChanges, NotRecorded, record_inventories
 from coordinator.services.nodestate import NodeStateService
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, Atom, Inventory

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from coordinator.app import Coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.services.node_changes import record_inventory
+from shared.clock import FakeClock
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 from tests.integration.test_intervals import Rest, iso, iv

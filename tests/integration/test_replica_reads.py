@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from coordinator.app import running_coordinator
-from coordinator.domain.clock import FakeClock
+from shared.clock import FakeClock
 from shared.subjects import Subjects
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings

@@ -10,9 +10,9 @@ from typing import Any
 import nats
 
 from coordinator.app import Coordinator
-from coordinator.domain.clock import FakeClock
 from coordinator.ledger import Ledger
 from coordinator.services.node_changes import record_inventory
+from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory

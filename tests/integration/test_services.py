@@ -13,7 +13,6 @@ import pytest
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.intervals import IntervalError, format_time
 from coordinator.domain.model import Quota
 from coordinator.errors import (
@@ -34,6 +33,7 @@ from coordinator.services.reservations import (
     Refused,
     Reservations,
 )
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from tests.factories import make_inventory
 from tests.fakes import RecordingAlerts

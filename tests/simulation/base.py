@@ -23,7 +23,6 @@ from hypothesis.stateful import RuleBasedStateMachine
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import FakeClock
 from coordinator.ledger import Database, Ledger
 from coordinator.services import alerting
 from coordinator.services.intervals import IntervalBookings
@@ -37,6 +36,7 @@ from coordinator.services.node_changes import (
 )
 from coordinator.services.reservations import Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
+from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic

@@ -20,7 +20,6 @@ from typing import Any
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.model import Quota
 from coordinator.errors import InvalidInput, Unavailable
 from coordinator.ledger import Database, Ledger, ReservationFilter
@@ -36,6 +35,7 @@ from coordinator.services.node_changes import (
 )
 from coordinator.services.reservations import Created, Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref

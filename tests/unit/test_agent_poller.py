@@ -13,18 +13,8 @@ from agent.profile import load_profile
 from agent.reader import NvmlReader
 from agent.simulated import SimulatedNvml
 from agent.sysfs import read_host
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def wall_ms(self) -> int:
-        return int(self.t * 1000)
-
-    def monotonic(self) -> float:
-        return self.t
 
 
 def poller(tmp_path: Path, clock: FakeClock, profile: str = "h100-sxm-8") -> Poller:
@@ -47,17 +37,17 @@ def test_gpu_lost_then_back_with_hysteresis(tmp_path: Path) -> None:
     first = p.poll_once()
     assert first.health.status == "healthy"
     write_faults(tmp_path / "faults.json", [{"kind": "lost", "gpu": 6}])
-    clock.t += 5
+    clock.advance(5000)
     lost = p.poll_once()
     (device,) = lost.devices
     assert device.device_id == first.inventory.gpus[6].uuid and device.status == "unhealthy"
     assert lost.inventory.inventory_hash == first.inventory.inventory_hash  # atoms stay
     write_faults(tmp_path / "faults.json", [])
-    clock.t += 5
+    clock.advance(5000)
     assert p.poll_once().devices != ()  # clear for 0 s
-    clock.t += 9
+    clock.advance(9000)
     assert p.poll_once().devices != ()  # clear for 9 s
-    clock.t += 1
+    clock.advance(1000)
     assert p.poll_once().devices == ()  # clear for 10 s
 
 

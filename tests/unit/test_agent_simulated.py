@@ -9,12 +9,12 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.clock import SystemClock
 from agent.faults import FaultError, FaultFile, parse_faults, write_faults
 from agent.profile import ProfileError, load_profile, parse_profile, shipped_profiles
 from agent.readings import XidEvent
 from agent.simulated import SimulatedNvml
 from agent.xid_watch import XidWatcher
+from shared.clock import SystemClock
 
 
 def started(profile: str, faults: Path | None = None) -> SimulatedNvml:

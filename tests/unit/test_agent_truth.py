@@ -21,18 +21,8 @@ from agent.simulated import SimulatedNvml
 from agent.state import AgentState
 from agent.sysfs import read_host
 from agent.xid_watch import XidWatcher
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def wall_ms(self) -> int:
-        return int(self.t * 1000)
-
-    def monotonic(self) -> float:
-        return self.t
 
 
 class NoRecoveryField(SimulatedNvml):
@@ -81,7 +71,7 @@ class Rig:
         write_faults(self.path, faults)
 
     def poll(self, dt: float = 5.0) -> AgentState:
-        self.clock.t += dt
+        self.clock.advance(round(dt * 1000))
         return self.poller.poll_once()
 
     def poll_until_xid(self, dt: float = 5.0) -> AgentState:

@@ -4,8 +4,8 @@ bootId/seq."""
 
 from __future__ import annotations
 
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.liveness import LivenessTracker, NodeLiveness
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.wire import Heartbeat
 from tests.factories import make_heartbeat, make_inventory

@@ -246,7 +246,7 @@ def start_nats(procs: Procs, auth_dir: Path, server: NatsServer) -> subprocess.P
 
 def connected_port(log: str) -> int | None:
     """The NATS port an agent or coordinator last said it connected to."""
-    ports = re.findall(r"connected to (?:NATS at )?127\.0\.0\.1:(\d+)", log)
+    ports = re.findall(r"connected to (?:nats at )?127\.0\.0\.1:(\d+)", log, re.I)
     return int(ports[-1]) if ports else None
 
 

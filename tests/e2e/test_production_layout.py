@@ -256,7 +256,6 @@ class Layout:
                 "gpufleet_coordinator_nats_url": self.seeds,
                 "gpufleet_nats_passwords": self.passwords,
                 "gpufleet_coordinator_alerts_enabled": True,
-                "gpufleet_coordinator_alerts_nats_user": f"forwarder:{DURABLE}",
                 "gpufleet_coordinator_alerts_alertmanager_urls": [
                     f"http://127.0.0.1:{self.alertmanager_port}"
                 ],

@@ -376,20 +376,33 @@ def _creds(path: Path) -> dict[str, Any]:
 
 
 async def _reader_deletes_forwarder_consumer(lay: Layout) -> str:
-    """Try, as `reader:monitoring`, to delete the forwarder's durable; what happened."""
+    """Try, as `reader:monitoring`, to delete the forwarder's durable; what happened:
+    "refused: ..." only when nats-server said it is not allowed."""
     creds = lay.auth / "creds" / "reader-monitoring.creds"
+    said: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        said.append(str(exc))
+
     nc = await nats.connect(
-        servers=lay.seeds.split(","), connect_timeout=5, allow_reconnect=False, **_creds(creds)
+        servers=lay.seeds.split(","),
+        connect_timeout=5,
+        allow_reconnect=False,
+        error_cb=on_error,
+        **_creds(creds),
     )
     try:
         js = nc.jetstream(timeout=3)
         try:
             deleted = await js.delete_consumer(stream_name("gpufleet"), DURABLE)
+            answer = f"deleted={deleted}"
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-            return f"refused: {type(exc).__name__}: {exc}"
-        return f"answered {deleted}"
+            answer = f"{type(exc).__name__}: {exc}"
+        await nc.flush(timeout=3)  # the server's -ERR, if any, has arrived
     finally:
         await nc.close()
+    violations = [e for e in said if "permissions violation" in e.lower()]
+    return f"refused: {violations[0]}" if violations else f"answered {answer}"
 
 
 async def _consumer_exists(lay: Layout) -> bool:

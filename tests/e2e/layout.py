@@ -257,6 +257,7 @@ ALERTMANAGER_CONFIG = """\
 route:
   receiver: blackhole
   group_by: [alertname]
+  group_wait: 1s
 receivers:
   - name: blackhole
 """

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -141,6 +142,14 @@ def http_get(url: str, token: str | None = None, timeout: float = 5.0) -> bytes:
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         body: bytes = resp.read()
         return body
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def answers(url: str) -> bool:

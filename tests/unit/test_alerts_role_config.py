@@ -92,6 +92,21 @@ def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
     AlertForwarder(s)  # reads the credentials file the role wrote
 
 
+def test_the_forwarders_other_settings_reach_it_through_the_role(tmp_path: Path) -> None:
+    """Its resend interval and queue bound (and any other key of `[alerts]`) are set
+    with `gpufleet_coordinator_alerts_settings`, labels or not."""
+    etc = render(
+        tmp_path,
+        gpufleet_coordinator_alerts_enabled=True,
+        gpufleet_coordinator_alerts_alertmanager_urls=["http://127.0.0.1:9093"],
+        gpufleet_coordinator_alerts_settings={"resend_interval_s": 5.0, "max_queue": 50},
+        gpufleet_coordinator_alerts_labels={"cluster": "eu-1"},
+    )
+    s = settings_from(forward_args(etc / "alerts.toml"), env_file(etc / "alerts.env"))
+    assert s.resend_interval_s == 5.0 and s.max_queue == 50
+    assert dict(s.labels) == {"cluster": "eu-1"}
+
+
 def test_the_forwarder_connects_as_the_user_that_owns_its_durable(tmp_path: Path) -> None:
     """Its default user was `reader:monitoring`, which may not create a durable consumer:
     it is `forwarder:<durable>` (`gpufleet nats-auth --forwarder <durable>`), with its

@@ -297,8 +297,12 @@ class Publisher:
             # nats-py annotates the timeout as int; it is used as a float.
             await nc.flush(timeout=self.link.probe_timeout_s)  # type: ignore[arg-type]
         except nats.errors.FlushTimeoutError:
-            if not nc.is_connected:
-                return False  # nats-py noticed too and is reconnecting already
+            if not nc.is_connected or self.server != server:
+                # nats-py noticed too and is reconnecting, or another probe (the periodic
+                # one and the one after a heartbeat both wait on a hung server) has left
+                # it already: leaving the good link again would cost a reconnect that
+                # tries the hung server first, past the detection window.
+                return False
             self.stats.dead_links += 1
             log.warning(
                 "no answer from NATS at %s within %.1fs: leaving it for another server",

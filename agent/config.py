@@ -21,12 +21,12 @@ from agent.profile import ProfileError, load_profile
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import Subjects
+from shared.wire import DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-ExpectedClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk"]
 
 
 def _label_key(key: str) -> str:
@@ -150,7 +150,7 @@ class Settings(SettingsModel):
         ),
     )
     expected: Annotated[
-        dict[ExpectedClass, Annotated[int, Field(ge=0, le=4096)]],
+        dict[DeviceClass, Annotated[int, Field(ge=0, le=4096)]],
         Option(flag="--expect", metavar="CLASS=N", item=parse_expect, separator=","),
     ] = Field(
         default_factory=dict,

@@ -12,6 +12,8 @@ from pydantic import ConfigDict, Field
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import ApiOutput
 from shared.ids import RESERVATION_ID_PATTERN
+from shared.reservation_states import ReservationState
+from shared.wire import AtomClass
 
 ReservationId = Annotated[
     str,
@@ -28,12 +30,6 @@ Cursor = Annotated[
         description="Pass as `cursor` for the next page; null on the last page.",
         examples=[None],
     ),
-]
-DeviceClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node"]
-Health = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
-Bucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
-ReservationState = Literal[
-    "scheduled", "active", "noticed", "completed", "released", "expired", "preempted"
 ]
 
 
@@ -115,7 +111,7 @@ class CandidateAtom(ApiOutput):
     model_config = ConfigDict(extra="allow")
 
     atom_id: str = Field(description="The atom's id.")
-    cls: DeviceClass = Field(alias="class", description="The atom's class.")
+    cls: AtomClass = Field(alias="class", description="The atom's class.")
 
 
 class Candidate(ApiOutput):
@@ -126,7 +122,7 @@ class Candidate(ApiOutput):
 
 class DeviceShortfall(ApiOutput):
     index: int | None = Field(description="Which device request (null: the whole request).")
-    cls: DeviceClass | None = Field(alias="class", description="Its class.")
+    cls: AtomClass | None = Field(alias="class", description="Its class.")
     requested: int = Field(description="How many were asked for.")
     available: int = Field(description="How many could be had.")
     reason: str = Field(description="Why not more.")
@@ -176,7 +172,7 @@ class Timeline(ApiOutput):
 class BookedAtomOut(ApiOutput):
     atom_id: str = Field(description="The atom booked.", examples=["gpu-host-01:gpu:GPU-5e1c"])
     node_id: str = Field(description="Its node.", examples=["gpu-host-01"])
-    cls: DeviceClass = Field(alias="class", description="Its class.")
+    cls: AtomClass = Field(alias="class", description="Its class.")
 
 
 class Gang(ApiOutput):

@@ -1,7 +1,8 @@
-"""Output models of the compute methods: what each renderer (`render.py` and the method
-modules) writes, declared in the registry beside the input models. They feed the
-OpenAPI document's response schemas and the typed client; a test validates real answers
-against them. The error envelope is here too: every compute method's 4xx/5xx body."""
+"""Output models of the compute methods: what each method answers, declared in the
+registry beside the input models. They feed the OpenAPI document's response schemas and
+the typed client; `render.py` builds its answers as these models, and a test validates
+real answers against them. The error envelope is here too: every compute method's
+4xx/5xx body."""
 
 from __future__ import annotations
 
@@ -200,7 +201,6 @@ class ReservationOut(ApiOutput):
     reservation_id: ReservationId = Field(description="The reservation.")
     tenant_id: TenantId = Field(description="Its tenant.")
     pool_id: PoolId = Field(description="Its pool.")
-    project_id: ProjectId | None = Field(default=None, description="Its project, if any.")
     state: ReservationState = Field(description="Its state now.")
     start: EpochMs = Field(description="When it starts.")
     end: EpochMs = Field(description="When it ends.")
@@ -208,6 +208,7 @@ class ReservationOut(ApiOutput):
     binding: Literal["hold", "node"] = Field(description="What it holds: atoms or nodes.")
     atoms: list[BookedAtomOut] = Field(description="Every atom it books.")
     created_at: EpochMs = Field(description="When it was booked.")
+    project_id: ProjectId | None = Field(default=None, description="Its project, if any.")
     lease_expires_at: EpochMs | None = Field(
         default=None, description="When it expires unless renewed (leased reservations)."
     )

@@ -22,11 +22,11 @@ from agent.profile import ProfileError, load_profile
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import Subjects
+from shared.wire import DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-ExpectedClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk"]
 LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
 LabelValue = Annotated[str, Meta(max_length=256)]
 # `all`, one GPU index or UUID, or a list of them.
@@ -213,7 +213,7 @@ class Settings(SettingsModel, frozen=True):
         Option(flag="--share", metavar="GPUS:MODE:N", item=parse_share, separator=";"),
     ] = ()
     expected: Annotated[
-        dict[ExpectedClass, Annotated[int, Meta(ge=0, le=4096)]],
+        dict[DeviceClass, Annotated[int, Meta(ge=0, le=4096)]],
         Meta(
             description=(
                 "devices this host must have (an `[expected]` table, e.g. `gpu = 8`); a "

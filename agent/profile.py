@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from shared.wire import DEVICE_CLASSES
+
 
 class ProfileError(ValueError):
     pass
@@ -161,10 +163,9 @@ def parse_profile(data: dict[str, Any]) -> HostProfile:
 
 def _expected(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     table = _table(data, "expected")
-    classes = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk")
     for key in table:
-        if key not in classes:
-            raise ProfileError(f"expected.{key}: not an atom class ({', '.join(classes)})")
+        if key not in DEVICE_CLASSES:
+            raise ProfileError(f"expected.{key}: not an atom class ({', '.join(DEVICE_CLASSES)})")
     return tuple((key, _int(table, f"expected.{key}", key, None)) for key in sorted(table))
 
 

@@ -35,7 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
-from coordinator.domain.model import RollupRow
+from coordinator.domain.model import NODE_STATUSES, RollupRow
 from shared.wire import ALERT_KINDS
 
 # `*_created` series double every counter and histogram and say nothing a scraper needs.
@@ -61,14 +61,6 @@ POOL_STATES: tuple[str, ...] = (
     "allocated",
     "reserved",
     "available",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
-NODE_STATES: tuple[str, ...] = (
-    "ready",
-    "degraded",
     "provisioning",
     "unhealthy",
     "maintenance",
@@ -156,7 +148,7 @@ def _census(census: Census) -> Iterable[Metric]:
     )  # fmt: skip
     for node in census.nodes:
         node_info.add_metric([node.node_id, node.hostname, node.pool_id], 1)
-        for state in NODE_STATES:
+        for state in NODE_STATUSES:
             node_state.add_metric([node.node_id, node.pool_id, state], int(state == node.status))
     yield node_info
     yield node_state

@@ -37,10 +37,9 @@ from ops.client import ApiError, ClientError, Unreachable
 from ops.flags import parse_when
 from ops.session import Session
 from shared.ids import CROCKFORD
+from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
 
-STATES = (
-    "scheduled", "active", "noticed", "completed", "released", "expired", "preempted", "live",
-)  # fmt: skip
+STATES = (*RESERVATION_STATES, "live")
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -113,7 +112,7 @@ def node_cmd(session: Session, node_id: str, tenant: str | None) -> None:
 @cli.command("reservations")
 @click.option(
     "-s", "--state", multiple=True, metavar="STATE", type=click.Choice(STATES),
-    help="only these states now (repeatable; live: scheduled, active, noticed)",
+    help=f"only these states now (repeatable; live: {', '.join(LIVE_STATES)})",
 )  # fmt: skip
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
 @click.option("--project", metavar="PROJECT_ID")
@@ -130,7 +129,7 @@ def reservations_cmd(
     """Reservations, newest first (operators: every tenant's unless --tenant)."""
     states = [s for s in state if s != "live"]
     if "live" in state:
-        states += ["scheduled", "active", "noticed"]
+        states += LIVE_STATES
     body: dict[str, Any] = {"state": sorted(set(states))}
     who = session.tenant(tenant, required=False)
     pool = views.pool_id(session, who, pool)

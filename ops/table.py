@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.domain.model import COUNT_COLUMNS
+from shared.wire import ATOM_CLASSES
 
-SHOWN = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node", "vcpu", "memoryGiB")
+SHOWN = (*ATOM_CLASSES, "vcpu", "memoryGiB")
 COLUMNS = COUNT_COLUMNS
 _SHORT = {"allocatable": "alloc'ble", "provisioning": "prov", "maintenance": "maint"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from coordinator.domain.model import COUNT_COLUMNS
 from ops import views
 from ops.output import Column, Printer, Section, View, format_time, with_times
 from ops.session import Session
@@ -19,10 +20,10 @@ def frame(session: Session, tenant: str | None, pool: str | None) -> View:
     summary_rows = []
     for p in chosen:
         gpu = views.pool_row(p, "gpu")
-        summary_rows.append({"pool": p["name"]} | {c: gpu.get(c, 0) for c in views.COUNTS})
+        summary_rows.append({"pool": p["name"]} | {c: gpu.get(c, 0) for c in COUNT_COLUMNS})
     nodes = views.nodes(session, tenant, pool_id)
     columns = [Column("pool", "POOL")] + [
-        Column(c, views.SHORT_HEADERS.get(c, c.upper()), right=True) for c in views.COUNTS
+        Column(c, views.SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNT_COLUMNS
     ]
     stamp = format_time(int(time.time() * 1000), session.local)
     return View(

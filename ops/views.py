@@ -8,14 +8,12 @@ from typing import Any
 
 import click
 
+from coordinator.domain.model import COUNT_COLUMNS
 from ops.answers import atoms_text
 from ops.output import Column, Section, View
 from ops.session import Session
+from shared.wire import ATOM_CLASSES
 
-COUNTS = (
-    "total", "allocatable", "allocated", "reserved", "available",
-    "provisioning", "unhealthy", "maintenance", "unreachable",
-)  # fmt: skip
 SHORT_HEADERS = {"allocatable": "ALLOC'BLE", "provisioning": "PROV", "maintenance": "MAINT"}
 
 
@@ -66,7 +64,7 @@ def summary(session: Session, tenant: str | None) -> View:
             f"gpuModel={p['gpuModel'] or '-'}{archived}"
         )
         columns = [Column("resource", "RESOURCE")] + [
-            Column(c, SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNTS
+            Column(c, SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNT_COLUMNS
         ]
         shown = [r for r in p["capacity"] if r["total"] or r["resource"] in ("gpu", "node")]
         sections.append(Section(columns, shown, title=title))
@@ -179,7 +177,8 @@ def _what(atom: dict[str, Any]) -> str:
     return str(a.get("model") or a.get("missing") or "")
 
 
-_CLASS_ORDER = ("node", "gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk")
+# A node's own atom first, then its devices in the declared order.
+_CLASS_ORDER = ("node", *(c for c in ATOM_CLASSES if c != "node"))
 
 
 def _atom_order(atom: dict[str, Any]) -> tuple[int, int, str, int, str]:

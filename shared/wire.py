@@ -28,7 +28,10 @@ SCHEMA_VERSION = 1
 MAX_HEARTBEAT_BYTES = 8 * 1024
 MAX_INVENTORY_BYTES = 1024 * 1024
 
-AtomClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node"]
+# A device's atoms, and the node's own atom (its whole-node booking unit).
+DeviceClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk"]
+DEVICE_CLASSES: tuple[DeviceClass, ...] = get_args(DeviceClass)
+AtomClass = Literal[DeviceClass, "node"]
 ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
 HealthStatus = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
 Sharing = Literal["exclusive", "timeslice", "mps"]

@@ -9,11 +9,12 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.outputs import Bucket, Cursor, DeviceClass, Health, ReservationId
+from coordinator.api.outputs import Cursor, ReservationId
 from coordinator.api.registry import ApiOutput
+from coordinator.domain.model import Bucket, NodeStatus
+from shared.wire import AtomClass, HealthStatus
 
 AttrValue = str | int | float | bool | None
-NodeStatus = Literal["ready", "degraded", "provisioning", "unhealthy", "maintenance", "unreachable"]
 
 
 class Reachable(ApiOutput):
@@ -22,7 +23,7 @@ class Reachable(ApiOutput):
 
 
 class HealthFlag(ApiOutput):
-    value: Health = Field(description="The node's health.")
+    value: HealthStatus = Field(description="The node's health.")
     reasons: list[str] = Field(description="Why, when not healthy (XIDs, …).")
     since: EpochMs = Field(description="Since when.")
 
@@ -73,9 +74,9 @@ class NodeSummary(_NodeBase):
 
 class AtomOut(ApiOutput):
     atom_id: str = Field(description="The atom.")
-    cls: DeviceClass = Field(alias="class", description="Its class.")
+    cls: AtomClass = Field(alias="class", description="Its class.")
     device_id: str = Field(description="The physical device (GPU UUID, …).")
-    health: Health = Field(description="Its health.")
+    health: HealthStatus = Field(description="Its health.")
     health_reasons: list[str] = Field(description="Why, when not healthy.")
     attrs: dict[str, AttrValue] = Field(description="Its attributes (model, memory, …).")
 

@@ -1,7 +1,8 @@
-"""Output models of the compute methods: what each renderer (`render.py` and the method
-modules) writes, declared in the registry beside the input models. They feed the
-OpenAPI document's response schemas and the typed client; a test validates real answers
-against them. The error envelope is here too: every compute method's 4xx/5xx body."""
+"""Output models of the compute methods: what each method answers, declared in the
+registry beside the input models. They feed the OpenAPI document's response schemas and
+the typed client; `render.py` builds its answers as these models, and a test validates
+real answers against them. The error envelope is here too: every compute method's
+4xx/5xx body."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pydantic import ConfigDict, Field
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import ApiOutput
 from shared.ids import RESERVATION_ID_PATTERN
+from shared.reservation_states import ReservationState
+from shared.wire import AtomClass
 
 ReservationId = Annotated[
     str,
@@ -28,12 +31,6 @@ Cursor = Annotated[
         description="Pass as `cursor` for the next page; null on the last page.",
         examples=[None],
     ),
-]
-DeviceClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node"]
-Health = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
-Bucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
-ReservationState = Literal[
-    "scheduled", "active", "noticed", "completed", "released", "expired", "preempted"
 ]
 
 
@@ -115,7 +112,7 @@ class CandidateAtom(ApiOutput):
     model_config = ConfigDict(extra="allow")
 
     atom_id: str = Field(description="The atom's id.")
-    cls: DeviceClass = Field(alias="class", description="The atom's class.")
+    cls: AtomClass = Field(alias="class", description="The atom's class.")
 
 
 class Candidate(ApiOutput):
@@ -126,7 +123,7 @@ class Candidate(ApiOutput):
 
 class DeviceShortfall(ApiOutput):
     index: int | None = Field(description="Which device request (null: the whole request).")
-    cls: DeviceClass | None = Field(alias="class", description="Its class.")
+    cls: AtomClass | None = Field(alias="class", description="Its class.")
     requested: int = Field(description="How many were asked for.")
     available: int = Field(description="How many could be had.")
     reason: str = Field(description="Why not more.")
@@ -176,7 +173,7 @@ class Timeline(ApiOutput):
 class BookedAtomOut(ApiOutput):
     atom_id: str = Field(description="The atom booked.", examples=["gpu-host-01:gpu:GPU-5e1c"])
     node_id: str = Field(description="Its node.", examples=["gpu-host-01"])
-    cls: DeviceClass = Field(alias="class", description="Its class.")
+    cls: AtomClass = Field(alias="class", description="Its class.")
 
 
 class Gang(ApiOutput):
@@ -204,7 +201,6 @@ class ReservationOut(ApiOutput):
     reservation_id: ReservationId = Field(description="The reservation.")
     tenant_id: TenantId = Field(description="Its tenant.")
     pool_id: PoolId = Field(description="Its pool.")
-    project_id: ProjectId | None = Field(default=None, description="Its project, if any.")
     state: ReservationState = Field(description="Its state now.")
     start: EpochMs = Field(description="When it starts.")
     end: EpochMs = Field(description="When it ends.")
@@ -212,6 +208,7 @@ class ReservationOut(ApiOutput):
     binding: Literal["hold", "node"] = Field(description="What it holds: atoms or nodes.")
     atoms: list[BookedAtomOut] = Field(description="Every atom it books.")
     created_at: EpochMs = Field(description="When it was booked.")
+    project_id: ProjectId | None = Field(default=None, description="Its project, if any.")
     lease_expires_at: EpochMs | None = Field(
         default=None, description="When it expires unless renewed (leased reservations)."
     )

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from coordinator.api.context import CallContext
+if TYPE_CHECKING:
+    # Only a handler's signature names it: the context wires the renderers, which build
+    # this module's output models.
+    from coordinator.api.context import CallContext
 
 Kind = Literal["read", "write"]
 # caller-tenant: the tenant of the calling key, never named in the input (seed 002).
@@ -27,7 +30,7 @@ Scope = Literal["compute-tenant", "compute-pool", "platform", "caller-tenant"]
 Convention = Literal["compute", "seed-002"]
 Verb = Literal["GET", "POST"]
 Where = Literal["query", "header", "body"]
-Handler = Callable[[CallContext, Any], Awaitable[Any]]
+Handler = Callable[["CallContext", Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +63,10 @@ class RestInput(ApiInput):
 
 
 class ApiOutput(BaseModel):
-    """Base of every output model: what a renderer writes, declared for the OpenAPI
-    document and the typed client. The renderers build plain dicts; a test validates
-    real answers against these schemas, so no other field may appear (extra forbidden)."""
+    """Base of every output model: what a method answers, declared for the OpenAPI
+    document and the typed client. `render.py` builds its answers as these models; a
+    test validates every method's real answers against these schemas, so no other field
+    may appear (extra forbidden)."""
 
     model_config = ConfigDict(
         extra="forbid",

@@ -1,94 +1,94 @@
 """How the API words values and outcomes: reservations, interval reservations, refusals
-and the error envelope. Workflows record these words under idempotency keys through
-`RESERVATION_ANSWERS` and `INTERVAL_ANSWERS`, so a replay is exactly the first answer."""
+and the error envelope. Each answer is built as its output model (`outputs.py`,
+`interval_outputs.py`), the one declaration of its shape, and dumped by its aliases;
+optional fields that do not apply are left out. Workflows record these words under
+idempotency keys through `RESERVATION_ANSWERS` and `INTERVAL_ANSWERS`, so a replay is
+exactly the first answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api import interval_outputs as iv_out
+from coordinator.api import outputs as out
 from coordinator.domain.intervals import Interval, IntervalReservation, format_time
-from coordinator.domain.model import COUNT_COLUMNS, RollupRow
+from coordinator.domain.model import RollupRow
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import CoordinatorError
 from coordinator.services.intervals import Shortfall
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+    body = out.ErrorBody(code=code, message=message, details=details or {})
+    return out.ErrorEnvelope(error=body).model_dump(by_alias=True)
 
 
-def rollup_row(row: RollupRow) -> dict[str, int | str]:
-    return (
-        {"resource": row.resource}
-        | {c: getattr(row, c) for c in COUNT_COLUMNS}
-        | {"updatedAt": row.updated_at}
-    )
+def rollup_row(row: RollupRow) -> dict[str, Any]:
+    return out.RollupRowOut(
+        resource=row.resource, total=row.total, allocatable=row.allocatable,
+        allocated=row.allocated, reserved=row.reserved, available=row.available,
+        provisioning=row.provisioning, unhealthy=row.unhealthy,
+        maintenance=row.maintenance, unreachable=row.unreachable, updated_at=row.updated_at,
+    ).model_dump(by_alias=True)  # fmt: skip
 
 
 def reservation(res: Reservation, now: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "reservationId": res.reservation_id,
-        "tenantId": res.tenant_id,
-        "poolId": res.pool_id,
-        "state": res.state(now),
-        "start": res.start,
-        "end": res.end,
-        "spot": res.spot,
-        "binding": res.binding,
-        "atoms": [{"atomId": a.atom_id, "nodeId": a.node_id, "class": a.cls} for a in res.atoms],
-        "createdAt": res.created_at,
-    }
-    if res.project_id:
-        out["projectId"] = res.project_id
-    if res.lease_expires_at is not None:
-        out["leaseExpiresAt"] = res.lease_expires_at
-    if res.preempt_at is not None:
-        out["preemptAt"] = res.preempt_at
-    if res.resources:
-        out["resources"] = res.resources
-    if res.gang:
-        out["gang"] = res.gang
-    if res.ended_at is not None:
-        out["endedAt"] = res.ended_at
-    if res.at_risk is not None and res.live(now):
-        out["atRisk"] = {
-            "reason": res.at_risk.reason,
-            "since": res.at_risk.since,
-            "atoms": list(res.at_risk.atoms),
-        }
-    return out
+    risk = res.at_risk if res.live(now) else None
+    return out.ReservationOut(
+        reservation_id=res.reservation_id,
+        tenant_id=res.tenant_id,
+        pool_id=res.pool_id,
+        state=res.state(now),
+        start=res.start,
+        end=res.end,
+        spot=res.spot,
+        binding=res.binding,
+        atoms=[
+            out.BookedAtomOut(atom_id=a.atom_id, node_id=a.node_id, cls=a.cls) for a in res.atoms
+        ],
+        created_at=res.created_at,
+        project_id=res.project_id or None,
+        lease_expires_at=res.lease_expires_at,
+        preempt_at=res.preempt_at,
+        resources=res.resources or None,
+        gang=out.Gang.model_validate(res.gang) if res.gang else None,
+        ended_at=res.ended_at,
+        at_risk=out.AtRisk(reason=risk.reason, since=risk.since, atoms=list(risk.atoms))
+        if risk is not None
+        else None,
+    ).model_dump(by_alias=True, exclude_none=True)
 
 
-def interval(iv: Interval) -> dict[str, Any]:
-    return {
-        "startsAt": format_time(iv.starts_at),
-        "endsAt": format_time(iv.ends_at),
-        "capacityGb": iv.capacity_gb,
-    }
+def _interval(iv: Interval) -> iv_out.IntervalOut:
+    return iv_out.IntervalOut(
+        starts_at=format_time(iv.starts_at),
+        ends_at=format_time(iv.ends_at),
+        capacity_gb=iv.capacity_gb,
+    )
 
 
 def interval_reservation(res: IntervalReservation) -> dict[str, Any]:
-    return {
-        "reservationId": res.reservation_id,
-        "createdAt": format_time(res.created_at),
-        "intervals": [interval(iv) for iv in res.intervals],
-    }
+    return iv_out.IntervalReservationOut(
+        reservation_id=res.reservation_id,
+        created_at=format_time(res.created_at),
+        intervals=[_interval(iv) for iv in res.intervals],
+    ).model_dump(by_alias=True)
 
 
 def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> dict[str, Any]:
     """Seed 002's 409: every interval that does not fit."""
-    return {
-        "error": "capacity_not_available",
-        "intervals": [
-            {
-                "startsAt": format_time(s.starts_at),
-                "requestedGb": s.requested_gb,
-                "reservableGb": s.reservable_gb,
-                "reason": s.reason,
-            }
+    return iv_out.CapacityNotAvailableBody(
+        error="capacity_not_available",
+        intervals=[
+            iv_out.IntervalShortfall(
+                starts_at=format_time(s.starts_at),
+                requested_gb=s.requested_gb,
+                reservable_gb=s.reservable_gb,
+                reason=s.reason,
+            )
             for s in shortfalls
         ],
-    }
+    ).model_dump(by_alias=True)
 
 
 class ReservationWords:

@@ -11,8 +11,8 @@ from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, ProjectId, T
 from coordinator.api.registry import ApiInput
 from coordinator.domain.durations import DurationError, parse_duration
 from coordinator.domain.placement import DeviceRequest, PlacementRequest
+from shared.wire import AtomClass
 
-DeviceClass = Literal["gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node"]
 TopologyName = Literal["any", "nvlink-all"]
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
 Scalar = str | int | float | bool
@@ -24,7 +24,7 @@ _SHARING_FOR = {
 
 
 class DeviceInput(ApiInput):
-    cls: DeviceClass = Field(alias="class", description="The device class.", examples=["gpu"])
+    cls: AtomClass = Field(alias="class", description="The device class.", examples=["gpu"])
     count: Annotated[int, Field(ge=1, le=64)] = Field(description="How many.", examples=[1])
     selector: Annotated[dict[str, Scalar | list[Scalar]], Field(max_length=32)] | None = Field(
         default=None,

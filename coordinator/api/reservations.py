@@ -8,7 +8,7 @@ the idempotency key and replayed for the same body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,7 @@ from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest
 from shared.ids import RESERVATION_ID_PATTERN
+from shared.reservation_states import RESERVATION_STATES, ReservationState
 
 ReservationId = Annotated[str, Field(max_length=57, pattern=RESERVATION_ID_PATTERN)]
 
@@ -54,16 +55,13 @@ class RenewInput(ApiInput):
     )
 
 
-State = Literal["scheduled", "active", "noticed", "completed", "released", "expired", "preempted"]
-
-
 class ListInput(ApiInput):
     tenant_id: TenantId | None = Field(
         default=None, description="The tenant; absent (operators only): every tenant's."
     )
     pool_id: PoolId | None = Field(default=None, description="Only this pool's.")
     project_id: ProjectId | None = Field(default=None, description="Only this project's.")
-    state: Annotated[list[State], Field(max_length=7)] = Field(
+    state: Annotated[list[ReservationState], Field(max_length=len(RESERVATION_STATES))] = Field(
         default_factory=list, description="Any of these states, as of now (empty: every state)."
     )
     from_: EpochMs | None = Field(

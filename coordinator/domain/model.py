@@ -7,36 +7,20 @@ needs I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-from shared.wire import AtomClass, HealthStatus
+from shared.wire import ATOM_CLASSES, AtomClass, HealthStatus
 
-RESOURCES: tuple[str, ...] = tuple(
-    sorted(
-        (
-            "gpu",
-            "gpu.mig",
-            "gpu.slot",
-            "nic.vf",
-            "disk",
-            "node",
-            "vcpu",
-            "memoryGiB",
-            "hugepages1Gi",
-        )
-    )
-)
-ATOM_RESOURCES: tuple[AtomClass, ...] = ("gpu", "gpu.mig", "gpu.slot", "nic.vf", "disk", "node")
 SCALAR_RESOURCES: tuple[str, ...] = ("vcpu", "memoryGiB", "hugepages1Gi")
+# Every resource a rollup row, a quota or a reservation counts: atoms and scalars.
+RESOURCES: tuple[str, ...] = tuple(sorted((*ATOM_CLASSES, *SCALAR_RESOURCES)))
 
 Bucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
-BUCKETS: tuple[Bucket, ...] = (
-    "allocatable",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
+BUCKETS: tuple[Bucket, ...] = get_args(Bucket)
+# One word for a node in listings and metrics: its bucket, with allocatable split into
+# degraded (a warning) and ready.
+NodeStatus = Literal["ready", "degraded", "provisioning", "unhealthy", "maintenance", "unreachable"]
+NODE_STATUSES: tuple[NodeStatus, ...] = get_args(NodeStatus)
 
 
 # The counted columns of a rollup row, in the API's order.

@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shared.reservation_states import LIVE_STATES, TERMINAL_STATES, ReservationState
+
+# The stored state of a reservation that has not ended: which of the live states it is
+# in follows from the clock.
 LIVE = "booked"
-TERMINAL = ("released", "expired", "preempted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +55,8 @@ class Reservation:
     ended_at: int | None = None
     at_risk: AtRisk | None = None
 
-    def state(self, now: int) -> str:
-        if self.stored_state in TERMINAL:
+    def state(self, now: int) -> ReservationState:
+        if self.stored_state in TERMINAL_STATES:
             return self.stored_state
         # A notice or a lease only matters if it falls before the reservation's end.
         if self.preempt_at is not None and self.preempt_at < self.end:
@@ -68,4 +71,4 @@ class Reservation:
         return "completed"
 
     def live(self, now: int) -> bool:
-        return self.state(now) in ("scheduled", "active", "noticed")
+        return self.state(now) in LIVE_STATES

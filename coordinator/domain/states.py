@@ -8,7 +8,7 @@ slowdown) stays allocatable: it is a warning, never unhealthy on its own. `unmon
 
 from __future__ import annotations
 
-from coordinator.domain.model import AtomView, Bucket, NodeState
+from coordinator.domain.model import AtomView, Bucket, NodeState, NodeStatus
 from shared.wire import HealthStatus
 
 _FAULTY: frozenset[HealthStatus] = frozenset({"unhealthy", "unmonitored"})
@@ -35,7 +35,7 @@ def atom_bucket(state: NodeState, atom: AtomView) -> Bucket:
     return "allocatable"
 
 
-def node_status(state: NodeState) -> str:
+def node_status(state: NodeState) -> NodeStatus:
     """One word for listings: the bucket, or `degraded`/`ready` when allocatable."""
     bucket = node_bucket(state)
     if bucket != "allocatable":

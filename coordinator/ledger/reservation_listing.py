@@ -17,8 +17,7 @@ from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.reservations import reservation_from_row
-
-STATES = ("scheduled", "active", "noticed", "completed", "released", "expired", "preempted")
+from shared.reservation_states import ReservationState
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +25,12 @@ class ReservationFilter:
     tenant_id: str | None = None  # None: every tenant
     pool_id: str | None = None
     project_id: str | None = None
-    states: Collection[str] = ()  # empty: every state
+    states: Collection[ReservationState] = ()  # empty: every state
     start: int | None = None  # overlapping [start, end) of the window
     end: int | None = None
 
 
-def state_condition(state: str, now: int) -> ColumnElement[bool]:
+def state_condition(state: ReservationState, now: int) -> ColumnElement[bool]:
     rv = schema.reservations.c
     live = rv.state == LIVE
     noticed = rv.preempt_at.is_not(None) & (rv.preempt_at < rv.end)

@@ -9,8 +9,13 @@ its last good reading is kept (or, before its first good read, a placeholder sta
 for it) with `missing` set, and its counters say `unreadable`, so health holds it
 unhealthy. A GPU seen earlier that NVML no longer enumerates at all is kept the same way.
 
-NVLink topology is remembered as the union of links ever seen active, so a link going
-down shows as a health problem (`nvlink_down`) rather than as a smaller inventory.
+NVLink is judged against the links the GPU should have, not only links seen to drop: on
+boards where every link is wired by design (SXM/HGX, a model in `SXM_NVLINKS` or named
+`SXM`) the expected count is NVML's `NVML_FI_DEV_NVLINK_LINK_COUNT`, else the model's
+count from `SXM_NVLINKS`, so a link already down when the agent starts, or every link
+down, is `nvlink_down`. Other cards (PCIe with bridges wire only some links) are judged
+against the links ever seen active. Either way a link going down shows as a health
+problem rather than as a smaller inventory.
 """
 
 from __future__ import annotations
@@ -36,6 +41,17 @@ _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z0-9.]+)?)", re.IGNORECASE)
 
 
 _ENABLED = int(pynvml.NVML_FEATURE_ENABLED)
+# NVLinks per GPU on boards that wire every link (HGX/DGX baseboards), by NVML name; the
+# fallback where the driver lacks NVML_FI_DEV_NVLINK_LINK_COUNT.
+SXM_NVLINKS: dict[str, int] = {
+    "Tesla V100-SXM2-16GB": 6,
+    "Tesla V100-SXM2-32GB": 6,
+    "NVIDIA A100-SXM4-40GB": 12,
+    "NVIDIA A100-SXM4-80GB": 12,
+    "NVIDIA H100 80GB HBM3": 18,
+    "NVIDIA H200": 18,
+    "NVIDIA B200": 18,
+}
 # Read in one nvmlDeviceGetFieldValues call; the first two apply to every GPU.
 _FIELDS: tuple[tuple[str, int], ...] = (
     ("pcie_replay", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
@@ -80,8 +96,16 @@ def cuda_version_text(raw: int) -> str:
 class NvmlReader:
     """Reads one host through an `NvmlLike`. Not thread-safe: one poll at a time."""
 
-    def __init__(self, nvml: NvmlLike, cpu_count: int | None = None) -> None:
+    def __init__(
+        self,
+        nvml: NvmlLike,
+        cpu_count: int | None = None,
+        nvlinks: dict[str, int] | None = None,
+    ) -> None:
+        """`nvlinks` adds or overrides `SXM_NVLINKS` (model name → links every GPU of that
+        model must have active)."""
         self._nvml = nvml
+        self._nvlink_models = {**SXM_NVLINKS, **(nvlinks or {})}
         self._started = False
         self._cpu_words = max(1, ((cpu_count or os.cpu_count() or 1) + 63) // 64)
         self._logged: set[str] = set()
@@ -89,6 +113,7 @@ class NvmlReader:
         self._seen: dict[str, GpuReading] = {}  # by UUID, every GPU ever read
         self._generation = 0
         self._links: dict[str, tuple[int, ...]] = {}
+        self._expected_links: dict[str, int | None] = {}  # None: judge by links seen active
         self._ever_active: dict[str, set[int]] = {}
         self._remotes: dict[str, dict[int, str]] = {}
 
@@ -221,7 +246,7 @@ class NvmlReader:
             problems, f"{where}: compute capability", n.nvmlDeviceGetCudaComputeCapability, handle
         )
         mig_enabled, migs, mig_pending = self._read_migs(handle, where, problems)
-        active, remotes = self._read_nvlinks(uuid, handle)
+        active, remotes, down = self._read_nvlinks(uuid, name, handle)
         clique, fabric = self._read_fabric(handle)
         gpu = GpuReading(
             index=index,
@@ -238,8 +263,8 @@ class NvmlReader:
             nvlink_active=active,
             fabric_clique=clique,
         )
-        ctr = self._read_counters(index, uuid, handle, active)
-        return gpu, replace(ctr, fabric=fabric, mig_pending=mig_pending)
+        ctr = self._read_counters(index, uuid, handle)
+        return gpu, replace(ctr, fabric=fabric, mig_pending=mig_pending, nvlink_down=down)
 
     def _must(self, fn: Callable[..., T], what: str, *args: Any) -> T:
         try:
@@ -287,7 +312,10 @@ class NvmlReader:
             )
         return True, tuple(migs), pending
 
-    def _read_nvlinks(self, uuid: str, handle: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def _read_nvlinks(
+        self, uuid: str, name: str, handle: Any
+    ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]:
+        """(active links, remote PCI ids, down links)."""
         n = self._nvml
         links = self._links.get(uuid)
         if links is None:
@@ -301,6 +329,7 @@ class NvmlReader:
                     break
                 found.append(link)
             links = self._links[uuid] = tuple(found)
+            self._expected_links[uuid] = self._expected_nvlinks(name, handle)
         active: list[int] = []
         for link in links:
             try:
@@ -318,7 +347,27 @@ class NvmlReader:
                 except pynvml.NVMLError as exc:
                     _raise_if_lost(exc)
         ever.update(active)
-        return tuple(active), tuple(sorted(set(remotes.values())))
+        expected = self._expected_links.get(uuid)
+        wired = set(range(max(expected, len(links)))) if expected is not None else ever
+        down = tuple(sorted(wired - set(active)))
+        return tuple(active), tuple(sorted(set(remotes.values()))), down
+
+    def _expected_nvlinks(self, name: str, handle: Any) -> int | None:
+        """Links this GPU must have active; None where the board may leave links unwired."""
+        known = self._nvlink_models.get(name)
+        if known is None and "SXM" not in name:
+            return None
+        try:
+            (value,) = self._nvml.nvmlDeviceGetFieldValues(
+                handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT]
+            )
+            if int(value.nvmlReturn) == 0 and _field_int(value) > 0:
+                return _field_int(value)
+        except pynvml.NVMLError as exc:
+            _raise_if_lost(exc)
+        except Exception as exc:  # a broken binding: the model table still knows
+            log.debug("nvlink link count: %s", _describe(exc))
+        return known
 
     def _read_fabric(self, handle: Any) -> tuple[str | None, str | None]:
         """(fabric clique, problem). HGX boards with NVSwitches and NVLink-fabric systems
@@ -346,9 +395,7 @@ class NvmlReader:
             return None, None
         return f"{cluster.hex()}/{int(info.cliqueId)}", None
 
-    def _read_counters(
-        self, index: int, uuid: str, handle: Any, active: tuple[int, ...]
-    ) -> GpuCounters:
+    def _read_counters(self, index: int, uuid: str, handle: Any) -> GpuCounters:
         n = self._nvml
         p: list[str] = []  # unsupported counters are normal; they are not operator problems
         dbe = self._get(
@@ -386,7 +433,6 @@ class NvmlReader:
         thermal = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
         thermal |= pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
         power = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
-        down = sorted(self._ever_active.get(uuid, set()) - set(active))
         return GpuCounters(
             index=index,
             uuid=uuid,
@@ -397,7 +443,6 @@ class NvmlReader:
             remap_failure=None if rows is None else bool(rows[3]),
             thermal_slowdown=bool(bits & thermal),
             power_slowdown=bool(bits & power),
-            nvlink_down=tuple(down),
             idle=bool(bits & pynvml.nvmlClocksThrottleReasonGpuIdle),
             pcie_gen=gen,
             pcie_width=width,

@@ -379,6 +379,7 @@ class SimulatedNvml:
             pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: self._recovery.get(n, 0),
         }
         if gpu.spec.nvlink_links:
+            known[pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT] = gpu.spec.nvlink_links
             crc = sum(f.count for f in faults.on("nvlink_crc", n))
             known[pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL] = crc
             known[pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL] = 0

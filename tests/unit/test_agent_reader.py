@@ -144,3 +144,58 @@ def test_helpers() -> None:
     assert normalize_pci("0000:1a:00.0") == "0000:1a:00.0"
     assert cpu_list([0b1111, 1 << 63]) == "0-3,127"
     assert cpu_list([0]) == ""
+
+
+# -- NVLink judged against the expected link count ------------------------------------------
+
+
+class NoLinkCountField(SimulatedNvml):
+    """A driver without NVML_FI_DEV_NVLINK_LINK_COUNT: the model's link count decides."""
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Any:
+        values = super().nvmlDeviceGetFieldValues(handle, fieldIds)
+        for v in values:
+            if v.fieldId == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+
+@pytest.mark.parametrize("nvml_class", [SimulatedNvml, NoLinkCountField])
+def test_link_already_down_at_start_is_down(
+    tmp_path: Path, nvml_class: type[SimulatedNvml]
+) -> None:
+    faults = tmp_path / "f.json"
+    write_faults(faults, [{"kind": "nvlink_down", "gpu": 1, "link": 3}])
+    reader = NvmlReader(nvml_class(load_profile("h100-sxm-8"), "n1", FaultFile(faults)))
+    snap = reader.read()
+    assert snap.counters[1].nvlink_down == (3,)
+    assert snap.counters[0].nvlink_down == ()
+
+
+@pytest.mark.parametrize("nvml_class", [SimulatedNvml, NoLinkCountField])
+def test_every_link_down_at_start_is_every_link_down(
+    tmp_path: Path, nvml_class: type[SimulatedNvml]
+) -> None:
+    faults = tmp_path / "f.json"
+    write_faults(faults, [{"kind": "nvlink_down", "gpu": 2}])
+    reader = NvmlReader(nvml_class(load_profile("a100-mig-8"), "n1", FaultFile(faults)))
+    assert reader.read().counters[2].nvlink_down == tuple(range(12))
+
+
+def test_links_the_driver_no_longer_lists_are_down(tmp_path: Path) -> None:
+    """A GPU whose links 12-17 answer NotSupported after a bad boot (the driver trained
+    only 12): the field still says 18, so six links are down."""
+
+    class TwelveLinks(SimulatedNvml):
+        def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+            if link >= 12:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return super().nvmlDeviceGetNvLinkState(handle, link)
+
+    snap = NvmlReader(TwelveLinks(load_profile("h100-sxm-8"), "n1")).read()
+    assert snap.counters[0].nvlink_down == tuple(range(12, 18))
+
+
+def test_no_nvlink_gpu_has_no_down_links() -> None:
+    snap = NvmlReader(sim("l40s-pcie-4")).read()
+    assert all(c.nvlink_down == () for c in snap.counters)

@@ -18,7 +18,6 @@ import signal
 import socket
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.lean import dist_version
+from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
 from agent.sysfs import read_host, read_ports
@@ -122,9 +122,10 @@ async def run(
     from agent.reader import NvmlReader
     from agent.xid_watch import XidWatcher
 
+    check_interval(settings.interval_s)
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
-    boot_id = uuid.uuid4().hex
+    boot_id = agent_boot_id(settings.sysfs_root)
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
         servers=settings.nats_url,

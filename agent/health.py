@@ -14,7 +14,10 @@ PCIe downtraining and pending MIG mode changes only ever make a device `degraded
 A GPU NVML cannot read stays in the input (its counters say `unreadable`), so it stays
 unhealthy rather than vanishing; a device absent from the input has left the inventory.
 The node is `unmonitored` while NVML is unusable (never silently healthy), `unhealthy`
-when every GPU is, `degraded` when any device is not healthy.
+when every GPU is, `degraded` when any device is not healthy. Devices outside NVML (NICs,
+placeholders) are judged whether or not NVML answers. An acting XID whose GPU could not
+be named (its UUID unreadable: filed under `unknown`) is kept at node level — the node
+`degraded` with the XID as a reason — for `xid_hold_s`, never dropped.
 
 Time is an argument (`now`, monotonic seconds), so tests drive it with a fake clock.
 """
@@ -77,6 +80,8 @@ class DeviceState:
 class HealthState:
     devices: Mapping[str, DeviceState] = field(default_factory=lambda: MappingProxyType({}))
     node: NodeHealth = field(default_factory=lambda: NodeHealth(status="healthy"))
+    # XIDs no GPU could be named for: (held until, reason), kept at node level.
+    orphans: tuple[tuple[float, str], ...] = ()
 
     def unhealthy_devices(self) -> tuple[DeviceHealth, ...]:
         """Every device that is not healthy now, for heartbeats (absent means healthy)."""
@@ -141,16 +146,35 @@ def evaluate(
     """`extra` holds the findings of devices other than GPUs (NICs, missing placeholders);
     pass every such device every time, healthy ones with no findings, so that their
     recovery goes through hysteresis too."""
+    orphans = tuple(o for o in prev.orphans if now < o[0])
+    extra = extra or {}
     if nvml_error is not None:
         # Nothing is known about the GPUs: keep their last states, flag the node. A reset
         # may happen meanwhile (driver reload, operator reset while NVML is released).
-        kept = {d: replace(s, away=True) if s.reset_reason else s for d, s in prev.devices.items()}
+        kept = {
+            d: replace(s, away=True) if s.reset_reason else s
+            for d, s in prev.devices.items()
+            if d not in extra
+        }
+        for device_id, found in extra.items():  # NICs and placeholders do not need NVML
+            kept[device_id] = _step(
+                prev.devices.get(device_id, DeviceState()), list(found), now, policy
+            )
+        reasons = (nvml_error, *(r for _, r in orphans))
         return HealthState(
-            MappingProxyType(kept), NodeHealth(status="unmonitored", reasons=(nvml_error,))
+            MappingProxyType(kept),
+            NodeHealth(status="unmonitored", reasons=_cap(reasons)),
+            orphans,
         )
+    counters = list(counters)
+    known = {c.uuid for c in counters}
     by_uuid: dict[str, list[XidEvent]] = {}
     for event in xids:
-        by_uuid.setdefault(event.uuid, []).append(event)
+        if event.uuid in known:
+            by_uuid.setdefault(event.uuid, []).append(event)
+        elif policy.xids.classify(event.xid) not in ("application", "informational", "other"):
+            text = f"{policy.xids.describe(event.xid)} on an unidentified GPU"
+            orphans += ((event.at + policy.xid_hold_s, text),)
     devices: dict[str, DeviceState] = {}
     gpu_ids: set[str] = set()
     for c in counters:
@@ -165,10 +189,11 @@ def evaluate(
         if now < held.xid_until:
             raw.insert(0, ("unhealthy", held.xid_reason))
         devices[c.uuid] = replace(_step(held, raw, now, policy), baselines=baselines)
-    for device_id, found in (extra or {}).items():
+    for device_id, found in extra.items():
         old = prev.devices.get(device_id, DeviceState())
         devices[device_id] = _step(old, list(found), now, policy)
-    return HealthState(MappingProxyType(devices), _node(devices, gpu_ids))
+    orphans = tuple(o for o in orphans if now < o[0])
+    return HealthState(MappingProxyType(devices), _node(devices, gpu_ids, orphans), orphans)
 
 
 def _apply_xids(
@@ -247,15 +272,20 @@ def _step(old: DeviceState, raw: list[Finding], now: float, policy: HealthPolicy
     return replace(old, clear_since=since)
 
 
-def _node(devices: Mapping[str, DeviceState], gpu_ids: set[str]) -> NodeHealth:
+def _node(
+    devices: Mapping[str, DeviceState],
+    gpu_ids: set[str],
+    orphans: tuple[tuple[float, str], ...] = (),
+) -> NodeHealth:
     bad = {d: s for d, s in devices.items() if s.status != "healthy"}
-    if not bad:
+    if not bad and not orphans:
         return NodeHealth(status="healthy")
     status: HealthStatus = "degraded"
     gpus = [s for d, s in devices.items() if d in gpu_ids]
     if gpus and all(s.status == "unhealthy" for s in gpus):
         status = "unhealthy"
-    reasons = [
+    # Orphan XIDs first: no device carries them, so the cap must not drop them.
+    reasons = [r for _, r in orphans] + [
         f"{d}: {s.status}: {s.reasons[0] if s.reasons else ''}" for d, s in sorted(bad.items())
     ]
     return NodeHealth(status=status, reasons=_cap(tuple(reasons)))

@@ -176,6 +176,10 @@ class SimulatedNvml:
             raise _err(int(code))
         return gpu
 
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        gpu = self._whole(handle)
+        return self._visible(self.faults()).index(gpu)
+
     # -- identity ---------------------------------------------------------------------------
 
     def nvmlDeviceGetName(self, handle: Any) -> str:

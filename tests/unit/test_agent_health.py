@@ -184,3 +184,21 @@ def test_nic_findings_through_extra_with_hysteresis() -> None:
     assert s.devices[nic].status == "unhealthy"
     s = evaluate(s, [ok(A)], (), 41, POLICY, extra={nic: ()})
     assert s.devices[nic].status == "healthy"
+
+
+def test_xid_of_an_unknown_gpu_is_kept_at_node_level_for_the_hold() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent("unknown", 79, 0),))
+    assert s.node.status == "degraded"
+    assert any("xid 79" in r and "unidentified GPU" in r for r in s.node.reasons)
+    assert step(s, 59).node.status == "degraded"
+    assert step(s, 61).node.status == "healthy"
+    # Application XIDs of an unknown GPU still do not count.
+    assert step(HealthState(), 0, xids=(XidEvent("unknown", 13, 0),)).node.status == "healthy"
+
+
+def test_nvml_down_still_steps_other_devices() -> None:
+    nic = "0000:1a:00.0"
+    down = {nic: (("unhealthy", "port down"),)}
+    s = evaluate(HealthState(), [], (), 0, POLICY, nvml_error="nvml init failed", extra=down)
+    assert s.node.status == "unmonitored"
+    assert [d.device_id for d in s.unhealthy_devices()] == [nic]

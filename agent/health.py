@@ -9,7 +9,10 @@ field) the GPU went away and came back (lost, unreadable, NVML down or released)
 on a timer; an operator-added fault XID holds it for `xid_hold_s` after the last event.
 Counters that only matter as bursts (PCIe replays, NVLink CRC/replay/recovery errors) are
 compared with a baseline at most a minute old, DCGM's window. Thermal and power slowdown,
-PCIe downtraining and pending MIG mode changes only ever make a device `degraded`.
+PCIe downtraining, pending MIG or ECC mode changes, a corrupted InfoROM, temperatures at
+the slowdown threshold and the hardware-slowdown bit only ever make a device `degraded`;
+an NVSwitch no longer reached and a fabric route or configuration fault make it
+`unhealthy` (the fabric health mask's table is `fabric_findings`).
 
 A GPU NVML cannot read stays in the input (its counters say `unreadable`), so it stays
 unhealthy rather than vanishing; a device absent from the input has left the inventory.
@@ -47,6 +50,51 @@ _RECOVERY_ACTIONS = {
     6: "PCIe bus reset required",
     7: "system reboot required",
 }
+
+# nvmlGpuFabricInfo_v2/v3 healthMask fields (NVML_GPU_FABRIC_HEALTH_MASK_*): name → (shift,
+# width); each 2-bit flag reads 0 not supported, 1 true, 2 false. Values are NVML's ABI.
+_MASK_TRUE = 1
+_FABRIC_FLAGS: tuple[tuple[str, int, HealthStatus], ...] = (
+    ("route unhealthy", 4, "unhealthy"),
+    ("degraded bandwidth", 0, "degraded"),
+    ("route recovery in progress", 2, "degraded"),
+    ("access timeout recovery in progress", 6, "degraded"),
+)
+_FABRIC_CONFIG_SHIFT = 8  # 4 bits: 0 not supported, 1 none, else what is wrong
+_FABRIC_CONFIG = {
+    2: "incorrect system GUID",
+    3: "incorrect chassis serial number",
+    4: "no partition",
+    5: "insufficient NVLinks",
+    6: "incompatible GPU firmware",
+    7: "invalid location",
+    8: "GPU state invalid",
+}
+_FABRIC_GFM_SHIFT = 14  # 2 bits: 0 not supported, 1 connected, 2 disconnected
+_FABRIC_SUMMARY: dict[int, Finding] = {  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*
+    2: ("unhealthy", "fabric: health summary unhealthy"),
+    3: ("degraded", "fabric: health summary limited capacity"),
+}
+_ECC = {0: "disabled", 1: "enabled"}
+
+
+def fabric_findings(mask: int, summary: int | None) -> list[Finding]:
+    """The fabric health mask and summary (nvmlDeviceGetGpuFabricInfoV) as findings: a
+    route that cannot carry traffic or a wrong configuration is unhealthy; reduced
+    bandwidth, recoveries in progress and a lost global fabric manager are degraded."""
+    out: list[Finding] = []
+    if summary in _FABRIC_SUMMARY:
+        out.append(_FABRIC_SUMMARY[summary])
+    for text, shift, level in _FABRIC_FLAGS:
+        if mask >> shift & 0x3 == _MASK_TRUE:
+            out.append((level, f"fabric: {text}"))
+    config = mask >> _FABRIC_CONFIG_SHIFT & 0xF
+    if config > 1:
+        why = _FABRIC_CONFIG.get(config, f"code {config}")
+        out.append(("unhealthy", f"fabric: incorrect configuration ({why})"))
+    if mask >> _FABRIC_GFM_SHIFT & 0x3 == 2:
+        out.append(("degraded", "fabric: global fabric manager disconnected"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -117,9 +165,15 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
         out.append(("unhealthy", "row remapping failure"))
     if c.remap_pending:
         out.append(("unhealthy", "row remapping pending (reset needed)"))
+    if c.nvswitches is not None and c.nvswitches[0] < c.nvswitches[1]:
+        gone = f" (gone: {', '.join(c.nvswitches_missing)})" if c.nvswitches_missing else ""
+        reached, expected = c.nvswitches
+        out.append(("unhealthy", f"NVSwitch: {reached} of {expected} reached{gone}"))
     if c.nvlink_down:
         links = ",".join(str(x) for x in c.nvlink_down)
         out.append(("unhealthy", f"NVLink down: link {links}"))
+    if c.fabric_health is not None:
+        out += fabric_findings(*c.fabric_health)
     if c.pcie_width is not None and c.pcie_width[0] < c.pcie_width[1]:
         out.append(("degraded", f"PCIe link width x{c.pcie_width[0]} of x{c.pcie_width[1]}"))
     # Idle GPUs lower the link generation to save power; only a busy GPU is downtrained.
@@ -131,6 +185,19 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
         out.append(("degraded", "thermal slowdown"))
     if c.power_slowdown:
         out.append(("degraded", "power brake slowdown"))
+    if c.hw_slowdown:
+        out.append(("degraded", "hardware slowdown (HW_SLOWDOWN clock event reason)"))
+    if c.temperature is not None and c.temperature[0] >= c.temperature[1]:
+        t, limit = c.temperature
+        out.append(("degraded", f"GPU temperature {t} C at or above slowdown {limit} C"))
+    if c.hbm_temperature is not None and c.hbm_temperature[0] >= c.hbm_temperature[1]:
+        t, limit = c.hbm_temperature
+        out.append(("degraded", f"HBM temperature {t} C at or above its maximum {limit} C"))
+    if c.ecc_mode is not None and c.ecc_mode[0] != c.ecc_mode[1]:
+        now, then = (_ECC.get(m, str(m)) for m in c.ecc_mode)
+        out.append(("degraded", f"ECC mode change pending ({now} now, {then} after a reset)"))
+    if c.inforom_corrupt:
+        out.append(("degraded", "InfoROM corrupted (nvmlDeviceValidateInforom)"))
     return out
 
 

@@ -52,10 +52,19 @@ SXM_NVLINKS: dict[str, int] = {
     "NVIDIA H200": 18,
     "NVIDIA B200": 18,
 }
-# Read in one nvmlDeviceGetFieldValues call; the first two apply to every GPU.
+# NVSwitches on an 8-GPU HGX baseboard, by GPU model: every GPU has links to each.
+HGX_NVSWITCHES: dict[str, int] = {
+    "NVIDIA A100-SXM4-40GB": 6,
+    "NVIDIA A100-SXM4-80GB": 6,
+    "NVIDIA H100 80GB HBM3": 4,
+    "NVIDIA H200": 4,
+}
+_SWITCH = int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+# Read in one nvmlDeviceGetFieldValues call; the first three apply to every GPU.
 _FIELDS: tuple[tuple[str, int], ...] = (
     ("pcie_replay", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
     ("recovery_action", pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    ("memory_temp", pynvml.NVML_FI_DEV_MEMORY_TEMP),
     ("crc_flit", pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
     ("crc_data", pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL),
     ("replay", pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
@@ -101,11 +110,14 @@ class NvmlReader:
         nvml: NvmlLike,
         cpu_count: int | None = None,
         nvlinks: dict[str, int] | None = None,
+        nvswitches: dict[str, int] | None = None,
     ) -> None:
         """`nvlinks` adds or overrides `SXM_NVLINKS` (model name → links every GPU of that
-        model must have active)."""
+        model must have active), `nvswitches` `HGX_NVSWITCHES` (model name → NVSwitches
+        each GPU of that model reaches)."""
         self._nvml = nvml
         self._nvlink_models = {**SXM_NVLINKS, **(nvlinks or {})}
+        self._switch_models = {**HGX_NVSWITCHES, **(nvswitches or {})}
         self._started = False
         self._cpu_words = max(1, ((cpu_count or os.cpu_count() or 1) + 63) // 64)
         self._logged: set[str] = set()
@@ -116,6 +128,10 @@ class NvmlReader:
         self._expected_links: dict[str, int | None] = {}  # None: judge by links seen active
         self._ever_active: dict[str, set[int]] = {}
         self._remotes: dict[str, dict[int, str]] = {}
+        self._remote_types: dict[str, dict[int, int]] = {}
+        self._switches_seen: dict[str, set[str]] = {}
+        self._thresholds: dict[str, tuple[int | None, int | None]] = {}
+        self._fabric_form = 0  # index into _FABRIC_FORMS of the first one the driver took
 
     @property
     def nvml(self) -> NvmlLike:
@@ -247,7 +263,8 @@ class NvmlReader:
         )
         mig_enabled, migs, mig_pending = self._read_migs(handle, where, problems)
         active, remotes, down = self._read_nvlinks(uuid, name, handle)
-        clique, fabric = self._read_fabric(handle)
+        switches, gone = self._nvswitches(uuid, name, active)
+        clique, fabric, fabric_health = self._read_fabric(handle)
         gpu = GpuReading(
             index=index,
             uuid=uuid,
@@ -264,7 +281,15 @@ class NvmlReader:
             fabric_clique=clique,
         )
         ctr = self._read_counters(index, uuid, handle)
-        return gpu, replace(ctr, fabric=fabric, mig_pending=mig_pending, nvlink_down=down)
+        return gpu, replace(
+            ctr,
+            fabric=fabric,
+            fabric_health=fabric_health,
+            mig_pending=mig_pending,
+            nvlink_down=down,
+            nvswitches=switches,
+            nvswitches_missing=gone,
+        )
 
     def _must(self, fn: Callable[..., T], what: str, *args: Any) -> T:
         try:
@@ -339,6 +364,7 @@ class NvmlReader:
                 _raise_if_lost(exc)
         ever = self._ever_active.setdefault(uuid, set())
         remotes = self._remotes.setdefault(uuid, {})
+        kinds = self._remote_types.setdefault(uuid, {})
         for link in active:
             if link not in remotes:
                 try:
@@ -346,11 +372,36 @@ class NvmlReader:
                     remotes[link] = normalize_pci(pci.busId)
                 except pynvml.NVMLError as exc:
                     _raise_if_lost(exc)
+            if link not in kinds:
+                try:
+                    kinds[link] = int(n.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+                except pynvml.NVMLError as exc:
+                    _raise_if_lost(exc)
+                    kinds[link] = -1  # unknown: asked once, not every poll
+                except Exception:
+                    kinds[link] = -1
         ever.update(active)
         expected = self._expected_links.get(uuid)
         wired = set(range(max(expected, len(links)))) if expected is not None else ever
         down = tuple(sorted(wired - set(active)))
         return tuple(active), tuple(sorted(set(remotes.values()))), down
+
+    def _nvswitches(
+        self, uuid: str, name: str, active: tuple[int, ...]
+    ) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
+        """((NVSwitches reached now, expected), switches reached before but not now), or
+        (None, ()) off an NVSwitch board. Expected: the HGX board's count for this model,
+        and never fewer than were ever reached, so a switch gone before the agent started
+        shows too."""
+        kinds = self._remote_types.get(uuid, {})
+        remotes = self._remotes.get(uuid, {})
+        now = {remotes[k] for k in active if kinds.get(k) == _SWITCH and k in remotes}
+        seen = self._switches_seen.setdefault(uuid, set())
+        seen.update(now)
+        if not seen:
+            return None, ()
+        expected = max(self._switch_models.get(name, 0), len(seen))
+        return (len(now), expected), tuple(sorted(seen - now))
 
     def _expected_nvlinks(self, name: str, handle: Any) -> int | None:
         """Links this GPU must have active; None where the board may leave links unwired."""
@@ -369,31 +420,59 @@ class NvmlReader:
             log.debug("nvlink link count: %s", _describe(exc))
         return known
 
-    def _read_fabric(self, handle: Any) -> tuple[str | None, str | None]:
-        """(fabric clique, problem). HGX boards with NVSwitches and NVLink-fabric systems
-        (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is unusable until Fabric Manager
-        has configured the fabric, so anything but completed/success is a problem."""
-        info = pynvml.c_nvmlGpuFabricInfo_t()
-        try:
-            self._nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
-        except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
-            return None, None  # no fabric on this board (PCIe cards, older drivers)
+    def _read_fabric(
+        self, handle: Any
+    ) -> tuple[str | None, str | None, tuple[int, int | None] | None]:
+        """(fabric clique, problem, (healthMask, healthSummary)). HGX boards with NVSwitches
+        and NVLink-fabric systems (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is
+        unusable until Fabric Manager has configured the fabric, so anything but
+        completed/success is a problem. The health mask needs the versioned call
+        (nvmlDeviceGetGpuFabricInfoV); older drivers answer only the plain one."""
+        info = self._fabric_info(handle)
+        if info is None:
+            return None, None, None  # no fabric on this board (PCIe cards, older drivers)
         state = int(info.state)
         if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
-            return None, None
+            return None, None, None
+        mask = getattr(info, "healthMask", None)
+        summary = getattr(info, "healthSummary", None)
+        health = None if mask is None else (int(mask), None if summary is None else int(summary))
         if state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
             words = {
                 pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not started",
                 pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS: "in progress",
             }
-            return None, f"fabric manager: state {words.get(state, state)}"
+            return None, f"fabric manager: state {words.get(state, state)}", health
         if int(info.status) != 0:
-            return None, f"fabric manager: status {_return_name(int(info.status))}"
+            return None, f"fabric manager: status {_return_name(int(info.status))}", health
         cluster = bytes(info.clusterUuid)
         if not any(cluster):
-            return None, None
-        return f"{cluster.hex()}/{int(info.cliqueId)}", None
+            return None, None, health
+        return f"{cluster.hex()}/{int(info.cliqueId)}", None, health
+
+    def _fabric_info(self, handle: Any) -> Any | None:
+        """The newest fabric info struct the driver fills, remembering which that was."""
+        n = self._nvml
+        forms: tuple[tuple[Callable[[], Any], Callable[[Any, Any], int]], ...] = (
+            (pynvml.c_nvmlGpuFabricInfo_v3_t, n.nvmlDeviceGetGpuFabricInfoV),
+            (pynvml.c_nvmlGpuFabricInfo_v2_t, n.nvmlDeviceGetGpuFabricInfoV),
+            (pynvml.c_nvmlGpuFabricInfo_t, n.nvmlDeviceGetGpuFabricInfo),
+        )
+        for k in range(self._fabric_form, len(forms)):
+            make, call = forms[k]
+            info = make()
+            try:
+                call(handle, ctypes.byref(info))
+            except pynvml.NVMLError as exc:
+                _raise_if_lost(exc)
+                if exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    return None
+                continue  # version mismatch, function not found: an older form
+            except Exception:
+                continue
+            self._fabric_form = k
+            return info
+        return None
 
     def _read_counters(self, index: int, uuid: str, handle: Any) -> GpuCounters:
         n = self._nvml
@@ -418,7 +497,25 @@ class NvmlReader:
         pending = self._get(
             p, "pending", n.nvmlDeviceGetRetiredPagesPendingStatus, handle, quiet=True
         )
+        sbe_pages = self._get(
+            p,
+            "retired sbe",
+            n.nvmlDeviceGetRetiredPages,
+            handle,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            quiet=True,
+        )
         rows = self._get(p, "remap", n.nvmlDeviceGetRemappedRows, handle, quiet=True)
+        ecc = self._get(p, "ecc mode", n.nvmlDeviceGetEccMode, handle, quiet=True)
+        celsius = self._get(
+            p,
+            "temperature",
+            n.nvmlDeviceGetTemperature,
+            handle,
+            pynvml.NVML_TEMPERATURE_GPU,
+            quiet=True,
+        )
+        slowdown, mem_max = self._temperature_limits(uuid, handle)
         reasons = self._get(
             p, "throttle", n.nvmlDeviceGetCurrentClocksThrottleReasons, handle, quiet=True
         )
@@ -430,6 +527,7 @@ class NvmlReader:
             p, n.nvmlDeviceGetCurrPcieLinkWidth, n.nvmlDeviceGetMaxPcieLinkWidth, handle
         )
         fields = self._fields(handle, bool(self._links.get(uuid)))
+        hbm = fields.get("memory_temp")
         thermal = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
         thermal |= pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
         power = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
@@ -437,7 +535,7 @@ class NvmlReader:
             index=index,
             uuid=uuid,
             dbe_volatile=None if dbe is None else int(dbe),
-            retired_pages=None if pages is None else len(pages),
+            retired_pages=None if pages is None else len(pages) + len(sbe_pages or []),
             retired_pending=None if pending is None else int(pending) == _ENABLED,
             remap_pending=None if rows is None else bool(rows[2]),
             remap_failure=None if rows is None else bool(rows[3]),
@@ -453,7 +551,40 @@ class NvmlReader:
                 if name in fields
             ),
             recovery_action=fields.get("recovery_action"),
+            inforom_corrupt=self._inforom_corrupt(handle),
+            ecc_mode=None if ecc is None else (int(ecc[0]), int(ecc[1])),
+            temperature=None if celsius is None or slowdown is None else (int(celsius), slowdown),
+            hbm_temperature=None if hbm is None or mem_max is None else (hbm, mem_max),
+            hw_slowdown=bool(bits & pynvml.nvmlClocksThrottleReasonHwSlowdown),
         )
+
+    def _inforom_corrupt(self, handle: Any) -> bool | None:
+        try:
+            self._nvml.nvmlDeviceValidateInforom(handle)
+        except pynvml.NVMLError as exc:
+            _raise_if_lost(exc)
+            return True if exc.value == pynvml.NVML_ERROR_CORRUPTED_INFOROM else None
+        except Exception:
+            return None
+        return False
+
+    def _temperature_limits(self, uuid: str, handle: Any) -> tuple[int | None, int | None]:
+        """(GPU slowdown threshold, memory maximum), read once per GPU: they are fixed."""
+        limits = self._thresholds.get(uuid)
+        if limits is None:
+            p: list[str] = []
+            get = self._nvml.nvmlDeviceGetTemperatureThreshold
+            slow = self._get(
+                p, "t", get, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, quiet=True
+            )
+            mem = self._get(
+                p, "t", get, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX, quiet=True
+            )
+            limits = self._thresholds[uuid] = (
+                None if not slow else int(slow),
+                None if not mem else int(mem),
+            )
+        return limits
 
     def _pair(
         self, p: list[str], cur: Callable[[Any], int], top: Callable[[Any], int], handle: Any
@@ -465,7 +596,7 @@ class NvmlReader:
     def _fields(self, handle: Any, nvlink: bool) -> dict[str, int]:
         """One nvmlDeviceGetFieldValues call for the counters that have no getter of their
         own (or would need one call per link): values that fail are left out."""
-        wanted = dict(_FIELDS if nvlink else _FIELDS[:2])
+        wanted = dict(_FIELDS if nvlink else _FIELDS[:3])
         try:
             values = self._nvml.nvmlDeviceGetFieldValues(handle, list(wanted.values()))
         except pynvml.NVMLError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.health import HealthPolicy, HealthState, evaluate, findings
+from agent.health import HealthPolicy, HealthState, evaluate, fabric_findings, findings
 from agent.readings import GpuCounters, XidEvent
 from agent.xid import XidTable
 
@@ -202,3 +202,21 @@ def test_nvml_down_still_steps_other_devices() -> None:
     s = evaluate(HealthState(), [], (), 0, POLICY, nvml_error="nvml init failed", extra=down)
     assert s.node.status == "unmonitored"
     assert [d.device_id for d in s.unhealthy_devices()] == [nic]
+
+
+def test_fabric_health_mask_classification() -> None:
+    healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8 | 1 << 14  # every flag false, GFM up
+    assert fabric_findings(healthy, 1) == []
+    assert fabric_findings(0, None) == []  # nothing supported: nothing known
+    recovering = healthy & ~(3 << 2) | 1 << 2  # route recovery: true
+    assert fabric_findings(recovering, 1) == [("degraded", "fabric: route recovery in progress")]
+    assert fabric_findings(5 << 8, None) == [
+        ("unhealthy", "fabric: incorrect configuration (insufficient NVLinks)")
+    ]
+    assert fabric_findings(2 << 14, None) == [
+        ("degraded", "fabric: global fabric manager disconnected")
+    ]
+    assert fabric_findings(1 << 6, 3) == [
+        ("degraded", "fabric: health summary limited capacity"),
+        ("degraded", "fabric: access timeout recovery in progress"),
+    ]

@@ -13,6 +13,7 @@ import pynvml
 import pytest
 
 from agent.faults import FaultFile, write_faults
+from agent.health import fabric_findings
 from agent.profile import load_profile
 from agent.reader import NvmlReader, cpu_list
 from agent.simulated import SimulatedNvml
@@ -126,7 +127,16 @@ def test_counters_follow_faults(tmp_path: Path) -> None:
         pcie_replays=0,
         nvlink_errors=(("crc_flit", 0), ("crc_data", 0), ("replay", 0), ("recovery", 0)),
         recovery_action=0,
+        inforom_corrupt=False,
+        ecc_mode=(1, 1),
+        temperature=(45, 89),
+        hbm_temperature=(45, 95),
+        nvswitches=(4, 4),
+        fabric_health=c[5].fabric_health,
     )
+    # A healthy fabric: every flag of the mask reads "false", the summary "healthy".
+    assert c[5].fabric_health is not None and c[5].fabric_health[1] == 1
+    assert fabric_findings(*c[5].fabric_health) == []
 
 
 def test_nvml_down_midway_then_back(tmp_path: Path) -> None:

@@ -111,10 +111,12 @@ class NvmlReader:
         cpu_count: int | None = None,
         nvlinks: dict[str, int] | None = None,
         nvswitches: dict[str, int] | None = None,
+        inforom_every: int = 60,
     ) -> None:
         """`nvlinks` adds or overrides `SXM_NVLINKS` (model name → links every GPU of that
         model must have active), `nvswitches` `HGX_NVSWITCHES` (model name → NVSwitches
-        each GPU of that model reaches)."""
+        each GPU of that model reaches); `inforom_every`: InfoROM validated every this
+        many reads of a GPU."""
         self._nvml = nvml
         self._nvlink_models = {**SXM_NVLINKS, **(nvlinks or {})}
         self._switch_models = {**HGX_NVSWITCHES, **(nvswitches or {})}
@@ -131,6 +133,9 @@ class NvmlReader:
         self._remote_types: dict[str, dict[int, int]] = {}
         self._switches_seen: dict[str, set[str]] = {}
         self._thresholds: dict[str, tuple[int | None, int | None]] = {}
+        self._inforom_every = max(1, inforom_every)
+        # By UUID: (reads since the last validation, its result, NVML session).
+        self._inforom: dict[str, tuple[int, bool | None, int]] = {}
         self._fabric_form = 0  # index into _FABRIC_FORMS of the first one the driver took
 
     @property
@@ -551,22 +556,30 @@ class NvmlReader:
                 if name in fields
             ),
             recovery_action=fields.get("recovery_action"),
-            inforom_corrupt=self._inforom_corrupt(handle),
+            inforom_corrupt=self._inforom_corrupt(uuid, handle),
             ecc_mode=None if ecc is None else (int(ecc[0]), int(ecc[1])),
             temperature=None if celsius is None or slowdown is None else (int(celsius), slowdown),
             hbm_temperature=None if hbm is None or mem_max is None else (hbm, mem_max),
             hw_slowdown=bool(bits & pynvml.nvmlClocksThrottleReasonHwSlowdown),
         )
 
-    def _inforom_corrupt(self, handle: Any) -> bool | None:
+    def _inforom_corrupt(self, uuid: str, handle: Any) -> bool | None:
+        """Validating reads and checksums the whole InfoROM, so it runs once every
+        `inforom_every` reads of a GPU (and on the first read of each NVML session)."""
+        reads, last, generation = self._inforom.get(uuid, (0, None, -1))
+        if generation == self._generation and reads % self._inforom_every:
+            self._inforom[uuid] = (reads + 1, last, generation)
+            return last
         try:
             self._nvml.nvmlDeviceValidateInforom(handle)
+            found: bool | None = False
         except pynvml.NVMLError as exc:
             _raise_if_lost(exc)
-            return True if exc.value == pynvml.NVML_ERROR_CORRUPTED_INFOROM else None
+            found = True if exc.value == pynvml.NVML_ERROR_CORRUPTED_INFOROM else None
         except Exception:
-            return None
-        return False
+            found = None
+        self._inforom[uuid] = (1, found, self._generation)
+        return found
 
     def _temperature_limits(self, uuid: str, handle: Any) -> tuple[int | None, int | None]:
         """(GPU slowdown threshold, memory maximum), read once per GPU: they are fixed."""

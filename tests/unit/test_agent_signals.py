@@ -177,3 +177,22 @@ def test_unsupported_signals_degrade_to_unknown(
 def test_old_driver_still_sees_fabric_manager_state(tmp_path: Path) -> None:
     state = poll(tmp_path, [{"kind": "fabric", "state": 1}], nvml_class=OldDriver)
     assert state.health.status == "unhealthy"
+
+
+class CountsInforom(SimulatedNvml):
+    validations = 0
+
+    def nvmlDeviceValidateInforom(self, handle: Any) -> None:
+        self.validations += 1
+        super().nvmlDeviceValidateInforom(handle)
+
+
+def test_inforom_is_validated_every_n_reads_and_a_corruption_is_seen(tmp_path: Path) -> None:
+    path = tmp_path / "faults.json"
+    nvml = CountsInforom(load_profile("l40s-pcie-4"), "n1", FaultFile(path))
+    reader = NvmlReader(nvml, inforom_every=3)
+    reader.read()
+    write_faults(path, [{"kind": "inforom", "gpu": 0}])
+    flags = [reader.read().counters[0].inforom_corrupt for _ in range(3)]
+    assert flags[-1] is True and flags[0] is False  # seen within 3 reads, not at once
+    assert nvml.validations == 2 * 4  # two validations of each of the 4 GPUs in 4 reads

@@ -136,7 +136,7 @@ class NvmlReader:
         self._inforom_every = max(1, inforom_every)
         # By UUID: (reads since the last validation, its result, NVML session).
         self._inforom: dict[str, tuple[int, bool | None, int]] = {}
-        self._fabric_form = 0  # index into _FABRIC_FORMS of the first one the driver took
+        self._fabric_form = 0  # the newest fabric info form the driver answered (see below)
 
     @property
     def nvml(self) -> NvmlLike:
@@ -456,24 +456,30 @@ class NvmlReader:
         return f"{cluster.hex()}/{int(info.cliqueId)}", None, health
 
     def _fabric_info(self, handle: Any) -> Any | None:
-        """The newest fabric info struct the driver fills, remembering which that was."""
+        """The newest fabric info struct the driver fills, remembering which that was; a
+        binding or driver without a form (no such struct or function, a version it does
+        not know) moves on to the next older one."""
         n = self._nvml
-        forms: tuple[tuple[Callable[[], Any], Callable[[Any, Any], int]], ...] = (
-            (pynvml.c_nvmlGpuFabricInfo_v3_t, n.nvmlDeviceGetGpuFabricInfoV),
-            (pynvml.c_nvmlGpuFabricInfo_v2_t, n.nvmlDeviceGetGpuFabricInfoV),
-            (pynvml.c_nvmlGpuFabricInfo_t, n.nvmlDeviceGetGpuFabricInfo),
+        forms = (
+            ("c_nvmlGpuFabricInfo_v3_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_v2_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo"),
         )
+        older = (pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         for k in range(self._fabric_form, len(forms)):
-            make, call = forms[k]
+            make, call = getattr(pynvml, forms[k][0], None), getattr(n, forms[k][1], None)
+            if make is None or call is None:
+                continue
             info = make()
             try:
                 call(handle, ctypes.byref(info))
             except pynvml.NVMLError as exc:
                 _raise_if_lost(exc)
-                if exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
-                    return None
-                continue  # version mismatch, function not found: an older form
-            except Exception:
+                if exc.value in older:
+                    continue
+                return None  # not supported (no fabric on this board), or not now
+            except Exception as exc:  # a broken binding: try the older form
+                log.debug("fabric info %s: %s", forms[k][0], _describe(exc))
                 continue
             self._fabric_form = k
             return info

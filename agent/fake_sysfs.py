@@ -8,13 +8,15 @@ GPUs and NVSwitches as PCI functions (class 0x0302 / 0x0680); `operstate` and, f
 InfiniBand NICs (`ib…`), `sys/class/infiniband/mlx5_N/ports/1/state`; switchdev
 representors and IPoIB children over the PF; disk WWIDs and serials; the boot disk's
 partition in `proc/self/mountinfo` and the management NIC's default route in
-`proc/net/route`. `FaultedPorts` applies `port_down` faults to the tree.
+`proc/net/route`; a fresh kernel boot id (`proc/sys/kernel/random/boot_id`) per tree, as
+after a reboot. `FaultedPorts` applies `port_down` faults to the tree.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +36,7 @@ def vf_address(pf: str, k: int) -> str:
 
 def build_tree(root: Path, profile: HostProfile) -> Path:
     _write(root / "sys/devices/system/cpu/online", f"0-{max(profile.vcpu, 1) - 1}")
+    _write(root / "proc/sys/kernel/random/boot_id", str(uuid.uuid4()))
     kib = profile.memory_gib * 1024 * 1024
     _write(root / "proc/meminfo", f"MemTotal: {kib} kB\nMemFree: {kib // 2} kB\n")
     hp = root / "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"

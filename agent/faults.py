@@ -26,7 +26,17 @@ The file holds `{"faults": [...]}`; each entry is an object with a `kind`:
 - `{"kind": "reset", "gpu": 3}` — an operator reset the GPU: the recovery action a
   reset-class XID set goes back to NONE;
 - `{"kind": "port_down", "nic": "ibp0s0"}` — the NIC's netdev and InfiniBand port are down
-  (applied to the fake sysfs tree by `agent.fake_sysfs.FaultedPorts`).
+  (applied to the fake sysfs tree by `agent.fake_sysfs.FaultedPorts`);
+- `{"kind": "inforom", "gpu": 1}` — nvmlDeviceValidateInforom fails (corrupted InfoROM);
+- `{"kind": "ecc_pending", "gpu": 1}` — ECC mode: enabled now, disabled at the next reset;
+- `{"kind": "temp", "gpu": 1, "celsius": 91, "sensor": "gpu" | "hbm"}` — a temperature;
+- `{"kind": "hw_slowdown", "gpu": 1}` — the HW_SLOWDOWN clock event reason bit;
+- `{"kind": "nvswitch_down", "switch": 2}` — the profile's NVSwitch 2 is gone: every link
+  wired to it (link % switches == 2) is inactive on every GPU;
+- `{"kind": "retired", "gpu": 0, "count": 61}` — pages retired for multiple single-bit
+  errors (GPUs before Ampere; later ones remap rows instead);
+- `fabric` also takes `"mask"` (nvmlGpuFabricInfo's healthMask) and `"summary"`
+  (healthSummary: 1 healthy, 2 unhealthy, 3 limited capacity).
 
 Clearing is writing the file without the entry (`{"faults": []}` clears everything).
 A file that is missing or not valid JSON counts as no faults, and is logged, never fatal.
@@ -67,9 +77,28 @@ FaultKind = Literal[
     "mig_pending",
     "reset",
     "port_down",
+    "inforom",
+    "ecc_pending",
+    "temp",
+    "hw_slowdown",
+    "nvswitch_down",
+    "retired",
 ]
-_NO_GPU = ("nvml_down", "fabric", "port_down")
-_INT_FIELDS = ("gpu", "xid", "link", "count", "state", "status", "gen", "width")
+_NO_GPU = ("nvml_down", "fabric", "port_down", "nvswitch_down")
+_INT_FIELDS = (
+    "gpu",
+    "xid",
+    "link",
+    "count",
+    "state",
+    "status",
+    "gen",
+    "width",
+    "celsius",
+    "switch",
+    "mask",
+    "summary",
+)
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 
@@ -87,6 +116,11 @@ class Fault:
     status: int = 0
     gen: int | None = None
     width: int | None = None
+    celsius: int = 0
+    sensor: str = "gpu"
+    switch: int | None = None
+    mask: int | None = None
+    summary: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +150,7 @@ def parse_faults(data: Any) -> Faults:
             value = entry.get(field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise FaultError(f"faults[{i}].{field}: expected an integer")
-        for field in ("error", "nic"):
+        for field in ("error", "nic", "sensor"):
             value = entry.get(field)
             if value is not None and not isinstance(value, str):
                 raise FaultError(f"faults[{i}].{field}: expected a string")
@@ -131,6 +165,12 @@ def parse_faults(data: Any) -> Faults:
             raise FaultError(f"faults[{i}].nic: required for port_down")
         if kind == "fabric" and entry.get("state") is None:
             raise FaultError(f"faults[{i}].state: required for fabric")
+        if kind == "temp" and entry.get("celsius") is None:
+            raise FaultError(f"faults[{i}].celsius: required for temp")
+        if kind == "temp" and entry.get("sensor", "gpu") not in ("gpu", "hbm"):
+            raise FaultError(f"faults[{i}].sensor: gpu or hbm")
+        if kind == "nvswitch_down" and entry.get("switch") is None:
+            raise FaultError(f"faults[{i}].switch: required for nvswitch_down")
         text = json.dumps(entry, sort_keys=True)
         seen[text] = seen.get(text, 0) + 1
         items.append(
@@ -147,6 +187,11 @@ def parse_faults(data: Any) -> Faults:
                 status=int(entry.get("status") or 0),
                 gen=entry.get("gen"),
                 width=entry.get("width"),
+                celsius=int(entry.get("celsius") or 0),
+                sensor=str(entry.get("sensor") or "gpu"),
+                switch=entry.get("switch"),
+                mask=entry.get("mask"),
+                summary=entry.get("summary"),
             )
         )
     return Faults(tuple(items))

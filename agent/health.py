@@ -9,12 +9,18 @@ field) the GPU went away and came back (lost, unreadable, NVML down or released)
 on a timer; an operator-added fault XID holds it for `xid_hold_s` after the last event.
 Counters that only matter as bursts (PCIe replays, NVLink CRC/replay/recovery errors) are
 compared with a baseline at most a minute old, DCGM's window. Thermal and power slowdown,
-PCIe downtraining and pending MIG mode changes only ever make a device `degraded`.
+PCIe downtraining, pending MIG or ECC mode changes, a corrupted InfoROM, temperatures at
+the slowdown threshold and the hardware-slowdown bit only ever make a device `degraded`;
+an NVSwitch no longer reached and a fabric route or configuration fault make it
+`unhealthy` (the fabric health mask's table is `fabric_findings`).
 
 A GPU NVML cannot read stays in the input (its counters say `unreadable`), so it stays
 unhealthy rather than vanishing; a device absent from the input has left the inventory.
 The node is `unmonitored` while NVML is unusable (never silently healthy), `unhealthy`
-when every GPU is, `degraded` when any device is not healthy.
+when every GPU is, `degraded` when any device is not healthy. Devices outside NVML (NICs,
+placeholders) are judged whether or not NVML answers. An acting XID whose GPU could not
+be named (its UUID unreadable: filed under `unknown`) is kept at node level — the node
+`degraded` with the XID as a reason — for `xid_hold_s`, never dropped.
 
 Time is an argument (`now`, monotonic seconds), so tests drive it with a fake clock.
 """
@@ -44,6 +50,51 @@ _RECOVERY_ACTIONS = {
     6: "PCIe bus reset required",
     7: "system reboot required",
 }
+
+# nvmlGpuFabricInfo_v2/v3 healthMask fields (NVML_GPU_FABRIC_HEALTH_MASK_*): name → (shift,
+# width); each 2-bit flag reads 0 not supported, 1 true, 2 false. Values are NVML's ABI.
+_MASK_TRUE = 1
+_FABRIC_FLAGS: tuple[tuple[str, int, HealthStatus], ...] = (
+    ("route unhealthy", 4, "unhealthy"),
+    ("degraded bandwidth", 0, "degraded"),
+    ("route recovery in progress", 2, "degraded"),
+    ("access timeout recovery in progress", 6, "degraded"),
+)
+_FABRIC_CONFIG_SHIFT = 8  # 4 bits: 0 not supported, 1 none, else what is wrong
+_FABRIC_CONFIG = {
+    2: "incorrect system GUID",
+    3: "incorrect chassis serial number",
+    4: "no partition",
+    5: "insufficient NVLinks",
+    6: "incompatible GPU firmware",
+    7: "invalid location",
+    8: "GPU state invalid",
+}
+_FABRIC_GFM_SHIFT = 14  # 2 bits: 0 not supported, 1 connected, 2 disconnected
+_FABRIC_SUMMARY: dict[int, Finding] = {  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*
+    2: ("unhealthy", "fabric: health summary unhealthy"),
+    3: ("degraded", "fabric: health summary limited capacity"),
+}
+_ECC = {0: "disabled", 1: "enabled"}
+
+
+def fabric_findings(mask: int, summary: int | None) -> list[Finding]:
+    """The fabric health mask and summary (nvmlDeviceGetGpuFabricInfoV) as findings: a
+    route that cannot carry traffic or a wrong configuration is unhealthy; reduced
+    bandwidth, recoveries in progress and a lost global fabric manager are degraded."""
+    out: list[Finding] = []
+    if summary in _FABRIC_SUMMARY:
+        out.append(_FABRIC_SUMMARY[summary])
+    for text, shift, level in _FABRIC_FLAGS:
+        if mask >> shift & 0x3 == _MASK_TRUE:
+            out.append((level, f"fabric: {text}"))
+    config = mask >> _FABRIC_CONFIG_SHIFT & 0xF
+    if config > 1:
+        why = _FABRIC_CONFIG.get(config, f"code {config}")
+        out.append(("unhealthy", f"fabric: incorrect configuration ({why})"))
+    if mask >> _FABRIC_GFM_SHIFT & 0x3 == 2:
+        out.append(("degraded", "fabric: global fabric manager disconnected"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,6 +128,8 @@ class DeviceState:
 class HealthState:
     devices: Mapping[str, DeviceState] = field(default_factory=lambda: MappingProxyType({}))
     node: NodeHealth = field(default_factory=lambda: NodeHealth(status="healthy"))
+    # XIDs no GPU could be named for: (held until, reason), kept at node level.
+    orphans: tuple[tuple[float, str], ...] = ()
 
     def unhealthy_devices(self) -> tuple[DeviceHealth, ...]:
         """Every device that is not healthy now, for heartbeats (absent means healthy)."""
@@ -112,9 +165,15 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
         out.append(("unhealthy", "row remapping failure"))
     if c.remap_pending:
         out.append(("unhealthy", "row remapping pending (reset needed)"))
+    if c.nvswitches is not None and c.nvswitches[0] < c.nvswitches[1]:
+        gone = f" (gone: {', '.join(c.nvswitches_missing)})" if c.nvswitches_missing else ""
+        reached, expected = c.nvswitches
+        out.append(("unhealthy", f"NVSwitch: {reached} of {expected} reached{gone}"))
     if c.nvlink_down:
         links = ",".join(str(x) for x in c.nvlink_down)
         out.append(("unhealthy", f"NVLink down: link {links}"))
+    if c.fabric_health is not None:
+        out += fabric_findings(*c.fabric_health)
     if c.pcie_width is not None and c.pcie_width[0] < c.pcie_width[1]:
         out.append(("degraded", f"PCIe link width x{c.pcie_width[0]} of x{c.pcie_width[1]}"))
     # Idle GPUs lower the link generation to save power; only a busy GPU is downtrained.
@@ -126,6 +185,19 @@ def findings(c: GpuCounters, policy: HealthPolicy) -> list[Finding]:
         out.append(("degraded", "thermal slowdown"))
     if c.power_slowdown:
         out.append(("degraded", "power brake slowdown"))
+    if c.hw_slowdown:
+        out.append(("degraded", "hardware slowdown (HW_SLOWDOWN clock event reason)"))
+    if c.temperature is not None and c.temperature[0] >= c.temperature[1]:
+        t, limit = c.temperature
+        out.append(("degraded", f"GPU temperature {t} C at or above slowdown {limit} C"))
+    if c.hbm_temperature is not None and c.hbm_temperature[0] >= c.hbm_temperature[1]:
+        t, limit = c.hbm_temperature
+        out.append(("degraded", f"HBM temperature {t} C at or above its maximum {limit} C"))
+    if c.ecc_mode is not None and c.ecc_mode[0] != c.ecc_mode[1]:
+        now, then = (_ECC.get(m, str(m)) for m in c.ecc_mode)
+        out.append(("degraded", f"ECC mode change pending ({now} now, {then} after a reset)"))
+    if c.inforom_corrupt:
+        out.append(("degraded", "InfoROM corrupted (nvmlDeviceValidateInforom)"))
     return out
 
 
@@ -141,16 +213,35 @@ def evaluate(
     """`extra` holds the findings of devices other than GPUs (NICs, missing placeholders);
     pass every such device every time, healthy ones with no findings, so that their
     recovery goes through hysteresis too."""
+    orphans = tuple(o for o in prev.orphans if now < o[0])
+    extra = extra or {}
     if nvml_error is not None:
         # Nothing is known about the GPUs: keep their last states, flag the node. A reset
         # may happen meanwhile (driver reload, operator reset while NVML is released).
-        kept = {d: replace(s, away=True) if s.reset_reason else s for d, s in prev.devices.items()}
+        kept = {
+            d: replace(s, away=True) if s.reset_reason else s
+            for d, s in prev.devices.items()
+            if d not in extra
+        }
+        for device_id, found in extra.items():  # NICs and placeholders do not need NVML
+            kept[device_id] = _step(
+                prev.devices.get(device_id, DeviceState()), list(found), now, policy
+            )
+        reasons = (nvml_error, *(r for _, r in orphans))
         return HealthState(
-            MappingProxyType(kept), NodeHealth(status="unmonitored", reasons=(nvml_error,))
+            MappingProxyType(kept),
+            NodeHealth(status="unmonitored", reasons=_cap(reasons)),
+            orphans,
         )
+    counters = list(counters)
+    known = {c.uuid for c in counters}
     by_uuid: dict[str, list[XidEvent]] = {}
     for event in xids:
-        by_uuid.setdefault(event.uuid, []).append(event)
+        if event.uuid in known:
+            by_uuid.setdefault(event.uuid, []).append(event)
+        elif policy.xids.classify(event.xid) not in ("application", "informational", "other"):
+            text = f"{policy.xids.describe(event.xid)} on an unidentified GPU"
+            orphans += ((event.at + policy.xid_hold_s, text),)
     devices: dict[str, DeviceState] = {}
     gpu_ids: set[str] = set()
     for c in counters:
@@ -165,10 +256,11 @@ def evaluate(
         if now < held.xid_until:
             raw.insert(0, ("unhealthy", held.xid_reason))
         devices[c.uuid] = replace(_step(held, raw, now, policy), baselines=baselines)
-    for device_id, found in (extra or {}).items():
+    for device_id, found in extra.items():
         old = prev.devices.get(device_id, DeviceState())
         devices[device_id] = _step(old, list(found), now, policy)
-    return HealthState(MappingProxyType(devices), _node(devices, gpu_ids))
+    orphans = tuple(o for o in orphans if now < o[0])
+    return HealthState(MappingProxyType(devices), _node(devices, gpu_ids, orphans), orphans)
 
 
 def _apply_xids(
@@ -247,15 +339,20 @@ def _step(old: DeviceState, raw: list[Finding], now: float, policy: HealthPolicy
     return replace(old, clear_since=since)
 
 
-def _node(devices: Mapping[str, DeviceState], gpu_ids: set[str]) -> NodeHealth:
+def _node(
+    devices: Mapping[str, DeviceState],
+    gpu_ids: set[str],
+    orphans: tuple[tuple[float, str], ...] = (),
+) -> NodeHealth:
     bad = {d: s for d, s in devices.items() if s.status != "healthy"}
-    if not bad:
+    if not bad and not orphans:
         return NodeHealth(status="healthy")
     status: HealthStatus = "degraded"
     gpus = [s for d, s in devices.items() if d in gpu_ids]
     if gpus and all(s.status == "unhealthy" for s in gpus):
         status = "unhealthy"
-    reasons = [
+    # Orphan XIDs first: no device carries them, so the cap must not drop them.
+    reasons = [r for _, r in orphans] + [
         f"{d}: {s.status}: {s.reasons[0] if s.reasons else ''}" for d, s in sorted(bad.items())
     ]
     return NodeHealth(status=status, reasons=_cap(tuple(reasons)))

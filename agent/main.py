@@ -18,7 +18,6 @@ import signal
 import socket
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +28,7 @@ from agent.fake_sysfs import FaultedPorts, build_tree
 from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
+from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
 from agent.profile import HostProfile, ProfileError, load_profile
 from agent.sysfs import read_host, read_ports
@@ -113,9 +113,10 @@ async def run(
     from agent.reader import NvmlReader
     from agent.xid_watch import XidWatcher
 
+    check_interval(settings.interval_s)
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
-    boot_id = uuid.uuid4().hex
+    boot_id = agent_boot_id(settings.sysfs_root)
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
         servers=settings.nats_url,

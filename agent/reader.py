@@ -9,8 +9,13 @@ its last good reading is kept (or, before its first good read, a placeholder sta
 for it) with `missing` set, and its counters say `unreadable`, so health holds it
 unhealthy. A GPU seen earlier that NVML no longer enumerates at all is kept the same way.
 
-NVLink topology is remembered as the union of links ever seen active, so a link going
-down shows as a health problem (`nvlink_down`) rather than as a smaller inventory.
+NVLink is judged against the links the GPU should have, not only links seen to drop: on
+boards where every link is wired by design (SXM/HGX, a model in `SXM_NVLINKS` or named
+`SXM`) the expected count is NVML's `NVML_FI_DEV_NVLINK_LINK_COUNT`, else the model's
+count from `SXM_NVLINKS`, so a link already down when the agent starts, or every link
+down, is `nvlink_down`. Other cards (PCIe with bridges wire only some links) are judged
+against the links ever seen active. Either way a link going down shows as a health
+problem rather than as a smaller inventory.
 """
 
 from __future__ import annotations
@@ -36,10 +41,30 @@ _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z0-9.]+)?)", re.IGNORECASE)
 
 
 _ENABLED = int(pynvml.NVML_FEATURE_ENABLED)
-# Read in one nvmlDeviceGetFieldValues call; the first two apply to every GPU.
+# NVLinks per GPU on boards that wire every link (HGX/DGX baseboards), by NVML name; the
+# fallback where the driver lacks NVML_FI_DEV_NVLINK_LINK_COUNT.
+SXM_NVLINKS: dict[str, int] = {
+    "Tesla V100-SXM2-16GB": 6,
+    "Tesla V100-SXM2-32GB": 6,
+    "NVIDIA A100-SXM4-40GB": 12,
+    "NVIDIA A100-SXM4-80GB": 12,
+    "NVIDIA H100 80GB HBM3": 18,
+    "NVIDIA H200": 18,
+    "NVIDIA B200": 18,
+}
+# NVSwitches on an 8-GPU HGX baseboard, by GPU model: every GPU has links to each.
+HGX_NVSWITCHES: dict[str, int] = {
+    "NVIDIA A100-SXM4-40GB": 6,
+    "NVIDIA A100-SXM4-80GB": 6,
+    "NVIDIA H100 80GB HBM3": 4,
+    "NVIDIA H200": 4,
+}
+_SWITCH = int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+# Read in one nvmlDeviceGetFieldValues call; the first three apply to every GPU.
 _FIELDS: tuple[tuple[str, int], ...] = (
     ("pcie_replay", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
     ("recovery_action", pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    ("memory_temp", pynvml.NVML_FI_DEV_MEMORY_TEMP),
     ("crc_flit", pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
     ("crc_data", pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL),
     ("replay", pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
@@ -80,8 +105,21 @@ def cuda_version_text(raw: int) -> str:
 class NvmlReader:
     """Reads one host through an `NvmlLike`. Not thread-safe: one poll at a time."""
 
-    def __init__(self, nvml: NvmlLike, cpu_count: int | None = None) -> None:
+    def __init__(
+        self,
+        nvml: NvmlLike,
+        cpu_count: int | None = None,
+        nvlinks: dict[str, int] | None = None,
+        nvswitches: dict[str, int] | None = None,
+        inforom_every: int = 60,
+    ) -> None:
+        """`nvlinks` adds or overrides `SXM_NVLINKS` (model name → links every GPU of that
+        model must have active), `nvswitches` `HGX_NVSWITCHES` (model name → NVSwitches
+        each GPU of that model reaches); `inforom_every`: InfoROM validated every this
+        many reads of a GPU."""
         self._nvml = nvml
+        self._nvlink_models = {**SXM_NVLINKS, **(nvlinks or {})}
+        self._switch_models = {**HGX_NVSWITCHES, **(nvswitches or {})}
         self._started = False
         self._cpu_words = max(1, ((cpu_count or os.cpu_count() or 1) + 63) // 64)
         self._logged: set[str] = set()
@@ -89,8 +127,16 @@ class NvmlReader:
         self._seen: dict[str, GpuReading] = {}  # by UUID, every GPU ever read
         self._generation = 0
         self._links: dict[str, tuple[int, ...]] = {}
+        self._expected_links: dict[str, int | None] = {}  # None: judge by links seen active
         self._ever_active: dict[str, set[int]] = {}
         self._remotes: dict[str, dict[int, str]] = {}
+        self._remote_types: dict[str, dict[int, int]] = {}
+        self._switches_seen: dict[str, set[str]] = {}
+        self._thresholds: dict[str, tuple[int | None, int | None]] = {}
+        self._inforom_every = max(1, inforom_every)
+        # By UUID: (reads since the last validation, its result, NVML session).
+        self._inforom: dict[str, tuple[int, bool | None, int]] = {}
+        self._fabric_form = 0  # the newest fabric info form the driver answered (see below)
 
     @property
     def nvml(self) -> NvmlLike:
@@ -221,8 +267,9 @@ class NvmlReader:
             problems, f"{where}: compute capability", n.nvmlDeviceGetCudaComputeCapability, handle
         )
         mig_enabled, migs, mig_pending = self._read_migs(handle, where, problems)
-        active, remotes = self._read_nvlinks(uuid, handle)
-        clique, fabric = self._read_fabric(handle)
+        active, remotes, down = self._read_nvlinks(uuid, name, handle)
+        switches, gone = self._nvswitches(uuid, name, active)
+        clique, fabric, fabric_health = self._read_fabric(handle)
         gpu = GpuReading(
             index=index,
             uuid=uuid,
@@ -238,8 +285,16 @@ class NvmlReader:
             nvlink_active=active,
             fabric_clique=clique,
         )
-        ctr = self._read_counters(index, uuid, handle, active)
-        return gpu, replace(ctr, fabric=fabric, mig_pending=mig_pending)
+        ctr = self._read_counters(index, uuid, handle)
+        return gpu, replace(
+            ctr,
+            fabric=fabric,
+            fabric_health=fabric_health,
+            mig_pending=mig_pending,
+            nvlink_down=down,
+            nvswitches=switches,
+            nvswitches_missing=gone,
+        )
 
     def _must(self, fn: Callable[..., T], what: str, *args: Any) -> T:
         try:
@@ -287,7 +342,10 @@ class NvmlReader:
             )
         return True, tuple(migs), pending
 
-    def _read_nvlinks(self, uuid: str, handle: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def _read_nvlinks(
+        self, uuid: str, name: str, handle: Any
+    ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]:
+        """(active links, remote PCI ids, down links)."""
         n = self._nvml
         links = self._links.get(uuid)
         if links is None:
@@ -301,6 +359,7 @@ class NvmlReader:
                     break
                 found.append(link)
             links = self._links[uuid] = tuple(found)
+            self._expected_links[uuid] = self._expected_nvlinks(name, handle)
         active: list[int] = []
         for link in links:
             try:
@@ -310,6 +369,7 @@ class NvmlReader:
                 _raise_if_lost(exc)
         ever = self._ever_active.setdefault(uuid, set())
         remotes = self._remotes.setdefault(uuid, {})
+        kinds = self._remote_types.setdefault(uuid, {})
         for link in active:
             if link not in remotes:
                 try:
@@ -317,38 +377,115 @@ class NvmlReader:
                     remotes[link] = normalize_pci(pci.busId)
                 except pynvml.NVMLError as exc:
                     _raise_if_lost(exc)
+            if link not in kinds:
+                try:
+                    kinds[link] = int(n.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+                except pynvml.NVMLError as exc:
+                    _raise_if_lost(exc)
+                    kinds[link] = -1  # unknown: asked once, not every poll
+                except Exception:
+                    kinds[link] = -1
         ever.update(active)
-        return tuple(active), tuple(sorted(set(remotes.values())))
+        expected = self._expected_links.get(uuid)
+        wired = set(range(max(expected, len(links)))) if expected is not None else ever
+        down = tuple(sorted(wired - set(active)))
+        return tuple(active), tuple(sorted(set(remotes.values()))), down
 
-    def _read_fabric(self, handle: Any) -> tuple[str | None, str | None]:
-        """(fabric clique, problem). HGX boards with NVSwitches and NVLink-fabric systems
-        (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is unusable until Fabric Manager
-        has configured the fabric, so anything but completed/success is a problem."""
-        info = pynvml.c_nvmlGpuFabricInfo_t()
+    def _nvswitches(
+        self, uuid: str, name: str, active: tuple[int, ...]
+    ) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
+        """((NVSwitches reached now, expected), switches reached before but not now), or
+        (None, ()) off an NVSwitch board. Expected: the HGX board's count for this model,
+        and never fewer than were ever reached, so a switch gone before the agent started
+        shows too."""
+        kinds = self._remote_types.get(uuid, {})
+        remotes = self._remotes.get(uuid, {})
+        now = {remotes[k] for k in active if kinds.get(k) == _SWITCH and k in remotes}
+        seen = self._switches_seen.setdefault(uuid, set())
+        seen.update(now)
+        if not seen:
+            return None, ()
+        expected = max(self._switch_models.get(name, 0), len(seen))
+        return (len(now), expected), tuple(sorted(seen - now))
+
+    def _expected_nvlinks(self, name: str, handle: Any) -> int | None:
+        """Links this GPU must have active; None where the board may leave links unwired."""
+        known = self._nvlink_models.get(name)
+        if known is None and "SXM" not in name:
+            return None
         try:
-            self._nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            (value,) = self._nvml.nvmlDeviceGetFieldValues(
+                handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT]
+            )
+            if int(value.nvmlReturn) == 0 and _field_int(value) > 0:
+                return _field_int(value)
         except pynvml.NVMLError as exc:
             _raise_if_lost(exc)
-            return None, None  # no fabric on this board (PCIe cards, older drivers)
+        except Exception as exc:  # a broken binding: the model table still knows
+            log.debug("nvlink link count: %s", _describe(exc))
+        return known
+
+    def _read_fabric(
+        self, handle: Any
+    ) -> tuple[str | None, str | None, tuple[int, int | None] | None]:
+        """(fabric clique, problem, (healthMask, healthSummary)). HGX boards with NVSwitches
+        and NVLink-fabric systems (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is
+        unusable until Fabric Manager has configured the fabric, so anything but
+        completed/success is a problem. The health mask needs the versioned call
+        (nvmlDeviceGetGpuFabricInfoV); older drivers answer only the plain one."""
+        info = self._fabric_info(handle)
+        if info is None:
+            return None, None, None  # no fabric on this board (PCIe cards, older drivers)
         state = int(info.state)
         if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
-            return None, None
+            return None, None, None
+        mask = getattr(info, "healthMask", None)
+        summary = getattr(info, "healthSummary", None)
+        health = None if mask is None else (int(mask), None if summary is None else int(summary))
         if state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
             words = {
                 pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not started",
                 pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS: "in progress",
             }
-            return None, f"fabric manager: state {words.get(state, state)}"
+            return None, f"fabric manager: state {words.get(state, state)}", health
         if int(info.status) != 0:
-            return None, f"fabric manager: status {_return_name(int(info.status))}"
+            return None, f"fabric manager: status {_return_name(int(info.status))}", health
         cluster = bytes(info.clusterUuid)
         if not any(cluster):
-            return None, None
-        return f"{cluster.hex()}/{int(info.cliqueId)}", None
+            return None, None, health
+        return f"{cluster.hex()}/{int(info.cliqueId)}", None, health
 
-    def _read_counters(
-        self, index: int, uuid: str, handle: Any, active: tuple[int, ...]
-    ) -> GpuCounters:
+    def _fabric_info(self, handle: Any) -> Any | None:
+        """The newest fabric info struct the driver fills, remembering which that was; a
+        binding or driver without a form (no such struct or function, a version it does
+        not know) moves on to the next older one."""
+        n = self._nvml
+        forms = (
+            ("c_nvmlGpuFabricInfo_v3_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_v2_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo"),
+        )
+        older = (pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        for k in range(self._fabric_form, len(forms)):
+            make, call = getattr(pynvml, forms[k][0], None), getattr(n, forms[k][1], None)
+            if make is None or call is None:
+                continue
+            info = make()
+            try:
+                call(handle, ctypes.byref(info))
+            except pynvml.NVMLError as exc:
+                _raise_if_lost(exc)
+                if exc.value in older:
+                    continue
+                return None  # not supported (no fabric on this board), or not now
+            except Exception as exc:  # a broken binding: try the older form
+                log.debug("fabric info %s: %s", forms[k][0], _describe(exc))
+                continue
+            self._fabric_form = k
+            return info
+        return None
+
+    def _read_counters(self, index: int, uuid: str, handle: Any) -> GpuCounters:
         n = self._nvml
         p: list[str] = []  # unsupported counters are normal; they are not operator problems
         dbe = self._get(
@@ -371,7 +508,25 @@ class NvmlReader:
         pending = self._get(
             p, "pending", n.nvmlDeviceGetRetiredPagesPendingStatus, handle, quiet=True
         )
+        sbe_pages = self._get(
+            p,
+            "retired sbe",
+            n.nvmlDeviceGetRetiredPages,
+            handle,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            quiet=True,
+        )
         rows = self._get(p, "remap", n.nvmlDeviceGetRemappedRows, handle, quiet=True)
+        ecc = self._get(p, "ecc mode", n.nvmlDeviceGetEccMode, handle, quiet=True)
+        celsius = self._get(
+            p,
+            "temperature",
+            n.nvmlDeviceGetTemperature,
+            handle,
+            pynvml.NVML_TEMPERATURE_GPU,
+            quiet=True,
+        )
+        slowdown, mem_max = self._temperature_limits(uuid, handle)
         reasons = self._get(
             p, "throttle", n.nvmlDeviceGetCurrentClocksThrottleReasons, handle, quiet=True
         )
@@ -383,21 +538,20 @@ class NvmlReader:
             p, n.nvmlDeviceGetCurrPcieLinkWidth, n.nvmlDeviceGetMaxPcieLinkWidth, handle
         )
         fields = self._fields(handle, bool(self._links.get(uuid)))
+        hbm = fields.get("memory_temp")
         thermal = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
         thermal |= pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
         power = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
-        down = sorted(self._ever_active.get(uuid, set()) - set(active))
         return GpuCounters(
             index=index,
             uuid=uuid,
             dbe_volatile=None if dbe is None else int(dbe),
-            retired_pages=None if pages is None else len(pages),
+            retired_pages=None if pages is None else len(pages) + len(sbe_pages or []),
             retired_pending=None if pending is None else int(pending) == _ENABLED,
             remap_pending=None if rows is None else bool(rows[2]),
             remap_failure=None if rows is None else bool(rows[3]),
             thermal_slowdown=bool(bits & thermal),
             power_slowdown=bool(bits & power),
-            nvlink_down=tuple(down),
             idle=bool(bits & pynvml.nvmlClocksThrottleReasonGpuIdle),
             pcie_gen=gen,
             pcie_width=width,
@@ -408,7 +562,48 @@ class NvmlReader:
                 if name in fields
             ),
             recovery_action=fields.get("recovery_action"),
+            inforom_corrupt=self._inforom_corrupt(uuid, handle),
+            ecc_mode=None if ecc is None else (int(ecc[0]), int(ecc[1])),
+            temperature=None if celsius is None or slowdown is None else (int(celsius), slowdown),
+            hbm_temperature=None if hbm is None or mem_max is None else (hbm, mem_max),
+            hw_slowdown=bool(bits & pynvml.nvmlClocksThrottleReasonHwSlowdown),
         )
+
+    def _inforom_corrupt(self, uuid: str, handle: Any) -> bool | None:
+        """Validating reads and checksums the whole InfoROM, so it runs once every
+        `inforom_every` reads of a GPU (and on the first read of each NVML session)."""
+        reads, last, generation = self._inforom.get(uuid, (0, None, -1))
+        if generation == self._generation and reads % self._inforom_every:
+            self._inforom[uuid] = (reads + 1, last, generation)
+            return last
+        try:
+            self._nvml.nvmlDeviceValidateInforom(handle)
+            found: bool | None = False
+        except pynvml.NVMLError as exc:
+            _raise_if_lost(exc)
+            found = True if exc.value == pynvml.NVML_ERROR_CORRUPTED_INFOROM else None
+        except Exception:
+            found = None
+        self._inforom[uuid] = (1, found, self._generation)
+        return found
+
+    def _temperature_limits(self, uuid: str, handle: Any) -> tuple[int | None, int | None]:
+        """(GPU slowdown threshold, memory maximum), read once per GPU: they are fixed."""
+        limits = self._thresholds.get(uuid)
+        if limits is None:
+            p: list[str] = []
+            get = self._nvml.nvmlDeviceGetTemperatureThreshold
+            slow = self._get(
+                p, "t", get, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, quiet=True
+            )
+            mem = self._get(
+                p, "t", get, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX, quiet=True
+            )
+            limits = self._thresholds[uuid] = (
+                None if not slow else int(slow),
+                None if not mem else int(mem),
+            )
+        return limits
 
     def _pair(
         self, p: list[str], cur: Callable[[Any], int], top: Callable[[Any], int], handle: Any
@@ -420,7 +615,7 @@ class NvmlReader:
     def _fields(self, handle: Any, nvlink: bool) -> dict[str, int]:
         """One nvmlDeviceGetFieldValues call for the counters that have no getter of their
         own (or would need one call per link): values that fail are left out."""
-        wanted = dict(_FIELDS if nvlink else _FIELDS[:2])
+        wanted = dict(_FIELDS if nvlink else _FIELDS[:3])
         try:
             values = self._nvml.nvmlDeviceGetFieldValues(handle, list(wanted.values()))
         except pynvml.NVMLError as exc:

@@ -83,6 +83,15 @@ class GpuCounters:
     # Cumulative NVLink error totals over all links: (name, count), e.g. ("crc", 12).
     nvlink_errors: tuple[tuple[str, int], ...] = ()
     recovery_action: int | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: unknown
+    inforom_corrupt: bool | None = None  # nvmlDeviceValidateInforom failed with CorruptedInforom
+    ecc_mode: tuple[int, int] | None = None  # (current, pending), NVML_FEATURE_* values
+    temperature: tuple[int, int] | None = None  # (GPU celsius, its slowdown threshold)
+    hbm_temperature: tuple[int, int] | None = None  # (memory celsius, its maximum)
+    hw_slowdown: bool = False  # the HW_SLOWDOWN clock event reason bit
+    # On an NVSwitch board: (NVSwitches reached through active links now, expected).
+    nvswitches: tuple[int, int] | None = None
+    nvswitches_missing: tuple[str, ...] = ()  # PCI ids of switches reached before, not now
+    fabric_health: tuple[int, int | None] | None = None  # (healthMask, healthSummary)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,27 @@ _MIG_CAPABLE = {(8, 0), (9, 0), (10, 0)}
 _MAX_MIG_DEVICES = 7
 _MAX_PCIE_GEN = {(9, 0): 5, (10, 0): 6}  # others: Gen4
 _RESET_CLASSES = ("reset", "reset_degraded", "recovery")
+_HBM = {(7, 0), (8, 0), (9, 0), (10, 0)}  # data-centre parts: HBM with its own sensor
+_IDLE_C = 45  # GPU and memory temperature of an idle simulated GPU
+_THRESHOLDS = {
+    pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
+    pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
+    pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 87,
+}
+_HBM_MAX_C = 95  # NVML_TEMPERATURE_THRESHOLD_MEM_MAX on HBM parts
+# healthMask of a healthy fabric: each 2-bit condition FALSE, configuration NONE.
+_HEALTHY_FABRIC_MASK = (
+    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION
+)
 
 
 def _err(code: int) -> Exception:
@@ -176,6 +197,10 @@ class SimulatedNvml:
             raise _err(int(code))
         return gpu
 
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        gpu = self._whole(handle)
+        return self._visible(self.faults()).index(gpu)
+
     # -- identity ---------------------------------------------------------------------------
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
@@ -259,10 +284,21 @@ class SimulatedNvml:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if not 0 <= link < gpu.spec.nvlink_links:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        for fault in self.faults().on("nvlink_down", gpu.spec.index):
+        faults = self.faults()
+        for fault in faults.on("nvlink_down", gpu.spec.index):
             if fault.link is None or fault.link == link:
                 return 0
+        switches = len(self.profile.nvswitch_pci)
+        if any(f.switch == link % max(switches, 1) for f in faults.on("nvswitch_down")):
+            return 0
         return 1
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        if not self.nvmlDeviceGetNvLinkState(handle, link):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if self.profile.nvswitch_pci:
+            return int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        return int(pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
         if not self.nvmlDeviceGetNvLinkState(handle, link):
@@ -275,18 +311,72 @@ class SimulatedNvml:
     def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
         """Hopper and later GPUs on an NVSwitch board report the Fabric Manager's state
         (completed/success once FM has run; no cluster UUID: not a multi-node fabric)."""
+        self._fabric(handle, getattr(gpuFabricInfo, "_obj", gpuFabricInfo))
+        return 0
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, gpuFabricInfo: Any) -> int:
+        """The versioned call: a `c_nvmlGpuFabricInfo_v2_t` (adds healthMask) or `_v3_t`
+        (adds healthSummary), told apart by its `version` field, like the driver."""
+        info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)
+        version = getattr(info, "version", None)
+        if version not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
+            raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        gpu = self._fabric(handle, info)
+        info.healthMask = _HEALTHY_FABRIC_MASK
+        summary = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+        for fault in self._fabric_faults(gpu):
+            info.healthMask = fault.mask if fault.mask is not None else info.healthMask
+            summary = fault.summary if fault.summary is not None else summary
+        if version == pynvml.nvmlGpuFabricInfo_v3:
+            info.healthSummary = summary
+        return 0
+
+    def _fabric_faults(self, gpu: _Gpu) -> list[Any]:
+        return [f for f in self.faults().on("fabric") if f.gpu in (None, gpu.spec.index)]
+
+    def _fabric(self, handle: Any, info: Any) -> _Gpu:
         gpu = self._whole(handle)
         switched = gpu.spec.nvlink_links and self.profile.nvswitch_pci
         if not switched or gpu.spec.compute_capability < (9, 0):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)  # ctypes.byref(...) or the struct
         info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
         info.status = 0
-        for fault in self.faults().on("fabric"):
-            if fault.gpu is None or fault.gpu == gpu.spec.index:
-                info.state = int(fault.state or 0)
-                info.status = fault.status
-        return 0
+        for fault in self._fabric_faults(gpu):
+            info.state = int(fault.state or 0)
+            info.status = fault.status
+        return gpu
+
+    # -- InfoROM, ECC mode, temperatures ----------------------------------------------------
+
+    def nvmlDeviceValidateInforom(self, handle: Any) -> None:
+        gpu = self._whole(handle)
+        if self.faults().has("inforom", gpu.spec.index):
+            raise _err(pynvml.NVML_ERROR_CORRUPTED_INFOROM)
+
+    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+        gpu = self._whole(handle)
+        pending = 0 if self.faults().has("ecc_pending", gpu.spec.index) else 1
+        return [1, pending]
+
+    def _celsius(self, gpu: _Gpu, sensor: str) -> int:
+        found = [f.celsius for f in self.faults().on("temp", gpu.spec.index) if f.sensor == sensor]
+        return max(found, default=_IDLE_C)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._whole(handle)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._celsius(gpu, "gpu")
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
+        gpu = self._whole(handle)
+        if threshold == pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+            if gpu.spec.compute_capability not in _HBM:
+                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return _HBM_MAX_C
+        if threshold not in _THRESHOLDS:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return _THRESHOLDS[threshold]
 
     # -- health counters --------------------------------------------------------------------
 
@@ -310,9 +400,13 @@ class SimulatedNvml:
         gpu = self._whole(handle)
         if self._has_remapping(gpu):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        faults = self.faults()
+        if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS:
+            count = sum(f.count for f in faults.on("retired", gpu.spec.index))
+            return [0x100000 + 0x1000 * i for i in range(count)]
         if sourceFilter != pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
             return []
-        return [0x1000 * (i + 1) for i, _ in enumerate(self.faults().on("dbe", gpu.spec.index))]
+        return [0x1000 * (i + 1) for i, _ in enumerate(faults.on("dbe", gpu.spec.index))]
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
         gpu = self._whole(handle)
@@ -340,6 +434,8 @@ class SimulatedNvml:
             bits |= int(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)
         if faults.has("power", gpu.spec.index):
             bits |= int(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
+        if faults.has("hw_slowdown", gpu.spec.index):
+            bits |= int(pynvml.nvmlClocksEventReasonHwSlowdown)
         return bits
 
     # -- PCIe and field values ---------------------------------------------------------------
@@ -378,7 +474,10 @@ class SimulatedNvml:
             ),
             pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: self._recovery.get(n, 0),
         }
+        if gpu.spec.compute_capability in _HBM:
+            known[pynvml.NVML_FI_DEV_MEMORY_TEMP] = self._celsius(gpu, "hbm")
         if gpu.spec.nvlink_links:
+            known[pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT] = gpu.spec.nvlink_links
             crc = sum(f.count for f in faults.on("nvlink_crc", n))
             known[pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL] = crc
             known[pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL] = 0

@@ -7,7 +7,10 @@ because a reset-class XID already holds the GPU until a reset.
 GPUs are registered by their real NVML indices (with GPU 3 unreadable, GPU 7 is still
 heard), GPUs that become readable later are added, and after NVML re-initialises (a
 new session: `generation` changed) the old event set is dead, so it is freed and a new
-one is created and registered. `stop` lets go of the event set, as releasing NVML
+one is created and registered. Each GPU's UUID is noted when it is registered, so an
+event whose UUID can no longer be read (a GPU in trouble) is still filed under its GPU
+through `nvmlDeviceGetIndex`; only when that fails too is it filed under `unknown`
+(which health keeps at node level). `stop` lets go of the event set, as releasing NVML
 for a GPU reset or driver reload needs.
 """
 
@@ -39,6 +42,7 @@ class XidWatcher:
         self._set: Any = None
         self._generation: int | None = None
         self._registered: set[int] = set()
+        self._uuids: dict[int, str] = {}  # by NVML index, noted when registered
 
     @property
     def running(self) -> bool:
@@ -84,6 +88,11 @@ class XidWatcher:
                 log.warning("gpu %d: xid events unavailable: %s", index, exc)
                 continue
             self._registered.add(index)
+            try:
+                # Copy on write: the XID thread reads this map.
+                self._uuids = {**self._uuids, index: str(self._nvml.nvmlDeviceGetUUID(handle))}
+            except Exception as exc:
+                log.debug("gpu %d: uuid unreadable at registration: %s", index, exc)
 
     def drain(self) -> tuple[XidEvent, ...]:
         out: list[XidEvent] = []
@@ -105,6 +114,7 @@ class XidWatcher:
                 log.debug("nvmlEventSetFree failed: %s", exc)
             self._set = None
         self._registered = set()
+        self._uuids = {}
         self._generation = None
 
     def _loop(self) -> None:
@@ -124,10 +134,18 @@ class XidWatcher:
             failures = 0
             if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
                 continue
-            try:
-                uuid = str(self._nvml.nvmlDeviceGetUUID(data.device))
-            except Exception:
-                uuid = "unknown"
+            uuid = self._uuid_of(data.device)
             event = XidEvent(uuid=uuid, xid=int(data.eventData), at=self._clock.monotonic())
             log.warning("xid %d on %s", event.xid, uuid)
             self._events.append(event)
+
+    def _uuid_of(self, device: Any) -> str:
+        try:
+            return str(self._nvml.nvmlDeviceGetUUID(device))
+        except Exception as exc:
+            log.debug("xid event: uuid unreadable: %s", exc)
+        try:
+            return self._uuids.get(int(self._nvml.nvmlDeviceGetIndex(device)), "unknown")
+        except Exception as exc:
+            log.debug("xid event: index unreadable: %s", exc)
+        return "unknown"

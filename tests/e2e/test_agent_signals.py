@@ -6,8 +6,9 @@ One agent beating every 0.5 s with a 0.5 s recovery hold walks through: a GPU lo
 before its first read (a missing device: its atom unhealthy, `device.missing`), the GPU
 read again (its stand-in replaced: `device.healthy`), a reset-required XID held until the
 reset (not on a timer), an InfiniBand port down (that NIC's VF atoms unhealthy, the
-others not), Fabric Manager not started (the node unhealthy) and NVML released for
-maintenance (the node unmonitored), each undone."""
+others not), Fabric Manager not started (the node unhealthy), NVML released for
+maintenance (the node unmonitored) and a fabric route unhealthy on one GPU (its health
+mask), each undone."""
 
 from __future__ import annotations
 
@@ -72,6 +73,18 @@ class Watch:
                     return a
             await asyncio.sleep(0.1)
         raise AssertionError(f"no {kind} alert for {device_id}: {[a.kind for a in self.alerts]}")
+
+    async def next_alert(
+        self, kind: str, device_id: str | None, after: int, within_s: float = 5
+    ) -> Alert:
+        """The first `kind` alert for `device_id` beyond the `after` already seen."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            found = [a for a in self.alerts if a.kind == kind and device_id in (None, a.device_id)]
+            if len(found) > after:
+                return found[after]
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no new {kind} alert for {device_id}")
 
     def count(self, kind: str, device_id: str | None = None) -> int:
         return sum(1 for a in self.alerts if a.kind == kind and device_id in (None, a.device_id))
@@ -180,6 +193,18 @@ async def test_each_agent_signal_reaches_the_coordinators_buckets_and_alerts(
         release.unlink()
         await watch.until("resumed", lambda n: n["status"] == "ready")
         assert watch.count("node.healthy") == healthy_before + 1
+
+        # 6. The fabric health mask (nvmlDeviceGetGpuFabricInfoV): a route unhealthy on
+        # GPU 1 takes that GPU, and only it, out of the allocatable bucket.
+        gpu1 = gpu_at(node, 1)
+        seen = watch.count("device.unhealthy", gpu1), watch.count("device.healthy", gpu1)
+        write_faults(faults, [{"kind": "fabric", "gpu": 1, "state": 3, "mask": 1 << 4}])
+        bad = await watch.next_alert("device.unhealthy", gpu1, seen[0])
+        assert "fabric: route unhealthy" in bad.reason
+        node = await watch.until("route unhealthy", lambda n: buckets(n, gpu1) == {"unhealthy"})
+        assert buckets(node, gpu_at(node, 0)) == {"allocatable"}
+        write_faults(faults, [])
+        await watch.next_alert("device.healthy", gpu1, seen[1])
 
         # Every alert is a recorded node event, one for one.
         events = (await asyncio.to_thread(op.call, "nodes.events", {"nodeId": NODE}))["events"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.health import HealthPolicy, HealthState, evaluate, findings
+from agent.health import HealthPolicy, HealthState, evaluate, fabric_findings, findings
 from agent.readings import GpuCounters, XidEvent
 from agent.xid import XidTable
 
@@ -184,3 +184,39 @@ def test_nic_findings_through_extra_with_hysteresis() -> None:
     assert s.devices[nic].status == "unhealthy"
     s = evaluate(s, [ok(A)], (), 41, POLICY, extra={nic: ()})
     assert s.devices[nic].status == "healthy"
+
+
+def test_xid_of_an_unknown_gpu_is_kept_at_node_level_for_the_hold() -> None:
+    s = step(HealthState(), 0, xids=(XidEvent("unknown", 79, 0),))
+    assert s.node.status == "degraded"
+    assert any("xid 79" in r and "unidentified GPU" in r for r in s.node.reasons)
+    assert step(s, 59).node.status == "degraded"
+    assert step(s, 61).node.status == "healthy"
+    # Application XIDs of an unknown GPU still do not count.
+    assert step(HealthState(), 0, xids=(XidEvent("unknown", 13, 0),)).node.status == "healthy"
+
+
+def test_nvml_down_still_steps_other_devices() -> None:
+    nic = "0000:1a:00.0"
+    down = {nic: (("unhealthy", "port down"),)}
+    s = evaluate(HealthState(), [], (), 0, POLICY, nvml_error="nvml init failed", extra=down)
+    assert s.node.status == "unmonitored"
+    assert [d.device_id for d in s.unhealthy_devices()] == [nic]
+
+
+def test_fabric_health_mask_classification() -> None:
+    healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8 | 1 << 14  # every flag false, GFM up
+    assert fabric_findings(healthy, 1) == []
+    assert fabric_findings(0, None) == []  # nothing supported: nothing known
+    recovering = healthy & ~(3 << 2) | 1 << 2  # route recovery: true
+    assert fabric_findings(recovering, 1) == [("degraded", "fabric: route recovery in progress")]
+    assert fabric_findings(5 << 8, None) == [
+        ("unhealthy", "fabric: incorrect configuration (insufficient NVLinks)")
+    ]
+    assert fabric_findings(2 << 14, None) == [
+        ("degraded", "fabric: global fabric manager disconnected")
+    ]
+    assert fabric_findings(1 << 6, 3) == [
+        ("degraded", "fabric: health summary limited capacity"),
+        ("degraded", "fabric: access timeout recovery in progress"),
+    ]

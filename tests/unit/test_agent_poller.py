@@ -70,3 +70,12 @@ def test_thermal_slowdown_degrades_only(tmp_path: Path) -> None:
     state = p.poll_once()
     assert state.health.status == "degraded"
     assert [d.status for d in state.devices] == ["degraded"]
+
+
+def test_gpu_with_every_link_down_from_the_start_is_unhealthy(tmp_path: Path) -> None:
+    clock = FakeClock()
+    write_faults(tmp_path / "faults.json", [{"kind": "nvlink_down", "gpu": 3}])
+    state = poller(tmp_path, clock).poll_once()
+    (device,) = state.devices
+    assert device.status == "unhealthy" and device.reasons[0].startswith("NVLink down: link 0,")
+    assert state.inventory.gpus[3].uuid == device.device_id

@@ -13,6 +13,7 @@ import pynvml
 import pytest
 
 from agent.faults import FaultFile, write_faults
+from agent.health import fabric_findings
 from agent.profile import load_profile
 from agent.reader import NvmlReader, cpu_list
 from agent.simulated import SimulatedNvml
@@ -126,7 +127,16 @@ def test_counters_follow_faults(tmp_path: Path) -> None:
         pcie_replays=0,
         nvlink_errors=(("crc_flit", 0), ("crc_data", 0), ("replay", 0), ("recovery", 0)),
         recovery_action=0,
+        inforom_corrupt=False,
+        ecc_mode=(1, 1),
+        temperature=(45, 89),
+        hbm_temperature=(45, 95),
+        nvswitches=(4, 4),
+        fabric_health=c[5].fabric_health,
     )
+    # A healthy fabric: every flag of the mask reads "false", the summary "healthy".
+    assert c[5].fabric_health is not None and c[5].fabric_health[1] == 1
+    assert fabric_findings(*c[5].fabric_health) == []
 
 
 def test_nvml_down_midway_then_back(tmp_path: Path) -> None:
@@ -144,3 +154,58 @@ def test_helpers() -> None:
     assert normalize_pci("0000:1a:00.0") == "0000:1a:00.0"
     assert cpu_list([0b1111, 1 << 63]) == "0-3,127"
     assert cpu_list([0]) == ""
+
+
+# -- NVLink judged against the expected link count ------------------------------------------
+
+
+class NoLinkCountField(SimulatedNvml):
+    """A driver without NVML_FI_DEV_NVLINK_LINK_COUNT: the model's link count decides."""
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Any:
+        values = super().nvmlDeviceGetFieldValues(handle, fieldIds)
+        for v in values:
+            if v.fieldId == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+
+@pytest.mark.parametrize("nvml_class", [SimulatedNvml, NoLinkCountField])
+def test_link_already_down_at_start_is_down(
+    tmp_path: Path, nvml_class: type[SimulatedNvml]
+) -> None:
+    faults = tmp_path / "f.json"
+    write_faults(faults, [{"kind": "nvlink_down", "gpu": 1, "link": 3}])
+    reader = NvmlReader(nvml_class(load_profile("h100-sxm-8"), "n1", FaultFile(faults)))
+    snap = reader.read()
+    assert snap.counters[1].nvlink_down == (3,)
+    assert snap.counters[0].nvlink_down == ()
+
+
+@pytest.mark.parametrize("nvml_class", [SimulatedNvml, NoLinkCountField])
+def test_every_link_down_at_start_is_every_link_down(
+    tmp_path: Path, nvml_class: type[SimulatedNvml]
+) -> None:
+    faults = tmp_path / "f.json"
+    write_faults(faults, [{"kind": "nvlink_down", "gpu": 2}])
+    reader = NvmlReader(nvml_class(load_profile("a100-mig-8"), "n1", FaultFile(faults)))
+    assert reader.read().counters[2].nvlink_down == tuple(range(12))
+
+
+def test_links_the_driver_no_longer_lists_are_down(tmp_path: Path) -> None:
+    """A GPU whose links 12-17 answer NotSupported after a bad boot (the driver trained
+    only 12): the field still says 18, so six links are down."""
+
+    class TwelveLinks(SimulatedNvml):
+        def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+            if link >= 12:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return super().nvmlDeviceGetNvLinkState(handle, link)
+
+    snap = NvmlReader(TwelveLinks(load_profile("h100-sxm-8"), "n1")).read()
+    assert snap.counters[0].nvlink_down == tuple(range(12, 18))
+
+
+def test_no_nvlink_gpu_has_no_down_links() -> None:
+    snap = NvmlReader(sim("l40s-pcie-4")).read()
+    assert all(c.nvlink_down == () for c in snap.counters)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import time
 from pathlib import Path
@@ -138,3 +139,31 @@ def test_xid_watcher_thread_queues_events(tmp_path: Path) -> None:
     finally:
         watcher.stop()
     assert not watcher.running
+
+
+def test_fabric_info_v_follows_the_struct_version() -> None:
+    nvml = started("h100-sxm-8")
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(pynvml.c_nvmlGpuFabricInfo_t()))
+    v2 = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(v2))
+    assert v2.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED and v2.healthMask != 0
+    v3 = pynvml.c_nvmlGpuFabricInfo_v3_t()
+    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(v3))
+    assert v3.healthSummary == pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+
+
+def test_new_fault_kinds_name_their_missing_fields() -> None:
+    for bad, where in [
+        ({"faults": [{"kind": "temp", "gpu": 1}]}, "celsius"),
+        ({"faults": [{"kind": "temp", "gpu": 1, "celsius": 90, "sensor": "vram"}]}, "sensor"),
+        ({"faults": [{"kind": "nvswitch_down"}]}, "switch"),
+    ]:
+        with pytest.raises(FaultError, match=where):
+            parse_faults(bad)
+
+
+def test_device_index_of_a_handle() -> None:
+    nvml = started("l40s-pcie-4")
+    assert nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetHandleByIndex(3)) == 3

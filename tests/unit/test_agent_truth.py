@@ -84,6 +84,15 @@ class Rig:
             time.sleep(0.02)
         raise AssertionError("no xid heard")
 
+    def poll_until_node_reason(self, text: str, dt: float = 5.0) -> AgentState:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            state = self.poll(dt)
+            if any(text in r for r in state.health.reasons):
+                return state
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} never in the node's reasons")
+
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
@@ -333,5 +342,70 @@ def test_release_lets_go_of_nvml_and_resumes(tmp_path: Path) -> None:
         assert rig.poll().health.status == "unmonitored" and rig.nvml._initialised == 0
         rig.poller.request_resume()
         assert rig.poll().health.status == "healthy"
+    finally:
+        rig.close()
+
+
+# -- findings outside NVML while NVML is down -----------------------------------------------
+
+
+def test_nic_port_down_while_nvml_is_down_is_reported(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    assert rig.poll().devices == ()
+    rig.faults([{"kind": "nvml_down"}, {"kind": "port_down", "nic": "ibp3s0"}])
+    state = rig.poll()
+    assert state.health.status == "unmonitored"
+    assert statuses(state) == {"0000:5e:00.0": "unhealthy"}
+    rig.faults([{"kind": "nvml_down"}])
+    rig.poll()
+    assert rig.poll(11).devices == ()  # its recovery goes through hysteresis too
+
+
+def test_placeholders_stay_while_nvml_is_down_from_the_start(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, faults=[{"kind": "nvml_down"}], expected={"disk": 10})
+    state = rig.poll()
+    assert state.health.status == "unmonitored"
+    assert statuses(state) == {"missing:disk:8": "unhealthy", "missing:disk:9": "unhealthy"}
+
+
+# -- an XID whose GPU cannot be named ---------------------------------------------------------
+
+
+class UuidFailsAfterRegistering(SimulatedNvml):
+    """The driver answers UUIDs until an XID arrives, then fails them (a GPU in trouble)."""
+
+    broken = False
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if self.broken:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return super().nvmlDeviceGetUUID(handle)
+
+
+def test_xid_whose_uuid_fails_is_filed_under_its_gpu(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, profile="l40s-pcie-4", nvml_class=UuidFailsAfterRegistering, watch=True)
+    try:
+        first = rig.poll()
+        assert isinstance(rig.nvml, UuidFailsAfterRegistering) and rig.watcher is not None
+        rig.nvml.broken = True
+        rig.faults([{"kind": "xid", "gpu": 2, "xid": 48}])
+        deadline = time.monotonic() + 5
+        events = ()
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.02)
+            events = rig.watcher.drain()
+        assert [e.uuid for e in events] == [first.inventory.gpus[2].uuid]
+    finally:
+        rig.close()
+
+
+def test_xid_of_an_unnamed_gpu_is_kept_at_node_level(tmp_path: Path) -> None:
+    """Lost GPU: neither its UUID nor its index can be read when its XID arrives."""
+    rig = Rig(tmp_path, profile="l40s-pcie-4", watch=True)
+    try:
+        rig.poll()
+        rig.faults([{"kind": "lost", "gpu": 1}, {"kind": "xid", "gpu": 1, "xid": 79}])
+        state = rig.poll_until_node_reason("xid 79", dt=1)  # within xid_hold_s
+        assert any("xid 79" in r for r in state.health.reasons)
     finally:
         rig.close()

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.claims import NODE_DEVICE, form_of, stale_claim
 from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.model import NodeState
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     HeldClaim,
     Holder,

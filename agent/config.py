@@ -18,7 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from agent.inventory import SharingRule
-from agent.profile import ProfileError, load_profile
+from agent.sim.profile import ProfileError, load_profile
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
 from shared.subjects import Subjects

@@ -59,9 +59,9 @@ def _nvml_snapshot(settings: Settings, cpu_count: int | None) -> NvmlSnapshot:
         if settings.simulate is None:
             nvml = real_nvml()
         else:
-            from agent.faults import FaultFile
-            from agent.profile import load_profile
-            from agent.simulated import SimulatedNvml
+            from agent.sim.faults import FaultFile
+            from agent.sim.nvml import SimulatedNvml
+            from agent.sim.profile import load_profile
 
             profile = load_profile(settings.simulate)
             nvml = SimulatedNvml(profile, settings.node_id, FaultFile(settings.fault_file))
@@ -78,7 +78,7 @@ def _nvml_snapshot(settings: Settings, cpu_count: int | None) -> NvmlSnapshot:
 def read_once(settings: Settings, root: Path, expected: Mapping[str, int]) -> Inventory:
     cpu_count = None
     if settings.simulate is not None:
-        from agent.profile import load_profile
+        from agent.sim.profile import load_profile
 
         cpu_count = load_profile(settings.simulate).vcpu
     host: HostReading = read_host(root, settings.management_nics)
@@ -199,8 +199,8 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     else:
         import tempfile
 
-        from agent.fake_sysfs import build_tree
-        from agent.profile import load_profile
+        from agent.sim.profile import load_profile
+        from agent.sim.sysfs_tree import build_tree
 
         profile = load_profile(settings.simulate)
         expected = expected or dict(profile.expected)

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.config import Settings
-from agent.fake_sysfs import FaultedPorts, build_tree
-from agent.faults import FaultFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
-from agent.profile import HostProfile, ProfileError, load_profile
+from agent.sim.faults import FaultFile
+from agent.sim.profile import HostProfile, ProfileError, load_profile
+from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
 from shared.clock import Clock, SystemClock
@@ -87,7 +87,7 @@ def _host_sources(settings: Settings) -> Iterator[tuple[NvmlLike, HostProfile | 
     if settings.simulate is None:
         yield real_nvml(), None, settings.sysfs_root
         return
-    from agent.simulated import SimulatedNvml  # only simulate mode needs it
+    from agent.sim.nvml import SimulatedNvml  # only simulate mode needs it
 
     profile = load_profile(settings.simulate)
     nvml = SimulatedNvml(profile, settings.node_id, FaultFile(settings.fault_file))

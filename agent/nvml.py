@@ -1,7 +1,7 @@
 """The NVML seam: the subset of pynvml the agent calls, as a Protocol, and the real module.
 
 Production passes the `pynvml` module itself (nvidia-ml-py, from `real_nvml()`); tests
-and GPU-less hosts pass `agent.simulated.SimulatedNvml`, which implements the same names
+and GPU-less hosts pass `agent.sim.nvml.SimulatedNvml`, which implements the same names
 and raises the same pynvml exception classes. Nothing above this seam knows which one it
 talks to. Handles are opaque objects: only the implementation that made one may
 interpret it.

@@ -39,7 +39,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 BASELINE = (
     "import time; "
     "import agent.main, agent.publisher, agent.poller, agent.reader, agent.xid_watch, "
-    "agent.simulated; print('ready', flush=True); time.sleep(3600)"
+    "agent.sim.nvml; print('ready', flush=True); time.sleep(3600)"
 )
 
 

@@ -35,9 +35,9 @@ from fleet import inventory, postgres_database, postgres_reachable
 from report import Goal, write
 
 from coordinator.api.context import Services
-from coordinator.domain.placement import DeviceRequest, PlacementRequest
+from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
-from coordinator.services.node_changes import record_inventories
+from coordinator.services.node_records import record_inventories
 from coordinator.services.reservations import Created, CreateRequest
 from shared.clock import SystemClock
 from shared.ids import new_pool_id

@@ -14,19 +14,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-from coordinator.alert_feed import AlertFeed
+from coordinator.api.alert_feed import AlertFeed
 from coordinator.api.context import Services
 from coordinator.api.server import HttpLimits, HttpServer, build_app, metrics_app
 from coordinator.bus.alerts import AlertStream, feed_from_bus
 from coordinator.bus.connection import Bus, tls_context
 from coordinator.bus.ingest import Ingest
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
 from coordinator.ledger import Leadership, Ledger
-from coordinator.metrics import Metrics, Sources
-from coordinator.services.nodestate import NodeStateService
+from coordinator.runtime.metrics import Metrics, Sources
+from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_watch import NodeWatch
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
@@ -47,7 +47,7 @@ class Coordinator:
     ledger: Ledger
     bus: Bus
     ingest: Ingest
-    nodes: NodeStateService
+    nodes: NodeWatch
     tracker: LivenessTracker
     http: HttpServer
     loops: Loops
@@ -127,7 +127,7 @@ async def running_coordinator(
             outage_fraction=settings.outage_fraction,
             outage_min_nodes=settings.outage_min_nodes,
         )
-        behind_hook: list[NodeStateService] = []
+        behind_hook: list[NodeWatch] = []
         bus = Bus(
             settings.nats_url,
             on_up=lambda: tracker.bus_up(clock.now_ms()),
@@ -156,7 +156,7 @@ async def running_coordinator(
         stack.push_async_callback(bounded("leadership", leadership.close))
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
-        nodes = NodeStateService(
+        nodes = NodeWatch(
             ledger,
             tracker,
             subjects,
@@ -192,7 +192,7 @@ async def running_coordinator(
         await bus.subscribe_batched(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe_batched(subjects.all_inventories, ingest.on_message)
         feed = AlertFeed()
-        await bus.subscribe(subjects.all_alerts, feed_from_bus(feed))
+        await bus.subscribe(subjects.all_alerts, feed_from_bus(feed.add))
 
         async def lead_tick() -> None:
             await leadership.tick(clock.now_ms())

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from coordinator import logs
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
+from coordinator.runtime import logs
 from shared.settings import ConfigError, load
 from shared.systemd import sd_notify
 

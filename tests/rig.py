@@ -13,13 +13,13 @@ from sqlalchemy import text
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.intervals import format_time
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import Ledger
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from coordinator.services.reservations import CreateRequest, Reservations
 from shared.clock import FakeClock
 from shared.ids import new_pool_id

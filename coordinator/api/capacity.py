@@ -17,7 +17,7 @@ from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.domain.model import Pool, RollupRow
-from coordinator.domain.placement import NodePick
+from coordinator.domain.placement_model import NodePick
 from coordinator.domain.rollup import sum_rows
 from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
 from coordinator.errors import InvalidInput

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator.alert_feed import AlertFeed
+from coordinator.api.alert_feed import AlertFeed
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
-from coordinator.metrics import Metrics
+from coordinator.runtime.metrics import Metrics
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.reservations import Reservations

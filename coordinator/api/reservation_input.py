@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, ProjectId, TenantId
 from coordinator.api.registry import ApiInput
 from coordinator.domain.durations import DurationError, parse_duration
-from coordinator.domain.placement import DeviceRequest, PlacementRequest
+from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from shared.wire import AtomClass
 
 TopologyName = Literal["any", "nvlink-all"]

@@ -43,7 +43,7 @@ from coordinator.errors import (
     RequestTimeout,
     Unauthenticated,
 )
-from coordinator.metrics import CONTENT_TYPE
+from coordinator.runtime.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
-from coordinator.alert_feed import AlertFeed
 from coordinator.bus.connection import Bus
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -128,12 +127,13 @@ class AlertStream:
         return bool(ack.duplicate)
 
 
-def feed_from_bus(feed: AlertFeed) -> Callable[[Msg], Awaitable[None]]:
-    """A subscription handler that keeps `feed` (the console's) up to date."""
+def feed_from_bus(add: Callable[[Alert], None]) -> Callable[[Msg], Awaitable[None]]:
+    """A subscription handler that hands every alert on the bus to `add` (the console's
+    feed, which lives with the API: the bus does not import it)."""
 
     async def on_alert(msg: Msg) -> None:
         try:
-            feed.add(Alert.from_json(msg.data))
+            add(Alert.from_json(msg.data))
         except msgspec.DecodeError:
             log.warning("not an alert on %s", msg.subject)
 

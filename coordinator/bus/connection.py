@@ -42,8 +42,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
-from coordinator.log_throttle import LogThrottle
 from shared.credentials import CredentialsError, connect_options
+from shared.log_throttle import LogThrottle
 from shared.nats_servers import split_servers
 
 log = logging.getLogger(__name__)

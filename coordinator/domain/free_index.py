@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from heapq import heappop, heappush, merge
 
-from coordinator.domain.placement import HeldClaim, NodeSlot
-from coordinator.domain.selection import free_among
+from coordinator.domain.node_fit import free_among
+from coordinator.domain.placement_model import HeldClaim, NodeSlot
 
 # (classes, ignore_spot, profile_id, profile_version)
 Key = tuple[frozenset[str], bool, str | None, int | None]

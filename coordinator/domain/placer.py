@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from coordinator.domain.placement import (
+from coordinator.domain.node_fit import NodeView, clique_group, free_count, nvlink
+from coordinator.domain.placement_model import (
     NodePick,
     NodeSlot,
     Placement,
@@ -26,7 +27,6 @@ from coordinator.domain.placement import (
     PoolSnapshot,
     Shortfall,
 )
-from coordinator.domain.selection import NodeView, clique_group, free_count, nvlink
 from coordinator.domain.states import node_bucket
 
 MAX_CANDIDATES = 10

@@ -13,7 +13,7 @@ from coordinator.ledger.facade import Ledger
 from coordinator.ledger.fence import NotLeader
 from coordinator.ledger.idempotency import Recorded, Stored, body_hash, matching
 from coordinator.ledger.leadership import Leadership
-from coordinator.ledger.node_change_set import InventoryRefused, NodeChangeSet, UnknownPool
+from coordinator.ledger.node_writer import InventoryRefused, NodeWriter, UnknownPool
 from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.tenants import IssuedKey
@@ -30,8 +30,8 @@ __all__ = [
     "Leadership",
     "Ledger",
     "LedgerUnavailable",
-    "NodeChangeSet",
     "NodePage",
+    "NodeWriter",
     "NotLeader",
     "NotPlaced",
     "OutboxBacklog",

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.commitments import Commitment, peak
 from coordinator.domain.model import Quota
-from coordinator.domain.placement import NodeSlot, Placement
+from coordinator.domain.placement_model import NodeSlot, Placement
 from coordinator.domain.placer import place
 from coordinator.ledger import quotas
 from coordinator.ledger.bookings import (

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.placement import Placement, PlacementRequest
+from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.placer import place
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.domain.risk import UNHEALTHY, assess

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
-from coordinator.domain.placement import AtomSlot, NodeSlot
+from coordinator.domain.placement_model import AtomSlot, NodeSlot
 from coordinator.ledger import schema
 
 

@@ -1,7 +1,7 @@
 """Nodes and their atoms: inventories, state flags with their events, last-seen.
 
 The ledger does not decide what is a transition (`coordinator.domain.transitions` does):
-a `NodeChangeSet` hands the caller the nodes' flags as stored, then persists the flags
+a `NodeWriter` hands the caller the nodes' flags as stored, then persists the flags
 and transitions it is given: columns, one node event per transition, the pools' rollup
 refreshed and the at-risk flags of the reservations on those nodes re-judged, all in
 one transaction. Plain liveness (last-seen) arrives in batches
@@ -24,7 +24,7 @@ from coordinator.domain.transitions import (
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
-from coordinator.ledger.node_change_set import NodeChangeSet
+from coordinator.ledger.node_writer import NodeWriter
 from coordinator.ledger.risk import refresh_risk
 from coordinator.ledger.rollups import NodeChange
 from shared.wire import HealthStatus
@@ -92,12 +92,12 @@ class NodeRepo:
         self._db = db
 
     @asynccontextmanager
-    async def change(self, node_ids: Iterable[str], now: int) -> AsyncIterator[NodeChangeSet]:
+    async def change(self, node_ids: Iterable[str], now: int) -> AsyncIterator[NodeWriter]:
         """A unit of work over some nodes; commits when the block ends without error,
         refreshing the touched pools' rollup when a transition or inventory was saved."""
         ids = sorted(set(node_ids))
         async with self._db.transaction() as conn:
-            changes = NodeChangeSet(conn, now, await _load_flags(conn, ids))
+            changes = NodeWriter(conn, now, await _load_flags(conn, ids))
             rollup = await NodeChange.begin(conn, ids)
             yield changes
             fresh = changes.new_views()

@@ -5,7 +5,7 @@ the ledger can produce and no subscriber can receive is a bug). To hold a kind b
 take it out of `PUBLISHED` here, nowhere else.
 
 Alerts are made inside the unit of work that records their transitions and written to
-the ledger's outbox with them (see `coordinator.services.node_changes`); the outbox
+the ledger's outbox with them (see `coordinator.services.node_records`); the outbox
 relay (`coordinator.tasks.outbox_relay`) publishes them. `announce` tells the alert
 sink of each, once committed: in the coordinator that wakes the relay, in tests it
 records them.
@@ -23,7 +23,7 @@ from shared.ids import ulid
 from shared.wire import ALERT_KINDS, Alert, AlertKind
 
 if TYPE_CHECKING:
-    from coordinator.services.node_changes import NodeChanges
+    from coordinator.services.node_records import NodeOutcome
 
 PUBLISHED: frozenset[AlertKind] = frozenset(ALERT_KINDS)
 
@@ -86,7 +86,7 @@ async def announce(sink: AlertSink, alerts: Iterable[Alert]) -> None:
         await sink.publish(alert)
 
 
-async def publish(sink: AlertSink, changes: Iterable[NodeChanges], now: int) -> None:
+async def publish(sink: AlertSink, changes: Iterable[NodeOutcome], now: int) -> None:
     """Announce the committed alerts of these changes, in the order they happened."""
     for change in changes:
         await announce(sink, change.alerts)

@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.intervals import (
     Interval,
     IntervalError,
@@ -26,6 +25,7 @@ from coordinator.domain.intervals import (
 from coordinator.domain.model import Pool
 from coordinator.errors import NotFound
 from coordinator.ledger import Ledger, Recorded, body_hash
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed, retrying
 from shared.clock import Clock
 from shared.ids import POOL_ID_PATTERN

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
-from coordinator.services.node_changes import record_maintenance
+from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_records import record_maintenance
 from shared.clock import Clock
 
 

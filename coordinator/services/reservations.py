@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
-from coordinator.capacity_signal import CapacitySignal
-from coordinator.domain.placement import Placement, PlacementRequest
+from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
@@ -40,9 +39,10 @@ from coordinator.ledger import (
     matching,
 )
 from coordinator.services import alerting
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.group_commit import GroupCommit
 from coordinator.services.idempotent import Replayed, retrying
-from coordinator.services.node_changes import settle_pool_moves
+from coordinator.services.node_records import settle_pool_moves
 from shared.clock import Clock
 from shared.ids import ulid
 from shared.wire import Alert

@@ -16,7 +16,7 @@ rather than at the next round).
 
 The leader refreshes the backlog figures (unsent count, oldest unsent alert's time)
 for its metrics, at most once a second (a follower exports no fleet series, see
-`coordinator.metrics`); sent rows are dropped after `keep_sent_ms`.
+`coordinator.runtime.metrics`); sent rows are dropped after `keep_sent_ms`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from coordinator.ledger import Ledger, OutboxBacklog
-from coordinator.log_throttle import LogThrottle
 from shared.clock import Clock
+from shared.log_throttle import LogThrottle
 from shared.wire import Alert
 
 log = logging.getLogger(__name__)

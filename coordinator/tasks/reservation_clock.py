@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
-from coordinator.services.node_changes import settle_pool_moves
+from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_records import settle_pool_moves
 from shared.clock import Clock
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 import nats
 import pytest
 
-from agent.faults import write_faults
+from agent.sim.faults import write_faults
 from ops.embedded_nats import EmbeddedNats
 from shared.subjects import Subjects
 from shared.wire import Alert

@@ -38,7 +38,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from agent.faults import write_faults
+from agent.sim.faults import write_faults
 from coordinator.bus.alerts import stream_name
 from ops.cli import new_key
 from ops.client import ApiClient

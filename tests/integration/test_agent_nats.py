@@ -19,16 +19,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from agent.config import HealthSettings, Settings
-from agent.fake_sysfs import build_tree
-from agent.faults import write_faults
 from agent.inventory import Identity, build_inventory
 from agent.main import run
 from agent.poller import Poller
-from agent.profile import load_profile
 from agent.publisher import Publisher
 from agent.reader import NvmlReader
 from agent.readings import HostReading, NvmlSnapshot
-from agent.simulated import SimulatedNvml
+from agent.sim.faults import write_faults
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNats, free_port

@@ -14,15 +14,15 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from agent.fake_sysfs import FaultedPorts, build_tree
-from agent.faults import FaultFile, write_faults
 from agent.inventory import Identity, build_inventory
 from agent.poller import Poller
-from agent.profile import load_profile
 from agent.publisher import Publisher
 from agent.reader import NvmlReader
 from agent.readings import HostReading, NvmlSnapshot
-from agent.simulated import SimulatedNvml
+from agent.sim.faults import FaultFile, write_faults
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNatsCluster

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, Served

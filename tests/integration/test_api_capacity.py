@@ -9,7 +9,7 @@ from typing import Any
 from coordinator.api.registry import REGISTRY
 from coordinator.domain.model import RESOURCES
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from tests.database import database
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, Served

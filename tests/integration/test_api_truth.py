@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.app import Coordinator
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from tests.factories import make_inventory
 from tests.integration.conftest import Api
 

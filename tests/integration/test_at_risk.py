@@ -11,10 +11,10 @@ from __future__ import annotations
 import msgspec
 
 from coordinator.api.render import reservation as render
-from coordinator.domain.placement import DeviceRequest, PlacementRequest
+from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
-from coordinator.services.node_changes import (
+from coordinator.services.node_records import (
     record_heartbeat,
     record_inventory,
     record_reachability,

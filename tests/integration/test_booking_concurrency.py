@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from coordinator.app import Coordinator
 from coordinator.ledger import Ledger, schema
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
 from tests.database import database
 from tests.factories import make_inventory

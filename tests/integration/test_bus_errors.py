@@ -11,7 +11,7 @@ from nats.aio.msg import Msg
 
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
-from coordinator.metrics import Metrics, Sources
+from coordinator.runtime.metrics import Metrics, Sources
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory

@@ -19,8 +19,8 @@ import pytest
 from coordinator.app import running_coordinator
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
-from coordinator.services import nodestate
-from coordinator.services.nodestate import NodeStateService
+from coordinator.services import node_watch
+from coordinator.services.node_watch import NodeWatch
 from ops.cli import new_key
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
@@ -42,7 +42,7 @@ class Rig:
         self.bus = RecordingPublisher()
         self.drops: list[tuple[str, str]] = []
         self.backlog = 0
-        self.service = NodeStateService(
+        self.service = NodeWatch(
             ledger,
             self.tracker,
             Subjects("t"),
@@ -101,20 +101,20 @@ async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: R
     for i in range(20_000):
         forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"forged-{i}")
         rig.service.on_heartbeat(forged)
-    assert len(rig.service._unknown) <= nodestate.MAX_UNKNOWN_PER_PASS
+    assert len(rig.service._unknown) <= node_watch.MAX_UNKNOWN_PER_PASS
     for _ in range(5):
         await rig.service.write_pending()
     # Inventory requests are capped per second in all, not one per forged id.
-    assert len(rig.bus.sent) <= nodestate.INVENTORY_REQUESTS_PER_S
+    assert len(rig.bus.sent) <= node_watch.INVENTORY_REQUESTS_PER_S
     assert sum(1 for r, _ in rig.drops if r == "unknown_flood") >= 19_000
     # The table of recent requests is pruned once they are old.
-    rig.clock.advance(nodestate.INVENTORY_REQUEST_EVERY_MS + 1)
-    for i in range(nodestate.MAX_UNKNOWN_PER_PASS):
+    rig.clock.advance(node_watch.INVENTORY_REQUEST_EVERY_MS + 1)
+    for i in range(node_watch.MAX_UNKNOWN_PER_PASS):
         forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"later-{i}")
         rig.service.on_heartbeat(forged)
     await rig.service.write_pending()
-    assert len(rig.service._inv_requested) <= 2 * nodestate.INVENTORY_REQUESTS_PER_S
-    assert len(rig.service._inv_requested) <= nodestate.MAX_REQUEST_TABLE
+    assert len(rig.service._inv_requested) <= 2 * node_watch.INVENTORY_REQUESTS_PER_S
+    assert len(rig.service._inv_requested) <= node_watch.MAX_REQUEST_TABLE
 
 
 async def test_falling_behind_is_our_outage_not_the_nodes(rig: Rig) -> None:
@@ -334,7 +334,7 @@ async def test_a_flood_and_poison_on_the_bus_spare_every_other_node(
                 kinds = [e.kind for e in await c.ledger.catalog.events(inv.node_id)]
                 assert "node.unreachable" not in kinds, (inv.node_id, kinds)
             assert c.ingest.dropped["rate_limited"] > 0
-            assert len(c.nodes._inv_requested) <= nodestate.MAX_REQUEST_TABLE
+            assert len(c.nodes._inv_requested) <= node_watch.MAX_REQUEST_TABLE
         finally:
             stop.set()
             if beating is not None:

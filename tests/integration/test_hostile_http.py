@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from shared.clock import FakeClock
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings

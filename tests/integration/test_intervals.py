@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, Served
 

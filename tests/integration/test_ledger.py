@@ -6,7 +6,7 @@ import random
 
 from coordinator.domain.model import RESOURCES
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import (
+from coordinator.services.node_records import (
     record_heartbeat,
     record_inventory,
     record_maintenance,

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from shared.subjects import Subjects
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api, coordinator_settings

@@ -29,7 +29,7 @@ from agent.main import run as run_agent
 from coordinator.app import running_coordinator
 from coordinator.bus.alerts import AlertStream, stream_name
 from coordinator.bus.connection import Bus
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from ops.cli import run as cli_run
 from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
 from ops.nats_auth import (

@@ -11,7 +11,7 @@ from typing import Any
 
 from coordinator.api.methods import REGISTRY
 from coordinator.app import Coordinator
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from shared.clock import FakeClock
 from tests.factories import make_inventory
 from tests.integration.conftest import Api

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.bus.alerts import MSG_ID, stream_name
 from coordinator.ledger import Ledger, schema
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from ops.embedded_nats import EmbeddedNats
 from shared.wire import Alert
 from tests.database import database

@@ -18,8 +18,8 @@ from coordinator.app import running_coordinator
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.transitions import DuplicateIdSeen
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, schema
-from coordinator.services.node_changes import record_inventory, record_maintenance
-from coordinator.services.nodestate import NodeStateService
+from coordinator.services.node_records import record_inventory, record_maintenance
+from coordinator.services.node_watch import NodeWatch
 from ops.embedded_nats import free_port
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
@@ -238,7 +238,7 @@ async def test_a_health_change_taken_while_the_database_was_away_is_written_afte
         clock = FakeClock(1_800_000_000_000)
         tracker = LivenessTracker(misses=3, recovery_hold_ms=1000)
         sink = RecordingAlerts()
-        nodes = NodeStateService(
+        nodes = NodeWatch(
             ledger, tracker, Subjects("t"), clock, RecordingPublisher(), sink,
             drop=lambda reason, subject: None,
         )  # fmt: skip

@@ -7,8 +7,8 @@ double-booked the node, PostgreSQL answered 503 for good)."""
 from __future__ import annotations
 
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import (
-    NodeChanges,
+from coordinator.services.node_records import (
+    NodeOutcome,
     record_inventories,
     record_inventory,
     record_maintenance,
@@ -88,10 +88,10 @@ async def test_the_batched_path_holds_a_move_too(ledger: Ledger) -> None:
         ledger, [make_inventory(node_id, new), fresh], rig.clock.now_ms()
     )
     moved, registered = outcomes
-    assert isinstance(moved, NodeChanges) and moved.pool_id == old
+    assert isinstance(moved, NodeOutcome) and moved.pool_id == old
     assert [t.kind for t in moved.transitions] == ["node.poolChangePending"]
     assert moved.put_at_risk == 1
-    assert isinstance(registered, NodeChanges) and registered.pool_id == new
+    assert isinstance(registered, NodeOutcome) and registered.pool_id == new
     node = await ledger.catalog.node(node_id)
     assert node is not None and node.pool_id == old
     out = await rig.reservations.create(rig.request(new, "b", gpus=8))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import NodeChanges, NotRecorded, record_inventories
-from coordinator.services.nodestate import NodeStateService
+from coordinator.services.node_records import NodeOutcome, NotRecorded, record_inventories
+from coordinator.services.node_watch import NodeWatch
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -47,7 +47,7 @@ async def test_one_refused_new_node_leaves_the_rest_of_its_batch_recorded(ledger
         make_inventory("n4", pool_id, gpus=2),
     ]
     out = await record_inventories(ledger, batch, NOW + 1)
-    assert [type(o) for o in out] == [NodeChanges, NotRecorded, NotRecorded, NodeChanges]
+    assert [type(o) for o in out] == [NodeOutcome, NotRecorded, NotRecorded, NodeOutcome]
     assert isinstance(out[1], NotRecorded) and "n0" in out[1].error.message
     assert isinstance(out[2], NotRecorded) and out[2].error.code == "NOT_FOUND"
     assert [t.kind for t in out[0].transitions] == ["node.registered"]  # type: ignore[union-attr]
@@ -68,7 +68,7 @@ async def test_a_refused_change_to_a_known_node_is_undone_alone(ledger: Ledger) 
         make_inventory("n1", pool_id, gpus=2),
     ]
     out = await record_inventories(ledger, batch, NOW + 1)
-    assert [type(o) for o in out] == [NotRecorded, NodeChanges, NodeChanges]
+    assert [type(o) for o in out] == [NotRecorded, NodeOutcome, NodeOutcome]
     assert await _node_ids(ledger, pool_id) == ["k0", "k1", "n1"]
     rows = {r.resource: r for r in (await ledger.rollup([pool_id]))[pool_id]}
     assert rows["gpu"].total == 2 + 3 + 2
@@ -95,7 +95,7 @@ async def test_the_node_state_service_counts_a_refused_inventory_as_dropped(
     drops: list[tuple[str, str]] = []
     sink = _Sink()
     tracker = LivenessTracker()
-    service = NodeStateService(
+    service = NodeWatch(
         ledger, tracker, Subjects("t"), FakeClock(NOW), _Bus(), sink,
         drop=lambda reason, subject: drops.append((reason, subject)),
     )  # fmt: skip

@@ -11,7 +11,7 @@ import nats
 
 from coordinator.app import Coordinator
 from coordinator.ledger import Ledger
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import Alert

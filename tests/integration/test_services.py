@@ -12,7 +12,6 @@ import pytest
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.intervals import IntervalError, format_time
 from coordinator.domain.model import Quota
 from coordinator.errors import (
@@ -23,10 +22,11 @@ from coordinator.errors import (
     QuotaExceeded,
 )
 from coordinator.ledger import Ledger, ReservationFilter
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalBookings, IntervalsBooked, IntervalsRefused
 from coordinator.services.maintenance import Maintenance
-from coordinator.services.node_changes import record_inventory
+from coordinator.services.node_records import record_inventory
 from coordinator.services.reservations import (
     Created,
     CreateRequest,

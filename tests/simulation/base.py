@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.ledger import Database, Ledger
 from coordinator.services import alerting
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
-from coordinator.services.node_changes import (
-    NodeChanges,
+from coordinator.services.node_records import (
+    NodeOutcome,
     NotRecorded,
     record_heartbeat,
     record_inventories,
@@ -141,7 +141,7 @@ class MachineBase(RuleBasedStateMachine):
             shown = "\n  ".join(violations[:20])
             raise InvariantViolation(f"after {step} at t={self.now}:\n  {shown}")
 
-    async def _publish(self, changes: list[NodeChanges]) -> None:
+    async def _publish(self, changes: list[NodeOutcome]) -> None:
         await alerting.publish(self.alerts, changes, self.now)
 
     async def _register(self, host: SimHost) -> None:
@@ -161,7 +161,7 @@ class MachineBase(RuleBasedStateMachine):
         outcomes = await record_inventories(self.ledger, [h.inventory(now) for h in hosts], now)
         refused = [o for o in outcomes if isinstance(o, NotRecorded)]
         self.fail([f"{o.node_id}: inventory not recorded: {o.error}" for o in refused], "a batch")
-        await self._publish([o for o in outcomes if isinstance(o, NodeChanges)])
+        await self._publish([o for o in outcomes if isinstance(o, NodeOutcome)])
         await self._where_reported(hosts, "a batch of inventories")
 
     async def _where_reported(self, hosts: list[SimHost], step: str) -> None:

@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.model import Quota
 from coordinator.errors import InvalidInput, Unavailable
 from coordinator.ledger import Database, Ledger, ReservationFilter
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.rollups import rebuild_pool
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalBookings, IntervalsBooked
 from coordinator.services.maintenance import Maintenance
-from coordinator.services.node_changes import (
+from coordinator.services.node_records import (
     record_heartbeat,
     record_inventory,
     record_reachability,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from coordinator.ledger import ReservationFilter
-from coordinator.services.node_changes import (
+from coordinator.services.node_records import (
     record_reachability,
 )
 from tests.simulation.base import (

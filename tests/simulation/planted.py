@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.placement import HeldClaim, PoolSnapshot
+from coordinator.domain.placement_model import HeldClaim, PoolSnapshot
 from coordinator.ledger import Database, Ledger
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.snapshot import SnapshotCache

@@ -19,7 +19,7 @@ ENTRY = (
     "agent.poller",
     "agent.reader",
     "agent.xid_watch",
-    "agent.simulated",
+    "agent.sim.nvml",
     "agent.inventory_report",
 )
 HEAVY = ("pydantic", "aiohttp", "sqlalchemy")

@@ -8,12 +8,12 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.fake_sysfs import build_tree
 from agent.inventory import Identity, SharingRule, build_inventory, inventory_hash, nvlink_cliques
-from agent.profile import load_profile
 from agent.reader import NvmlReader
 from agent.readings import GpuReading, HostReading, NicReading, NvmlSnapshot
-from agent.simulated import SimulatedNvml
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree
 from agent.sysfs import read_host
 from shared.ids import new_pool_id
 from shared.wire import Inventory, NodeHealth

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.fake_sysfs import build_tree
 from agent.liveness import MAX_INTERVAL_S, agent_boot_id, check_interval, kernel_boot_id
 from agent.main import main
-from agent.profile import load_profile
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree
 from shared.ids import new_pool_id
 from shared.settings import ConfigError
 

@@ -12,11 +12,11 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.faults import FaultFile, write_faults
 from agent.health import fabric_findings
-from agent.profile import load_profile
 from agent.reader import NvmlReader, cpu_list
-from agent.simulated import SimulatedNvml
+from agent.sim.faults import FaultFile, write_faults
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
 from shared.ids import normalize_pci
 
 

@@ -11,14 +11,14 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.fake_sysfs import build_tree
-from agent.faults import FaultFile, write_faults
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.poller import Poller
-from agent.profile import load_profile
 from agent.reader import NvmlReader
-from agent.simulated import SimulatedNvml
+from agent.sim.faults import FaultFile, write_faults
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
 from shared.clock import FakeClock

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.fake_sysfs import build_tree, vf_address
-from agent.profile import load_profile
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree, vf_address
 from agent.sysfs import read_host
 
 

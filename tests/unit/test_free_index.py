@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.domain.free_index import FreeCounts, Key
-from coordinator.domain.placement import HeldClaim, NodeSlot, PlacementRequest, PoolSnapshot
+from coordinator.domain.node_fit import free_among
+from coordinator.domain.placement_model import HeldClaim, NodeSlot, PlacementRequest, PoolSnapshot
 from coordinator.domain.placer import place
-from coordinator.domain.selection import free_among
 from tests.unit.test_placer_properties import holds, nodes, requests
 
 # A booking: (nodeId, start, end, claim); windows are drawn from the same few instants.

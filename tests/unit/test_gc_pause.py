@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from coordinator.gc_pause import gc_paused
+from coordinator.runtime.gc_pause import gc_paused
 
 
 def test_the_collector_is_off_inside_and_back_on_after() -> None:

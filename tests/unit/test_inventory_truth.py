@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.fake_sysfs import build_tree
 from agent.inventory import Identity, SharingRule, build_inventory
-from agent.profile import load_profile
 from agent.reader import NvmlReader
-from agent.simulated import SimulatedNvml
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import load_profile
+from agent.sim.sysfs_tree import build_tree
 from agent.sysfs import read_host
 from coordinator.domain.inventory_truth import MAX_GPUS_PER_NODE, untrue
 from shared.ids import new_pool_id

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["domain", "ledger", "services", "api", "bus", "tasks"]
+# `runtime` (logs, metrics, the GC pause) is process plumbing any layer above the
+# ledger may use; it imports the domain only.
+LAYERS = ["domain", "ledger", "runtime", "services", "api", "bus", "tasks"]
 # The entrypoints at the top: none of them imports another.
 ENTRYPOINTS = {"api", "bus", "tasks"}
 ONLY_IN = {"sqlalchemy": "ledger", "aiohttp": "api", "nats": "bus"}
@@ -66,4 +68,24 @@ def test_coordinator_layers_point_one_way_and_each_library_has_one_home() -> Non
                 wrong.append((path.relative_to(ROOT), module, "entrypoints are siblings"))
             elif LAYERS.index(target) > LAYERS.index(layer):
                 wrong.append((path.relative_to(ROOT), module, "points up"))
+    assert wrong == []
+
+
+def test_the_coordinators_root_holds_only_the_wiring() -> None:
+    """Everything else lives in its layer, or in runtime/ (process plumbing)."""
+    root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}
+    assert root == {"__init__", "app", "main", "config", "errors"}
+
+
+def test_the_agent_reaches_its_simulator_only_from_its_wiring() -> None:
+    """agent/sim/ is the GPU-less host; production modules never import it, only the
+    entry point, the settings (which check a profile name) and the one-shot report."""
+    wiring = {"main", "config", "inventory_report"}
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for path in sorted((ROOT / "agent").glob("*.py"))
+        if path.stem not in wiring
+        for module in _imports(path)
+        if module.startswith("agent.sim")
+    ]
     assert wrong == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.domain.model import NodeState
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
     HeldClaim,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from coordinator.domain.claims import WHOLE_NODE, Claim, conflicts, stale_claim
 from coordinator.domain.model import NodeState
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
     HeldClaim,

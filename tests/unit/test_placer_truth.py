@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from coordinator.domain.claims import WHOLE_NODE, Claim, conflicts, stale_claim
 from coordinator.domain.model import NodeState
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
     HeldClaim,

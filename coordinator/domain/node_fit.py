@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from coordinator.domain.claims import Claim, conflicts
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
     HeldClaim,

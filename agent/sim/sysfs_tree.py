@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.faults import FaultFile
 from agent.pci_ids import pci_id_for
-from agent.profile import DiskSpec, HostProfile, NicSpec
 from agent.readings import NicReading
+from agent.sim.faults import FaultFile
+from agent.sim.profile import DiskSpec, HostProfile, NicSpec
 from agent.sysfs import read_ports
 
 

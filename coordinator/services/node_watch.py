@@ -10,7 +10,7 @@ at warning and counted in `outage_holds`). Heartbeats the tracker ignores (an ol
 `seq`, the other host of a duplicate node id) are dropped and counted like bad
 messages; a duplicate id is recorded as the node's `node.duplicateId` event and
 published. Each write is one unit of
-work from `coordinator.services.node_changes`; its transitions go out through
+work from `coordinator.services.node_records`; its transitions go out through
 `coordinator.services.alerting`.
 
 Failure is isolated per node: an inventory or transition the ledger refuses is logged
@@ -34,15 +34,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.errors import CoordinatorError
-from coordinator.gc_pause import gc_paused
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
-from coordinator.log_throttle import LogThrottle
+from coordinator.runtime.gc_pause import gc_paused
 from coordinator.services import alerting
-from coordinator.services.node_changes import (
+from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_records import (
     NotRecorded,
     UntrueInventory,
     record_duplicate_id,
@@ -52,6 +51,7 @@ from coordinator.services.node_changes import (
     record_reachability,
 )
 from shared.clock import Clock
+from shared.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
 
@@ -79,7 +79,7 @@ def _keep(pending: dict[K, V], taken: dict[K, V]) -> None:
         pending.setdefault(key, value)
 
 
-class NodeStateService:
+class NodeWatch:
     def __init__(
         self,
         ledger: Ledger,

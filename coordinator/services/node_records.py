@@ -24,13 +24,13 @@ from coordinator.domain.transitions import (
     node_transitions,
 )
 from coordinator.errors import CoordinatorError, InvalidInput, NotFound
-from coordinator.ledger import Ledger, NodeChangeSet
+from coordinator.ledger import Ledger, NodeWriter
 from coordinator.services.alerting import alerts_for, risk_alerts
 from shared.wire import Alert, Heartbeat, Inventory
 
 
 @dataclass(frozen=True, slots=True)
-class NodeChanges:
+class NodeOutcome:
     """What one node went through in one unit of work (empty: nothing changed), and the
     reservations on it that became at risk or recovered."""
 
@@ -46,9 +46,7 @@ class NodeChanges:
 
 
 @asynccontextmanager
-async def _changing(
-    ledger: Ledger, node_ids: Iterable[str], now: int
-) -> AsyncIterator[NodeChangeSet]:
+async def _changing(ledger: Ledger, node_ids: Iterable[str], now: int) -> AsyncIterator[NodeWriter]:
     """The ledger's change set over these nodes, writing each transition's and each
     risk change's alert to the outbox as it is recorded."""
     async with ledger.nodes.change(node_ids, now) as change:
@@ -57,13 +55,11 @@ async def _changing(
         yield change
 
 
-def _one(
-    change: NodeChangeSet, node_id: str, pool_id: str, ts: Sequence[Transition]
-) -> NodeChanges:
-    return NodeChanges(node_id, pool_id, tuple(ts), tuple(change.risks), tuple(change.written))
+def _one(change: NodeWriter, node_id: str, pool_id: str, ts: Sequence[Transition]) -> NodeOutcome:
+    return NodeOutcome(node_id, pool_id, tuple(ts), tuple(change.risks), tuple(change.written))
 
 
-def _with_risks(out: list[NodeChanges], change: NodeChangeSet) -> list[NodeChanges]:
+def _with_risks(out: list[NodeOutcome], change: NodeWriter) -> list[NodeOutcome]:
     """Each risk change and each alert written goes with the node it is about (one
     change may touch many)."""
     risks: dict[str, list[RiskChange]] = {}
@@ -77,7 +73,7 @@ def _with_risks(out: list[NodeChanges], change: NodeChangeSet) -> list[NodeChang
         for c in out
     ]
     merged += [
-        NodeChanges(node_id, rs[0].pool_id, (), tuple(rs), tuple(alerts.pop(node_id, ())))
+        NodeOutcome(node_id, rs[0].pool_id, (), tuple(rs), tuple(alerts.pop(node_id, ())))
         for node_id, rs in risks.items()
     ]
     return merged
@@ -98,7 +94,7 @@ def check_inventory(inv: Inventory) -> None:
         raise UntrueInventory(finding.reason, finding.message)
 
 
-async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChanges:
+async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeOutcome:
     """Record a full inventory (raises `UnknownPool` for a pool the ledger lacks,
     `UntrueInventory` for one no host can have). A node reported in another pool moves
     there only if it holds no live or future booking; otherwise it is held in its pool
@@ -109,9 +105,7 @@ async def record_inventory(ledger: Ledger, inv: Inventory, now: int) -> NodeChan
     return _one(change, inv.node_id, pool_id, transitions)
 
 
-async def _put_inventory(
-    change: NodeChangeSet, inv: Inventory
-) -> tuple[str, tuple[Transition, ...]]:
+async def _put_inventory(change: NodeWriter, inv: Inventory) -> tuple[str, tuple[Transition, ...]]:
     """One node's inventory inside `change`: the pool it is in after (a reported move
     is held while the node has bookings) and its transitions."""
     before = change.before.get(inv.node_id)
@@ -129,10 +123,10 @@ async def _put_inventory(
     return pool_id, tuple(transitions)
 
 
-async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:
+async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeOutcome]:
     """Move every node held for a pool move whose last booking in its old pool has
     ended (the reservation clock and releases call this)."""
-    out: list[NodeChanges] = []
+    out: list[NodeOutcome] = []
     for node_id in await ledger.nodes.pending_moves():
         async with _changing(ledger, [node_id], now) as change:
             before = change.before.get(node_id)
@@ -159,7 +153,7 @@ class NotRecorded:
 
 async def record_inventories(
     ledger: Ledger, invs: Sequence[Inventory], now: int
-) -> list[NodeChanges | NotRecorded]:
+) -> list[NodeOutcome | NotRecorded]:
     """Record many full inventories in one unit of work, one outcome each in order.
 
     New nodes are checked first and written in bulk (a fleet registering is a few
@@ -167,7 +161,7 @@ async def record_inventories(
     its own savepoint. Either way one refused inventory (an unknown pool, atom ids that
     belong to another node) is its own `NotRecorded` and the rest are recorded."""
     latest = {inv.node_id: inv for inv in invs}  # the newest of a node's inventories
-    out: dict[str, NodeChanges | NotRecorded] = {}
+    out: dict[str, NodeOutcome | NotRecorded] = {}
     for inv in list(latest.values()):
         try:
             check_inventory(inv)
@@ -185,7 +179,7 @@ async def record_inventories(
             after = after_inventory(None, inv)
             transitions = node_transitions(None, after, hostname=inv.hostname)
             change.register(inv, after, transitions)
-            out[inv.node_id] = NodeChanges(inv.node_id, inv.pool_id, transitions)
+            out[inv.node_id] = NodeOutcome(inv.node_id, inv.pool_id, transitions)
         for inv in latest.values():
             if inv.node_id in out:
                 continue
@@ -195,16 +189,16 @@ async def record_inventories(
             except CoordinatorError as exc:
                 out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, exc)
             else:
-                out[inv.node_id] = NodeChanges(inv.node_id, pool_id, transitions)
+                out[inv.node_id] = NodeOutcome(inv.node_id, pool_id, transitions)
     # Reservations put at risk or recovered go with the node they are about.
-    recorded = [c for c in out.values() if isinstance(c, NodeChanges)]
+    recorded = [c for c in out.values() if isinstance(c, NodeOutcome)]
     for c in _with_risks(recorded, change):
-        if isinstance(out.get(c.node_id), NodeChanges):
+        if isinstance(out.get(c.node_id), NodeOutcome):
             out[c.node_id] = c
     return [out[inv.node_id] for inv in invs]
 
 
-async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChanges | None:
+async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeOutcome | None:
     """Record the health a heartbeat reports; None for a node the ledger lacks."""
     async with _changing(ledger, [hb.node_id], now) as change:
         before = change.before.get(hb.node_id)
@@ -219,22 +213,22 @@ async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeChang
 
 async def record_reachability(
     ledger: Ledger, node_ids: Iterable[str], reachable: bool, now: int
-) -> list[NodeChanges]:
+) -> list[NodeOutcome]:
     """Set the reachable flag of many nodes at once; returns those that flipped."""
-    out: list[NodeChanges] = []
+    out: list[NodeOutcome] = []
     async with _changing(ledger, node_ids, now) as change:
         for node_id, before in sorted(change.before.items(), key=lambda item: item[0]):
             after = replace(before, reachable=reachable)
             transitions = node_transitions(before, after)
             if transitions:
                 await change.save(node_id, after, transitions)
-                out.append(NodeChanges(node_id, after.pool_id, transitions))
+                out.append(NodeOutcome(node_id, after.pool_id, transitions))
     return _with_risks(out, change)
 
 
 async def record_duplicate_id(
     ledger: Ledger, node_id: str, boot_id: str, other_boot_id: str, now: int
-) -> NodeChanges | None:
+) -> NodeOutcome | None:
     """Record that two boots interleave for one node id; its flags stay as they are."""
     async with _changing(ledger, [node_id], now) as change:
         before = change.before.get(node_id)
@@ -247,7 +241,7 @@ async def record_duplicate_id(
 
 async def record_maintenance(
     ledger: Ledger, node_id: str, on: bool, reason: str, by: str, now: int
-) -> NodeChanges:
+) -> NodeOutcome:
     """Put a node in or out of maintenance; setting the flag it already has changes
     nothing (not even the reason), except that an operator's reason replaces the hold of
     a pending pool move, and a node held for one stays in maintenance."""

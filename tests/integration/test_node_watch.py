@@ -11,12 +11,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from coordinator.capacity_signal import CapacitySignal
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.states import atom_bucket
 from coordinator.ledger import Ledger
+from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.maintenance import Maintenance
-from coordinator.services.nodestate import NodeStateService
+from coordinator.services.node_watch import NodeWatch
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -47,7 +47,7 @@ class Rig:
         self.capacity = CountingSignal()
         self.drops: list[tuple[str, str]] = []
         self.leader = True
-        self.service = NodeStateService(
+        self.service = NodeWatch(
             ledger,
             self.tracker,
             self.subjects,

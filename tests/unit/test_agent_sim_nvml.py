@@ -10,10 +10,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.faults import FaultError, FaultFile, parse_faults, write_faults
-from agent.profile import ProfileError, load_profile, parse_profile, shipped_profiles
 from agent.readings import XidEvent
-from agent.simulated import SimulatedNvml
+from agent.sim.faults import FaultError, FaultFile, parse_faults, write_faults
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profile import ProfileError, load_profile, parse_profile, shipped_profiles
 from agent.xid_watch import XidWatcher
 from shared.clock import SystemClock
 

@@ -1,5 +1,5 @@
 """Host profiles: TOML descriptions of a GPU host that the simulated NVML and the fake
-sysfs tree are built from (`agent/profiles/*.toml`, or any file path).
+sysfs tree are built from (`agent/sim/profiles/*.toml`, or any file path).
 
 A profile lists GPUs, MIG layouts, NVLink wiring, NICs, disks and node scalars. Entries
 with `count = N` expand to N items and `{i}` in their name becomes 0..N-1. Loading
@@ -82,7 +82,7 @@ class HostProfile:
 
 
 def shipped_profiles() -> list[str]:
-    folder = resources.files("agent") / "profiles"
+    folder = resources.files("agent.sim") / "profiles"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
@@ -98,7 +98,7 @@ def load_profile(name_or_path: str) -> HostProfile:
         if name_or_path not in shipped_profiles():
             known = ", ".join(shipped_profiles())
             raise ProfileError(f"unknown profile {name_or_path!r} (shipped: {known})")
-        text = (resources.files("agent") / "profiles" / f"{name_or_path}.toml").read_text()
+        text = (resources.files("agent.sim") / "profiles" / f"{name_or_path}.toml").read_text()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,4 +1,4 @@
-"""One transaction's changes to some nodes (`NodeChangeSet`): new nodes registered in
+"""One transaction's changes to some nodes (`NodeWriter`): new nodes registered in
 bulk, a known node's change in its own savepoint, flags and transitions saved with their
 node events and outbox alerts. `NodeRepo.change` opens one and settles the rollup and
 at-risk flags when it ends.
@@ -65,7 +65,7 @@ class InventoryRefused(Conflict):
     a constraint refused a row); nothing of it was written."""
 
 
-class NodeChangeSet:
+class NodeWriter:
     """One transaction's changes to some nodes. `before` is each existing node's flags
     as the transaction found them (absent: no such node).
 

@@ -26,7 +26,7 @@ The file holds `{"faults": [...]}`; each entry is an object with a `kind`:
 - `{"kind": "reset", "gpu": 3}` — an operator reset the GPU: the recovery action a
   reset-class XID set goes back to NONE;
 - `{"kind": "port_down", "nic": "ibp0s0"}` — the NIC's netdev and InfiniBand port are down
-  (applied to the fake sysfs tree by `agent.fake_sysfs.FaultedPorts`);
+  (applied to the fake sysfs tree by `agent.sim.sysfs_tree.FaultedPorts`);
 - `{"kind": "inforom", "gpu": 1}` — nvmlDeviceValidateInforom fails (corrupted InfoROM);
 - `{"kind": "ecc_pending", "gpu": 1}` — ECC mode: enabled now, disabled at the next reset;
 - `{"kind": "temp", "gpu": 1, "celsius": 91, "sensor": "gpu" | "hbm"}` — a temperature;

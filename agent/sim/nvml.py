@@ -24,8 +24,8 @@ from typing import Any
 
 import pynvml
 
-from agent.faults import FaultFile, Faults
-from agent.profile import GpuSpec, HostProfile
+from agent.sim.faults import FaultFile, Faults
+from agent.sim.profile import GpuSpec, HostProfile
 from agent.xid import CATALOGUE
 
 # Memory a MIG instance reports on an 80 GB A100/H100, by profile name.

@@ -1,0 +1,286 @@
+"""One pool's nodes and live bookings held in memory, as the placer reads them for a
+window: bookings indexed by node and resolved to claims on physical devices (`claims`),
+each node's free counts under all its bookings (`free_index`, recounted only for the
+nodes a booking touches), and the window's view of it (`build_snapshot`). A batch of
+bookings works on a `SnapshotDraft`, a private fork of the cache to which each booking
+it decides is added. Pure: `coordinator.ledger.snapshot` fills it from the database.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from coordinator.domain.claims import form_of, stale_claim
+from coordinator.domain.free_index import FreeCounts
+from coordinator.domain.placement_model import (
+    AtomSlot,
+    HeldClaim,
+    Holder,
+    NodeSlot,
+    PoolSnapshot,
+)
+
+# Up to this many new bookings are inserted into the sorted bounds one by one (a
+# booking's few atoms: each batch member indexes its own); more are sorted in.
+_INSERT_IN_PLACE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAtom:
+    atom_id: str
+    node_id: str
+    cls: str
+    reservation_id: str
+    spot: bool
+    start: int
+    end: int
+    # The physical device of the atom; "" until the cache fills it in (`committed`).
+    device_id: str = ""
+    # The device's partition when it was booked (`claims.form_of`), as its claim rows
+    # say; "" for a booking of this process's, made on the current partition.
+    form: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldScalar:
+    node_id: str  # "" for a pool-level booking
+    resource: str
+    amount: int
+    reservation_id: str
+    spot: bool
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeClaims:
+    rows: tuple[tuple[int, int, str, HeldClaim], ...]  # (start, end, reservationId, claim)
+    claims: tuple[HeldClaim, ...]
+    latest_start: int
+    earliest_end: int
+
+    def window(self, start: int, end: int, ignore: frozenset[str]) -> tuple[HeldClaim, ...]:
+        if not ignore and self.latest_start < end and self.earliest_end > start:
+            return self.claims  # all of them overlap: the usual case, answered at once
+        return tuple(
+            held
+            for s, e, rid, held in self.rows
+            if s < end and e > start and not (ignore and rid in ignore)
+        )
+
+
+@dataclass
+class PoolCache:
+    nodes_version: int = -1
+    bookings_version: int = -1
+    nodes: tuple[NodeSlot, ...] = ()
+    # atomId → (nodeId, atom) of every current atom; nodeId → node.
+    current: dict[str, tuple[str, AtomSlot]] = field(default_factory=dict)
+    by_id: dict[str, NodeSlot] = field(default_factory=dict)
+    capacity_memory: int = 0
+    by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
+    # nodeId → its bookings' claims, resolved against the current atoms when first asked
+    # for; dropped whenever atoms or bookings change.
+    resolved: dict[str, _NodeClaims] = field(default_factory=dict)
+    atoms: list[HeldAtom] = field(default_factory=list)
+    scalars: list[HeldScalar] = field(default_factory=list)
+    # (end, nodeId) and (start, nodeId) of every atom booking, ascending: the nodes with
+    # a booking outside a window, whose kept free counts do not hold for it.
+    ends: list[tuple[int, str]] = field(default_factory=list)
+    starts: list[tuple[int, str]] = field(default_factory=list)
+    # Per-node free counts under all bookings (`free_index`); None until first asked for
+    # after nodes or bookings were (re)loaded.
+    counts: FreeCounts | None = None
+
+    def fork(self) -> PoolCache:
+        """A copy whose bookings can grow without touching this one (nodes are shared:
+        they are immutable)."""
+        fork = replace(
+            self,
+            by_node={node: list(held) for node, held in self.by_node.items()},
+            resolved=dict(self.resolved),
+            atoms=list(self.atoms),
+            scalars=list(self.scalars),
+            ends=list(self.ends),
+            starts=list(self.starts),
+            counts=None,
+        )
+        if self.counts is not None:
+            fork.counts = self.counts.fork(fork.all_claims)
+        return fork
+
+    def index(self, atoms: Iterable[HeldAtom]) -> None:
+        touched = set()
+        held = list(atoms)
+        # A few new bookings (one reservation of a batch) go in place; a reload sorts.
+        few = len(held) <= _INSERT_IN_PLACE
+        for h in held:
+            self.by_node.setdefault(h.node_id, []).append(h)
+            self.resolved.pop(h.node_id, None)
+            if few:
+                insort(self.ends, (h.end, h.node_id))
+                insort(self.starts, (h.start, h.node_id))
+            else:
+                self.ends.append((h.end, h.node_id))
+                self.starts.append((h.start, h.node_id))
+            touched.add(h.node_id)
+        if not few:
+            # Sorted runs plus a new one: timsort merges them.
+            self.ends.sort()
+            self.starts.sort()
+        if self.counts is not None:
+            self.counts.touch(touched)
+
+    def pinned(self, h: HeldAtom) -> HeldAtom:
+        """A new booking of this process's with its atom's device and that device's
+        partition as they are now: should the atom be retired, or the device
+        repartitioned, later, the booking still claims the device."""
+        if h.device_id or h.atom_id not in self.current:
+            return h
+        node_id, atom = self.current[h.atom_id]
+        node = self.by_id.get(node_id)
+        atoms = node.by_device.get(atom.device_id, ()) if node is not None else ()
+        form = form_of(a.atom_id for a in atoms) if atom.device_id else ""
+        return replace(h, device_id=atom.device_id, form=form)
+
+    def _same_form(self, h: HeldAtom, forms: dict[str, str]) -> bool:
+        """Whether `h` was booked on its device's current partition (`forms` caches the
+        node's current ones by device)."""
+        if not h.form or not h.device_id:
+            return True
+        current = forms.get(h.device_id)
+        if current is None:
+            node = self.by_id.get(h.node_id)
+            atoms = node.by_device.get(h.device_id, ()) if node is not None else ()
+            current = forms[h.device_id] = form_of(a.atom_id for a in atoms)
+        return current == h.form
+
+    def reset(self) -> None:
+        """Nodes or bookings were reloaded: every resolved claim and count is stale."""
+        self.resolved = {}
+        self.counts = None
+
+    def all_claims(self, node_id: str) -> tuple[HeldClaim, ...]:
+        return self.claims(node_id).claims if node_id in self.by_node else ()
+
+    def free_counts(self) -> FreeCounts:
+        if self.counts is None:
+            self.counts = FreeCounts(self.nodes, self.all_claims)
+        return self.counts
+
+    def irregular(self, start: int, end: int) -> frozenset[str]:
+        """Nodes with a booking the window [start, end) does not overlap."""
+        ended = self.ends[: bisect_left(self.ends, (start + 1,))]
+        later = self.starts[bisect_left(self.starts, (end,)) :]
+        return frozenset(n for _, n in ended) | frozenset(n for _, n in later)
+
+    def claims(self, node_id: str) -> _NodeClaims:
+        """A booking on a current atom claims what that atom is; one on an atom that left
+        the inventory (or the pool), or on a partition its device no longer has (an atom
+        id can outlive a repartition: slot 0 of 2 is slot 0 of 4), claims its whole
+        device, as the database's claim rows do (one partition of a device at a time)."""
+        found = self.resolved.get(node_id)
+        if found is None:
+            rows = []
+            forms: dict[str, str] = {}
+            for h in self.by_node.get(node_id, ()):
+                atom = self.current.get(h.atom_id)
+                if atom is not None and atom[0] == h.node_id and self._same_form(h, forms):
+                    claim = atom[1].claim
+                else:
+                    claim = stale_claim(h.atom_id, h.cls, h.device_id)
+                held = HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot))
+                rows.append((h.start, h.end, h.reservation_id, held))
+            found = self.resolved[node_id] = _NodeClaims(
+                tuple(rows),
+                tuple(r[3] for r in rows),
+                max((r[0] for r in rows), default=0),
+                min((r[1] for r in rows), default=0),
+            )
+        return found
+
+
+class SnapshotDraft:
+    """One pool's bookings as a batch of bookings sees them: what was committed, plus
+    each booking of the batch decided so far (none of it visible to anyone else)."""
+
+    def __init__(self, cache: PoolCache) -> None:
+        self.cache = cache
+        self.version = cache.bookings_version
+
+    def snapshot(self, start: int, end: int) -> PoolSnapshot:
+        return build_snapshot(self.cache, start, end, frozenset())
+
+    def reserved_atoms(self, now: int) -> set[str]:
+        return {h.atom_id for h in self.cache.atoms if h.start > now}
+
+    def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
+        cache = self.cache
+        atoms = [cache.pinned(h) for h in atoms]
+        cache.atoms.extend(atoms)
+        cache.index(atoms)
+        cache.scalars.extend(scalars)
+
+
+class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):
+    """nodeId → the claims of its bookings overlapping one window, computed when the
+    placer asks for a node rather than for every booking of the pool up front."""
+
+    def __init__(self, cache: PoolCache, start: int, end: int, ignore: frozenset[str]) -> None:
+        self._cache, self._start, self._end, self._ignore = cache, start, end, ignore
+
+    def _claims(self, node_id: str) -> tuple[HeldClaim, ...]:
+        if node_id not in self._cache.by_node:
+            return ()
+        return self._cache.claims(node_id).window(self._start, self._end, self._ignore)
+
+    def __getitem__(self, node_id: str) -> tuple[HeldClaim, ...]:
+        return self._claims(node_id)
+
+    def get(self, node_id: str, default: Any = None) -> Any:
+        return self._claims(node_id) or default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cache.by_node)
+
+    def __len__(self) -> int:
+        return len(self._cache.by_node)
+
+
+def build_snapshot(cache: PoolCache, start: int, end: int, ignore: frozenset[str]) -> PoolSnapshot:
+    per_node: dict[str, dict[str, list[tuple[int, Holder]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    events: list[tuple[int, int]] = []
+    for sc in cache.scalars:
+        if not (sc.start < end and sc.end > start) or sc.reservation_id in ignore:
+            continue
+        if sc.node_id:
+            per_node[sc.node_id][sc.resource].append(
+                (sc.amount, Holder(sc.reservation_id, sc.spot))
+            )
+        if sc.resource == "memoryGiB":
+            events.append((max(sc.start, start), sc.amount))
+            events.append((min(sc.end, end), -sc.amount))
+    # Free pool memory at the window's busiest instant, node-level and pool-level alike.
+    peak = level = 0
+    for _, delta in sorted(events):
+        level += delta
+        peak = max(peak, level)
+    return PoolSnapshot(
+        cache.nodes,
+        held=WindowClaims(cache, start, end, ignore),
+        scalar_holders={
+            node: {r: tuple(v) for r, v in res.items()} for node, res in per_node.items()
+        },
+        pool_free={"memoryGiB": max(0, cache.capacity_memory - peak)},
+        # With reservations ignored (a change of one's own booking) the kept counts,
+        # which include them, do not hold: the placer counts.
+        order=None
+        if ignore
+        else cache.free_counts().window(cache.irregular(start, end), start, end),
+    )

@@ -1,0 +1,1 @@
+"""Process plumbing of a coordinator: logs, metrics, the GC pause."""

@@ -25,7 +25,7 @@ from coordinator.domain.transitions import (
     forms_of,
 )
 from coordinator.errors import Conflict, CoordinatorError, NotFound
-from coordinator.ledger import schema
+from coordinator.ledger import pool_memory, schema
 from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.outbox import OutboxWriter
@@ -235,7 +235,8 @@ class NodeChangeSet:
             await lock_pool(self._conn, pool_id)
 
     async def holds_bookings(self, node_id: str) -> bool:
-        """Has the node a live or future booking (of an atom or of its resources)?"""
+        """Has the node a live or future booking (of an atom or of its resources), or
+        does its pool's pool-wide memory (interval reservations) still need it?"""
         for table in (schema.bookings, schema.scalar_bookings):
             c = table.c
             found = await self._conn.execute(
@@ -245,7 +246,17 @@ class NodeChangeSet:
             )
             if found.first() is not None:
                 return True
-        return False
+        pool_id = self._current[node_id].pool_id
+        return await pool_memory.needs_node(self._conn, pool_id, node_id, self._now)
+
+    def touched_pools(self) -> dict[str, str]:
+        """poolId → a node of this change set that is or was in it."""
+        out: dict[str, str] = {}
+        for node_id in sorted(set(self.before) | set(self._current)):
+            for flags in (self.before.get(node_id), self._current.get(node_id)):
+                if flags is not None:
+                    out.setdefault(flags.pool_id, node_id)
+        return out
 
     async def put_inventory(self, inv: Inventory, pool_id: str | None = None) -> None:
         """Write what an inventory describes: the node row (a new node starts with a

@@ -21,7 +21,7 @@ from coordinator.domain.transitions import (
     DeviceFlags,
     NodeFlags,
 )
-from coordinator.ledger import schema
+from coordinator.ledger import pool_memory, schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
 from coordinator.ledger.node_change_set import NodeChangeSet
@@ -104,7 +104,10 @@ class NodeRepo:
             await changes.flush()
             if changes.changed:
                 await rollup.settle(now, fresh)
-                changes.risks = await refresh_risk(conn, ids, now)
+                risks = await refresh_risk(conn, ids, now)
+                touched = changes.touched_pools()
+                risks += await pool_memory.refresh_risk(conn, touched, touched, now)
+                changes.risks = risks
                 if changes.risks and changes.risk_alerts_of is not None:
                     await changes.write_alerts(changes.risk_alerts_of(changes.risks))
 

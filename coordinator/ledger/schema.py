@@ -276,6 +276,9 @@ interval_reservations = Table(
     Column("pool_id", String(57), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("intervals", JSON, nullable=False),
+    # r0005: {reason, since, atoms} while the pool has promised more memory than it has in
+    # service in a quarter this reservation holds (`domain.pool_memory`), else null.
+    Column("at_risk", JSON, nullable=True),
     Index("ix_interval_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
 )
 

@@ -39,7 +39,11 @@ TABLES_AT[5] = ALL_TABLES
 # Every revision after the baseline, in order; a numbered database gets them all.
 LATER = ["0002"]
 # Columns later revisions added to the numbered tables (null in adopted rows).
-ADDED = {"nodes": {"pending_pool_id"}, "reservations": {"at_risk"}}
+ADDED = {
+    "nodes": {"pending_pool_id"},
+    "reservations": {"at_risk"},
+    "interval_reservations": {"at_risk"},
+}
 
 
 @pytest.fixture
@@ -416,6 +420,7 @@ async def test_growing_ids_become_64_bit_on_a_filled_database_at_0003(
         async with db.read() as conn:
             before = await conn.run_sync(numbered_ledger.dump, tables)
         monkeypatch.undo()
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0004"))
         assert await db.migrate() == ["0004"]
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, tables)

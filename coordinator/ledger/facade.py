@@ -23,6 +23,7 @@ from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
 from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
+from coordinator.ledger.shapes import ShapeRepo
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
@@ -45,6 +46,7 @@ class Ledger:
         self.listing = ReservationListing(db)
         self.usage = UsageRepo(db)
         self.outbox = OutboxRepo(db)
+        self.shapes = ShapeRepo(db)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = "") -> Ledger:

@@ -16,6 +16,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain import shapes
 from coordinator.domain.model import AtomView, NodeState, NodeView
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -92,6 +93,7 @@ class NodeChangeSet:
         # Reservations that became at risk or recovered; set once the change settles.
         self.risks: list[RiskChange] = []
         self._pools: dict[str, bool] = {}
+        self._shapes: dict[tuple[str, str, int], list[dict[str, int]]] = {}
         # Rows of the registered new nodes, written by `flush`.
         self._new_nodes: list[dict[str, object]] = []
         self._new_atoms: list[dict[str, object]] = []
@@ -153,6 +155,7 @@ class NodeChangeSet:
                 "maintenance_reason": after.maintenance_reason,
                 "maintenance_by": after.maintenance_by,
                 "maintenance_since": now if after.maintenance else None,
+                "shape_hold": after.shape_hold or None,
                 "created_at": now,
             }
         )
@@ -248,6 +251,46 @@ class NodeChangeSet:
                 return True
         pool_id = self._current[node_id].pool_id
         return await pool_memory.needs_node(self._conn, pool_id, node_id, self._now)
+
+    async def expected_shapes(
+        self, pool_id: str, profile_id: str | None, profile_version: int | None
+    ) -> list[dict[str, int]]:
+        """The expected shapes that apply to a node of `pool_id` running that profile
+        version: the pool's, the profile version's (read once per change set)."""
+        key = (pool_id, profile_id or "", profile_version or 0)
+        found = self._shapes.get(key)
+        if found is None:
+            e = schema.expected_shapes.c
+            wanted = (e.pool_id == pool_id) & (e.profile_id == "")
+            if profile_id:
+                wanted |= (
+                    (e.pool_id == "") & (e.profile_id == profile_id)
+                    & (e.profile_version == (profile_version or 0))
+                )  # fmt: skip
+            rows = await self._conn.execute(select(e.counts).where(wanted))
+            found = self._shapes[key] = [dict(r.counts) for r in rows.all()]
+        return found
+
+    async def accepted_shape(self, node_id: str) -> dict[str, int] | None:
+        """The atom counts an operator accepted for the node (None: never)."""
+        n = schema.nodes.c
+        row = (
+            await self._conn.execute(select(n.accepted_shape).where(n.node_id == node_id))
+        ).first()
+        return dict(row.accepted_shape) if row is not None and row.accepted_shape else None
+
+    async def accept_shape(self, node_id: str) -> Inventory:
+        """Record the node's stored inventory's atom counts as accepted; returns that
+        inventory."""
+        n = schema.nodes.c
+        row = (await self._conn.execute(select(n.inventory).where(n.node_id == node_id))).one()
+        inv = msgspec.convert(row.inventory, Inventory)
+        await self._conn.execute(
+            update(schema.nodes)
+            .where(n.node_id == node_id)
+            .values(accepted_shape=shapes.counts_of(inv), updated_at=self._now)
+        )
+        return inv
 
     def touched_pools(self) -> dict[str, str]:
         """poolId → a node of this change set that is or was in it."""
@@ -377,6 +420,8 @@ class NodeChangeSet:
             }
         if cur.pending_pool != after.pending_pool:
             values["pending_pool_id"] = after.pending_pool
+        if cur.shape_hold != after.shape_hold:
+            values["shape_hold"] = after.shape_hold or None
         if cur.pool_id != after.pool_id:
             # A pending move done: the node and its atoms join the new pool together.
             values["pool_id"] = after.pool_id

@@ -49,7 +49,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     n, a = schema.nodes.c, schema.atoms.c
     columns = (
         n.node_id, n.pool_id, n.reachable, n.health, n.health_reasons, n.provisioning,
-        n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id,
+        n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id, n.shape_hold,
     )  # fmt: skip
     node_rows = (
         await conn.execute(
@@ -82,6 +82,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
             devices=devices[row.node_id],
             pending_pool=row.pending_pool_id,
             forms={d: frozenset(ids) for d, ids in forms[row.node_id].items()},
+            shape_hold=row.shape_hold or "",
         )
         for row in node_rows
     }

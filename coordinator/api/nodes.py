@@ -292,9 +292,9 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
 )  # fmt: skip
 async def nodes_set_expected_shape(ctx: CallContext, body: ExpectedShapeInput) -> dict[str, Any]:
     """Set the atom counts per class expected of a pool's nodes or of a host profile
-    version's (operator); empty counts clear it. From each node's next inventory, a node
-    with more than a shape that applies to it is held in provisioning, with the reason,
-    until accepted (`nodes.acceptShape`)."""
+    version's (operator); empty counts clear it. A node with more than a shape that
+    applies to it is held in provisioning, with the reason, until accepted
+    (`nodes.acceptShape`): judged at once by its last inventory, and at each one."""
     by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
     profile = (
         (body.profile_id, body.profile_version)

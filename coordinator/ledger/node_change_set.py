@@ -279,16 +279,22 @@ class NodeChangeSet:
         ).first()
         return dict(row.accepted_shape) if row is not None and row.accepted_shape else None
 
-    async def accept_shape(self, node_id: str) -> Inventory:
+    async def stored_inventory(self, node_id: str) -> Inventory | None:
+        """The node's last recorded inventory (None: none recorded)."""
+        n = schema.nodes.c
+        row = (await self._conn.execute(select(n.inventory).where(n.node_id == node_id))).one()
+        return msgspec.convert(row.inventory, Inventory) if row.inventory else None
+
+    async def accept_shape(self, node_id: str) -> Inventory | None:
         """Record the node's stored inventory's atom counts as accepted; returns that
         inventory."""
         n = schema.nodes.c
-        row = (await self._conn.execute(select(n.inventory).where(n.node_id == node_id))).one()
-        inv = msgspec.convert(row.inventory, Inventory)
+        inv = await self.stored_inventory(node_id)
+        counts = shapes.counts_of(inv) if inv is not None else {}
         await self._conn.execute(
             update(schema.nodes)
             .where(n.node_id == node_id)
-            .values(accepted_shape=shapes.counts_of(inv), updated_at=self._now)
+            .values(accepted_shape=counts, updated_at=self._now)
         )
         return inv
 

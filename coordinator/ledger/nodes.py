@@ -112,6 +112,18 @@ class NodeRepo:
                 if changes.risks and changes.risk_alerts_of is not None:
                     await changes.write_alerts(changes.risk_alerts_of(changes.risks))
 
+    async def shaped_by(self, pool_id: str, profile: tuple[str, int] | None) -> list[str]:
+        """The nodes an expected shape applies to: a pool's (`profile` None), or those
+        running a profile version."""
+        n = schema.nodes.c
+        if profile is None:
+            cond = n.pool_id == pool_id
+        else:
+            cond = (n.profile_id == profile[0]) & (n.profile_version == profile[1])
+        async with self._db.read() as conn:
+            rows = await conn.execute(select(n.node_id).where(cond).order_by(n.node_id))
+            return list(rows.scalars().all())
+
     async def pending_moves(self) -> list[str]:
         """Nodes held in their pool while a reported pool move waits."""
         n = schema.nodes.c

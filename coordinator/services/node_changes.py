@@ -150,10 +150,31 @@ async def accept_shape(ledger: Ledger, node_id: str, by: str, now: int) -> NodeC
             raise NotFound(f"node {node_id} not found")
         inv = await change.accept_shape(node_id)
         # The agent's own word on provisioning is its last inventory's.
-        after = shapes.judged(replace(before, provisioning=inv.provisioning), "")
+        agent = inv.provisioning if inv is not None else before.provisioning
+        after = shapes.judged(replace(before, provisioning=agent), "")
         transitions = node_transitions(before, after, Cause(by, "shape accepted"))
         await change.save(node_id, after, transitions)
     return _one(change, node_id, before.pool_id, transitions)
+
+
+async def rejudge_shapes(ledger: Ledger, node_ids: Sequence[str], now: int) -> list[NodeChanges]:
+    """Judge nodes' last inventories against the expected shapes as they are now (one
+    was set or cleared): held, or let go, without waiting for their next inventory."""
+    out: list[NodeChanges] = []
+    async with _changing(ledger, node_ids, now) as change:
+        for node_id, before in sorted(change.before.items()):
+            inv = await change.stored_inventory(node_id)
+            if inv is None:
+                continue
+            # A held node's flag is the hold's; the agent's own word is its inventory's.
+            agent = inv.provisioning if before.shape_hold else before.provisioning
+            hold = await _shape_hold(change, inv, before.pool_id)
+            after = shapes.judged(replace(before, provisioning=agent), hold)
+            transitions = node_transitions(before, after)
+            if after != before:
+                await change.save(node_id, after, transitions)
+                out.append(NodeChanges(node_id, before.pool_id, transitions))
+    return _with_risks(out, change)
 
 
 async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeChanges]:

@@ -15,7 +15,7 @@ from coordinator.domain.shapes import ExpectedShape
 from coordinator.errors import NotFound
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
-from coordinator.services.node_changes import NodeChanges, accept_shape
+from coordinator.services.node_changes import NodeChanges, accept_shape, rejudge_shapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +33,19 @@ class Shapes:
         by: str,
     ) -> ExpectedShape:
         """Set the shape of a pool (NotFound for an unknown one) or of a profile version;
-        empty counts clear it. It applies from each node's next inventory."""
+        empty counts clear it. The nodes it applies to are judged at once by their last
+        inventories (held, or let go), and again at each inventory."""
         if pool_id is not None and await self.ledger.pools.get(pool_id) is None:
             raise NotFound(f"pool {pool_id} not found")
         profile_id, version = profile or ("", 0)
-        shape = ExpectedShape(pool_id or "", profile_id, version, dict(counts),
-                              self.clock.now_ms(), by)  # fmt: skip
+        now = self.clock.now_ms()
+        shape = ExpectedShape(pool_id or "", profile_id, version, dict(counts), now, by)
         await self.ledger.shapes.set(shape)
+        nodes = await self.ledger.nodes.shaped_by(pool_id or "", profile)
+        changes = await rejudge_shapes(self.ledger, nodes, now) if nodes else []
+        if changes:
+            self.capacity.notify()
+        await alerting.publish(self.alerts, changes, now)
         return shape
 
     async def accept(self, node_id: str, by: str) -> NodeChanges:

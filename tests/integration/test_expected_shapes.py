@@ -16,6 +16,7 @@ from coordinator.services.node_changes import (
     record_inventory,
 )
 from coordinator.services.reservations import Created, Refused
+from coordinator.services.shapes import Shapes
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Served
 from tests.rig import Rig
@@ -128,3 +129,28 @@ async def test_operators_set_a_shape_and_accept_a_node_over_http(served: Served)
     assert node["state"]["provisioning"] == {"value": False, "reason": ""}
     status, body = await api.call("nodes.acceptShape", {"nodeId": "nope"})
     assert (status, body["error"]["code"]) == (404, "NOT_FOUND")
+
+
+async def test_setting_a_shape_judges_the_nodes_it_applies_to_at_once(ledger: Ledger) -> None:
+    rig = await Rig.open(ledger)
+    shapes = Shapes(ledger, rig.clock, rig.alerts, rig.capacity)
+    pool = await rig.pool(nodes=0)
+    now = rig.clock.now_ms()
+    await record_inventory(ledger, make_inventory("big", pool, gpus=9), now)
+    await record_inventory(ledger, make_inventory("new", pool, gpus=9, provisioning=True), now)
+    await record_inventory(ledger, make_inventory("fits", pool, gpus=8), now)
+
+    await shapes.expect(pool, None, {"gpu": 8}, "ops")
+
+    held = [(a.node_id, a.kind, a.reason) for a in rig.alerts.alerts]
+    assert held == [("big", "node.provisioning", HELD)]
+    assert (await rig.row(pool, "gpu")).allocatable == 8
+    for node_id, provisioning in (("big", True), ("new", True), ("fits", False)):
+        node = await ledger.catalog.node(node_id)
+        assert node is not None and node.state.provisioning == provisioning, node_id
+    # Cleared: let go at once, each as its agent says (`new` is still provisioning).
+    await shapes.expect(pool, None, {}, "ops")
+    assert [(a.node_id, a.kind) for a in rig.alerts.alerts[1:]] == [("big", "node.provisioned")]
+    node = await ledger.catalog.node("new")
+    assert node is not None and node.state.provisioning and node.shape_hold == ""
+    assert await ledger.rebuild_all(now) == 0

@@ -18,6 +18,7 @@ from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
+from coordinator.ledger.pool_memory import PoolMemoryRisk
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
@@ -47,6 +48,7 @@ class Ledger:
         self.usage = UsageRepo(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
+        self.pool_memory = PoolMemoryRisk(db)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = "") -> Ledger:

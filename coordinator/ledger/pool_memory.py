@@ -8,7 +8,7 @@ reservations (`ledger/risk.py`). The arithmetic is `coordinator.domain.pool_memo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,10 @@ from coordinator.domain.reservation import AtRisk
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import POOL_CHANGE_PENDING
 from coordinator.ledger import schema
+from coordinator.ledger.database import Database
+from coordinator.ledger.outbox import OutboxWriter
 from coordinator.ledger.risk import at_risk_from_json, at_risk_json
+from shared.wire import Alert
 
 RESOURCE = "memoryGiB"
 
@@ -108,6 +111,28 @@ async def read(conn: AsyncConnection, pool_id: str, now: int) -> PoolMemory:
     )
 
 
+class PoolMemoryRisk:
+    """The interval reservations' at-risk flags outside node changes: the clock moves
+    them too (a quarter that was short ends; node-level memory is released)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def rejudge(
+        self,
+        pool_ids: Iterable[str],
+        now: int,
+        alerts_of: Callable[[Sequence[RiskChange]], Sequence[Alert]],
+    ) -> list[Alert]:
+        """Re-judge the pools' interval reservations; the alerts of those that became at
+        risk or recovered are written to the outbox in the same transaction."""
+        async with self._db.transaction() as conn:
+            risks = await refresh_risk(conn, pool_ids, {}, now)
+            alerts = list(alerts_of(risks))
+            await OutboxWriter(conn).add(alerts)
+        return alerts
+
+
 async def _promised(conn: AsyncConnection, pool_id: str, now: int) -> bool:
     """Whether the pool has a pool-wide commitment that ends after now (most have none:
     the cheap question first)."""
@@ -161,6 +186,9 @@ async def _judge(
     reason, nodes = pool_memory.blame(memory.out_of_service)
     atoms = [memory.node_atoms.get(node, node) for node in nodes]
     node_of = {atom: node for node, atom in memory.node_atoms.items()}
+    # What an alert is about when it names no node out of service: the node whose change
+    # this is, else one of the pool's (an alert's subject names a node).
+    about = changed or min([*memory.in_service, *nodes], default=pool_id)
     changes: list[RiskChange] = []
     writes: list[dict[str, Any]] = []
     for row in rows:
@@ -176,7 +204,7 @@ async def _judge(
         writes.append({"b_id": row.reservation_id, "b_risk": at_risk_json(after)})
         if (before is None) != (after is None):
             named = (after or before).atoms  # type: ignore[union-attr]
-            node_id = next((node_of[a] for a in named if a in node_of), changed)
+            node_id = next((node_of[a] for a in named if a in node_of), about)
             changes.append(
                 RiskChange(row.reservation_id, row.tenant_id, pool_id, node_id, after, before)
             )

@@ -189,3 +189,25 @@ async def _stored_risk(url: str, rid: str) -> dict[str, Any] | None:
             await conn.execute(select(iv.at_risk).where(iv.reservation_id == rid))
         ).scalar_one()
     return cast("dict[str, Any] | None", value)
+
+
+async def test_the_clock_lets_a_reservation_recover_once_its_short_quarter_ends(
+    ledger: Ledger,
+) -> None:
+    rig = await Rig.open(ledger)
+    clock = ReservationClock(ledger, rig.clock, rig.capacity, rig.alerts)
+    pool = await rig.pool(nodes=2, memory_gib=512)
+    body = rig.quarters(0, 768)
+    body["intervals"] += rig.quarters(4, 256)["intervals"]
+    out = await rig.intervals.book(TENANT, body, pool, None)
+    assert isinstance(out, IntervalsBooked)
+    rid = out.reservation.reservation_id
+    await rig.maintenance.set(f"{pool[-6:]}-n0", True, "swap PSU", "ops")
+    assert [k for k, _, _ in _risk_alerts(rig, rid)] == ["reservation.atRisk"]
+
+    rig.clock.advance(HOUR + Q)  # the short quarter has ended; the one left fits in 512
+    await clock.tick()
+
+    assert _risk_alerts(rig, rid)[1:] == [
+        ("reservation.recovered", "recovered from maintenance", TENANT)
+    ]

@@ -131,6 +131,12 @@ async def test_maintenance_and_unreachability_put_pool_memory_at_risk_and_back(
     rows = await _stored_risk(database_url, rid)
     assert rows is not None and rows["reason"] == "unreachable"
     assert sorted(rows["atoms"]) == [f"{n0}:node", f"{n1}:node"]
+    (listed,) = [
+        r
+        for r in await ledger.intervals.page(TENANT, 0, 2**47, None, 10)
+        if r.reservation_id == rid
+    ]
+    assert listed.at_risk is not None and listed.at_risk.reason == "unreachable"
     await rig.maintenance.set(n0, False, "", "ops")
     assert len(_risk_alerts(rig, rid)) == 1  # n0 alone covers 512 of 768: still short
     await _reachable(rig, n1, True)

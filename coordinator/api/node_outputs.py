@@ -139,7 +139,7 @@ class MaintenanceSet(ApiOutput):
     reason: str = Field(description="The maintenance reason recorded (empty when off).")
     changed: bool = Field(description="False when the node already was in that state.")
     reservations_at_risk: Annotated[int, Field(ge=0)] = Field(
-        description="How many live reservations this change put at risk."
+        description="How many live reservations (interval ones included) it put at risk."
     )
 
 

@@ -66,6 +66,18 @@ def _quota(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
     return f"{a.get('tenantId')}: {body.get('resource')} ≤ {body.get('limit')} in {where}"
 
 
+def _shape(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
+    where = f"pool {a['poolId']}" if a.get("poolId") else f"{a['profileId']}@{a['profileVersion']}"
+    counts = " ".join(f"{cls}={n}" for cls, n in a["counts"].items())
+    return f"{where}: expected {counts}" if counts else f"{where}: no expected shape"
+
+
+def _accepted(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
+    if not a["changed"]:
+        return f"{a['nodeId']} was not held ({a['status']}); its shape is accepted as it is"
+    return f"{a['nodeId']} accepted → {a['status']}"
+
+
 _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
     "tenants.create": lambda b, a, _: f"tenant {a['tenantId']} created ({a.get('name')})",
     "apiKeys.create": lambda b, a, _: (
@@ -81,6 +93,8 @@ _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
     ),
     "pools.archive": lambda b, a, _: f"pool {a['name']} archived",
     "nodes.setMaintenance": _maintenance,
+    "nodes.setExpectedShape": _shape,
+    "nodes.acceptShape": _accepted,
     "quotas.set": _quota,
     "reservations.create": _reservation(""),
     "reservations.release": _reservation("→ "),

@@ -294,6 +294,45 @@ def maintenance_cmd(session: Session, node_id: str, off: bool, reason: str) -> N
            {"nodeId": node_id, "maintenance": not off, "reason": reason})  # fmt: skip
 
 
+@cli.command("expected-shape")
+@click.argument("counts", nargs=-1, metavar="CLASS=COUNT...")
+@click.option("-p", "--pool", metavar="POOL_ID", help="for this pool's nodes")
+@click.option("--profile", metavar="ID@VERSION", help="for this host profile version's nodes")
+@output_options
+@pass_session
+def expected_shape_cmd(
+    session: Session, counts: tuple[str, ...], pool: str | None, profile: str | None
+) -> None:
+    """Set the atoms per class expected of a pool's or a profile's nodes, e.g. `gpu=8
+    nic.vf=32` (operator); none clears it. A node with more is held in provisioning
+    until `accept-shape`."""
+    body: dict[str, Any] = {"counts": {}}
+    for item in counts:
+        cls, sep, n = item.partition("=")
+        if not sep or not n.isdigit():
+            raise click.BadParameter(f"{item!r}: expected CLASS=COUNT", param_hint="COUNTS")
+        body["counts"][cls] = int(n)
+    if (pool is None) == (profile is None):
+        raise click.UsageError("give --pool or --profile")
+    if pool is not None:
+        body["poolId"] = pool
+    else:
+        profile_id, sep, version = (profile or "").rpartition("@")
+        if not sep or not version.isdigit():
+            raise click.BadParameter("expected ID@VERSION", param_hint="--profile")
+        body |= {"profileId": profile_id, "profileVersion": int(version)}
+    _write(session, "nodes.setExpectedShape", body)
+
+
+@cli.command("accept-shape")
+@click.argument("node_id", metavar="NODE_ID")
+@output_options
+@pass_session
+def accept_shape_cmd(session: Session, node_id: str) -> None:
+    """Accept a node held for exceeding its expected shape, as it is (operator)."""
+    _write(session, "nodes.acceptShape", {"nodeId": node_id})
+
+
 @cli.command("tenant-create")
 @click.argument("tenant_id", metavar="TENANT_ID")
 @click.option("--name")

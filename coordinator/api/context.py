@@ -16,6 +16,7 @@ from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.reservations import Reservations
+from coordinator.services.shapes import Shapes
 from shared.clock import Clock
 from shared.wire import Alert
 
@@ -49,6 +50,10 @@ class Services:
     @property
     def maintenance(self) -> Maintenance:
         return Maintenance(self.ledger, self.clock, self.alerts, self.capacity)
+
+    @property
+    def shapes(self) -> Shapes:
+        return Shapes(self.ledger, self.clock, self.alerts, self.capacity)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ class MaintenanceFlag(ApiOutput):
 
 class ProvisioningFlag(ApiOutput):
     value: bool = Field(description="Whether the node is still provisioning.")
+    reason: str = Field(
+        description="Why the coordinator holds it there (an expected shape exceeded), or empty."
+    )
 
 
 class NodeFlags(ApiOutput):
@@ -137,5 +140,25 @@ class MaintenanceSet(ApiOutput):
     reason: str = Field(description="The maintenance reason recorded (empty when off).")
     changed: bool = Field(description="False when the node already was in that state.")
     reservations_at_risk: Annotated[int, Field(ge=0)] = Field(
-        description="How many live reservations this change put at risk."
+        description="How many live reservations (interval ones included) it put at risk."
     )
+
+
+class ExpectedShapeSet(ApiOutput):
+    """The expected shape as set (empty counts: cleared)."""
+
+    pool_id: PoolId | None = Field(description="The pool it is for (null: a profile's).")
+    profile_id: str | None = Field(description="The host profile it is for (null: a pool's).")
+    profile_version: int | None = Field(description="That profile's version.")
+    counts: dict[str, int] = Field(description="Atoms expected per class.")
+    updated_at: EpochMs = Field(description="When it was set.")
+
+
+class ShapeAccepted(ApiOutput):
+    """The answer to `nodes.acceptShape` (`nodes.get` has the whole node)."""
+
+    node_id: str = Field(description="The node.")
+    pool_id: PoolId = Field(description="Its pool.")
+    status: NodeStatus = Field(description="One word: its bucket, or ready/degraded.")
+    provisioning: bool = Field(description="Its provisioning flag now (the agent's own).")
+    changed: bool = Field(description="False when it was not held.")

@@ -69,6 +69,38 @@ class MaintenanceInput(ApiInput):
         return self
 
 
+ProfileId = Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
+
+
+class ExpectedShapeInput(ApiInput):
+    pool_id: PoolId | None = Field(
+        default=None, description="The pool whose nodes it is for (or give a profile)."
+    )
+    profile_id: ProfileId | None = Field(
+        default=None, description="The host profile it is for (with profileVersion)."
+    )
+    profile_version: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="That profile's version."
+    )
+    counts: dict[AtomClass, Annotated[int, Field(ge=0, le=100_000)]] = Field(
+        description="Atoms expected per class; a node with more is held. Empty: clear it.",
+        examples=[{"gpu": 8, "nic.vf": 32}],
+    )
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> ExpectedShapeInput:
+        by_profile = self.profile_id is not None or self.profile_version is not None
+        if (self.pool_id is None) == (not by_profile):
+            raise ValueError("give either poolId or profileId with profileVersion")
+        if by_profile and (self.profile_id is None or self.profile_version is None):
+            raise ValueError("profileId and profileVersion go together")
+        return self
+
+
+class ShapeAcceptInput(ApiInput):
+    node_id: NodeId = Field(description="The node held for exceeding its expected shape.")
+
+
 def shown_by(by: str, operator: bool) -> str:
     """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
     tenants only that it was the operator — a key id is not theirs to know."""
@@ -100,7 +132,7 @@ def node_out(
                 "by": shown_by(node.maintenance_by, operator),
                 "since": node.maintenance_since,
             },
-            "provisioning": {"value": s.provisioning},
+            "provisioning": {"value": s.provisioning, "reason": node.shape_hold},
         },
         "lastSeen": node.last_seen,
         "intervalMs": node.interval_ms,
@@ -251,4 +283,51 @@ async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dic
         "reason": node.maintenance_reason,
         "changed": out.changed,
         "reservationsAtRisk": out.reservations_at_risk,
+    }
+
+
+@REGISTRY.method(
+    "nodes.setExpectedShape", kind="write", permission="platform:admin", scope="platform",
+    input=ExpectedShapeInput, output=out.ExpectedShapeSet, phase="v0.3",
+)  # fmt: skip
+async def nodes_set_expected_shape(ctx: CallContext, body: ExpectedShapeInput) -> dict[str, Any]:
+    """Set the atom counts per class expected of a pool's nodes or of a host profile
+    version's (operator); empty counts clear it. A node with more than a shape that
+    applies to it is held in provisioning, with the reason, until accepted
+    (`nodes.acceptShape`): judged at once by its last inventory, and at each one."""
+    by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
+    profile = (
+        (body.profile_id, body.profile_version)
+        if body.profile_id is not None and body.profile_version is not None
+        else None
+    )
+    counts = {str(cls): n for cls, n in body.counts.items()}
+    shape = await ctx.services.shapes.expect(body.pool_id, profile, counts, by)
+    return {
+        "poolId": shape.pool_id or None,
+        "profileId": shape.profile_id or None,
+        "profileVersion": shape.profile_version or None,
+        "counts": dict(shape.counts),
+        "updatedAt": shape.updated_at,
+    }
+
+
+@REGISTRY.method(
+    "nodes.acceptShape", kind="write", permission="platform:admin", scope="platform",
+    input=ShapeAcceptInput, output=out.ShapeAccepted, phase="v0.3",
+)  # fmt: skip
+async def nodes_accept_shape(ctx: CallContext, body: ShapeAcceptInput) -> dict[str, Any]:
+    """Accept a node's inventory as it is (operator): its atom counts are recorded as
+    accepted and a hold for exceeding an expected shape ends. A later inventory with
+    more than was accepted is held again."""
+    by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
+    changes = await ctx.services.shapes.accept(body.node_id, by)
+    node = await ctx.ledger.catalog.node(body.node_id, with_atoms=False)
+    assert node is not None
+    return {
+        "nodeId": node.node_id,
+        "poolId": node.pool_id,
+        "status": node_status(node.state),
+        "provisioning": node.state.provisioning,
+        "changed": bool(changes.transitions),
     }

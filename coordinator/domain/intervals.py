@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from coordinator.domain.reservation import AtRisk
+
 INTERVAL_MS = 15 * 60 * 1000
 LEAD_MS = 30 * 60 * 1000
 GRAIN_GB = 4
@@ -39,6 +41,9 @@ class IntervalReservation:
     pool_id: str
     created_at: int
     intervals: tuple[Interval, ...]
+    # While the pool has promised more memory than it has in service in a quarter this
+    # holds (`pool_memory`); the seed's bodies do not show it, alerts and the ledger do.
+    at_risk: AtRisk | None = None
 
 
 @dataclass(frozen=True, slots=True)

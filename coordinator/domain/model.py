@@ -190,6 +190,8 @@ class NodeRecord:
     memory_gib: int
     hugepages_1gi: int
     atoms: tuple[AtomRecord, ...] = ()
+    # Why the coordinator holds it in provisioning (an expected shape exceeded), or "".
+    shape_hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

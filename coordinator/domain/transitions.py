@@ -74,6 +74,9 @@ class NodeFlags:
     pending_pool: str | None = None
     # Device → the ids of its current atoms (its form: whole, MIG layout, slots, VFs).
     forms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Why the node is held in provisioning for exceeding an expected shape ("": it is
+    # not); see `shapes`. `provisioning` includes the hold.
+    shape_hold: str = ""
 
     def device(self, device_id: str) -> DeviceFlags:
         return self.devices.get(device_id, HEALTHY_DEVICE)
@@ -226,9 +229,11 @@ class MaintenanceChanged:
 @dataclass(frozen=True, slots=True)
 class ProvisioningChanged:
     provisioning: bool
+    # Why, when the coordinator holds it (an expected shape exceeded); "" when the agent
+    # says so.
+    reason: str = ""
     by: ClassVar[str] = COORDINATOR
     device_id: ClassVar[str | None] = None
-    reason: ClassVar[str] = ""
 
     @property
     def kind(self) -> AlertKind:
@@ -350,7 +355,7 @@ def node_transitions(
         reason = cause.reason or after.maintenance_reason
         out.append(MaintenanceChanged(after.maintenance, reason, cause.by))
     if before.provisioning != after.provisioning:
-        out.append(ProvisioningChanged(after.provisioning))
+        out.append(ProvisioningChanged(after.provisioning, after.shape_hold))
     if before.health != after.health:
         out.append(HealthChanged(after.health, after.health_reasons))
     for device_id in sorted(after.devices):

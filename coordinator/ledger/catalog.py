@@ -49,6 +49,7 @@ def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
         memory_gib=row.memory_gib,
         hugepages_1gi=row.hugepages_1gi,
         atoms=atoms,
+        shape_hold=row.shape_hold or "",
     )
 
 

@@ -18,11 +18,13 @@ from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
+from coordinator.ledger.pool_memory import PoolMemoryRisk
 from coordinator.ledger.pools import PoolRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
 from coordinator.ledger.reservations import ReservationRepo
 from coordinator.ledger.rollups import read_rollup, rebuild_pool
+from coordinator.ledger.shapes import ShapeRepo
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
@@ -45,6 +47,8 @@ class Ledger:
         self.listing = ReservationListing(db)
         self.usage = UsageRepo(db)
         self.outbox = OutboxRepo(db)
+        self.shapes = ShapeRepo(db)
+        self.pool_memory = PoolMemoryRisk(db)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = "") -> Ledger:

@@ -28,6 +28,7 @@ from coordinator.domain.model import Quota
 from coordinator.ledger import quotas, schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.quotas import TenantLocks
+from coordinator.ledger.risk import at_risk_from_json
 from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import bump
 
@@ -128,6 +129,7 @@ class IntervalRepo:
                     tuple(
                         Interval(i["startsAt"], i["endsAt"], i["capacityGb"]) for i in row.intervals
                     ),
+                    at_risk_from_json(row.at_risk),
                 )
                 for row in rows.all()
             ]

@@ -16,6 +16,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain import shapes
 from coordinator.domain.model import AtomView, NodeState, NodeView
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -25,7 +26,7 @@ from coordinator.domain.transitions import (
     forms_of,
 )
 from coordinator.errors import Conflict, CoordinatorError, NotFound
-from coordinator.ledger import schema
+from coordinator.ledger import pool_memory, schema
 from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.outbox import OutboxWriter
@@ -92,6 +93,7 @@ class NodeWriter:
         # Reservations that became at risk or recovered; set once the change settles.
         self.risks: list[RiskChange] = []
         self._pools: dict[str, bool] = {}
+        self._shapes: dict[tuple[str, str, int], list[dict[str, int]]] = {}
         # Rows of the registered new nodes, written by `flush`.
         self._new_nodes: list[dict[str, object]] = []
         self._new_atoms: list[dict[str, object]] = []
@@ -153,6 +155,7 @@ class NodeWriter:
                 "maintenance_reason": after.maintenance_reason,
                 "maintenance_by": after.maintenance_by,
                 "maintenance_since": now if after.maintenance else None,
+                "shape_hold": after.shape_hold or None,
                 "created_at": now,
             }
         )
@@ -235,7 +238,8 @@ class NodeWriter:
             await lock_pool(self._conn, pool_id)
 
     async def holds_bookings(self, node_id: str) -> bool:
-        """Has the node a live or future booking (of an atom or of its resources)?"""
+        """Has the node a live or future booking (of an atom or of its resources), or
+        does its pool's pool-wide memory (interval reservations) still need it?"""
         for table in (schema.bookings, schema.scalar_bookings):
             c = table.c
             found = await self._conn.execute(
@@ -245,7 +249,63 @@ class NodeWriter:
             )
             if found.first() is not None:
                 return True
-        return False
+        pool_id = self._current[node_id].pool_id
+        return await pool_memory.needs_node(self._conn, pool_id, node_id, self._now)
+
+    async def expected_shapes(
+        self, pool_id: str, profile_id: str | None, profile_version: int | None
+    ) -> list[dict[str, int]]:
+        """The expected shapes that apply to a node of `pool_id` running that profile
+        version: the pool's, the profile version's (read once per change set)."""
+        key = (pool_id, profile_id or "", profile_version or 0)
+        found = self._shapes.get(key)
+        if found is None:
+            e = schema.expected_shapes.c
+            wanted = (e.pool_id == pool_id) & (e.profile_id == "")
+            if profile_id:
+                wanted |= (
+                    (e.pool_id == "") & (e.profile_id == profile_id)
+                    & (e.profile_version == (profile_version or 0))
+                )  # fmt: skip
+            rows = await self._conn.execute(select(e.counts).where(wanted))
+            found = self._shapes[key] = [dict(r.counts) for r in rows.all()]
+        return found
+
+    async def accepted_shape(self, node_id: str) -> dict[str, int] | None:
+        """The atom counts an operator accepted for the node (None: never)."""
+        n = schema.nodes.c
+        row = (
+            await self._conn.execute(select(n.accepted_shape).where(n.node_id == node_id))
+        ).first()
+        return dict(row.accepted_shape) if row is not None and row.accepted_shape else None
+
+    async def stored_inventory(self, node_id: str) -> Inventory | None:
+        """The node's last recorded inventory (None: none recorded)."""
+        n = schema.nodes.c
+        row = (await self._conn.execute(select(n.inventory).where(n.node_id == node_id))).one()
+        return msgspec.convert(row.inventory, Inventory) if row.inventory else None
+
+    async def accept_shape(self, node_id: str) -> Inventory | None:
+        """Record the node's stored inventory's atom counts as accepted; returns that
+        inventory."""
+        n = schema.nodes.c
+        inv = await self.stored_inventory(node_id)
+        counts = shapes.counts_of(inv) if inv is not None else {}
+        await self._conn.execute(
+            update(schema.nodes)
+            .where(n.node_id == node_id)
+            .values(accepted_shape=counts, updated_at=self._now)
+        )
+        return inv
+
+    def touched_pools(self) -> dict[str, str]:
+        """poolId → a node of this change set that is or was in it."""
+        out: dict[str, str] = {}
+        for node_id in sorted(set(self.before) | set(self._current)):
+            for flags in (self.before.get(node_id), self._current.get(node_id)):
+                if flags is not None:
+                    out.setdefault(flags.pool_id, node_id)
+        return out
 
     async def put_inventory(self, inv: Inventory, pool_id: str | None = None) -> None:
         """Write what an inventory describes: the node row (a new node starts with a
@@ -366,6 +426,8 @@ class NodeWriter:
             }
         if cur.pending_pool != after.pending_pool:
             values["pending_pool_id"] = after.pending_pool
+        if cur.shape_hold != after.shape_hold:
+            values["shape_hold"] = after.shape_hold or None
         if cur.pool_id != after.pool_id:
             # A pending move done: the node and its atoms join the new pool together.
             values["pool_id"] = after.pool_id

@@ -21,7 +21,7 @@ from coordinator.domain.transitions import (
     DeviceFlags,
     NodeFlags,
 )
-from coordinator.ledger import schema
+from coordinator.ledger import pool_memory, schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
 from coordinator.ledger.node_writer import NodeWriter
@@ -49,7 +49,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     n, a = schema.nodes.c, schema.atoms.c
     columns = (
         n.node_id, n.pool_id, n.reachable, n.health, n.health_reasons, n.provisioning,
-        n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id,
+        n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id, n.shape_hold,
     )  # fmt: skip
     node_rows = (
         await conn.execute(
@@ -82,6 +82,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
             devices=devices[row.node_id],
             pending_pool=row.pending_pool_id,
             forms={d: frozenset(ids) for d, ids in forms[row.node_id].items()},
+            shape_hold=row.shape_hold or "",
         )
         for row in node_rows
     }
@@ -104,9 +105,24 @@ class NodeRepo:
             await changes.flush()
             if changes.changed:
                 await rollup.settle(now, fresh)
-                changes.risks = await refresh_risk(conn, ids, now)
+                risks = await refresh_risk(conn, ids, now)
+                touched = changes.touched_pools()
+                risks += await pool_memory.refresh_risk(conn, touched, touched, now)
+                changes.risks = risks
                 if changes.risks and changes.risk_alerts_of is not None:
                     await changes.write_alerts(changes.risk_alerts_of(changes.risks))
+
+    async def shaped_by(self, pool_id: str, profile: tuple[str, int] | None) -> list[str]:
+        """The nodes an expected shape applies to: a pool's (`profile` None), or those
+        running a profile version."""
+        n = schema.nodes.c
+        if profile is None:
+            cond = n.pool_id == pool_id
+        else:
+            cond = (n.profile_id == profile[0]) & (n.profile_version == profile[1])
+        async with self._db.read() as conn:
+            rows = await conn.execute(select(n.node_id).where(cond).order_by(n.node_id))
+            return list(rows.scalars().all())
 
     async def pending_moves(self) -> list[str]:
         """Nodes held in their pool while a reported pool move waits."""

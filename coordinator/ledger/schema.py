@@ -107,6 +107,10 @@ nodes = Table(
     # it moves when the last of them ends (SPEC §5, pool moves).
     Column("pending_pool_id", String(57), nullable=True),
     Index("ix_nodes_pending_pool", "pending_pool_id"),
+    # r0005: why the node is held in provisioning for exceeding an expected shape (null:
+    # it is not), and the atom counts per class an operator accepted (`domain.shapes`).
+    Column("shape_hold", Text, nullable=True),
+    Column("accepted_shape", JSON, nullable=True),
 )
 
 atoms = Table(
@@ -276,7 +280,23 @@ interval_reservations = Table(
     Column("pool_id", String(57), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("intervals", JSON, nullable=False),
+    # r0005: {reason, since, atoms} while the pool has promised more memory than it has in
+    # service in a quarter this reservation holds (`domain.pool_memory`), else null.
+    Column("at_risk", JSON, nullable=True),
     Index("ix_interval_reservations_tenant", "tenant_id", "created_at", "reservation_id"),
+)
+
+# r0005: expected node shapes (atom counts per class), per pool (profile_id "") or per
+# host profile version (pool_id ""), set by operators (`domain.shapes`).
+expected_shapes = Table(
+    "expected_shapes",
+    metadata,
+    Column("pool_id", String(57), primary_key=True),
+    Column("profile_id", String(128), primary_key=True),
+    Column("profile_version", Integer, primary_key=True),
+    Column("counts", JSON, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("updated_by", String(256), nullable=False),
 )
 
 # v5: per-pool change counters, so an in-memory snapshot can tell it is current with one

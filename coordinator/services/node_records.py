@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
-from coordinator.domain import pool_moves
+from coordinator.domain import pool_moves, shapes
 from coordinator.domain.inventory_truth import UntrueReason, untrue
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -118,9 +118,57 @@ async def _put_inventory(change: NodeWriter, inv: Inventory) -> tuple[str, tuple
     pool_id = membership.pool_id if membership is not None else inv.pool_id
     await change.put_inventory(inv, pool_id)
     after = replace(after_inventory(membership, inv), pool_id=pool_id)
+    after = shapes.judged(after, await _shape_hold(change, inv, pool_id))
     transitions = node_transitions(before, after, hostname=inv.hostname)
     await change.save(inv.node_id, after, transitions)
     return pool_id, tuple(transitions)
+
+
+async def _shape_hold(change: NodeWriter, inv: Inventory, pool_id: str) -> str:
+    """Why the inventory holds its node in provisioning ("" when it does not): more
+    atoms than an expected shape of its pool or profile, beyond what was accepted."""
+    expected = await change.expected_shapes(pool_id, inv.profile_id, inv.profile_version)
+    if not expected:
+        return ""
+    accepted = await change.accepted_shape(inv.node_id) if inv.node_id in change.before else None
+    return shapes.hold_reason(shapes.counts_of(inv), expected, accepted)
+
+
+async def accept_shape(ledger: Ledger, node_id: str, by: str, now: int) -> NodeOutcome:
+    """An operator accepts the node's inventory as it is: its atom counts are recorded
+    as accepted and a hold for exceeding an expected shape ends (NotFound for a node
+    the ledger lacks). A later inventory with more than was accepted is held again."""
+    async with _changing(ledger, [node_id], now) as change:
+        before = change.before.get(node_id)
+        if before is None:
+            raise NotFound(f"node {node_id} not found")
+        inv = await change.accept_shape(node_id)
+        # The agent's own word on provisioning is its last inventory's.
+        agent = inv.provisioning if inv is not None else before.provisioning
+        after = shapes.judged(replace(before, provisioning=agent), "")
+        transitions = node_transitions(before, after, Cause(by, "shape accepted"))
+        await change.save(node_id, after, transitions)
+    return _one(change, node_id, before.pool_id, transitions)
+
+
+async def rejudge_shapes(ledger: Ledger, node_ids: Sequence[str], now: int) -> list[NodeOutcome]:
+    """Judge nodes' last inventories against the expected shapes as they are now (one
+    was set or cleared): held, or let go, without waiting for their next inventory."""
+    out: list[NodeOutcome] = []
+    async with _changing(ledger, node_ids, now) as change:
+        for node_id, before in sorted(change.before.items()):
+            inv = await change.stored_inventory(node_id)
+            if inv is None:
+                continue
+            # A held node's flag is the hold's; the agent's own word is its inventory's.
+            agent = inv.provisioning if before.shape_hold else before.provisioning
+            hold = await _shape_hold(change, inv, before.pool_id)
+            after = shapes.judged(replace(before, provisioning=agent), hold)
+            transitions = node_transitions(before, after)
+            if after != before:
+                await change.save(node_id, after, transitions)
+                out.append(NodeOutcome(node_id, before.pool_id, transitions))
+    return _with_risks(out, change)
 
 
 async def settle_pool_moves(ledger: Ledger, now: int) -> list[NodeOutcome]:
@@ -177,6 +225,7 @@ async def record_inventories(
                 out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, error)
                 continue
             after = after_inventory(None, inv)
+            after = shapes.judged(after, await _shape_hold(change, inv, inv.pool_id))
             transitions = node_transitions(None, after, hostname=inv.hostname)
             change.register(inv, after, transitions)
             out[inv.node_id] = NodeOutcome(inv.node_id, inv.pool_id, transitions)
@@ -204,7 +253,7 @@ async def record_heartbeat(ledger: Ledger, hb: Heartbeat, now: int) -> NodeOutco
         before = change.before.get(hb.node_id)
         if before is None:
             return None
-        after = after_heartbeat(before, hb)
+        after = shapes.judged(after_heartbeat(before, hb), before.shape_hold)
         transitions = node_transitions(before, after)
         if after != before:
             await change.save(hb.node_id, after, transitions)

@@ -1,6 +1,7 @@
 """What the clock does to reservations: leases that ran out expire, noticed spot
 reservations become preempted, pools whose bookings started or ended get their
-allocated/reserved columns refreshed, and nodes held for a pool move whose last booking
+allocated/reserved columns refreshed (and their interval reservations' at-risk flags
+judged again), and nodes held for a pool move whose last booking
 has ended move — with no request in between."""
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class ReservationClock:
             log.info("reservation %s %s", res.reservation_id, res.stored_state)
         pools = await self.ledger.reservations.pools_with_boundaries(self._last, now)
         await self.ledger.reservations.refresh_pools(pools, now)
+        # Pool memory short in a quarter that has ended, or freed by a booking that did.
+        risks = await self.ledger.pool_memory.rejudge(
+            pools, now, lambda changes: alerting.risk_alerts(changes, now)
+        )
+        await alerting.announce(self.alerts, risks)
         self._last = now
         moved = await settle_pool_moves(self.ledger, now)
         for change in moved:

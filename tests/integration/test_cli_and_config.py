@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.app import Coordinator
+from coordinator.services.node_records import record_inventory
+from tests.factories import make_inventory
 
 BIN = Path(sys.executable).parent
 
@@ -124,3 +126,20 @@ def test_agent_without_nvidia_ml_py_exits_two_with_a_message(tmp_path: Path) -> 
         )
         assert out.returncode == 2, out.stderr
         assert "nvidia-ml-py" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_an_operator_sets_a_shape_and_accepts_a_held_node_through_the_cli(
+    coordinator: Coordinator,
+) -> None:
+    c = coordinator
+    await gpufleet(c, "tenant-create", "acme")
+    pool = json.loads((await gpufleet(c, "pool-create", "acme", "east")).stdout)["poolId"]
+    bad = await gpufleet(c, "expected-shape", "gpu=eight", "--pool", pool)
+    assert bad.returncode != 0 and "CLASS=COUNT" in bad.stderr
+    said = await gpufleet(c, "expected-shape", "gpu=8", "nic.vf=32", "--pool", pool, "-o", "table")
+    assert said.stdout.strip() == f"pool {pool}: expected gpu=8 nic.vf=32", said
+    await record_inventory(c.ledger, make_inventory("big", pool, gpus=9), 1)
+    held = json.loads((await gpufleet(c, "call", "nodes.get", '{"nodeId": "big"}')).stdout)
+    assert held["state"]["provisioning"]["reason"].endswith("gpu 9 > 8")
+    accepted = await gpufleet(c, "accept-shape", "big", "-o", "table")
+    assert accepted.stdout.strip() == "big accepted → ready", accepted

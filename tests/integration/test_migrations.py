@@ -39,7 +39,11 @@ TABLES_AT[5] = ALL_TABLES
 # Every revision after the baseline, in order; a numbered database gets them all.
 LATER = ["0002"]
 # Columns later revisions added to the numbered tables (null in adopted rows).
-ADDED = {"nodes": {"pending_pool_id"}, "reservations": {"at_risk"}}
+ADDED = {
+    "nodes": {"pending_pool_id", "shape_hold", "accepted_shape"},
+    "reservations": {"at_risk"},
+    "interval_reservations": {"at_risk"},
+}
 
 
 @pytest.fixture
@@ -416,6 +420,7 @@ async def test_growing_ids_become_64_bit_on_a_filled_database_at_0003(
         async with db.read() as conn:
             before = await conn.run_sync(numbered_ledger.dump, tables)
         monkeypatch.undo()
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0004"))
         assert await db.migrate() == ["0004"]
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, tables)
@@ -426,5 +431,43 @@ async def test_growing_ids_become_64_bit_on_a_filled_database_at_0003(
         async with db.transaction() as conn:
             got = await conn.run_sync(_add_past_2_31)
         assert got == {t: 2**31 + 7 for t, _ in GROWING_IDS}
+    finally:
+        await db.dispose()
+
+
+async def test_0005_adds_memory_risk_and_shapes_to_a_filled_database_at_0004(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interval reservations' at-risk flags and expected node shapes (issue 23): every row
+    kept, the new columns null (nobody at risk, no node held), and the ledger can write
+    what they are for at once."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0004"))
+        assert (await db.migrate())[-1] == "0004"
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        monkeypatch.undo()
+        assert await db.migrate() == ["0005"]
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        for table, added in (
+            ("interval_reservations", {"at_risk"}),
+            ("nodes", {"shape_hold", "accepted_shape"}),
+        ):
+            for row in after[table]:
+                assert {c: row.pop(c) for c in added} == dict.fromkeys(added), table
+        assert after == before
+        async with db.transaction() as conn:
+            await conn.execute(
+                ledger_schema.expected_shapes.insert().values(
+                    pool_id="pool-1", profile_id="", profile_version=0, counts={"gpu": 8},
+                    updated_at=1, updated_by="ops",
+                )
+            )  # fmt: skip
+            await conn.execute(
+                ledger_schema.nodes.update().values(shape_hold="held", accepted_shape={"gpu": 9})
+            )
+            await conn.execute(ledger_schema.interval_reservations.update().values(at_risk=None))
     finally:
         await db.dispose()

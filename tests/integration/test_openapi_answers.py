@@ -125,6 +125,10 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.call("nodes.list", {"tenantId": "acme", "poolId": pool, "limit": 1}, acme)
     await a.call("nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "psu"})
     await a.call("nodes.events", {"tenantId": "acme", "nodeId": "n1"}, acme)
+    await a.call("nodes.setExpectedShape", {"poolId": pool, "counts": {"gpu": 1}})
+    await record_inventory(clocked.ledger, make_inventory("n2", pool, gpus=2), now)
+    await a.call("nodes.get", {"nodeId": "n2"})  # held: a provisioning reason
+    await a.call("nodes.acceptShape", {"nodeId": "n2"})
     await a.call("reservations.release", rid, acme)
     await a.call("usage.report", {"tenantId": "acme"}, acme)
 

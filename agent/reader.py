@@ -472,7 +472,9 @@ class NvmlReader:
                 continue
             info = make()
             try:
-                call(handle, ctypes.byref(info))
+                # A pointer, not byref: the same to the driver, and a simulated NVML reads
+                # the struct through the public `.contents`.
+                call(handle, ctypes.pointer(info))
             except pynvml.NVMLError as exc:
                 _raise_if_lost(exc)
                 if exc.value in older:

@@ -311,13 +311,13 @@ class SimulatedNvml:
     def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
         """Hopper and later GPUs on an NVSwitch board report the Fabric Manager's state
         (completed/success once FM has run; no cluster UUID: not a multi-node fabric)."""
-        self._fabric(handle, getattr(gpuFabricInfo, "_obj", gpuFabricInfo))
+        self._fabric(handle, _struct(gpuFabricInfo))
         return 0
 
     def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, gpuFabricInfo: Any) -> int:
         """The versioned call: a `c_nvmlGpuFabricInfo_v2_t` (adds healthMask) or `_v3_t`
         (adds healthSummary), told apart by its `version` field, like the driver."""
-        info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)
+        info = _struct(gpuFabricInfo)
         version = getattr(info, "version", None)
         if version not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
             raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
@@ -559,3 +559,9 @@ class SimulatedNvml:
         if isinstance(eventSet, _EventSet):
             with self._lock:
                 eventSet.gpus.clear()
+
+
+def _struct(arg: Any) -> Any:
+    """The struct behind a `ctypes.pointer` argument (the reader passes one), or the
+    struct itself."""
+    return getattr(arg, "contents", arg)

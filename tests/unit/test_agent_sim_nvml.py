@@ -145,12 +145,12 @@ def test_fabric_info_v_follows_the_struct_version() -> None:
     nvml = started("h100-sxm-8")
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
-        nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(pynvml.c_nvmlGpuFabricInfo_t()))
+        nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.pointer(pynvml.c_nvmlGpuFabricInfo_t()))
     v2 = pynvml.c_nvmlGpuFabricInfo_v2_t()
-    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(v2))
+    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.pointer(v2))
     assert v2.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED and v2.healthMask != 0
     v3 = pynvml.c_nvmlGpuFabricInfo_v3_t()
-    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(v3))
+    nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.pointer(v3))
     assert v3.healthSummary == pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
 
 

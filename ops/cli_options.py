@@ -32,20 +32,26 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=SettingsModel)
-_GIVEN = "gpufleet.settings-flags"  # ctx.meta: the settings flags given, by field name
+# ctx.meta (shared by a command and its subcommands): the settings flags given, by model,
+# then by field name; `gpufleet --config A alerts forward --config B` reads A for the
+# CLI's settings and B for the forwarder's.
+_GIVEN = "gpufleet.settings-flags"
 
 
-def _keep(dest: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+def _keep(
+    model: type[SettingsModel], dest: str
+) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
         if value is not None and value != ():
-            ctx.meta.setdefault(_GIVEN, {})[dest] = value
+            ctx.meta.setdefault(_GIVEN, {}).setdefault(model, {})[dest] = value
 
     return callback
 
 
-def _option(spec: FlagSpec) -> Callable[[Any], Any]:
+def _option(model: type[SettingsModel], spec: FlagSpec) -> Callable[[Any], Any]:
     kwargs: dict[str, Any] = {
-        "help": spec.help, "default": None, "expose_value": False, "callback": _keep(spec.dest)
+        "help": spec.help, "default": None, "expose_value": False,
+        "callback": _keep(model, spec.dest),
     }  # fmt: skip
     names = list(spec.names)
     if spec.style == "switch":
@@ -69,12 +75,12 @@ def settings_options(
     def decorate(f: Any) -> Any:
         for spec in reversed(list(flag_specs(model))):
             if only is None or spec.dest in only:
-                f = _option(spec)(f)
+                f = _option(model, spec)(f)
         if not config:
             return f
         return click.option(
             "--config", metavar="PATH", help=config_help(model), expose_value=False,
-            callback=_keep("config"),
+            callback=_keep(model, "config"),
         )(f)  # fmt: skip
 
     return decorate
@@ -84,7 +90,7 @@ def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) ->
     """`model`'s settings: the TOML file, then `env`, then the flags given; a bad value is
     a usage error (exit 2) naming the field."""
     try:
-        return from_sources(model, ctx.meta.get(_GIVEN, {}), env)
+        return from_sources(model, ctx.meta.get(_GIVEN, {}).get(model, {}), env)
     except ConfigError as exc:
         raise click.UsageError(f"config error: {exc}") from None
 

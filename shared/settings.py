@@ -41,6 +41,7 @@ __all__ = [
     "build",
     "build_parser",
     "config_help",
+    "env_name",
     "fields",
     "flag_names",
     "flag_specs",
@@ -70,6 +71,8 @@ class Option:
     flag: str | None = None  # default: --field-name
     aliases: tuple[str, ...] = ()  # other spellings of the flag still accepted
     deprecated: tuple[str, ...] = ()  # old key names: file key, GPUFLEET_ name, --flag
+    # The variable when it is not GPUFLEET_<FIELD> (a name deployments already use).
+    env: str | None = None
     metavar: str | None = None
     # Text form of a list or table field: the flag repeats, one item each; the env var
     # holds items joined by `separator`. Items of a table merge key by key.
@@ -288,7 +291,8 @@ def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, An
                 given.setdefault((ENV_PREFIX + field.name).lower(), given.pop(old_key))
     values: dict[str, Any] = {}
     for field in declared:
-        key = (ENV_PREFIX + field.name).lower()
+        name = env_name(field)
+        key = name.lower()
         text = given.get(key)
         try:
             value = _env_value(field, text)
@@ -296,12 +300,17 @@ def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, An
             itemized = field.option.item is not None and text is not None
             nested = {} if itemized else _nested(field.annotation, key + NESTED.lower(), given)
         except ValueError as exc:
-            raise ConfigError(field.name, f"{ENV_PREFIX}{field.name.upper()}: {exc}") from None
+            raise ConfigError(field.name, f"{name}: {exc}") from None
         if nested:
             value = _merge(value, nested) if isinstance(value, dict) else nested
         if value is not None:
             values[field.name] = value
     return {**model.environment_extras(env), **values}
+
+
+def env_name(field: Field) -> str:
+    """The variable that sets a top-level field."""
+    return field.option.env or ENV_PREFIX + field.name.upper()
 
 
 def _env_value(field: Field, text: str | None) -> Any:
@@ -319,10 +328,10 @@ def _nested(annotation: Any, prefix: str, given: Mapping[str, str]) -> dict[str,
     if not _is_table(kind) and get_origin(kind) is not dict and kind is not dict:
         return {}
     out: dict[str, Any] = {}
-    for env_name, text in given.items():
-        if not env_name.startswith(prefix):
+    for variable, text in given.items():
+        if not variable.startswith(prefix):
             continue
-        *keys, last = env_name[len(prefix) :].split(NESTED.lower())
+        *keys, last = variable[len(prefix) :].split(NESTED.lower())
         table, target = out, kind
         for key in keys:
             target = _field_type(target, key)
@@ -402,7 +411,7 @@ def flag_specs(model: type[SettingsModel]) -> Iterator[FlagSpec]:
             continue
         option = field.option
         names = tuple(flag_names(field.name, option))
-        help_text = field.description + f" (env {ENV_PREFIX}{field.name.upper()})"
+        help_text = field.description + f" (env {env_name(field)})"
         if option.item is not None:
             yield FlagSpec(
                 field.name, names, help_text, "repeat", metavar=option.metavar or "VALUE"
@@ -451,9 +460,9 @@ def flag_names(name: str, option: Option) -> list[str]:
 def markdown_table(model: type[SettingsModel]) -> str:
     """The settings table in the docs: key in the file, flag, env var, default, meaning."""
     rows = ["| setting (file) | flag | env | default | description |", "|---|---|---|---|---|"]
-    for key, env_name, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
+    for key, env_text, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
         flag_text = ", ".join(f"`{f}`" for f in flags) or "—"
-        rows.append(f"| `{key}` | {flag_text} | {env_name} | {default} | {text} |")
+        rows.append(f"| `{key}` | {flag_text} | {env_text} | {default} | {text} |")
     return "\n".join(rows)
 
 
@@ -472,9 +481,11 @@ def _doc_rows(
     for field in fields(model):
         option = field.option
         kind = _kind(field.annotation)
-        env_name = env_prefix + field.name.upper()
+        variable = env_prefix + field.name.upper()
+        if not prefix:
+            variable = env_name(field)
         if _is_table(kind):
-            yield from _doc_rows(kind, f"{prefix}{field.name}.", env_name + NESTED)
+            yield from _doc_rows(kind, f"{prefix}{field.name}.", variable + NESTED)
             continue
         flags = [] if prefix else flag_names(field.name, option)
         if option.item is not None and flags:
@@ -482,10 +493,10 @@ def _doc_rows(
         text = field.description.replace("|", "\\|")
         if option.deprecated:
             text += f"; the old name `{'`, `'.join(option.deprecated)}` is still accepted"
-        env_text = f"`{env_name}`"
+        env_text = f"`{variable}`"
         if option.item is not None:
             metavar = option.metavar or "VALUE"
-            env_text = f"`{env_name}={metavar}{option.separator}…`"
+            env_text = f"`{variable}={metavar}{option.separator}…`"
         yield prefix + field.name, env_text, flags, _default_doc(field), text
 
 

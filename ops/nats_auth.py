@@ -35,7 +35,6 @@ Everything above the "files" section is pure: nodes in, text out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -45,6 +44,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
+
+import click
 
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.subjects import DEFAULT_PREFIX, Subjects
@@ -624,64 +625,99 @@ def write_bundle(out_dir: Path, bundle: AuthBundle) -> None:
             stale.unlink()
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="output directory (keep it secret)")
-    p.add_argument(
-        "--nodes",
-        action="append",
-        type=Path,
-        default=[],
-        help='JSON: [{"poolId", "nodeId"}] or `ansible-inventory --list` output',
-    )
-    p.add_argument("--node", action="append", default=[], metavar="POOL_ID:NODE_ID")
-    p.add_argument("--group", default=ANSIBLE_AGENT_GROUP, help="agent group in the inventory")
-    p.add_argument("--reader", action="append", default=[], help="a read-only alerts user")
-    p.add_argument(
-        "--forwarder",
-        action="append",
-        default=[],
-        metavar="DURABLE",
-        help="an alert forwarder's user (forwarder:DURABLE), owning that durable consumer"
-        f" (the forwarder's default: {DEFAULT_FORWARDER_DURABLE})",
-    )
-    p.add_argument("--subject-prefix", default=DEFAULT_PREFIX)
-    p.add_argument("--rotate", action="append", default=[], metavar="USER|all")
-    p.add_argument("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST)
-    p.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        help="host:port nats-server listens on (a cluster's: --server); anything but"
-        " loopback needs --tls-cert/key",
-    )
-    p.add_argument("--tls-cert", help="the server's certificate (path on the NATS host)")
-    p.add_argument("--tls-key", help="the server's private key (path on the NATS host)")
-    p.add_argument(
-        "--tls-ca",
-        help="CA for client certificates and a cluster's routes (path on the NATS host)",
-    )
-    p.add_argument(
-        "--tls-verify", action="store_true", help="require client certificates from --tls-ca"
-    )
-    p.add_argument(
-        "--store-dir",
-        default="/var/lib/nats/jetstream",
-        help="JetStream store (a cluster's servers: STORE_DIR/SERVER_NAME)",
-    )
-    p.add_argument(
-        "--cluster",
-        metavar="NAME",
-        help="write a JetStream cluster's configs, nats-server-SERVER_NAME.conf, one per --server",
-    )
-    p.add_argument(
-        "--server",
-        action="append",
-        default=[],
-        metavar="SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT",
-        help="a server of --cluster: where clients and where routes connect (repeat per server)",
-    )
+@click.command(
+    "nats-auth", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="output directory (keep it secret)",
+)
+@click.option(
+    "--nodes",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help='JSON: [{"poolId", "nodeId"}] or `ansible-inventory --list` output (repeat)',
+)
+@click.option("--node", multiple=True, metavar="POOL_ID:NODE_ID", help="an agent (repeat)")
+@click.option(
+    "--group", default=ANSIBLE_AGENT_GROUP, show_default=True, help="agent group in the inventory"
+)
+@click.option("--reader", multiple=True, metavar="NAME", help="a read-only alerts user (repeat)")
+@click.option(
+    "--forwarder",
+    multiple=True,
+    metavar="DURABLE",
+    help="an alert forwarder's user (forwarder:DURABLE), owning that durable consumer"
+    f" (the forwarder's default: {DEFAULT_FORWARDER_DURABLE}; repeat)",
+)
+@click.option("--subject-prefix", default=DEFAULT_PREFIX, show_default=True)
+@click.option(
+    "--rotate", multiple=True, metavar="USER|all", help="new password for this user (repeat)"
+)
+@click.option("--bcrypt-cost", type=int, default=DEFAULT_BCRYPT_COST, show_default=True)
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="host:port nats-server listens on (a cluster's: --server); anything but"
+    " loopback needs --tls-cert/key",
+)
+@click.option("--tls-cert", help="the server's certificate (path on the NATS host)")
+@click.option("--tls-key", help="the server's private key (path on the NATS host)")
+@click.option(
+    "--tls-ca", help="CA for client certificates and a cluster's routes (path on the NATS host)"
+)
+@click.option("--tls-verify", is_flag=True, help="require client certificates from --tls-ca")
+@click.option(
+    "--store-dir",
+    default="/var/lib/nats/jetstream",
+    show_default=True,
+    help="JetStream store (a cluster's servers: STORE_DIR/SERVER_NAME)",
+)
+@click.option(
+    "--cluster",
+    metavar="NAME",
+    help="write a JetStream cluster's configs, nats-server-SERVER_NAME.conf, one per --server",
+)
+@click.option(
+    "--server", multiple=True, metavar="SERVER_NAME=CLIENT_HOST:PORT,CLUSTER_HOST:PORT",
+    help="a server of --cluster: where clients and where routes connect (repeat per server)",
+)  # fmt: skip
+def nats_auth_cmd(**flags: Any) -> None:
+    """NATS server config and per-agent credentials for a fleet (offline). Exit 2 when
+    the input is wrong."""
+    code = generate(NatsAuthArgs(**flags))
+    if code:
+        raise SystemExit(code)
 
 
-def command(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class NatsAuthArgs:
+    """The flags of `gpufleet nats-auth`."""
+
+    out: Path
+    nodes: tuple[Path, ...] = ()
+    node: tuple[str, ...] = ()
+    group: str = ANSIBLE_AGENT_GROUP
+    reader: tuple[str, ...] = ()
+    forwarder: tuple[str, ...] = ()
+    subject_prefix: str = DEFAULT_PREFIX
+    rotate: tuple[str, ...] = ()
+    bcrypt_cost: int = DEFAULT_BCRYPT_COST
+    listen: str = DEFAULT_LISTEN
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_verify: bool = False
+    store_dir: str = "/var/lib/nats/jetstream"
+    cluster: str | None = None
+    server: tuple[str, ...] = ()
+
+
+def generate(args: NatsAuthArgs) -> int:
     # Imported here: the bus imports this module (for the credentials format).
     from coordinator.bus.alerts import stream_name
 

@@ -6,15 +6,17 @@ their bounds and description in `msgspec.Meta`, and how they look outside the mo
 (flags > `GPUFLEET_*` env > the TOML file named by `--config` or `GPUFLEET_CONFIG` >
 defaults), the command line generated from the fields (name, type, help, choices),
 errors that name the field (`ConfigError`, the one error of a bad setting), and the
-markdown table the docs carry. Nothing here reads the process environment: `main`
-passes it in. The one I/O is reading the config file the caller names.
+markdown table the docs carry. The command line is click's, for the daemons as for
+`gpufleet`: `settings_options` adds the flags to a command, `load` parses a daemon's.
+Nothing here reads the process environment: `main` passes it in. The one I/O is
+reading the config file the caller names.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
+import sys
 import tomllib
 import types
 import typing
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
+import click
 import msgspec
 
 ENV_PREFIX = "GPUFLEET_"
@@ -39,15 +42,18 @@ __all__ = [
     "Option",
     "SettingsModel",
     "build",
-    "build_parser",
+    "command",
     "config_help",
     "env_name",
     "fields",
     "flag_names",
     "flag_specs",
     "from_sources",
+    "given_flags",
     "load",
     "markdown_table",
+    "parse_flags",
+    "settings_options",
     "with_table",
 ]
 
@@ -153,11 +159,10 @@ def load(
     env: Mapping[str, str],
     defaults: Mapping[str, Any] | None = None,
 ) -> M:
-    """The settings for this process. Bad flags exit 2 (argparse); bad values raise
-    ConfigError naming the field. `defaults` sit below every source (a one-shot command
-    may fill in what only the daemon needs)."""
-    args = vars(build_parser(model).parse_args(argv))
-    return from_sources(model, args, env, defaults)
+    """The settings for this process. Bad flags exit 2 and `-h` prints the help (click);
+    bad values raise ConfigError naming the field. `defaults` sit below every source (a
+    one-shot command may fill in what only the daemon needs)."""
+    return from_sources(model, parse_flags(model, argv), env, defaults)
 
 
 def from_sources(
@@ -166,8 +171,8 @@ def from_sources(
     env: Mapping[str, str],
     defaults: Mapping[str, Any] | None = None,
 ) -> M:
-    """The settings from flags already parsed (by argparse here, by click for `gpufleet`):
-    `flags` holds the given ones by field name, and `config` for the file."""
+    """The settings from flags already parsed (`parse_flags`, `given_flags`): `flags`
+    holds the given ones by field name, and `config` for the file."""
     args = dict(flags)
     config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
@@ -388,8 +393,8 @@ def from_flags(model: type[SettingsModel], args: Mapping[str, Any]) -> dict[str,
 
 @dataclass(frozen=True)
 class FlagSpec:
-    """The command-line flag of one field, for whichever parser builds it (argparse here,
-    click for `gpufleet`): `switch` is --x/--no-x, `repeat` takes one item each time."""
+    """The command-line flag of one field: `switch` is --x/--no-x, `repeat` takes one item
+    each time."""
 
     dest: str
     names: tuple[str, ...]
@@ -430,25 +435,98 @@ def config_help(model: type[SettingsModel]) -> str:
     return f"TOML settings file{table}; env {model.config_env}"
 
 
-def build_parser(model: type[SettingsModel]) -> argparse.ArgumentParser:
-    """The flags of `flag_specs`; unset flags are absent from the namespace, so they never
-    hide an env or file value."""
-    parser = argparse.ArgumentParser(
-        prog=model.prog, description=model.summary, argument_default=argparse.SUPPRESS
+# click's ctx.meta (shared by a command and its subcommands): the settings flags given, by
+# model, then by field name; `gpufleet --config A alerts forward --config B` reads A for
+# the CLI's settings and B for the forwarder's.
+_GIVEN = "gpufleet.settings-flags"
+HELP_OPTIONS = ("-h", "--help")
+
+
+def _keep(
+    model: type[SettingsModel], dest: str
+) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
+        if value is not None and value != ():
+            ctx.meta.setdefault(_GIVEN, {}).setdefault(model, {})[dest] = value
+
+    return callback
+
+
+def _option_args(model: type[SettingsModel], spec: FlagSpec) -> tuple[list[str], dict[str, Any]]:
+    names = list(spec.names)
+    kwargs: dict[str, Any] = {
+        "help": spec.help, "default": None, "expose_value": False,
+        "callback": _keep(model, spec.dest),
+    }  # fmt: skip
+    if spec.style == "switch":
+        names = [f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:]]
+    elif spec.style == "repeat":
+        kwargs |= {"multiple": True, "metavar": spec.metavar}
+    elif spec.style == "choice":
+        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
+    else:
+        kwargs["metavar"] = spec.metavar
+    return names, kwargs
+
+
+def _options_args(
+    model: type[SettingsModel], only: tuple[str, ...] | None, config: bool
+) -> list[tuple[list[str], dict[str, Any]]]:
+    """(names, keywords) of each click option, in the order `--help` lists them."""
+    out = [_option_args(model, s) for s in flag_specs(model) if only is None or s.dest in only]
+    if config:
+        config_kwargs: dict[str, Any] = {
+            "metavar": "PATH", "help": config_help(model), "expose_value": False,
+            "callback": _keep(model, "config"),
+        }  # fmt: skip
+        out.insert(0, (["--config"], config_kwargs))
+    return out
+
+
+def settings_options(
+    model: type[SettingsModel], only: tuple[str, ...] | None = None, config: bool = True
+) -> Callable[[Any], Any]:
+    """A decorator adding the flags of `model` (those named in `only`) and `--config` to
+    a click command; unset flags are not recorded, so they never hide an env or file
+    value (`given_flags` has the ones given)."""
+
+    def decorate(f: Any) -> Any:
+        for names, kwargs in reversed(_options_args(model, only, config)):
+            f = click.option(*names, **kwargs)(f)
+        return f
+
+    return decorate
+
+
+def given_flags(ctx: click.Context, model: type[SettingsModel]) -> dict[str, Any]:
+    """The flags of `model` given on this command line, by field name (and `config`)."""
+    given: dict[Any, dict[str, Any]] = ctx.meta.get(_GIVEN, {})
+    return dict(given.get(model, {}))
+
+
+def command(model: type[SettingsModel]) -> click.Command:
+    """The daemon's command: its flags, `-h`, and nothing to run (`parse_flags`)."""
+    return click.Command(
+        model.prog,
+        params=[click.Option(n, **k) for n, k in _options_args(model, None, config=True)],
+        help=model.summary,
+        context_settings={"help_option_names": list(HELP_OPTIONS), "max_content_width": 100},
     )
-    parser.add_argument("--config", metavar="PATH", help=config_help(model))
-    for spec in flag_specs(model):
-        kwargs: dict[str, Any] = {"dest": spec.dest, "help": spec.help}
-        if spec.style == "repeat":
-            kwargs |= {"action": "append", "metavar": spec.metavar}
-        elif spec.style == "switch":
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif spec.style == "choice":
-            kwargs |= {"choices": spec.choices, "type": spec.pick}
-        else:
-            kwargs["metavar"] = spec.metavar
-        parser.add_argument(*spec.names, **kwargs)
-    return parser
+
+
+def parse_flags(model: type[SettingsModel], argv: Sequence[str] | None) -> dict[str, Any]:
+    """The flags given in `argv` (default: the process's), by field name. `-h` prints the
+    help and exits 0; a flag that does not parse exits 2 with click's usage message."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cmd = command(model)
+    try:
+        with cmd.make_context(model.prog, args) as ctx:
+            return given_flags(ctx, model)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
 
 
 def flag_names(name: str, option: Option) -> list[str]:

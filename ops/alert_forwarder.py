@@ -16,16 +16,12 @@ Which conditions are firing is rebuilt at start from the stream's history.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -39,6 +35,7 @@ from coordinator.bus.alerts import stream_name
 from ops.forwarder.conditions import Conditions
 from ops.forwarder.payloads import webhook_payload
 from ops.forwarder.redact import log, redact
+from ops.forwarder.settings import ForwarderSettings
 from ops.forwarder.source import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.forwarder.targets import (
     AlertmanagerTarget,
@@ -50,49 +47,21 @@ from ops.forwarder.targets import (
 )
 from shared.credentials import CredentialsError, connect_options
 from shared.nats_servers import split_servers
+from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.systemd import sd_notify
 from shared.wire import Alert
 
 
-class ConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class ForwarderSettings:
-    nats_url: str = "nats://127.0.0.1:4222"
-    nats_credentials: str | None = None
-    subject_prefix: str = "gpufleet"
-    durable: str = "alert-forwarder"
-    alertmanager: tuple[str, ...] = ()
-    webhooks: tuple[str, ...] = ()
-    batch: int = 100
-    http_timeout_s: float = 10.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 60.0
-    event_ttl_s: float = 3600.0
-    # Firing conditions are re-sent to Alertmanager this often, each with endsAt 4
-    # intervals ahead (Prometheus' resend delay and rule).
-    resend_interval_s: float = 60.0
-    # Alerts one target may hold while it cannot deliver; beyond, the oldest is dropped.
-    max_queue: int = 500
-    # How long one pull waits for new alerts.
-    fetch_wait_s: float = 1.0
-    # Extra labels on every Alertmanager alert (say, cluster="eu-1").
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
 class AlertForwarder:
     def __init__(self, settings: ForwarderSettings) -> None:
-        if not settings.alertmanager and not settings.webhooks:
-            raise ConfigError("no target: give --alertmanager and/or --webhook")
+        settings.check()  # also for settings built in code, which `load` did not check
         self.s = settings
         try:
             # A cluster's seeds, as the coordinator takes them: any live one will do.
             self._servers = split_servers(settings.nats_url)
         except ValueError as exc:
-            raise ConfigError(f"nats_url: {exc}") from None
+            raise ConfigError("nats_url", str(exc)) from None
         self.subjects = Subjects(settings.subject_prefix)
         self.conditions = Conditions(
             labels=dict(settings.labels), event_ttl_ms=int(settings.event_ttl_s * 1000)
@@ -246,92 +215,12 @@ class AlertForwarder:
             log.warning("acknowledging %s failed (%s); it will come again", msg.subject, exc)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="alerts_command", required=True)
-    fwd = sub.add_parser("forward", help="deliver the alert stream to Alertmanager/webhooks")
-    fwd.add_argument("--config", help="TOML file ([alerts] table; env GPUFLEET_ALERTS_CONFIG)")
-    fwd.add_argument("--nats-url", help="env GPUFLEET_NATS_URL")
-    fwd.add_argument("--nats-credentials", help="credentials file (env GPUFLEET_NATS_CREDENTIALS)")
-    fwd.add_argument("--subject-prefix", help="env GPUFLEET_SUBJECT_PREFIX")
-    fwd.add_argument("--durable", help="consumer name (default alert-forwarder)")
-    fwd.add_argument(
-        "--alertmanager", action="append",
-        help="Alertmanager base URL, repeatable (env GPUFLEET_ALERTMANAGER_URLS, comma-separated)",
-    )  # fmt: skip
-    fwd.add_argument(
-        "--webhook", action="append",
-        help="webhook URL, repeatable (env GPUFLEET_ALERT_WEBHOOKS, comma-separated)",
-    )  # fmt: skip
-    fwd.add_argument("--log-level", default=None)
-
-
-def _urls(value: Any, where: str) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(u, str) for u in items):
-        raise ConfigError(f"{where}: a list of URLs")
-    urls = tuple(u.strip() for u in items if u.strip())
-    for u in urls:
-        if not u.startswith(("http://", "https://")):
-            raise ConfigError(f"{where}: {u!r} is not an http(s) URL")
-    return urls
-
-
-_TOML_KEYS = {
-    "nats_url", "nats_credentials", "subject_prefix", "durable", "alertmanager", "webhooks",
-    "batch", "http_timeout_s", "backoff_initial_s", "backoff_max_s", "event_ttl_s",
-    "resend_interval_s", "max_queue", "fetch_wait_s", "labels", "log_level",
-}  # fmt: skip
-
-
-def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> ForwarderSettings:
-    """Flags win over GPUFLEET_* variables, which win over the TOML file."""
-    data: dict[str, Any] = {}
-    path = args.config or env.get("GPUFLEET_ALERTS_CONFIG")
-    if path:
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        data = dict(doc.get("alerts", doc))
-        unknown = set(data) - _TOML_KEYS
-        if unknown:
-            raise ConfigError(f"{path}: unknown keys {sorted(unknown)}")
-    for key, var in (
-        ("nats_url", "GPUFLEET_NATS_URL"),
-        ("nats_credentials", "GPUFLEET_NATS_CREDENTIALS"),
-        ("subject_prefix", "GPUFLEET_SUBJECT_PREFIX"),
-        ("alertmanager", "GPUFLEET_ALERTMANAGER_URLS"),
-        ("webhooks", "GPUFLEET_ALERT_WEBHOOKS"),
-    ):
-        if env.get(var):
-            data[key] = env[var]
-    for key, flag in (
-        ("nats_url", args.nats_url), ("nats_credentials", args.nats_credentials),
-        ("subject_prefix", args.subject_prefix), ("durable", args.durable),
-        ("alertmanager", args.alertmanager), ("webhooks", args.webhook),
-    ):  # fmt: skip
-        if flag:
-            data[key] = flag
-    data.pop("log_level", None)
-    s = ForwarderSettings()
-    try:
-        for name in ("alertmanager", "webhooks"):
-            if name in data:
-                data[name] = _urls(data[name], name)
-        return replace(s, **data)
-    except TypeError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
-    env = os.environ if env is None else env
+def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
+    """Forward until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
     logging.basicConfig(
-        level=(args.log_level or "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        settings = settings_from(args, env)
         forwarder = AlertForwarder(settings)
     except (ConfigError, CredentialsError, OSError) as exc:
         print(f"gpufleet alerts: {redact(str(exc))}", file=sys.stderr)
@@ -357,9 +246,11 @@ async def _serve(forwarder: AlertForwarder, notify_socket: str | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gpufleet-alerts", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return command(p.parse_args(argv))
+    """`gpufleet-alerts`; click exits with the command's status."""
+    from ops.forwarder.command import alerts_cli
+
+    alerts_cli.main(argv, prog_name="gpufleet-alerts")
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ URL, the code and the failing field; exit 1 (API or connection), 2 (usage).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import secrets
@@ -35,6 +34,8 @@ from ops.cli_options import (
 from ops.cli_settings import CliSettings
 from ops.client import ApiError, ClientError, Unreachable
 from ops.flags import parse_when
+from ops.forwarder.command import forward_cmd
+from ops.nats_auth import nats_auth_cmd
 from ops.session import Session
 from shared.ids import CROCKFORD
 from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
@@ -220,6 +221,10 @@ def alerts_group() -> None:
     """Alerts the coordinator publishes on NATS (kept in a JetStream stream)."""
 
 
+alerts_group.add_command(forward_cmd)
+cli.add_command(nats_auth_cmd)
+
+
 @alerts_group.command("watch")
 @click.option("-p", "--pool", metavar="POOL_ID", help="only this pool's alerts")
 @click.option("--since", metavar="TIME", help="replay from this time (e.g. -1h); default: new only")
@@ -255,24 +260,6 @@ def alerts_watch_cmd(
         asyncio.run(follow(feed, show))
     except FeedError as exc:
         raise Failure(str(exc)) from None
-
-
-@alerts_group.command(
-    "forward",
-    context_settings={"ignore_unknown_options": True, "help_option_names": []},
-    add_help_option=False,
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def alerts_forward_cmd(args: tuple[str, ...]) -> None:
-    """Deliver the alert stream to Alertmanager and/or webhooks (-h for help; also the
-    `gpufleet-alerts` command)."""
-    from ops import alert_forwarder
-
-    parser = argparse.ArgumentParser(prog="gpufleet alerts", description=alert_forwarder.__doc__)
-    alert_forwarder.add_arguments(parser)
-    code = alert_forwarder.command(parser.parse_args(["forward", *args]), os.environ)
-    if code:
-        raise SystemExit(code)
 
 
 # --- writes -------------------------------------------------------------------------
@@ -407,23 +394,6 @@ def demo_cmd(
 def new_key_cmd() -> None:
     """Print a fresh key for --bootstrap-operator-key (or GPUFLEET_BOOTSTRAP_OPERATOR_KEY)."""
     click.echo(new_key())
-
-
-@cli.command(
-    "nats-auth",
-    context_settings={"ignore_unknown_options": True, "help_option_names": []},
-    add_help_option=False,
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def nats_auth_cmd(args: tuple[str, ...]) -> None:
-    """NATS server config and per-agent credentials for a fleet (offline; -h for help)."""
-    from ops import nats_auth
-
-    parser = argparse.ArgumentParser(prog="gpufleet nats-auth", description=nats_auth.__doc__)
-    nats_auth.add_arguments(parser)
-    code = nats_auth.command(parser.parse_args(list(args)))
-    if code:
-        raise SystemExit(code)
 
 
 @cli.command("completion")

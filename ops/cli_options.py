@@ -1,11 +1,11 @@
 """The options and plumbing every `gpufleet` command shares: `-o/--local` accepted
 before or after the command, `-t/--tenant`, the session passed to each command, how a
 write's answer is shown (one line on a terminal, the JSON when piped), and the click
-options of a settings model (`shared.settings`, the daemons' mechanism)."""
+options of a settings model (`shared.settings`, the daemons' own)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import click
@@ -15,11 +15,10 @@ from ops.output import FORMATS
 from ops.session import Session
 from shared.settings import (
     ConfigError,
-    FlagSpec,
     SettingsModel,
-    config_help,
-    flag_specs,
     from_sources,
+    given_flags,
+    settings_options,
 )
 
 __all__ = [
@@ -32,59 +31,13 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=SettingsModel)
-_GIVEN = "gpufleet.settings-flags"  # ctx.meta: the settings flags given, by field name
-
-
-def _keep(dest: str) -> Callable[[click.Context, click.Parameter, Any], None]:
-    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
-        if value is not None and value != ():
-            ctx.meta.setdefault(_GIVEN, {})[dest] = value
-
-    return callback
-
-
-def _option(spec: FlagSpec) -> Callable[[Any], Any]:
-    kwargs: dict[str, Any] = {
-        "help": spec.help, "default": None, "expose_value": False, "callback": _keep(spec.dest)
-    }  # fmt: skip
-    names = list(spec.names)
-    if spec.style == "switch":
-        names = [f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:]]
-    elif spec.style == "repeat":
-        kwargs |= {"multiple": True, "metavar": spec.metavar}
-    elif spec.style == "choice":
-        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
-    else:
-        kwargs["metavar"] = spec.metavar
-    return click.option(*names, **kwargs)
-
-
-def settings_options(
-    model: type[SettingsModel], only: tuple[str, ...] | None = None, config: bool = True
-) -> Callable[[Any], Any]:
-    """The flags of `model` (or of its fields named in `only`), generated as the daemons'
-    argparse flags are (`shared.settings.flag_specs`), and `--config`; `settings_from`
-    builds the settings from them."""
-
-    def decorate(f: Any) -> Any:
-        for spec in reversed(list(flag_specs(model))):
-            if only is None or spec.dest in only:
-                f = _option(spec)(f)
-        if not config:
-            return f
-        return click.option(
-            "--config", metavar="PATH", help=config_help(model), expose_value=False,
-            callback=_keep("config"),
-        )(f)  # fmt: skip
-
-    return decorate
 
 
 def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) -> M:
     """`model`'s settings: the TOML file, then `env`, then the flags given; a bad value is
     a usage error (exit 2) naming the field."""
     try:
-        return from_sources(model, ctx.meta.get(_GIVEN, {}), env)
+        return from_sources(model, given_flags(ctx, model), env)
     except ConfigError as exc:
         raise click.UsageError(f"config error: {exc}") from None
 

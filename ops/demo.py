@@ -35,16 +35,8 @@ from typing import Any
 from ops.cli import new_key
 from ops.client import ApiClient, ApiError
 from ops.embedded_nats import EmbeddedNats, free_port
-from ops.nats_auth import (
-    COORDINATOR_USER,
-    AgentNode,
-    AuthBundle,
-    agent_user,
-    bcrypt_hasher,
-    build,
-    reader_user,
-    write_bundle,
-)
+from ops.nats_auth import AuthBundle, build, write_bundle
+from ops.nats_users import COORDINATOR_USER, AgentNode, agent_user, bcrypt_hasher, reader_user
 from ops.table import render_summary
 
 CLI_READER = "cli"  # the NATS user the exported GPUFLEET_NATS_CREDENTIALS name

@@ -6,15 +6,17 @@ their bounds and description in `msgspec.Meta`, and how they look outside the mo
 (flags > `GPUFLEET_*` env > the TOML file named by `--config` or `GPUFLEET_CONFIG` >
 defaults), the command line generated from the fields (name, type, help, choices),
 errors that name the field (`ConfigError`, the one error of a bad setting), and the
-markdown table the docs carry. Nothing here reads the process environment: `main`
-passes it in. The one I/O is reading the config file the caller names.
+markdown table the docs carry. The command line is click's, for the daemons as for
+`gpufleet`: `settings_options` adds the flags to a command, `load` parses a daemon's.
+Nothing here reads the process environment: `main` passes it in. The one I/O is
+reading the config file the caller names.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
+import sys
 import tomllib
 import types
 import typing
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
+import click
 import msgspec
 
 ENV_PREFIX = "GPUFLEET_"
@@ -39,14 +42,18 @@ __all__ = [
     "Option",
     "SettingsModel",
     "build",
-    "build_parser",
+    "command",
     "config_help",
+    "env_name",
     "fields",
     "flag_names",
     "flag_specs",
     "from_sources",
+    "given_flags",
     "load",
     "markdown_table",
+    "parse_flags",
+    "settings_options",
     "with_table",
 ]
 
@@ -70,6 +77,8 @@ class Option:
     flag: str | None = None  # default: --field-name
     aliases: tuple[str, ...] = ()  # other spellings of the flag still accepted
     deprecated: tuple[str, ...] = ()  # old key names: file key, GPUFLEET_ name, --flag
+    # The variable when it is not GPUFLEET_<FIELD> (a name deployments already use).
+    env: str | None = None
     metavar: str | None = None
     # Text form of a list or table field: the flag repeats, one item each; the env var
     # holds items joined by `separator`. Items of a table merge key by key.
@@ -150,11 +159,10 @@ def load(
     env: Mapping[str, str],
     defaults: Mapping[str, Any] | None = None,
 ) -> M:
-    """The settings for this process. Bad flags exit 2 (argparse); bad values raise
-    ConfigError naming the field. `defaults` sit below every source (a one-shot command
-    may fill in what only the daemon needs)."""
-    args = vars(build_parser(model).parse_args(argv))
-    return from_sources(model, args, env, defaults)
+    """The settings for this process. Bad flags exit 2 and `-h` prints the help (click);
+    bad values raise ConfigError naming the field. `defaults` sit below every source (a
+    one-shot command may fill in what only the daemon needs)."""
+    return from_sources(model, parse_flags(model, argv), env, defaults)
 
 
 def from_sources(
@@ -163,8 +171,8 @@ def from_sources(
     env: Mapping[str, str],
     defaults: Mapping[str, Any] | None = None,
 ) -> M:
-    """The settings from flags already parsed (by argparse here, by click for `gpufleet`):
-    `flags` holds the given ones by field name, and `config` for the file."""
+    """The settings from flags already parsed (`parse_flags`, `given_flags`): `flags`
+    holds the given ones by field name, and `config` for the file."""
     args = dict(flags)
     config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
@@ -288,7 +296,8 @@ def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, An
                 given.setdefault((ENV_PREFIX + field.name).lower(), given.pop(old_key))
     values: dict[str, Any] = {}
     for field in declared:
-        key = (ENV_PREFIX + field.name).lower()
+        name = env_name(field)
+        key = name.lower()
         text = given.get(key)
         try:
             value = _env_value(field, text)
@@ -296,12 +305,17 @@ def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, An
             itemized = field.option.item is not None and text is not None
             nested = {} if itemized else _nested(field.annotation, key + NESTED.lower(), given)
         except ValueError as exc:
-            raise ConfigError(field.name, f"{ENV_PREFIX}{field.name.upper()}: {exc}") from None
+            raise ConfigError(field.name, f"{name}: {exc}") from None
         if nested:
             value = _merge(value, nested) if isinstance(value, dict) else nested
         if value is not None:
             values[field.name] = value
     return {**model.environment_extras(env), **values}
+
+
+def env_name(field: Field) -> str:
+    """The variable that sets a top-level field."""
+    return field.option.env or ENV_PREFIX + field.name.upper()
 
 
 def _env_value(field: Field, text: str | None) -> Any:
@@ -319,10 +333,10 @@ def _nested(annotation: Any, prefix: str, given: Mapping[str, str]) -> dict[str,
     if not _is_table(kind) and get_origin(kind) is not dict and kind is not dict:
         return {}
     out: dict[str, Any] = {}
-    for env_name, text in given.items():
-        if not env_name.startswith(prefix):
+    for variable, text in given.items():
+        if not variable.startswith(prefix):
             continue
-        *keys, last = env_name[len(prefix) :].split(NESTED.lower())
+        *keys, last = variable[len(prefix) :].split(NESTED.lower())
         table, target = out, kind
         for key in keys:
             target = _field_type(target, key)
@@ -379,8 +393,8 @@ def from_flags(model: type[SettingsModel], args: Mapping[str, Any]) -> dict[str,
 
 @dataclass(frozen=True)
 class FlagSpec:
-    """The command-line flag of one field, for whichever parser builds it (argparse here,
-    click for `gpufleet`): `switch` is --x/--no-x, `repeat` takes one item each time."""
+    """The command-line flag of one field: `switch` is --x/--no-x, `repeat` takes one item
+    each time."""
 
     dest: str
     names: tuple[str, ...]
@@ -402,7 +416,7 @@ def flag_specs(model: type[SettingsModel]) -> Iterator[FlagSpec]:
             continue
         option = field.option
         names = tuple(flag_names(field.name, option))
-        help_text = field.description + f" (env {ENV_PREFIX}{field.name.upper()})"
+        help_text = field.description + f" (env {env_name(field)})"
         if option.item is not None:
             yield FlagSpec(
                 field.name, names, help_text, "repeat", metavar=option.metavar or "VALUE"
@@ -421,25 +435,98 @@ def config_help(model: type[SettingsModel]) -> str:
     return f"TOML settings file{table}; env {model.config_env}"
 
 
-def build_parser(model: type[SettingsModel]) -> argparse.ArgumentParser:
-    """The flags of `flag_specs`; unset flags are absent from the namespace, so they never
-    hide an env or file value."""
-    parser = argparse.ArgumentParser(
-        prog=model.prog, description=model.summary, argument_default=argparse.SUPPRESS
+# click's ctx.meta (shared by a command and its subcommands): the settings flags given, by
+# model, then by field name; `gpufleet --config A alerts forward --config B` reads A for
+# the CLI's settings and B for the forwarder's.
+_GIVEN = "gpufleet.settings-flags"
+HELP_OPTIONS = ("-h", "--help")
+
+
+def _keep(
+    model: type[SettingsModel], dest: str
+) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
+        if value is not None and value != ():
+            ctx.meta.setdefault(_GIVEN, {}).setdefault(model, {})[dest] = value
+
+    return callback
+
+
+def _option_args(model: type[SettingsModel], spec: FlagSpec) -> tuple[list[str], dict[str, Any]]:
+    names = list(spec.names)
+    kwargs: dict[str, Any] = {
+        "help": spec.help, "default": None, "expose_value": False,
+        "callback": _keep(model, spec.dest),
+    }  # fmt: skip
+    if spec.style == "switch":
+        names = [f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:]]
+    elif spec.style == "repeat":
+        kwargs |= {"multiple": True, "metavar": spec.metavar}
+    elif spec.style == "choice":
+        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
+    else:
+        kwargs["metavar"] = spec.metavar
+    return names, kwargs
+
+
+def _options_args(
+    model: type[SettingsModel], only: tuple[str, ...] | None, config: bool
+) -> list[tuple[list[str], dict[str, Any]]]:
+    """(names, keywords) of each click option, in the order `--help` lists them."""
+    out = [_option_args(model, s) for s in flag_specs(model) if only is None or s.dest in only]
+    if config:
+        config_kwargs: dict[str, Any] = {
+            "metavar": "PATH", "help": config_help(model), "expose_value": False,
+            "callback": _keep(model, "config"),
+        }  # fmt: skip
+        out.insert(0, (["--config"], config_kwargs))
+    return out
+
+
+def settings_options(
+    model: type[SettingsModel], only: tuple[str, ...] | None = None, config: bool = True
+) -> Callable[[Any], Any]:
+    """A decorator adding the flags of `model` (those named in `only`) and `--config` to
+    a click command; unset flags are not recorded, so they never hide an env or file
+    value (`given_flags` has the ones given)."""
+
+    def decorate(f: Any) -> Any:
+        for names, kwargs in reversed(_options_args(model, only, config)):
+            f = click.option(*names, **kwargs)(f)
+        return f
+
+    return decorate
+
+
+def given_flags(ctx: click.Context, model: type[SettingsModel]) -> dict[str, Any]:
+    """The flags of `model` given on this command line, by field name (and `config`)."""
+    given: dict[Any, dict[str, Any]] = ctx.meta.get(_GIVEN, {})
+    return dict(given.get(model, {}))
+
+
+def command(model: type[SettingsModel]) -> click.Command:
+    """The daemon's command: its flags, `-h`, and nothing to run (`parse_flags`)."""
+    return click.Command(
+        model.prog,
+        params=[click.Option(n, **k) for n, k in _options_args(model, None, config=True)],
+        help=model.summary,
+        context_settings={"help_option_names": list(HELP_OPTIONS), "max_content_width": 100},
     )
-    parser.add_argument("--config", metavar="PATH", help=config_help(model))
-    for spec in flag_specs(model):
-        kwargs: dict[str, Any] = {"dest": spec.dest, "help": spec.help}
-        if spec.style == "repeat":
-            kwargs |= {"action": "append", "metavar": spec.metavar}
-        elif spec.style == "switch":
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif spec.style == "choice":
-            kwargs |= {"choices": spec.choices, "type": spec.pick}
-        else:
-            kwargs["metavar"] = spec.metavar
-        parser.add_argument(*spec.names, **kwargs)
-    return parser
+
+
+def parse_flags(model: type[SettingsModel], argv: Sequence[str] | None) -> dict[str, Any]:
+    """The flags given in `argv` (default: the process's), by field name. `-h` prints the
+    help and exits 0; a flag that does not parse exits 2 with click's usage message."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cmd = command(model)
+    try:
+        with cmd.make_context(model.prog, args) as ctx:
+            return given_flags(ctx, model)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
 
 
 def flag_names(name: str, option: Option) -> list[str]:
@@ -451,9 +538,9 @@ def flag_names(name: str, option: Option) -> list[str]:
 def markdown_table(model: type[SettingsModel]) -> str:
     """The settings table in the docs: key in the file, flag, env var, default, meaning."""
     rows = ["| setting (file) | flag | env | default | description |", "|---|---|---|---|---|"]
-    for key, env_name, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
+    for key, env_text, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
         flag_text = ", ".join(f"`{f}`" for f in flags) or "—"
-        rows.append(f"| `{key}` | {flag_text} | {env_name} | {default} | {text} |")
+        rows.append(f"| `{key}` | {flag_text} | {env_text} | {default} | {text} |")
     return "\n".join(rows)
 
 
@@ -472,9 +559,11 @@ def _doc_rows(
     for field in fields(model):
         option = field.option
         kind = _kind(field.annotation)
-        env_name = env_prefix + field.name.upper()
+        variable = env_prefix + field.name.upper()
+        if not prefix:
+            variable = env_name(field)
         if _is_table(kind):
-            yield from _doc_rows(kind, f"{prefix}{field.name}.", env_name + NESTED)
+            yield from _doc_rows(kind, f"{prefix}{field.name}.", variable + NESTED)
             continue
         flags = [] if prefix else flag_names(field.name, option)
         if option.item is not None and flags:
@@ -482,10 +571,10 @@ def _doc_rows(
         text = field.description.replace("|", "\\|")
         if option.deprecated:
             text += f"; the old name `{'`, `'.join(option.deprecated)}` is still accepted"
-        env_text = f"`{env_name}`"
+        env_text = f"`{variable}`"
         if option.item is not None:
             metavar = option.metavar or "VALUE"
-            env_text = f"`{env_name}={metavar}{option.separator}…`"
+            env_text = f"`{variable}={metavar}{option.separator}…`"
         yield prefix + field.name, env_text, flags, _default_doc(field), text
 
 

@@ -31,7 +31,8 @@ from nats.aio.msg import Msg
 
 from coordinator.bus.alerts import stream_name
 from ops.embedded_nats import EmbeddedNats
-from ops.nats_auth import AgentNode, agent_user, bcrypt_hasher, build, write_bundle
+from ops.nats_auth import build, write_bundle
+from ops.nats_users import AgentNode, agent_user, bcrypt_hasher
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory

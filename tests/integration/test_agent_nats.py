@@ -32,15 +32,8 @@ from agent.sim.sysfs_tree import build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.embedded_nats import EmbeddedNats, free_port
-from ops.nats_auth import (
-    AgentNode,
-    NatsUser,
-    Permissions,
-    agent_permissions,
-    agent_user,
-    credentials_text,
-    render_authorization,
-)
+from ops.nats_server_config import credentials_text, render_authorization
+from ops.nats_users import AgentNode, NatsUser, Permissions, agent_permissions, agent_user
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from msgspec.structs import replace
 
 from coordinator.bus.alerts import AlertStream, stream_name
 from coordinator.bus.connection import Bus

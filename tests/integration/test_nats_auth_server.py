@@ -32,16 +32,8 @@ from coordinator.bus.connection import Bus
 from coordinator.services.node_records import record_inventory
 from ops.cli import run as cli_run
 from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
-from ops.nats_auth import (
-    AgentNode,
-    AuthBundle,
-    agent_user,
-    bcrypt_hasher,
-    build,
-    forwarder_user,
-    reader_user,
-    write_bundle,
-)
+from ops.nats_auth import AuthBundle, build, write_bundle
+from ops.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Alert, Heartbeat

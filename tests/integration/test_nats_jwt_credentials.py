@@ -29,12 +29,7 @@ from coordinator.app import running_coordinator
 from coordinator.bus.alerts import stream_name
 from coordinator.bus.connection import Bus
 from ops.embedded_nats import EmbeddedNats
-from ops.nats_auth import (
-    AgentNode,
-    Permissions,
-    agent_permissions,
-    coordinator_permissions,
-)
+from ops.nats_users import AgentNode, Permissions, agent_permissions, coordinator_permissions
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from tests.integration.conftest import Api, coordinator_settings

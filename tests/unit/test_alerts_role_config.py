@@ -5,7 +5,6 @@ coordinator."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -13,8 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from ops.alert_forwarder import AlertForwarder, add_arguments, settings_from
+from ops.alert_forwarder import AlertForwarder
+from ops.forwarder.settings import ForwarderSettings
 from shared.credentials import parse_credentials
+from shared.settings import from_sources
 from tests.unit.test_ansible_lint import ansible_env, tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,10 +59,9 @@ def env_file(path: Path) -> dict[str, str]:
     return out
 
 
-def forward_args(config: Path) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(["forward", "--config", str(config)])
+def settings_from(config: Path, env: dict[str, str]) -> ForwarderSettings:
+    """As `gpufleet-alerts forward --config CONFIG` reads its settings."""
+    return from_sources(ForwarderSettings, {"config": str(config)}, env)
 
 
 def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
@@ -82,7 +82,7 @@ def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
     env = env_file(etc / "alerts.env")
     # As the coordinator's unit does, the forwarder's trusts the NATS CA the role installs.
     assert env["SSL_CERT_FILE"] == str(etc / "nats-ca.pem")
-    s = settings_from(forward_args(etc / "alerts.toml"), env)
+    s = settings_from(etc / "alerts.toml", env)
     assert s.nats_url == "tls://nats.example.net:4222"
     assert s.subject_prefix == "gf" and s.durable == "fwd-1"
     assert s.alertmanager == ("http://am-1:9093", "http://am-2:9093")
@@ -102,7 +102,7 @@ def test_the_forwarders_other_settings_reach_it_through_the_role(tmp_path: Path)
         gpufleet_coordinator_alerts_settings={"resend_interval_s": 5.0, "max_queue": 50},
         gpufleet_coordinator_alerts_labels={"cluster": "eu-1"},
     )
-    s = settings_from(forward_args(etc / "alerts.toml"), env_file(etc / "alerts.env"))
+    s = settings_from(etc / "alerts.toml", env_file(etc / "alerts.env"))
     assert s.resend_interval_s == 5.0 and s.max_queue == 50
     assert dict(s.labels) == {"cluster": "eu-1"}
 
@@ -130,6 +130,6 @@ def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) 
     )
     env = env_file(etc / "alerts.env")
     assert "SSL_CERT_FILE" not in env
-    s = settings_from(forward_args(etc / "alerts.toml"), env)
+    s = settings_from(etc / "alerts.toml", env)
     assert s.alertmanager == ("http://127.0.0.1:9093",) and s.webhooks == ()
     assert dict(s.labels) == {} and s.nats_credentials is None

@@ -18,16 +18,9 @@ from agent.publisher import auth_options as agent_auth_options
 from coordinator.bus.connection import auth_options as coordinator_auth_options
 from ops.cli import run as cli_run
 from ops.embedded_nats import find_nats_server
-from ops.nats_auth import (
-    AgentNode,
-    AuthBundle,
-    NatsAuthError,
-    agent_user,
-    build,
-    credentials_text,
-    nodes_from_json,
-    parse_server_arg,
-)
+from ops.nats_auth import AuthBundle, build, nodes_from_json
+from ops.nats_server_config import credentials_text, parse_server_arg
+from ops.nats_users import AgentNode, NatsAuthError, agent_user
 from shared.credentials import CredentialsError, parse_credentials
 from shared.ids import new_pool_id
 from shared.settings import ConfigError

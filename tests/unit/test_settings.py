@@ -4,8 +4,6 @@ model built in code never reads the process environment."""
 
 from __future__ import annotations
 
-import argparse
-import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from agent import config as agent_config
 from agent.config import Settings
 from coordinator import config as coordinator_config
 from coordinator.config import CoordinatorSettings
-from shared.settings import ConfigError, SettingsModel, build_parser, fields, flag_names, load
+from shared.settings import ConfigError, SettingsModel, command, fields, flag_names, load
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 MODELS: list[type[SettingsModel]] = [Settings, CoordinatorSettings]
@@ -34,20 +32,36 @@ def test_operator_docs_table_is_the_model() -> None:
     )
 
 
-def _flags(parser: argparse.ArgumentParser) -> set[str]:
-    """The long options `parser` offers, as its usage line lists them."""
-    return set(re.findall(r"--[a-z0-9][a-z0-9-]*", parser.format_usage()))
+def _flags(model: type[SettingsModel]) -> set[str]:
+    """The long options the daemon's command line offers."""
+    params = command(model).params
+    return {o for p in params for o in [*p.opts, *p.secondary_opts] if o.startswith("--")}
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_field_has_a_description_and_its_flag(model: type[SettingsModel]) -> None:
-    parser = build_parser(model)
-    known = _flags(parser)
+    known = _flags(model)
     for field in fields(model):
         if field.name == "health":  # a table: file and env only
             continue
         assert field.description, field.name
         assert flag_names(field.name, field.option)[0] in known, field.name
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_help_lists_every_flag_and_a_bad_flag_exits_two(
+    model: type[SettingsModel], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for asked in ("-h", "--help"):
+        with pytest.raises(SystemExit) as done:
+            load(model, [asked], {})
+        assert done.value.code == 0
+        shown = capsys.readouterr().out
+        assert model.summary in shown
+        assert _flags(model) <= set(shown.replace("/", " ").replace(",", " ").split()), shown
+    with pytest.raises(SystemExit) as done:
+        load(model, ["--no-such-flag"], {})
+    assert done.value.code == 2 and "--no-such-flag" in capsys.readouterr().err
 
 
 def test_documented_notice_flag_exists() -> None:
@@ -59,8 +73,8 @@ def test_documented_notice_flag_exists() -> None:
 def test_shared_settings_have_the_same_names_on_both_sides() -> None:
     both = {f.name for f in fields(Settings)} & {f.name for f in fields(CoordinatorSettings)}
     assert {"nats_url", "nats_credentials", "subject_prefix", "log_level"} <= both
-    agent_flags = _flags(build_parser(Settings))
-    coordinator_flags = _flags(build_parser(CoordinatorSettings))
+    agent_flags = _flags(Settings)
+    coordinator_flags = _flags(CoordinatorSettings)
     for name in both:
         flag = "--" + name.replace("_", "-")
         assert flag in agent_flags and flag in coordinator_flags, name

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -90,6 +91,25 @@ def optional(description: str, **kwargs: Any) -> Any:
 def dump(answer: ApiOutput) -> dict[str, Any]:
     """An answer as its JSON object: by alias, fields that do not apply left out."""
     return answer.model_dump(by_alias=True)
+
+
+Out = TypeVar("Out", bound=ApiOutput)
+
+
+@dataclass(frozen=True, slots=True)
+class Prebuilt(Generic[Out]):
+    """An answer too hot for a model round trip, built as its model's JSON object with
+    the model's own keys (`keys`); the server sends `body` as it is."""
+
+    model: type[Out]
+    body: dict[str, Any]
+
+
+def keys(model: type[ApiOutput]) -> SimpleNamespace:
+    """`model`'s JSON keys by field name (`keys(NodeSummary).node_id == "nodeId"`), read
+    from its declaration: for an answer too hot for a model round trip, built as a dict
+    whose keys cannot drift from the model (a misspelt field is an AttributeError)."""
+    return SimpleNamespace(**{name: f.alias or name for name, f in model.model_fields.items()})
 
 
 def param(

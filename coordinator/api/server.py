@@ -30,7 +30,16 @@ from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import ApiOutput, Method, Registry, Reply, RestInput, dump, where
+from coordinator.api.registry import (
+    ApiOutput,
+    Method,
+    Prebuilt,
+    Registry,
+    Reply,
+    RestInput,
+    dump,
+    where,
+)
 from coordinator.api.render import error_body
 from coordinator.domain.intervals import IntervalError
 from coordinator.domain.model import Principal
@@ -281,9 +290,12 @@ def json_answer(body: Any, status: int = 200) -> web.Response:
     """Every successful answer, serialized by orjson: a page of 1,000 nodes or a node with
     its atoms is several times faster than with json (bench/README.md). What orjson
     refuses (an integer beyond 64 bits) goes through json. A handler's output model is
-    dumped first: its one declaration is the answer's shape."""
+    dumped first: its one declaration is the answer's shape (`Prebuilt` answers were
+    built with its keys)."""
     if isinstance(body, ApiOutput):
         body = dump(body)
+    elif isinstance(body, Prebuilt):
+        body = body.body
     try:
         raw = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:

@@ -1,8 +1,8 @@
 """Output models of the compute methods: what each method answers, declared in the
 registry beside the input models. They feed the OpenAPI document's response schemas and
-the typed client; `render.py` builds its answers as these models, and a test validates
-real answers against them. The error envelope is here too: every compute method's
-4xx/5xx body."""
+the typed client, and they are the answers: handlers build them and the server dumps
+them (`registry.dump`); a test validates real answers against them. The error envelope
+is here too: every compute method's 4xx/5xx body."""
 
 from __future__ import annotations
 

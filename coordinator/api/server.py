@@ -28,6 +28,7 @@ from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.body import BodyError, TooLarge, TooSlow, check_text, read_whole, strict_json
 from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
+from coordinator.api.interval_outputs import IdempotencyConflictBody
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
 from coordinator.api.registry import (
@@ -239,8 +240,8 @@ def _seed_answer(exc: Exception) -> web.Response | None:
     if isinstance(exc, NotFound):
         return web.Response(status=404, text=f"{exc.message}\n", content_type="text/plain")
     if isinstance(exc, IdempotencyKeyConflict):
-        body = {"error": "idempotency_key_conflict", "message": exc.message}
-        return web.json_response(body, status=409)
+        body = IdempotencyConflictBody(error="idempotency_key_conflict", message=exc.message)
+        return json_answer(body, 409)
     return None
 
 

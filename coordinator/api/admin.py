@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -65,10 +65,10 @@ class ApiKeyRevokeInput(ApiInput):
     input=TenantCreateInput,
     output=out.TenantOut,
 )
-async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> dict[str, Any]:
+async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> out.TenantOut:
     """Create a tenant (operator)."""
     t = await ctx.ledger.tenants.create(body.tenant_id, body.name or body.tenant_id, ctx.now())
-    return {"tenantId": t.tenant_id, "name": t.name, "createdAt": t.created_at}
+    return out.TenantOut(tenant_id=t.tenant_id, name=t.name, created_at=t.created_at)
 
 
 @REGISTRY.method(
@@ -79,19 +79,16 @@ async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> dict[str,
     input=ApiKeyCreateInput,
     output=out.ApiKeyCreated,
 )
-async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> dict[str, Any]:
+async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> out.ApiKeyCreated:
     """Create an API key for a tenant (operator). The key is shown once, stored hashed."""
     if await ctx.ledger.tenants.get(body.tenant_id) is None:
         raise NotFound(f"tenant {body.tenant_id!r} not found")
     issued = await ctx.ledger.keys.create(
         body.tenant_id, frozenset(body.roles), body.label, ctx.now()
     )
-    return {
-        "keyId": issued.key_id,
-        "key": issued.key,
-        "tenantId": body.tenant_id,
-        "roles": sorted(body.roles),
-    }
+    return out.ApiKeyCreated(
+        key_id=issued.key_id, key=issued.key, tenant_id=body.tenant_id, roles=sorted(body.roles)
+    )
 
 
 @REGISTRY.method(
@@ -102,11 +99,11 @@ async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> dict[str
     input=ApiKeyRevokeInput,
     output=out.ApiKeyRevoked,
 )
-async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> dict[str, Any]:
+async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> out.ApiKeyRevoked:
     """Revoke an API key (operator); it stops working at once."""
     if not await ctx.ledger.keys.revoke(body.key_id, None, ctx.now()):
         raise NotFound(f"key {body.key_id} not found or already revoked")
-    return {"keyId": body.key_id, "revoked": True}
+    return out.ApiKeyRevoked(key_id=body.key_id, revoked=True)
 
 
 @REGISTRY.method(
@@ -118,7 +115,7 @@ async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> dict[str
     output=out.Quotas,
     phase="v0.2",
 )
-async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> dict[str, Any]:
+async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> out.Quotas:
     """Set a tenant's limit on a resource, in one pool or across its pools (operator).
 
     For `memoryGiB` it is also the `max_memory_gb` of interval reservations."""
@@ -130,10 +127,12 @@ async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> dict[str, Any]:
         Quota(body.tenant_id, body.pool_id, body.resource, body.limit), ctx.now()
     )
     quotas = await ctx.ledger.quotas.for_tenant(body.tenant_id)
-    return {
-        "tenantId": body.tenant_id,
-        "quotas": [{"poolId": q.pool_id, "resource": q.resource, "limit": q.limit} for q in quotas],
-    }
+    return out.Quotas(
+        tenant_id=body.tenant_id,
+        quotas=[
+            out.QuotaOut(pool_id=q.pool_id, resource=q.resource, limit=q.limit) for q in quotas
+        ],
+    )
 
 
 class TenantListInput(ApiInput):
@@ -149,64 +148,61 @@ class WhoAmIInput(ApiInput):
     pass
 
 
-def key_out(key: ApiKey) -> dict[str, Any]:
-    return {
-        "keyId": key.key_id,
-        "tenantId": key.tenant_id,
-        "roles": sorted(key.roles),
-        "label": key.label,
-        "createdAt": key.created_at,
-        "revokedAt": key.revoked_at,
-    }
+def key_out(key: ApiKey) -> out.ApiKeyOut:
+    return out.ApiKeyOut(
+        key_id=key.key_id,
+        tenant_id=key.tenant_id,
+        roles=sorted(key.roles),
+        label=key.label,
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )
 
 
 @REGISTRY.method(
     "tenants.list", kind="read", permission="platform:admin", scope="platform",
     input=TenantListInput, output=out.TenantList, phase="v0.3",
 )  # fmt: skip
-async def tenants_list(ctx: CallContext, body: TenantListInput) -> dict[str, Any]:
+async def tenants_list(ctx: CallContext, body: TenantListInput) -> out.TenantList:
     """Every tenant with how many pools it owns and live keys it has (operator)."""
     tenants = await ctx.ledger.tenants.list()
     pools = await ctx.ledger.pools.list_all()
     keys = await ctx.ledger.keys.list()
-    return {
-        "tenants": [
-            {
-                "tenantId": t.tenant_id,
-                "name": t.name,
-                "createdAt": t.created_at,
-                "pools": sum(1 for p in pools if p.owner == t.tenant_id),
-                "keys": sum(1 for k in keys if k.tenant_id == t.tenant_id and k.revoked_at is None),
-            }
+    return out.TenantList(
+        tenants=[
+            out.TenantRow(
+                tenant_id=t.tenant_id,
+                name=t.name,
+                created_at=t.created_at,
+                pools=sum(1 for p in pools if p.owner == t.tenant_id),
+                keys=sum(1 for k in keys if k.tenant_id == t.tenant_id and k.revoked_at is None),
+            )
             for t in tenants
         ]
-    }
+    )
 
 
 @REGISTRY.method(
     "apiKeys.list", kind="read", permission="platform:admin", scope="platform",
     input=ApiKeyListInput, output=out.ApiKeyList, phase="v0.3",
 )  # fmt: skip
-async def api_keys_list(ctx: CallContext, body: ApiKeyListInput) -> dict[str, Any]:
+async def api_keys_list(ctx: CallContext, body: ApiKeyListInput) -> out.ApiKeyList:
     """A tenant's API keys, or every tenant's (operator): id, roles, label, times; never
     the secret. Revoked keys only with includeRevoked."""
     if body.tenant_id is not None and await ctx.ledger.tenants.get(body.tenant_id) is None:
         raise NotFound(f"tenant {body.tenant_id!r} not found")
     keys = await ctx.ledger.keys.list(body.tenant_id)
     shown = [k for k in keys if body.include_revoked or k.revoked_at is None]
-    return {"tenantId": body.tenant_id, "keys": [key_out(k) for k in shown]}
+    return out.ApiKeyList(tenant_id=body.tenant_id, keys=[key_out(k) for k in shown])
 
 
 @REGISTRY.method(
     "apiKeys.self", kind="read", permission="compute:capacity:read", scope="caller-tenant",
     input=WhoAmIInput, output=out.CallerKey, phase="v0.3",
 )  # fmt: skip
-async def api_keys_self(ctx: CallContext, body: WhoAmIInput) -> dict[str, Any]:
+async def api_keys_self(ctx: CallContext, body: WhoAmIInput) -> out.CallerKey:
     """The calling key: its id, tenant and roles (a CLI infers the tenant from it)."""
     p = ctx.principal
-    return {
-        "keyId": p.key_id,
-        "tenantId": p.tenant_id,
-        "roles": sorted(p.roles),
-        "operator": p.is_operator,
-    }
+    return out.CallerKey(
+        key_id=p.key_id, tenant_id=p.tenant_id, roles=sorted(p.roles), operator=p.is_operator
+    )

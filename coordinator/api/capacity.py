@@ -6,7 +6,7 @@ pools without a GPU model count under `other`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
@@ -17,11 +17,11 @@ from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.domain.model import Pool, RollupRow
-from coordinator.domain.placement_model import NodePick
+from coordinator.domain.placement_model import NodePick, Shortfall
 from coordinator.domain.rollup import sum_rows
 from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
 from coordinator.errors import InvalidInput
-from coordinator.services.reservations import resolve_start, shortfall_details
+from coordinator.services.reservations import resolve_start
 
 
 class SummaryInput(ApiInput):
@@ -42,9 +42,6 @@ class ByPoolInput(ApiInput):
     pool_id: PoolId = Field(description="The pool.")
 
 
-_MODEL_COLUMNS = ("total", "allocatable", "allocated", "reserved", "available")
-
-
 @REGISTRY.method(
     "capacity.summary",
     kind="read",
@@ -54,49 +51,55 @@ _MODEL_COLUMNS = ("total", "allocatable", "allocated", "reserved", "available")
     output=out.CapacitySummary,
     phase="v0.1",
 )
-async def summary(ctx: CallContext, body: SummaryInput) -> dict[str, Any]:
+async def summary(ctx: CallContext, body: SummaryInput) -> out.CapacitySummary:
     """Every pool the tenant owns or is offered with its rollup rows, plus whole-GPU
     totals per GPU model.
 
     Archived pools appear only for their owner."""
     pools = await ctx.ledger.pools.list_visible(body.tenant_id)
-    return {"tenantId": body.tenant_id, **await _pools_capacity(ctx, pools)}
+    return await _pools_capacity(ctx, body.tenant_id, pools)
 
 
 @REGISTRY.method(
     "capacity.fleet", kind="read", permission="platform:admin", scope="platform",
     input=FleetInput, output=out.CapacitySummary, phase="v0.3",
 )  # fmt: skip
-async def fleet(ctx: CallContext, body: FleetInput) -> dict[str, Any]:
+async def fleet(ctx: CallContext, body: FleetInput) -> out.CapacitySummary:
     """capacity.summary over every pool of every tenant, archived ones included (operator)."""
-    return {"tenantId": None, **await _pools_capacity(ctx, await ctx.ledger.pools.list_all())}
+    return await _pools_capacity(ctx, None, await ctx.ledger.pools.list_all())
 
 
-async def _pools_capacity(ctx: CallContext, pools: list[Pool]) -> dict[str, Any]:
+async def _pools_capacity(
+    ctx: CallContext, tenant_id: str | None, pools: list[Pool]
+) -> out.CapacitySummary:
     rows = await ctx.ledger.rollup(p.pool_id for p in pools)
     gpu_rows: dict[str, list[RollupRow]] = {}
     for pool in pools:
         for row in rows[pool.pool_id]:
             if row.resource == "gpu":
                 gpu_rows.setdefault(pool.gpu_model or "other", []).append(row)
-    by_model: dict[str, dict[str, int]] = {}
+    by_model: dict[str, out.ModelTotals] = {}
     for model, model_rows in sorted(gpu_rows.items()):
         total = sum_rows(model_rows, "gpu")
-        by_model[model] = {c: getattr(total, c) for c in _MODEL_COLUMNS}
-    return {
-        "pools": [
-            {
-                "poolId": p.pool_id,
-                "name": p.name,
-                "gpuModel": p.gpu_model,
-                "owner": p.owner,
-                "archived": p.archived,
-                "capacity": [render.rollup_row(r) for r in rows[p.pool_id]],
-            }
+        by_model[model] = out.ModelTotals(
+            total=total.total, allocatable=total.allocatable, allocated=total.allocated,
+            reserved=total.reserved, available=total.available,
+        )  # fmt: skip
+    return out.CapacitySummary(
+        tenant_id=tenant_id,
+        pools=[
+            out.PoolCapacity(
+                pool_id=p.pool_id,
+                name=p.name,
+                gpu_model=p.gpu_model,
+                owner=p.owner,
+                archived=p.archived,
+                capacity=[render.rollup_row(r) for r in rows[p.pool_id]],
+            )
             for p in pools
         ],
-        "byGpuModel": by_model,
-    }
+        by_gpu_model=by_model,
+    )
 
 
 @REGISTRY.method(
@@ -108,14 +111,14 @@ async def _pools_capacity(ctx: CallContext, pools: list[Pool]) -> dict[str, Any]
     output=out.PoolRows,
     phase="v0.2",
 )
-async def by_pool(ctx: CallContext, body: ByPoolInput) -> dict[str, Any]:
+async def by_pool(ctx: CallContext, body: ByPoolInput) -> out.PoolRows:
     """One pool's rollup rows, one per resource, ordered by resource name.
 
     NOT_FOUND when the pool is not owned by or offered to the tenant, or is archived and
     the tenant is not its owner."""
     pool = ctx.require_pool()
     rows = (await ctx.ledger.rollup([pool.pool_id]))[pool.pool_id]
-    return {"poolId": pool.pool_id, "rows": [render.rollup_row(r) for r in rows]}
+    return out.PoolRows(pool_id=pool.pool_id, rows=[render.rollup_row(r) for r in rows])
 
 
 class TimelineInput(ApiInput):
@@ -130,19 +133,23 @@ class TimelineInput(ApiInput):
     )
 
 
-def _candidate(pick: NodePick) -> dict[str, Any]:
-    return {
-        "nodeId": pick.node_id,
-        "atoms": [{"atomId": a.atom_id, "class": a.cls, **a.attrs} for a in pick.atoms],
-        "score": pick.score,
-    }
+def _candidate(pick: NodePick) -> out.Candidate:
+    # A candidate atom's attributes are extra fields, inline beside its id and class.
+    atoms = [out.CandidateAtom(atom_id=a.atom_id, cls=a.cls, **a.attrs) for a in pick.atoms]
+    return out.Candidate(node_id=pick.node_id, atoms=atoms, score=pick.score)
+
+
+def _shortfall(s: Shortfall) -> out.DeviceShortfall:
+    return out.DeviceShortfall(
+        index=s.index, cls=s.cls, requested=s.requested, available=s.available, reason=s.reason
+    )
 
 
 @REGISTRY.method(
     "capacity.preview", kind="read", permission="compute:capacity:read",
     scope="compute-pool", input=PreviewInput, output=out.Preview, phase="v0.2",
 )  # fmt: skip
-async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
+async def preview(ctx: CallContext, body: PreviewInput) -> out.Preview:
     """Run the placer on a reservation request without booking anything.
 
     The input is validated as for reservations.create, but idempotencyKey is optional
@@ -157,25 +164,24 @@ async def preview(ctx: CallContext, body: PreviewInput) -> dict[str, Any]:
         ctx.services.notice_ms,
     )  # fmt: skip
     placement, preemptible = preview.placement, preview.preemptible
-    out: dict[str, Any] = {
-        "fits": placement.fits,
-        "candidates": [_candidate(p) for p in placement.candidates],
-    }
-    if not placement.fits:
-        details = shortfall_details(placement)
-        out["reason"] = placement.reason
-        out["shortfalls"] = details["devices"]
-        out["filtered"] = dict(sorted(placement.filtered.items()))
-    if preemptible is not None:
-        out["preemptible"] = {"count": preemptible.count, "startsAt": preemptible.starts_at}
-    return out
+    fits = placement.fits
+    return out.Preview(
+        fits=fits,
+        candidates=[_candidate(p) for p in placement.candidates],
+        reason=None if fits else placement.reason,
+        shortfalls=None if fits else [_shortfall(s) for s in placement.shortfalls],
+        filtered=None if fits else dict(sorted(placement.filtered.items())),
+        preemptible=out.Preemptible(count=preemptible.count, starts_at=preemptible.starts_at)
+        if preemptible is not None
+        else None,
+    )
 
 
 @REGISTRY.method(
     "capacity.timeline", kind="read", permission="compute:capacity:read",
     scope="compute-pool", input=TimelineInput, output=out.Timeline, phase="v0.2",
 )  # fmt: skip
-async def timeline(ctx: CallContext, body: TimelineInput) -> dict[str, Any]:
+async def timeline(ctx: CallContext, body: TimelineInput) -> out.Timeline:
     """Whole GPUs booked per time bucket and how many of the allocatable remain free.
 
     `from` defaults to the start of the current hour, `to` to 24 h after `from`,
@@ -189,14 +195,14 @@ async def timeline(ctx: CallContext, body: TimelineInput) -> dict[str, Any]:
     rows = (await ctx.ledger.rollup([body.pool_id]))[body.pool_id]
     allocatable = next((r.allocatable for r in rows if r.resource == "gpu"), 0)
     booked = await ctx.ledger.reservations.booked_gpus(body.pool_id, window.start, window.end)
-    return {
-        "poolId": body.pool_id,
-        "from": window.start,
-        "to": window.end,
-        "stepMinutes": window.step_ms // 60_000,
-        "allocatable": allocatable,
-        "buckets": [
-            {"start": s, "end": e, "booked": n, "free": max(0, allocatable - n)}
+    return out.Timeline(
+        pool_id=body.pool_id,
+        from_=window.start,
+        to=window.end,
+        step_minutes=window.step_ms // 60_000,
+        allocatable=allocatable,
+        buckets=[
+            out.TimelineBucket(start=s, end=e, booked=n, free=max(0, allocatable - n))
             for s, e, n in booked_per_bucket(window, booked)
         ],
-    }
+    )

@@ -13,7 +13,6 @@ There is no cancel, delete or modify route.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from coordinator.api import interval_outputs as out
 from coordinator.api import render
@@ -106,7 +105,7 @@ class CalendarInput(RestInput):
     body=out.IntervalsRequest,
     conflicts=(out.CapacityNotAvailableBody, out.IdempotencyConflictBody),
 )  # fmt: skip
-async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
+async def reserve(ctx: CallContext, q: ReserveInput) -> out.IntervalReservationOut | Reply:
     """Commit capacity to one or more 15-minute intervals, all or nothing."""
     try:
         body = strict_json(q.body or b"null")
@@ -132,7 +131,7 @@ async def reserve(ctx: CallContext, q: ReserveInput) -> Any:
     scope="caller-tenant", input=ListInput, phase="v0.2", convention="seed-002",
     verb="GET", path="/api/capacity/reservations", output=out.IntervalReservationPage,
 )  # fmt: skip
-async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
+async def list_reservations(ctx: CallContext, q: ListInput) -> out.IntervalReservationPage:
     """The audit list: every interval reservation made in [from, to), newest first."""
     start, end = parse_window(q.from_, q.to, grid=False)
     limit = parse_limit(q.limit)
@@ -146,14 +145,12 @@ async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
     page = await ctx.ledger.intervals.page(tenant, start, end, before, limit + 1)
     more = len(page) > limit
     page = page[:limit]
-    return {
-        "from": format_time(start),
-        "to": format_time(end),
-        "reservations": [render.interval_reservation(r) for r in page],
-        "nextCursor": encode_cursor([page[-1].created_at, page[-1].reservation_id])
-        if more
-        else None,
-    }
+    return out.IntervalReservationPage(
+        from_=format_time(start),
+        to=format_time(end),
+        reservations=[render.interval_reservation(r) for r in page],
+        next_cursor=encode_cursor([page[-1].created_at, page[-1].reservation_id]) if more else None,
+    )
 
 
 @REGISTRY.method(
@@ -161,7 +158,7 @@ async def list_reservations(ctx: CallContext, q: ListInput) -> Any:
     scope="caller-tenant", input=CalendarInput, phase="v0.2", convention="seed-002",
     verb="GET", path="/api/capacity/calendar", output=out.Calendar,
 )  # fmt: skip
-async def calendar(ctx: CallContext, inp: CalendarInput) -> Any:
+async def calendar(ctx: CallContext, inp: CalendarInput) -> out.Calendar:
     """Per quarter-hour of [from, to): the tenant's limit, reserved and reservable GB."""
     start, end = parse_window(inp.from_, inp.to, grid=True)
     tenant = ctx.principal.tenant_id if inp.tenant_id is None else inp.tenant_id
@@ -172,18 +169,18 @@ async def calendar(ctx: CallContext, inp: CalendarInput) -> Any:
     pool = await visible_pool(ctx.ledger, tenant, inp.pool_id)
     quarters = list(range(start, end, INTERVAL_MS))
     usage = await ctx.ledger.intervals.reservable(tenant, pool.pool_id, quarters)
-    return {
-        "from": format_time(start),
-        "to": format_time(end),
-        "resource": "memory_gb",
-        "intervals": [
-            {
-                "startsAt": format_time(q),
-                "endsAt": format_time(q + INTERVAL_MS),
-                "reservationLimitGb": usage[q].limit_gb,
-                "reservedGb": usage[q].tenant_gb,
-                "reservableGb": usage[q].reservable,
-            }
+    return out.Calendar(
+        from_=format_time(start),
+        to=format_time(end),
+        resource="memory_gb",
+        intervals=[
+            out.CalendarInterval(
+                starts_at=format_time(q),
+                ends_at=format_time(q + INTERVAL_MS),
+                reservation_limit_gb=usage[q].limit_gb,
+                reserved_gb=usage[q].tenant_gb,
+                reservable_gb=usage[q].reservable,
+            )
             for q in quarters
         ],
-    }
+    )

@@ -14,7 +14,7 @@ from coordinator.api import node_outputs as out
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.api.registry import REGISTRY, ApiInput, Prebuilt, keys
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
 from coordinator.errors import NotFound
@@ -107,69 +107,70 @@ def shown_by(by: str, operator: bool) -> str:
     return by if operator or "/" not in by else "operator"
 
 
-def node_out(
-    node: NodeRecord, counts: dict[str, int] | None = None, *, operator: bool = False
-) -> dict[str, Any]:
+# nodes.list and nodes.get answer with dicts keyed by their models' own keys: a model
+# round trip costs about 10x on a 1,000-node page (model_construct more still, being
+# Python), so these keys, read from node_outputs, are what keeps the shape declared once.
+_NODE, _ATOM = keys(out.NodeDetail), keys(out.HeldAtom)
+_FLAGS, _RES = keys(out.NodeFlags), keys(out.NodeResources)
+_REACH, _HEALTH = keys(out.Reachable), keys(out.HealthFlag)
+_MAINT, _PROV = keys(out.MaintenanceFlag), keys(out.ProvisioningFlag)
+_HOLDER, _OTHER = keys(out.Holder), keys(out.OtherHolder)
+_PAGE = keys(out.NodePage)
+
+
+def _node(node: NodeRecord, atoms: object, operator: bool) -> dict[str, Any]:
+    """A node as `NodeSummary` (atoms counted) or `NodeDetail` (atoms listed)."""
     s = node.state
-    out: dict[str, Any] = {
-        "nodeId": node.node_id,
-        "poolId": node.pool_id,
-        "hostname": node.hostname,
-        "status": node_status(s),
-        "labels": node.labels,
-        "profileId": node.profile_id,
-        "profileVersion": node.profile_version,
-        "state": {
-            "reachable": {"value": s.reachable, "since": node.reachable_since},
-            "health": {
-                "value": s.health,
-                "reasons": list(node.health_reasons),
-                "since": node.health_since,
-            },
-            "maintenance": {
-                "value": s.maintenance,
-                "reason": node.maintenance_reason,
-                "by": shown_by(node.maintenance_by, operator),
-                "since": node.maintenance_since,
-            },
-            "provisioning": {"value": s.provisioning, "reason": node.shape_hold},
-        },
-        "lastSeen": node.last_seen,
-        "intervalMs": node.interval_ms,
-        "resources": {
-            "vcpu": node.vcpu,
-            "memoryGiB": node.memory_gib,
-            "hugepages1Gi": node.hugepages_1gi,
-        },
-    }
-    if counts is not None:
-        out["atoms"] = counts
-    else:
-        out["atoms"] = [
-            {
-                "atomId": a.atom_id,
-                "class": a.cls,
-                "deviceId": a.device_id,
-                "health": a.health,
-                "healthReasons": list(a.health_reasons),
-                "attrs": a.attrs,
-            }
-            for a in node.atoms
-        ]
-    return out
-
-
-def event_out(e: NodeEvent, *, operator: bool = False) -> dict[str, Any]:
     return {
-        "eventId": e.event_id,
-        "nodeId": e.node_id,
-        "poolId": e.pool_id,
-        "kind": e.kind,
-        "reason": e.reason,
-        "by": shown_by(e.by, operator),
-        "at": e.at,
-        "deviceId": e.device_id,
+        _NODE.node_id: node.node_id,
+        _NODE.pool_id: node.pool_id,
+        _NODE.hostname: node.hostname,
+        _NODE.status: node_status(s),
+        _NODE.labels: node.labels,
+        _NODE.profile_id: node.profile_id,
+        _NODE.profile_version: node.profile_version,
+        _NODE.state: {
+            _FLAGS.reachable: {_REACH.value: s.reachable, _REACH.since: node.reachable_since},
+            _FLAGS.health: {
+                _HEALTH.value: s.health,
+                _HEALTH.reasons: list(node.health_reasons),
+                _HEALTH.since: node.health_since,
+            },
+            _FLAGS.maintenance: {
+                _MAINT.value: s.maintenance,
+                _MAINT.reason: node.maintenance_reason,
+                _MAINT.by: shown_by(node.maintenance_by, operator),
+                _MAINT.since: node.maintenance_since,
+            },
+            _FLAGS.provisioning: {_PROV.value: s.provisioning, _PROV.reason: node.shape_hold},
+        },
+        _NODE.last_seen: node.last_seen,
+        _NODE.interval_ms: node.interval_ms,
+        _NODE.resources: {
+            _RES.vcpu: node.vcpu,
+            _RES.memory_gib: node.memory_gib,
+            _RES.hugepages1_gi: node.hugepages_1gi,
+        },
+        _NODE.atoms: atoms,
     }
+
+
+def node_summary(node: NodeRecord, counts: dict[str, int], *, operator: bool) -> dict[str, Any]:
+    """A node in a listing (`NodeSummary`): its atoms counted per class."""
+    return _node(node, counts, operator)
+
+
+def event_out(e: NodeEvent, *, operator: bool = False) -> out.NodeEventOut:
+    return out.NodeEventOut(
+        event_id=e.event_id,
+        node_id=e.node_id,
+        pool_id=e.pool_id,
+        kind=e.kind,
+        reason=e.reason,
+        by=shown_by(e.by, operator),
+        at=e.at,
+        device_id=e.device_id,
+    )
 
 
 def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
@@ -177,26 +178,35 @@ def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
     if holder is None:
         return None
     if viewer is not None and holder.tenant_id != viewer:
-        return {"other": True}
+        return {_OTHER.other: True}
     return {
-        "reservationId": holder.reservation_id,
-        "tenantId": holder.tenant_id,
-        "projectId": holder.project_id,
-        "until": holder.until,
+        _HOLDER.reservation_id: holder.reservation_id,
+        _HOLDER.tenant_id: holder.tenant_id,
+        _HOLDER.project_id: holder.project_id,
+        _HOLDER.until: holder.until,
     }
 
 
 def node_detail(
     node: NodeRecord, holders: dict[str, Holder], viewer: str | None, *, operator: bool = False
 ) -> dict[str, Any]:
-    """A node with, per atom, its rollup bucket and the reservation holding it now."""
-    out = node_out(node, operator=operator)
-    for atom, rec in zip(out["atoms"], node.atoms, strict=True):
+    """A node (`NodeDetail`) with, per atom, its rollup bucket and the reservation
+    holding it now."""
+    atoms = []
+    for rec in node.atoms:
         view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
                         cast(HealthStatus, rec.health))  # fmt: skip
-        atom["bucket"] = atom_bucket(node.state, view)
-        atom["heldBy"] = _holder(holders.get(rec.atom_id), viewer)
-    return out
+        atoms.append({
+            _ATOM.atom_id: rec.atom_id,
+            _ATOM.cls: rec.cls,
+            _ATOM.device_id: rec.device_id,
+            _ATOM.health: rec.health,
+            _ATOM.health_reasons: list(rec.health_reasons),
+            _ATOM.attrs: rec.attrs,
+            _ATOM.bucket: atom_bucket(node.state, view),
+            _ATOM.held_by: _holder(holders.get(rec.atom_id), viewer),
+        })  # fmt: skip
+    return _node(node, atoms, operator)
 
 
 async def _visible_node(ctx: CallContext, tenant_id: str | None, node_id: str) -> NodeRecord:
@@ -222,7 +232,7 @@ async def _listed_pools(ctx: CallContext, body: NodeListInput) -> list[str]:
     "nodes.list", kind="read", permission="compute:nodes:read", scope="compute-tenant",
     input=NodeListInput, output=out.NodePage, phase="v0.2",
 )  # fmt: skip
-async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
+async def nodes_list(ctx: CallContext, body: NodeListInput) -> Prebuilt[out.NodePage]:
     """Nodes with their state, ordered by nodeId, a page at a time: one pool's, or
     (poolId left out) every pool's the tenant sees; operators may leave out tenantId."""
     after = decode_id_cursor(body.cursor) if body.cursor else None
@@ -230,67 +240,76 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> dict[str, Any]:
     found = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
     nodes, counts = found.nodes, found.atom_counts
     page, more = nodes[: body.limit], len(nodes) > body.limit
-    return {
-        "poolId": body.pool_id,
-        "nodes": [
-            node_out(n, counts.get(n.node_id, {}), operator=ctx.principal.is_operator) for n in page
-        ],
-        "nextCursor": encode_cursor(page[-1].node_id) if more and page else None,
-    }
+    operator = ctx.principal.is_operator
+    return Prebuilt(
+        out.NodePage,
+        {
+            _PAGE.pool_id: body.pool_id,
+            _PAGE.nodes: [
+                node_summary(n, counts.get(n.node_id, {}), operator=operator) for n in page
+            ],
+            _PAGE.next_cursor: encode_cursor(page[-1].node_id) if more and page else None,
+        },
+    )
 
 
 @REGISTRY.method(
     "nodes.get", kind="read", permission="compute:nodes:read", scope="compute-tenant",
     input=NodeRef, output=out.NodeDetail, phase="v0.2",
 )  # fmt: skip
-async def nodes_get(ctx: CallContext, body: NodeRef) -> dict[str, Any]:
+async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]:
     """One node with its state flags and every atom with its bucket and holder
     (NOT_FOUND unless its pool is visible)."""
     node = await _visible_node(ctx, body.tenant_id, body.node_id)
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
-    return node_detail(node, holders, body.tenant_id, operator=ctx.principal.is_operator)
+    detail = node_detail(node, holders, body.tenant_id, operator=ctx.principal.is_operator)
+    return Prebuilt(out.NodeDetail, detail)
 
 
 @REGISTRY.method(
     "nodes.events", kind="read", permission="compute:nodes:read", scope="compute-tenant",
     input=NodeEventsInput, output=out.NodeEvents, phase="v0.2",
 )  # fmt: skip
-async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> dict[str, Any]:
+async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> out.NodeEvents:
     """A node's recorded transitions, oldest first, after an event id."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
     operator = ctx.principal.is_operator
-    return {"nodeId": body.node_id, "events": [event_out(e, operator=operator) for e in events]}
+    return out.NodeEvents(
+        node_id=body.node_id, events=[event_out(e, operator=operator) for e in events]
+    )
 
 
 @REGISTRY.method(
     "nodes.setMaintenance", kind="write", permission="platform:admin", scope="platform",
     input=MaintenanceInput, output=out.MaintenanceSet, phase="v0.2",
 )  # fmt: skip
-async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> dict[str, Any]:
+async def nodes_set_maintenance(ctx: CallContext, body: MaintenanceInput) -> out.MaintenanceSet:
     """Put a node in or out of maintenance with a reason (operator). Its atoms move to
     the maintenance bucket at once; the change is a node event and an alert, and the
     reservations it puts at risk are counted in the answer (each holder is alerted)."""
     by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
-    out = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
+    done = await ctx.services.maintenance.set(body.node_id, body.maintenance, body.reason, by)
     node = await ctx.ledger.catalog.node(body.node_id)
     assert node is not None
-    return {
-        "nodeId": node.node_id,
-        "poolId": node.pool_id,
-        "status": node_status(node.state),
-        "maintenance": node.state.maintenance,
-        "reason": node.maintenance_reason,
-        "changed": out.changed,
-        "reservationsAtRisk": out.reservations_at_risk,
-    }
+    return out.MaintenanceSet(
+        node_id=node.node_id,
+        pool_id=node.pool_id,
+        status=node_status(node.state),
+        maintenance=node.state.maintenance,
+        reason=node.maintenance_reason,
+        changed=done.changed,
+        reservations_at_risk=done.reservations_at_risk,
+    )
 
 
 @REGISTRY.method(
     "nodes.setExpectedShape", kind="write", permission="platform:admin", scope="platform",
     input=ExpectedShapeInput, output=out.ExpectedShapeSet, phase="v0.3",
 )  # fmt: skip
-async def nodes_set_expected_shape(ctx: CallContext, body: ExpectedShapeInput) -> dict[str, Any]:
+async def nodes_set_expected_shape(
+    ctx: CallContext, body: ExpectedShapeInput
+) -> out.ExpectedShapeSet:
     """Set the atom counts per class expected of a pool's nodes or of a host profile
     version's (operator); empty counts clear it. A node with more than a shape that
     applies to it is held in provisioning, with the reason, until accepted
@@ -303,20 +322,20 @@ async def nodes_set_expected_shape(ctx: CallContext, body: ExpectedShapeInput) -
     )
     counts = {str(cls): n for cls, n in body.counts.items()}
     shape = await ctx.services.shapes.expect(body.pool_id, profile, counts, by)
-    return {
-        "poolId": shape.pool_id or None,
-        "profileId": shape.profile_id or None,
-        "profileVersion": shape.profile_version or None,
-        "counts": dict(shape.counts),
-        "updatedAt": shape.updated_at,
-    }
+    return out.ExpectedShapeSet(
+        pool_id=shape.pool_id or None,
+        profile_id=shape.profile_id or None,
+        profile_version=shape.profile_version or None,
+        counts=dict(shape.counts),
+        updated_at=shape.updated_at,
+    )
 
 
 @REGISTRY.method(
     "nodes.acceptShape", kind="write", permission="platform:admin", scope="platform",
     input=ShapeAcceptInput, output=out.ShapeAccepted, phase="v0.3",
 )  # fmt: skip
-async def nodes_accept_shape(ctx: CallContext, body: ShapeAcceptInput) -> dict[str, Any]:
+async def nodes_accept_shape(ctx: CallContext, body: ShapeAcceptInput) -> out.ShapeAccepted:
     """Accept a node's inventory as it is (operator): its atom counts are recorded as
     accepted and a hold for exceeding an expected shape ends. A later inventory with
     more than was accepted is held again."""
@@ -324,10 +343,10 @@ async def nodes_accept_shape(ctx: CallContext, body: ShapeAcceptInput) -> dict[s
     changes = await ctx.services.shapes.accept(body.node_id, by)
     node = await ctx.ledger.catalog.node(body.node_id, with_atoms=False)
     assert node is not None
-    return {
-        "nodeId": node.node_id,
-        "poolId": node.pool_id,
-        "status": node_status(node.state),
-        "provisioning": node.state.provisioning,
-        "changed": bool(changes.transitions),
-    }
+    return out.ShapeAccepted(
+        node_id=node.node_id,
+        pool_id=node.pool_id,
+        status=node_status(node.state),
+        provisioning=node.state.provisioning,
+        changed=bool(changes.transitions),
+    )

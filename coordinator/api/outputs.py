@@ -1,8 +1,8 @@
 """Output models of the compute methods: what each method answers, declared in the
 registry beside the input models. They feed the OpenAPI document's response schemas and
-the typed client; `render.py` builds its answers as these models, and a test validates
-real answers against them. The error envelope is here too: every compute method's
-4xx/5xx body."""
+the typed client, and they are the answers: handlers build them and the server dumps
+them (`registry.dump`); a test validates real answers against them. The error envelope
+is here too: every compute method's 4xx/5xx body."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.registry import ApiOutput
+from coordinator.api.registry import ApiOutput, optional
 from shared.ids import RESERVATION_ID_PATTERN
 from shared.reservation_states import ReservationState
 from shared.wire import AtomClass
@@ -137,15 +137,14 @@ class Preemptible(ApiOutput):
 class Preview(ApiOutput):
     fits: bool = Field(description="Whether the request would be booked now.")
     candidates: list[Candidate] = Field(description="Up to 10 ranked candidate nodes.")
-    reason: str | None = Field(default=None, description="Why it does not fit (when not).")
-    shortfalls: list[DeviceShortfall] | None = Field(
-        default=None, description="Per device request, what was asked and had (when not)."
+    reason: str | None = optional(description="Why it does not fit (when not).")
+    shortfalls: list[DeviceShortfall] | None = optional(
+        description="Per device request, what was asked and had (when not)."
     )
-    preemptible: Preemptible | None = Field(
-        default=None, description="What preempting spot reservations would free."
+    preemptible: Preemptible | None = optional(
+        description="What preempting spot reservations would free."
     )
-    filtered: dict[str, int] | None = Field(
-        default=None,
+    filtered: dict[str, int] | None = optional(
         description="When it does not fit: how many nodes the placer turned away, by reason.",
         examples=[{"not allocatable": 1, "at most 2 free matching gpu on one node": 3}],
     )
@@ -178,7 +177,7 @@ class BookedAtomOut(ApiOutput):
 
 class Gang(ApiOutput):
     size: int = Field(description="How many members the gang has.")
-    topology_key: str | None = Field(default=None, description="The label members share.")
+    topology_key: str | None = optional(description="The label members share.")
 
 
 class AtRisk(ApiOutput):
@@ -208,18 +207,17 @@ class ReservationOut(ApiOutput):
     binding: Literal["hold", "node"] = Field(description="What it holds: atoms or nodes.")
     atoms: list[BookedAtomOut] = Field(description="Every atom it books.")
     created_at: EpochMs = Field(description="When it was booked.")
-    project_id: ProjectId | None = Field(default=None, description="Its project, if any.")
-    lease_expires_at: EpochMs | None = Field(
-        default=None, description="When it expires unless renewed (leased reservations)."
+    project_id: ProjectId | None = optional(description="Its project, if any.")
+    lease_expires_at: EpochMs | None = optional(
+        description="When it expires unless renewed (leased reservations)."
     )
-    preempt_at: EpochMs | None = Field(default=None, description="When it is preempted.")
-    resources: dict[str, int] | None = Field(
-        default=None, description="Scalar resources it books (vcpu, memoryGiB, …)."
+    preempt_at: EpochMs | None = optional(description="When it is preempted.")
+    resources: dict[str, int] | None = optional(
+        description="Scalar resources it books (vcpu, memoryGiB, …)."
     )
-    gang: Gang | None = Field(default=None, description="Its gang, if booked as one.")
-    ended_at: EpochMs | None = Field(default=None, description="When it was ended early.")
-    at_risk: AtRisk | None = Field(
-        default=None,
+    gang: Gang | None = optional(description="Its gang, if booked as one.")
+    ended_at: EpochMs | None = optional(description="When it was ended early.")
+    at_risk: AtRisk | None = optional(
         description="Present while a device it holds is unavailable (live reservations only).",
     )
 
@@ -239,8 +237,8 @@ class PoolOut(ApiOutput):
     owner: TenantId = Field(description="The tenant owning it.")
     archived: bool = Field(description="Whether it is archived.")
     created_at: EpochMs = Field(description="When it was created.")
-    offered_to: list[TenantId] | None = Field(
-        default=None, description="Tenants it is offered to (shown to its owner only)."
+    offered_to: list[TenantId] | None = optional(
+        description="Tenants it is offered to (shown to its owner only)."
     )
 
 

@@ -7,7 +7,7 @@ to the owner: a tenant is never told who else a pool is offered to.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
@@ -48,18 +48,16 @@ class PoolOfferInput(ApiInput):
     )
 
 
-def pool_out(pool: Pool, viewer: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "poolId": pool.pool_id,
-        "name": pool.name,
-        "gpuModel": pool.gpu_model,
-        "owner": pool.owner,
-        "archived": pool.archived,
-        "createdAt": pool.created_at,
-    }
-    if viewer == pool.owner:
-        out["offeredTo"] = sorted(pool.offered_to)
-    return out
+def pool_out(pool: Pool, viewer: str) -> out.PoolOut:
+    return out.PoolOut(
+        pool_id=pool.pool_id,
+        name=pool.name,
+        gpu_model=pool.gpu_model,
+        owner=pool.owner,
+        archived=pool.archived,
+        created_at=pool.created_at,
+        offered_to=sorted(pool.offered_to) if viewer == pool.owner else None,
+    )
 
 
 def _require_owner(ctx: CallContext, tenant_id: str, action: str) -> Pool:
@@ -69,7 +67,7 @@ def _require_owner(ctx: CallContext, tenant_id: str, action: str) -> Pool:
     return pool
 
 
-async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> dict[str, Any]:
+async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> out.PoolOut:
     """The pool as it is after the owner's change."""
     updated = await ctx.ledger.pools.get(pool_id)
     assert updated is not None
@@ -80,7 +78,7 @@ async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> dict[str, Any]
     "pools.create", kind="write", permission="platform:admin", scope="platform",
     input=PoolCreateInput, output=out.PoolOut,
 )  # fmt: skip
-async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any]:
+async def pools_create(ctx: CallContext, body: PoolCreateInput) -> out.PoolOut:
     """Create a pool owned by a tenant (operator)."""
     if await ctx.ledger.tenants.get(body.tenant_id) is None:
         raise NotFound(f"tenant {body.tenant_id!r} not found")
@@ -94,7 +92,7 @@ async def pools_create(ctx: CallContext, body: PoolCreateInput) -> dict[str, Any
     "pools.get", kind="read", permission="compute:pools:read", scope="compute-pool",
     input=PoolRef, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
-async def pools_get(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
+async def pools_get(ctx: CallContext, body: PoolRef) -> out.PoolOut:
     """One pool the tenant owns or is offered."""
     return pool_out(ctx.require_pool(), body.tenant_id)
 
@@ -103,17 +101,19 @@ async def pools_get(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
     "pools.list", kind="read", permission="compute:pools:read", scope="compute-tenant",
     input=PoolListInput, output=out.PoolList, phase="v0.2",
 )  # fmt: skip
-async def pools_list(ctx: CallContext, body: PoolListInput) -> dict[str, Any]:
+async def pools_list(ctx: CallContext, body: PoolListInput) -> out.PoolList:
     """Every pool the tenant owns (archived included) or is offered (not archived)."""
     pools = await ctx.ledger.pools.list_visible(body.tenant_id)
-    return {"tenantId": body.tenant_id, "pools": [pool_out(p, body.tenant_id) for p in pools]}
+    return out.PoolList(
+        tenant_id=body.tenant_id, pools=[pool_out(p, body.tenant_id) for p in pools]
+    )
 
 
 @REGISTRY.method(
     "pools.offer", kind="write", permission="compute:pools:write", scope="compute-pool",
     input=PoolOfferInput, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
-async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
+async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
     """Offer a pool to another tenant (owner)."""
     pool = _require_owner(ctx, body.tenant_id, "offer")
     if await ctx.ledger.tenants.get(body.offer_to) is None:
@@ -126,7 +126,7 @@ async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
     "pools.unoffer", kind="write", permission="compute:pools:write", scope="compute-pool",
     input=PoolOfferInput, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
-async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any]:
+async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
     """Withdraw an offer (owner); the pool vanishes for that tenant at once."""
     pool = _require_owner(ctx, body.tenant_id, "unoffer")
     await ctx.ledger.pools.unoffer(pool.pool_id, body.offer_to)
@@ -137,7 +137,7 @@ async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> dict[str, Any
     "pools.archive", kind="write", permission="compute:pools:write", scope="compute-pool",
     input=PoolRef, output=out.PoolOut, phase="v0.2",
 )  # fmt: skip
-async def pools_archive(ctx: CallContext, body: PoolRef) -> dict[str, Any]:
+async def pools_archive(ctx: CallContext, body: PoolRef) -> out.PoolOut:
     """Archive a pool (owner): it stays visible to its owner only."""
     pool = _require_owner(ctx, body.tenant_id, "archive")
     await ctx.ledger.pools.archive(pool.pool_id)

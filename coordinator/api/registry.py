@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -63,10 +64,11 @@ class RestInput(ApiInput):
 
 
 class ApiOutput(BaseModel):
-    """Base of every output model: what a method answers, declared for the OpenAPI
-    document and the typed client. `render.py` builds its answers as these models; a
-    test validates every method's real answers against these schemas, so no other field
-    may appear (extra forbidden)."""
+    """Base of every output model: what a method answers, the one declaration of its
+    shape, for the OpenAPI document, the typed client and the answer itself. Handlers
+    return these models and the server dumps them by alias (`dump`); a test validates
+    every method's real answers against these schemas, so no other field may appear
+    (extra forbidden)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -74,6 +76,40 @@ class ApiOutput(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
     )
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def optional(description: str, **kwargs: Any) -> Any:
+    """An output field left out of the answer when it does not apply (None). A field
+    typed `X | None` without it is always in the answer, null when there is no value."""
+    return Field(default=None, exclude_if=_is_none, description=description, **kwargs)
+
+
+def dump(answer: ApiOutput) -> dict[str, Any]:
+    """An answer as its JSON object: by alias, fields that do not apply left out."""
+    return answer.model_dump(by_alias=True)
+
+
+Out = TypeVar("Out", bound=ApiOutput)
+
+
+@dataclass(frozen=True, slots=True)
+class Prebuilt(Generic[Out]):
+    """An answer too hot for a model round trip, built as its model's JSON object with
+    the model's own keys (`keys`); the server sends `body` as it is."""
+
+    model: type[Out]
+    body: dict[str, Any]
+
+
+def keys(model: type[ApiOutput]) -> SimpleNamespace:
+    """`model`'s JSON keys by field name (`keys(NodeSummary).node_id == "nodeId"`), read
+    from its declaration: for an answer too hot for a model round trip, built as a dict
+    whose keys cannot drift from the model (a misspelt field is an AttributeError)."""
+    return SimpleNamespace(**{name: f.alias or name for name, f in model.model_fields.items()})
 
 
 def param(

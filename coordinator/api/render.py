@@ -1,9 +1,9 @@
 """How the API words values and outcomes: reservations, interval reservations, refusals
 and the error envelope. Each answer is built as its output model (`outputs.py`,
-`interval_outputs.py`), the one declaration of its shape, and dumped by its aliases;
-optional fields that do not apply are left out. Workflows record these words under
-idempotency keys through `RESERVATION_ANSWERS` and `INTERVAL_ANSWERS`, so a replay is
-exactly the first answer."""
+`interval_outputs.py`), the one declaration of its shape, and dumped by its aliases
+(`registry.dump`); optional fields that do not apply are left out. Workflows record
+these words under idempotency keys through `RESERVATION_ANSWERS` and
+`INTERVAL_ANSWERS`, so a replay is exactly the first answer."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from coordinator.api import interval_outputs as iv_out
 from coordinator.api import outputs as out
+from coordinator.api.registry import dump
 from coordinator.domain.intervals import Interval, IntervalReservation, format_time
 from coordinator.domain.model import RollupRow
 from coordinator.domain.reservation import Reservation
@@ -20,19 +21,20 @@ from coordinator.services.intervals import Shortfall
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     body = out.ErrorBody(code=code, message=message, details=details or {})
-    return out.ErrorEnvelope(error=body).model_dump(by_alias=True)
+    return dump(out.ErrorEnvelope(error=body))
 
 
-def rollup_row(row: RollupRow) -> dict[str, Any]:
+def rollup_row(row: RollupRow) -> out.RollupRowOut:
     return out.RollupRowOut(
         resource=row.resource, total=row.total, allocatable=row.allocatable,
         allocated=row.allocated, reserved=row.reserved, available=row.available,
         provisioning=row.provisioning, unhealthy=row.unhealthy,
         maintenance=row.maintenance, unreachable=row.unreachable, updated_at=row.updated_at,
-    ).model_dump(by_alias=True)  # fmt: skip
+    )  # fmt: skip
 
 
-def reservation(res: Reservation, now: int) -> dict[str, Any]:
+def reservation(res: Reservation, now: int) -> out.ReservationOut:
+    """A reservation with its state at `now`."""
     risk = res.at_risk if res.live(now) else None
     return out.ReservationOut(
         reservation_id=res.reservation_id,
@@ -56,7 +58,7 @@ def reservation(res: Reservation, now: int) -> dict[str, Any]:
         at_risk=out.AtRisk(reason=risk.reason, since=risk.since, atoms=list(risk.atoms))
         if risk is not None
         else None,
-    ).model_dump(by_alias=True, exclude_none=True)
+    )
 
 
 def _interval(iv: Interval) -> iv_out.IntervalOut:
@@ -67,15 +69,15 @@ def _interval(iv: Interval) -> iv_out.IntervalOut:
     )
 
 
-def interval_reservation(res: IntervalReservation) -> dict[str, Any]:
+def interval_reservation(res: IntervalReservation) -> iv_out.IntervalReservationOut:
     return iv_out.IntervalReservationOut(
         reservation_id=res.reservation_id,
         created_at=format_time(res.created_at),
         intervals=[_interval(iv) for iv in res.intervals],
-    ).model_dump(by_alias=True)
+    )
 
 
-def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> dict[str, Any]:
+def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> iv_out.CapacityNotAvailableBody:
     """Seed 002's 409: every interval that does not fit."""
     return iv_out.CapacityNotAvailableBody(
         error="capacity_not_available",
@@ -88,14 +90,14 @@ def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> dict[str, Any]:
             )
             for s in shortfalls
         ],
-    ).model_dump(by_alias=True)
+    )
 
 
 class ReservationWords:
     """The words workflows record (`ReservationAnswers` and `IntervalAnswers`)."""
 
     def created(self, res: Reservation, now: int) -> Any:
-        return reservation(res, now)
+        return dump(reservation(res, now))
 
     def refused(self, error: CoordinatorError) -> Any:
         return error_body(error.code, error.message, error.details)
@@ -103,10 +105,10 @@ class ReservationWords:
 
 class IntervalWords:
     def booked(self, res: IntervalReservation) -> Any:
-        return interval_reservation(res)
+        return dump(interval_reservation(res))
 
     def refused(self, shortfalls: tuple[Shortfall, ...]) -> Any:
-        return intervals_refused(shortfalls)
+        return dump(intervals_refused(shortfalls))
 
 
 RESERVATION_ANSWERS = ReservationWords()

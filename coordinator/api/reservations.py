@@ -8,7 +8,7 @@ the idempotency key and replayed for the same body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -85,7 +85,7 @@ class ListInput(ApiInput):
     scope="compute-pool", input=ReservationCreateInput, output=out.ReservationOut,
     phase="v0.2",
 )  # fmt: skip
-async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
+async def create(ctx: CallContext, body: ReservationCreateInput) -> out.ReservationOut | Reply:
     """Place and book a request atomically across every atom and gang member.
 
     Idempotent per idempotencyKey; QUOTA_EXCEEDED over quota; 409 CAPACITY_NOT_AVAILABLE
@@ -104,7 +104,7 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> Any:
     "reservations.get", kind="read", permission="compute:reservations:read",
     scope="compute-tenant", input=ReservationLookup, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
-async def get(ctx: CallContext, body: ReservationLookup) -> dict[str, Any]:
+async def get(ctx: CallContext, body: ReservationLookup) -> out.ReservationOut:
     """One of the tenant's reservations, with its state now (operators: any tenant's)."""
     res = await ctx.ledger.reservations.get(body.reservation_id, body.tenant_id)
     return render.reservation(res, ctx.now())
@@ -114,7 +114,7 @@ async def get(ctx: CallContext, body: ReservationLookup) -> dict[str, Any]:
     "reservations.list", kind="read", permission="compute:reservations:read",
     scope="compute-tenant", input=ListInput, output=out.ReservationPage, phase="v0.2",
 )  # fmt: skip
-async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
+async def list_(ctx: CallContext, body: ListInput) -> out.ReservationPage:
     """The tenant's reservations, newest first, a page at a time (opaque cursor);
     filtered by pool, project, state now and a time window; operators may leave out
     tenantId for every tenant's."""
@@ -131,19 +131,19 @@ async def list_(ctx: CallContext, body: ListInput) -> dict[str, Any]:
     page = await ctx.ledger.listing.page(wanted, before, body.limit + 1, now)
     more = len(page) > body.limit
     page = page[: body.limit]
-    return {
-        "reservations": [render.reservation(r, now) for r in page],
-        "nextCursor": encode_cursor([page[-1].created_at, page[-1].reservation_id])
+    return out.ReservationPage(
+        reservations=[render.reservation(r, now) for r in page],
+        next_cursor=encode_cursor([page[-1].created_at, page[-1].reservation_id])
         if more and page
         else None,
-    }
+    )
 
 
 @REGISTRY.method(
     "reservations.renew", kind="write", permission="compute:reservations:write",
     scope="compute-tenant", input=RenewInput, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
-async def renew(ctx: CallContext, body: RenewInput) -> dict[str, Any]:
+async def renew(ctx: CallContext, body: RenewInput) -> out.ReservationOut:
     """Extend a leased reservation's lease from now (by its leaseSeconds, or a new one)."""
     out = await ctx.services.reservations.renew(
         body.tenant_id, body.reservation_id, body.lease_seconds
@@ -155,7 +155,7 @@ async def renew(ctx: CallContext, body: RenewInput) -> dict[str, Any]:
     "reservations.release", kind="write", permission="compute:reservations:write",
     scope="compute-tenant", input=ReservationRef, output=out.ReservationOut, phase="v0.2",
 )  # fmt: skip
-async def release(ctx: CallContext, body: ReservationRef) -> dict[str, Any]:
+async def release(ctx: CallContext, body: ReservationRef) -> out.ReservationOut:
     """End a reservation now; the rest of its time is free at once (rollup included)."""
     out = await ctx.services.reservations.release(body.tenant_id, body.reservation_id)
     return render.reservation(out.reservation, out.at)

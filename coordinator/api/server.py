@@ -28,9 +28,19 @@ from coordinator.api.auth import authenticate, authorize, bearer_key
 from coordinator.api.body import BodyError, TooLarge, TooSlow, check_text, read_whole, strict_json
 from coordinator.api.console import add_console_routes
 from coordinator.api.context import CallContext, Services
+from coordinator.api.interval_outputs import IdempotencyConflictBody
 from coordinator.api.methods import REGISTRY
 from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import Method, Registry, Reply, RestInput, where
+from coordinator.api.registry import (
+    ApiOutput,
+    Method,
+    Prebuilt,
+    Registry,
+    Reply,
+    RestInput,
+    dump,
+    where,
+)
 from coordinator.api.render import error_body
 from coordinator.domain.intervals import IntervalError
 from coordinator.domain.model import Principal
@@ -230,8 +240,8 @@ def _seed_answer(exc: Exception) -> web.Response | None:
     if isinstance(exc, NotFound):
         return web.Response(status=404, text=f"{exc.message}\n", content_type="text/plain")
     if isinstance(exc, IdempotencyKeyConflict):
-        body = {"error": "idempotency_key_conflict", "message": exc.message}
-        return web.json_response(body, status=409)
+        body = IdempotencyConflictBody(error="idempotency_key_conflict", message=exc.message)
+        return json_answer(body, 409)
     return None
 
 
@@ -280,7 +290,13 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
 def json_answer(body: Any, status: int = 200) -> web.Response:
     """Every successful answer, serialized by orjson: a page of 1,000 nodes or a node with
     its atoms is several times faster than with json (bench/README.md). What orjson
-    refuses (an integer beyond 64 bits) goes through json."""
+    refuses (an integer beyond 64 bits) goes through json. A handler's output model is
+    dumped first: its one declaration is the answer's shape (`Prebuilt` answers were
+    built with its keys)."""
+    if isinstance(body, ApiOutput):
+        body = dump(body)
+    elif isinstance(body, Prebuilt):
+        body = body.body
     try:
         raw = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:

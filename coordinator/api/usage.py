@@ -3,8 +3,6 @@ the bookings as they actually ran (see `domain/usage.py`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field, model_validator
 
 from coordinator.api import outputs as out
@@ -41,7 +39,7 @@ class UsageInput(ApiInput):
     "usage.report", kind="read", permission="compute:capacity:read", scope="compute-tenant",
     input=UsageInput, output=out.UsageReport, phase="v0.3",
 )  # fmt: skip
-async def report(ctx: CallContext, body: UsageInput) -> dict[str, Any]:
+async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
     """Unit-hours (GPU-hours for `gpu`; MIG, slot, VF, disk and node hours; vCPU- and
     GiB-hours for scalars) per tenant, pool, project and resource over [from, to).
 
@@ -58,20 +56,20 @@ async def report(ctx: CallContext, body: UsageInput) -> dict[str, Any]:
     totals: dict[str, float] = {}
     for row in rows:
         totals[row.resource] = totals.get(row.resource, 0.0) + row.hours
-    return {
-        "from": start,
-        "to": end,
-        "asOf": min(now, end),
-        "rows": [
-            {
-                "tenantId": r.tenant_id,
-                "poolId": r.pool_id,
-                "projectId": r.project_id,
-                "resource": r.resource,
-                "hours": round(r.hours, 6),
-                "reservations": r.reservations,
-            }
+    return out.UsageReport(
+        from_=start,
+        to=end,
+        as_of=min(now, end),
+        rows=[
+            out.UsageRow(
+                tenant_id=r.tenant_id,
+                pool_id=r.pool_id,
+                project_id=r.project_id,
+                resource=r.resource,
+                hours=round(r.hours, 6),
+                reservations=r.reservations,
+            )
             for r in rows
         ],
-        "totals": {k: round(v, 6) for k, v in sorted(totals.items())},
-    }
+        totals={k: round(v, 6) for k, v in sorted(totals.items())},
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from coordinator.api.registry import dump
 from coordinator.api.render import reservation as render
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
@@ -34,7 +35,7 @@ async def _booked(rig: Rig, gpus: int = 1, key: str = "a") -> tuple[str, str, st
 
 
 async def _answer(rig: Rig, rid: str) -> dict[str, object]:
-    return render(await rig.ledger.reservations.get(rid, TENANT), rig.clock.now_ms())
+    return dump(render(await rig.ledger.reservations.get(rid, TENANT), rig.clock.now_ms()))
 
 
 def _kinds(rig: Rig) -> list[str]:
@@ -125,7 +126,7 @@ async def test_a_whole_node_booked_with_a_faulty_device_is_at_risk_from_the_star
     assert isinstance(out, Created)
     rid, since = out.reservation.reservation_id, rig.clock.now_ms()
     want = {"reason": "unhealthy", "since": since, "atoms": [sick.atom_id]}
-    assert render(out.reservation, since)["atRisk"] == want
+    assert dump(render(out.reservation, since))["atRisk"] == want
     assert (await _answer(rig, rid))["atRisk"] == want
     # Maintenance changes the reason while it lasts, not the flag: nothing to announce.
     rig.clock.advance(60_000)

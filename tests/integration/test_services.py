@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.api.registry import dump
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.domain.intervals import IntervalError, format_time
@@ -97,7 +98,7 @@ async def test_create_books_once_and_replays_the_first_answer(world: World) -> N
     world.clock.advance(HOUR)
     again = await world.reservations.create(world.request(2, "k1"))
     # A replay is the first answer, as it was worded then (state "active" at booking).
-    assert again == Replayed(200, reservation(out.reservation, out.at))
+    assert again == Replayed(200, dump(reservation(out.reservation, out.at)))
     assert (
         len(await world.ledger.listing.page(ReservationFilter(tenant_id="acme"), None, 10, 0)) == 1
     )

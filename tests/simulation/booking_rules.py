@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from coordinator.api.registry import dump
 from coordinator.api.render import RESERVATION_ANSWERS, reservation
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import InvalidInput, Unavailable
@@ -156,7 +157,7 @@ class BookingRules(MachineBase):
             return
         assert isinstance(out, Created)
         res = out.reservation
-        self.answers.append((body, 200, reservation(res, out.at)))
+        self.answers.append((body, 200, dump(reservation(res, out.at))))
         self.models[res.reservation_id] = self._model(res)
         noticed_before = {
             v.reservation_id: self.models[v.reservation_id].preempt_at for v in out.victims
@@ -177,7 +178,7 @@ class BookingRules(MachineBase):
         nodes keep theirs); no alert, nothing changed for it."""
         risky, unsaid = ref.at_risk_atoms(view, self.models[res.reservation_id])
         self.at_risk[res.reservation_id] = bool(risky)
-        flag = reservation(res, now).get("atRisk")
+        flag = dump(reservation(res, now)).get("atRisk")
         got = sorted(flag["atoms"]) if flag else []
         if unsaid or got == sorted(risky):
             return []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from coordinator.api.registry import dump
 from coordinator.api.render import reservation
 from coordinator.domain.model import Quota
 from coordinator.domain.reservation import Reservation
@@ -183,7 +184,7 @@ class LedgerMachine(FleetRules, BookingRules):
             if res is None or res.state(now) not in ref.LIVE_STATES:
                 self.at_risk.pop(rid, None)
                 continue
-            flag = reservation(res, now).get("atRisk")
+            flag = dump(reservation(res, now)).get("atRisk")
             risky, unsaid = ref.at_risk_atoms(view, m)
             if unsaid:
                 self.at_risk[rid] = bool(flag)

@@ -40,7 +40,7 @@ from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic
-from tests.simulation.ledger_view import LedgerView, outbox_end, read_view
+from tests.simulation.ledger_view import LedgerView, NodeRow, outbox_end, read_view
 
 T = TypeVar("T")
 NOTICE_MS = 120_000
@@ -168,7 +168,8 @@ class MachineBase(RuleBasedStateMachine):
         """SPEC §5 pool moves: without bookings still to run, a node is where its agent
         says."""
         held = (await self._held_devices())[0]
-        nodes = (await self.view()).nodes
+        view = await self.view()
+        nodes = view.nodes
         self.fail(
             [
                 f"{h.node_id} holds no bookings and is not in the pool its agent "
@@ -176,6 +177,7 @@ class MachineBase(RuleBasedStateMachine):
                 for h in hosts
                 if h.node_id not in held
                 and (h.node_id not in nodes or nodes[h.node_id].pool_id != h.pool_id)
+                and not _needed_for_pool_memory(view, h.node_id, self.now)
             ],
             step,
         )
@@ -228,3 +230,34 @@ class MachineBase(RuleBasedStateMachine):
     ) -> None:
         """Book forms of one device (`booking_rules.BookingRules`)."""
         raise NotImplementedError
+
+
+def _in_service(node: NodeRow) -> bool:
+    return (
+        node.reachable
+        and not node.maintenance
+        and not node.provisioning
+        and node.health not in ("unhealthy", "unmonitored")
+    )
+
+
+def _needed_for_pool_memory(view: LedgerView, node_id: str, now: int) -> bool:
+    """The reference's own reading of interval memory under a pool move (docs/api.md):
+    a node stays in its pool while the pool's memory commitments from now on — the
+    interval API's pool-wide reservations plus memory booked on its other nodes — peak
+    above what its other in-service nodes have."""
+    node = view.nodes.get(node_id)
+    if node is None:
+        return False
+    pool = node.pool_id
+    memory = [s for s in view.scalars if s.pool_id == pool and s.resource == "memoryGiB"]
+    if not any(s.node_id == "" and s.end > now for s in memory):
+        return False
+    others = [n for n in view.nodes.values() if n.pool_id == pool and n.node_id != node_id]
+    have = sum(n.scalars.get("memoryGiB", 0) for n in others if _in_service(n))
+    spans = [
+        (max(s.start, now), s.end, s.amount) for s in memory if s.end > now and s.node_id != node_id
+    ]
+    points = sorted({start for start, _, _ in spans})
+    peak = max((sum(a for b, e, a in spans if b <= t < e) for t in points), default=0)
+    return peak > have

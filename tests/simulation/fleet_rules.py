@@ -151,11 +151,18 @@ class FleetRules(MachineBase):
         )
 
     async def _flagged(self) -> set[str]:
-        """Our reservations that carry an `atRisk` flag now."""
+        """Our reservations that carry an `atRisk` flag now: compute ones, and interval
+        ones with a quarter still to run (`nodes.setMaintenance` counts both)."""
         now, out = self.now, set()
         for tenant_id in self.tenants:
             page = await self.ledger.listing.page(ReservationFilter(tenant_id), None, 1000, now)
             out |= {r.reservation_id for r in page if r.live(now) and r.at_risk is not None}
+            intervals = await self.ledger.intervals.page(tenant_id, 0, now + 1, None, 1000)
+            out |= {
+                r.reservation_id
+                for r in intervals
+                if r.at_risk is not None and any(iv.ends_at > now for iv in r.intervals)
+            }
         return out
 
     @precondition(lambda self: self.ready)

@@ -43,7 +43,7 @@ from coordinator.config import CoordinatorSettings
 from ops.cli import new_key
 from ops.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
-from shared.wire import Heartbeat, Inventory, NodeHealth
+from shared.wire import Atom, Heartbeat, Inventory, NodeHealth
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "bench"
@@ -158,9 +158,11 @@ async def coordinator_run(url: str, pool_id: str, nodes: int, count: int, rate: 
             await c.ledger.tenants.create("bench", "bench", 1)
             await c.ledger.pools.create(pool_id, "bench", "bench", None, 1)
             for i in range(nodes):
+                node = f"node-{i:05d}"
                 inv = Inventory(
-                    node_id=f"node-{i:05d}", pool_id=pool_id, boot_id="b", sent_at=0,
+                    node_id=node, pool_id=pool_id, boot_id="b", sent_at=0,
                     inventory_hash=f"hash-{i:05d}", health=NodeHealth(status="healthy"),
+                    atoms=(Atom(atom_id=f"{node}:node", cls="node"),),
                 )  # fmt: skip
                 c.ingest.sink.on_inventory(inv)
             while len(c.tracker.nodes) < nodes:  # noqa: ASYNC110 - the writer loop fills it

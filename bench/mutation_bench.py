@@ -49,6 +49,7 @@ TESTS = (
     "tests/unit/test_gang_placement.py",
     "tests/unit/test_interval_rules.py",
     "tests/unit/test_liveness_edges.py",
+    "tests/unit/test_claims_and_counts.py",
     "tests/unit/test_api_inputs.py",
 )
 PACKAGES = ("coordinator", "shared", "agent", "ops", "tests")

@@ -1,0 +1,93 @@
+"""Small rules the placer and the database's claim rows rely on (SPEC §5 "One physical
+device, one promise"), each pinned where mutation testing found nothing holding it: the
+whole-node claim, half-open overlaps, a device's form digest, one booking's merged rows,
+healthy counts, and kept free counts that fork and forget."""
+
+from __future__ import annotations
+
+from coordinator.domain.claims import (
+    NODE_DEVICE,
+    WHOLE,
+    WHOLE_NODE,
+    Claim,
+    ClaimRow,
+    claim_of,
+    form_of,
+    merged_rows,
+    overlaps,
+)
+from coordinator.domain.free_index import FreeCounts
+from coordinator.domain.placement import AtomSlot, HeldClaim, Holder, healthy_counts
+from tests.unit.test_placer import node
+
+
+def test_a_node_atom_claims_the_whole_node_whatever_its_device() -> None:
+    assert claim_of("n:node", "node", "", {}) is WHOLE_NODE
+    assert claim_of("n:node", "node", "n", {}) is WHOLE_NODE
+    assert claim_of("n:disk:w", "disk", "", {}) == Claim("n:disk:w")
+
+
+def test_windows_are_half_open() -> None:
+    assert overlaps(0, 10, 9, 20)
+    assert not overlaps(0, 10, 10, 20)
+    assert not overlaps(10, 20, 0, 10)
+    assert overlaps(5, 6, 0, 10)
+
+
+def test_a_devices_form_names_its_set_of_atoms_in_any_order() -> None:
+    one = form_of(["b", "a"])
+    assert one == form_of(["a", "b"]) and len(one) == 32
+    assert one != form_of(["a"]) and one != form_of(["a", "b", "c"])
+    # Stored in every claim row: a new digest would make each live booking's form
+    # look re-partitioned after an upgrade.
+    assert one == "7e18f737311b2dc3b2f269dd78396b03"
+
+
+def test_a_bookings_exclusive_row_stands_for_its_shared_row_of_the_same_key() -> None:
+    shared = ClaimRow(NODE_DEVICE, WHOLE, False, "node")
+    exclusive = ClaimRow(NODE_DEVICE, WHOLE, True, "node")
+    assert merged_rows([shared, exclusive]) == [exclusive]
+    assert merged_rows([exclusive, shared]) == [exclusive]
+    first = ClaimRow("G0", WHOLE, True, "f1")
+    assert merged_rows([first, ClaimRow("G0", WHOLE, True, "f2")]) == [first]
+    assert merged_rows([ClaimRow("G1", "p", False, "f"), shared]) == [
+        shared,
+        ClaimRow("G1", "p", False, "f"),
+    ]
+
+
+def test_healthy_counts_count_healthy_atoms_per_class() -> None:
+    atoms = (
+        AtomSlot("a", "gpu", True, {}, "G0"),
+        AtomSlot("b", "gpu", False, {}, "G1"),
+        AtomSlot("c", "gpu", True, {}, "G2"),
+        AtomSlot("d", "disk", True, {}),
+        AtomSlot("e", "nic.vf", False, {}),
+    )
+    assert healthy_counts(atoms) == {"gpu": 2, "disk": 1}
+
+
+def test_a_forked_index_moves_apart_and_touched_nodes_forget_their_window_counts() -> None:
+    nodes = (node("a", gpus=2), node("b", gpus=2))
+    held: dict[str, tuple[HeldClaim, ...]] = {}
+    counts = FreeCounts(nodes, lambda n: held.get(n, ()))
+    key = (frozenset({"gpu"}), False, None, None)
+    index = counts.index(key, lambda n: None)
+    assert index.free == {"a": 2, "b": 2} and index.order == [(2, "a"), (2, "b")]
+    window = counts.counted_in(key, 0, 10)
+    window["a"] = 1
+    twin_held = {"a": (HeldClaim("a:gpu:0", Claim("GPU-a-0"), Holder("r", False)),)}
+    twin = counts.fork(lambda n: twin_held.get(n, ()))
+    assert twin.nodes() == counts.nodes()
+    assert twin.counted_in(key, 0, 10) == {"a": 1}
+    twin.touch(["a"])
+    assert twin.index(key, lambda n: None).free == {"a": 1, "b": 2}
+    assert twin.index(key, lambda n: None).order == [(1, "a"), (2, "b")]
+    assert twin.counted_in(key, 0, 10) == {}
+    # The original keeps its own counts and window counts.
+    assert counts.index(key, lambda n: None).free == {"a": 2, "b": 2}
+    assert counts.counted_in(key, 0, 10) == {"a": 1}
+    counts.touch(["b"])
+    assert counts.counted_in(key, 0, 10) == {"a": 1}
+    counts.touch(["a"])
+    assert counts.counted_in(key, 0, 10) == {}

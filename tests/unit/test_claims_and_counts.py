@@ -5,6 +5,8 @@ healthy counts, and kept free counts that fork and forget."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coordinator.domain.claims import (
     NODE_DEVICE,
     WHOLE,
@@ -91,3 +93,27 @@ def test_a_forked_index_moves_apart_and_touched_nodes_forget_their_window_counts
     assert counts.counted_in(key, 0, 10) == {"a": 1}
     counts.touch(["a"])
     assert counts.counted_in(key, 0, 10) == {}
+
+
+def test_gpus_are_linked_by_the_link_matrix_else_by_a_shared_clique_label() -> None:
+    def gpu(device: str, peers: frozenset[str] | None, clique: str | None) -> AtomSlot:
+        attrs = {} if clique is None else {"nvlinkClique": clique}
+        return AtomSlot(f"n:gpu:{device}", "gpu", True, attrs, device, peers)
+
+    a = gpu("G0", frozenset({"G1"}), "c0")
+    b = gpu("G1", frozenset({"G0"}), "c0")
+    c = gpu("G2", frozenset(), "c0")
+    assert a.linked(b) and b.linked(a)
+    assert not a.linked(c)  # the matrix decides, whatever the labels say
+    unmatrixed = gpu("G3", None, "c0")
+    assert a.linked(unmatrixed) and unmatrixed.linked(a)  # one side without: labels
+    assert not gpu("G4", None, "c1").linked(unmatrixed)
+    assert not gpu("G5", None, None).linked(gpu("G6", None, None))
+    assert not gpu("G5", None, None).linked(unmatrixed)
+
+
+def test_a_loaded_nodes_healthy_count_comes_from_its_kept_counts() -> None:
+    loaded = replace(node("a", gpus=2), healthy_by_class={"gpu": 5, "disk": 1})
+    assert loaded.healthy({"gpu"}) == 5
+    assert loaded.healthy({"gpu", "disk", "nic.vf"}) == 6
+    assert node("a", gpus=2, sick=(0,)).healthy({"gpu", "node"}) == 2

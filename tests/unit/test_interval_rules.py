@@ -4,6 +4,7 @@ reservable arithmetic."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -52,6 +53,10 @@ def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> No
     assert parse_time("2030-01-01T00:00:00.250Z", "t") == NOW + 250
     with pytest.raises(IntervalError, match=r"^t: .* has a fraction below the millisecond$"):
         parse_time("2030-01-01T00:00:00.0001Z", "t")
+    with pytest.raises(IntervalError, match=r"^t: 'soon' is not an RFC 3339 time$"):
+        parse_time("soon", "t")
+    # Whole milliseconds, as integers (they are written back into JSON).
+    assert type(parse_time("2030-01-01T00:00:00Z", "t")) is int
 
 
 @pytest.mark.parametrize(
@@ -62,6 +67,7 @@ def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> No
         ("2030-01-01 00:00:00Z", "f: '2030-01-01 00:00:00Z' is not an RFC 3339 time"),
         ("2030-01-01Tnoon:00:00Z", "f: '2030-01-01Tnoon:00:00Z' is not an RFC 3339 time"),
         ("2030-01-01T00:00:00.000", "f: '2030-01-01T00:00:00.000' has no UTC offset"),
+        ("2030-01-01T00:00:00X", "f: '2030-01-01T00:00:00X' is not an RFC 3339 time"),
         ("1969-12-31T23:59:59Z", "f: '1969-12-31T23:59:59Z' is out of range (1970 to 6429)"),
         ("9999-12-31T23:59:59Z", "f: '9999-12-31T23:59:59Z' is out of range (1970 to 6429)"),
     ],
@@ -79,7 +85,17 @@ def test_the_last_time_the_api_accepts_is_2_to_the_47_ms() -> None:
         parse_time_us(last.replace(".328Z", ".328001Z"), "t")
 
 
-def test_times_are_written_back_in_utc_with_milliseconds_only_when_there_are_some() -> None:
+def test_times_are_written_back_in_utc_with_milliseconds_only_when_there_are_some(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Whatever the machine's own zone.
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert format_time(NOW) == "2030-01-01T00:00:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert format_time(NOW) == "2030-01-01T00:00:00Z"
     assert format_time(NOW + 5) == "2030-01-01T00:00:00.005Z"
     assert format_time(NOW + 250) == "2030-01-01T00:00:00.250Z"
@@ -123,6 +139,21 @@ def test_a_valid_request_is_its_intervals_sorted_by_start() -> None:
             {"intervals": [iv("2030-01-01T01:00:00.0001Z", "2030-01-01T01:15:00.0001Z")]},
             "intervals[0].startsAt: not aligned to a 15-minute UTC boundary\n"
             "intervals[0].endsAt: not aligned to a 15-minute UTC boundary",
+        ),
+        (
+            {"intervals": [iv("2030-01-01T01:00:00.009Z", "2030-01-01T01:15:00.009Z")]},
+            "intervals[0].startsAt: not aligned to a 15-minute UTC boundary\n"
+            "intervals[0].endsAt: not aligned to a 15-minute UTC boundary",
+        ),
+        (
+            {"intervals": ["x", iv(gb=6)]},
+            "intervals[0]: must be an object\n"
+            "intervals[1].capacityGb: must be a positive multiple of 4",
+        ),
+        (
+            {"intervals": [iv(start="soon"), iv(gb=6)]},
+            "intervals[0].startsAt: 'soon' is not an RFC 3339 time\n"
+            "intervals[1].capacityGb: must be a positive multiple of 4",
         ),
         (
             {"intervals": [iv(T0, T2)]},
@@ -171,7 +202,9 @@ def test_at_most_a_week_of_quarters_per_request() -> None:
 
 
 def test_calendar_windows_are_on_the_grid_and_list_windows_whole_milliseconds() -> None:
-    assert parse_window(T0, T2, grid=True) == (NOW + HOUR, NOW + HOUR + 2 * INTERVAL_MS)
+    window = parse_window(T0, T2, grid=True)
+    assert window == (NOW + HOUR, NOW + HOUR + 2 * INTERVAL_MS)
+    assert [type(t) for t in window] == [int, int]
     assert parse_window(T0, "2030-01-01T01:00:00.001Z", grid=False) == (NOW + HOUR, NOW + HOUR + 1)
     longest = format_time(NOW + MAX_WINDOW_MS)
     assert parse_window(format_time(NOW), longest, grid=True) == (NOW, NOW + MAX_WINDOW_MS)
@@ -186,6 +219,10 @@ def test_calendar_windows_are_on_the_grid_and_list_windows_whole_milliseconds() 
             False,
             "to: '2030-01-01T01:30:00.0001Z' has a fraction below the millisecond",
         ),
+        ("soon", T0, True, "from: 'soon' is not an RFC 3339 time"),
+        (T0, "soon", True, "to: 'soon' is not an RFC 3339 time"),
+        ("soon", T0, False, "from: 'soon' is not an RFC 3339 time"),
+        (T0, "soon", False, "to: 'soon' is not an RFC 3339 time"),
         (T0, T0, True, "to: must be after from"),
         (T1, T0, False, "to: must be after from"),
         (

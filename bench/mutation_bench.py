@@ -52,6 +52,18 @@ TESTS = (
     "tests/unit/test_claims_and_counts.py",
     "tests/unit/test_api_inputs.py",
 )
+# A pytest plugin for the scratch tree, loaded before any test module: the property
+# tests' hypothesis settings inherit its profile, which skips shrinking (a mutant is
+# killed by its first failing example; shrinking it costs seconds and says nothing
+# more) and the example database.
+PROFILE = "mutation_profile"
+PROFILE_PLUGIN = """from hypothesis import Phase, settings
+
+settings.register_profile(
+    "mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None
+)
+settings.load_profile("mutation")
+"""
 PACKAGES = ("coordinator", "shared", "agent", "ops", "tests")
 GOAL_KILLED = 0.90
 # mutmut's exit-code statuses that count as the tests noticing the mutant.
@@ -85,6 +97,7 @@ def scratch_tree(work: Path, modules: list[str]) -> None:
     for name in PACKAGES:
         shutil.copytree(ROOT / name, work / name, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+    (work / "tests" / f"{PROFILE}.py").write_text(PROFILE_PLUGIN)
     tests = [t for t in TESTS if (work / t).exists()]
     lines = ["[mutmut]", "source_paths="]
     lines += [f"    {p}" for p in PACKAGES if p != "tests"]
@@ -92,7 +105,8 @@ def scratch_tree(work: Path, modules: list[str]) -> None:
     lines += [f"    {DOMAIN}/{m}.py" for m in modules]
     lines += ["pytest_add_cli_args_test_selection="]
     lines += [f"    {t}" for t in tests]
-    lines += ["pytest_add_cli_args=", "    -p", "    no:cacheprovider"]
+    lines += ["pytest_add_cli_args=", "    -p", "    no:cacheprovider", "    -p"]
+    lines += [f"    tests.{PROFILE}"]
     lines += ["use_git_change_detection=false"]
     (work / "setup.cfg").write_text("\n".join(lines) + "\n")
 

@@ -117,3 +117,60 @@ def test_a_loaded_nodes_healthy_count_comes_from_its_kept_counts() -> None:
     assert loaded.healthy({"gpu"}) == 5
     assert loaded.healthy({"gpu", "disk", "nic.vf"}) == 6
     assert node("a", gpus=2, sick=(0,)).healthy({"gpu", "node"}) == 2
+
+
+def test_a_fork_keeps_the_refusals_and_touch_recounts_past_an_ineligible_node() -> None:
+    down = replace(node("u", gpus=2), state=replace(node("u").state, reachable=False))
+    nodes = (node("a", gpus=2), down)
+    held: dict[str, tuple[HeldClaim, ...]] = {}
+    counts = FreeCounts(nodes, lambda n: held.get(n, ()))
+    key = (frozenset({"gpu"}), False, None, None)
+
+    def refusal(n: object) -> str | None:
+        return None if n is not down else "not allocatable: unreachable"
+
+    assert counts.index(key, refusal).refused == {"not allocatable: unreachable": 1}
+    twin = counts.fork(lambda n: held.get(n, ()))
+    assert twin.index(key, refusal).refused == {"not allocatable: unreachable": 1}
+    held["a"] = (HeldClaim("a:gpu:0", Claim("GPU-a-0"), Holder("r", False)),)
+    twin.touch(["u", "a"])
+    assert twin.index(key, refusal).free == {"a": 1}
+
+
+def test_window_counts_are_kept_per_window_and_the_oldest_goes_first() -> None:
+    counts = FreeCounts((node("a", gpus=2),), lambda n: ())
+    key = (frozenset({"gpu"}), False, None, None)
+    counts.counted_in(key, 0, 10)["a"] = 1
+    assert counts.counted_in(key, 5, 10) == {}
+    assert counts.counted_in(key, 0, 11) == {}
+    for start in range(100, 140):
+        counts.counted_in(key, start, start + 1)["a"] = 2
+    assert counts.counted_in(key, 0, 10) == {}  # forgotten: more than 32 windows since
+    assert counts.counted_in(key, 139, 140) == {"a": 2}
+
+
+def test_irregular_nodes_are_counted_in_each_windows_own_claims() -> None:
+    a = node("a", gpus=2)
+    counts = FreeCounts((a,), lambda n: ())
+    key = (frozenset({"gpu"}), False, None, None)
+    one = {"a": (HeldClaim("a:gpu:0", Claim("GPU-a-0"), Holder("r", False)),)}
+    early = counts.window(frozenset({"a"}), 0, 10)
+    _, few, found = early.candidates(key, lambda n: None, one, 1)
+    assert (few, [(f, n) for f, n, _ in found]) == (0, [(1, "a")])
+    late = counts.window(frozenset({"a"}), 5, 10)
+    _, few, found = late.candidates(key, lambda n: None, {}, 1)
+    assert (few, [(f, n) for f, n, _ in found]) == (0, [(2, "a")])
+    later = counts.window(frozenset({"a"}), 0, 20)
+    _, few, found = later.candidates(key, lambda n: None, {}, 2)
+    assert (few, [(f, n) for f, n, _ in found]) == (0, [(2, "a")])
+
+
+def test_a_node_with_exactly_the_free_count_needed_is_a_candidate_whatever_its_id() -> None:
+    nodes = (node("A", gpus=2), node("Z", gpus=1), node("b", gpus=3))
+    counts = FreeCounts(nodes, lambda n: ())
+    key = (frozenset({"gpu"}), False, None, None)
+    _, few, found = counts.window(frozenset(), 0, 10).candidates(key, lambda n: None, {}, 2)
+    assert few == 1 and [(f, n) for f, n, _ in found] == [(2, "A"), (3, "b")]
+    irregular = counts.window(frozenset({"A", "Z"}), 0, 10)
+    _, few, found = irregular.candidates(key, lambda n: None, {}, 2)
+    assert few == 1 and [(f, n) for f, n, _ in found] == [(2, "A"), (3, "b")]

@@ -13,13 +13,13 @@ from tests.unit.test_placer import book, gpus, node
 
 
 def test_a_gang_takes_the_best_packed_rack_and_skips_nodes_without_the_label() -> None:
-    unlabelled = replace(node("u0"), labels={})
+    unlabelled = [replace(node(f"u{i}"), labels={}) for i in range(2)]
     nodes = (
         node("a0", gpus=4, rack="r1"),
         node("a1", gpus=4, rack="r1"),
         node("b0", gpus=8, rack="r2"),
         node("b1", gpus=8, rack="r2"),
-        unlabelled,
+        *unlabelled,
     )
     snap = book(PoolSnapshot(nodes), ["a0:gpu:0", "b0:gpu:0"], "x", spot=True)
     result = place(gpus(1, gang_size=2, gang_key="rack"), snap)
@@ -29,7 +29,7 @@ def test_a_gang_takes_the_best_packed_rack_and_skips_nodes_without_the_label() -
     assert result.chosen == result.candidates
     assert [c.score for c in result.candidates] == [round(1 / 3, 6), 0.25]
     assert result.victims == frozenset()
-    assert result.filtered == {"no rack label": 1}
+    assert result.filtered == {"no rack label": 2}
 
 
 def test_a_gang_preempting_spot_holders_names_every_members_victims() -> None:
@@ -47,7 +47,7 @@ def test_a_gang_without_a_key_spans_the_pool_and_says_how_many_nodes_fit() -> No
     assert fits.fits and [c.node_id for c in fits.candidates] == ["a", "b", "c"]
     failed = place(gpus(8, gang_size=4), PoolSnapshot(nodes))
     reason = "needs 4 nodes in the pool, the pool has 3"
-    assert not failed.fits and failed.gang
+    assert failed.fits is False and failed.gang
     assert failed.reason == reason
     assert failed.shortfalls == (Shortfall(None, None, 4, 3, reason),)
     assert failed.candidates == ()
@@ -100,7 +100,7 @@ def test_a_whole_node_gang_over_the_pools_memory_says_how_much_is_left() -> None
     gang = gpus(1, binding="node", gang_size=2, gang_key="rack")
     failed = place(gang, replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 1023}))
     reason = "needs 2 whole nodes whose memoryGiB fits in the pool's 1023 uncommitted in the window"
-    assert not failed.fits and failed.gang
+    assert failed.fits is False and failed.gang
     assert failed.reason == reason
     assert failed.shortfalls == (Shortfall(None, "memoryGiB", 2, 0, reason),)
     assert failed.filtered == {GANG_MEMORY: 2}
@@ -112,3 +112,52 @@ def test_a_gang_of_regular_members_is_not_bounded_by_node_memory() -> None:
     nodes = (node("a", memory=512, rack="r1"), node("b", memory=512, rack="r1"))
     snap = replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 10})
     assert place(gpus(1, gang_size=2, gang_key="rack"), snap).fits
+
+
+def test_over_memory_the_smallest_members_go_first_and_the_best_packed_among_equals() -> None:
+    nodes = (
+        node("a", gpus=1, memory=512, rack="r1"),
+        node("b", gpus=2, memory=512, rack="r1"),
+        node("c", gpus=8, memory=256, rack="r1"),
+    )
+    gang = gpus(1, binding="node", gang_size=2, gang_key="rack")
+    # a and b rank first (fewest atoms) but need 1024; c and the better packed of a and b
+    # need exactly the 768 left.
+    snap = replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 768})
+    result = place(gang, snap)
+    assert result.fits and sorted(c.node_id for c in result.candidates) == ["a", "c"]
+
+
+def test_a_rack_over_memory_does_not_end_the_search_and_every_one_is_counted() -> None:
+    nodes = (
+        node("a0", memory=512, rack="r1"),
+        node("a1", memory=512, rack="r1"),
+        node("b0", memory=512, rack="r2"),
+        node("b1", memory=512, rack="r2"),
+        node("c0", memory=256, rack="r3"),
+        node("c1", memory=256, rack="r3"),
+    )
+    gang = gpus(1, binding="node", gang_size=2, gang_key="rack")
+    fits = place(gang, replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 600}))
+    assert [c.node_id for c in fits.candidates] == ["c0", "c1"]
+    over = place(gang, replace(PoolSnapshot(nodes[:4]), pool_free={"memoryGiB": 600}))
+    assert over.filtered == {GANG_MEMORY: 4}
+
+
+def test_equally_good_racks_go_to_the_first_by_name() -> None:
+    nodes = (
+        node("b0", rack="r2"),
+        node("b1", rack="r2"),
+        node("a0", rack="r1"),
+        node("a1", rack="r1"),
+    )
+    result = place(gpus(1, gang_size=2, gang_key="rack"), PoolSnapshot(nodes))
+    assert [c.node_id for c in result.candidates] == ["a0", "a1"]
+
+
+def test_a_whole_node_gang_short_of_nodes_says_so_not_memory() -> None:
+    nodes = (node("a", memory=512, rack="r1"), node("b", memory=512, rack="r2"))
+    gang = gpus(1, binding="node", gang_size=2, gang_key="rack")
+    failed = place(gang, replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 4096}))
+    assert failed.fits is False
+    assert failed.reason == "needs 2 nodes in one rack, best rack r1 has 1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.placement import (
     AtomSlot,
     DeviceRequest,
@@ -163,3 +164,54 @@ def test_selectors_inside_one_clique_are_matched_together() -> None:
     assert sorted(a.device_id for a in result.candidates[0].atoms) == ["G0", "G1", "G2"]
     over = replace(req, devices=(DeviceRequest("gpu", 3, (("model", ("B",)),)),))
     assert not place(over, snap).fits
+
+
+def test_a_request_over_the_pools_uncommitted_memory_is_refused_up_front() -> None:
+    snap = replace(PoolSnapshot((node("a"),)), pool_free={"memoryGiB": 64})
+    one = place(replace(gpus(1), resources=(("memoryGiB", 100),)), snap)
+    reason = "64 memoryGiB of the pool is uncommitted in the window, 100 asked"
+    assert (one.fits, one.reason, one.gang) == (False, reason, False)
+    assert one.shortfalls == (Shortfall(None, "memoryGiB", 100, 64, reason),)
+    gang = place(replace(gpus(1, gang_size=2), resources=(("memoryGiB", 40),)), snap)
+    reason = "64 memoryGiB of the pool is uncommitted in the window, 80 asked"
+    assert (gang.fits, gang.reason, gang.gang) == (False, reason, True)
+    assert gang.shortfalls == (Shortfall(None, "memoryGiB", 80, 64, reason),)
+    assert place(replace(gpus(1), resources=(("memoryGiB", 64),)), snap).fits
+
+
+def test_kept_counts_still_turn_away_nodes_that_may_not_take_the_request() -> None:
+    nodes = (node("a", state=DOWN), node("b"))
+    order = FreeCounts(nodes, lambda n: ()).window(frozenset(), 0, 10)
+    result = place(gpus(1), replace(PoolSnapshot(nodes), order=order))
+    assert [c.node_id for c in result.candidates] == ["b"]
+    assert result.filtered == {"not allocatable: unreachable": 1}
+
+
+def test_whole_nodes_score_by_size_take_exactly_the_pools_memory_and_name_spot_victims() -> None:
+    snap = replace(
+        PoolSnapshot((node("a", gpus=1, memory=512), node("b", gpus=3, memory=512))),
+        pool_free={"memoryGiB": 512},
+    )
+    result = place(gpus(1, binding="node"), snap)
+    assert [(c.node_id, c.score) for c in result.candidates] == [("a", 0.333333), ("b", 0.2)]
+    spot = book(snap, ["a:gpu:0"], "spot-1", spot=True)
+    assert [c.node_id for c in place(gpus(1, binding="node"), spot).candidates] == ["b"]
+    preempting = place(gpus(1, binding="node"), spot, ignore_spot=True)
+    assert preempting.candidates[0].victims == frozenset({"spot-1"})
+
+
+def test_a_pick_carries_the_scalars_asked_and_only_those() -> None:
+    req = replace(gpus(1), resources=(("vcpu", 1), ("memoryGiB", 0)))
+    pick = place(req, PoolSnapshot((node("a"),))).candidates[0]
+    assert pick.resources == (("vcpu", 1),)
+
+
+def test_equally_common_reasons_are_summarised_by_name() -> None:
+    nodes = (node("b", state=replace(READY, maintenance=True)), node("a", state=DOWN))
+    failed = place(gpus(1), PoolSnapshot(nodes))
+    assert failed.filtered == {"not allocatable: maintenance": 1, "not allocatable: unreachable": 1}
+    mixed = (node("c", gpus=1), *nodes)
+    assert place(gpus(2), PoolSnapshot(mixed)).reason == (
+        "no node can take the whole request: not allocatable: maintenance on 1 node, "
+        "not allocatable: unreachable on 1 node, too few free matching gpu on 1 node"
+    )

@@ -8,7 +8,15 @@ rebuilt and each row's arithmetic (booked columns while future bookings are pend
 included), quotas and org limits never exceeded at any instant, no interval or node
 commitment above capacity, every reservation's state and bookings as the clock says,
 at-risk flags as the atoms' buckets say, with their alerts in the outbox, pool-change
-holds, `device.reconfigured` events.
+holds, `device.reconfigured` events; and the other half (issue 23): every
+CAPACITY_NOT_AVAILABLE and every interval `insufficient_capacity` is one the reference,
+deciding fit on its own code, also refuses, and what preview says fits, a create at once
+books.
+
+Planted bugs (issue 23), each searched from a fixed seed within a bounded number of
+sequences on both databases: whole-device and partition claims no longer conflict
+(`claims.conflicts`), free counts kept over a bookings reload (`SnapshotCache._fresh`),
+and snapshots that forget bookings on old forms (`tests/simulation/planted.py`).
 
 Budget: CI runs `GPUFLEET_SIM_EXAMPLES` sequences per database (default 20, 30 steps
 each, `GPUFLEET_SIM_STEPS`) from one fixed seed, so every run tries the same sequences;
@@ -38,8 +46,11 @@ import hypothesis
 import pytest
 from hypothesis import HealthCheck, Phase, reproduce_failure, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain import claims
 from coordinator.ledger import Database, Ledger
+from coordinator.ledger.snapshot import SnapshotCache, _PoolCache
 from tests.simulation.concurrent import run_concurrently
 from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
 from tests.simulation.planted import PlantedLedger
@@ -127,9 +138,76 @@ def test_the_simulation_catches_a_planted_claim_bug(database_url: str) -> None:
         database=None,
     )
     with glue(database_url, PlantedLedger) as g:
-        with pytest.raises(InvariantViolation, match="same physical device"):
+        # Caught as a booking over a held device, or earlier, as a preview that offers
+        # what a held old form still takes (the plant forgets them there too) and a
+        # create that refuses it.
+        with pytest.raises(InvariantViolation, match=r"same physical device|preview said"):
             run_state_machine_as_test(seed(PLANTED_SEED)(machine_for(g)), settings=planted)
         print(sorted(g.stats.items()))
+
+
+def _claims_ignore_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant A (issue 23): whole-device and partition claims no longer conflict in
+    `claims.conflicts` — changed in place, so every caller (the placer's free counts
+    and device selection alike) gets the broken rule."""
+
+    def conflicts(a: claims.Claim, b: claims.Claim) -> bool:
+        if a.device is None or b.device is None:
+            return True
+        return a.device == b.device and a.part == b.part
+
+    monkeypatch.setattr(claims.conflicts, "__code__", conflicts.__code__)
+
+
+def _counts_kept_over_reloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant B (issue 23): the kept free counts are no longer reset when a pool's
+    bookings are reloaded (`SnapshotCache._fresh`): after a release the placer still
+    counts the released capacity as taken."""
+    fresh = SnapshotCache._fresh  # noqa: SLF001 — the planted bug is in it
+
+    async def stale(
+        self: SnapshotCache, conn: AsyncConnection, pool_id: str, now: int
+    ) -> _PoolCache:
+        before = self._pools.get(pool_id)
+        kept = None if before is None else (before.nodes_version, before.counts)
+        cache = await fresh(self, conn, pool_id, now)
+        if kept is not None and kept[1] is not None and cache.nodes_version == kept[0]:
+            cache.counts = kept[1]
+        return cache
+
+    monkeypatch.setattr(SnapshotCache, "_fresh", stale)
+
+
+# Each plant: how it is planted, what the simulation reports, and a seed whose search
+# finds it within PLANTED_BUDGET sequences on both databases (seconds, not minutes).
+PLANTS = {
+    "A-claims-ignore-partitions": (_claims_ignore_partitions, "same physical device", 4),
+    "B-counts-kept-over-reloads": (
+        _counts_kept_over_reloads,
+        "CAPACITY_NOT_AVAILABLE, but it fits:",
+        4,
+    ),
+}
+PLANTED_BUDGET = 40
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_the_simulation_catches_planted_bugs(
+    database_url: str, plant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: a bug that makes the ledger promise a device twice, and one that makes
+    it refuse what fits, each planted in the test process: a bounded search from a
+    fixed seed must end in an InvariantViolation that names it."""
+    install, message, planted_seed = PLANTS[plant]
+    install(monkeypatch)
+    planted = settings(
+        SIMULATION, max_examples=PLANTED_BUDGET, phases=[Phase.generate], database=None
+    )
+    with glue(database_url) as g:
+        with pytest.raises(InvariantViolation, match=message):
+            run_state_machine_as_test(seed(planted_seed)(machine_for(g)), settings=planted)
+        print(plant, sorted(g.stats.items()))
 
 
 @pytest.mark.timeout(120)

@@ -118,6 +118,9 @@ class MachineBase(RuleBasedStateMachine):
         self.outbox_seen = self.run(outbox_end(self.db))  # judge only the alerts after it
         self.outbox_ids: set[str] = set()
         self.at_risk: dict[str, bool] = {}
+        # The forms each booked atom's device had when it was booked (`ref.fits`).
+        self.booked_forms: ref.BookedForms = {}
+        self.bodies: dict[str, dict[str, Any]] = {}  # reservationId → its create's body
 
     # -- glue -----------------------------------------------------------------------------
 
@@ -127,6 +130,10 @@ class MachineBase(RuleBasedStateMachine):
     @property
     def now(self) -> int:
         return self.clock.now_ms()
+
+    @property
+    def racks(self) -> dict[str, str]:
+        return {h.node_id: h.rack for h in self.hosts}
 
     def count(self, what: str) -> None:
         self.glue.stats[what] += 1

@@ -13,11 +13,12 @@ from hypothesis.stateful import precondition, rule
 
 from coordinator.api.registry import dump
 from coordinator.api.render import RESERVATION_ANSWERS, reservation
+from coordinator.domain.intervals import parse_time
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import InvalidInput, Unavailable
+from coordinator.errors import CapacityNotAvailable, InvalidInput, Unavailable
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
-from coordinator.services.reservations import Created, Refused
+from coordinator.services.reservations import Created, Refused, resolve_start
 from tests.simulation import reference as ref
 from tests.simulation.base import (
     DEVICE_INDEX,
@@ -140,8 +141,17 @@ class BookingRules(MachineBase):
 
     async def _create(self, body: dict[str, Any], shape: str) -> None:
         now = self.now
+        request = create_request(body)
+        # Preview first: what it says fits, the create at once must book (SPEC §5:
+        # nothing changed in between; a quota may still refuse, preview checks none).
+        start = resolve_start(request.start, now)
+        preview = await self.ledger.bookings.preview(
+            request.pool_id, request.placement, start, start + request.duration_ms, now,
+            NOTICE_MS,
+        )  # fmt: skip
+        would = preview.placement.fits or preview.preemptible is not None
         try:
-            out = await self.reservations.create(create_request(body))
+            out = await self.reservations.create(request)
         except Unavailable as exc:
             # One writer, nothing to race: the placer offered what the database refuses.
             raise InvariantViolation(
@@ -154,11 +164,14 @@ class BookingRules(MachineBase):
         if isinstance(out, Refused):
             self.answers.append((body, out.error.status, RESERVATION_ANSWERS.refused(out.error)))
             self.count(f"create refused: {out.error.code}")
+            if out.error.code == CapacityNotAvailable.code:
+                await self._judge_refusal(body, now, would)
             return
         assert isinstance(out, Created)
         res = out.reservation
         self.answers.append((body, 200, dump(reservation(res, out.at))))
         self.models[res.reservation_id] = self._model(res)
+        self.bodies[res.reservation_id] = body
         noticed_before = {
             v.reservation_id: self.models[v.reservation_id].preempt_at for v in out.victims
         }
@@ -166,11 +179,23 @@ class BookingRules(MachineBase):
             self.models[victim.reservation_id].preempt_at = victim.preempt_at
         self.count(f"create booked: {shape}" + (" (preempting)" if out.victims else ""))
         view = await self.view()
+        self.booked_forms |= ref.forms_at_booking(view, res.reservation_id)
         problems = ref.broken_promises(view, res.reservation_id)
         problems += ref.overcommitted(view, res.reservation_id, now)
         problems += self._unbookable(view, res)
         problems += self._notices(out, now, noticed_before)
         problems += self._born_at_risk(view, res, now)
+        self.fail(problems, f"create {body}")
+
+    async def _judge_refusal(self, body: dict[str, Any], now: int, would: bool) -> None:
+        """A CAPACITY_NOT_AVAILABLE must be one the reference shares, and one preview did
+        not promise (nothing changed in between: a refusal changes nothing)."""
+        ask = ref.ask_of(body, now)
+        verdict = ref.fits(await self.view(), ask, self.racks, self.booked_forms)
+        self.count(f"refusal judged: {'not judged' if verdict is None else 'shared'}")
+        problems = [f"refused CAPACITY_NOT_AVAILABLE, but it fits: {ask}"] if verdict else []
+        if would:
+            problems.append("refused CAPACITY_NOT_AVAILABLE, but preview said it fits")
         self.fail(problems, f"create {body}")
 
     def _born_at_risk(self, view: LedgerView, res: Reservation, now: int) -> list[str]:
@@ -266,12 +291,37 @@ class BookingRules(MachineBase):
         out = await self.intervals.book(tenant_id, body, pool_id, f"i{next(self.keys)}")
         if isinstance(out, IntervalsRefused):
             self.count("intervals refused")
+            await self._judge_interval_refusal(tenant_id, body, pool_id, out)
             return
         assert isinstance(out, IntervalsBooked), out
         self.count("intervals booked")
         view = await self.view()
         self.fail(
             ref.overcommitted(view, out.reservation.reservation_id, self.now),
+            f"interval booking {body} in {pool_id}",
+        )
+
+    async def _judge_interval_refusal(
+        self, tenant_id: str, body: dict[str, Any], pool_id: str, out: IntervalsRefused
+    ) -> None:
+        """An `insufficient_capacity` must be one the reference shares: some quarter asks
+        more than the pool's memory and the tenant's quotas surely leave."""
+        if any(s.reason != "insufficient_capacity" for s in out.shortfalls):
+            raise InvariantViolation(f"interval booking {body} raced with no other writer: {out}")
+        view = await self.view()
+        quarters = [
+            (
+                parse_time(iv["startsAt"], "startsAt"),
+                parse_time(iv["endsAt"], "endsAt"),
+                iv["capacityGb"],
+            )
+            for iv in body["intervals"]
+        ]
+        rooms = [ref.interval_room(view, tenant_id, pool_id, s, e) for s, e, _ in quarters]
+        self.fail(
+            []
+            if any(gb > room for (_, _, gb), room in zip(quarters, rooms, strict=True))
+            else [f"refused insufficient_capacity, each quarter fits (rooms {rooms}): {out}"],
             f"interval booking {body} in {pool_id}",
         )
 
@@ -325,6 +375,20 @@ class BookingRules(MachineBase):
         if state not in m.states(now, self.ticks):
             raise InvariantViolation(f"release of {m} answered {state!r} at {now}")
         self.count("released" if was_live else "release of an ended reservation")
+
+    @precondition(lambda self: self.ready and bool(self.models))
+    @rule(i=st.integers(0, 99))
+    def release_and_rebook(self, i: int) -> None:
+        """A tenant releases a reservation and at once asks for the same again (a new key,
+        from now): what the release freed counts as free at once, so a refusal of it is
+        judged like any other (issue 23, free counts kept over a reload)."""
+        live = [m for m in self.models.values() if m.live(self.now, self.ticks)]
+        m = pick(live or list(self.models.values()), i)
+        again = {
+            k: v for k, v in self.bodies[m.reservation_id].items() if k not in ("start", "wait")
+        }
+        self.run(self._release(m))
+        self.run(self._create(again | {"idempotencyKey": f"k{next(self.keys)}"}, "rebooked"))
 
     # -- time -----------------------------------------------------------------------------------
 

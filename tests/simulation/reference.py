@@ -4,7 +4,8 @@ own claim rule, peak arithmetic, buckets and reservation clock — so that a bug
 the ledger and its rebuild, or by the placer and the claims module, still shows.
 
 Every check returns the violations it found as sentences (empty: none), so the state
-machine can assert and the soak can count.
+machine can assert and the soak can count. `fits` and `interval_room` decide, on this
+module's own rules, whether a request surely fits, so a refusal can be judged too.
 """
 
 from __future__ import annotations
@@ -465,3 +466,268 @@ def at_risk_atoms(view: LedgerView, m: ReservationModel) -> tuple[set[str], bool
         elif bucket == "provisioning" and node.health in FAULTY:
             unsaid = True
     return risky, unsaid
+
+
+# -- does it fit? ---------------------------------------------------------------------------
+# SPEC §5 placement, decided from the rows on this module's own rules: which atoms a
+# booking in the window takes (one physical device, one promise), which nodes may take a
+# request, scalars, whole nodes and gangs. It answers only where it is sure: True when a
+# placement exists with every booking in the window holding (spot ones included, so no
+# preemption is needed), taking the sum of every overlapping scalar commitment (an upper
+# bound of their peak); None for what it does not judge (an NVLink clique of several
+# GPUs). A refusal of a request it says fits is a false refusal.
+
+# Device forms at booking time: (reservationId, atomId) → the ids of the atoms its device
+# had then. A part booking on a device whose forms have changed since holds the whole
+# device (SPEC §5: its part is not a form of the current partition).
+BookedForms = dict[tuple[str, str], frozenset[str]]
+
+_DURATION_UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    cls: str
+    count: int
+    selector: tuple[tuple[str, tuple[object, ...]], ...]
+    sharing: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A `reservations.create` body as the reference reads it."""
+
+    pool_id: str
+    start: int
+    end: int
+    entries: tuple[Entry, ...]
+    whole_node: bool
+    nvlink: bool
+    resources: tuple[tuple[str, int], ...]
+    gang_size: int
+    gang_key: str | None
+
+
+def ask_of(body: dict[str, object], now: int) -> Ask:
+    text = str(body["duration"])
+    duration = int(text[:-1]) * _DURATION_UNITS[text[-1]]
+    start = max(int(body.get("start") or now), now)  # type: ignore[call-overload]
+    entries = []
+    for d in body.get("devices") or ():  # type: ignore[attr-defined]
+        selector = tuple(
+            (k, tuple(v) if isinstance(v, list | tuple) else (v,))
+            for k, v in sorted((d.get("selector") or {}).items())
+        )
+        entries.append(Entry(d["class"], int(d.get("count", 1)), selector, d.get("sharing")))
+    gang = body.get("gang") or {}
+    assert isinstance(gang, dict)
+    resources = body.get("resources") or {}
+    assert isinstance(resources, dict)
+    return Ask(
+        pool_id=str(body["poolId"]),
+        start=start,
+        end=start + duration,
+        entries=tuple(entries),
+        whole_node=body.get("binding") == "node" or any(e.cls == "node" for e in entries),
+        nvlink=body.get("topology") == "nvlink-all",
+        resources=tuple(sorted((str(k), int(v)) for k, v in resources.items() if v)),
+        gang_size=int(gang.get("size", 1)),
+        gang_key=gang.get("topologyKey"),
+    )
+
+
+def _matches(atom: AtomRow, e: Entry) -> bool:
+    if atom.cls != e.cls:
+        return False
+    if e.cls == "gpu.slot" and e.sharing in ("timeslice", "mps"):
+        if atom.attrs.get("sharing") not in (None, e.sharing):
+            return False
+    return all(
+        any(atom.attrs.get(k) == v or str(atom.attrs.get(k)) == str(v) for v in allowed)
+        for k, allowed in e.selector
+    )
+
+
+def _device_atoms(view: LedgerView, node_id: str, device: str) -> frozenset[str]:
+    return frozenset(
+        a.atom_id
+        for a in view.atoms.values()
+        if a.node_id == node_id and not a.retired and (a.device_id or a.atom_id) == device
+    )
+
+
+def forms_at_booking(view: LedgerView, reservation_id: str) -> BookedForms:
+    """What `BookedForms` records for a reservation just booked."""
+    return {
+        (b.reservation_id, b.atom_id): _device_atoms(
+            view, b.node_id, view.atoms[b.atom_id].device_id or b.atom_id
+        )
+        for b in view.bookings
+        if b.reservation_id == reservation_id and b.atom_id in view.atoms and b.cls != "node"
+    }
+
+
+def holding_promise(b: BookingRow, view: LedgerView, forms: BookedForms) -> Promise:
+    """What a booking holds for placing: `promise_of`, and a part of a device whose forms
+    changed since it was booked (or whose forms at booking are unknown) holds the device."""
+    p = promise_of(b, view.atoms)
+    if p.part is None or p.device is None:
+        return p
+    then = forms.get((b.reservation_id, b.atom_id))
+    if then is None or then != _device_atoms(view, b.node_id, p.device):
+        return Promise(p.node, p.device, None)
+    return p
+
+
+def _own_promise(a: AtomRow) -> Promise:
+    """What booking this current atom would promise."""
+    if a.cls == "node":
+        return Promise(a.node_id, None, None)
+    is_part = a.cls in ("gpu.mig", "gpu.slot") or (
+        a.cls == "nic.vf" and a.attrs.get("sriov") is True
+    )
+    return Promise(a.node_id, a.device_id or a.atom_id, a.atom_id if is_part else None)
+
+
+def _in_window(start: int, end: int, lo: int, hi: int) -> bool:
+    return end > start and start < hi and lo < end
+
+
+def _pool_memory_free(view: LedgerView, ask: Ask) -> int:
+    capacity = sum(
+        n.scalars["memoryGiB"]
+        for n in view.nodes.values()
+        if n.pool_id == ask.pool_id and node_bucket(n) == "allocatable"
+    )
+    used = sum(
+        s.amount
+        for s in view.scalars
+        if s.pool_id == ask.pool_id
+        and s.resource == "memoryGiB"
+        and _in_window(s.start, s.end, ask.start, ask.end)
+    )
+    return capacity - used
+
+
+def _node_fits(view: LedgerView, node: NodeRow, ask: Ask, forms: BookedForms) -> bool:
+    """One node takes one member of the request with every booking in the window
+    holding."""
+    lo, hi = ask.start, ask.end
+    bookings = [
+        b for b in view.bookings if b.node_id == node.node_id and _in_window(b.start, b.end, lo, hi)
+    ]
+    scalars = [
+        s for s in view.scalars if s.node_id == node.node_id and _in_window(s.start, s.end, lo, hi)
+    ]
+    atoms = sorted(
+        (a for a in view.atoms.values() if a.node_id == node.node_id and not a.retired),
+        key=lambda a: a.atom_id,
+    )
+    if ask.whole_node:
+        if bookings or scalars:
+            return False
+        if node.scalars["memoryGiB"] > _pool_memory_free(view, ask):
+            return False
+        held: list[Promise] = []
+    else:
+        for resource, amount in ask.resources:
+            used = sum(s.amount for s in scalars if s.resource == resource)
+            if node.scalars.get(resource, 0) - used < amount:
+                return False
+        held = [holding_promise(b, view, forms) for b in bookings]
+    free = [
+        a
+        for a in atoms
+        if a.health not in FAULTY and not any(collide(_own_promise(a), h) for h in held)
+    ]
+    slots = [e for e in ask.entries for _ in range(e.count)]
+    return _assign(slots, free, [])
+
+
+def _assign(slots: list[Entry], free: list[AtomRow], taken: list[AtomRow]) -> bool:
+    """Distinct free atoms for every slot, no two promising the same capacity."""
+    if not slots:
+        return True
+    first, rest = slots[0], slots[1:]
+    for a in free:
+        if a in taken or not _matches(a, first):
+            continue
+        if any(collide(_own_promise(a), _own_promise(t)) for t in taken):
+            continue
+        if _assign(rest, free, [*taken, a]):
+            return True
+    return False
+
+
+def fits(view: LedgerView, ask: Ask, racks: dict[str, str], forms: BookedForms) -> bool | None:
+    """Whether the request surely fits now, with no preemption (None: not judged).
+    `racks`: nodeId → its `rack` label, for gangs over racks."""
+    if ask.nvlink and sum(e.count for e in ask.entries if e.cls == "gpu") > 1:
+        return None
+    size = max(1, ask.gang_size)
+    free_memory = _pool_memory_free(view, ask)
+    if any(r == "memoryGiB" and amount * size > free_memory for r, amount in ask.resources):
+        return False
+    members = [
+        n
+        for n in sorted(view.nodes.values(), key=lambda n: n.node_id)
+        if n.pool_id == ask.pool_id
+        and node_bucket(n) == "allocatable"
+        and _node_fits(view, n, ask, forms)
+    ]
+    if size == 1:
+        return bool(members)
+    groups: dict[str | None, list[NodeRow]] = defaultdict(list)
+    for n in members:
+        if ask.gang_key is None:
+            groups[None].append(n)
+        elif ask.gang_key == "rack" and n.node_id in racks:
+            groups[racks[n.node_id]].append(n)
+    for group in groups.values():
+        if len(group) < size:
+            continue
+        if not ask.whole_node:
+            return True
+        smallest = sorted(n.scalars["memoryGiB"] for n in group)[:size]
+        if sum(smallest) <= free_memory:
+            return True
+    return False
+
+
+def false_refusal(
+    view: LedgerView, ask: Ask, racks: dict[str, str], forms: BookedForms
+) -> list[str]:
+    """A CAPACITY_NOT_AVAILABLE the reference does not share."""
+    if fits(view, ask, racks, forms):
+        return [f"refused CAPACITY_NOT_AVAILABLE, but it fits: {ask}"]
+    return []
+
+
+def interval_room(view: LedgerView, tenant_id: str, pool_id: str, start: int, end: int) -> int:
+    """What one more interval reservation may surely take in [start, end): the pool's
+    allocatable memory less every memory commitment overlapping it, within each quota
+    of the tenant's less what the tenant has committed against it; on the 4 GB grain."""
+    capacity = sum(
+        n.scalars["memoryGiB"]
+        for n in view.nodes.values()
+        if n.pool_id == pool_id and node_bucket(n) == "allocatable"
+    )
+    mem = [s for s in view.scalars if s.resource == "memoryGiB"]
+    room = capacity - sum(
+        s.amount for s in mem if s.pool_id == pool_id and _in_window(s.start, s.end, start, end)
+    )
+    for q in view.quotas:
+        if q.tenant_id != tenant_id or q.resource != "memoryGiB":
+            continue
+        if q.pool_id and q.pool_id != pool_id:
+            continue
+        used = sum(
+            s.amount
+            for s in mem
+            if s.tenant_id == tenant_id
+            and (not q.pool_id or s.pool_id == q.pool_id)
+            and _in_window(s.start, s.end, start, end)
+        )
+        room = min(room, q.limit - used)
+    room = max(0, room)
+    return room - room % 4

@@ -49,8 +49,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain import claims
+from coordinator.domain.pool_cache import PoolCache
 from coordinator.ledger import Database, Ledger
-from coordinator.ledger.snapshot import SnapshotCache, _PoolCache
+from coordinator.ledger.snapshot import SnapshotCache
 from tests.simulation.concurrent import run_concurrently
 from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
 from tests.simulation.planted import PlantedLedger
@@ -167,7 +168,7 @@ def _counts_kept_over_reloads(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def stale(
         self: SnapshotCache, conn: AsyncConnection, pool_id: str, now: int
-    ) -> _PoolCache:
+    ) -> PoolCache:
         before = self._pools.get(pool_id)
         kept = None if before is None else (before.nodes_version, before.counts)
         cache = await fresh(self, conn, pool_id, now)

@@ -35,7 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
-from coordinator.domain.model import NODE_STATUSES, RollupRow
+from coordinator.domain.model import COUNT_COLUMNS, NODE_STATUSES, RollupRow
 from shared.wire import ALERT_KINDS
 
 # `*_created` series double every counter and histogram and say nothing a scraper needs.
@@ -56,16 +56,9 @@ POOL_METRICS: dict[str, tuple[str, int, str]] = {
     "memoryGiB": ("gpufleet_pool_memory_bytes", GIB, "Host memory in bytes"),
     "hugepages1Gi": ("gpufleet_pool_hugepages_bytes", GIB, "1 GiB huge pages in bytes"),
 }
-# The parts a pool's units are split into; they add up to everything the pool has.
-POOL_STATES: tuple[str, ...] = (
-    "allocated",
-    "reserved",
-    "available",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
+# The parts a pool's units are split into; they add up to everything the pool has: the
+# rollup's counts less `total` and `allocatable` (split into the first three).
+POOL_STATES: tuple[str, ...] = COUNT_COLUMNS[2:]
 HEARTBEAT_AGE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 15, 30, 60, 120, 300, 900)
 
 

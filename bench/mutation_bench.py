@@ -1,5 +1,5 @@
 """Mutation testing of the placement domain (issue 23): mutmut mutates
-coordinator/domain/{placer,placement,selection,claims,free_index,intervals,liveness}.py
+coordinator/domain/{placer,placement_model,node_fit,claims,free_index,intervals,liveness}.py
 one change at a time and runs the fast unit tests that cover each mutated function; a
 mutant the tests still pass on ("survived") is a behaviour no fast test pins down.
 Prints killed and survived, lists the survivors (with their diffs in the JSON), and
@@ -35,7 +35,7 @@ from report import Goal, write
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "coordinator/domain"
-MODULES = ("placer", "placement", "selection", "claims", "free_index", "intervals", "liveness")
+MODULES = ("placer", "placement_model", "node_fit", "claims", "free_index", "intervals", "liveness")
 # The fast unit tests that exercise those modules (seconds in all, no database, no NATS):
 # mutmut maps each test to the functions it runs and runs only those per mutant.
 TESTS = (

@@ -19,7 +19,7 @@ from coordinator.domain.claims import (
     overlaps,
 )
 from coordinator.domain.free_index import FreeCounts
-from coordinator.domain.placement import AtomSlot, HeldClaim, Holder, healthy_counts
+from coordinator.domain.placement_model import AtomSlot, HeldClaim, Holder, healthy_counts
 from tests.unit.test_placer import node
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.placement import PoolSnapshot, Shortfall
+from coordinator.domain.placement_model import PoolSnapshot, Shortfall
 from coordinator.domain.placer import GANG_MEMORY, place
 from tests.unit.test_placer import book, gpus, node
 

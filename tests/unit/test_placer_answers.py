@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.domain.free_index import FreeCounts
-from coordinator.domain.placement import (
+from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
     NodeSlot,

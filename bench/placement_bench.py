@@ -246,6 +246,12 @@ async def main() -> int:
                 ">= 500/s", r["create_per_s"]["32"] >= 500,
             ),
             Goal(
+                f"{backend}: reservations.create, 8 clients",
+                f"{r['create_per_s']['8']}/s",
+                f"{r['create_per_s']['8'] / r['create_per_s']['1']:.2f}x one client",
+                ">= 2x one client", r["create_per_s"]["8"] >= 2 * r["create_per_s"]["1"],
+            ),
+            Goal(
                 f"{backend}: reservations.create, sequential", f"{r['create_per_s']['1']}/s",
                 f"{r['create_per_s']['1'] / r['bare_commits_per_s']:.2f}x a bare commit",
                 "(reported)", True,

@@ -133,3 +133,14 @@ def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) 
     s = settings_from(etc / "alerts.toml", env)
     assert s.alertmanager == ("http://127.0.0.1:9093",) and s.webhooks == ()
     assert dict(s.labels) == {} and s.nats_credentials is None
+
+
+def test_an_upgrade_restarts_the_forwarder_as_well_as_the_coordinator() -> None:
+    """Both run from the one virtualenv: a package upgrade that restarted only the
+    coordinator left `gpufleet-alerts` on the old code until someone restarted it."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    installs = [t for t in tasks if "ansible.builtin.pip" in t]
+    assert installs
+    for task in installs:
+        notify = task["notify"] if isinstance(task["notify"], list) else [task["notify"]]
+        assert {"Restart gpufleet-coordinator", "Restart gpufleet-alerts"} <= set(notify), task

@@ -28,6 +28,7 @@ from coordinator.ledger import Ledger
 from ops.cli import new_key
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
+from tests.waiting import eventually
 
 
 @dataclass
@@ -52,6 +53,17 @@ class Api:
         status, payload = await self.call(method, body, key)
         assert status == 200, payload
         return payload
+
+    async def maintenance_once_registered(self, node_id: str, reason: str) -> None:
+        """Put a node an agent is bringing up in maintenance: NOT_FOUND until the
+        coordinator has its inventory, so retried until it is there."""
+        body = {"nodeId": node_id, "maintenance": True, "reason": reason}
+
+        async def accepted() -> bool:
+            status, _ = await self.call("nodes.setMaintenance", body)
+            return status == 200
+
+        await eventually(accepted, within_s=20)
 
 
 def coordinator_settings(database_url: str, nats_url: str, **overrides: Any) -> CoordinatorSettings:

@@ -255,14 +255,7 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             assert key
             async with aiohttp.ClientSession() as session:
                 api = Api(session, c.url, key)
-                body = {"nodeId": NODE_A.node_id, "maintenance": True, "reason": "auth test"}
-
-                async def maintenance_accepted() -> bool:
-                    # 404 until the coordinator has the agent's inventory.
-                    status, _ = await api.call("nodes.setMaintenance", body)
-                    return status == 200
-
-                await eventually(maintenance_accepted, within_s=20)
+                await api.maintenance_once_registered(NODE_A.node_id, "auth test")
 
             js = reader.jetstream(timeout=5)
             stream = stream_name(PREFIX)

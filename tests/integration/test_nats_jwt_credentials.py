@@ -213,14 +213,7 @@ async def test_a_real_agent_and_coordinator_work_on_jwt_creds(
             assert key
             async with aiohttp.ClientSession() as session:
                 api = Api(session, c.url, key)
-                body = {"nodeId": NODE.node_id, "maintenance": True, "reason": "jwt test"}
-
-                async def maintenance_accepted() -> bool:
-                    # 404 until the coordinator has the agent's inventory.
-                    status, _ = await api.call("nodes.setMaintenance", body)
-                    return status == 200
-
-                await eventually(maintenance_accepted, within_s=20)
+                await api.maintenance_once_registered(NODE.node_id, "jwt test")
 
             # The alert stream was made by the coordinator's JWT user, and holds the act.
             creds = str(operator_mode.coordinator_creds)

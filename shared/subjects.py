@@ -1,4 +1,4 @@
-"""NATS subject names for heartbeats, inventory, inventory requests and alerts.
+"""NATS subject names: heartbeats, inventory, use, bookings, their requests, alerts.
 
 Node ids may contain `.`, which NATS reads as a token separator, so a node id is encoded
 for subjects by writing `.` as `%2E` (`%` is not allowed in node ids, so the encoding is
@@ -36,6 +36,18 @@ class Subjects:
         """Coordinator → agent: please publish your full inventory now."""
         return f"{self.prefix}.invreq.{pool_id}.{encode_token(node_id)}"
 
+    def use(self, pool_id: str, node_id: str) -> str:
+        """Agent → coordinator: a full `UseReport`."""
+        return f"{self.prefix}.use.{pool_id}.{encode_token(node_id)}"
+
+    def use_request(self, pool_id: str, node_id: str) -> str:
+        """Coordinator → agent: please publish your full `UseReport` now."""
+        return f"{self.prefix}.usereq.{pool_id}.{encode_token(node_id)}"
+
+    def bookings(self, pool_id: str, node_id: str) -> str:
+        """Coordinator → agent: the node's `NodeBookings`."""
+        return f"{self.prefix}.bookings.{pool_id}.{encode_token(node_id)}"
+
     def alert(self, pool_id: str, node_id: str, kind: str) -> str:
         return f"{self.prefix}.alert.{pool_id}.{encode_token(node_id)}.{kind}"
 
@@ -46,6 +58,10 @@ class Subjects:
     @property
     def all_inventories(self) -> str:
         return f"{self.prefix}.inv.*.*"
+
+    @property
+    def all_use(self) -> str:
+        return f"{self.prefix}.use.*.*"
 
     @property
     def all_alerts(self) -> str:

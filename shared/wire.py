@@ -219,6 +219,77 @@ class Inventory(Wire, frozen=True, kw_only=True):
             raise ValueError(f"duplicate atom ids: {shown}")
 
 
+# Who runs a process, from /proc/<pid>: `GPUFLEET_RESERVATION_ID` in its environment,
+# else its cgroup (a Kubernetes pod UID, a Slurm job id, a systemd unit, a container id).
+OwnerKind = Literal["reservation", "pod", "slurm", "systemd", "container", "unknown"]
+OWNER_KINDS: tuple[OwnerKind, ...] = get_args(OwnerKind)
+Percent = Annotated[int, Meta(ge=0, le=100)]
+
+
+class ProcessUse(Wire, frozen=True, kw_only=True, gc=False):
+    """One compute process on a GPU or MIG instance."""
+
+    pid: Int32
+    used_memory_mib: Count | None = None
+    owner: Text256 = ""  # the reservation id, pod UID, job id, unit or container id
+    owner_kind: OwnerKind = "unknown"
+    sm_util: Percent | None = None  # nvmlDeviceGetProcessUtilization, where supported
+
+
+class DeviceUse(Wire, frozen=True, kw_only=True, gc=False):
+    """What runs on one GPU or MIG instance (`device_id` is its UUID) right now. None
+    where NVML cannot say (`NotSupported`, or a MIG instance's utilization)."""
+
+    device_id: Text128
+    sm_util: Percent | None = None
+    memory_util: Percent | None = None
+    memory_used_mib: Count | None = None
+    processes: Annotated[tuple[ProcessUse, ...], Meta(max_length=256)] = ()
+
+
+class UseReport(Wire, frozen=True, kw_only=True):
+    """The full use of one node (every GPU and MIG instance), on `Subjects.use`: when
+    the coordinator asks, and whenever the changes are too large for a heartbeat."""
+
+    schema_version: Int32 = SCHEMA_VERSION
+    node_id: NodeId
+    pool_id: PoolId
+    boot_id: Text64
+    sent_at: Int63
+    use_version: Int63
+    devices: Annotated[tuple[DeviceUse, ...], Meta(max_length=MAX_DEVICES)] = ()
+
+
+class BookedDevice(Wire, frozen=True, kw_only=True):
+    """One device a booking holds on the node: a GPU or MIG UUID, a NIC VF's PCI address,
+    a disk's stable id; `atom_id` is the ledger's atom."""
+
+    atom_id: Annotated[str, Meta(min_length=1, max_length=256, pattern=_NO_NUL)]
+    cls: AtomClass = field(name="class")
+    device_id: Text128 = ""  # the GPU or MIG UUID (a slot: its GPU's), a disk's id
+    pci_address: Text64 | None = None  # NIC VFs
+
+
+class NodeBooking(Wire, frozen=True, kw_only=True):
+    reservation_id: Text128
+    tenant_id: Text128
+    state: Text64  # shared.reservation_states
+    start: Int63
+    end: Int63
+    devices: Annotated[tuple[BookedDevice, ...], Meta(max_length=MAX_ATOMS)] = ()
+
+
+class NodeBookings(Wire, frozen=True, kw_only=True):
+    """Coordinator → agent (`Subjects.bookings`): every live or future booking on the
+    node. `etag` changes whenever the list does; the agent echoes it in its heartbeat."""
+
+    schema_version: Int32 = SCHEMA_VERSION
+    node_id: NodeId
+    etag: Text64
+    sent_at: Int63
+    bookings: Annotated[tuple[NodeBooking, ...], Meta(max_length=4096)] = ()
+
+
 class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
     """Small and frequent. `devices` lists every device that is not healthy right now
     (absent means healthy), so a lost heartbeat never loses a health change."""
@@ -237,6 +308,19 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
     # NATS errors the agent met since it started (publishes refused or failed, permission
     # violations): its link looks healthy while some of what it sends goes nowhere.
     bus_errors: Int63 = 0
+    # Use (SPEC §10), as changes only: `use` holds the whole current state of each device
+    # whose use changed since the heartbeat that carried `use_base`; applied on top of
+    # version `use_base` it gives version `use_version`. A receiver that holds another
+    # version asks for a full `UseReport` (`Subjects.use_request`). Too many changes for
+    # the heartbeat's budget go in a `UseReport` of their own, and the heartbeat then
+    # carries only `use_version`.
+    use: Annotated[tuple[DeviceUse, ...], Meta(max_length=64)] = ()
+    use_base: Int63 = 0
+    use_version: Int63 = 0
+    # The `NodeBookings.etag` the agent last received ("" for none): the coordinator
+    # re-sends the node's bookings when it differs from its own, so an agent is current
+    # again one heartbeat after any reconnect or restart.
+    bookings_etag: Text64 = ""
 
 
 # Every kind of alert, the one list (SPEC §4): every transition the ledger records is

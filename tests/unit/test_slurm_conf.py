@@ -149,6 +149,9 @@ def test_cores_fold_smt_siblings_and_refuse_what_does_not_fit() -> None:
     assert cores(gpu, 112, 2) == "0-27"  # CPU 56 is core 0's second thread
     assert cores(gpu, 64, 1) is None  # CPU 83 on a 64-CPU node: the affinity is not this node's
     assert cores(Gpu(0, "x", "p"), 112, 1) is None
+    two = render("p", [Node("a", vcpu=112, gpus=(gpu,))], Options(threads_per_core=2))
+    assert "NodeName=a CPUs=112 ThreadsPerCore=2 Gres=gpu:x:1" in two.nodes
+    assert "File=/dev/nvidia0 Cores=0-27\n" in two.gres
 
 
 def test_links_count_direct_bridges_and_shared_switches() -> None:
@@ -194,7 +197,7 @@ _node = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(_node, max_size=6, unique_by=lambda n: n.node_id))
 def test_every_node_once_and_gres_counts_match_gres_lines(nodes: list[Node]) -> None:
     conf = render("pool", nodes)

@@ -228,7 +228,8 @@ class SlurmCluster:
             m = re.search(r"(\d+)$", path.name)
             path.parent.mkdir(parents=True, exist_ok=True)
             minor = int(m.group(1)) if m else 255
-            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            # Root only: on a host with NVIDIA GPUs these would open the real ones.
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
 
     def _start_munge(self, deadline: float) -> None:
         key = self.root / "munge" / "munge.key"

@@ -19,13 +19,16 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pynvml
 
 from agent.sim.faults import FaultFile, Faults
 from agent.sim.profile import GpuSpec, HostProfile
+from agent.sim.workload import FakeProcs, Workload
 from agent.xid import CATALOGUE
 
 # Memory a MIG instance reports on an 80 GB A100/H100, by profile name.
@@ -108,10 +111,28 @@ class _EventSet:
     gpus: set[int] = field(default_factory=set)
 
 
+_NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process off MIG
+_MIB = 1024 * 1024
+
+
 class SimulatedNvml:
-    def __init__(self, profile: HostProfile, node_id: str, faults: FaultFile | None = None):
+    def __init__(
+        self,
+        profile: HostProfile,
+        node_id: str,
+        faults: FaultFile | None = None,
+        proc_root: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        """`proc_root`: where the workloads' fake `/proc/<pid>` entries are kept (none
+        written without it); `clock`: seconds, for the workloads' utilization curves and
+        process sample time stamps."""
         self.profile = profile
         self._faults = faults or FaultFile(None)
+        self._procs = FakeProcs(proc_root) if proc_root is not None else None
+        self._clock = clock
+        self._started: dict[str, float] = {}  # workload entry key -> when first seen
+        self._synced: tuple[Workload, ...] | None = None
         self._gpus = [
             _Gpu(spec, _uuid("GPU", f"{node_id}/{profile.id}/{spec.index}"))
             for spec in profile.gpus
@@ -219,8 +240,9 @@ class SimulatedNvml:
             mib = _MIG_MEMORY_MIB.get(handle.profile, 0)
         else:
             mib = gpu.spec.memory_mib
-        total = mib * 1024 * 1024
-        return pynvml.c_nvmlMemory_t(total=total, free=total, used=0)
+        total = mib * _MIB
+        used = min(total, sum(w.memory_mib for w, _ in self._running(handle)) * _MIB)
+        return pynvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
         gpu = self._whole(handle)
@@ -275,6 +297,77 @@ class SimulatedNvml:
         if not isinstance(handle, _Mig):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return 0
+
+    # -- use: processes and utilization -----------------------------------------------------
+
+    def _workloads(self) -> list[tuple[str, Workload]]:
+        """The fault file's workloads (keyed by entry), their fake /proc entries kept."""
+        entries = [(f.key, f.workload) for f in self.faults().on("process") if f.workload]
+        now = self._clock()
+        for key, _ in entries:
+            self._started.setdefault(key, now)
+        work = tuple(w for _, w in entries)
+        if self._procs is not None and work != self._synced:
+            self._procs.sync(work)
+            self._synced = work
+        return entries
+
+    def _running(self, handle: Any) -> list[tuple[Workload, int]]:
+        """(workload, its utilization now) for each process on this GPU or MIG device."""
+        gpu = self._gpu(handle)
+        migs = bool(gpu.spec.mig_profiles)
+        now = self._clock()
+        out: list[tuple[Workload, int]] = []
+        for key, work in self._workloads():
+            if gpu.spec.index not in work.gpus:
+                continue
+            slot = (work.mig or 0) if migs else None
+            if isinstance(handle, _Mig) and slot != handle.slot:
+                continue
+            out.append((work, work.util.at(now - self._started[key])))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """pynvml's v3 call: friendly objects of `c_nvmlProcessInfo_v3_t`'s fields."""
+        gpu = self._gpu(handle)
+        out = []
+        for work, _ in self._running(handle):
+            gi = ci = _NO_INSTANCE
+            if gpu.spec.mig_profiles:
+                gi, ci = (work.mig or 0) + 1, 0
+            info = pynvml.c_nvmlProcessInfo_v3_t(
+                pid=work.pid,
+                usedGpuMemory=work.memory_mib * _MIB,
+                gpuInstanceId=gi,
+                computeInstanceId=ci,
+            )
+            out.append(pynvml.nvmlStructToFriendlyObject(info))
+        return out
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        """Not supported on MIG devices, nor on a GPU in MIG mode, as with the driver."""
+        gpu = self._gpu(handle)
+        if isinstance(handle, _Mig) or gpu.spec.mig_profiles:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        sm = min(100, sum(u for _, u in self._running(handle)))
+        return pynvml.c_nvmlUtilization_t(gpu=sm, memory=sm // 2)
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        """A sample per busy process, newer than `timeStamp` (µs); NotFound when none."""
+        gpu = self._gpu(handle)
+        if isinstance(handle, _Mig) or gpu.spec.mig_profiles:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        now_us = int(self._clock() * 1_000_000)
+        samples = [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=work.pid, timeStamp=now_us, smUtil=util, memUtil=util // 2
+            )
+            for work, util in self._running(handle)
+            if util > 0 and now_us > timeStamp
+        ]
+        if not samples:
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
 
     # -- NVLink and fabric ------------------------------------------------------------------
 

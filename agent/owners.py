@@ -90,7 +90,7 @@ def owner_from_path(path: str) -> Owner | None:
 def owner_from_cgroup(text: str) -> Owner | None:
     """The owner `/proc/<pid>/cgroup` names, over all its lines (v1 and v2), or None."""
     found: list[Owner] = []
-    for line in text.splitlines():
+    for line in text.replace("\0", "").splitlines():  # the wire refuses NUL in text
         _, sep, rest = line.partition(":")
         _, sep2, path = rest.partition(":")
         if sep and sep2:

@@ -78,6 +78,12 @@ def test_cgroup_lines_name_the_owner(text: str, owner: Owner | None) -> None:
     assert owner_from_cgroup(text) == owner
 
 
+def test_a_nul_in_a_cgroup_path_never_reaches_the_owner() -> None:
+    assert owner_from_cgroup("0::/system.slice/tra\0iner.service") == Owner(
+        "systemd", "trainer.service"
+    )
+
+
 def test_a_job_path_outside_slurm_and_a_pod_outside_kubepods_name_nothing() -> None:
     assert owner_from_cgroup("0::/home/job_12/x") is None
     assert owner_from_cgroup(f"0::/machine.slice/pod{POD}") is None

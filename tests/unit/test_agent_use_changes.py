@@ -97,6 +97,17 @@ def test_changes_beyond_the_budget_go_as_a_report() -> None:
     assert (small.heartbeat.use_base, small.heartbeat.use_version) == (1, 2)
 
 
+def test_a_report_not_sent_leaves_the_heartbeat_at_the_last_version_sent() -> None:
+    use = UseChanges()
+    use.observe([dev(f"GPU-{i:036d}", 0, 0) for i in range(8)])
+    plan = use.plan(HB)
+    assert plan.report is not None
+    bare = use.plan_without(HB).heartbeat  # what the publisher sends when it failed
+    assert (bare.use, bare.use_base, bare.use_version) == ((), 0, 0)
+    again = use.plan(HB)  # not acknowledged: the next heartbeat tries the report again
+    assert again.report is not None and again.report.version == 1
+
+
 def test_a_typical_8_gpu_heartbeat_stays_under_1_kib(tmp_path: Path) -> None:
     """The H100 host with four workloads, one of them a square wave: after the first
     report, every heartbeat carries its changes inline and stays under 1 KiB."""

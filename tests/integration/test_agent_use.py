@@ -5,15 +5,26 @@ under 1 KiB, and use requests answered with the whole state."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import nats
 from nats.aio.msg import Msg
 
 from agent.sim.faults import write_faults
+from ops.nats_users import AgentNode, NatsUser, agent_permissions, agent_user
+from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceUse, Heartbeat, Inventory, UseReport
-from tests.integration.test_agent_nats import agent, settings
+from tests.integration.test_agent_nats import (
+    PREFIX,
+    WATCHER,
+    agent,
+    nats_with_users,
+    publisher_for,
+    settings,
+    state,
+)
 
 RSV = "rsv_01jabcdefghjkmnpqrstvwxyz0"
 POD = "1234abcd-5678-90ab-cdef-1234567890ab"
@@ -112,3 +123,35 @@ async def test_use_reports_and_heartbeat_changes(nats_url: str, tmp_path: Path) 
             assert again.devices == answer.devices
     finally:
         await nc.close()
+
+
+async def test_an_agent_with_its_own_credentials_may_send_and_be_asked_for_use(
+    tmp_path: Path,
+) -> None:
+    """What `gpufleet nats-auth` grants an agent covers use: reports out, requests in,
+    and no NATS error counted."""
+    pool = new_pool_id()
+    node = AgentNode(pool, "gpu-a")
+    subjects = Subjects(PREFIX)
+    user = NatsUser(agent_user(node), "agent", agent_permissions(subjects, node), node)
+    devices = tuple(DeviceUse(device_id=f"GPU-{i:036d}", sm_util=0) for i in range(8))
+    with nats_with_users(tmp_path, user) as server:
+        nc = await nats.connect(server.url, user=WATCHER, password="watcher-pw")
+        seen = Listener()
+        await nc.subscribe(subjects.use(pool, "gpu-a"), cb=seen.use)
+        await nc.flush()
+        pub = publisher_for(server, tmp_path / "agent.creds", pool, "gpu-a")
+        pub.update(dataclasses.replace(state(pool, "gpu-a"), use=devices))
+        task = asyncio.create_task(pub.run(), name="publisher")
+        try:
+            first = await asyncio.wait_for(seen.reports.get(), 10)
+            request = subjects.use_request(pool, "gpu-a")
+            reply = await nc.request(request, b"", timeout=5)
+            answered = UseReport.from_json(reply.data)
+            await asyncio.wait_for(seen.reports.get(), 10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await nc.close()
+    assert first.devices == answered.devices == devices
+    assert pub.stats.bus_errors == 0 and pub.stats.use_requests == 1

@@ -267,34 +267,34 @@ class SimulatedNvml:
 
     # -- MIG --------------------------------------------------------------------------------
 
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        gpu = self._whole(device)
         if gpu.spec.compute_capability not in _MIG_CAPABLE:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         mode = 1 if gpu.spec.mig_profiles else 0
         pending = 1 - mode if self.faults().has("mig_pending", gpu.spec.index) else mode
         return [mode, pending]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        gpu = self._whole(device)
         return _MAX_MIG_DEVICES if gpu.spec.compute_capability in _MIG_CAPABLE else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> Any:
+        gpu = self._whole(device)
         if not 0 <= index < len(gpu.spec.mig_profiles):
             raise _err(pynvml.NVML_ERROR_NOT_FOUND)
         profile = gpu.spec.mig_profiles[index]
         return _Mig(gpu, index, profile, _uuid("MIG", f"{gpu.uuid}/{index}"))
 
-    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
-        self._gpu(handle)
-        if not isinstance(handle, _Mig):
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, _Mig):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return handle.slot + 1
+        return device.slot + 1
 
-    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
-        self._gpu(handle)
-        if not isinstance(handle, _Mig):
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, _Mig):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return 0
 
@@ -371,8 +371,8 @@ class SimulatedNvml:
 
     # -- NVLink and fabric ------------------------------------------------------------------
 
-    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
+        gpu = self._whole(device)
         if gpu.spec.nvlink_links == 0:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if not 0 <= link < gpu.spec.nvlink_links:
@@ -393,28 +393,28 @@ class SimulatedNvml:
             return int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
         return int(pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
-        if not self.nvmlDeviceGetNvLinkState(handle, link):
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> Any:
+        if not self.nvmlDeviceGetNvLinkState(device, link):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         switches = self.profile.nvswitch_pci
         info = pynvml.nvmlPciInfo_t()
         info.busId = _nvml_bus_id(switches[link % len(switches)])
         return info
 
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
         """Hopper and later GPUs on an NVSwitch board report the Fabric Manager's state
         (completed/success once FM has run; no cluster UUID: not a multi-node fabric)."""
-        self._fabric(handle, _struct(gpuFabricInfo))
+        self._fabric(device, _struct(gpuFabricInfo))
         return 0
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, gpuFabricInfo: Any) -> int:
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
         """The versioned call: a `c_nvmlGpuFabricInfo_v2_t` (adds healthMask) or `_v3_t`
         (adds healthSummary), told apart by its `version` field, like the driver."""
         info = _struct(gpuFabricInfo)
         version = getattr(info, "version", None)
         if version not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
             raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        gpu = self._fabric(handle, info)
+        gpu = self._fabric(device, info)
         info.healthMask = _HEALTHY_FABRIC_MASK
         summary = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
         for fault in self._fabric_faults(gpu):
@@ -489,8 +489,8 @@ class SimulatedNvml:
     def _has_remapping(self, gpu: _Gpu) -> bool:
         return gpu.spec.compute_capability >= (8, 0)
 
-    def nvmlDeviceGetRetiredPages(self, handle: Any, sourceFilter: int) -> list[int]:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+        gpu = self._whole(device)
         if self._has_remapping(gpu):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         faults = self.faults()
@@ -501,14 +501,14 @@ class SimulatedNvml:
             return []
         return [0x1000 * (i + 1) for i, _ in enumerate(faults.on("dbe", gpu.spec.index))]
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any) -> int:
+        gpu = self._whole(device)
         if self._has_remapping(gpu):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(self.faults().has("retired_pending", gpu.spec.index))
 
-    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+        gpu = self._whole(device)
         if not self._has_remapping(gpu):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         faults = self.faults()

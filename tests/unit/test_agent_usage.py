@@ -236,15 +236,6 @@ def _protocol_methods() -> list[str]:
     return [name for name in vars(NvmlLike) if name.startswith("nvml")]
 
 
-# The use calls keep pynvml's parameter names too; the older calls call their device
-# `handle` where pynvml says `device` (the agent passes them by position).
-USE_CALLS = {
-    "nvmlDeviceGetComputeRunningProcesses",
-    "nvmlDeviceGetUtilizationRates",
-    "nvmlDeviceGetProcessUtilization",
-}
-
-
 @pytest.mark.parametrize("name", _protocol_methods())
 def test_the_simulator_takes_pynvmls_arguments(name: str) -> None:
     """Every call the agent makes has pynvml's name and parameters, in the protocol and
@@ -253,6 +244,4 @@ def test_the_simulator_takes_pynvmls_arguments(name: str) -> None:
     real = [p.name for p in params if p.default is inspect.Parameter.empty]  # the required
     sim = list(inspect.signature(getattr(SimulatedNvml, name)).parameters)[1:]
     proto = list(inspect.signature(getattr(NvmlLike, name)).parameters)[1:]
-    assert len(sim) == len(proto) == len(real)
-    if name in USE_CALLS:
-        assert sim == real and proto == real
+    assert sim == real and proto == real

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pynvml
+
+from agent.sim.profile import GpuSpec
+
 log = logging.getLogger(__name__)
 
 SHAPES = ("constant", "ramp", "square")
+MIB = 1024 * 1024
+NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process off MIG
 
 
 class WorkloadError(ValueError):
@@ -117,6 +124,69 @@ def _curve(data: Any, where: str) -> Curve:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Workloads:
+    """The fault file's workloads as the simulated NVML sees them: which run on a GPU or
+    MIG slot, at what utilization now (each curve timed from when its entry was first
+    seen), with their fake /proc entries kept in step."""
+
+    def __init__(self, proc_root: Path | None, clock: Callable[[], float]) -> None:
+        self._procs = FakeProcs(proc_root) if proc_root is not None else None
+        self._clock = clock
+        self._started: dict[str, float] = {}  # entry key -> when first seen
+        self._synced: tuple[Workload, ...] | None = None
+
+    def running(
+        self, entries: Iterable[tuple[str, Workload]], gpu: GpuSpec, slot: int | None
+    ) -> list[tuple[Workload, int]]:
+        """(workload, its utilization now) for each process on the profile's GPU `gpu`:
+        on its MIG slot `slot`, or (None) anywhere on it."""
+        entries = list(entries)
+        now = self._clock()
+        for key, _ in entries:
+            self._started.setdefault(key, now)
+        work = tuple(w for _, w in entries)
+        if self._procs is not None and work != self._synced:
+            self._procs.sync(work)
+            self._synced = work
+        out: list[tuple[Workload, int]] = []
+        for key, w in entries:
+            if gpu.index not in w.gpus:
+                continue
+            if slot is not None and gpu.mig_profiles and (w.mig or 0) != slot:
+                continue
+            out.append((w, w.util.at(now - self._started[key])))
+        return out
+
+    def samples(self, running: list[tuple[Workload, int]], since_us: int) -> list[Any]:
+        """`c_nvmlProcessUtilizationSample_t` of each busy process, newer than `since_us`."""
+        now_us = int(self._clock() * 1_000_000)
+        return [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=w.pid, timeStamp=now_us, smUtil=util, memUtil=util // 2
+            )
+            for w, util in running
+            if util > 0 and now_us > since_us
+        ]
+
+
+def process_infos(running: list[tuple[Workload, int]], mig: bool) -> list[Any]:
+    """What pynvml's v3 process call returns: friendly objects of the struct's fields."""
+    out = []
+    for w, _ in running:
+        gi, ci = ((w.mig or 0) + 1, 0) if mig else (NO_INSTANCE, NO_INSTANCE)
+        info = pynvml.c_nvmlProcessInfo_v3_t(
+            pid=w.pid, usedGpuMemory=w.memory_mib * MIB, gpuInstanceId=gi, computeInstanceId=ci
+        )
+        out.append(pynvml.nvmlStructToFriendlyObject(info))
+    return out
+
+
+def utilization(running: list[tuple[Workload, int]]) -> Any:
+    """`c_nvmlUtilization_t` of a GPU running these: their sum, memory half of it."""
+    sm = min(100, sum(u for _, u in running))
+    return pynvml.c_nvmlUtilization_t(gpu=sm, memory=sm // 2)
 
 
 class FakeProcs:

@@ -45,6 +45,10 @@ from shared.wire import Alert
 
 log = logging.getLogger("gpufleet.slurm_bridge")
 _RETRY_S = 1.0
+# A pass takes well under this; events a killed bridge held come back after it (its
+# successor has reconciled from the ledger at start anyway, so they only trigger one
+# more pass), and a pass that fails keeps its events with `in_progress`.
+ACK_WAIT_S = 10.0
 
 
 class SlurmBridge:
@@ -109,7 +113,6 @@ class SlurmBridge:
             log.warning("reading Slurm failed (%s); retrying", exc)
             return False
         p = plan(ledger, state, self.policy)
-        self.metrics.reconciles.inc()
         self._note(p.desired.unknown_nodes, len(p.desired.unmapped), len(p.left_alone))
         failed = 0
         for action in p.actions:
@@ -124,6 +127,7 @@ class SlurmBridge:
             log.info("%s: %s", action.kind, action)
         if not failed:
             self.metrics.synced_at = ledger.at_ms / 1000
+        self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
     def _note(self, unknown: frozenset[str], unmapped: int, left_alone: int) -> None:
@@ -171,7 +175,7 @@ class SlurmBridge:
             nc.jetstream(timeout=10),
             ConsumerSpec(
                 stream=stream_name(self.s.subject_prefix), subject=self.subjects.all_alerts,
-                durable=self.s.durable, ack_wait_s=60.0, max_ack_pending=10_000,
+                durable=self.s.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=10_000,
             ),
             wait_s=self.s.fetch_wait_s,
         )  # fmt: skip

@@ -38,6 +38,7 @@ class _Reservation(msgspec.Struct, rename="camel"):
     atoms: list[_Atom]
     binding: str = "hold"
     preempt_at: int | None = None
+    lease_expires_at: int | None = None
 
 
 class _ReservationPage(msgspec.Struct, rename="camel"):
@@ -77,6 +78,7 @@ def reservation(r: _Reservation) -> LedgerReservation:
         reservation_id=r.reservation_id, tenant_id=r.tenant_id, pool_id=r.pool_id,
         state=r.state, start_ms=r.start, end_ms=r.end, binding=r.binding,
         nodes=frozenset(a.node_id for a in r.atoms), gpus=gpus, preempt_at_ms=r.preempt_at,
+        lease_expires_at_ms=r.lease_expires_at,
     )  # fmt: skip
 
 

@@ -34,13 +34,15 @@ class LedgerReservation:
     nodes: frozenset[str] = frozenset()
     gpus: Mapping[str, int] = field(default_factory=dict)
     preempt_at_ms: int | None = None
+    lease_expires_at_ms: int | None = None
 
     @property
     def ends_ms(self) -> int:
-        """When it really ends: a noticed spot reservation at its preemption."""
-        if self.preempt_at_ms is not None:
-            return min(self.end_ms, self.preempt_at_ms)
-        return self.end_ms
+        """When it ends unless something changes: a noticed spot reservation at its
+        preemption, a leased one when its lease runs out (so a renewal moves Slurm's
+        EndTime, and Slurm ends it by itself should the bridge be away then)."""
+        ends = [self.end_ms, self.preempt_at_ms, self.lease_expires_at_ms]
+        return min(t for t in ends if t is not None)
 
 
 @dataclass(frozen=True)

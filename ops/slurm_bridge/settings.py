@@ -127,7 +127,8 @@ class BridgeSettings(SettingsModel, frozen=True):
     ] = 1.0
     metrics_host: Annotated[str, Meta(description="address of the /metrics listener")] = "127.0.0.1"
     metrics_port: Annotated[
-        int | None, Meta(ge=0, le=65535, description="port of /metrics (unset: none)")
+        Annotated[int, Meta(ge=0, le=65535)] | None,
+        Meta(description="port of /metrics (unset: none; 0: any free one)"),
     ] = None
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR"],

@@ -121,6 +121,11 @@ def test_renew_release_expiry_and_preemption_update_or_delete() -> None:
     )
     (cut,) = plan(noticed, state, POLICY).actions
     assert isinstance(cut, UpdateReservation) and cut.want.end_s == NOW_S + 120
+    leased = Ledger(
+        (_rsv("rsv_1", {"gpu-a": 4}, lease_expires_at_ms=NOW_MS + 600_000),), (), NOW_MS
+    )
+    (lease,) = plan(leased, state, POLICY).actions
+    assert isinstance(lease, UpdateReservation) and lease.want.end_s == NOW_S + 600
     for gone in ("released", "expired", "preempted", "completed"):
         ended = Ledger((_rsv("rsv_1", {"gpu-a": 4}, state=gone),), (), NOW_MS)
         assert plan(ended, state, POLICY).actions == (DeleteReservation("gpufleet-rsv_1"),)

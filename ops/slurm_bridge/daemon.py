@@ -34,7 +34,7 @@ from ops.forwarder.source import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.slurm_bridge.ledger_view import LedgerError, LedgerView
 from ops.slurm_bridge.metrics import BridgeMetrics
 from ops.slurm_bridge.planner import plan
-from ops.slurm_bridge.scontrol import Scontrol, ScontrolConfig, SlurmError
+from ops.slurm_bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm_bridge.settings import BridgeSettings
 from shared.credentials import CredentialsError, connect_options
 from shared.nats_servers import split_servers
@@ -79,7 +79,7 @@ class SlurmBridge:
                 text, settings.nats_credentials, "nats_credentials"
             )
 
-    async def _connect(self) -> Client:
+    async def connect(self) -> Client:
         async def on_error(exc: Exception) -> None:
             log.warning("NATS: %s", exc)
 
@@ -115,16 +115,17 @@ class SlurmBridge:
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, len(p.desired.unmapped), len(p.left_alone))
         failed = 0
+        now_s = ledger.at_ms // 1000
         for action in p.actions:
             try:
-                await self.scontrol.apply(action, ledger.at_ms // 1000)
+                await self.scontrol.apply(action, now_s)
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
                 log.error("%s failed, retried on the next pass: %s", action.kind, exc)
                 continue
             self.metrics.actions.labels(action.kind).inc()
-            log.info("%s: %s", action.kind, action)
+            log.info("%s: scontrol %s", action.kind, " ".join(action_argv(action, now_s)))
         if not failed:
             self.metrics.synced_at = ledger.at_ms / 1000
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
@@ -155,7 +156,7 @@ class SlurmBridge:
                 await (msg.ack() if ok else msg.in_progress())
 
     async def run(self, notify_socket: str | None = None) -> None:
-        nc = await self._connect()
+        nc = await self.connect()
         timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -170,8 +171,9 @@ class SlurmBridge:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), timeout=5)
 
-    async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
-        source = AlertSource(
+    def source(self, nc: Client) -> AlertSource:
+        """Its durable consumer on the alert stream (not yet bound)."""
+        return AlertSource(
             nc.jetstream(timeout=10),
             ConsumerSpec(
                 stream=stream_name(self.s.subject_prefix), subject=self.subjects.all_alerts,
@@ -179,6 +181,9 @@ class SlurmBridge:
             ),
             wait_s=self.s.fetch_wait_s,
         )  # fmt: skip
+
+    async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
+        source = self.source(nc)
         await source.bind()
         try:
             while True:

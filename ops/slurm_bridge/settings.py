@@ -54,7 +54,7 @@ class BridgeSettings(SettingsModel, frozen=True):
     coordinator_key: Annotated[
         str,
         Meta(description="an operator API key (secret: give it in the environment)"),
-        Option(env="GPUFLEET_SLURM_BRIDGE_KEY"),
+        Option(env="GPUFLEET_SLURM_BRIDGE_KEY", default_doc="none (required)"),
     ] = ""
     nats_url: Annotated[
         str,
@@ -82,10 +82,14 @@ class BridgeSettings(SettingsModel, frozen=True):
         Option(flag="--user", metavar="TENANT=USERS", item=_pair),
     ] = msgspec.field(default_factory=dict)
     default_account: Annotated[
-        str, Meta(description="account(s) for a tenant with no mapping (empty: none)")
+        str,
+        Meta(description="account(s) for a tenant with no mapping"),
+        Option(default_doc="none"),
     ] = ""
     default_users: Annotated[
-        str, Meta(description="user(s) for a tenant with no mapping (empty: none)")
+        str,
+        Meta(description="user(s) for a tenant with no mapping"),
+        Option(default_doc="none"),
     ] = ""
     gpu_tres: Annotated[
         GpuTres,
@@ -102,7 +106,7 @@ class BridgeSettings(SettingsModel, frozen=True):
     drain_on: Annotated[
         tuple[DrainCause, ...],
         Meta(description="node states drained in Slurm"),
-        Option(metavar="CAUSE", item=str),
+        Option(metavar="CAUSE", item=str, default_doc="`maintenance,unhealthy,unreachable`"),
     ] = DRAIN_CAUSES
     pools: Annotated[
         tuple[str, ...],

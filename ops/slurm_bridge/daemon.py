@@ -37,6 +37,7 @@ from ops.slurm_bridge.planner import plan
 from ops.slurm_bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm_bridge.settings import BridgeSettings
 from shared.credentials import CredentialsError, connect_options
+from shared.log_throttle import LogThrottle
 from shared.nats_servers import split_servers
 from shared.settings import ConfigError
 from shared.subjects import Subjects
@@ -71,6 +72,7 @@ class SlurmBridge:
         self._held: list[Msg] = []
         self._last_pass = 0.0
         self._unknown: frozenset[str] = frozenset()
+        self._refusals = LogThrottle(log, every_s=300.0)
         self._connect_options: dict[str, Any] = {}
         if settings.nats_credentials:
             with open(settings.nats_credentials) as f:
@@ -122,7 +124,11 @@ class SlurmBridge:
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
-                log.error("%s failed, retried on the next pass: %s", action.kind, exc)
+                # A refusal Slurm repeats every pass is logged once a throttle period.
+                self._refusals.warning(
+                    f"{action.kind} {action_argv(action, now_s)[:3]}",
+                    "%s failed, retried on the next pass: %s", action.kind, exc,
+                )  # fmt: skip
                 continue
             self.metrics.actions.labels(action.kind).inc()
             log.info("%s: scontrol %s", action.kind, " ".join(action_argv(action, now_s)))

@@ -186,7 +186,8 @@ class Scontrol:
             await proc.wait()
             raise SlurmError(f"scontrol {' '.join(args[:2])}: no answer in "
                              f"{self.config.timeout_s:g} s") from None  # fmt: skip
-        text = (out.decode(errors="replace") + err.decode(errors="replace")).strip()
+        # One line: scontrol spreads one refusal over several.
+        text = " ".join((out.decode(errors="replace") + err.decode(errors="replace")).split())
         if proc.returncode != 0:
             raise SlurmError(f"scontrol {' '.join(args)}: {text or proc.returncode}")
         return out.decode(errors="replace")

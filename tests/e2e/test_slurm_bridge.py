@@ -15,9 +15,11 @@ is reserved whole. The TRES form is the planner's (tests/unit/test_slurm_planner
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import subprocess
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -205,9 +207,13 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
             ),
             "the renewal in Slurm",
         )
-        op.call(
-            "reservations.release", {"tenantId": "acme", "reservationId": first["reservationId"]}
-        )
+        later = _book(op, pool_id, "k5", start=int(time.time() * 1000) + 3_600_000)
+        _eventually(lambda: _slurm_name(later) in cluster.reservations(), "a scheduled booking")
+        scheduled = cluster.reservations()[_slurm_name(later)]
+        assert parse_time(scheduled["StartTime"]) == later["start"] // 1000
+        assert scheduled["State"] == "INACTIVE"
+        release = {"tenantId": "acme", "reservationId": first["reservationId"]}
+        op.call("reservations.release", release)
         _eventually(lambda: _slurm_name(first) not in cluster.reservations(), "the release")
 
         # Maintenance and its end; unhealthy and its end.
@@ -229,15 +235,29 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         fourth = _book(op, pool_id, "k4")
         bridge.start()
         _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: maintenance: m"), "sim-b")
-        live = {_slurm_name(r) for r in (leased, third, fourth)}
+        live = {_slurm_name(r) for r in (leased, later, third, fourth)}
         assert {n for n in cluster.reservations() if n.startswith("gpufleet-")} == live
-        assert _open(cluster, "sim-a")
+        # An scontrol the killed bridge left running (its drain of sim-a) may land after
+        # the new bridge read Slurm: the next pass resumes it.
+        _eventually(lambda: _open(cluster, "sim-a"), "sim-a resumed")
         assert "maint-window" in cluster.reservations()
         # What the killed bridge held comes back after the ack wait (ACK_WAIT_S).
         _eventually(lambda: _consumer_settled(fleet.nats_url), "every event acknowledged",
                     within_s=ACK_WAIT_S + WITHIN_S)  # fmt: skip
         assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="node.drain") == 0
         assert bridge.metric("gpufleet_slurm_bridge_lag_seconds") < WITHIN_S
+
+        # Events trigger: with no resync for a minute, a maintenance event still drains
+        # within seconds. Changes Slurm refuses (GPU TRES without slurmdbd) are counted,
+        # hold the lag, and stop nothing else.
+        bridge.close()
+        bridge.argv += ["--resync-interval-s", "60", "--gpu-tres", "typed"]
+        bridge.start()
+        assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="reservation.update") > 0
+        assert math.isnan(bridge.metric("gpufleet_slurm_bridge_lag_seconds"))
+        op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "ev"})
+        _eventually(lambda: _drained(cluster, "sim-a", "gpufleet: maintenance: ev"), "event drain")
+        assert {n for n in cluster.reservations() if n.startswith("gpufleet-")} == live
     finally:
         bridge.close()
         bridge.log.close()

@@ -78,6 +78,7 @@ def reservation(r: _Reservation) -> LedgerReservation:
         reservation_id=r.reservation_id, tenant_id=r.tenant_id, pool_id=r.pool_id,
         state=r.state, start_ms=r.start, end_ms=r.end, binding=r.binding,
         nodes=frozenset(a.node_id for a in r.atoms), gpus=gpus, preempt_at_ms=r.preempt_at,
+        classes=frozenset(a.cls for a in r.atoms),
         lease_expires_at_ms=r.lease_expires_at,
     )  # fmt: skip
 

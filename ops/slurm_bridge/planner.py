@@ -36,6 +36,9 @@ from ops.slurm_bridge.model import (
 )
 from shared.reservation_states import LIVE_STATES
 
+# What Slurm schedules: a booking of only NICs or disks is no Slurm reservation (it would
+# hold the whole node from jobs that never touch them).
+SLURM_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot", "node"})
 # Slurm keeps a node's reason in a fixed buffer; longer ones are cut by the bridge, so
 # what it compares is what Slurm stores.
 MAX_REASON = 200
@@ -126,6 +129,8 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
     reservations: dict[str, SlurmReservation] = {}
     for rsv in ledger.reservations:
         if rsv.state not in LIVE_STATES or not policy.follows(rsv.pool_id):
+            continue
+        if rsv.binding != "node" and not rsv.classes & SLURM_CLASSES:
             continue
         end_s = -(-rsv.ends_ms // 1000)
         if end_s <= now_s:

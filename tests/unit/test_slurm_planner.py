@@ -166,6 +166,19 @@ def test_hand_made_reservations_and_drains_survive() -> None:
     assert plan(Ledger((), (LedgerNode("gpu-a", "pool_a"),), NOW_MS), state, POLICY).actions == ()
 
 
+def test_a_booking_of_only_nics_or_disks_is_no_slurm_reservation() -> None:
+    ledger = Ledger(
+        (_rsv("rsv_1", {"gpu-a": 0}, classes=frozenset({"nic.vf", "disk"})),
+         _rsv("rsv_2", {"gpu-a": 0}, classes=frozenset({"gpu.mig"})),
+         _rsv("rsv_3", {"gpu-a": 0}, classes=frozenset({"disk"}), binding="node")),
+        (),
+        NOW_MS,
+    )  # fmt: skip
+    want = plan(ledger, _slurm(_node("gpu-a")), POLICY).desired.reservations
+    assert set(want) == {"gpufleet-rsv_2", "gpufleet-rsv_3"}
+    assert want["gpufleet-rsv_2"].tres == ""  # MIG: not expressed as TRES, the node whole
+
+
 def test_unknown_nodes_and_unmapped_tenants_are_left_out_and_reported() -> None:
     ledger = Ledger(
         (_rsv("rsv_1", {"gpu-a": 1, "ghost": 1}), _rsv("rsv_2", {"gpu-a": 1}, tenant_id="nobody"),
@@ -226,6 +239,7 @@ _ledger_rsv = st.builds(
     start_ms=st.integers(NOW_MS - 2 * HOUR, NOW_MS + 2 * HOUR),
     end_ms=st.integers(NOW_MS - HOUR, NOW_MS + 4 * HOUR),
     binding=st.sampled_from(["hold", "node"]),
+    classes=st.frozensets(st.sampled_from(["gpu", "gpu.mig", "nic.vf", "disk"]), min_size=1),
 )
 _ledger_node = st.builds(
     LedgerNode,

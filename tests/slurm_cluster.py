@@ -43,6 +43,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 COMMAND_TIMEOUT_S = 20.0
 _NODE_NAME = re.compile(r"^NodeName=(\S+)")
+_ADDRESS_KEYS = ("NodeHostname=", "NodeAddr=", "Port=", "State=")
 _FILES = re.compile(r"\b(?:File|MultipleFiles)=(\S+)")
 
 
@@ -50,8 +51,14 @@ class SlurmError(Exception):
     """The cluster did not start, or a Slurm command failed."""
 
 
+def tool_path(tool: str) -> str | None:
+    """A Slurm or munge program: on PATH, or in /usr/sbin where Debian puts the daemons
+    (not on a non-root PATH)."""
+    return shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+
+
 def missing_tools() -> list[str]:
-    return [tool for tool in TOOLS if shutil.which(tool) is None]
+    return [tool for tool in TOOLS if tool_path(tool) is None]
 
 
 def require_slurm() -> None:
@@ -72,7 +79,8 @@ def require_slurm() -> None:
 def node_line(
     name: str, gres: str = "", cpus: int = 2, memory_mib: int = 1000, features: str = ""
 ) -> str:
-    """A `NodeName=` line without address or port (the harness adds those)."""
+    """A `NodeName=` line without address or port (the harness sets those, replacing
+    any a line gives)."""
     parts = [f"NodeName={name}", f"CPUs={cpus}", f"RealMemory={memory_mib}"]
     if gres:
         parts.append(f"Gres={gres}")
@@ -220,7 +228,8 @@ class SlurmCluster:
             m = re.search(r"(\d+)$", path.name)
             path.parent.mkdir(parents=True, exist_ok=True)
             minor = int(m.group(1)) if m else 255
-            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            # Root only: on a host with NVIDIA GPUs these would open the real ones.
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
 
     def _start_munge(self, deadline: float) -> None:
         key = self.root / "munge" / "munge.key"
@@ -276,8 +285,10 @@ class SlurmCluster:
             (r / "etc" / "topology.conf").write_text(self.config.topology_conf)
         lines += list(self.config.extra)
         for node, name in zip(self.config.nodes, self.node_names, strict=True):
+            # Every node is this host on its own port, whatever address the line gave.
+            kept = [t for t in node.split() if not t.startswith(_ADDRESS_KEYS)]
             lines.append(
-                f"{node.strip()} NodeHostname={host} NodeAddr=127.0.0.1 "
+                f"{' '.join(kept)} NodeHostname={host} NodeAddr=127.0.0.1 "
                 f"Port={self.ports[name]} State=UNKNOWN"
             )
         lines.append(
@@ -287,6 +298,7 @@ class SlurmCluster:
         (r / "etc" / "gres.conf").write_text(self.config.gres_conf)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        argv = [tool_path(argv[0]) or argv[0], *argv[1:]]
         with open(self.root / "log" / f"{name}.out", "ab") as out:
             self.procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -322,8 +334,8 @@ class SlurmCluster:
         """A Slurm client command against this cluster (SLURM_CONF set)."""
         try:
             done = subprocess.run(
-                list(argv), env=self.env, capture_output=True, text=True, timeout=timeout_s,
-                check=False, stdin=subprocess.DEVNULL,
+                [tool_path(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True,
+                text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         except subprocess.TimeoutExpired as exc:
             raise SlurmError(f"{' '.join(argv)}: no answer in {timeout_s}s") from exc
@@ -355,6 +367,17 @@ class SlurmCluster:
                 out[record["NodeName"]] = record
         return out
 
+    def node_gres(self, name: str) -> list[dict[str, str]]:
+        """Each GRES device a node's slurmd reads from gres.conf (`slurmd -G`): Type,
+        File, Cores, Links as slurmd parsed them."""
+        argv = ("slurmd", "-G", "-N", name, "-f", str(self.conf_path))
+        done = self.run(*argv)
+        return [
+            parse_record(line.split("Gres ", 1)[1])
+            for line in (done.stdout + done.stderr).splitlines()
+            if "Gres Name=" in line
+        ]
+
     def reservations(self) -> dict[str, dict[str, str]]:
         """Every reservation by name (`scontrol show reservation -o`)."""
         done = self.run("scontrol", "show", "reservation", "-o")
@@ -382,10 +405,16 @@ class SlurmCluster:
             states = self.node_states()
             if all(states.get(n, "").rstrip("*~#!%$@^-") == state for n in want):
                 return
+            # A node the controller found unlike its config stays so: say why at once.
+            invalid = [
+                n for n in want if states.get(n, "").startswith("inval") and state != "inval"
+            ]
             dead = [n for n, p in self.procs.items() if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
+            if invalid or dead or time.monotonic() > deadline:
+                why = {n: self.node(n).get("Reason", "") for n in invalid}
                 raise SlurmError(
-                    f"nodes not {state}: {dict(states)}\n{self._tails(dead or list(self.procs))}"
+                    f"nodes not {state}: {dict(states)} {why}\n"
+                    + self._tails(dead or list(self.procs))
                 )
             time.sleep(0.2)
 

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.fleet_procs import wait_for
-from tests.slurm_cluster import SlurmCluster, SlurmConfig, gres_files, node_line, parse_record
+from tests.slurm_cluster import (
+    SlurmCluster,
+    SlurmConfig,
+    SlurmError,
+    gres_files,
+    node_line,
+    parse_record,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -105,3 +112,17 @@ def test_gres_paths_and_records_parse() -> None:
         "State": "IDLE+DRAIN",
         "Reason": "gpufleet: xid 79 [root@t]",
     }
+
+
+def test_a_node_unlike_its_gres_conf_fails_start_with_slurms_reason(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    # What makes the conf tests able to fail: Slurm refuses a node whose Gres= count
+    # is more than gres.conf gives it, and start() says so at once.
+    dev = slurm_cluster.dev_dir
+    config = SlurmConfig(
+        nodes=[node_line("sim-a", gres="gpu:h100:3")],
+        gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-1]\n",
+    )
+    with pytest.raises(SlurmError, match=r"gres/gpu count reported lower than configured"):
+        slurm_cluster.start(config, timeout_s=20)

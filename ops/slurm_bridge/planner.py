@@ -110,7 +110,9 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
         slurm_node = state.nodes.get(policy.slurm_node(node_id))
         if slurm_node is None or count <= 0:
             continue
-        types = slurm_node.gpu_types
+        # `gpufleet slurm conf` names MIG instances `<model>_<profile>`: whole GPUs are
+        # the type without one.
+        types = [t for t in slurm_node.gpu_types if "_" not in t] or slurm_node.gpu_types
         key = "gres/gpu" if policy.gpu_tres == "count" or not types else f"gres/gpu:{types[0]}"
         per_type[key] = per_type.get(key, 0) + count
     return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))

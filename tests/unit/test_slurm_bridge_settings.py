@@ -68,3 +68,11 @@ def test_the_command_exits_2_naming_the_setting() -> None:
         capture_output=True, text=True, env={}, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "coordinator_key" in done.stderr
+
+
+def test_gpufleet_slurm_bridge_is_the_same_command() -> None:
+    done = subprocess.run(
+        [str(BIN / "gpufleet"), "slurm", "bridge", "--durable", "a.b"],
+        capture_output=True, text=True, env={}, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "durable" in done.stderr

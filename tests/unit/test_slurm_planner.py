@@ -99,6 +99,9 @@ def test_tres_modes_and_whole_node_bookings() -> None:
         NOW_MS,
     )
     state = _slurm(_node("gpu-a"), SlurmNode("gpu-b", gpu_types=()))
+    mig = SlurmNode("gpu-a", gpu_types=("a100_1g.10gb", "a100"))  # as `slurm conf` names them
+    mixed = plan(Ledger((_rsv("rsv_3", {"gpu-a": 2}),), (), NOW_MS), _slurm(mig), POLICY)
+    assert mixed.desired.reservations["gpufleet-rsv_3"].tres == "gres/gpu:a100=2"
     want = plan(ledger, state, POLICY).desired.reservations
     assert want["gpufleet-rsv_1"].tres == "gres/gpu:h100=2,gres/gpu=3"
     assert want["gpufleet-rsv_2"].tres == ""  # binding node: the whole node

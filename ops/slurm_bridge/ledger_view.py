@@ -93,8 +93,11 @@ def node(n: _Node) -> LedgerNode:
 
 
 class LedgerView:
-    def __init__(self, http: aiohttp.ClientSession, base_url: str, key: str) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, base_url: str, key: str, page: int = 200
+    ) -> None:
         self.http = http
+        self.page = page  # reservations a call (nodes: five times as many)
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {key}"}
 
@@ -128,9 +131,9 @@ class LedgerView:
         """Both lists; `at_ms` is taken before reading, so whatever changed while they
         were read is newer than the snapshot and triggers the next reconcile."""
         at_ms = int(time.time() * 1000)
-        body = {"state": list(LIVE_STATES), "limit": 200}
+        body = {"state": list(LIVE_STATES), "limit": self.page}
         pages = await self._pages("reservations.list", body, _ReservationPage)
         reservations = tuple(reservation(r) for p in pages for r in p.reservations)
-        node_pages = await self._pages("nodes.list", {"limit": 1000}, _NodePage)
+        node_pages = await self._pages("nodes.list", {"limit": 5 * self.page}, _NodePage)
         nodes = tuple(node(n) for p in node_pages for n in p.nodes)
         return Ledger(reservations, nodes, at_ms)

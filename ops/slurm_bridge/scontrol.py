@@ -155,6 +155,12 @@ def action_argv(action: Action, now_s: int) -> list[str]:
     return ["update", f"NodeName={action.node}", "State=RESUME"]
 
 
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
+
+
 @dataclass(frozen=True)
 class ScontrolConfig:
     path: str = "scontrol"
@@ -181,11 +187,12 @@ class Scontrol:
         try:
             out, err = await asyncio.wait_for(proc.communicate(), self.config.timeout_s)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await _kill(proc)
             raise SlurmError(f"scontrol {' '.join(args[:2])}: no answer in "
                              f"{self.config.timeout_s:g} s") from None  # fmt: skip
+        except asyncio.CancelledError:
+            await _kill(proc)  # stopping: no change lands after the bridge is gone
+            raise
         # One line: scontrol spreads one refusal over several.
         text = " ".join((out.decode(errors="replace") + err.decode(errors="replace")).split())
         if proc.returncode != 0:

@@ -83,10 +83,12 @@ class Bridge:
                 return float(line.split()[-1])
         return 0.0
 
-    def close(self, sig: int = signal.SIGTERM) -> None:
+    def close(self, sig: int = signal.SIGTERM) -> int | None:
+        rc = None
         if self.proc is not None:
-            stop(self.proc, sig)
+            rc = stop(self.proc, sig)
             self.proc = None
+        return rc
 
 
 def _cluster(cluster: SlurmCluster) -> SlurmCluster:
@@ -250,7 +252,7 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         # Events trigger: with no resync for a minute, a maintenance event still drains
         # within seconds. Changes Slurm refuses (GPU TRES without slurmdbd) are counted,
         # hold the lag, and stop nothing else.
-        bridge.close()
+        assert bridge.close() == 0  # SIGTERM: a clean stop
         bridge.argv += ["--resync-interval-s", "60", "--gpu-tres", "typed"]
         bridge.start()
         assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="reservation.update") > 0

@@ -1,11 +1,11 @@
 """`gpufleet-slurm-bridge` against a real Slurm (tests/slurm_cluster.py: munged,
 slurmctld, a slurmd per node on loopback) and a real fleet (nats-server,
 gpufleet-coordinator, simulated agents whose node ids are the Slurm nodes'), all
-processes: each booking, renewal, release, maintenance and unhealthy change shows in
-`scontrol show reservation` and `sinfo` within seconds; a job with `--reservation` runs
-on the booked node and one without cannot take it; a hand-made reservation and drain
-survive; the bridge killed with SIGKILL mid-stream and restarted loses and duplicates
-nothing.
+processes: each booking, renewal, release, maintenance, unhealthy and unreachable change
+shows in `scontrol show reservation` and `sinfo` within seconds; a job with
+`--reservation` runs on the booked node and one without cannot take it; a hand-made
+reservation and drain survive; the bridge killed with SIGKILL mid-stream and restarted
+loses and duplicates nothing; events alone trigger a pass.
 
 Without slurmdbd, Slurm 22.05 refuses reservations by GPU TRES ("slurmdbd is required to
 run with TRES gres/gpu"), so the bridge runs with `--gpu-tres off` here: a booked node
@@ -259,6 +259,10 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         assert math.isnan(bridge.metric("gpufleet_slurm_bridge_lag_seconds"))
         op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "ev"})
         _eventually(lambda: _drained(cluster, "sim-a", "gpufleet: maintenance: ev"), "event drain")
+        # Unreachable outranks maintenance, as in the rollup: its event changes the reason.
+        stop(fleet.agents["sim-b"])
+        _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: unreachable"), "unreachable",
+                    within_s=15)  # fmt: skip
         assert {n for n in cluster.reservations() if n.startswith("gpufleet-")} == live
     finally:
         bridge.close()

@@ -33,6 +33,7 @@ class LedgerReservation:
     binding: str = "hold"
     nodes: frozenset[str] = frozenset()
     gpus: Mapping[str, int] = field(default_factory=dict)
+    mig: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> profile -> n
     classes: frozenset[str] = frozenset({"gpu"})  # of its atoms
     preempt_at_ms: int | None = None
     lease_expires_at_ms: int | None = None

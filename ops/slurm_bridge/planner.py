@@ -34,6 +34,7 @@ from ops.slurm_bridge.model import (
     SlurmState,
     UpdateReservation,
 )
+from ops.slurm_conf import token
 from shared.reservation_states import LIVE_STATES
 
 # What Slurm schedules: a booking of only NICs or disks is no Slurm reservation (it would
@@ -101,8 +102,10 @@ def drain_reason(node: LedgerNode, drain_on: Collection[DrainCause]) -> str | No
 
 
 def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
-    """The gres part of the reservation's TRES; empty for whole nodes (binding node,
-    no GPUs, or TRES off), which Slurm then reserves entirely."""
+    """The gres part of the reservation's TRES: whole GPUs by the node's GPU type, MIG
+    instances by the type `gpufleet slurm conf` gives their profile on that node
+    (`<model>_<profile>`); empty for whole nodes (binding node, no GPUs, or TRES off),
+    which Slurm then reserves entirely."""
     if policy.gpu_tres == "off" or rsv.binding == "node":
         return ""
     per_type: dict[str, int] = {}
@@ -115,6 +118,17 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
         types = [t for t in slurm_node.gpu_types if "_" not in t] or slurm_node.gpu_types
         key = "gres/gpu" if policy.gpu_tres == "count" or not types else f"gres/gpu:{types[0]}"
         per_type[key] = per_type.get(key, 0) + count
+    for node_id, by_profile in rsv.mig.items():
+        slurm_node = state.nodes.get(policy.slurm_node(node_id))
+        if slurm_node is None:
+            continue
+        for profile, count in by_profile.items():
+            suffix = "_" + token(profile).lower()
+            kind = next((t for t in slurm_node.gpu_types if t.endswith(suffix)), None)
+            if kind is None:
+                continue  # Slurm has no such type there: not expressible, left out
+            key = "gres/gpu" if policy.gpu_tres == "count" else f"gres/gpu:{kind}"
+            per_type[key] = per_type.get(key, 0) + count
     return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
 
 

@@ -21,7 +21,7 @@ async def _fleet(served: Served) -> str:
     await api.ok("tenants.create", {"tenantId": "acme"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
     for node in ("n0", "n1"):
-        inv = make_inventory(node, pool, gpus=8, nics=2)
+        inv = make_inventory(node, pool, gpus=8, nics=2, mig=2)
         await record_inventory(served.ledger, inv, served.clock.now_ms())
     return str(pool)
 
@@ -39,6 +39,7 @@ async def test_the_ledger_as_the_bridge_reads_it(served: Served) -> None:
     gpus = await _book(served, pool, "k1", [{"class": "gpu", "count": 3}])
     nics = await _book(served, pool, "k2", [{"class": "nic.vf", "count": 1}])
     gone = await _book(served, pool, "k3", [{"class": "gpu", "count": 1}])
+    migs = await _book(served, pool, "k4", [{"class": "gpu.mig", "count": 2}])
     await served.api.ok("reservations.release", {"tenantId": "acme", "reservationId": gone})
     await served.api.ok(
         "nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "swap PSU"}
@@ -47,7 +48,9 @@ async def test_the_ledger_as_the_bridge_reads_it(served: Served) -> None:
         # One item a page: every cursor is followed.
         ledger = await LedgerView(http, served.api.base, served.api.operator_key, page=1).read()
     by_id = {r.reservation_id: r for r in ledger.reservations}
-    assert set(by_id) == {gpus, nics}
+    assert set(by_id) == {gpus, nics, migs}
+    (mig_node,) = by_id[migs].nodes
+    assert by_id[migs].mig == {mig_node: {"3g.40gb": 2}} and by_id[migs].gpus == {}
     booked = by_id[gpus]
     assert booked.tenant_id == "acme" and booked.pool_id == pool and booked.state == "active"
     assert sum(booked.gpus.values()) == 3 and booked.nodes == set(booked.gpus)

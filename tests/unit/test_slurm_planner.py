@@ -169,6 +169,17 @@ def test_hand_made_reservations_and_drains_survive() -> None:
     assert plan(Ledger((), (LedgerNode("gpu-a", "pool_a"),), NOW_MS), state, POLICY).actions == ()
 
 
+def test_mig_instances_go_by_the_type_slurm_conf_gives_their_profile() -> None:
+    node = SlurmNode("gpu-a", gpu_types=("a100", "a100_3g.40gb", "a100_1g.10gb"))
+    rsv = _rsv("rsv_1", {"gpu-a": 1}, mig={"gpu-a": {"3g.40gb": 2, "7g.80gb": 1}})
+    ledger = Ledger((rsv,), (), NOW_MS)
+    typed = plan(ledger, _slurm(node), POLICY).desired.reservations["gpufleet-rsv_1"]
+    # 7g.80gb: no such type on the node, so not expressible: left out.
+    assert typed.tres == "gres/gpu:a100=1,gres/gpu:a100_3g.40gb=2"
+    counted = plan(ledger, _slurm(node), replace(POLICY, gpu_tres="count"))
+    assert counted.desired.reservations["gpufleet-rsv_1"].tres == "gres/gpu=3"
+
+
 def test_a_booking_of_only_nics_or_disks_is_no_slurm_reservation() -> None:
     ledger = Ledger(
         (_rsv("rsv_1", {"gpu-a": 0}, classes=frozenset({"nic.vf", "disk"})),
@@ -179,7 +190,7 @@ def test_a_booking_of_only_nics_or_disks_is_no_slurm_reservation() -> None:
     )  # fmt: skip
     want = plan(ledger, _slurm(_node("gpu-a")), POLICY).desired.reservations
     assert set(want) == {"gpufleet-rsv_2", "gpufleet-rsv_3"}
-    assert want["gpufleet-rsv_2"].tres == ""  # MIG: not expressed as TRES, the node whole
+    assert want["gpufleet-rsv_2"].tres == ""  # MIG of no profile Slurm knows: the node whole
 
 
 def test_unknown_nodes_and_unmapped_tenants_are_left_out_and_reported() -> None:

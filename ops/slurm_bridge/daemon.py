@@ -72,7 +72,9 @@ class SlurmBridge:
         self._held: list[Msg] = []
         self._last_pass = 0.0
         self._unknown: frozenset[str] = frozenset()
+        self._unmapped: frozenset[str] = frozenset()
         self._refusals = LogThrottle(log, every_s=300.0)
+        self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
         self._connect_options: dict[str, Any] = {}
         if settings.nats_credentials:
             with open(settings.nats_credentials) as f:
@@ -106,16 +108,16 @@ class SlurmBridge:
             ledger = await view.read()
         except LedgerError as exc:
             self.metrics.failures.labels("ledger.read").inc()
-            log.warning("reading the ledger failed (%s); retrying", exc)
+            self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
             return False
         try:
             state = await self.scontrol.state()
         except SlurmError as exc:
             self.metrics.failures.labels("slurm.read").inc()
-            log.warning("reading Slurm failed (%s); retrying", exc)
+            self._outages.warning("slurm", "reading Slurm failed (%s); retrying", exc)
             return False
         p = plan(ledger, state, self.policy)
-        self._note(p.desired.unknown_nodes, len(p.desired.unmapped), len(p.left_alone))
+        self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
         failed = 0
         now_s = ledger.at_ms // 1000
         for action in p.actions:
@@ -137,13 +139,17 @@ class SlurmBridge:
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
-    def _note(self, unknown: frozenset[str], unmapped: int, left_alone: int) -> None:
+    def _note(self, unknown: frozenset[str], unmapped: frozenset[str], left_alone: int) -> None:
+        """Gauges, and a warning when a node or reservation is newly left out."""
         self.metrics.unknown_nodes.set(len(unknown))
-        self.metrics.unmapped.set(unmapped)
+        self.metrics.unmapped.set(len(unmapped))
         self.metrics.left_alone.set(left_alone)
         if unknown - self._unknown:
             log.warning("nodes unknown to Slurm, left out: %s", ", ".join(sorted(unknown)))
-        self._unknown = unknown
+        if unmapped - self._unmapped:
+            log.warning("reservations left out, no Slurm user or account for their tenant: %s",
+                        ", ".join(sorted(unmapped)))  # fmt: skip
+        self._unknown, self._unmapped = unknown, unmapped
 
     def _take(self, msgs: list[Msg]) -> None:
         for msg in msgs:

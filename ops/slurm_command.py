@@ -13,6 +13,7 @@ import click
 from ops import views
 from ops.cli_options import pass_session
 from ops.session import Session
+from ops.slurm_bridge.command import bridge_cmd
 from ops.slurm_conf import Options, SlurmConf, SlurmConfError, nodes_from_api, render
 
 FILES = {"gres": "gres.conf", "nodes": "gpufleet-nodes.conf", "topology": "topology.conf"}
@@ -21,7 +22,12 @@ PAGE = 500
 
 @click.group("slurm")
 def slurm_group() -> None:
-    """Slurm: describe gpufleet's pools to it."""
+    """Slurm: describe gpufleet's pools to it, and keep it in step (`bridge`)."""
+
+
+# `gpufleet slurm bridge` is `gpufleet-slurm-bridge`, as `gpufleet alerts forward` is
+# `gpufleet-alerts forward`.
+slurm_group.add_command(bridge_cmd, "bridge")
 
 
 @slurm_group.command("conf")

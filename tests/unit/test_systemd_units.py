@@ -20,6 +20,7 @@ UNITS = {
     "gpufleet-agent.service": "gpufleet_agent",
     "gpufleet-coordinator.service": "gpufleet_coordinator",
     "gpufleet-alerts.service": "gpufleet_coordinator",
+    "gpufleet-slurm-bridge.service": "gpufleet_coordinator",
 }
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(

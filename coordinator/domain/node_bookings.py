@@ -43,6 +43,22 @@ class BookedRow:
     attrs: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class PoolBookings:
+    """A pool's booking rows that have not ended, and the reservations they belong to."""
+
+    rows: tuple[BookedRow, ...]
+    reservations: Mapping[str, Reservation]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolVersion:
+    """A pool's version counters: either moving means its bookings may have changed."""
+
+    nodes: int
+    bookings: int
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 

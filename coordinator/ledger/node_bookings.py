@@ -6,27 +6,27 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from coordinator.domain.node_bookings import BookedRow
+from coordinator.domain.node_bookings import BookedRow, PoolBookings, PoolVersion
 from coordinator.domain.reservation import Reservation
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.reservations import reservation_from_row
-
-PoolVersions = dict[str, tuple[int, int]]
 
 
 class NodeBookingRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def versions(self) -> PoolVersions:
+    async def versions(self) -> dict[str, PoolVersion]:
         """Every pool's (nodes_version, bookings_version): one small table, read whole."""
         v = schema.pool_versions.c
         async with self._db.read() as conn:
             rows = await conn.execute(select(v.pool_id, v.nodes_version, v.bookings_version))
-            return {pool: (int(nodes), int(bookings)) for pool, nodes, bookings in rows.all()}
+            return {
+                pool: PoolVersion(int(nodes), int(bookings)) for pool, nodes, bookings in rows.all()
+            }
 
-    async def pool(self, pool_id: str, now: int) -> tuple[list[BookedRow], dict[str, Reservation]]:
+    async def pool(self, pool_id: str, now: int) -> PoolBookings:
         """The pool's bookings ending after `now`, and the reservations they belong to."""
         b, a, r = schema.bookings.c, schema.atoms.c, schema.reservations.c
         async with self._db.read() as conn:
@@ -50,7 +50,7 @@ class NodeBookingRepo:
                 for res_row in found.all():
                     res = reservation_from_row(res_row)
                     reservations[res.reservation_id] = res
-        booked = [
+        booked = tuple(
             BookedRow(
                 reservation_id=row.reservation_id,
                 node_id=row.node_id,
@@ -63,5 +63,5 @@ class NodeBookingRepo:
                 attrs=dict(row.attrs or {}),
             )
             for row in rows
-        ]
-        return booked, reservations
+        )
+        return PoolBookings(booked, reservations)

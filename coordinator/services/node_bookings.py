@@ -25,7 +25,13 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
-from coordinator.domain.node_bookings import EMPTY_ETAG, etag, next_change, node_bookings
+from coordinator.domain.node_bookings import (
+    EMPTY_ETAG,
+    PoolVersion,
+    etag,
+    next_change,
+    node_bookings,
+)
 from coordinator.domain.ports import Publisher
 from coordinator.ledger import Ledger
 from shared.clock import Clock
@@ -62,7 +68,7 @@ class NodeBookingsBroadcast:
         self.resend_every_ms = resend_every_ms
         # Nodes with bookings only; every other node's etag is EMPTY_ETAG.
         self._current: dict[str, Current] = {}
-        self._versions: dict[str, tuple[int, int]] | None = None
+        self._versions: dict[str, PoolVersion] | None = None
         self._moments: dict[str, int] = {}  # pool → when to recompute it by the clock
         self._due: dict[str, tuple[str, str]] = {}  # node → (pool to send on, etag it holds)
         self._sent_at: dict[str, int] = {}  # node → when it was last sent (monotonic ms)
@@ -111,8 +117,8 @@ class NodeBookingsBroadcast:
         await self._resend_due()
 
     async def _recompute(self, pool_id: str, now: int) -> dict[str, Current]:
-        rows, reservations = await self.ledger.node_bookings.pool(pool_id, now)
-        fresh = node_bookings(rows, reservations, now)
+        held = await self.ledger.node_bookings.pool(pool_id, now)
+        fresh = node_bookings(held.rows, held.reservations, now)
         was = {n for n, c in self._current.items() if c.pool_id == pool_id}
         changed: dict[str, Current] = {}
         self._moments.pop(pool_id, None)
@@ -125,7 +131,7 @@ class NodeBookingsBroadcast:
                 self._current[node_id] = new
             else:
                 self._current.pop(node_id, None)
-            moment = next_change(bookings, reservations, now)
+            moment = next_change(bookings, held.reservations, now)
             if moment is not None:
                 self._moments[pool_id] = min(moment, self._moments.get(pool_id, moment))
         return changed

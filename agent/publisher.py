@@ -176,6 +176,8 @@ class Publisher:
         creds: Path | None = None,
         timeout_s: float = 5.0,
         on_ready: Callable[[], None] | None = None,
+        on_bookings: Callable[[bytes], None] | None = None,
+        bookings_etag: Callable[[], str] = str,
     ) -> None:
         self._servers = [s.strip() for s in servers.split(",") if s.strip()]
         self._subjects = subjects
@@ -191,6 +193,9 @@ class Publisher:
         # Called once, after the first inventory is out: systemd's READY=1.
         self._on_ready = on_ready
         self._timeout_s = timeout_s
+        # The node's bookings (agent.bookings): handed each message; its etag echoed.
+        self._on_bookings = on_bookings
+        self._bookings_etag = bookings_etag
         self._nc: Client | None = None
         self._closing = False
         self._state: AgentState | None = None
@@ -204,6 +209,8 @@ class Publisher:
         self.inv_subject = subjects.inventory(pool_id, node_id)
         self.hb_subject = subjects.heartbeat(pool_id, node_id)
         self.req_subject = subjects.inventory_request(pool_id, node_id)
+        # Any pool's: after a pool move the coordinator sends on the node's new pool.
+        self.bookings_subject = subjects.bookings("*", node_id)
 
     @property
     def connected(self) -> bool:
@@ -251,6 +258,8 @@ class Publisher:
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)
+            if self._on_bookings is not None:
+                await nc.subscribe(self.bookings_subject, cb=self._on_bookings_msg)
             loops = [
                 asyncio.create_task(self._watch_link(nc), name="nats-link-probe"),
                 asyncio.create_task(self._publish_loop(), name="nats-publish"),
@@ -376,6 +385,7 @@ class Publisher:
             sent_at=self._clock.now_ms(),
             interval_ms=int(self._interval_s * 1000),
             bus_errors=self.stats.bus_errors,
+            bookings_etag=self._bookings_etag(),
             inventory_hash=state.inventory.inventory_hash,
             provisioning=state.inventory.provisioning,
             health=health,
@@ -425,6 +435,10 @@ class Publisher:
                 await asyncio.wait_for(msg.respond(self._inventory_bytes(state)), self._timeout_s)
             except Exception as exc:
                 self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
+
+    async def _on_bookings_msg(self, msg: Any) -> None:
+        if self._on_bookings is not None:
+            self._on_bookings(msg.data)
 
     async def _on_error(self, exc: Exception) -> None:
         kind = error_kind(exc)

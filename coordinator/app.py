@@ -95,9 +95,10 @@ def _loopback(url: str) -> bool:
     return all(h in ("127.0.0.1", "localhost", "[::1]", "::1") for h in hosts)
 
 
-@dataclass(frozen=True)
+@dataclass
 class WithBookings:
-    """The ingest sink: node watch first, then the bookings broadcast's etag check."""
+    """The ingest sink: node watch first, then the bookings broadcast's etag check.
+    Not frozen: bench/ingest_bench.py wraps `on_heartbeat` to time each heartbeat."""
 
     nodes: NodeWatch
     bookings: NodeBookingsBroadcast

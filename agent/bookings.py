@@ -7,6 +7,9 @@ replaces what was held, and the keeper's `etag` (which the heartbeat echoes) mov
 it. The state file is written atomically (a temporary file in the same directory,
 flushed to disk, then renamed over the old one) whenever the etag changes, so a reader
 sees the old list or the new one, never half of either; it is the message as received.
+Its mode follows its directory's: readable by the group (launchers: a Slurm prolog, a
+device plugin) when the group may enter the directory (systemd's
+`StateDirectoryMode=0750`), never writable by anyone else.
 A file that cannot be written is logged (throttled) and counted; the etag is still
 echoed, since the coordinator has nothing to re-send.
 
@@ -30,8 +33,6 @@ from shared.wire import NodeBookings
 
 log = logging.getLogger(__name__)
 
-# Readable by the agent's group (launchers: a Slurm prolog, a device plugin), not by all.
-STATE_FILE_MODE = 0o640
 _DECODER = msgspec.json.Decoder(NodeBookings)
 
 
@@ -90,12 +91,19 @@ class BookingsKeeper:
     def _write(self, data: bytes) -> None:
         assert self.state_file is not None
         try:
-            write_atomically(self.state_file, data, STATE_FILE_MODE)
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.state_file, data, readable_as(self.state_file.parent))
         except OSError as exc:
             self.write_failures += 1
             self._throttle.warning(
                 "write", "cannot write the bookings file %s: %s", self.state_file, exc
             )
+
+
+def readable_as(directory: Path) -> int:
+    """A file mode that lets read it whoever may enter `directory`."""
+    mode = directory.stat().st_mode
+    return 0o600 | (0o040 if mode & 0o010 else 0) | (0o004 if mode & 0o001 else 0)
 
 
 def write_atomically(path: Path, data: bytes, mode: int) -> None:

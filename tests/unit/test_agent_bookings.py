@@ -11,6 +11,7 @@ import stat
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from agent.bookings import BookingsError, BookingsKeeper, read_state
@@ -45,6 +46,7 @@ HELD = NodeBookings(node_id="n0", etag="e1", sent_at=NOW, bookings=(LIVE, LATER,
 
 
 def test_the_keeper_keeps_its_own_nodes_latest_and_writes_it_atomically(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir(mode=0o750)
     path = tmp_path / "state" / "bookings.json"
     seen: list[str] = []
     keeper = BookingsKeeper("n0", path, on_change=lambda b: seen.append(b.etag))
@@ -52,7 +54,11 @@ def test_the_keeper_keeps_its_own_nodes_latest_and_writes_it_atomically(tmp_path
     keeper.on_message(HELD.to_json())
     assert keeper.etag == "e1" and seen == ["e1"]
     assert read_state(path) == HELD and path.read_bytes() == HELD.to_json()
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # as its directory: launchers' group
+    os.chmod(path.parent, 0o700)
+    keeper.on_message(msgspec.structs.replace(HELD, etag="e0").to_json())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    keeper.on_message(HELD.to_json())
     assert os.listdir(path.parent) == ["bookings.json"]  # no temporary file left behind
 
     # Another node's, or what is not bookings at all: ignored, counted, nothing changes.
@@ -60,15 +66,15 @@ def test_the_keeper_keeps_its_own_nodes_latest_and_writes_it_atomically(tmp_path
     keeper.on_message(b"{not json")
     keeper.on_message(b'{"nodeId": "n0", "etag": 5, "sentAt": 0}')
     assert keeper.ignored == {"wrong_node": 1, "bad_schema": 2}
-    assert keeper.etag == "e1" and read_state(path) == HELD and seen == ["e1"]
+    assert keeper.etag == "e1" and read_state(path) == HELD and seen == ["e1", "e0", "e1"]
 
     # The same etag again (a re-send) rewrites nothing; a new one replaces the file.
     before = path.stat().st_ino
     keeper.on_message(HELD.to_json())
-    assert path.stat().st_ino == before and seen == ["e1"]
+    assert path.stat().st_ino == before and seen == ["e1", "e0", "e1"]
     empty = NodeBookings(node_id="n0", etag="e2", sent_at=NOW)
     keeper.on_message(empty.to_json())
-    assert read_state(path) == empty and keeper.etag == "e2" and seen == ["e1", "e2"]
+    assert read_state(path) == empty and keeper.etag == "e2" and seen[-1] == "e2"
 
 
 def test_a_state_file_that_cannot_be_written_is_counted_and_the_etag_still_echoed(

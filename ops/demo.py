@@ -185,6 +185,8 @@ class Demo:
                     "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
                     "--fault-file", str(self.fault_file(node_id)),
+                    # Its bookings.json: `gpufleet-agent env --state-dir <this> RSV_ID`.
+                    "--state-dir", str(self.state_dir / f"agent-{node_id}"),
                 ],
             )  # fmt: skip
         return info

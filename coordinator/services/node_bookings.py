@@ -70,6 +70,8 @@ class NodeBookingsBroadcast:
         self._current: dict[str, Current] = {}
         self._versions: dict[str, PoolVersion] | None = None
         self._moments: dict[str, int] = {}  # pool → when to recompute it by the clock
+        # Changes computed and not yet sent (a tick that failed half way sends them next).
+        self._changed: dict[str, Current] = {}
         self._due: dict[str, tuple[str, str]] = {}  # node → (pool to send on, etag it holds)
         self._sent_at: dict[str, int] = {}  # node → when it was last sent (monotonic ms)
         self._throttle = LogThrottle(log)
@@ -106,10 +108,10 @@ class NodeBookingsBroadcast:
         seen = self._versions or {}
         pools = {pool for pool, v in versions.items() if seen.get(pool) != v}
         pools |= {pool for pool, when in self._moments.items() if when <= now}
-        changed: dict[str, Current] = {}
         for pool_id in sorted(pools):
-            changed.update(await self._recompute(pool_id, now))
+            self._changed.update(await self._recompute(pool_id, now))
         self._versions = versions
+        changed, self._changed = self._changed, {}
         if not first:
             for node_id, current in changed.items():
                 self._due.pop(node_id, None)

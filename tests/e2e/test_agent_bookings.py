@@ -8,6 +8,7 @@ its bookings again; the NFD feature file names the tenant of a whole-node bookin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pty
@@ -20,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from ops.embedded_nats import EmbeddedNats
+from shared.subjects import Subjects
+from shared.wire import Heartbeat
 from tests.e2e.fleet_procs import Fleet, stop, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -96,6 +100,20 @@ def exported(text: str) -> dict[str, str]:
             name, _, value = line.removeprefix("export ").partition("=")
             out[name] = " ".join(shlex.split(value))
     return out
+
+
+def heartbeat_etag(world: World, node: str) -> str:
+    """The bookings etag in the node's next heartbeat, off the bus."""
+
+    async def next_heartbeat() -> str:
+        nc = await nats.connect(world.fleet.nats_url)
+        try:
+            sub = await nc.subscribe(Subjects().heartbeat(world.pools[node], node))
+            return Heartbeat.from_json((await sub.next_msg(timeout=10)).data).bookings_etag
+        finally:
+            await nc.close()
+
+    return asyncio.run(next_heartbeat())
 
 
 def gpu_order(node: str, profile: str) -> list[str]:
@@ -217,3 +235,6 @@ def test_a_restarted_agent_is_told_again_and_nfd_names_the_whole_node_tenant(
     world.start("l40s-a", "l40s-pcie-4")
     wait_for(lambda: world.holds("l40s-a", rid), what="bookings after a restart")
     assert time.monotonic() - started < 30
+    # Its heartbeats now echo what it holds: the coordinator has nothing to re-send.
+    etag = world.held("l40s-a")["etag"]
+    wait_for(lambda: heartbeat_etag(world, "l40s-a") == etag, what="the etag echoed")

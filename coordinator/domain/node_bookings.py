@@ -26,6 +26,9 @@ from shared.wire import BookedDevice, NodeBooking
 # GPU index. The node atom (a whole-node booking) names no device and comes first.
 _RANK = {"node": 0, "gpu": 1, "gpu.mig": 1, "gpu.slot": 1, "nic.vf": 2, "disk": 3}
 _ENCODER = msgspec.json.Encoder()
+# NodeBookings.bookings' most items (shared.wire): an agent refuses a longer list whole,
+# so the earliest are sent.
+MAX_NODE_BOOKINGS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,7 @@ def node_bookings(
             )
         )
     return {
-        node: tuple(sorted(items, key=lambda b: (b.start, b.reservation_id)))
+        node: tuple(sorted(items, key=lambda b: (b.start, b.reservation_id))[:MAX_NODE_BOOKINGS])
         for node, items in out.items()
     }
 

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from coordinator.domain.node_bookings import (
     EMPTY_ETAG,
+    MAX_NODE_BOOKINGS,
     BookedRow,
     etag,
     next_change,
     node_bookings,
 )
 from coordinator.domain.reservation import LIVE, Reservation
+from shared.wire import NodeBookings
 
 T0 = 1_800_000_000_000
 HOUR = 3_600_000
@@ -115,3 +117,16 @@ def test_the_etag_moves_with_any_change_of_content() -> None:
     other_tenant = RESERVATIONS | {"r1": res("r1", tenant_id="globex")}
     assert etag(node_bookings(ROWS, other_tenant, T0)["n0"]) != base
     assert etag(node_bookings(ROWS[1:], RESERVATIONS, T0)["n0"]) != base
+
+
+def test_a_node_is_told_its_earliest_bookings_up_to_what_an_agent_accepts() -> None:
+    many = {f"r{k:05d}": res(f"r{k:05d}", start=T0 + k, end=T0 + HOUR) for k in range(4100)}
+    rows = [
+        BookedRow(rid, "n0", "pool_x", r.start, r.end, f"n0:disk:{rid}", "disk", rid, {})
+        for rid, r in many.items()
+    ]
+    told = node_bookings(rows, many, T0)["n0"]
+    assert len(told) == MAX_NODE_BOOKINGS == 4096
+    assert told[-1].reservation_id == "r04095"
+    wire = NodeBookings(node_id="n0", etag=etag(told), sent_at=T0, bookings=told)
+    assert NodeBookings.from_json(wire.to_json()) == wire  # within the wire's bounds

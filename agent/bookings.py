@@ -10,8 +10,10 @@ sees the old list or the new one, never half of either; it is the message as rec
 Its mode follows its directory's: readable by the group (launchers: a Slurm prolog, a
 device plugin) when the group may enter the directory (systemd's
 `StateDirectoryMode=0750`), never writable by anyone else.
-A file that cannot be written is logged (throttled) and counted; the etag is still
-echoed, since the coordinator has nothing to re-send.
+The file is written only into a directory that exists (systemd's `StateDirectory=`
+makes `/var/lib/gpufleet-agent`): an agent run by hand, or by tests, leaves the host's
+`/var/lib` alone and says so once. A file that cannot be written is logged (throttled)
+and counted; the etag is still echoed, since the coordinator has nothing to re-send.
 
 Also `read_state`: what `gpufleet-agent bookings` / `env` (and anything else on the
 host) read, with clear errors for a missing or unreadable file.
@@ -54,6 +56,7 @@ class BookingsKeeper:
         self.ignored: Counter[str] = Counter()  # by reason: "bad_schema", "wrong_node"
         self.write_failures = 0
         self._throttle = LogThrottle(log)
+        self._told_no_dir = False
 
     @property
     def etag(self) -> str:
@@ -90,9 +93,14 @@ class BookingsKeeper:
 
     def _write(self, data: bytes) -> None:
         assert self.state_file is not None
+        directory = self.state_file.parent
+        if not directory.is_dir():
+            if not self._told_no_dir:
+                self._told_no_dir = True
+                log.info("bookings not written to a file: %s does not exist", directory)
+            return
         try:
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.state_file, data, readable_as(self.state_file.parent))
+            write_atomically(self.state_file, data, readable_as(directory))
         except OSError as exc:
             self.write_failures += 1
             self._throttle.warning(
@@ -108,7 +116,6 @@ def readable_as(directory: Path) -> int:
 
 def write_atomically(path: Path, data: bytes, mode: int) -> None:
     """Replace `path` with `data` so that a reader sees all of the old or all of the new."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

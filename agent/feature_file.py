@@ -114,6 +114,7 @@ class FeatureFile:
             return
         try:
             text = render(labels, now_ms + self.expiry_ms)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.path, text.encode(), 0o644)
         except (OSError, ValueError) as exc:
             self.failures += 1

@@ -47,6 +47,7 @@ class World:
         return self.tmp / f"nfd-{node}"
 
     def start(self, node: str, profile: str) -> None:
+        self.state_dir(node).mkdir(exist_ok=True)  # as systemd's StateDirectory= would
         self.fleet.start_agent(
             node, self.pools[node], profile, 1.0,
             "--state-dir", str(self.state_dir(node)), "--nfd-features-dir", str(self.nfd_dir(node)),

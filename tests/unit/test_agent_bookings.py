@@ -80,10 +80,18 @@ def test_the_keeper_keeps_its_own_nodes_latest_and_writes_it_atomically(tmp_path
 def test_a_state_file_that_cannot_be_written_is_counted_and_the_etag_still_echoed(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "file").write_text("")
-    keeper = BookingsKeeper("n0", tmp_path / "file" / "bookings.json")
+    blocked = tmp_path / "d" / "bookings.json"
+    blocked.mkdir(parents=True)  # a directory where the file goes: the rename fails
+    keeper = BookingsKeeper("n0", blocked)
     keeper.on_message(HELD.to_json())
     assert keeper.write_failures == 1 and keeper.etag == "e1"
+    assert os.listdir(blocked.parent) == ["bookings.json"]  # its temporary file removed
+    # A state directory that does not exist is not made: the host's /var/lib is left
+    # alone by an agent run by hand; the etag is still echoed.
+    keeper = BookingsKeeper("n0", tmp_path / "none" / "bookings.json")
+    keeper.on_message(HELD.to_json())
+    assert not (tmp_path / "none").exists() and keeper.etag == "e1"
+    assert keeper.write_failures == 0
 
 
 def test_read_state_says_what_is_wrong(tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 and PostgreSQL, real NATS, reservations made over HTTP. What is booked on a node reaches
 that node's bookings subject after the commit, and no other node's; a heartbeat whose
 etag differs gets the node's bookings again, at most once per re-send period; the clock
-alone (a booking starting) changes them too; another replica computes the same etag."""
+alone (a booking starting) changes them too; another replica computes the same etag;
+and after a walk of creates, releases and time passing every agent holds what a fresh
+replica computes."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,10 +27,11 @@ from shared.subjects import Subjects
 from shared.wire import NodeBookings
 from tests.factories import make_heartbeat, make_inventory
 from tests.fakes import RecordingPublisher
-from tests.integration.conftest import Api
+from tests.integration.conftest import Api, Served
 from tests.waiting import eventually
 
 HOUR = 3_600_000
+MINUTE = 60_000
 
 
 class Heard:
@@ -163,3 +167,51 @@ async def test_a_future_booking_turns_active_by_the_clock_and_replicas_agree(
         assert (active.reservation_id, active.state) == (made["reservationId"], "active")
     finally:
         await nc.close()
+
+
+async def test_every_change_reaches_the_agents_as_a_fresh_replica_computes_it(
+    served: Served,
+) -> None:
+    """A seeded walk of creates (now and later), releases and time passing: after each
+    tick, what each agent holds (the last message for its node, nothing before the
+    first) is what a replica starting now computes, for every node of the pool."""
+    api, ledger, clock = served.api, served.ledger, served.clock
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = str((await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"])
+    nodes = ("n0", "n1", "n2")
+    for node in nodes:
+        await record_inventory(ledger, make_inventory(node, pool, gpus=4), 1)
+    bus = RecordingPublisher()
+    broadcast = NodeBookingsBroadcast(ledger, Subjects(), clock, bus)
+    await broadcast.tick()
+    held: dict[str, str] = {}
+    live: list[str] = []
+    sent = 0
+    booked_steps = 0
+    rng = random.Random(24)
+    for step in range(24):
+        roll = rng.random()
+        if roll < 0.5:
+            later = rng.choice([0, 0, 20 * MINUTE])
+            body = _req(pool, f"k{step}", rng.randint(1, 3), start=clock.now_ms() + later)
+            status, made = await api.call("reservations.create", body)
+            if status == 200:
+                live.append(made["reservationId"])
+        elif roll < 0.75 and live:
+            rid = live.pop(rng.randrange(len(live)))
+            await api.call("reservations.release", {"tenantId": "acme", "reservationId": rid})
+        else:
+            clock.advance(rng.choice([5, 25, 45]) * MINUTE)
+        await broadcast.tick()
+        for subject, payload in bus.sent:
+            message = NodeBookings.from_json(payload)
+            assert subject == Subjects().bookings(pool, message.node_id)
+            held[message.node_id] = message.etag
+        sent += len(bus.sent)
+        bus.sent.clear()
+        fresh = NodeBookingsBroadcast(ledger, Subjects(), clock, RecordingPublisher())
+        await fresh.tick()
+        expected = {node: fresh.etag_of(node) for node in nodes}
+        assert {node: held.get(node, EMPTY_ETAG) for node in nodes} == expected, step
+        booked_steps += any(etag != EMPTY_ETAG for etag in expected.values())
+    assert sent >= 10 and booked_steps >= 10  # the walk moved the bookings often

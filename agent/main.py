@@ -30,6 +30,7 @@ from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
+from agent.owners import ProcOwners
 from agent.sim.faults import FaultFile
 from agent.sim.profile import HostProfile, ProfileError, load_profile
 from agent.sim.sysfs_tree import FaultedPorts, build_tree
@@ -97,12 +98,15 @@ def _host_sources(settings: Settings) -> Iterator[tuple[NvmlLike, HostProfile | 
     from agent.sim.nvml import SimulatedNvml  # only simulate mode needs it
 
     profile = load_profile(settings.simulate)
-    nvml = SimulatedNvml(profile, settings.node_id, FaultFile(settings.fault_file))
+    faults = FaultFile(settings.fault_file)
     if settings.sysfs_root != Path("/"):
-        yield nvml, profile, settings.sysfs_root
+        root = settings.sysfs_root
+        yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
         return
     with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
-        yield nvml, profile, build_tree(Path(tmp), profile)
+        root = build_tree(Path(tmp), profile)
+        # The workloads' /proc/<pid> entries go in the fake tree the agent reads.
+        yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
 
 
 async def run(
@@ -118,6 +122,7 @@ async def run(
     # The NVML-facing modules import pynvml at their top; only now may they be loaded.
     from agent.poller import Poller
     from agent.reader import NvmlReader
+    from agent.usage import UsageReader
     from agent.xid_watch import XidWatcher
 
     check_interval(settings.interval_s)
@@ -185,6 +190,7 @@ async def run(
             offer_boot_disks=settings.offer_boot_disks,
             offer_management_nics=settings.offer_management_nics,
             release_file=settings.release_file,
+            usage=UsageReader(nvml, ProcOwners(root / "proc")),
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",

@@ -1,10 +1,15 @@
-"""The agent's NATS side (the only module that imports nats): inventory and heartbeats.
+"""The agent's NATS side (the only module that imports nats): inventory, heartbeats, use.
 
 The poller hands over its latest `AgentState` with `update()`, which never blocks; this
 module's own task publishes it. Inventory goes out at start, whenever its hash changes,
 after every reconnect and when the coordinator asks on the inventory-request subject
 (answered on the reply subject too when the request has one). Heartbeats go out every
 interval on their own timer, and at once when health changes.
+
+Use rides in heartbeats as changes (`agent.use_changes`): each heartbeat carries what
+changed since the version the last one carried, within the heartbeat's byte budget;
+more than that goes first as a full `UseReport` on the use subject, as it does when the
+coordinator asks on the use-request subject (answered on the reply subject too).
 
 While NATS is away nothing is queued: only the latest state is kept, and the next
 connection gets that. Every network wait has a timeout. If polling stalls (NVML can
@@ -45,12 +50,13 @@ import nats.errors
 from nats.aio.client import Client
 
 from agent.state import AgentState
+from agent.use_changes import UseChanges, UseDelta
 from shared.clock import Clock
 from shared.credentials import CredentialsError, connect_options
 from shared.log_throttle import LogThrottle
 from shared.settings import ConfigError
 from shared.subjects import Subjects
-from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
+from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +154,8 @@ class PublisherStats:
     heartbeats: int = 0
     inventories: int = 0
     requests: int = 0
+    use_reports: int = 0  # full UseReports sent: asked for, or too large for a heartbeat
+    use_requests: int = 0
     failures: int = 0
     skipped_offline: int = 0
     reconnects: int = 0
@@ -205,10 +213,13 @@ class Publisher:
         self._last_health: tuple[NodeHealth, tuple[DeviceHealth, ...]] | None = None
         self._next_heartbeat = 0.0
         self._seq = 0
+        self._use = UseChanges()
         self.stats = PublisherStats()
         self.inv_subject = subjects.inventory(pool_id, node_id)
         self.hb_subject = subjects.heartbeat(pool_id, node_id)
         self.req_subject = subjects.inventory_request(pool_id, node_id)
+        self.use_subject = subjects.use(pool_id, node_id)
+        self.use_req_subject = subjects.use_request(pool_id, node_id)
         # Any pool's: after a pool move the coordinator sends on the node's new pool.
         self.bookings_subject = subjects.bookings("*", node_id)
 
@@ -231,6 +242,7 @@ class Publisher:
     def update(self, state: AgentState) -> None:
         """Latest state wins; never blocks, whatever NATS is doing."""
         self._state = state
+        self._use.observe(state.use)
         self._wake.set()
 
     async def run(self) -> None:
@@ -258,6 +270,7 @@ class Publisher:
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)
+            await nc.subscribe(self.use_req_subject, cb=self._on_use_request)
             if self._on_bookings is not None:
                 await nc.subscribe(self.bookings_subject, cb=self._on_bookings_msg)
             loops = [
@@ -391,6 +404,10 @@ class Publisher:
             health=health,
             devices=devices,
         )
+        plan = self._use.plan(hb)
+        if plan.report is not None and not await self._send_use(plan.report):
+            plan = self._use.plan_without(hb)
+        hb = plan.heartbeat
         body = hb.to_json()
         if len(body) > MAX_HEARTBEAT_BYTES:
             # Only with very many broken devices; the first few still tell the story.
@@ -404,6 +421,26 @@ class Publisher:
             self._seq += 1
             self._last_health = (health, devices)
             self.stats.heartbeats += 1
+            if plan.inline is not None:
+                self._use.sent(plan.inline)
+
+    def _use_report(self, delta: UseDelta) -> bytes:
+        return UseReport(
+            node_id=self._node_id,
+            pool_id=self._pool_id,
+            boot_id=self._boot_id,
+            sent_at=self._clock.now_ms(),
+            use_version=delta.version,
+            devices=delta.devices,
+        ).to_json()
+
+    async def _send_use(self, delta: UseDelta) -> bool:
+        """Publish the whole use; once the server has it, heartbeats go on from it."""
+        if not await self._publish(self.use_subject, self._use_report(delta)):
+            return False
+        self._use.sent(delta)
+        self.stats.use_reports += 1
+        return True
 
     async def _publish(self, subject: str, body: bytes) -> bool:
         nc = self._nc
@@ -435,6 +472,16 @@ class Publisher:
                 await asyncio.wait_for(msg.respond(self._inventory_bytes(state)), self._timeout_s)
             except Exception as exc:
                 self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
+
+    async def _on_use_request(self, msg: Any) -> None:
+        self.stats.use_requests += 1
+        full = self._use.full()
+        if msg.reply:
+            try:
+                await asyncio.wait_for(msg.respond(self._use_report(full)), self._timeout_s)
+            except Exception as exc:
+                self._count("publish", "use reply failed: %s", exc or type(exc).__name__)
+        await self._send_use(full)
 
     async def _on_bookings_msg(self, msg: Any) -> None:
         if self._on_bookings is not None:

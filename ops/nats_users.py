@@ -103,9 +103,11 @@ def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
         publish=(
             subjects.heartbeat(node.pool_id, node.node_id),
             subjects.inventory(node.pool_id, node.node_id),
+            subjects.use(node.pool_id, node.node_id),
         ),
         subscribe=(
             subjects.inventory_request(node.pool_id, node.node_id),
+            subjects.use_request(node.pool_id, node.node_id),
             subjects.bookings("*", node.node_id),
         ),
         allow_responses=True,

@@ -26,6 +26,7 @@ from coordinator.domain.rate_limit import RateLimiter
 from coordinator.ledger import Leadership, Ledger
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
@@ -35,6 +36,7 @@ from coordinator.tasks.shutdown import bounded
 from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
+from shared.wire import Heartbeat, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class Coordinator:
     stream: AlertStream
     replica: str
     metrics_http: HttpServer | None = None
+    bookings: NodeBookingsBroadcast | None = None
 
     @property
     def url(self) -> str:
@@ -90,6 +93,22 @@ def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
 def _loopback(url: str) -> bool:
     hosts = [u.split("://", 1)[-1].rsplit("@", 1)[-1].rsplit(":", 1)[0] for u in url.split(",")]
     return all(h in ("127.0.0.1", "localhost", "[::1]", "::1") for h in hosts)
+
+
+@dataclass
+class WithBookings:
+    """The ingest sink: node watch first, then the bookings broadcast's etag check.
+    Not frozen: bench/ingest_bench.py wraps `on_heartbeat` to time each heartbeat."""
+
+    nodes: NodeWatch
+    bookings: NodeBookingsBroadcast
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        self.nodes.on_heartbeat(hb)
+        self.bookings.on_heartbeat(hb)
+
+    def on_inventory(self, inv: Inventory) -> None:
+        self.nodes.on_inventory(inv)
 
 
 async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
@@ -171,7 +190,8 @@ async def running_coordinator(
         )
         behind_hook.append(nodes)
         limiter = RateLimiter(settings.ingest_node_rate, settings.ingest_node_burst)
-        ingest = Ingest(subjects, nodes, limiter)
+        bookings = NodeBookingsBroadcast(ledger, subjects, clock, bus)
+        ingest = Ingest(subjects, WithBookings(nodes, bookings), limiter)
         ingest_ref.append(ingest)
         await nodes.load()
         # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
@@ -219,6 +239,7 @@ async def running_coordinator(
             "flush-last-seen", settings.flush_interval_s, fenced(nodes.flush_last_seen), when=lead
         )
         loops.add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)
+        loops.add("node-bookings", 0.5, bookings.tick, when=lead)
 
         drift_total = [0]
 
@@ -305,5 +326,5 @@ async def running_coordinator(
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
             settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,
-            stream, replica, metrics_http,
+            stream, replica, metrics_http, bookings,
         )  # fmt: skip

@@ -7,9 +7,10 @@ shows in `scontrol show reservation` and `sinfo` within seconds; a job with
 reservation and drain survive; the bridge killed with SIGKILL mid-stream and restarted
 loses and duplicates nothing; events alone trigger a pass.
 
-Without slurmdbd, Slurm 22.05 refuses reservations by GPU TRES ("slurmdbd is required to
-run with TRES gres/gpu"), so the bridge runs with `--gpu-tres off` here: a booked node
-is reserved whole. The TRES form is the planner's (tests/unit/test_slurm_planner.py).
+Slurm 22.05 cannot reserve GRES, with slurmdbd or without ("TRES type 'gres/gpu:h100'
+not supported with reservations"; tests/e2e/test_slurm_accounting.py), so the bridge
+runs with `--gpu-tres off` here: a booked node is reserved whole. The TRES form is the
+planner's (tests/unit/test_slurm_planner.py).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         assert bridge.metric("gpufleet_slurm_bridge_lag_seconds") < WITHIN_S
 
         # Events trigger: with no resync for a minute, a maintenance event still drains
-        # within seconds. Changes Slurm refuses (GPU TRES without slurmdbd) are counted,
+        # within seconds. Changes Slurm refuses (GPU TRES on 22.05) are counted,
         # hold the lag, and stop nothing else.
         assert bridge.close() == 0  # SIGTERM: a clean stop
         bridge.argv += ["--resync-interval-s", "60", "--gpu-tres", "typed"]

@@ -18,6 +18,7 @@ import secrets
 import socket
 import subprocess
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -131,3 +132,25 @@ class SlurmDbd:
     def drop(self) -> None:
         """Remove the database (slurmdbd stopped first)."""
         mysql(f"DROP DATABASE IF EXISTS `{self.database}`")
+
+
+class _Runs(Protocol):
+    def run(
+        self, *argv: str, check: bool = True, timeout_s: float = COMMAND_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def gres_reservations_refused(cluster: _Runs, node: str, tres: str) -> str:
+    """Empty when this Slurm reserves GRES (a probe reservation of `tres` on `node`,
+    deleted again); else Slurm's version and its refusal. Slurm reserves GRES from 23.11
+    on; 22.05 and 23.02 say "TRES type '…' not supported with reservations"."""
+    made = cluster.run(
+        "scontrol", "create", "reservation", "ReservationName=probe-gres", f"Nodes={node}",
+        f"TRES={tres}", "Users=root", "StartTime=now", "Duration=1", "Flags=OVERLAP",
+        check=False,
+    )  # fmt: skip
+    if made.returncode == 0:
+        cluster.run("scontrol", "delete", "ReservationName=probe-gres")
+        return ""
+    version = cluster.run("scontrol", "--version").stdout.strip()
+    return f"{version} cannot reserve GRES: {made.stderr.strip()}"

@@ -35,6 +35,7 @@ from ops.embedded_nats import EmbeddedNats, free_port
 from ops.slurm_bridge.daemon import ACK_WAIT_S
 from ops.slurm_bridge.scontrol import parse_time
 from tests.e2e.fleet_procs import BIN, Fleet, stop, wait_for
+from tests.slurm_accounting import gres_reservations_refused, require_slurmdbd
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -265,6 +266,58 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: unreachable"), "unreachable",
                     within_s=15)  # fmt: skip
         assert {n for n in cluster.reservations() if n.startswith("gpufleet-")} == live
+    finally:
+        bridge.close()
+        bridge.log.close()
+        fleet.close()
+
+
+def test_bridge_reserves_only_the_booked_gpus_by_tres(
+    tmp_path: Path, nats_proc: EmbeddedNats, slurm_cluster: SlurmCluster
+) -> None:
+    """GPU mode (`--gpu-tres typed`, slurmdbd, AccountingStorageTRES naming the gres): a
+    booking of 4 of 8 GPUs is a reservation of those 4 by TRES; the other 4, and no
+    more, stay open to jobs outside it. Skips on a Slurm that cannot reserve GRES."""
+    require_slurmdbd()
+    dev = slurm_cluster.dev_dir
+    cluster = slurm_cluster.start(
+        SlurmConfig(
+            nodes=[node_line("sim-a", gres="gpu:h100:8", cpus=2)],
+            gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-7]\n",
+            slurmdbd=True,
+            accounting_tres=("gres/gpu", "gres/gpu:h100"),
+        ),
+        timeout_s=60,
+    )
+    refused = gres_reservations_refused(cluster, "sim-a", "gres/gpu:h100=4")
+    if "not supported with reservations" in refused:
+        pytest.skip(refused)
+    assert not refused, refused
+    fleet = Fleet(tmp_path, nats_proc.url)
+    bridge = Bridge(fleet, cluster, tmp_path)
+    bridge.argv += ["--gpu-tres", "typed"]
+    try:
+        fleet.start_coordinator()
+        op = fleet.operator()
+        op.call("tenants.create", {"tenantId": "acme"})
+        pool = op.call("pools.create", {"tenantId": "acme", "name": "p", "gpuModel": "H100"})
+        fleet.start_agent("sim-a", pool["poolId"], "h100-sxm-8", 1.0)
+        wait_for(lambda: len(op.call("nodes.list", {})["nodes"]) == 1, what="the node")
+        bridge.start()
+        four = _book(op, pool["poolId"], "t4", devices=[{"class": "gpu", "count": 4}])
+        name = _slurm_name(four)
+        _eventually(lambda: name in cluster.reservations(), "the booking in Slurm")
+        held = cluster.reservations()[name]
+        assert held["Nodes"] == "sim-a" and "gres/gpu:h100=4" in held["TRES"].split(",")
+
+        inside = cluster.srun(f"--reservation={name}", "--gres=gpu:h100:4", "true")
+        assert inside.returncode == 0, inside.stderr
+        outside = cluster.srun("-w", "sim-a", "--gres=gpu:h100:4", "--immediate=5", "true")
+        assert outside.returncode == 0, outside.stderr
+        fifth = cluster.srun("-w", "sim-a", "--gres=gpu:h100:5", "--immediate=3", "true")
+        assert fifth.returncode != 0
+        assert bridge.metric("gpufleet_slurm_bridge_failures_total",
+                             kind="reservation.create") == 0  # fmt: skip
     finally:
         bridge.close()
         bridge.log.close()

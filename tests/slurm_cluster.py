@@ -14,13 +14,16 @@ tools the suite drives. Everything started is stopped by `close()`: jobs cancell
 each daemon's process group sent SIGTERM, then SIGKILL, bounded in time.
 
 Accounting: without slurmdbd, slurmctld refuses `AccountingStorageTRES` naming a gres
-("slurmdbd is required to run with TRES gres/gpu"), so `accounting_tres` is empty by
-default and only for a harness that also runs slurmdbd.
+("slurmdbd is required to run with TRES gres/gpu"). `SlurmConfig(slurmdbd=True)` runs
+one (tests/slurm_accounting.py: its own database on the local MariaDB, dropped by
+`close()`), registers the cluster and an account for the user running the tests
+before slurmctld starts; a test asking for it calls `require_slurmdbd()` first.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -36,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from ops.embedded_nats import free_port
+from tests.slurm_accounting import SlurmDbd
 
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "scancel")
 NVIDIA_MAJOR = 195
@@ -139,6 +143,8 @@ class SlurmConfig:
     accounting_tres: Sequence[str] = ()
     extra: Sequence[str] = ()  # more slurm.conf lines
     cluster_name: str = "gpufleet-test"
+    slurmdbd: bool = False  # accounting through a real slurmdbd (needed for GPU TRES)
+    account: str = "gpufleet-test"  # with slurmdbd: the test user's account
 
     def node_names(self) -> list[str]:
         names = []
@@ -160,6 +166,7 @@ class SlurmCluster:
         self.config = SlurmConfig(nodes=())
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
+        self.dbd: SlurmDbd | None = None
 
     @property
     def conf_path(self) -> Path:
@@ -197,7 +204,11 @@ class SlurmCluster:
         try:
             self._layout()
             self._start_munge(deadline)
+            if config.slurmdbd:
+                self._start_slurmdbd(deadline)
             self._write_conf()
+            if self.dbd is not None:
+                self._register()
             self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
             self._wait(deadline, "slurmctld answering", self._controller_up)
             for name in self.node_names:
@@ -242,6 +253,24 @@ class SlurmCluster:
         ])  # fmt: skip
         self._wait(deadline, "munged's socket", self.munge_socket.exists)
 
+    def _start_slurmdbd(self, deadline: float) -> None:
+        r = self.root
+        self.dbd = SlurmDbd(r / "etc", r / "run", r / "log", self.munge_socket, free_port())
+        self.dbd.write_conf()
+        self._spawn("slurmdbd", ["slurmdbd", "-D"])  # reads SLURM_CONF's directory
+        # Its first start makes the database's tables: seconds.
+        self._wait(deadline, "slurmdbd answering", self.dbd.answering)
+
+    def _register(self) -> None:
+        """The cluster, an account and the test user in slurmdbd, before slurmctld
+        starts (it then registers at once)."""
+        c = self.config
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        self.run("sacctmgr", "-i", "add", "cluster", c.cluster_name)
+        self.run("sacctmgr", "-i", "add", "account", c.account, f"Cluster={c.cluster_name}")
+        self.run("sacctmgr", "-i", "add", "user", user, f"Account={c.account}",
+                 f"Cluster={c.cluster_name}")  # fmt: skip
+
     def _write_conf(self) -> None:
         host = socket.gethostname().split(".")[0]
         self.ports = {"ctld": free_port()} | {name: free_port() for name in self.node_names}
@@ -265,7 +294,11 @@ class SlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             f"GresTypes={self.config.gres_types}",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                self.dbd.slurm_conf_lines()
+                if self.dbd is not None
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "JobCompType=jobcomp/none",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
@@ -428,6 +461,9 @@ class SlurmCluster:
             shutil.copytree(self.root / "log", keep_logs, dirs_exist_ok=True)
             shutil.copytree(self.root / "etc", keep_logs / "etc", dirs_exist_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.dbd is not None:
+            self.dbd.drop()
+            self.dbd = None
 
     def _stop_daemons(self) -> None:
         ctld = self.procs.get("slurmctld")
@@ -436,7 +472,8 @@ class SlurmCluster:
                 self.run("scancel", "--full", "--quiet", "--user=root", check=False, timeout_s=5)
             except SlurmError:
                 pass
-        order = [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]
+        order = [n for n in self.procs if n.startswith("slurmd-")]
+        order += ["slurmctld", "slurmdbd", "munged"]
         for name in order:
             proc = self.procs.get(name)
             if proc is not None:

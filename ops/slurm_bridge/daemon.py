@@ -51,6 +51,22 @@ _RETRY_S = 1.0
 # more pass), and a pass that fails keeps its events with `in_progress`.
 ACK_WAIT_S = 10.0
 
+# GPU TRES in a reservation needs AccountingStorageTRES naming the gres (so slurmdbd)
+# and Slurm 23.11 or later; Slurm's refusals alone do not say what to change.
+_GPU_TRES_REFUSALS = {
+    "couldn't identify configured TRES 'gres/": "AccountingStorageTRES (with slurmdbd) "
+    "must name each GPU type, and Slurm must be 23.11 or later",
+    "not supported with reservations": "this Slurm cannot reserve GPUs (23.11 or later can)",
+}
+
+
+def _hint(refusal: str) -> str:
+    """What to change, for a refusal of GPU TRES; empty for any other."""
+    for words, why in _GPU_TRES_REFUSALS.items():
+        if words in refusal:
+            return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole'
+    return ""
+
 
 class SlurmBridge:
     def __init__(self, settings: BridgeSettings) -> None:
@@ -129,7 +145,8 @@ class SlurmBridge:
                 # A refusal Slurm repeats every pass is logged once a throttle period.
                 self._refusals.warning(
                     f"{action.kind} {action_argv(action, now_s)[:3]}",
-                    "%s failed, retried on the next pass: %s", action.kind, exc,
+                    "%s failed, retried on the next pass: %s%s", action.kind, exc,
+                    _hint(str(exc)),
                 )  # fmt: skip
                 continue
             self.metrics.actions.labels(action.kind).inc()

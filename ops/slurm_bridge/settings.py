@@ -95,7 +95,7 @@ class BridgeSettings(SettingsModel, frozen=True):
         GpuTres,
         Meta(description=(
             "GPUs in a reservation: `typed` TRES=gres/gpu:<type>=n (the node's gres type), "
-            "`count` gres/gpu=n, `off` whole nodes (no slurmdbd)"
+            "`count` gres/gpu=n, `off` whole nodes (Slurm before 23.11, or no slurmdbd)"
         )),
     ] = "typed"  # fmt: skip
     node_names: Annotated[

@@ -7,9 +7,10 @@ shows in `scontrol show reservation` and `sinfo` within seconds; a job with
 reservation and drain survive; the bridge killed with SIGKILL mid-stream and restarted
 loses and duplicates nothing; events alone trigger a pass.
 
-Without slurmdbd, Slurm 22.05 refuses reservations by GPU TRES ("slurmdbd is required to
-run with TRES gres/gpu"), so the bridge runs with `--gpu-tres off` here: a booked node
-is reserved whole. The TRES form is the planner's (tests/unit/test_slurm_planner.py).
+Slurm 22.05 cannot reserve GRES, with slurmdbd or without ("TRES type 'gres/gpu:h100'
+not supported with reservations"; tests/e2e/test_slurm_accounting.py), so the bridge
+runs with `--gpu-tres off` here: a booked node is reserved whole. The TRES form is the
+planner's (tests/unit/test_slurm_planner.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import signal
 import subprocess
 import time
@@ -34,6 +36,7 @@ from ops.embedded_nats import EmbeddedNats, free_port
 from ops.slurm_bridge.daemon import ACK_WAIT_S
 from ops.slurm_bridge.scontrol import parse_time
 from tests.e2e.fleet_procs import BIN, Fleet, stop, wait_for
+from tests.slurm_accounting import gres_reservations_refused, require_slurmdbd
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -250,13 +253,15 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         assert bridge.metric("gpufleet_slurm_bridge_lag_seconds") < WITHIN_S
 
         # Events trigger: with no resync for a minute, a maintenance event still drains
-        # within seconds. Changes Slurm refuses (GPU TRES without slurmdbd) are counted,
+        # within seconds. Changes Slurm refuses (GPU TRES on 22.05) are counted,
         # hold the lag, and stop nothing else.
         assert bridge.close() == 0  # SIGTERM: a clean stop
         bridge.argv += ["--resync-interval-s", "60", "--gpu-tres", "typed"]
         bridge.start()
         assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="reservation.update") > 0
         assert math.isnan(bridge.metric("gpufleet_slurm_bridge_lag_seconds"))
+        # …and the log says what to do about it.
+        assert 'set gpu_tres = "off"' in (tmp_path / "bridge.log").read_text()
         op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "ev"})
         _eventually(lambda: _drained(cluster, "sim-a", "gpufleet: maintenance: ev"), "event drain")
         # Unreachable outranks maintenance, as in the rollup: its event changes the reason.
@@ -264,6 +269,68 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: unreachable"), "unreachable",
                     within_s=15)  # fmt: skip
         assert {n for n in cluster.reservations() if n.startswith("gpufleet-")} == live
+    finally:
+        bridge.close()
+        bridge.log.close()
+        fleet.close()
+
+
+def test_bridge_reserves_only_the_booked_gpus_by_tres(
+    tmp_path: Path, nats_proc: EmbeddedNats, slurm_cluster: SlurmCluster
+) -> None:
+    """GPU mode (`--gpu-tres typed`, slurmdbd, AccountingStorageTRES naming the gres): a
+    booking of 4 of 8 GPUs is a reservation of those 4 by TRES; the other 4, and no
+    more, stay open to jobs outside it. On a Slurm that cannot reserve GRES (before
+    23.11) it checks the bridge's side only, that it asked for exactly those GPUs and
+    logged why Slurm refused, then skips."""
+    require_slurmdbd()
+    dev = slurm_cluster.dev_dir
+    cluster = slurm_cluster.start(
+        SlurmConfig(
+            nodes=[node_line("sim-a", gres="gpu:h100:8", cpus=2)],
+            gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-7]\n",
+            slurmdbd=True,
+            accounting_tres=("gres/gpu", "gres/gpu:h100"),
+        ),
+        timeout_s=60,
+    )
+    refused = gres_reservations_refused(cluster, "sim-a", "gres/gpu:h100=4")
+    assert not refused or "not supported with reservations" in refused, refused
+    fleet = Fleet(tmp_path, nats_proc.url)
+    bridge = Bridge(fleet, cluster, tmp_path)
+    bridge.argv += ["--gpu-tres", "typed"]
+    try:
+        fleet.start_coordinator()
+        op = fleet.operator()
+        op.call("tenants.create", {"tenantId": "acme"})
+        pool = op.call("pools.create", {"tenantId": "acme", "name": "p", "gpuModel": "H100"})
+        fleet.start_agent("sim-a", pool["poolId"], "h100-sxm-8", 1.0)
+        wait_for(lambda: len(op.call("nodes.list", {})["nodes"]) == 1, what="the node")
+        bridge.start()
+        four = _book(op, pool["poolId"], "t4", devices=[{"class": "gpu", "count": 4}])
+        name = _slurm_name(four)
+        if refused:
+            failures = "gpufleet_slurm_bridge_failures_total"
+            _eventually(lambda: bridge.metric(failures, kind="reservation.create") > 0,
+                        "the refusal")  # fmt: skip
+            log = (tmp_path / "bridge.log").read_text()
+            assert re.search(rf"create reservation ReservationName={name} .*"
+                             r"Nodes=sim-a TRES=gres/gpu:h100=4 ", log), log  # fmt: skip
+            assert "this Slurm cannot reserve GPUs" in log
+            assert name not in cluster.reservations()
+            pytest.skip(f"{refused}; the bridge's side holds")
+        _eventually(lambda: name in cluster.reservations(), "the booking in Slurm")
+        held = cluster.reservations()[name]
+        assert held["Nodes"] == "sim-a" and "gres/gpu:h100=4" in held["TRES"].split(",")
+
+        inside = cluster.srun(f"--reservation={name}", "--gres=gpu:h100:4", "true")
+        assert inside.returncode == 0, inside.stderr
+        outside = cluster.srun("-w", "sim-a", "--gres=gpu:h100:4", "--immediate=5", "true")
+        assert outside.returncode == 0, outside.stderr
+        fifth = cluster.srun("-w", "sim-a", "--gres=gpu:h100:5", "--immediate=3", "true")
+        assert fifth.returncode != 0
+        assert bridge.metric("gpufleet_slurm_bridge_failures_total",
+                             kind="reservation.create") == 0  # fmt: skip
     finally:
         bridge.close()
         bridge.log.close()

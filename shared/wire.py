@@ -358,6 +358,13 @@ AlertKind = Literal[
     "reservation.inUse",
 ]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
+# The kinds the join of bookings and use produces (`coordinator.domain.use_join`).
+USE_KINDS: tuple[AlertKind, ...] = (
+    "gpu.unbookedUse",
+    "gpu.foreignUse",
+    "reservation.idle",
+    "reservation.inUse",
+)
 
 
 class Alert(Wire, frozen=True, kw_only=True):

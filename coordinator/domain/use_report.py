@@ -1,7 +1,8 @@
 """Used against booked (SPEC §10), pure: the use buckets of a window beside the booked
 time of the same window, per reservation and booked class, and the unbooked use per pool.
 
-Buckets are hours: a window that cuts an hour counts that hour's use pro rata, so each
+Buckets are hours: a window that cuts an hour counts that hour's use pro rata (of the
+part of the hour before now, for the current one), so each
 reservation's used time is capped at its booked time in the window (they can differ
 only by the part of an hour a window cuts), and weighted at used. What a window holds
 past `now` is not counted, as for booked time.
@@ -47,8 +48,13 @@ class UnbookedUse:
     weighted_ms: int
 
 
-def _share(hour: int, start: int, stop: int) -> float:
-    return max(0, min(hour + HOUR_MS, stop) - max(hour, start)) / HOUR_MS
+def _share(hour: int, start: int, stop: int, now: int) -> float:
+    """The part of a bucket inside [start, stop): of the hour, or of the part of it
+    before `now` (all a bucket of the current hour can hold)."""
+    top = min(hour + HOUR_MS, now)
+    if top <= hour:
+        return 1.0 if start <= hour < stop else 0.0
+    return max(0, min(top, stop) - max(hour, start)) / (top - hour)
 
 
 def reservation_use(
@@ -73,7 +79,7 @@ def reservation_use(
     used: dict[tuple[str, str], list[float]] = {}
     unbooked: dict[str, list[float]] = {}
     for b in buckets:
-        share = _share(b.hour, start, stop)
+        share = _share(b.hour, start, stop, now)
         if share <= 0:
             continue
         if b.reservation_id == UNBOOKED:

@@ -154,7 +154,10 @@ class UseRepo:
         events: Sequence[NodeEventRow],
         alerts: Sequence[Alert],
     ) -> None:
-        """One pass's buckets, node events and alerts, in one transaction."""
+        """One pass's buckets, node events and alerts, in one transaction (none when
+        there is nothing to write: a fleet without use costs no write every pass)."""
+        if not (accrued or events or alerts):
+            return
         async with self._db.transaction() as conn:
             await _add_buckets(conn, accrued)
             if events:

@@ -297,6 +297,7 @@ async def running_coordinator(
             notice_ms=int(settings.notice_s * 1000),
             metrics=metrics,
             feed=feed,
+            use=use.book,
         )
         limits = HttpLimits(
             idle_timeout_s=settings.http_idle_timeout_s,

@@ -103,6 +103,15 @@ class Policy:
     idle_util_percent: int = 5
 
 
+def unit_of(cls: str, atom_id: str, device_id: str, attrs: Mapping[str, Any]) -> str:
+    """The UUID an atom's use is reported under: a MIG instance's own (its `uuid`
+    attribute, else its atom id's last part), else its GPU's."""
+    if cls == "gpu.mig":
+        uuid = attrs.get("uuid")
+        return uuid if isinstance(uuid, str) and uuid else atom_id.rsplit(":", 1)[-1]
+    return device_id
+
+
 def covers(holds: Iterable[Hold]) -> dict[tuple[str, str], tuple[Hold, ...]]:
     """(node, unit) → the holds covering it."""
     out: dict[tuple[str, str], list[Hold]] = {}

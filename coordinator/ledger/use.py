@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.use_accrual import AccrualKey, Accrued
-from coordinator.domain.use_join import COVERING_CLASSES, GPU_CLASSES, Hold
+from coordinator.domain.use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.use_report import Bucket
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
@@ -35,13 +34,6 @@ class NodeEventRow:
     reason: str
     at: int
     device_id: str | None
-
-
-def unit_of(cls: str, atom_id: str, device_id: str, attrs: Mapping[str, Any]) -> str:
-    if cls == "gpu.mig":
-        uuid = attrs.get("uuid")
-        return uuid if isinstance(uuid, str) and uuid else atom_id.rsplit(":", 1)[-1]
-    return device_id
 
 
 class UseRepo:

@@ -197,6 +197,21 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         tenant_view = await api.ok("usage.report", {"tenantId": "acme"})
         assert tenant_view["unbooked"] == [] and tenant_view["byReservation"] == []
 
+        # nodes.get (the console's node view): what runs on each GPU and whose it is.
+        node = await api.ok("nodes.get", {"nodeId": "n1"})
+        uses = {a["deviceId"]: a.get("use") for a in node["atoms"] if a["class"] == "gpu"}
+        assert uses[g1] is not None and uses[g1]["inUse"] and uses[g1]["smUtil"] == 80
+        assert [(u["owner"], u["ownerKind"]) for u in uses[g1]["users"]] == [
+            (rid1, "reservation"), (rid2, "reservation"),
+        ]  # fmt: skip
+        assert uses[free] is not None and uses[free]["users"][0]["owner"] == "pod-7"
+        tenant_key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+        seen = await api.ok("nodes.get", {"tenantId": "acme", "nodeId": "n1"}, key=tenant_key)
+        by_tenant = {a["deviceId"]: a.get("use") for a in seen["atoms"] if a["class"] == "gpu"}
+        # Its own GPU's users, but not who runs on the GPU nobody booked.
+        assert len(by_tenant[g1]["users"]) == 2
+        assert by_tenant[free]["processes"] == 1 and by_tenant[free]["users"] == []
+
         # The metrics: who holds and who uses each GPU, by UUID.
         async with session.get(
             f"{used.url}/metrics", headers={"Authorization": f"Bearer {key}"}

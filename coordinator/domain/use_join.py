@@ -15,7 +15,8 @@ the whole node (`node`: every unit on it).
   unit, container) name no reservation and are never foreign.
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms`; `reservation.inUse` when that
-  ends. A reservation is judged only while every node it holds GPUs on reports use.
+  ends, or when the reservation ends while idle (`details.ended`). A reservation is
+  judged only while every node it holds GPUs on reports use.
 
 `JoinState` is what the previous pass saw; `join` returns the next one and the
 transitions between them.
@@ -74,6 +75,8 @@ class UseTransition:
 class Idle:
     since: int | None  # every unit idle since then (None: in use now)
     said: bool  # `reservation.idle` went out and `reservation.inUse` has not
+    pool_id: str = ""  # where its alerts go (its pool, its first node)
+    node_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +256,7 @@ def _idleness(
             "thresholdPercent": policy.idle_util_percent,
         }
         if working:
-            idle[rid] = Idle(None, False)
+            idle[rid] = Idle(None, False, first.pool_id, nodes[0])
             if before.said:
                 out.append(
                     UseTransition(
@@ -264,7 +267,7 @@ def _idleness(
             continue
         since = before.since if before.since is not None else now
         say = not before.said and now - since >= policy.idle_after_ms
-        idle[rid] = Idle(since, before.said or say)
+        idle[rid] = Idle(since, before.said or say, first.pool_id, nodes[0])
         if say:
             out.append(
                 UseTransition(
@@ -272,6 +275,21 @@ def _idleness(
                     f"no process, or utilization under {policy.idle_util_percent}%, on any of"
                     f" its GPUs for {(now - since) // 60_000} min",
                     reservation_id=rid, details=base | {"idleSince": since},
+                )
+            )  # fmt: skip
+    for rid, before in sorted(state.idle.items()):
+        if rid in by_reservation:
+            continue
+        if rid in spread:
+            idle[rid] = before  # live, on nodes not judged this pass
+        elif before.said:
+            # Ended while idle: its idleness clears with it (a subscriber holding the
+            # idle condition open hears that it is over).
+            out.append(
+                UseTransition(
+                    "reservation.inUse", before.pool_id, before.node_id,
+                    "the reservation ended", reservation_id=rid,
+                    details={"idleSince": before.since, "ended": True},
                 )
             )  # fmt: skip
     return idle, out

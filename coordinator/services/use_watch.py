@@ -142,7 +142,9 @@ class UseWatch:
             if p.owner_kind == "reservation" and p.owner and p.owner not in held_ids
         }
         tenant_of = await self.ledger.use.tenants_of(owners | held_ids)
-        spread = await self.ledger.use.spread(held_ids, now)
+        # Reservations with an idle clock that no current node holds: still live elsewhere,
+        # or ended (which clears their idleness).
+        spread = await self.ledger.use.spread(held_ids | set(self.state.idle), now)
         state, transitions = join(
             self.state, uses, holds, pools, now, self.policy, tenant_of, spread
         )

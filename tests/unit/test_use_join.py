@@ -92,6 +92,20 @@ def test_an_idle_reservation_is_said_after_the_threshold_and_in_use_when_it_work
     assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-a")]
 
 
+def test_a_reservation_that_ends_while_idle_clears_its_idleness() -> None:
+    holds = [hold("rsv-a", "GPU-0")]
+    s, _ = run(JoinState(), [use("GPU-0")], holds, 0)
+    s, out = run(s, [use("GPU-0")], holds, 60_000)
+    assert [t.kind for t in out] == ["reservation.idle"]
+    # Held on a node not judged this pass: still live, nothing said.
+    same, out = run(s, [use("GPU-0")], [], 61_000, spread={"rsv-a": frozenset({"n2"})})
+    assert out == [] and same.idle["rsv-a"].said
+    _, out = run(s, [use("GPU-0")], [], 62_000)
+    assert [(t.kind, t.reservation_id, t.node_id, t.details["ended"]) for t in out] == [
+        ("reservation.inUse", "rsv-a", NODE, True)
+    ]
+
+
 def test_a_reservation_with_a_node_whose_use_is_not_current_is_not_judged() -> None:
     holds = [hold("rsv-a", "GPU-0")]
     spread = {"rsv-a": frozenset({NODE, "n2"})}
@@ -196,7 +210,9 @@ class JoinMachine(RuleBasedStateMachine):
                 want.append(("reservation.idle", None, rid))
         for rid in set(self.idle_since) - set(by_rid):
             del self.idle_since[rid]
-            self.said_idle.discard(rid)
+        for rid in self.said_idle - set(by_rid):
+            self.said_idle.discard(rid)  # released while idle: its idleness ends too
+            want.append(("reservation.inUse", None, rid))
         got = [(t.kind, t.device_id, t.reservation_id) for t in out]
         assert sorted(got, key=str) == sorted(want, key=str)
 

@@ -114,6 +114,18 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         subjects = agent.subjects
         await nc.subscribe(subjects.all_alerts, cb=agent.on_alert)
         await nc.subscribe(subjects.use_request(pool, "n1"), cb=agent.on_request)
+        # Before the node is known its report is dropped; a report out of its bounds too.
+        early = UseReport(node_id="n1", pool_id=pool, boot_id="boot-1", sent_at=0, use_version=1)
+        await nc.publish(subjects.use(pool, "n1"), early.to_json())
+        await nc.publish(
+            subjects.use(pool, "n1"), early.to_json().replace(b'"useVersion":1', b'"useVersion":-1')
+        )
+
+        async def dropped() -> bool:
+            d = used.ingest.dropped
+            return d["unknown_node"] == 1 and d["bad_schema"] == 1
+
+        await eventually(dropped)
         await nc.publish(subjects.inventory(pool, "n1"), inv.to_json())
         await agent.wait_for("node.registered")
         await agent.beat()

@@ -389,7 +389,7 @@ function useText(use) {
 // Each process's owner, marked against the holder: its own reservation, another one,
 // or none holding the GPU.
 function usersOf(use, held) {
-  return use.users.map((u) => {
+  return use.users.flatMap((u) => {
     const mine = held && !held.other && u.ownerKind === "reservation" && u.owner === held.reservationId;
     const kind = !held ? "bad" : (u.ownerKind === "reservation" && !mine ? "bad" : "info");
     return [badge(`${u.ownerKind} ${short(u.owner || "?")} (pid ${u.pid})`, kind), " "];

@@ -62,8 +62,8 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
         start = end - MAX_WINDOW_MS
     spans = await ctx.ledger.usage.spans(start, end, body.tenant_id, body.pool_id, body.project_id)
     rows = usage_rows(spans, start, end, now)
-    buckets = await ctx.ledger.use.buckets(
-        start, end, body.tenant_id, body.pool_id, body.project_id
+    buckets = await ctx.ledger.use.summed(
+        start, min(end, now), body.tenant_id, body.pool_id, body.project_id
     )
     gpu_spans = [s for s in spans if s.resource in COVERING_CLASSES]
     per_rsv, unbooked = reservation_use(gpu_spans, buckets, start, end, now)

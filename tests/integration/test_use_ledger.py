@@ -9,8 +9,9 @@ import asyncio
 import itertools
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from coordinator.domain.use_accrual import HOUR_MS, AccrualKey, Accrued, accrue
+from coordinator.domain.use_accrual import HOUR_MS, AccrualKey, AccrualWho, Accrued, accrue
 from coordinator.domain.use_report import reservation_use
 from coordinator.ledger import Ledger
 from shared.wire import DeviceUse, ProcessUse
@@ -34,10 +35,13 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
         ledger = runner.run(Ledger.open(database_url))
         try:
 
-            @settings(max_examples=40, deadline=None)
-            @given(holds_st, passes_st)
+            @settings(max_examples=60, deadline=None)
+            @given(holds_st, passes_st, st.integers(0, 3 * HOUR_MS), st.integers(1, 3 * HOUR_MS))
             def check(
-                raw: list[tuple[str, str, int, int]], passes: list[tuple[int, set[str], int]]
+                raw: list[tuple[str, str, int, int]],
+                passes: list[tuple[int, set[str], int]],
+                w_off: int,
+                w_len: int,
             ) -> None:
                 base = next(_STRETCH) * 100 * HOUR_MS
                 holds = [
@@ -69,6 +73,16 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
                     (k.hour, k.reservation_id, v.used_ms, v.weighted_ms) for k, v in total.items()
                 )
                 rows, free = reservation_use([_span(h) for h in holds], read, base, now, now)
+                # The report's read (whole hours summed by the database) says the same
+                # for any window.
+                inside = base + w_off % max(1, now - base)  # a window ending before now too
+                for w_start, w_end in ((base, now), (inside, min(now - 1, inside + w_len))):
+                    stop = min(w_end, now)
+                    summed = runner.run(ledger.use.summed(w_start, stop))
+                    spans = [_span(h) for h in holds]
+                    assert reservation_use(spans, summed, w_start, w_end, now) == reservation_use(
+                        spans, read, w_start, w_end, now
+                    )
                 for r in rows:
                     assert 0 <= r.weighted_ms <= r.used_ms <= r.booked_ms
                 unbooked = sum(f.used_ms for f in free)
@@ -78,3 +92,28 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
             check()
         finally:
             runner.run(ledger.close())
+
+
+async def test_a_report_window_sums_whole_hours_and_prorates_the_cut_ones(
+    database_url: str,
+) -> None:
+    """Unbooked use of 40 min in each of three hours; a window from half past the first
+    to half past the third counts half, all, half: 80 min, however the hours are read."""
+    ledger = await Ledger.open(database_url)
+    try:
+        t0 = 500 * HOUR_MS
+        who = AccrualWho("", POOL, None)
+        for h in range(3):
+            key = AccrualKey(t0 + h * HOUR_MS, "", NODE, "GPU-0", "gpu")
+            await ledger.use.record({key: Accrued(who, 40 * 60_000, 20 * 60_000)}, [], [])
+        start, end, now = t0 + HOUR_MS // 2, t0 + 5 * HOUR_MS // 2, t0 + 10 * HOUR_MS
+        summed = await ledger.use.summed(start, min(end, now))
+        assert len(summed) == 3  # the whole hour summed, the two cut ones as they are
+        _, free = reservation_use([], summed, start, end, now)
+        assert [(f.used_ms, f.weighted_ms) for f in free] == [(80 * 60_000, 40 * 60_000)]
+        raw = await ledger.use.buckets(start, end)
+        assert reservation_use([], raw, start, end, now) == reservation_use(
+            [], summed, start, end, now
+        )
+    finally:
+        await ledger.close()

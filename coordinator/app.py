@@ -171,6 +171,7 @@ async def running_coordinator(
             # Use older than a few passes (or a minute) is no longer what runs.
             stale_ms=max(4 * use_ms, 60_000),
             max_gap_ms=max(4 * use_ms, 60_000),
+            flush_ms=int(settings.use_flush_s * 1000),
         )  # fmt: skip
         nodes = NodeWatch(
             ledger,

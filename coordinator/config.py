@@ -260,6 +260,17 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             description="seconds between passes that join GPU use with bookings and account it",
         ),
     ] = 5.0
+    use_flush_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=3600,
+            description=(
+                "seconds between writes of accrued GPU use to the ledger (a leader that"
+                " dies loses at most this much accounting; 0: every pass)"
+            ),
+        ),
+    ] = 60.0
     idle_after_s: Annotated[
         float,
         Meta(

@@ -110,3 +110,14 @@ def accrue(
                 key = AccrualKey(hour, UNBOOKED, node_id, unit, "gpu")
                 add(key, AccrualWho("", pool_id, None), free, util)
     return out
+
+
+def merge(into: dict[AccrualKey, Accrued], more: Mapping[AccrualKey, Accrued]) -> None:
+    """Add `more` to `into` (passes kept in memory until they are written)."""
+    for key, acc in more.items():
+        held = into.get(key)
+        if held is None:
+            into[key] = Accrued(acc.who, acc.used_ms, acc.weighted_ms)
+        else:
+            held.used_ms += acc.used_ms
+            held.weighted_ms += acc.weighted_ms

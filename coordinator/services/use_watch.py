@@ -1,8 +1,9 @@
 """Use service (SPEC §10): keeps what each node's GPUs run (`domain.use_book`) from
 heartbeat deltas and full use reports, asks an agent for a full report when its delta
 does not apply, and on the leader's `use` loop joins use with the live bookings
-(`domain.use_join`), accrues used time (`domain.use_accrual`) and writes both, with
-their node events and alerts, in one transaction.
+(`domain.use_join`, in a thread) and accrues used time (`domain.use_accrual`). A pass's
+node events and alerts are written at once; accrued time is kept in memory and written
+with them every `flush_ms` (one upsert per hour, reservation and unit, not one a pass).
 
 Ingest callbacks touch memory only. Use requests go out like inventory requests: at
 most once per node per `USE_REQUEST_EVERY_MS`, at most `USE_REQUESTS_PER_S` a second
@@ -17,11 +18,12 @@ at its first pass.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.domain.use_accrual import accrue
+from coordinator.domain.use_accrual import AccrualKey, Accrued, accrue, merge
 from coordinator.domain.use_book import Applied, UseBook
 from coordinator.domain.use_join import (
     JoinState,
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 USE_REQUEST_EVERY_MS = 5000
 USE_REQUESTS_PER_S = 200
+# Accrued keys kept in memory before they are written whatever the time.
+MAX_PENDING = 200_000
 # Kinds also recorded as the node's events (the reservation kinds are the holder's).
 NODE_EVENT_KINDS = frozenset({"gpu.unbookedUse", "gpu.foreignUse"})
 
@@ -66,6 +70,7 @@ class UseWatch:
         policy: Policy | None = None,
         stale_ms: int = 60_000,
         max_gap_ms: int = 60_000,
+        flush_ms: int = 60_000,
     ) -> None:
         self.ledger = ledger
         self.subjects = subjects
@@ -80,6 +85,11 @@ class UseWatch:
         self.state = JoinState()
         self.lines: tuple[UnitLine, ...] = ()
         self._accrued_at: dict[str, int] = {}
+        # Accrued time not yet written: written every `flush_ms` (a leader that dies
+        # loses at most that much accounting), with a pass's alerts at once.
+        self.flush_ms = flush_ms
+        self._pending: dict[AccrualKey, Accrued] = {}
+        self._flushed_at = 0
         self._wanted: dict[str, str] = {}  # node → pool, waiting for a full report
         self._requested: dict[str, int] = {}
         self._window = (0, 0)  # (second, requests sent in it)
@@ -121,14 +131,18 @@ class UseWatch:
                 log.warning("could not ask %s for its use: %s", node_id, exc)
 
     def _current(self, now: int) -> dict[str, dict[str, DeviceUse]]:
+        """The use of each node whose use is current, copied (ingest changes the book
+        while a pass runs in its thread)."""
         return {
-            n.node_id: n.devices
+            n.node_id: dict(n.devices)
             for n in self.book
             if now - n.updated_at <= self.stale_ms and self.reachable(n.node_id)
         }
 
     async def tick(self) -> None:
-        """One pass: join, accrue, write, then announce the alerts."""
+        """One pass: join and accrue (off the event loop: a large fleet's pass takes a
+        fraction of a second of CPU), write the alerts at once and the accrued time every
+        `flush_ms`, then announce the alerts."""
         now = self.clock.now_ms()
         uses = self._current(now)
         pools = {n.node_id: n.pool_id for n in self.book}
@@ -145,23 +159,33 @@ class UseWatch:
         # Reservations with an idle clock that no current node holds: still live elsewhere,
         # or ended (which clears their idleness).
         spread = await self.ledger.use.spread(held_ids | set(self.state.idle), now)
-        state, transitions = join(
-            self.state, uses, holds, pools, now, self.policy, tenant_of, spread
-        )
         windows = {}
         for node_id in uses:
             last = self._accrued_at.get(node_id)
             if last is not None and 0 < now - last <= self.max_gap_ms:
                 windows[node_id] = (last, now)
-        accrued = accrue(uses, holds, pools, windows)
+
+        def compute() -> tuple[JoinState, list[UseTransition], dict[AccrualKey, Accrued]]:
+            state, transitions = join(
+                self.state, uses, holds, pools, now, self.policy, tenant_of, spread
+            )
+            return state, transitions, accrue(uses, holds, pools, windows)
+
+        state, transitions, accrued = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]
         events = [
             NodeEventRow(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
             for t in transitions
             if t.kind in NODE_EVENT_KINDS
         ]
-        await self.ledger.use.record(accrued, events, alerts)
+        pending = dict(self._pending)
+        merge(pending, accrued)
+        flush = now - self._flushed_at >= self.flush_ms or len(pending) > MAX_PENDING
+        await self.ledger.use.record(pending if flush else {}, events, alerts)
         # Committed: only now does memory move on.
+        self._pending = {} if flush else pending
+        if flush:
+            self._flushed_at = now
         self.state = state
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)

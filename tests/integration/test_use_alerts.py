@@ -27,7 +27,7 @@ IDLE_AFTER_S = 10
 @pytest.fixture
 async def used(database_url: str, nats_url: str, clock: FakeClock) -> AsyncIterator[Coordinator]:
     settings = coordinator_settings(
-        database_url, nats_url, use_interval_s=0.05, idle_after_s=IDLE_AFTER_S,
+        database_url, nats_url, use_interval_s=0.05, idle_after_s=IDLE_AFTER_S, use_flush_s=0,
         reservation_tick_s=0.05,
     )  # fmt: skip
     async with running_coordinator(settings, clock) as c:

@@ -27,6 +27,7 @@ from coordinator.domain.use_join import Policy
 from coordinator.ledger import Leadership, Ledger
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
 from coordinator.services.use_watch import UseWatch
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
@@ -37,6 +38,7 @@ from coordinator.tasks.shutdown import bounded
 from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
+from shared.wire import Heartbeat, Inventory, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ class Coordinator:
     stream: AlertStream
     replica: str
     metrics_http: HttpServer | None = None
+    bookings: NodeBookingsBroadcast | None = None
     use: UseWatch | None = None
 
     @property
@@ -93,6 +96,25 @@ def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
 def _loopback(url: str) -> bool:
     hosts = [u.split("://", 1)[-1].rsplit("@", 1)[-1].rsplit(":", 1)[0] for u in url.split(",")]
     return all(h in ("127.0.0.1", "localhost", "[::1]", "::1") for h in hosts)
+
+
+@dataclass
+class WithBookings:
+    """The ingest sink: node watch first, then the bookings broadcast's etag check.
+    Not frozen: bench/ingest_bench.py wraps `on_heartbeat` to time each heartbeat."""
+
+    nodes: NodeWatch
+    bookings: NodeBookingsBroadcast
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        self.nodes.on_heartbeat(hb)
+        self.bookings.on_heartbeat(hb)
+
+    def on_inventory(self, inv: Inventory) -> None:
+        self.nodes.on_inventory(inv)
+
+    def on_use_report(self, report: UseReport) -> None:
+        self.nodes.on_use_report(report)
 
 
 async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
@@ -189,7 +211,8 @@ async def running_coordinator(
         )
         behind_hook.append(nodes)
         limiter = RateLimiter(settings.ingest_node_rate, settings.ingest_node_burst)
-        ingest = Ingest(subjects, nodes, limiter)
+        bookings = NodeBookingsBroadcast(ledger, subjects, clock, bus)
+        ingest = Ingest(subjects, WithBookings(nodes, bookings), limiter)
         ingest_ref.append(ingest)
         await nodes.load()
         # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
@@ -238,6 +261,7 @@ async def running_coordinator(
             "flush-last-seen", settings.flush_interval_s, fenced(nodes.flush_last_seen), when=lead
         )
         loops.add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)
+        loops.add("node-bookings", 0.5, bookings.tick, when=lead)
         loops.add("use-requests", 0.25, use.request_reports, when=lead)
         loops.add("use", settings.use_interval_s, fenced(use.tick), when=lead)
 
@@ -328,5 +352,5 @@ async def running_coordinator(
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
             settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,
-            stream, replica, metrics_http, use,
+            stream, replica, metrics_http, bookings, use,
         )  # fmt: skip

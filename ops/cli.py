@@ -37,6 +37,7 @@ from ops.flags import parse_when
 from ops.forwarder.command import forward_cmd
 from ops.nats_auth import nats_auth_cmd
 from ops.session import Session
+from ops.slurm_command import slurm_group
 from shared.ids import CROCKFORD
 from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
 
@@ -227,6 +228,7 @@ def alerts_group() -> None:
 
 alerts_group.add_command(forward_cmd)
 cli.add_command(nats_auth_cmd)
+cli.add_command(slurm_group)
 
 
 @alerts_group.command("watch")

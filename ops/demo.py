@@ -172,6 +172,7 @@ class Demo:
         self._write_auth([AgentNode(info["pools"][pool], node) for node, pool, _ in fleet])
         self.nats.reload()
         for node_id, pool_key, profile in fleet:
+            (self.state_dir / f"agent-{node_id}").mkdir(exist_ok=True)  # its bookings.json
             self._spawn(
                 f"agent-{node_id}",
                 [
@@ -185,6 +186,8 @@ class Demo:
                     "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
                     "--fault-file", str(self.fault_file(node_id)),
+                    # `gpufleet-agent env --state-dir <this> RSV_ID` reads it there.
+                    "--state-dir", str(self.state_dir / f"agent-{node_id}"),
                 ],
             )  # fmt: skip
         return info

@@ -16,6 +16,7 @@ from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.node_bookings import NodeBookingRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
 from coordinator.ledger.pool_memory import PoolMemoryRisk
@@ -51,6 +52,7 @@ class Ledger:
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)
+        self.node_bookings = NodeBookingRepo(db)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = "") -> Ledger:

@@ -23,11 +23,13 @@ from coordinator.bus.ingest import Ingest
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
+from coordinator.domain.use_join import Policy
 from coordinator.ledger import Leadership, Ledger
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
+from coordinator.services.use_watch import UseWatch
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
@@ -36,7 +38,7 @@ from coordinator.tasks.shutdown import bounded
 from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, Inventory
+from shared.wire import Heartbeat, Inventory, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ class Coordinator:
     replica: str
     metrics_http: HttpServer | None = None
     bookings: NodeBookingsBroadcast | None = None
+    use: UseWatch | None = None
 
     @property
     def url(self) -> str:
@@ -109,6 +112,9 @@ class WithBookings:
 
     def on_inventory(self, inv: Inventory) -> None:
         self.nodes.on_inventory(inv)
+
+    def on_use_report(self, report: UseReport) -> None:
+        self.nodes.on_use_report(report)
 
 
 async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
@@ -175,6 +181,20 @@ async def running_coordinator(
         stack.push_async_callback(bounded("leadership", leadership.close))
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
+
+        def reachable(node_id: str) -> bool:
+            node = tracker.nodes.get(node_id)
+            return node is not None and node.reachable
+
+        use_ms = int(settings.use_interval_s * 1000)
+        use = UseWatch(
+            ledger, subjects, clock, bus, alerts, reachable,
+            Policy(int(settings.idle_after_s * 1000), settings.idle_util_percent),
+            # Use older than a few passes (or a minute) is no longer what runs.
+            stale_ms=max(4 * use_ms, 60_000),
+            max_gap_ms=max(4 * use_ms, 60_000),
+            flush_ms=int(settings.use_flush_s * 1000),
+        )  # fmt: skip
         nodes = NodeWatch(
             ledger,
             tracker,
@@ -187,6 +207,7 @@ async def running_coordinator(
             is_leader=lambda: leadership.is_leader,
             backlog=bus.backlog,
             backlog_limit=settings.ingest_backlog_limit,
+            use=use,
         )
         behind_hook.append(nodes)
         limiter = RateLimiter(settings.ingest_node_rate, settings.ingest_node_burst)
@@ -211,6 +232,7 @@ async def running_coordinator(
         # warm when it takes over; only the leader writes what the heartbeats imply.
         await bus.subscribe_batched(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe_batched(subjects.all_inventories, ingest.on_message)
+        await bus.subscribe_batched(subjects.all_use, ingest.on_message)
         feed = AlertFeed()
         await bus.subscribe(subjects.all_alerts, feed_from_bus(feed.add))
 
@@ -240,6 +262,8 @@ async def running_coordinator(
         )
         loops.add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)
         loops.add("node-bookings", 0.5, bookings.tick, when=lead)
+        loops.add("use-requests", 0.25, use.request_reports, when=lead)
+        loops.add("use", settings.use_interval_s, fenced(use.tick), when=lead)
 
         drift_total = [0]
 
@@ -287,6 +311,7 @@ async def running_coordinator(
                 outbox_oldest_age_s=alerts.oldest_age_s,
                 alert_publish_failures=lambda: alerts.failures,
                 fenced_refusals=lambda: leadership.fenced_refusals,
+                gpu_use=lambda: use.lines,
             )
         )
         services = Services(
@@ -297,6 +322,7 @@ async def running_coordinator(
             notice_ms=int(settings.notice_s * 1000),
             metrics=metrics,
             feed=feed,
+            use=use.book,
         )
         limits = HttpLimits(
             idle_timeout_s=settings.http_idle_timeout_s,
@@ -326,5 +352,5 @@ async def running_coordinator(
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
             settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,
-            stream, replica, metrics_http, bookings,
+            stream, replica, metrics_http, bookings, use,
         )  # fmt: skip

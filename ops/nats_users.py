@@ -117,10 +117,17 @@ def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
 def coordinator_permissions(subjects: Subjects) -> Permissions:
     p = subjects.prefix
     return Permissions(
-        publish=(f"{p}.invreq.>", f"{p}.bookings.>", f"{p}.alert.>", "$JS.API.>"),
+        publish=(
+            f"{p}.invreq.>",
+            f"{p}.usereq.>",
+            f"{p}.bookings.>",
+            f"{p}.alert.>",
+            "$JS.API.>",
+        ),
         # Alerts: every replica's console feed listens to all of them, its own included.
         # JetStream API answers, and agents' inventory replies, arrive on its _INBOX.
-        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.alert.>", "_INBOX.>"),
+        # Use reports (SPEC §10) arrive on `use`; it asks for them on `usereq`.
+        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.use.>", f"{p}.alert.>", "_INBOX.>"),
     )
 
 

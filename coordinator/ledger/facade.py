@@ -30,6 +30,7 @@ from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
 from coordinator.ledger.usage import UsageRepo
+from coordinator.ledger.use import UseRepo
 
 
 class Ledger:
@@ -47,6 +48,7 @@ class Ledger:
         self.intervals = IntervalRepo(db)
         self.listing = ReservationListing(db)
         self.usage = UsageRepo(db)
+        self.use = UseRepo(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)

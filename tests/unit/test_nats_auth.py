@@ -73,6 +73,7 @@ def test_an_agent_may_publish_and_subscribe_only_its_own_subjects() -> None:
     assert perms.allow_responses
     coord = users["coordinator"].permissions
     assert "t.hb.>" in coord.subscribe and "t.invreq.>" in coord.publish
+    assert "t.use.>" in coord.subscribe and "t.usereq.>" in coord.publish
     assert "t.bookings.>" in coord.publish
     assert "$JS.API.>" in coord.publish
     assert "t.alert.>" in coord.subscribe  # the console's feed

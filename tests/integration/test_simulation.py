@@ -49,8 +49,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain import claims
+from coordinator.domain.placement_model import AtomSlot
 from coordinator.domain.pool_cache import PoolCache
-from coordinator.ledger import Database, Ledger
+from coordinator.ledger import Database, Ledger, bookings
 from coordinator.ledger.snapshot import SnapshotCache
 from tests.simulation.concurrent import run_concurrently
 from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
@@ -179,15 +180,33 @@ def _counts_kept_over_reloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SnapshotCache, "_fresh", stale)
 
 
+def _components_as_cliques(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant C (issue 23): any two GPUs of a node count as NVLinked, as when a connected
+    component is read as a clique: a chain of bridges 0–1–2 gives three GPUs."""
+    monkeypatch.setattr(AtomSlot, "linked", lambda self, other: True)
+
+
+def _never_preempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant D (issue 23): a regular request that fits only by preempting spot holders
+    is refused (and preview offers no `preemptible`)."""
+
+    async def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    monkeypatch.setattr(bookings, "preempting", nothing)
+
+
 # Each plant: how it is planted, what the simulation reports, and a seed whose search
 # finds it within PLANTED_BUDGET sequences on both databases (seconds, not minutes).
 PLANTS = {
     "A-claims-ignore-partitions": (_claims_ignore_partitions, "same physical device", 4),
     "B-counts-kept-over-reloads": (
         _counts_kept_over_reloads,
-        "CAPACITY_NOT_AVAILABLE, but it fits:",
+        "CAPACITY_NOT_AVAILABLE, but it fits",
         4,
     ),
+    "C-components-as-cliques": (_components_as_cliques, "not pairwise NVLinked", 4),
+    "D-never-preempts": (_never_preempts, "but it fits by preempting spot holders", 4),
 }
 PLANTED_BUDGET = 40
 
@@ -201,6 +220,7 @@ def test_the_simulation_catches_planted_bugs(
     it refuse what fits, each planted in the test process: a bounded search from a
     fixed seed must end in an InvariantViolation that names it."""
     install, message, planted_seed = PLANTS[plant]
+    planted_seed = int(os.environ.get("GPUFLEET_PLANT_SEED") or planted_seed)
     install(monkeypatch)
     planted = settings(
         SIMULATION, max_examples=PLANTED_BUDGET, phases=[Phase.generate], database=None

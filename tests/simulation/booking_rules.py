@@ -20,6 +20,7 @@ from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
 from coordinator.services.reservations import Created, Refused, resolve_start
 from tests.simulation import reference as ref
+from tests.simulation import reference_fit as fit
 from tests.simulation.base import (
     DEVICE_INDEX,
     MINUTE,
@@ -122,6 +123,26 @@ class BookingRules(MachineBase):
         if isinstance(dev, SimGpu | SimNic):
             self.run(self._book_forms(host, dev, count, spot=spot, later=later))
 
+    @precondition(lambda self: self.ready)
+    @rule(i=st.integers(0, 2) | st.integers(0, 9), count=st.integers(2, 3), spot=st.booleans())
+    def book_clique(self, i: int, count: int, spot: bool) -> None:
+        """An `nvlink-all` request pinned to one host's whole GPUs (those under bookings
+        first): on a chain of bridges a booked middle GPU leaves no pair, and three
+        GPUs are never one clique."""
+        host = self.host(i)
+        uuids = [g.uuid for g in host.gpus if g.present and g.mode == "whole"]
+        if len(uuids) < 2:
+            return
+        body = {
+            "tenantId": self.tenants[0],
+            "poolId": host.pool_id,
+            "duration": "1h",
+            "idempotencyKey": f"k{next(self.keys)}",
+            "devices": [{"class": "gpu", "count": count, "selector": {"gpuUuid": uuids}}],
+            "topology": "nvlink-all",
+        } | ({"spot": True} if spot else {})
+        self.run(self._create(body, f"clique of {count} on {host.links}"))
+
     async def _book_forms(
         self, host: SimHost, dev: SimGpu | SimNic, count: int, *, spot: bool, later: int | None
     ) -> None:
@@ -179,8 +200,11 @@ class BookingRules(MachineBase):
             self.models[victim.reservation_id].preempt_at = victim.preempt_at
         self.count(f"create booked: {shape}" + (" (preempting)" if out.victims else ""))
         view = await self.view()
-        self.booked_forms |= ref.forms_at_booking(view, res.reservation_id)
+        self.booked_forms |= fit.forms_at_booking(view, res.reservation_id)
         problems = ref.broken_promises(view, res.reservation_id)
+        problems += fit.unlinked(
+            view, fit.ask_of(body, now), ((a.node_id, a.atom_id) for a in res.atoms)
+        )
         problems += ref.overcommitted(view, res.reservation_id, now)
         problems += self._unbookable(view, res)
         problems += self._notices(out, now, noticed_before)
@@ -188,12 +212,18 @@ class BookingRules(MachineBase):
         self.fail(problems, f"create {body}")
 
     async def _judge_refusal(self, body: dict[str, Any], now: int, would: bool) -> None:
-        """A CAPACITY_NOT_AVAILABLE must be one the reference shares, and one preview did
-        not promise (nothing changed in between: a refusal changes nothing)."""
-        ask = ref.ask_of(body, now)
-        verdict = ref.fits(await self.view(), ask, self.racks, self.booked_forms)
-        self.count(f"refusal judged: {'not judged' if verdict is None else 'shared'}")
-        problems = [f"refused CAPACITY_NOT_AVAILABLE, but it fits: {ask}"] if verdict else []
+        """A CAPACITY_NOT_AVAILABLE must be one the reference shares — it fits neither
+        as the pool is nor with every spot holder preempted — and one preview did not
+        promise (nothing changed in between: a refusal changes nothing)."""
+        ask = fit.ask_of(body, now)
+        view = await self.view()
+        verdict = fit.verdict(view, ask, self.racks, self.booked_forms, now, NOTICE_MS)
+        self.count(f"refusal judged: {verdict}" + (" (nvlink)" if ask.nvlink else ""))
+        problems = (
+            [f"refused CAPACITY_NOT_AVAILABLE, but it {verdict}: {ask}"]
+            if verdict in (fit.FITS, fit.PREEMPTING)
+            else []
+        )
         if would:
             problems.append("refused CAPACITY_NOT_AVAILABLE, but preview said it fits")
         self.fail(problems, f"create {body}")
@@ -317,7 +347,7 @@ class BookingRules(MachineBase):
             )
             for iv in body["intervals"]
         ]
-        rooms = [ref.interval_room(view, tenant_id, pool_id, s, e) for s, e, _ in quarters]
+        rooms = [fit.interval_room(view, tenant_id, pool_id, s, e) for s, e, _ in quarters]
         self.fail(
             []
             if any(gb > room for (_, _, gb), room in zip(quarters, rooms, strict=True))

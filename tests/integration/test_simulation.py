@@ -10,13 +10,20 @@ commitment above capacity, every reservation's state and bookings as the clock s
 at-risk flags as the atoms' buckets say, with their alerts in the outbox, pool-change
 holds, `device.reconfigured` events; and the other half (issue 23): every
 CAPACITY_NOT_AVAILABLE and every interval `insufficient_capacity` is one the reference,
-deciding fit on its own code, also refuses, and what preview says fits, a create at once
-books.
+deciding fit on its own code (`tests/simulation/reference_fit.py`: NVLink cliques from
+the link matrix, spot holders a regular request may preempt), also refuses; what
+preview says fits, a create at once books; an `nvlink-all` booking's GPUs are pairwise
+linked.
 
 Planted bugs (issue 23), each searched from a fixed seed within a bounded number of
 sequences on both databases: whole-device and partition claims no longer conflict
-(`claims.conflicts`), free counts kept over a bookings reload (`SnapshotCache._fresh`),
-and snapshots that forget bookings on old forms (`tests/simulation/planted.py`).
+(A, `claims.conflicts`), free counts kept over a bookings reload (B,
+`SnapshotCache._fresh`), connected GPUs read as one clique (C), regular requests never
+preempt (D), and snapshots that forget bookings on old forms
+(`tests/simulation/planted.py`). `GPUFLEET_PLANT_SEED=<n>` searches a plant from
+another seed. Node ids carry the machine's `id()`, so a seed's sequences are close to,
+not exactly, the same from run to run: each plant's seed is one that catches it well
+within the budget.
 
 Budget: CI runs `GPUFLEET_SIM_EXAMPLES` sequences per database (default 20, 30 steps
 each, `GPUFLEET_SIM_STEPS`) from one fixed seed, so every run tries the same sequences;
@@ -65,10 +72,10 @@ CONCURRENT_SECONDS = float(os.environ.get("GPUFLEET_SIM_SECONDS", "6"))
 # prints the seed; shrinking it (minutes: every step is real transactions) is for a
 # replay, with GPUFLEET_SIM_SHRINK=1.
 CI_SEED = 20261130
-# The planted bug's search: any seed finds it within PLANTED_EXAMPLES sequences (the soak
-# measures how many: bench/simulation_soak.py); this one within a handful, so CI pays
-# seconds for showing that the simulation can fail.
-PLANTED_SEED = 4
+# The planted bug's search: most seeds find it within PLANTED_EXAMPLES sequences (the
+# soak measures how many: bench/simulation_soak.py); this one within about 10 (14 s on
+# PostgreSQL under load), so CI pays seconds for showing that the simulation can fail.
+PLANTED_SEED = 1
 SHRINK = bool(os.environ.get("GPUFLEET_SIM_SHRINK"))
 SIMULATION = settings(
     max_examples=EXAMPLES,
@@ -203,7 +210,7 @@ PLANTS = {
     "B-counts-kept-over-reloads": (
         _counts_kept_over_reloads,
         "CAPACITY_NOT_AVAILABLE, but it fits",
-        4,
+        1,
     ),
     "C-components-as-cliques": (_components_as_cliques, "not pairwise NVLinked", 4),
     "D-never-preempts": (_never_preempts, "but it fits by preempting spot holders", 4),

@@ -407,16 +407,21 @@ class BookingRules(MachineBase):
         self.count("released" if was_live else "release of an ended reservation")
 
     @precondition(lambda self: self.ready and bool(self.models))
-    @rule(i=st.integers(0, 99))
-    def release_and_rebook(self, i: int) -> None:
+    @rule(i=st.integers(0, 99), same_gpus=st.booleans())
+    def release_and_rebook(self, i: int, same_gpus: bool) -> None:
         """A tenant releases a reservation and at once asks for the same again (a new key,
-        from now): what the release freed counts as free at once, so a refusal of it is
-        judged like any other (issue 23, free counts kept over a reload)."""
+        the same start while it is still ahead, else from now) — with `same_gpus`, for the
+        very GPUs it held (a selector pins them): what the release freed counts as free
+        at once, so a refusal of it is judged like any other (issue 23, free counts kept
+        over a reload; a released booking that had not started is gone, not ended, so
+        its node's kept count is used as it stands)."""
         live = [m for m in self.models.values() if m.live(self.now, self.ticks)]
         m = pick(live or list(self.models.values()), i)
-        again = {
-            k: v for k, v in self.bodies[m.reservation_id].items() if k not in ("start", "wait")
-        }
+        body = self.bodies[m.reservation_id]
+        ahead = isinstance(body.get("start"), int) and body["start"] > self.now
+        again = {k: v for k, v in body.items() if k != "wait" and (k != "start" or ahead)}
+        if same_gpus:
+            again = _pinned_to_gpus(again, self.run(self.view()), m.atoms)
         self.run(self._release(m))
         self.run(self._create(again | {"idempotencyKey": f"k{next(self.keys)}"}, "rebooked"))
 
@@ -434,3 +439,16 @@ class BookingRules(MachineBase):
         self.run(self.res_clock.tick())
         self.ticks.append(self.now)
         self.count("clock advanced")
+
+
+def _pinned_to_gpus(
+    body: dict[str, Any], view: LedgerView, atoms: tuple[str, ...]
+) -> dict[str, Any]:
+    """`body` with each GPU device entry pinned to the GPUs of `atoms` (unchanged when
+    it asks for anything else)."""
+    found = [view.atoms[a].attrs.get("gpuUuid") if a in view.atoms else None for a in atoms]
+    entries = body.get("devices") or []
+    if not found or None in found or any(not str(d["class"]).startswith("gpu") for d in entries):
+        return body
+    pinned = [d | {"selector": {"gpuUuid": sorted(set(map(str, found)))}} for d in entries]
+    return body | {"devices": pinned}

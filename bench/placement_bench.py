@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import sys
 import tempfile
@@ -38,7 +39,7 @@ from coordinator.api.context import Services
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_records import record_inventories
-from coordinator.services.reservations import Created, CreateRequest
+from coordinator.services.reservations import Created, CreateRequest, batches_run
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 
@@ -102,9 +103,38 @@ async def previews(services: Services, pool: str, now: int, n: int) -> list[floa
     return lat
 
 
-async def creates(services: Services, pool: str, now: int, clients: int, each: int) -> float:
+class GcPauses:
+    """Python's cyclic collector while installed: how many passes of each generation
+    ran and how long the process stood still for them (the event loop included)."""
+
+    def __init__(self) -> None:
+        self._t0 = 0.0
+        self.passes = [0, 0, 0]
+        self.ms = [0.0, 0.0, 0.0]
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        self.passes[info["generation"]] += 1
+        self.ms[info["generation"]] += (time.perf_counter() - self._t0) * 1000
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+
+async def creates(
+    services: Services, pool: str, now: int, clients: int, each: int
+) -> dict[str, float]:
     """Commits per second of `clients` concurrent clients, `each` requests each, for
-    overlapping future windows (some refused: refusals are recorded commits too)."""
+    overlapping future windows (some refused: refusals are recorded commits too); the
+    mean size of the commit groups they formed (issue 23: 8 clients no faster than one
+    would show here as groups smaller than 8) and the collector's pauses meanwhile (a
+    full pass over a large heap inside a run of 64 requests would show here)."""
     tag = f"{clients}-{time.perf_counter_ns()}"
 
     async def client(c: int) -> None:
@@ -114,9 +144,17 @@ async def creates(services: Services, pool: str, now: int, clients: int, each: i
                 request(pool, f"c{tag}-{c}-{r}", 1 + (c + r) % 3, start, 30)
             )
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in range(clients)))
-    return clients * each / (time.perf_counter() - t0)
+    batches = batches_run(services.ledger)
+    with GcPauses() as pauses:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        seconds = time.perf_counter() - t0
+    return {
+        "per_s": clients * each / seconds,
+        "batch_mean": clients * each / max(1, batches_run(services.ledger) - batches),
+        "gc_full_passes": pauses.passes[2],
+        "gc_ms": round(sum(pauses.ms), 1),
+    }
 
 
 async def double_bookings(ledger: Ledger) -> int:
@@ -155,9 +193,13 @@ async def run_backend(url: str, nodes: int, n_previews: int, each: int) -> dict[
             await services.ledger.rollup([pool])
             base.append((time.perf_counter() - t0) * 1000)
         bare = await bare_commits(services.ledger, now)
-        rates = {
-            c: await creates(services, pool, now, c, each if c > 1 else 4 * each) for c in CLIENTS
+        # At least 256 requests per client count (`each` per client with 32 clients): a
+        # run of 64 (8 clients x 8, as before issue 23) lasted 0.1-0.7 s, so one stall
+        # of the process on a shared machine halved it, or doubled the one-client rate.
+        runs = {
+            c: await creates(services, pool, now, c, max(each, 32 * each // c)) for c in CLIENTS
         }
+        rates = {c: run["per_s"] for c, run in runs.items()}
         doubles = await double_bookings(services.ledger)
     return {
         "nodes": nodes,
@@ -168,6 +210,9 @@ async def run_backend(url: str, nodes: int, n_previews: int, each: int) -> dict[
         "preview_p99_over_rollup_read": round(pct(lat, 0.99) / pct(base, 0.5), 1),
         "bare_commits_per_s": round(bare, 1),
         "create_per_s": {str(c): round(r, 1) for c, r in rates.items()},
+        "create_batch_mean": {str(c): round(run["batch_mean"], 1) for c, run in runs.items()},
+        "create_gc_ms": {str(c): run["gc_ms"] for c, run in runs.items()},
+        "create_gc_full_passes": {str(c): run["gc_full_passes"] for c, run in runs.items()},
         "create_32_over_bare": round(rates[32] / bare, 2),
         "double_bookings": doubles,
     }
@@ -209,12 +254,19 @@ async def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--scale", default="5000,10000", help="more fleet sizes for preview")
     parser.add_argument("--previews", type=int, default=300)
-    parser.add_argument("--each", type=int, default=8, help="requests per concurrent client")
+    parser.add_argument(
+        "--each",
+        type=int,
+        default=8,
+        help="requests per client with 32 clients (the others: as many in all)",
+    )
+    parser.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     sizes = [int(x) for x in args.scale.split(",") if x]
     backends: list[tuple[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        backends.append(("sqlite", lambda tag: _sqlite(tmp, tag)))
+        if args.sqlite:
+            backends.append(("sqlite", lambda tag: _sqlite(tmp, tag)))
         if await postgres_reachable():
             backends.append(("postgresql", lambda tag: postgres_database(tag)))
         results: dict[str, Any] = {}
@@ -234,6 +286,10 @@ async def main() -> int:
         )
         print(f"{backend}: preview p99 by fleet size: {growth}")
         print(f"{backend}: reservations.create per s by clients: {r['create_per_s']}")
+        print(
+            f"{backend}: commit group mean size {r['create_batch_mean']}, collector pauses"
+            f" (ms) {r['create_gc_ms']}, full passes {r['create_gc_full_passes']}"
+        )
         goals += [
             Goal(
                 f"{backend}: capacity.preview p99, {args.nodes:,} nodes half booked",

@@ -39,6 +39,7 @@ from coordinator.tasks.reservation_clock import ReservationClock
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
+from tests.simulation import reference_fit as fit
 from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic
 from tests.simulation.ledger_view import LedgerView, NodeRow, outbox_end, read_view
 
@@ -118,8 +119,8 @@ class MachineBase(RuleBasedStateMachine):
         self.outbox_seen = self.run(outbox_end(self.db))  # judge only the alerts after it
         self.outbox_ids: set[str] = set()
         self.at_risk: dict[str, bool] = {}
-        # The forms each booked atom's device had when it was booked (`ref.fits`).
-        self.booked_forms: ref.BookedForms = {}
+        # The forms each booked atom's device had when it was booked (`fit.fits`).
+        self.booked_forms: fit.BookedForms = {}
         self.bodies: dict[str, dict[str, Any]] = {}  # reservationId → its create's body
 
     # -- glue -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
 from coordinator.services.reservations import Created, Refused, resolve_start
 from tests.simulation import reference as ref
+from tests.simulation import reference_fit as fit
 from tests.simulation.base import (
     DEVICE_INDEX,
     MINUTE,
@@ -122,6 +123,26 @@ class BookingRules(MachineBase):
         if isinstance(dev, SimGpu | SimNic):
             self.run(self._book_forms(host, dev, count, spot=spot, later=later))
 
+    @precondition(lambda self: self.ready)
+    @rule(i=st.integers(0, 2) | st.integers(0, 9), count=st.integers(2, 3), spot=st.booleans())
+    def book_clique(self, i: int, count: int, spot: bool) -> None:
+        """An `nvlink-all` request pinned to one host's whole GPUs (those under bookings
+        first): on a chain of bridges a booked middle GPU leaves no pair, and three
+        GPUs are never one clique."""
+        host = self.host(i)
+        uuids = [g.uuid for g in host.gpus if g.present and g.mode == "whole"]
+        if len(uuids) < 2:
+            return
+        body = {
+            "tenantId": self.tenants[0],
+            "poolId": host.pool_id,
+            "duration": "1h",
+            "idempotencyKey": f"k{next(self.keys)}",
+            "devices": [{"class": "gpu", "count": count, "selector": {"gpuUuid": uuids}}],
+            "topology": "nvlink-all",
+        } | ({"spot": True} if spot else {})
+        self.run(self._create(body, f"clique of {count} on {host.links}"))
+
     async def _book_forms(
         self, host: SimHost, dev: SimGpu | SimNic, count: int, *, spot: bool, later: int | None
     ) -> None:
@@ -179,8 +200,11 @@ class BookingRules(MachineBase):
             self.models[victim.reservation_id].preempt_at = victim.preempt_at
         self.count(f"create booked: {shape}" + (" (preempting)" if out.victims else ""))
         view = await self.view()
-        self.booked_forms |= ref.forms_at_booking(view, res.reservation_id)
+        self.booked_forms |= fit.forms_at_booking(view, res.reservation_id)
         problems = ref.broken_promises(view, res.reservation_id)
+        problems += fit.unlinked(
+            view, fit.ask_of(body, now), ((a.node_id, a.atom_id) for a in res.atoms)
+        )
         problems += ref.overcommitted(view, res.reservation_id, now)
         problems += self._unbookable(view, res)
         problems += self._notices(out, now, noticed_before)
@@ -188,12 +212,18 @@ class BookingRules(MachineBase):
         self.fail(problems, f"create {body}")
 
     async def _judge_refusal(self, body: dict[str, Any], now: int, would: bool) -> None:
-        """A CAPACITY_NOT_AVAILABLE must be one the reference shares, and one preview did
-        not promise (nothing changed in between: a refusal changes nothing)."""
-        ask = ref.ask_of(body, now)
-        verdict = ref.fits(await self.view(), ask, self.racks, self.booked_forms)
-        self.count(f"refusal judged: {'not judged' if verdict is None else 'shared'}")
-        problems = [f"refused CAPACITY_NOT_AVAILABLE, but it fits: {ask}"] if verdict else []
+        """A CAPACITY_NOT_AVAILABLE must be one the reference shares — it fits neither
+        as the pool is nor with every spot holder preempted — and one preview did not
+        promise (nothing changed in between: a refusal changes nothing)."""
+        ask = fit.ask_of(body, now)
+        view = await self.view()
+        verdict = fit.verdict(view, ask, self.racks, self.booked_forms, now, NOTICE_MS)
+        self.count(f"refusal judged: {verdict}" + (" (nvlink)" if ask.nvlink else ""))
+        problems = (
+            [f"refused CAPACITY_NOT_AVAILABLE, but it {verdict}: {ask}"]
+            if verdict in (fit.FITS, fit.PREEMPTING)
+            else []
+        )
         if would:
             problems.append("refused CAPACITY_NOT_AVAILABLE, but preview said it fits")
         self.fail(problems, f"create {body}")
@@ -317,7 +347,7 @@ class BookingRules(MachineBase):
             )
             for iv in body["intervals"]
         ]
-        rooms = [ref.interval_room(view, tenant_id, pool_id, s, e) for s, e, _ in quarters]
+        rooms = [fit.interval_room(view, tenant_id, pool_id, s, e) for s, e, _ in quarters]
         self.fail(
             []
             if any(gb > room for (_, _, gb), room in zip(quarters, rooms, strict=True))
@@ -377,16 +407,21 @@ class BookingRules(MachineBase):
         self.count("released" if was_live else "release of an ended reservation")
 
     @precondition(lambda self: self.ready and bool(self.models))
-    @rule(i=st.integers(0, 99))
-    def release_and_rebook(self, i: int) -> None:
+    @rule(i=st.integers(0, 99), same_gpus=st.booleans())
+    def release_and_rebook(self, i: int, same_gpus: bool) -> None:
         """A tenant releases a reservation and at once asks for the same again (a new key,
-        from now): what the release freed counts as free at once, so a refusal of it is
-        judged like any other (issue 23, free counts kept over a reload)."""
+        the same start while it is still ahead, else from now) — with `same_gpus`, for the
+        very GPUs it held (a selector pins them): what the release freed counts as free
+        at once, so a refusal of it is judged like any other (issue 23, free counts kept
+        over a reload; a released booking that had not started is gone, not ended, so
+        its node's kept count is used as it stands)."""
         live = [m for m in self.models.values() if m.live(self.now, self.ticks)]
         m = pick(live or list(self.models.values()), i)
-        again = {
-            k: v for k, v in self.bodies[m.reservation_id].items() if k not in ("start", "wait")
-        }
+        body = self.bodies[m.reservation_id]
+        ahead = isinstance(body.get("start"), int) and body["start"] > self.now
+        again = {k: v for k, v in body.items() if k != "wait" and (k != "start" or ahead)}
+        if same_gpus:
+            again = _pinned_to_gpus(again, self.run(self.view()), m.atoms)
         self.run(self._release(m))
         self.run(self._create(again | {"idempotencyKey": f"k{next(self.keys)}"}, "rebooked"))
 
@@ -404,3 +439,16 @@ class BookingRules(MachineBase):
         self.run(self.res_clock.tick())
         self.ticks.append(self.now)
         self.count("clock advanced")
+
+
+def _pinned_to_gpus(
+    body: dict[str, Any], view: LedgerView, atoms: tuple[str, ...]
+) -> dict[str, Any]:
+    """`body` with each GPU device entry pinned to the GPUs of `atoms` (unchanged when
+    it asks for anything else)."""
+    found = [view.atoms[a].attrs.get("gpuUuid") if a in view.atoms else None for a in atoms]
+    entries = body.get("devices") or []
+    if not found or None in found or any(not str(d["class"]).startswith("gpu") for d in entries):
+        return body
+    pinned = [d | {"selector": {"gpuUuid": sorted(set(map(str, found)))}} for d in entries]
+    return body | {"devices": pinned}

@@ -28,6 +28,9 @@ from shared.wire import (
 )
 
 GpuMode = Literal["whole", "mig", "slot"]
+# The GPUs' NVLink bridges: every pair (`all`), or each to the next by index (`chain`:
+# 0–1–2 is two cliques, {0,1} and {1,2}, never one).
+Links = Literal["all", "chain"]
 Health = Literal["healthy", "degraded", "unhealthy", "unmonitored"]
 
 
@@ -39,6 +42,10 @@ class SimGpu:
     generation: int = 0  # bumped at every MIG re-partition: new instance UUIDs
     present: bool = True  # False: gone from the inventory (the agent lost it)
     health: Health = "healthy"
+
+
+def _gpu_pci(i: int) -> str:
+    return f"0000:{0x10 + i:02x}:00.0"
 
 
 def _mig(g: SimGpu, k: int) -> str:
@@ -71,9 +78,12 @@ class SimHost:
     provisioning: bool = False
     boot: int = 1
     seq: int = 0
+    links: Links = "all"
 
     @classmethod
-    def build(cls, node_id: str, pool_id: str, rack: str, gpus: int, nics: int) -> SimHost:
+    def build(
+        cls, node_id: str, pool_id: str, rack: str, gpus: int, nics: int, links: Links = "all"
+    ) -> SimHost:
         return cls(
             node_id=node_id,
             pool_id=pool_id,
@@ -81,7 +91,22 @@ class SimHost:
             gpus=[SimGpu(f"GPU-{node_id}-{i}") for i in range(gpus)],
             nics=[SimNic(f"0000:{0x40 + i:02x}:00.0") for i in range(nics)],
             disk=f"wwn-{node_id}",
+            links=links,
         )
+
+    def _linked(self, i: int, j: int) -> bool:
+        return i != j and (self.links == "all" or abs(i - j) == 1)
+
+    def _peers(self, i: int) -> tuple[str, ...]:
+        """The PCI addresses at the far end of GPU i's active links: present GPUs only (a
+        lost GPU's links are down)."""
+        return tuple(
+            _gpu_pci(j) for j, g in enumerate(self.gpus) if g.present and self._linked(i, j)
+        )
+
+    def _clique_label(self, i: int) -> str:
+        """The agent's label: a clique of the link matrix ({0,1}, {2,3}… on a chain)."""
+        return f"{self.node_id}:nvl" if self.links == "all" else f"{self.node_id}:nvl{i // 2}"
 
     def form(self, dev: SimGpu | SimNic) -> tuple[dict[str, object], int]:
         """A create's device entry for one of the device's current forms, pinned to it by
@@ -95,10 +120,10 @@ class SimHost:
     def atoms(self) -> list[Atom]:
         n = self.node_id
         out = [Atom(atom_id=f"{n}:node", cls="node")]
-        for g in self.gpus:
+        for i, g in enumerate(self.gpus):
             if not g.present:
                 continue
-            base = {"model": "H100", "gpuUuid": g.uuid, "nvlinkClique": f"{n}:nvl"}
+            base = {"model": "H100", "gpuUuid": g.uuid, "nvlinkClique": self._clique_label(i)}
             if g.mode == "whole":
                 out.append(
                     Atom(atom_id=f"{n}:gpu:{g.uuid}", cls="gpu", device_id=g.uuid, attrs=base)
@@ -170,7 +195,9 @@ class SimHost:
                 index=i,
                 name="H100",
                 memory_mib=81559,
-                pci_bus_id=f"0000:{0x10 + i:02x}:00.0",
+                pci_bus_id=_gpu_pci(i),
+                nvlink_peers=self._peers(i),
+                nvlink_clique=self._clique_label(i),
                 mig_enabled=g.mode == "mig",
                 mig_instances=tuple(
                     MigInstance(

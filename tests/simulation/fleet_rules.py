@@ -21,7 +21,7 @@ from tests.simulation.base import (
     device_id_of,
     pick,
 )
-from tests.simulation.fleet import Health, SimGpu, SimHost, SimNic
+from tests.simulation.fleet import Health, Links, SimGpu, SimHost, SimNic
 
 
 class FleetRules(MachineBase):
@@ -31,9 +31,12 @@ class FleetRules(MachineBase):
         rack=st.sampled_from(["r0", "r1"]),
         gpus=st.integers(1, 3),
         nics=st.integers(0, 1),
+        links=st.sampled_from(["chain", "all"]),
     )
-    def add_node(self, pool: int, rack: str, gpus: int, nics: int) -> None:
-        host = SimHost.build(f"{self.ns}-n{len(self.hosts)}", self.pools[pool], rack, gpus, nics)
+    def add_node(self, pool: int, rack: str, gpus: int, nics: int, links: Links) -> None:
+        host = SimHost.build(
+            f"{self.ns}-n{len(self.hosts)}", self.pools[pool], rack, gpus, nics, links
+        )
         self.run(self._register(host))
         self.count("node added")
 

@@ -24,6 +24,9 @@ class NodeRow:
     provisioning: bool
     scalars: dict[str, int]
     pending_pool: str | None  # a reported pool move held while bookings live
+    # The stored inventory's GPUs as (uuid, pciBusId, nvlinkPeers): the link matrix the
+    # reference reads NVLink cliques from on its own.
+    gpus: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class ScalarRow:
     amount: int
     start: int
     end: int
+    spot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,7 @@ async def read_view(
                 bool(row.provisioning),
                 {"vcpu": row.vcpu, "memoryGiB": row.memory_gib, "hugepages1Gi": row.hugepages_1gi},
                 row.pending_pool_id,
+                _gpus(row.inventory),
             )
             for row in node_rows
         }
@@ -156,6 +161,7 @@ async def read_view(
                 int(row.amount),
                 int(row.start),
                 int(row.end),
+                bool(row.spot),
             )
             for row in (
                 await conn.execute(
@@ -214,6 +220,15 @@ async def read_view(
             ).all()
         }
     return LedgerView(nodes, atoms, bookings, scalars, rollup, quotas, event_rows, stored)
+
+
+def _gpus(inventory: object) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    gpus = inventory.get("gpus") if isinstance(inventory, dict) else None
+    return tuple(
+        (str(g["uuid"]), str(g.get("pciBusId") or ""), tuple(g.get("nvlinkPeers") or ()))
+        for g in gpus or ()
+        if isinstance(g, dict) and g.get("uuid")
+    )
 
 
 async def read_outbox(db: Database, after: int) -> list[tuple[int, Alert]]:

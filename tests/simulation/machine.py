@@ -25,7 +25,7 @@ from tests.simulation.base import (
     MachineBase,
 )
 from tests.simulation.booking_rules import BookingRules
-from tests.simulation.fleet import SimHost
+from tests.simulation.fleet import Links, SimHost
 from tests.simulation.fleet_rules import FleetRules
 from tests.simulation.ledger_view import LedgerView, read_outbox
 
@@ -79,9 +79,12 @@ class LedgerMachine(FleetRules, BookingRules):
         if b_pool_memory is not None:
             await led.quotas.set(Quota(b, self.pools[0], "memoryGiB", b_pool_memory), now)
         # Every shape is bookable from the start: whole GPUs everywhere, a MIG-partitioned
-        # and a time-sliced GPU, a NIC with VFs and one without, two nodes in one rack.
+        # and a time-sliced GPU, a NIC with VFs and one without, two nodes in one rack;
+        # the second node's four GPUs bridged in a chain 0–1–2–3 (cliques of two only).
         for i, (pool, rack) in enumerate(((0, "r0"), (0, "r0"), (1, "r1"))):
-            host = SimHost.build(f"{self.ns}-n{i}", self.pools[pool], rack, 3 - pool, 1)
+            links: Links = "chain" if i == 1 else "all"
+            gpus = 4 if i == 1 else 3 - pool
+            host = SimHost.build(f"{self.ns}-n{i}", self.pools[pool], rack, gpus, 1, links)
             if i == 0:
                 host.gpus[-1].mode, host.gpus[-1].parts = "mig", 2
             if i == 1:

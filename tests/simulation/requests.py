@@ -17,8 +17,10 @@ QUARTER = 900_000
 # name → the body's shape-specific part, given a count (1..3).
 SHAPES: dict[str, Any] = {
     "gpu": lambda n: {"devices": [{"class": "gpu", "count": n}]},
+    # 2 or 3 GPUs in one clique: on a chain of bridges (`fleet.Links`) 0–1–2 has none of
+    # three, and 0 and 2 free around a booked 1 are no pair.
     "gpu-nvlink": lambda n: {
-        "devices": [{"class": "gpu", "count": min(n, 2)}],
+        "devices": [{"class": "gpu", "count": max(n, 2)}],
         "topology": "nvlink-all",
     },
     "mig": lambda n: {"devices": [{"class": "gpu.mig", "count": min(n, 2)}]},

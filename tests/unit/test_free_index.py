@@ -205,13 +205,3 @@ def test_irregular_nodes_are_counted_once_per_window_until_touched() -> None:
     counts.touch(["a"])
     list(counts.window(frozenset({"a", "b"}), 0, 10).candidates(_gpu_key(), _refusal, held, 1)[2])
     assert held.reads == {"a": 2, "b": 1}
-
-
-def test_the_oldest_window_is_forgotten_past_thirty_two() -> None:
-    counts = FreeCounts((), lambda n: ())
-    for start in range(32):
-        counts.counted_in(_gpu_key(), start, start + 1)["x"] = start
-    assert counts.counted_in(_gpu_key(), 0, 1) == {"x": 0}
-    counts.counted_in(_gpu_key(), 32, 33)
-    assert counts.counted_in(_gpu_key(), 1, 2) == {"x": 1}
-    assert counts.counted_in(_gpu_key(), 0, 1) == {}

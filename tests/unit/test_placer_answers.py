@@ -94,6 +94,19 @@ def test_entries_that_fit_alone_but_not_in_one_clique_say_so() -> None:
     )
 
 
+def test_an_nvlink_gpu_no_node_has_says_none_is_linked_and_free() -> None:
+    req = PlacementRequest(
+        devices=(DeviceRequest("gpu", 1, (("model", ("B200",)),)),), topology="nvlink-all"
+    )
+    failed = place(req, PoolSnapshot((node("a", gpus=2),)))
+    assert failed.reason == (
+        "no node can take the whole request: too few NVLink-connected free gpu on 1 node"
+    )
+    assert failed.shortfalls == (
+        Shortfall(0, "gpu", 1, 0, "at most 0 free NVLink-connected gpu matching on one node"),
+    )
+
+
 def test_a_gpu_and_a_vf_on_different_nodes_do_not_fit_together() -> None:
     vf = AtomSlot("v:nic.vf:1", "nic.vf", True, {"sriov": True}, "0000:40:00.0")
     with_vf = NodeSlot("v", READY, {}, "std", 1, (vf,), {"vcpu": 8, "memoryGiB": 64})

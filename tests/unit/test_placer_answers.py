@@ -275,3 +275,15 @@ def test_one_nvlink_entry_short_of_a_scalar_says_the_scalar() -> None:
     short = place(pair, PoolSnapshot((node("b", gpus=2),)))
     why = "at most 128 vcpu free on one node in the window, 200 asked"
     assert short.shortfalls == (Shortfall(0, "gpu", 1, 2, why), Shortfall(1, "gpu", 1, 2, why))
+
+
+def test_a_fit_counts_the_nodes_tried_and_turned_away_and_stops_at_the_limit() -> None:
+    a100 = (node("a", model="A100"), node("b", model="A100"))
+    snap = PoolSnapshot((*a100, node("h", model="H100")))
+    req = PlacementRequest(devices=(DeviceRequest("gpu", 1, (("model", ("H100",)),)),))
+    result = place(req, snap)
+    assert [c.node_id for c in result.candidates] == ["h"]
+    assert result.filtered == {"too few free matching gpu": 2}
+    many = PoolSnapshot(tuple(node(f"n{i:02}") for i in range(12)))
+    assert [c.node_id for c in place(gpus(1), many).candidates] == [f"n{i:02}" for i in range(10)]
+    assert [c.node_id for c in place(gpus(1), many, limit=2).candidates] == ["n00", "n01"]

@@ -101,21 +101,31 @@ def _maximal_cliques(peers: dict[int, set[int]]) -> list[list[int]]:
     return [c for c in cliques if not any(set(c) < set(d) for d in cliques)]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(peers=link_matrices(), data=st.data())
-def test_nvlink_picks_the_lowest_gpus_of_the_smallest_maximal_clique_that_holds_them(
+def test_nvlink_takes_the_smallest_maximal_clique_that_holds_it_noticing_fewest_spot(
     peers: dict[int, set[int]], data: st.DataObject
 ) -> None:
-    snap = PoolSnapshot((linked_node("n", peers),))
+    """Against every maximal clique by brute force: the clique that preempts the fewest
+    spot holders (one per held GPU), the smallest and lowest of equals, its free GPUs
+    first, lowest first."""
     count = data.draw(st.integers(2, len(peers)))
+    held = data.draw(st.sets(st.sampled_from(sorted(peers))))
+    snap = _spot(PoolSnapshot((linked_node("n", peers),)), {i: {f"s{i}"} for i in held})
     cliques = sorted(_maximal_cliques(peers), key=lambda c: (len(c), c))
-    result = place(ask("gpu", count, topology="nvlink-all"), snap)
-    holding = [c for c in cliques if len(c) >= count]
-    if holding:
+    ways = [
+        [i for i in c if i not in held] + [i for i in c if i in held]
+        for c in cliques
+        if len(c) >= count
+    ]
+    result = place(ask("gpu", count, topology="nvlink-all"), snap, ignore_spot=True)
+    if ways:
+        best = min(ways, key=lambda w: len(set(w[:count]) & held))[:count]
         assert result.fits
-        assert [a.atom_id for a in result.candidates[0].atoms] == [
-            f"n:gpu:{i}" for i in holding[0][:count]
-        ]
+        assert sorted(a.atom_id for a in result.candidates[0].atoms) == sorted(
+            f"n:gpu:{i}" for i in best
+        )
+        assert result.victims == {f"s{i}" for i in best if i in held}
     else:
         assert not result.fits
         assert result.shortfalls[0].available == max(len(c) for c in cliques)
@@ -204,6 +214,12 @@ def test_an_nvlink_pick_takes_the_clique_that_notices_fewest_first_of_equals() -
     assert _picked(one_held, pair) == (["n:gpu:2", "n:gpu:3"], frozenset())
     both_held = _spot(snap, {0: {"s1"}, 2: {"s2"}})
     assert _picked(both_held, pair) == (["n:gpu:0", "n:gpu:1"], frozenset({"s1"}))
+    # The one free linked pair is found wherever it sits: a chain 0-1-2, a ring 0-1-3-2.
+    chain = PoolSnapshot((linked_node("n", {0: {1}, 1: {0, 2}, 2: {1}}),))
+    assert _picked(_spot(chain, {0: {"s1"}}), pair) == (["n:gpu:1", "n:gpu:2"], frozenset())
+    ring = PoolSnapshot((linked_node("n", {0: {1, 2}, 1: {0, 3}, 2: {0, 3}, 3: {1, 2}}),))
+    ring_held = _spot(ring, {0: {"s1"}, 2: {"s2"}})
+    assert _picked(ring_held, pair) == (["n:gpu:1", "n:gpu:3"], frozenset())
 
 
 def _scalars(*held: tuple[int, str, bool]) -> PoolSnapshot:

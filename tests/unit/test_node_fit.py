@@ -11,7 +11,7 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.claims import Claim
+from coordinator.domain.claims import WHOLE_NODE, Claim
 from coordinator.domain.node_fit import free_among
 from coordinator.domain.placement_model import (
     AtomSlot,
@@ -272,3 +272,5 @@ def test_free_counts_take_every_hold_spot_ones_only_when_not_ignored() -> None:
     # A MIG instance booked takes itself, not its sibling, whatever their order.
     second = hold("n:gpu.mig:2.1", migs("n", 2, 2)[1].claim, "r")
     assert free_among(node, (second,), {"gpu.mig"}, False) == 1
+    # A booking of the whole node leaves nothing free.
+    assert free_among(node, (hold("n:node", WHOLE_NODE, "r"),), {"gpu", "gpu.mig"}, False) == 0

@@ -142,6 +142,12 @@ def test_an_entry_marked_any_stays_out_of_the_request_wide_clique() -> None:
     assert taken(snap, together) == set()
 
 
+def test_an_entry_of_its_own_two_nvlink_gpus_takes_a_linked_pair() -> None:
+    crossed = PoolSnapshot((linked_node("n", {0: {2}, 1: {3}, 2: {0}, 3: {1}}),))
+    entry = PlacementRequest(devices=(DeviceRequest("gpu", 2, topology="nvlink-all"),))
+    assert taken(crossed, entry) == {"n:gpu:0", "n:gpu:2"}
+
+
 def test_selectors_in_one_clique_skip_a_clique_that_cannot_hold_them_all() -> None:
     # Two cliques of three: 0-1-2 all model A, 3-4-5 two A and a B.
     models = "AAAAAB"

@@ -242,11 +242,38 @@ class Settings(SettingsModel, frozen=True):
             )
         ),
     ] = None
+    state_dir: Annotated[
+        Path,
+        Meta(description="where the agent keeps its state (systemd's `StateDirectory=`)"),
+    ] = Path("/var/lib/gpufleet-agent")
+    bookings_file: Annotated[
+        Path | None,
+        Meta(
+            description=(
+                "the node's bookings as last received, for `gpufleet-agent bookings`/`env`"
+                " and launchers (written atomically)"
+            )
+        ),
+        Option(default_doc="`bookings.json` in `state_dir`"),
+    ] = None
+    nfd_features_dir: Annotated[
+        Path | None,
+        Meta(
+            description=(
+                "write a Node Feature Discovery `local` feature file `gpufleet` here, e.g."
+                " `/etc/kubernetes/node-feature-discovery/features.d` (off when unset)"
+            )
+        ),
+    ] = None
     health: HealthSettings = msgspec.field(default_factory=HealthSettings)
 
     @property
     def sharing_rules(self) -> tuple[SharingRule, ...]:
         return tuple(s.rule() for s in self.sharing)
+
+    @property
+    def bookings_path(self) -> Path:
+        return self.bookings_file or self.state_dir / "bookings.json"
 
     @property
     def label_pairs(self) -> tuple[tuple[str, str], ...]:

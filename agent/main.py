@@ -18,19 +18,23 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent.bookings import BookingsKeeper
 from agent.config import Settings
+from agent.feature_file import FeatureFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, NvmlMissing, real_nvml
+from agent.owners import ProcOwners
 from agent.sim.faults import FaultFile
 from agent.sim.profile import HostProfile, ProfileError, load_profile
 from agent.sim.sysfs_tree import FaultedPorts, build_tree
+from agent.state import AgentState
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
 from shared.clock import Clock, SystemClock
@@ -53,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What NVML could not read is in the report itself (health, NVML line).
         logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
         return inventory_report.main(args[1:], os.environ)
+    if args[:1] in (["bookings"], ["env"]):
+        from agent import bookings_command  # one-shot: reads the state file, no NATS
+
+        return bookings_command.main(args, os.environ)
     try:
         settings = load(Settings, argv, os.environ)
     except ConfigError as exc:
@@ -90,12 +98,15 @@ def _host_sources(settings: Settings) -> Iterator[tuple[NvmlLike, HostProfile | 
     from agent.sim.nvml import SimulatedNvml  # only simulate mode needs it
 
     profile = load_profile(settings.simulate)
-    nvml = SimulatedNvml(profile, settings.node_id, FaultFile(settings.fault_file))
+    faults = FaultFile(settings.fault_file)
     if settings.sysfs_root != Path("/"):
-        yield nvml, profile, settings.sysfs_root
+        root = settings.sysfs_root
+        yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
         return
     with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
-        yield nvml, profile, build_tree(Path(tmp), profile)
+        root = build_tree(Path(tmp), profile)
+        # The workloads' /proc/<pid> entries go in the fake tree the agent reads.
+        yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
 
 
 async def run(
@@ -111,12 +122,23 @@ async def run(
     # The NVML-facing modules import pynvml at their top; only now may they be loaded.
     from agent.poller import Poller
     from agent.reader import NvmlReader
+    from agent.usage import UsageReader
     from agent.xid_watch import XidWatcher
 
     check_interval(settings.interval_s)
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     boot_id = agent_boot_id(settings.sysfs_root)
+    features = (
+        FeatureFile(settings.nfd_features_dir, settings.interval_s)
+        if settings.nfd_features_dir is not None
+        else None
+    )
+    bookings = BookingsKeeper(
+        settings.node_id,
+        settings.bookings_path,
+        on_change=(lambda b: features.on_bookings(b, clock.now_ms())) if features else None,
+    )
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
         servers=settings.nats_url,
@@ -129,6 +151,8 @@ async def run(
         clock=clock,
         creds=settings.nats_credentials,
         on_ready=lambda: _ready(notify_socket),
+        on_bookings=bookings.on_message,
+        bookings_etag=lambda: bookings.etag,
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)
@@ -166,6 +190,7 @@ async def run(
             offer_boot_disks=settings.offer_boot_disks,
             offer_management_nics=settings.offer_management_nics,
             release_file=settings.release_file,
+            usage=UsageReader(nvml, ProcOwners(root / "proc")),
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
@@ -177,12 +202,27 @@ async def run(
         )
         try:
             return await _supervise(
-                settings, poller, publisher, stop, install_signals, notify_socket
-            )
+                settings, poller, _sink(publisher, features, clock), publisher, stop,
+                install_signals, notify_socket,
+            )  # fmt: skip
         finally:
             await asyncio.to_thread(watcher.stop)
             reader.close()
             log.info("agent stopped")
+
+
+def _sink(
+    publisher: Publisher, features: FeatureFile | None, clock: Clock
+) -> Callable[[AgentState], None]:
+    """Where each poll's state goes: the publisher, and the NFD feature file when set."""
+    if features is None:
+        return publisher.update
+
+    def update(state: AgentState) -> None:
+        publisher.update(state)
+        features.on_state(state, clock.now_ms())
+
+    return update
 
 
 def _ready(notify_socket: str | None) -> None:
@@ -207,6 +247,7 @@ def _expected(settings: Settings, profile: HostProfile | None) -> dict[str, int]
 async def _supervise(
     settings: Settings,
     poller: Poller,
+    sink: Callable[[AgentState], None],
     publisher: Publisher,
     stop: asyncio.Event,
     install_signals: bool,
@@ -220,7 +261,7 @@ async def _supervise(
         loop.add_signal_handler(signal.SIGUSR1, poller.request_release)
         loop.add_signal_handler(signal.SIGUSR2, poller.request_resume)
     tasks = [
-        asyncio.create_task(poller.run(settings.interval_s, publisher.update), name="agent-poll"),
+        asyncio.create_task(poller.run(settings.interval_s, sink), name="agent-poll"),
         asyncio.create_task(publisher.run(), name="agent-publish"),
     ]
     stopper = asyncio.create_task(stop.wait(), name="agent-stop")

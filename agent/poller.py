@@ -1,5 +1,6 @@
 """The poll loop: every interval, read NVML and sysfs (on a worker thread, since NVML
-calls block), fold in XID events, evaluate health, build the inventory, hand it on.
+calls block), fold in XID events, evaluate health, build the inventory, read the GPUs'
+use (`agent.usage`), hand it on.
 
 NICs and disks are re-read every `host_every_s` (default 60 s), GPUs and NIC link
 states (`read_ports`) every poll. NVML's reading is reconciled with the PCI bus and the
@@ -30,6 +31,7 @@ from agent.presence import reconcile
 from agent.reader import NvmlReader
 from agent.readings import HostReading, NicReading, NvmlSnapshot
 from agent.state import AgentState
+from agent.usage import UsageReader
 from agent.xid_watch import XidWatcher
 from shared.clock import Clock
 from shared.wire import Inventory
@@ -55,6 +57,7 @@ class Poller:
         offer_boot_disks: bool = False,
         offer_management_nics: bool = False,
         release_file: Path | None = None,
+        usage: UsageReader | None = None,
     ) -> None:
         self._reader = reader
         self._read_host = read_host
@@ -73,6 +76,7 @@ class Poller:
         self._expected = dict(expected or {})
         self._offer = (offer_boot_disks, offer_management_nics)
         self._release_file = release_file
+        self._usage = usage
         self._release_asked = False
         self._released: str | None = None
         self._wake: asyncio.Event | None = None
@@ -139,8 +143,9 @@ class Poller:
         )
         devices = self._health.unhealthy_devices()
         inventory = msgspec.structs.replace(inventory, health=self._health.node, devices=devices)
+        use = () if self._usage is None else self._usage.read(shown.gpus, snap.error is None)
         self.polls += 1
-        return AgentState(inventory, self._health.node, devices, now)
+        return AgentState(inventory, self._health.node, devices, now, use)
 
     def _read_nvml(self) -> NvmlSnapshot:
         wanted = self._release_asked or (

@@ -1,10 +1,15 @@
-"""The agent's NATS side (the only module that imports nats): inventory and heartbeats.
+"""The agent's NATS side (the only module that imports nats): inventory, heartbeats, use.
 
 The poller hands over its latest `AgentState` with `update()`, which never blocks; this
 module's own task publishes it. Inventory goes out at start, whenever its hash changes,
 after every reconnect and when the coordinator asks on the inventory-request subject
 (answered on the reply subject too when the request has one). Heartbeats go out every
 interval on their own timer, and at once when health changes.
+
+Use rides in heartbeats as changes (`agent.use_changes`): each heartbeat carries what
+changed since the version the last one carried, within the heartbeat's byte budget;
+more than that goes first as a full `UseReport` on the use subject, as it does when the
+coordinator asks on the use-request subject (answered on the reply subject too).
 
 While NATS is away nothing is queued: only the latest state is kept, and the next
 connection gets that. Every network wait has a timeout. If polling stalls (NVML can
@@ -44,72 +49,20 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 
+from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
+from agent.use_changes import UseChanges, UseDelta
 from shared.clock import Clock
 from shared.credentials import CredentialsError, connect_options
 from shared.log_throttle import LogThrottle
 from shared.settings import ConfigError
 from shared.subjects import Subjects
-from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth
+from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth, UseReport
 
 log = logging.getLogger(__name__)
 
-# Floors of the link probe, for very short intervals: a loaded host must not take its
-# own slowness for a dead server and hop between servers.
-MIN_PROBE_EVERY_S = 0.25
-MIN_PROBE_TIMEOUT_S = 0.5
 # Seconds between two warnings of one kind of NATS error (the count keeps every one).
 WARN_EVERY_S = 10.0
-# Seconds between rounds of reconnect attempts once every server has failed once.
-RECONNECT_WAIT_S = 2.0
-
-
-@dataclass(frozen=True)
-class LinkTiming:
-    """How often the link is probed and how long an answer may take. The coordinator
-    marks a node unreachable after misses × interval of silence; a dead link is noticed
-    within probe_every_s + probe_timeout_s = 3/5 of a third of that window, and the rest
-    of the third is left for the reconnect and the heartbeat it sends at once."""
-
-    probe_every_s: float
-    probe_timeout_s: float
-
-    @classmethod
-    def for_window(cls, interval_s: float, misses: int) -> LinkTiming:
-        budget = misses * interval_s / 3
-        return cls(
-            probe_every_s=max(MIN_PROBE_EVERY_S, budget / 5),
-            probe_timeout_s=max(MIN_PROBE_TIMEOUT_S, 2 * budget / 5),
-        )
-
-
-class ServerRotation:
-    """nats-py's `reconnect_to_server_handler`: which server the next reconnect attempt
-    goes to, and after how long. Servers not yet tried since the link was lost come
-    first, in the pool's (shuffled) order, and the server just left comes last: a hung
-    one still accepts TCP connections and would cost a whole connect timeout. Once every
-    server has been tried, a new round starts after `wait_s`."""
-
-    def __init__(self, wait_s: float = RECONNECT_WAIT_S) -> None:
-        self.wait_s = wait_s
-        self.left = ""  # host:port of the server whose link was lost
-        self._tried: set[str] = set()
-
-    def connected(self, server: str) -> None:
-        """A link is up to `server`: if it is lost, that is the one left."""
-        self.left = server
-        self._tried.clear()
-
-    def __call__(self, servers: list[Any], server_info: dict[str, Any]) -> tuple[Any, float]:
-        names = [s.uri.netloc for s in servers]
-        delay = 0.0
-        if all(name in self._tried for name in names):
-            self._tried.clear()
-            delay = self.wait_s
-        untried = [i for i, name in enumerate(names) if name not in self._tried]
-        pick = next((i for i in untried if names[i] != self.left), untried[0])
-        self._tried.add(names[pick])
-        return servers[pick], delay
 
 
 def error_kind(exc: BaseException) -> str | None:
@@ -148,6 +101,8 @@ class PublisherStats:
     heartbeats: int = 0
     inventories: int = 0
     requests: int = 0
+    use_reports: int = 0  # full UseReports sent: asked for, or too large for a heartbeat
+    use_requests: int = 0
     failures: int = 0
     skipped_offline: int = 0
     reconnects: int = 0
@@ -176,6 +131,8 @@ class Publisher:
         creds: Path | None = None,
         timeout_s: float = 5.0,
         on_ready: Callable[[], None] | None = None,
+        on_bookings: Callable[[bytes], None] | None = None,
+        bookings_etag: Callable[[], str] = str,
     ) -> None:
         self._servers = [s.strip() for s in servers.split(",") if s.strip()]
         self._subjects = subjects
@@ -191,6 +148,9 @@ class Publisher:
         # Called once, after the first inventory is out: systemd's READY=1.
         self._on_ready = on_ready
         self._timeout_s = timeout_s
+        # The node's bookings (agent.bookings): handed each message; its etag echoed.
+        self._on_bookings = on_bookings
+        self._bookings_etag = bookings_etag
         self._nc: Client | None = None
         self._closing = False
         self._state: AgentState | None = None
@@ -200,10 +160,15 @@ class Publisher:
         self._last_health: tuple[NodeHealth, tuple[DeviceHealth, ...]] | None = None
         self._next_heartbeat = 0.0
         self._seq = 0
+        self._use = UseChanges()
         self.stats = PublisherStats()
         self.inv_subject = subjects.inventory(pool_id, node_id)
         self.hb_subject = subjects.heartbeat(pool_id, node_id)
         self.req_subject = subjects.inventory_request(pool_id, node_id)
+        self.use_subject = subjects.use(pool_id, node_id)
+        self.use_req_subject = subjects.use_request(pool_id, node_id)
+        # Any pool's: after a pool move the coordinator sends on the node's new pool.
+        self.bookings_subject = subjects.bookings("*", node_id)
 
     @property
     def connected(self) -> bool:
@@ -224,6 +189,7 @@ class Publisher:
     def update(self, state: AgentState) -> None:
         """Latest state wins; never blocks, whatever NATS is doing."""
         self._state = state
+        self._use.observe(state.use)
         self._wake.set()
 
     async def run(self) -> None:
@@ -251,6 +217,9 @@ class Publisher:
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)
+            await nc.subscribe(self.use_req_subject, cb=self._on_use_request)
+            if self._on_bookings is not None:
+                await nc.subscribe(self.bookings_subject, cb=self._on_bookings_msg)
             loops = [
                 asyncio.create_task(self._watch_link(nc), name="nats-link-probe"),
                 asyncio.create_task(self._publish_loop(), name="nats-publish"),
@@ -376,11 +345,16 @@ class Publisher:
             sent_at=self._clock.now_ms(),
             interval_ms=int(self._interval_s * 1000),
             bus_errors=self.stats.bus_errors,
+            bookings_etag=self._bookings_etag(),
             inventory_hash=state.inventory.inventory_hash,
             provisioning=state.inventory.provisioning,
             health=health,
             devices=devices,
         )
+        plan = self._use.plan(hb)
+        if plan.report is not None and not await self._send_use(plan.report):
+            plan = self._use.plan_without(hb)
+        hb = plan.heartbeat
         body = hb.to_json()
         if len(body) > MAX_HEARTBEAT_BYTES:
             # Only with very many broken devices; the first few still tell the story.
@@ -394,6 +368,26 @@ class Publisher:
             self._seq += 1
             self._last_health = (health, devices)
             self.stats.heartbeats += 1
+            if plan.inline is not None:
+                self._use.sent(plan.inline)
+
+    def _use_report(self, delta: UseDelta) -> bytes:
+        return UseReport(
+            node_id=self._node_id,
+            pool_id=self._pool_id,
+            boot_id=self._boot_id,
+            sent_at=self._clock.now_ms(),
+            use_version=delta.version,
+            devices=delta.devices,
+        ).to_json()
+
+    async def _send_use(self, delta: UseDelta) -> bool:
+        """Publish the whole use; once the server has it, heartbeats go on from it."""
+        if not await self._publish(self.use_subject, self._use_report(delta)):
+            return False
+        self._use.sent(delta)
+        self.stats.use_reports += 1
+        return True
 
     async def _publish(self, subject: str, body: bytes) -> bool:
         nc = self._nc
@@ -425,6 +419,20 @@ class Publisher:
                 await asyncio.wait_for(msg.respond(self._inventory_bytes(state)), self._timeout_s)
             except Exception as exc:
                 self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
+
+    async def _on_use_request(self, msg: Any) -> None:
+        self.stats.use_requests += 1
+        full = self._use.full()
+        if msg.reply:
+            try:
+                await asyncio.wait_for(msg.respond(self._use_report(full)), self._timeout_s)
+            except Exception as exc:
+                self._count("publish", "use reply failed: %s", exc or type(exc).__name__)
+        await self._send_use(full)
+
+    async def _on_bookings_msg(self, msg: Any) -> None:
+        if self._on_bookings is not None:
+            self._on_bookings(msg.data)
 
     async def _on_error(self, exc: Exception) -> None:
         kind = error_kind(exc)

@@ -8,19 +8,11 @@ device handle"), `NoPermission`, `FunctionNotFound` or anything else — is neve
 its last good reading is kept (or, before its first good read, a placeholder stands in
 for it) with `missing` set, and its counters say `unreadable`, so health holds it
 unhealthy. A GPU seen earlier that NVML no longer enumerates at all is kept the same way.
-
-NVLink is judged against the links the GPU should have, not only links seen to drop: on
-boards where every link is wired by design (SXM/HGX, a model in `SXM_NVLINKS` or named
-`SXM`) the expected count is NVML's `NVML_FI_DEV_NVLINK_LINK_COUNT`, else the model's
-count from `SXM_NVLINKS`, so a link already down when the agent starts, or every link
-down, is `nvlink_down`. Other cards (PCIe with bridges wire only some links) are judged
-against the links ever seen active. Either way a link going down shows as a health
-problem rather than as a smaller inventory.
+NVLink, NVSwitch and fabric state are read by `agent.links`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -30,7 +22,9 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from agent.links import LinkReader
 from agent.nvml import NvmlLike
+from agent.nvml_errors import GpuLost, describe, field_int, raise_if_lost
 from agent.readings import GpuCounters, GpuReading, MigReading, NvmlSnapshot
 from shared.ids import normalize_pci
 
@@ -41,25 +35,6 @@ _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z0-9.]+)?)", re.IGNORECASE)
 
 
 _ENABLED = int(pynvml.NVML_FEATURE_ENABLED)
-# NVLinks per GPU on boards that wire every link (HGX/DGX baseboards), by NVML name; the
-# fallback where the driver lacks NVML_FI_DEV_NVLINK_LINK_COUNT.
-SXM_NVLINKS: dict[str, int] = {
-    "Tesla V100-SXM2-16GB": 6,
-    "Tesla V100-SXM2-32GB": 6,
-    "NVIDIA A100-SXM4-40GB": 12,
-    "NVIDIA A100-SXM4-80GB": 12,
-    "NVIDIA H100 80GB HBM3": 18,
-    "NVIDIA H200": 18,
-    "NVIDIA B200": 18,
-}
-# NVSwitches on an 8-GPU HGX baseboard, by GPU model: every GPU has links to each.
-HGX_NVSWITCHES: dict[str, int] = {
-    "NVIDIA A100-SXM4-40GB": 6,
-    "NVIDIA A100-SXM4-80GB": 6,
-    "NVIDIA H100 80GB HBM3": 4,
-    "NVIDIA H200": 4,
-}
-_SWITCH = int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
 # Read in one nvmlDeviceGetFieldValues call; the first three apply to every GPU.
 _FIELDS: tuple[tuple[str, int], ...] = (
     ("pcie_replay", pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER),
@@ -70,10 +45,6 @@ _FIELDS: tuple[tuple[str, int], ...] = (
     ("replay", pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
     ("recovery", pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL),
 )
-
-
-class _GpuLost(Exception):
-    pass
 
 
 class _Unreadable(Exception):
@@ -118,25 +89,17 @@ class NvmlReader:
         each GPU of that model reaches); `inforom_every`: InfoROM validated every this
         many reads of a GPU."""
         self._nvml = nvml
-        self._nvlink_models = {**SXM_NVLINKS, **(nvlinks or {})}
-        self._switch_models = {**HGX_NVSWITCHES, **(nvswitches or {})}
+        self._links = LinkReader(nvml, nvlinks, nvswitches)
         self._started = False
         self._cpu_words = max(1, ((cpu_count or os.cpu_count() or 1) + 63) // 64)
         self._logged: set[str] = set()
         self._last_good: dict[int, GpuReading] = {}  # by index, this session only
         self._seen: dict[str, GpuReading] = {}  # by UUID, every GPU ever read
         self._generation = 0
-        self._links: dict[str, tuple[int, ...]] = {}
-        self._expected_links: dict[str, int | None] = {}  # None: judge by links seen active
-        self._ever_active: dict[str, set[int]] = {}
-        self._remotes: dict[str, dict[int, str]] = {}
-        self._remote_types: dict[str, dict[int, int]] = {}
-        self._switches_seen: dict[str, set[str]] = {}
         self._thresholds: dict[str, tuple[int | None, int | None]] = {}
         self._inforom_every = max(1, inforom_every)
         # By UUID: (reads since the last validation, its result, NVML session).
         self._inforom: dict[str, tuple[int, bool | None, int]] = {}
-        self._fabric_form = 0  # the newest fabric info form the driver answered (see below)
 
     @property
     def nvml(self) -> NvmlLike:
@@ -158,7 +121,7 @@ class NvmlReader:
         try:
             self._nvml.nvmlInit()
         except Exception as exc:  # any failure here means unmonitored, never a crash
-            return f"nvml init failed: {_describe(exc)}"
+            return f"nvml init failed: {describe(exc)}"
         self._started = True
         self._generation += 1
         self._last_good.clear()  # indices may have moved (a GPU fell off, the driver reloaded)
@@ -171,7 +134,7 @@ class NvmlReader:
         try:
             self._nvml.nvmlShutdown()
         except Exception as exc:
-            log.debug("nvmlShutdown failed: %s", _describe(exc))
+            log.debug("nvmlShutdown failed: %s", describe(exc))
 
     def read(self) -> NvmlSnapshot:
         error = self.start()
@@ -200,7 +163,7 @@ class NvmlReader:
         for index in range(count):
             try:
                 gpu, ctr = self._read_gpu(index, problems)
-            except _GpuLost:
+            except GpuLost:
                 lost.append(index)
                 unread.append((index, LOST))
                 continue
@@ -249,7 +212,7 @@ class NvmlReader:
     # -- one GPU ------------------------------------------------------------------------
 
     def _read_gpu(self, index: int, problems: list[str]) -> tuple[GpuReading, GpuCounters]:
-        """One GPU; raises _GpuLost or _Unreadable when NVML cannot identify it."""
+        """One GPU; raises GpuLost or _Unreadable when NVML cannot identify it."""
         n = self._nvml
         where = f"gpu {index}"
         handle = self._must(n.nvmlDeviceGetHandleByIndex, "handle", index)
@@ -267,9 +230,9 @@ class NvmlReader:
             problems, f"{where}: compute capability", n.nvmlDeviceGetCudaComputeCapability, handle
         )
         mig_enabled, migs, mig_pending = self._read_migs(handle, where, problems)
-        active, remotes, down = self._read_nvlinks(uuid, name, handle)
-        switches, gone = self._nvswitches(uuid, name, active)
-        clique, fabric, fabric_health = self._read_fabric(handle)
+        active, remotes, down = self._links.nvlinks(uuid, name, handle)
+        switches, gone = self._links.nvswitches(uuid, name, active)
+        clique, fabric, fabric_health = self._links.fabric(handle)
         gpu = GpuReading(
             index=index,
             uuid=uuid,
@@ -300,10 +263,10 @@ class NvmlReader:
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
-            raise _Unreadable(f"{what}: {_describe(exc)}") from exc
+            raise_if_lost(exc)
+            raise _Unreadable(f"{what}: {describe(exc)}") from exc
         except Exception as exc:  # a broken binding is a device we cannot see, not a crash
-            raise _Unreadable(f"{what}: {_describe(exc)}") from exc
+            raise _Unreadable(f"{what}: {describe(exc)}") from exc
 
     def _read_migs(
         self, handle: Any, where: str, problems: list[str]
@@ -320,7 +283,7 @@ class NvmlReader:
             try:
                 mh = n.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except pynvml.NVMLError as exc:
-                _raise_if_lost(exc)
+                raise_if_lost(exc)
                 continue  # empty slots answer NotFound: expected, not a problem
             at = f"{where} mig {slot}"
             uuid = self._get(problems, f"{at}: uuid", n.nvmlDeviceGetUUID, mh)
@@ -341,151 +304,6 @@ class NvmlReader:
                 )
             )
         return True, tuple(migs), pending
-
-    def _read_nvlinks(
-        self, uuid: str, name: str, handle: Any
-    ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]:
-        """(active links, remote PCI ids, down links)."""
-        n = self._nvml
-        links = self._links.get(uuid)
-        if links is None:
-            # Links are numbered from 0; the first link that is not supported ends the list.
-            found: list[int] = []
-            for link in range(int(pynvml.NVML_NVLINK_MAX_LINKS)):
-                try:
-                    n.nvmlDeviceGetNvLinkState(handle, link)
-                except pynvml.NVMLError as exc:
-                    _raise_if_lost(exc)
-                    break
-                found.append(link)
-            links = self._links[uuid] = tuple(found)
-            self._expected_links[uuid] = self._expected_nvlinks(name, handle)
-        active: list[int] = []
-        for link in links:
-            try:
-                if int(n.nvmlDeviceGetNvLinkState(handle, link)) == 1:
-                    active.append(link)
-            except pynvml.NVMLError as exc:
-                _raise_if_lost(exc)
-        ever = self._ever_active.setdefault(uuid, set())
-        remotes = self._remotes.setdefault(uuid, {})
-        kinds = self._remote_types.setdefault(uuid, {})
-        for link in active:
-            if link not in remotes:
-                try:
-                    pci = n.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
-                    remotes[link] = normalize_pci(pci.busId)
-                except pynvml.NVMLError as exc:
-                    _raise_if_lost(exc)
-            if link not in kinds:
-                try:
-                    kinds[link] = int(n.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
-                except pynvml.NVMLError as exc:
-                    _raise_if_lost(exc)
-                    kinds[link] = -1  # unknown: asked once, not every poll
-                except Exception:
-                    kinds[link] = -1
-        ever.update(active)
-        expected = self._expected_links.get(uuid)
-        wired = set(range(max(expected, len(links)))) if expected is not None else ever
-        down = tuple(sorted(wired - set(active)))
-        return tuple(active), tuple(sorted(set(remotes.values()))), down
-
-    def _nvswitches(
-        self, uuid: str, name: str, active: tuple[int, ...]
-    ) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
-        """((NVSwitches reached now, expected), switches reached before but not now), or
-        (None, ()) off an NVSwitch board. Expected: the HGX board's count for this model,
-        and never fewer than were ever reached, so a switch gone before the agent started
-        shows too."""
-        kinds = self._remote_types.get(uuid, {})
-        remotes = self._remotes.get(uuid, {})
-        now = {remotes[k] for k in active if kinds.get(k) == _SWITCH and k in remotes}
-        seen = self._switches_seen.setdefault(uuid, set())
-        seen.update(now)
-        if not seen:
-            return None, ()
-        expected = max(self._switch_models.get(name, 0), len(seen))
-        return (len(now), expected), tuple(sorted(seen - now))
-
-    def _expected_nvlinks(self, name: str, handle: Any) -> int | None:
-        """Links this GPU must have active; None where the board may leave links unwired."""
-        known = self._nvlink_models.get(name)
-        if known is None and "SXM" not in name:
-            return None
-        try:
-            (value,) = self._nvml.nvmlDeviceGetFieldValues(
-                handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT]
-            )
-            if int(value.nvmlReturn) == 0 and _field_int(value) > 0:
-                return _field_int(value)
-        except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
-        except Exception as exc:  # a broken binding: the model table still knows
-            log.debug("nvlink link count: %s", _describe(exc))
-        return known
-
-    def _read_fabric(
-        self, handle: Any
-    ) -> tuple[str | None, str | None, tuple[int, int | None] | None]:
-        """(fabric clique, problem, (healthMask, healthSummary)). HGX boards with NVSwitches
-        and NVLink-fabric systems (GH200/GB200 NVL) answer; on NVSwitch systems CUDA is
-        unusable until Fabric Manager has configured the fabric, so anything but
-        completed/success is a problem. The health mask needs the versioned call
-        (nvmlDeviceGetGpuFabricInfoV); older drivers answer only the plain one."""
-        info = self._fabric_info(handle)
-        if info is None:
-            return None, None, None  # no fabric on this board (PCIe cards, older drivers)
-        state = int(info.state)
-        if state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
-            return None, None, None
-        mask = getattr(info, "healthMask", None)
-        summary = getattr(info, "healthSummary", None)
-        health = None if mask is None else (int(mask), None if summary is None else int(summary))
-        if state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
-            words = {
-                pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not started",
-                pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS: "in progress",
-            }
-            return None, f"fabric manager: state {words.get(state, state)}", health
-        if int(info.status) != 0:
-            return None, f"fabric manager: status {_return_name(int(info.status))}", health
-        cluster = bytes(info.clusterUuid)
-        if not any(cluster):
-            return None, None, health
-        return f"{cluster.hex()}/{int(info.cliqueId)}", None, health
-
-    def _fabric_info(self, handle: Any) -> Any | None:
-        """The newest fabric info struct the driver fills, remembering which that was; a
-        binding or driver without a form (no such struct or function, a version it does
-        not know) moves on to the next older one."""
-        n = self._nvml
-        forms = (
-            ("c_nvmlGpuFabricInfo_v3_t", "nvmlDeviceGetGpuFabricInfoV"),
-            ("c_nvmlGpuFabricInfo_v2_t", "nvmlDeviceGetGpuFabricInfoV"),
-            ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo"),
-        )
-        older = (pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        for k in range(self._fabric_form, len(forms)):
-            make, call = getattr(pynvml, forms[k][0], None), getattr(n, forms[k][1], None)
-            if make is None or call is None:
-                continue
-            info = make()
-            try:
-                # A pointer, not byref: the same to the driver, and a simulated NVML reads
-                # the struct through the public `.contents`.
-                call(handle, ctypes.pointer(info))
-            except pynvml.NVMLError as exc:
-                _raise_if_lost(exc)
-                if exc.value in older:
-                    continue
-                return None  # not supported (no fabric on this board), or not now
-            except Exception as exc:  # a broken binding: try the older form
-                log.debug("fabric info %s: %s", forms[k][0], _describe(exc))
-                continue
-            self._fabric_form = k
-            return info
-        return None
 
     def _read_counters(self, index: int, uuid: str, handle: Any) -> GpuCounters:
         n = self._nvml
@@ -539,7 +357,7 @@ class NvmlReader:
         width = self._pair(
             p, n.nvmlDeviceGetCurrPcieLinkWidth, n.nvmlDeviceGetMaxPcieLinkWidth, handle
         )
-        fields = self._fields(handle, bool(self._links.get(uuid)))
+        fields = self._fields(handle, self._links.has_nvlink(uuid))
         hbm = fields.get("memory_temp")
         thermal = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
         thermal |= pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
@@ -582,7 +400,7 @@ class NvmlReader:
             self._nvml.nvmlDeviceValidateInforom(handle)
             found: bool | None = False
         except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
+            raise_if_lost(exc)
             found = True if exc.value == pynvml.NVML_ERROR_CORRUPTED_INFOROM else None
         except Exception:
             found = None
@@ -621,14 +439,14 @@ class NvmlReader:
         try:
             values = self._nvml.nvmlDeviceGetFieldValues(handle, list(wanted.values()))
         except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
+            raise_if_lost(exc)
             return {}
         except Exception:
             return {}
         out: dict[str, int] = {}
         for name, value in zip(wanted, values, strict=False):
             if int(value.nvmlReturn) == 0:
-                out[name] = _field_int(value)
+                out[name] = field_int(value)
         return out
 
     # -- guarding -------------------------------------------------------------------------
@@ -644,39 +462,14 @@ class NvmlReader:
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            _raise_if_lost(exc)
+            raise_if_lost(exc)
             if not quiet:
-                problems.append(f"{what}: {_describe(exc)}")
+                problems.append(f"{what}: {describe(exc)}")
         except Exception as exc:  # a broken binding must not take the agent down
-            problems.append(f"{what}: {_describe(exc)}")
+            problems.append(f"{what}: {describe(exc)}")
         return None
 
     def _note(self, problem: str) -> None:
         if problem not in self._logged:
             self._logged.add(problem)
             log.warning("nvml: %s", problem)
-
-
-def _field_int(value: Any) -> int:
-    kind = int(value.valueType)
-    v = value.value
-    by_type = {0: v.dVal, 1: v.uiVal, 2: v.ulVal, 3: v.ullVal, 4: v.sllVal, 5: v.siVal}
-    return int(by_type.get(kind, v.ullVal))
-
-
-def _return_name(code: int) -> str:
-    try:
-        return str(pynvml.NVMLError(code))
-    except Exception:
-        return str(code)
-
-
-def _raise_if_lost(exc: BaseException) -> None:
-    if getattr(exc, "value", None) == pynvml.NVML_ERROR_GPU_IS_LOST:
-        raise _GpuLost from exc
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, pynvml.NVMLError):
-        return f"{type(exc).__name__} ({exc})"
-    return f"{type(exc).__name__}: {exc}"

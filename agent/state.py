@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.wire import DeviceHealth, Inventory, NodeHealth
+from shared.wire import DeviceHealth, DeviceUse, Inventory, NodeHealth
 
 
 @dataclass(frozen=True)
@@ -13,3 +13,5 @@ class AgentState:
     health: NodeHealth
     devices: tuple[DeviceHealth, ...]
     polled_at: float  # monotonic seconds, so the publisher can tell a stalled poll
+    # The use of every GPU and MIG instance as read (`agent.usage`), not yet settled.
+    use: tuple[DeviceUse, ...] = ()

@@ -23,10 +23,13 @@ from coordinator.bus.ingest import Ingest
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
+from coordinator.domain.use_join import Policy
 from coordinator.ledger import Leadership, Ledger
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
+from coordinator.services.use_watch import UseWatch
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
@@ -35,6 +38,7 @@ from coordinator.tasks.shutdown import bounded
 from shared.clock import Clock, SystemClock
 from shared.settings import ConfigError
 from shared.subjects import Subjects
+from shared.wire import Heartbeat, Inventory, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class Coordinator:
     stream: AlertStream
     replica: str
     metrics_http: HttpServer | None = None
+    bookings: NodeBookingsBroadcast | None = None
+    use: UseWatch | None = None
 
     @property
     def url(self) -> str:
@@ -90,6 +96,25 @@ def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
 def _loopback(url: str) -> bool:
     hosts = [u.split("://", 1)[-1].rsplit("@", 1)[-1].rsplit(":", 1)[0] for u in url.split(",")]
     return all(h in ("127.0.0.1", "localhost", "[::1]", "::1") for h in hosts)
+
+
+@dataclass
+class WithBookings:
+    """The ingest sink: node watch first, then the bookings broadcast's etag check.
+    Not frozen: bench/ingest_bench.py wraps `on_heartbeat` to time each heartbeat."""
+
+    nodes: NodeWatch
+    bookings: NodeBookingsBroadcast
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        self.nodes.on_heartbeat(hb)
+        self.bookings.on_heartbeat(hb)
+
+    def on_inventory(self, inv: Inventory) -> None:
+        self.nodes.on_inventory(inv)
+
+    def on_use_report(self, report: UseReport) -> None:
+        self.nodes.on_use_report(report)
 
 
 async def bootstrap_operator(ledger: Ledger, key: str, now: int) -> None:
@@ -156,6 +181,20 @@ async def running_coordinator(
         stack.push_async_callback(bounded("leadership", leadership.close))
         # The service and ingest refer to each other only through the drop counter.
         ingest_ref: list[Ingest] = []
+
+        def reachable(node_id: str) -> bool:
+            node = tracker.nodes.get(node_id)
+            return node is not None and node.reachable
+
+        use_ms = int(settings.use_interval_s * 1000)
+        use = UseWatch(
+            ledger, subjects, clock, bus, alerts, reachable,
+            Policy(int(settings.idle_after_s * 1000), settings.idle_util_percent),
+            # Use older than a few passes (or a minute) is no longer what runs.
+            stale_ms=max(4 * use_ms, 60_000),
+            max_gap_ms=max(4 * use_ms, 60_000),
+            flush_ms=int(settings.use_flush_s * 1000),
+        )  # fmt: skip
         nodes = NodeWatch(
             ledger,
             tracker,
@@ -168,10 +207,12 @@ async def running_coordinator(
             is_leader=lambda: leadership.is_leader,
             backlog=bus.backlog,
             backlog_limit=settings.ingest_backlog_limit,
+            use=use,
         )
         behind_hook.append(nodes)
         limiter = RateLimiter(settings.ingest_node_rate, settings.ingest_node_burst)
-        ingest = Ingest(subjects, nodes, limiter)
+        bookings = NodeBookingsBroadcast(ledger, subjects, clock, bus)
+        ingest = Ingest(subjects, WithBookings(nodes, bookings), limiter)
         ingest_ref.append(ingest)
         await nodes.load()
         # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
@@ -191,6 +232,7 @@ async def running_coordinator(
         # warm when it takes over; only the leader writes what the heartbeats imply.
         await bus.subscribe_batched(subjects.all_heartbeats, ingest.on_message)
         await bus.subscribe_batched(subjects.all_inventories, ingest.on_message)
+        await bus.subscribe_batched(subjects.all_use, ingest.on_message)
         feed = AlertFeed()
         await bus.subscribe(subjects.all_alerts, feed_from_bus(feed.add))
 
@@ -219,6 +261,9 @@ async def running_coordinator(
             "flush-last-seen", settings.flush_interval_s, fenced(nodes.flush_last_seen), when=lead
         )
         loops.add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)
+        loops.add("node-bookings", 0.5, bookings.tick, when=lead)
+        loops.add("use-requests", 0.25, use.request_reports, when=lead)
+        loops.add("use", settings.use_interval_s, fenced(use.tick), when=lead)
 
         drift_total = [0]
 
@@ -266,6 +311,7 @@ async def running_coordinator(
                 outbox_oldest_age_s=alerts.oldest_age_s,
                 alert_publish_failures=lambda: alerts.failures,
                 fenced_refusals=lambda: leadership.fenced_refusals,
+                gpu_use=lambda: use.lines,
             )
         )
         services = Services(
@@ -276,6 +322,7 @@ async def running_coordinator(
             notice_ms=int(settings.notice_s * 1000),
             metrics=metrics,
             feed=feed,
+            use=use.book,
         )
         limits = HttpLimits(
             idle_timeout_s=settings.http_idle_timeout_s,
@@ -305,5 +352,5 @@ async def running_coordinator(
             log.info("metrics on http://%s:%d/metrics", settings.metrics_host, metrics_http.port)
         yield Coordinator(
             settings, ledger, bus, ingest, nodes, tracker, http, loops, leadership, alerts,
-            stream, replica, metrics_http,
+            stream, replica, metrics_http, bookings, use,
         )  # fmt: skip

@@ -252,6 +252,40 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     reservation_tick_s: Annotated[
         float, Meta(gt=0, le=60, description="seconds between reservation clock ticks")
     ] = 1.0
+    use_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=60,
+            description="seconds between passes that join GPU use with bookings and account it",
+        ),
+    ] = 5.0
+    use_flush_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=3600,
+            description=(
+                "seconds between writes of accrued GPU use to the ledger (a leader that"
+                " dies loses at most this much accounting; 0: every pass)"
+            ),
+        ),
+    ] = 60.0
+    idle_after_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=30 * 86400,
+            description=(
+                "seconds a live reservation's GPUs must be idle (no process, or SM"
+                " utilization under `idle_util_percent`) before `reservation.idle`"
+            ),
+        ),
+    ] = 1800.0
+    idle_util_percent: Annotated[
+        int,
+        Meta(ge=0, le=100, description="SM utilization (%) under which a GPU counts as idle"),
+    ] = 5
     notice_s: Annotated[
         float, Meta(ge=0, le=86400, description="notice a preempted spot reservation gets, seconds")
     ] = 120.0

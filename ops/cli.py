@@ -37,6 +37,7 @@ from ops.flags import parse_when
 from ops.forwarder.command import forward_cmd
 from ops.nats_auth import nats_auth_cmd
 from ops.session import Session
+from ops.slurm_command import slurm_group
 from shared.ids import CROCKFORD
 from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
 
@@ -178,16 +179,20 @@ def keys_cmd(session: Session, tenant: str | None, revoked: bool) -> None:
 @click.option("--to", metavar="TIME", help="window end (default: now)")
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
 @click.option("--project", metavar="PROJECT_ID")
+@click.option(
+    "--by-reservation", is_flag=True, help="one row per reservation (booked, used, weighted)"
+)
 @tenant_option
 @output_options
 @pass_session
 def usage_cmd(
     session: Session, from_: str | None, to: str | None, pool: str | None, project: str | None,
-    tenant: str | None,
+    by_reservation: bool, tenant: str | None,
 ) -> None:  # fmt: skip
     """GPU-hours (and MIG, slot, VF, disk, node, vCPU and GiB hours) per tenant, pool and
-    project, as the bookings ran; `-o csv` for billing."""
-    body: dict[str, Any] = {}
+    project, as the bookings ran, with the GPU classes' used and utilization-weighted
+    hours and efficiency (used / booked); `-o csv` for billing."""
+    body: dict[str, Any] = {"byReservation": True} if by_reservation else {}
     who = session.tenant(tenant, required=False)
     pool = views.pool_id(session, who, pool)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
@@ -223,6 +228,7 @@ def alerts_group() -> None:
 
 alerts_group.add_command(forward_cmd)
 cli.add_command(nats_auth_cmd)
+cli.add_command(slurm_group)
 
 
 @alerts_group.command("watch")

@@ -34,6 +34,7 @@ from typing import Any
 
 from ops.cli import new_key
 from ops.client import ApiClient, ApiError
+from ops.demo_use import IDLE_AFTER_S, add_faults, show_use
 from ops.embedded_nats import EmbeddedNats, free_port
 from ops.nats_auth import AuthBundle, build, write_bundle
 from ops.nats_users import COORDINATOR_USER, AgentNode, agent_user, bcrypt_hasher, reader_user
@@ -153,6 +154,7 @@ class Demo:
                 "--nats-url", self.nats.url,
                 "--nats-credentials", self.creds(COORDINATOR_USER),
                 "--http-port", str(port),
+                "--idle-after-s", str(IDLE_AFTER_S),
             ],
             env={"GPUFLEET_BOOTSTRAP_OPERATOR_KEY": operator_key},
         )  # fmt: skip
@@ -172,6 +174,7 @@ class Demo:
         self._write_auth([AgentNode(info["pools"][pool], node) for node, pool, _ in fleet])
         self.nats.reload()
         for node_id, pool_key, profile in fleet:
+            (self.state_dir / f"agent-{node_id}").mkdir(exist_ok=True)  # its bookings.json
             self._spawn(
                 f"agent-{node_id}",
                 [
@@ -185,6 +188,8 @@ class Demo:
                     "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
                     "--fault-file", str(self.fault_file(node_id)),
+                    # `gpufleet-agent env --state-dir <this> RSV_ID` reads it there.
+                    "--state-dir", str(self.state_dir / f"agent-{node_id}"),
                 ],
             )  # fmt: skip
         return info
@@ -201,13 +206,6 @@ class Demo:
 
     def fault_file(self, node_id: str) -> Path:
         return self.state_dir / f"faults-{node_id}.json"
-
-    def inject(self, node_id: str, faults: list[dict[str, Any]]) -> None:
-        """Fault injection into a running simulated agent (see docs/agent.md)."""
-        path = self.fault_file(node_id)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"faults": faults}))
-        tmp.replace(path)
 
     def _bootstrap(self, op: ApiClient, url: str, saved: dict[str, str]) -> dict[str, Any]:
         """Tenants, pools, the offer and keys: what a kept state dir has is reused."""
@@ -289,7 +287,8 @@ class Demo:
             },
         )
         lines.append(f"  booked {later['reservationId']}: 8 GPUs starting in 1h (reserved)")
-        self.inject("h100-b", [{"kind": "xid", "gpu": 3, "xid": 79}])
+        lines += show_use(acme, booking, pools, self.fault_file)
+        add_faults(self.fault_file("h100-b"), [{"kind": "xid", "gpu": 3, "xid": 79}])
         lines.append("  injected XID 79 (GPU fallen off the bus) into h100-b GPU 3")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

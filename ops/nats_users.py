@@ -1,8 +1,10 @@
 """NATS users and their permissions for a fleet, and their passwords.
 
 Each agent gets its own user, allowed to publish only its own heartbeat and inventory
-subjects and to subscribe only to its own inventory-request subject, so a compromised
-host cannot speak for another. The coordinator may read every heartbeat and inventory,
+subjects and to subscribe only to its own inventory-request subject and to its own
+node's bookings (in any pool, so a node moved between pools still hears them; another
+node's bookings name other tenants' reservations), so a compromised host cannot speak
+for another nor read what others hold. The coordinator may read every heartbeat and inventory,
 ask for inventories, publish and read alerts (its console feed) and use JetStream.
 Optional reader users (monitoring) may read alerts, live or from the JetStream stream
 through ephemeral consumers, and nothing else: they can neither create nor delete a
@@ -101,8 +103,13 @@ def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
         publish=(
             subjects.heartbeat(node.pool_id, node.node_id),
             subjects.inventory(node.pool_id, node.node_id),
+            subjects.use(node.pool_id, node.node_id),
         ),
-        subscribe=(subjects.inventory_request(node.pool_id, node.node_id),),
+        subscribe=(
+            subjects.inventory_request(node.pool_id, node.node_id),
+            subjects.use_request(node.pool_id, node.node_id),
+            subjects.bookings("*", node.node_id),
+        ),
         allow_responses=True,
     )
 
@@ -110,10 +117,17 @@ def agent_permissions(subjects: Subjects, node: AgentNode) -> Permissions:
 def coordinator_permissions(subjects: Subjects) -> Permissions:
     p = subjects.prefix
     return Permissions(
-        publish=(f"{p}.invreq.>", f"{p}.alert.>", "$JS.API.>"),
+        publish=(
+            f"{p}.invreq.>",
+            f"{p}.usereq.>",
+            f"{p}.bookings.>",
+            f"{p}.alert.>",
+            "$JS.API.>",
+        ),
         # Alerts: every replica's console feed listens to all of them, its own included.
         # JetStream API answers, and agents' inventory replies, arrive on its _INBOX.
-        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.alert.>", "_INBOX.>"),
+        # Use reports (SPEC §10) arrive on `use`; it asks for them on `usereq`.
+        subscribe=(f"{p}.hb.>", f"{p}.inv.>", f"{p}.use.>", f"{p}.alert.>", "_INBOX.>"),
     )
 
 

@@ -313,18 +313,48 @@ def usage(session: Session, body: dict[str, Any]) -> View:
         f"usage {format_time(data['from'], local)} → {format_time(data['to'], local)}"
         f" (as of {format_time(data['asOf'], local)}), unit-hours"
     ]
+    used = [
+        Column("usedHours", "USED", right=True), Column("weightedHours", "WEIGHTED", right=True),
+        Column("efficiency", "EFFICIENCY", right=True),
+    ]  # fmt: skip
     columns = [
         Column("tenantId", "TENANT"), Column("poolId", "POOL"), Column("projectId", "PROJECT"),
-        Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True),
+        Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
         Column("reservations", "RESERVATIONS", right=True),
     ]  # fmt: skip
-    totals = [{"resource": k, "hours": v} for k, v in data["totals"].items()]
-    total_cols = [Column("resource", "RESOURCE"), Column("hours", "TOTAL HOURS", right=True)]
-    return View(
-        data,
-        [
-            Section(total_cols, totals, title="totals:", empty="nothing ran in this window"),
-            Section(columns, data["rows"], title="by tenant, pool and project:"),
-        ],
-        lines,
-    )
+    totals = [
+        {"resource": k, "hours": v}
+        | _use_of(data.get("usedTotals", {}).get(k), data.get("weightedTotals", {}).get(k), v)
+        for k, v in data["totals"].items()
+    ]
+    total_cols = [Column("resource", "RESOURCE"), Column("hours", "TOTAL HOURS", right=True), *used]
+    sections = [
+        Section(total_cols, totals, title="totals:", empty="nothing ran in this window"),
+        Section(columns, data["rows"], title="by tenant, pool and project:"),
+    ]
+    if data.get("unbooked"):
+        free = [
+            Column("poolId", "POOL"), Column("usedHours", "USED GPU-HOURS", right=True),
+            Column("weightedHours", "WEIGHTED", right=True),
+        ]  # fmt: skip
+        sections.insert(1, Section(free, data["unbooked"], title="used with no booking:"))
+    if data.get("byReservation"):
+        per = [
+            Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
+            Column("poolId", "POOL"), Column("projectId", "PROJECT"),
+            Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
+        ]  # fmt: skip
+        # The last section is the CSV one: per reservation when asked for.
+        sections.append(Section(per, data["byReservation"], title="by reservation:"))
+    return View(data, sections, lines)
+
+
+def _use_of(used: float | None, weighted: float | None, booked: float) -> dict[str, Any]:
+    """A totals row's used, weighted and efficiency (GPU classes only)."""
+    if used is None:
+        return {}
+    return {
+        "usedHours": used,
+        "weightedHours": weighted,
+        "efficiency": round(used / booked, 4) if booked else None,
+    }

@@ -327,7 +327,8 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
 # one of these, and `coordinator.services.alerting` decides which are published (all).
 # The SPEC's kinds, plus the ends of the one-sided flags it names (`node.provisioned`,
 # `node.maintenanceEnded`), a node's first inventory (`node.registered`) and a device
-# that turned `degraded` (a warning, like `node.degraded`).
+# that turned `degraded` (a warning, like `node.degraded`). Promise against use (SPEC §10):
+# `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle` and its end `reservation.inUse`.
 AlertKind = Literal[
     "node.registered",
     "node.unreachable",
@@ -351,8 +352,19 @@ AlertKind = Literal[
     "reservation.notice",
     "reservation.atRisk",
     "reservation.recovered",
+    "gpu.unbookedUse",
+    "gpu.foreignUse",
+    "reservation.idle",
+    "reservation.inUse",
 ]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
+# The kinds the join of bookings and use produces (`coordinator.domain.use_join`).
+USE_KINDS: tuple[AlertKind, ...] = (
+    "gpu.unbookedUse",
+    "gpu.foreignUse",
+    "reservation.idle",
+    "reservation.inUse",
+)
 
 
 class Alert(Wire, frozen=True, kw_only=True):

@@ -12,6 +12,9 @@ PostgreSQL: `GPUFLEET_TEST_POSTGRES_URL` (default postgresql://postgres@127.0.0.
 names a database to connect to for creating the per-test databases. When
 `GPUFLEET_TEST_POSTGRES=required` (CI sets it), an unreachable server fails the run
 instead of skipping the PostgreSQL half.
+
+`slurm_cluster` is a real Slurm cluster on loopback (tests/slurm_cluster.py), not yet
+started.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pytest
 
 from coordinator.ledger import Ledger
 from ops.embedded_nats import EmbeddedNats
+from tests.slurm_cluster import SlurmCluster, require_slurm
 
 PG_ADMIN_URL = os.environ.get(
     "GPUFLEET_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -172,3 +176,17 @@ async def ledger(database_url: str) -> AsyncIterator[Ledger]:
         yield led
     finally:
         await led.close()
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
+    """A real Slurm cluster (munged, slurmctld, a slurmd per node), not yet started: the
+    test names files under its `dev_dir`, then calls `start(SlurmConfig(...))`. Stopped at
+    the end, its logs and config left in tmp_path/slurm. Skips without the tools or root
+    (fails under GPUFLEET_TEST_TOOLS=required)."""
+    require_slurm()
+    cluster = SlurmCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close(keep_logs=tmp_path / "slurm")

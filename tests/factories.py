@@ -11,6 +11,7 @@ import msgspec
 from shared.wire import (
     Atom,
     DeviceHealth,
+    DeviceUse,
     DiskInfo,
     GpuInfo,
     Heartbeat,
@@ -152,6 +153,9 @@ def make_heartbeat(
     inventory_hash: str | None = None,
     provisioning: bool = False,
     boot_id: str | None = None,
+    use: tuple[DeviceUse, ...] = (),
+    use_base: int = 0,
+    use_version: int = 0,
 ) -> Heartbeat:
     return Heartbeat(
         node_id=inv.node_id,
@@ -164,4 +168,7 @@ def make_heartbeat(
         provisioning=provisioning,
         health=NodeHealth(status=health),  # type: ignore[arg-type]
         devices=devices,
+        use=use,
+        use_base=use_base,
+        use_version=use_version,
     )

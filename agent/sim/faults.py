@@ -35,6 +35,10 @@ The file holds `{"faults": [...]}`; each entry is an object with a `kind`:
   wired to it (link % switches == 2) is inactive on every GPU;
 - `{"kind": "retired", "gpu": 0, "count": 61}` — pages retired for multiple single-bit
   errors (GPUs before Ampere; later ones remap rows instead);
+- `{"kind": "process", "pid": 4242, "gpus": [0, 1], "memory_mib": 20480, "env": {…},
+  "cgroup": "0::/…", "util": {"shape": "constant", "level": 80}}` — a workload: a compute
+  process on those GPUs (`mig`: on that MIG slot of each) with its environment, cgroup and
+  utilization curve (`agent.sim.workload` describes the fields and shapes);
 - `fabric` also takes `"mask"` (nvmlGpuFabricInfo's healthMask) and `"summary"`
   (healthSummary: 1 healthy, 2 unhealthy, 3 limited capacity).
 
@@ -52,6 +56,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+from agent.sim.workload import Workload, WorkloadError, parse_workload
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +89,9 @@ FaultKind = Literal[
     "hw_slowdown",
     "nvswitch_down",
     "retired",
+    "process",
 ]
-_NO_GPU = ("nvml_down", "fabric", "port_down", "nvswitch_down")
+_NO_GPU = ("nvml_down", "fabric", "port_down", "nvswitch_down", "process")
 _INT_FIELDS = (
     "gpu",
     "xid",
@@ -121,6 +128,7 @@ class Fault:
     switch: int | None = None
     mask: int | None = None
     summary: int | None = None
+    workload: Workload | None = None  # `process` entries
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,12 @@ def parse_faults(data: Any) -> Faults:
             if value is not None and not isinstance(value, str):
                 raise FaultError(f"faults[{i}].{field}: expected a string")
         kind = str(entry["kind"])
+        workload = None
+        if kind == "process":
+            try:
+                workload = parse_workload(entry, f"faults[{i}]")
+            except WorkloadError as exc:
+                raise FaultError(str(exc)) from None
         if kind not in _NO_GPU and entry.get("gpu") is None:
             raise FaultError(f"faults[{i}].gpu: required for {kind}")
         if kind == "xid" and entry.get("xid") is None:
@@ -192,6 +206,7 @@ def parse_faults(data: Any) -> Faults:
                 switch=entry.get("switch"),
                 mask=entry.get("mask"),
                 summary=entry.get("summary"),
+                workload=workload,
             )
         )
     return Faults(tuple(items))

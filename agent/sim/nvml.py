@@ -11,117 +11,68 @@ sets the GPU's recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) until a `re
 fault, the GPU being lost, or NVML going down clears it; and every NVML session after the
 driver went away makes the event sets of older sessions dead (they never deliver again).
 Fault `gpu` numbers are the profile's (physical) GPUs, not NVML indices, which move down
-when an earlier GPU is `absent`.
+when an earlier GPU is `absent`. The simulated parts and their handles are
+`agent.sim.devices`, XID delivery `agent.sim.events`, workloads `agent.sim.workload`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pynvml
 
-from agent.sim.faults import FaultFile, Faults
-from agent.sim.profile import GpuSpec, HostProfile
-from agent.xid import CATALOGUE
-
-# Memory a MIG instance reports on an 80 GB A100/H100, by profile name.
-_MIG_MEMORY_MIB = {
-    "1g.10gb": 9856,
-    "1g.20gb": 19968,
-    "2g.20gb": 19968,
-    "3g.40gb": 40192,
-    "4g.40gb": 40192,
-    "7g.80gb": 80896,
-}
-_MIG_CAPABLE = {(8, 0), (9, 0), (10, 0)}
-_MAX_MIG_DEVICES = 7
-_MAX_PCIE_GEN = {(9, 0): 5, (10, 0): 6}  # others: Gen4
-_RESET_CLASSES = ("reset", "reset_degraded", "recovery")
-_HBM = {(7, 0), (8, 0), (9, 0), (10, 0)}  # data-centre parts: HBM with its own sensor
-_IDLE_C = 45  # GPU and memory temperature of an idle simulated GPU
-_THRESHOLDS = {
-    pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
-    pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
-    pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 87,
-}
-_HBM_MAX_C = 95  # NVML_TEMPERATURE_THRESHOLD_MEM_MAX on HBM parts
-# healthMask of a healthy fabric: each 2-bit condition FALSE, configuration NONE.
-_HEALTHY_FABRIC_MASK = (
-    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
-    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY
-    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
-    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY
-    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION
+from agent.sim.devices import (
+    FABRIC_VERSIONS,
+    HBM,
+    HBM_MAX_C,
+    IDLE_C,
+    MAX_MIG_DEVICES,
+    MAX_PCIE_GEN,
+    MIG_CAPABLE,
+    MIG_MEMORY_MIB,
+    THRESHOLDS,
+    SimEventSet,
+    SimGpu,
+    SimMig,
+    fill_fabric,
+    nvml_bus_id,
+    nvml_error,
+    sim_uuid,
+    struct_of,
 )
-
-
-def _err(code: int) -> Exception:
-    return pynvml.NVMLError(code)  # type: ignore[no-any-return]
-
-
-def _uuid(prefix: str, seed: str) -> str:
-    h = hashlib.sha256(seed.encode()).hexdigest()
-    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def _nvml_bus_id(pci: str) -> bytes:
-    """NVML writes an 8-digit PCI domain; profiles use the 4-digit sysfs form."""
-    domain, rest = pci.split(":", 1)
-    return f"{int(domain, 16):08X}:{rest.upper()}".encode()
-
-
-@dataclass(frozen=True)
-class _Gpu:
-    spec: GpuSpec
-    uuid: str
-
-
-@dataclass(frozen=True)
-class _Mig:
-    gpu: _Gpu
-    slot: int
-    profile: str
-    uuid: str
-
-
-@dataclass(frozen=True)
-class _Event:
-    device: Any
-    eventType: int  # pynvml's field names
-    eventData: int
-    gpuInstanceId: int = 0
-    computeInstanceId: int = 0
-
-
-@dataclass
-class _EventSet:
-    generation: int
-    gpus: set[int] = field(default_factory=set)
+from agent.sim.events import XidDelivery
+from agent.sim.faults import FaultFile, Faults
+from agent.sim.profile import HostProfile
+from agent.sim.workload import MIB, Workload, Workloads, process_infos, utilization
 
 
 class SimulatedNvml:
-    def __init__(self, profile: HostProfile, node_id: str, faults: FaultFile | None = None):
+    def __init__(
+        self,
+        profile: HostProfile,
+        node_id: str,
+        faults: FaultFile | None = None,
+        proc_root: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        """`proc_root`: where the workloads' fake `/proc/<pid>` entries are kept (none
+        written without it); `clock`: seconds, for the workloads' utilization curves and
+        process sample time stamps."""
         self.profile = profile
         self._faults = faults or FaultFile(None)
+        self._work = Workloads(proc_root, clock)
         self._gpus = [
-            _Gpu(spec, _uuid("GPU", f"{node_id}/{profile.id}/{spec.index}"))
+            SimGpu(spec, sim_uuid("GPU", f"{node_id}/{profile.id}/{spec.index}"))
             for spec in profile.gpus
         ]
         self._initialised = 0
         self._generation = 0
         self._down_seen = False
         self._recovery: dict[int, int] = {}  # physical GPU -> pending recovery action
-        self._delivered: set[str] = set()
-        self._lock = threading.Lock()
+        self._xids = XidDelivery(self._gpus, self._recovery)
         self.calls = 0  # counted so tests and benchmarks can see the cost of a poll
 
     # -- helpers ----------------------------------------------------------------------------
@@ -135,27 +86,27 @@ class SimulatedNvml:
         if faults.has("nvml_down"):
             self._down_seen = True
             self._recovery.clear()  # a driver reload resets every GPU
-            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+            raise nvml_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         if self._initialised <= 0:
-            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
         return faults
 
-    def _gpu(self, handle: Any) -> _Gpu:
+    def _gpu(self, handle: Any) -> SimGpu:
         faults = self._ready()
-        gpu = handle.gpu if isinstance(handle, _Mig) else handle
-        if not isinstance(gpu, _Gpu):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = handle.gpu if isinstance(handle, SimMig) else handle
+        if not isinstance(gpu, SimGpu):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if faults.has("lost", gpu.spec.index):
             self._recovery.pop(gpu.spec.index, None)  # it comes back reset, or not at all
-            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
         return gpu
 
-    def _visible(self, faults: Faults) -> list[_Gpu]:
+    def _visible(self, faults: Faults) -> list[SimGpu]:
         return [g for g in self._gpus if not faults.has("absent", g.spec.index)]
 
-    def _whole(self, handle: Any) -> _Gpu:
-        if isinstance(handle, _Mig):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    def _whole(self, handle: Any) -> SimGpu:
+        if isinstance(handle, SimMig):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return self._gpu(handle)
 
     # -- system -----------------------------------------------------------------------------
@@ -164,7 +115,7 @@ class SimulatedNvml:
         self.calls += 1
         if self.faults().has("nvml_down"):
             self._down_seen = True
-            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+            raise nvml_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         if self._initialised <= 0 or self._down_seen:
             self._generation += 1
             self._initialised = 0
@@ -190,11 +141,11 @@ class SimulatedNvml:
         faults = self._ready()
         visible = self._visible(faults)
         if not 0 <= index < len(visible):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         gpu = visible[index]
         for fault in faults.on("handle_error", gpu.spec.index):
             code = getattr(pynvml, f"NVML_ERROR_{fault.error.upper()}", pynvml.NVML_ERROR_UNKNOWN)
-            raise _err(int(code))
+            raise nvml_error(int(code))
         return gpu
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
@@ -205,27 +156,28 @@ class SimulatedNvml:
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
         gpu = self._gpu(handle)
-        if isinstance(handle, _Mig):
+        if isinstance(handle, SimMig):
             return f"{gpu.spec.name} MIG {handle.profile}"
         return gpu.spec.name
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         gpu = self._gpu(handle)
-        return handle.uuid if isinstance(handle, _Mig) else gpu.uuid
+        return handle.uuid if isinstance(handle, SimMig) else gpu.uuid
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
         gpu = self._gpu(handle)
-        if isinstance(handle, _Mig):
-            mib = _MIG_MEMORY_MIB.get(handle.profile, 0)
+        if isinstance(handle, SimMig):
+            mib = MIG_MEMORY_MIB.get(handle.profile, 0)
         else:
             mib = gpu.spec.memory_mib
-        total = mib * 1024 * 1024
-        return pynvml.c_nvmlMemory_t(total=total, free=total, used=0)
+        total = mib * MIB
+        used = min(total, sum(w.memory_mib for w, _ in self._running(handle)) * MIB)
+        return pynvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
         gpu = self._whole(handle)
         info = pynvml.nvmlPciInfo_t()
-        info.busId = _nvml_bus_id(gpu.spec.pci_bus_id)
+        info.busId = nvml_bus_id(gpu.spec.pci_bus_id)
         return info
 
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
@@ -245,45 +197,73 @@ class SimulatedNvml:
 
     # -- MIG --------------------------------------------------------------------------------
 
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
-        gpu = self._whole(handle)
-        if gpu.spec.compute_capability not in _MIG_CAPABLE:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        gpu = self._whole(device)
+        if gpu.spec.compute_capability not in MIG_CAPABLE:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         mode = 1 if gpu.spec.mig_profiles else 0
         pending = 1 - mode if self.faults().has("mig_pending", gpu.spec.index) else mode
         return [mode, pending]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        gpu = self._whole(handle)
-        return _MAX_MIG_DEVICES if gpu.spec.compute_capability in _MIG_CAPABLE else 0
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        gpu = self._whole(device)
+        return MAX_MIG_DEVICES if gpu.spec.compute_capability in MIG_CAPABLE else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> Any:
+        gpu = self._whole(device)
         if not 0 <= index < len(gpu.spec.mig_profiles):
-            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         profile = gpu.spec.mig_profiles[index]
-        return _Mig(gpu, index, profile, _uuid("MIG", f"{gpu.uuid}/{index}"))
+        return SimMig(gpu, index, profile, sim_uuid("MIG", f"{gpu.uuid}/{index}"))
 
-    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
-        self._gpu(handle)
-        if not isinstance(handle, _Mig):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return handle.slot + 1
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, SimMig):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return device.slot + 1
 
-    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
-        self._gpu(handle)
-        if not isinstance(handle, _Mig):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        self._gpu(device)
+        if not isinstance(device, SimMig):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return 0
+
+    # -- use: processes and utilization (agent.sim.workload) -------------------------------
+
+    def _running(self, handle: Any) -> list[tuple[Workload, int]]:
+        gpu = self._gpu(handle)
+        work = [(f.key, f.workload) for f in self.faults().on("process") if f.workload]
+        slot = handle.slot if isinstance(handle, SimMig) else None
+        return self._work.running(work, gpu.spec, slot)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """pynvml's v3 call: friendly objects of `c_nvmlProcessInfo_v3_t`'s fields."""
+        gpu = self._gpu(handle)
+        return process_infos(self._running(handle), mig=bool(gpu.spec.mig_profiles))
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        """Not supported on MIG devices, nor on a GPU in MIG mode, as with the driver."""
+        if isinstance(handle, SimMig) or self._gpu(handle).spec.mig_profiles:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return utilization(self._running(handle))
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        """A sample per busy process, newer than `timeStamp` (µs); NotFound when none."""
+        if isinstance(handle, SimMig) or self._gpu(handle).spec.mig_profiles:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        found = self._work.samples(self._running(handle), timeStamp)
+        if not found:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return found
 
     # -- NVLink and fabric ------------------------------------------------------------------
 
-    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
+        gpu = self._whole(device)
         if gpu.spec.nvlink_links == 0:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if not 0 <= link < gpu.spec.nvlink_links:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         faults = self.faults()
         for fault in faults.on("nvlink_down", gpu.spec.index):
             if fault.link is None or fault.link == link:
@@ -295,88 +275,65 @@ class SimulatedNvml:
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
         if not self.nvmlDeviceGetNvLinkState(handle, link):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if self.profile.nvswitch_pci:
             return int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
         return int(pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
-        if not self.nvmlDeviceGetNvLinkState(handle, link):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> Any:
+        if not self.nvmlDeviceGetNvLinkState(device, link):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         switches = self.profile.nvswitch_pci
         info = pynvml.nvmlPciInfo_t()
-        info.busId = _nvml_bus_id(switches[link % len(switches)])
+        info.busId = nvml_bus_id(switches[link % len(switches)])
         return info
 
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, gpuFabricInfo: Any) -> int:
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
         """Hopper and later GPUs on an NVSwitch board report the Fabric Manager's state
         (completed/success once FM has run; no cluster UUID: not a multi-node fabric)."""
-        self._fabric(handle, _struct(gpuFabricInfo))
+        fill_fabric(struct_of(gpuFabricInfo), self._whole(device), self.profile, self.faults())
         return 0
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, gpuFabricInfo: Any) -> int:
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
         """The versioned call: a `c_nvmlGpuFabricInfo_v2_t` (adds healthMask) or `_v3_t`
         (adds healthSummary), told apart by its `version` field, like the driver."""
-        info = _struct(gpuFabricInfo)
-        version = getattr(info, "version", None)
-        if version not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
-            raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        gpu = self._fabric(handle, info)
-        info.healthMask = _HEALTHY_FABRIC_MASK
-        summary = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
-        for fault in self._fabric_faults(gpu):
-            info.healthMask = fault.mask if fault.mask is not None else info.healthMask
-            summary = fault.summary if fault.summary is not None else summary
-        if version == pynvml.nvmlGpuFabricInfo_v3:
-            info.healthSummary = summary
+        info = struct_of(gpuFabricInfo)
+        if getattr(info, "version", None) not in FABRIC_VERSIONS:
+            raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        fill_fabric(info, self._whole(device), self.profile, self.faults())
         return 0
-
-    def _fabric_faults(self, gpu: _Gpu) -> list[Any]:
-        return [f for f in self.faults().on("fabric") if f.gpu in (None, gpu.spec.index)]
-
-    def _fabric(self, handle: Any, info: Any) -> _Gpu:
-        gpu = self._whole(handle)
-        switched = gpu.spec.nvlink_links and self.profile.nvswitch_pci
-        if not switched or gpu.spec.compute_capability < (9, 0):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
-        info.status = 0
-        for fault in self._fabric_faults(gpu):
-            info.state = int(fault.state or 0)
-            info.status = fault.status
-        return gpu
 
     # -- InfoROM, ECC mode, temperatures ----------------------------------------------------
 
     def nvmlDeviceValidateInforom(self, handle: Any) -> None:
         gpu = self._whole(handle)
         if self.faults().has("inforom", gpu.spec.index):
-            raise _err(pynvml.NVML_ERROR_CORRUPTED_INFOROM)
+            raise nvml_error(pynvml.NVML_ERROR_CORRUPTED_INFOROM)
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
         gpu = self._whole(handle)
         pending = 0 if self.faults().has("ecc_pending", gpu.spec.index) else 1
         return [1, pending]
 
-    def _celsius(self, gpu: _Gpu, sensor: str) -> int:
+    def _celsius(self, gpu: SimGpu, sensor: str) -> int:
         found = [f.celsius for f in self.faults().on("temp", gpu.spec.index) if f.sensor == sensor]
-        return max(found, default=_IDLE_C)
+        return max(found, default=IDLE_C)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         gpu = self._whole(handle)
         if sensor != pynvml.NVML_TEMPERATURE_GPU:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._celsius(gpu, "gpu")
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
         gpu = self._whole(handle)
         if threshold == pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
-            if gpu.spec.compute_capability not in _HBM:
-                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return _HBM_MAX_C
-        if threshold not in _THRESHOLDS:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return _THRESHOLDS[threshold]
+            if gpu.spec.compute_capability not in HBM:
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return HBM_MAX_C
+        if threshold not in THRESHOLDS:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return THRESHOLDS[threshold]
 
     # -- health counters --------------------------------------------------------------------
 
@@ -393,13 +350,13 @@ class SimulatedNvml:
             return 0
         return sum(f.count for f in self.faults().on("dbe", gpu.spec.index))
 
-    def _has_remapping(self, gpu: _Gpu) -> bool:
+    def _has_remapping(self, gpu: SimGpu) -> bool:
         return gpu.spec.compute_capability >= (8, 0)
 
-    def nvmlDeviceGetRetiredPages(self, handle: Any, sourceFilter: int) -> list[int]:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+        gpu = self._whole(device)
         if self._has_remapping(gpu):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         faults = self.faults()
         if sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS:
             count = sum(f.count for f in faults.on("retired", gpu.spec.index))
@@ -408,16 +365,16 @@ class SimulatedNvml:
             return []
         return [0x1000 * (i + 1) for i, _ in enumerate(faults.on("dbe", gpu.spec.index))]
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any) -> int:
+        gpu = self._whole(device)
         if self._has_remapping(gpu):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(self.faults().has("retired_pending", gpu.spec.index))
 
-    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        gpu = self._whole(handle)
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+        gpu = self._whole(device)
         if not self._has_remapping(gpu):
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         faults = self.faults()
         pending = int(faults.has("remap_pending", gpu.spec.index))
         failure = int(faults.has("remap_failure", gpu.spec.index))
@@ -440,7 +397,7 @@ class SimulatedNvml:
 
     # -- PCIe and field values ---------------------------------------------------------------
 
-    def _pcie(self, gpu: _Gpu, attr: str) -> int | None:
+    def _pcie(self, gpu: SimGpu, attr: str) -> int | None:
         for fault in self.faults().on("pcie", gpu.spec.index):
             value = getattr(fault, attr)
             if value is not None:
@@ -448,7 +405,7 @@ class SimulatedNvml:
         return None
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
-        return _MAX_PCIE_GEN.get(self._whole(handle).spec.compute_capability, 4)
+        return MAX_PCIE_GEN.get(self._whole(handle).spec.compute_capability, 4)
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
         gen = self._pcie(self._whole(handle), "gen")
@@ -474,7 +431,7 @@ class SimulatedNvml:
             ),
             pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: self._recovery.get(n, 0),
         }
-        if gpu.spec.compute_capability in _HBM:
+        if gpu.spec.compute_capability in HBM:
             known[pynvml.NVML_FI_DEV_MEMORY_TEMP] = self._celsius(gpu, "hbm")
         if gpu.spec.nvlink_links:
             known[pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT] = gpu.spec.nvlink_links
@@ -503,65 +460,32 @@ class SimulatedNvml:
 
     def nvmlEventSetCreate(self) -> Any:
         self._ready()
-        return _EventSet(self._generation)
+        return SimEventSet(self._generation)
 
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
         gpu = self._whole(handle)
-        if not isinstance(eventSet, _EventSet) or eventSet.generation != self._generation:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not isinstance(eventSet, SimEventSet) or eventSet.generation != self._generation:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
-            with self._lock:
-                eventSet.gpus.add(gpu.spec.index)
+            self._xids.register(eventSet, gpu.spec.index)
 
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
-        if not isinstance(eventSet, _EventSet):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not isinstance(eventSet, SimEventSet):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         deadline = time.monotonic() + timeoutms / 1000
         while True:
-            event = self._next_xid(eventSet)
+            faults = self._ready()
+            # An event set made in an older NVML session is dead, like the driver's.
+            live = eventSet.generation == self._generation
+            event = self._xids.next(faults, eventSet) if live else None
             if event is not None:
                 return event
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _err(pynvml.NVML_ERROR_TIMEOUT)
+                raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
             # Without a fault file no event can come: sleep the whole wait, like the driver.
             time.sleep(min(left, 0.1) if self._faults.watching else left)
 
-    def _next_xid(self, eventSet: _EventSet) -> _Event | None:
-        faults = self._ready()
-        if eventSet.generation != self._generation:
-            return None  # made in an older NVML session: dead, like the driver's
-        with self._lock:
-            present = {f.key for f in faults.on("xid")}
-            self._delivered &= present  # a removed entry may fire again when re-added
-            for fault in faults.on("xid"):
-                if fault.key in self._delivered or fault.gpu not in eventSet.gpus:
-                    continue
-                if fault.gpu is None or not 0 <= fault.gpu < len(self._gpus):
-                    continue
-                self._delivered.add(fault.key)
-                cls = CATALOGUE.get(fault.xid, ("other", ""))[0]
-                if cls in _RESET_CLASSES:
-                    action = (
-                        pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT
-                        if fault.xid == 79
-                        else pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
-                    )
-                    self._recovery[fault.gpu] = max(self._recovery.get(fault.gpu, 0), action)
-                return _Event(
-                    device=self._gpus[fault.gpu],
-                    eventType=int(pynvml.nvmlEventTypeXidCriticalError),
-                    eventData=fault.xid,
-                )
-        return None
-
     def nvmlEventSetFree(self, eventSet: Any) -> None:
-        if isinstance(eventSet, _EventSet):
-            with self._lock:
-                eventSet.gpus.clear()
-
-
-def _struct(arg: Any) -> Any:
-    """The struct behind a `ctypes.pointer` argument (the reader passes one), or the
-    struct itself."""
-    return getattr(arg, "contents", arg)
+        if isinstance(eventSet, SimEventSet):
+            self._xids.free(eventSet)

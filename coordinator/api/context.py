@@ -10,6 +10,7 @@ from coordinator.api.alert_feed import AlertFeed
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
+from coordinator.domain.use_book import UseBook
 from coordinator.ledger import Ledger
 from coordinator.runtime.metrics import Metrics
 from coordinator.services.capacity_signal import CapacitySignal
@@ -35,6 +36,8 @@ class Services:
     notice_ms: int = 120_000
     metrics: Metrics = field(default_factory=Metrics)
     feed: AlertFeed = field(default_factory=AlertFeed)
+    # What each node's GPUs run (`services.use_watch`), for nodes.get and the console.
+    use: UseBook = field(default_factory=UseBook)
 
     @property
     def reservations(self) -> Reservations:

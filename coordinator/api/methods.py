@@ -3,7 +3,26 @@ the OpenAPI document and the docs table can be built without a server)."""
 
 from __future__ import annotations
 
-from coordinator.api import admin, capacity, intervals, nodes, pools, reservations, usage
+from coordinator.api import (
+    admin,
+    capacity,
+    hardware,
+    intervals,
+    nodes,
+    pools,
+    reservations,
+    usage,
+)
 from coordinator.api.registry import REGISTRY
 
-__all__ = ["REGISTRY", "admin", "capacity", "intervals", "nodes", "pools", "reservations", "usage"]
+__all__ = [
+    "REGISTRY",
+    "admin",
+    "capacity",
+    "hardware",
+    "intervals",
+    "nodes",
+    "pools",
+    "reservations",
+    "usage",
+]

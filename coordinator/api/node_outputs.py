@@ -10,7 +10,7 @@ from pydantic import Field
 
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.outputs import Cursor, ReservationId
-from coordinator.api.registry import ApiOutput
+from coordinator.api.registry import ApiOutput, optional
 from coordinator.domain.model import Bucket, NodeStatus
 from shared.wire import AtomClass, HealthStatus
 
@@ -97,9 +97,31 @@ class Holder(ApiOutput):
     until: EpochMs = Field(description="Until when.")
 
 
+class GpuUser(ApiOutput):
+    pid: int = Field(description="The process id on its host.")
+    owner: str = Field(description="Its reservation id, pod UID, job id, unit or container id.")
+    owner_kind: str = Field(description="reservation, pod, slurm, systemd, container or unknown.")
+
+
+class GpuUse(ApiOutput):
+    """What runs on a GPU or MIG instance, as its agent last reported it."""
+
+    in_use: bool = Field(description="A compute process runs on it.")
+    sm_util: int | None = Field(description="SM utilization, % (null: NVML cannot say).")
+    memory_used_mib: int | None = Field(description="Memory used, MiB (null: unknown).")
+    processes: int = Field(description="How many compute processes.")
+    users: list[GpuUser] = Field(
+        description="Its processes and owners (a tenant sees them on what it holds only)."
+    )
+    at: EpochMs = Field(description="When the coordinator last heard of it.")
+
+
 class HeldAtom(AtomOut):
     bucket: Bucket = Field(description="Its rollup bucket now.")
     held_by: Holder | OtherHolder | None = Field(description="Who holds it now (null: free).")
+    use: GpuUse | None = optional(
+        "GPU classes on a node whose agent reports use: what runs there now."
+    )
 
 
 class NodeDetail(_NodeBase):

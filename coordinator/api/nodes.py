@@ -17,6 +17,8 @@ from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Prebuilt, keys
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
+from coordinator.domain.use_book import NodeUse
+from coordinator.domain.use_join import GPU_CLASSES, unit_of
 from coordinator.errors import NotFound
 from shared.ids import NODE_ID_PATTERN
 from shared.wire import AtomClass, HealthStatus
@@ -115,6 +117,7 @@ _FLAGS, _RES = keys(out.NodeFlags), keys(out.NodeResources)
 _REACH, _HEALTH = keys(out.Reachable), keys(out.HealthFlag)
 _MAINT, _PROV = keys(out.MaintenanceFlag), keys(out.ProvisioningFlag)
 _HOLDER, _OTHER = keys(out.Holder), keys(out.OtherHolder)
+_USE, _USER = keys(out.GpuUse), keys(out.GpuUser)
 _PAGE = keys(out.NodePage)
 
 
@@ -187,16 +190,45 @@ def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
     }
 
 
+def _use(
+    use: NodeUse | None, unit: str, holder: dict[str, Any] | None, viewer: str | None
+) -> dict[str, Any] | None:
+    """What runs on a GPU unit now; a tenant sees who runs it only where it holds it."""
+    device = use.devices.get(unit) if use is not None else None
+    if use is None or device is None:
+        return None
+    shown = viewer is None or (holder is not None and _OTHER.other not in holder)
+    return {
+        _USE.in_use: bool(device.processes),
+        _USE.sm_util: device.sm_util,
+        _USE.memory_used_mib: device.memory_used_mib,
+        _USE.processes: len(device.processes),
+        _USE.users: [
+            {_USER.pid: p.pid, _USER.owner: p.owner, _USER.owner_kind: p.owner_kind}
+            for p in device.processes
+        ]
+        if shown
+        else [],
+        _USE.at: use.updated_at,
+    }
+
+
 def node_detail(
-    node: NodeRecord, holders: dict[str, Holder], viewer: str | None, *, operator: bool = False
+    node: NodeRecord,
+    holders: dict[str, Holder],
+    viewer: str | None,
+    *,
+    operator: bool = False,
+    use: NodeUse | None = None,
 ) -> dict[str, Any]:
-    """A node (`NodeDetail`) with, per atom, its rollup bucket and the reservation
-    holding it now."""
+    """A node (`NodeDetail`) with, per atom, its rollup bucket, the reservation holding
+    it now and, for GPU classes, what runs there (`use`: the node's last use report)."""
     atoms = []
     for rec in node.atoms:
         view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
                         cast(HealthStatus, rec.health))  # fmt: skip
-        atoms.append({
+        held = _holder(holders.get(rec.atom_id), viewer)
+        atom: dict[str, Any] = {
             _ATOM.atom_id: rec.atom_id,
             _ATOM.cls: rec.cls,
             _ATOM.device_id: rec.device_id,
@@ -204,8 +236,14 @@ def node_detail(
             _ATOM.health_reasons: list(rec.health_reasons),
             _ATOM.attrs: rec.attrs,
             _ATOM.bucket: atom_bucket(node.state, view),
-            _ATOM.held_by: _holder(holders.get(rec.atom_id), viewer),
-        })  # fmt: skip
+            _ATOM.held_by: held,
+        }
+        if rec.cls in GPU_CLASSES:
+            unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
+            now_use = _use(use, unit, held, viewer)
+            if now_use is not None:
+                atom[_ATOM.use] = now_use
+        atoms.append(atom)
     return _node(node, atoms, operator)
 
 
@@ -262,7 +300,10 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]
     (NOT_FOUND unless its pool is visible)."""
     node = await _visible_node(ctx, body.tenant_id, body.node_id)
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
-    detail = node_detail(node, holders, body.tenant_id, operator=ctx.principal.is_operator)
+    detail = node_detail(
+        node, holders, body.tenant_id, operator=ctx.principal.is_operator,
+        use=ctx.services.use.nodes.get(node.node_id),
+    )  # fmt: skip
     return Prebuilt(out.NodeDetail, detail)
 
 

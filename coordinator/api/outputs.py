@@ -255,8 +255,34 @@ class UsageRow(ApiOutput):
     pool_id: PoolId = Field(description="The pool.")
     project_id: ProjectId | None = Field(description="The project (null: none).")
     resource: str = Field(description="The resource.")
-    hours: float = Field(description="Unit-hours used in the window.")
+    hours: float = Field(description="Unit-hours booked (as the bookings ran) in the window.")
     reservations: int = Field(description="How many reservations contributed.")
+    used_hours: float | None = optional(
+        "Of those, unit-hours with a process on the device (GPU classes and whole nodes;"
+        " absent for other resources)."
+    )
+    weighted_hours: float | None = optional(
+        "Used unit-hours weighted by the device's utilization (absent as usedHours)."
+    )
+    efficiency: float | None = optional("usedHours / hours (absent as usedHours, or 0 booked).")
+
+
+class UsageReservationRow(ApiOutput):
+    reservation_id: ReservationId = Field(description="The reservation.")
+    tenant_id: TenantId = Field(description="Its tenant.")
+    pool_id: PoolId = Field(description="Its pool.")
+    project_id: ProjectId | None = Field(description="Its project (null: none).")
+    resource: str = Field(description="The class it booked (gpu, gpu.mig, gpu.slot, node).")
+    hours: float = Field(description="Unit-hours booked in the window.")
+    used_hours: float = Field(description="Unit-hours with a process on its devices.")
+    weighted_hours: float = Field(description="Used unit-hours weighted by utilization.")
+    efficiency: float | None = Field(description="usedHours / hours (null: 0 booked).")
+
+
+class UnbookedUseRow(ApiOutput):
+    pool_id: PoolId = Field(description="The pool.")
+    used_hours: float = Field(description="GPU-hours with a process that no booking covered.")
+    weighted_hours: float = Field(description="Those weighted by utilization.")
 
 
 class UsageReport(ApiOutput):
@@ -265,3 +291,17 @@ class UsageReport(ApiOutput):
     as_of: EpochMs = Field(description="Usage is counted up to here (now, or `to`).")
     rows: list[UsageRow] = Field(description="Unit-hours per tenant, pool, project, resource.")
     totals: dict[str, float] = Field(description="Unit-hours per resource over every row.")
+    used_totals: dict[str, float] = Field(
+        default_factory=dict, description="Used unit-hours per resource over every row."
+    )
+    weighted_totals: dict[str, float] = Field(
+        default_factory=dict, description="Utilization-weighted unit-hours per resource."
+    )
+    by_reservation: list[UsageReservationRow] = Field(
+        default_factory=list,
+        description="Per reservation and booked GPU class (with `byReservation`; else empty).",
+    )
+    unbooked: list[UnbookedUseRow] = Field(
+        default_factory=list,
+        description="Use no booking covered, per pool (every tenant's report only).",
+    )

@@ -1,4 +1,4 @@
-"""Heartbeat and inventory ingestion: size check, subject parse, decoding by the wire
+"""Heartbeat, inventory and use-report ingestion: size check, subject parse, decoding by the wire
 model itself (`shared.wire`, a msgspec decoder compiled once per kind), subject/payload
 agreement — then hand the value to a sink.
 
@@ -18,7 +18,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.msg import Msg
@@ -26,7 +26,13 @@ from nats.aio.msg import Msg
 from coordinator.domain.rate_limit import RateLimiter
 from shared.log_throttle import LogThrottle
 from shared.subjects import Subjects
-from shared.wire import MAX_HEARTBEAT_BYTES, MAX_INVENTORY_BYTES, Heartbeat, Inventory
+from shared.wire import (
+    MAX_HEARTBEAT_BYTES,
+    MAX_INVENTORY_BYTES,
+    Heartbeat,
+    Inventory,
+    UseReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +42,17 @@ class IngestSink(Protocol):
 
     def on_inventory(self, inv: Inventory) -> None: ...
 
+    def on_use_report(self, report: UseReport) -> None: ...
+
 
 _HEARTBEAT = msgspec.json.Decoder(Heartbeat)
 _INVENTORY = msgspec.json.Decoder(Inventory)
+_USE = msgspec.json.Decoder(UseReport)
+_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    "hb": _HEARTBEAT,
+    "inv": _INVENTORY,
+    "use": _USE,
+}
 
 # A subject parsed: (kind, pool id, node id); the payload's ids are checked against the
 # wire's patterns, and must equal these.
@@ -92,7 +106,7 @@ class Ingest:
 
     def handle(self, subject: str, data: bytes) -> None:
         parsed = self._parse(subject)
-        if parsed is None or parsed[0] not in ("hb", "inv"):
+        if parsed is None or parsed[0] not in _DECODERS:
             self.drop("bad_subject", subject)
             return
         kind, pool_id, node_id = parsed
@@ -103,9 +117,8 @@ class Ingest:
         if len(data) > limit:
             self.drop("too_large", subject, f"{len(data)} bytes")
             return
-        decoder = _HEARTBEAT if kind == "hb" else _INVENTORY
         try:
-            value: Heartbeat | Inventory = decoder.decode(data)
+            value: Heartbeat | Inventory | UseReport = _DECODERS[kind].decode(data)
         except msgspec.ValidationError as exc:
             self.drop("bad_schema", subject, str(exc))  # names the field: "at `$.seq`"
             return
@@ -118,6 +131,9 @@ class Ingest:
         if isinstance(value, Heartbeat):
             self.accepted["hb"] += 1
             self.sink.on_heartbeat(value)
-        else:
+        elif isinstance(value, Inventory):
             self.accepted["inv"] += 1
             self.sink.on_inventory(value)
+        else:
+            self.accepted["use"] += 1
+            self.sink.on_use_report(value)

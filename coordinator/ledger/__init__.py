@@ -18,6 +18,7 @@ from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.tenants import IssuedKey
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
+from coordinator.ledger.use import NodeEventRow
 
 __all__ = [
     "Booked",
@@ -30,6 +31,7 @@ __all__ = [
     "Leadership",
     "Ledger",
     "LedgerUnavailable",
+    "NodeEventRow",
     "NodePage",
     "NodeWriter",
     "NotLeader",

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from sqlalchemy import Row, select
 
 from coordinator.domain.model import AtomRecord, Holder, NodeEvent, NodeRecord, NodeState
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from shared.wire import Inventory
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +23,14 @@ class NodePage:
 
     nodes: list[NodeRecord]
     atom_counts: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """A node and its last full inventory (None: registered before they were kept)."""
+
+    node: NodeRecord
+    inventory: Inventory | None
 
 
 def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
@@ -112,6 +122,23 @@ class Catalog:
                 for node_id, cls, _health in result.all():
                     counts[node_id][cls] = counts[node_id].get(cls, 0) + 1
         return NodePage([_node(r) for r in rows], counts)
+
+    async def inventories(self, pool_id: str, after: str | None, limit: int) -> list[NodeInventory]:
+        """A page of a pool's nodes by nodeId, each with its last full inventory."""
+        n = schema.nodes.c
+        cond = n.pool_id == pool_id
+        if after:
+            cond = cond & (n.node_id > after)
+        columns = (*_NODE_COLUMNS, n.inventory)
+        query = select(*columns).where(cond).order_by(n.node_id).limit(limit)
+        async with self._db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            NodeInventory(
+                _node(r), msgspec.convert(r.inventory, Inventory) if r.inventory else None
+            )
+            for r in rows
+        ]
 
     async def holders(self, node_id: str, now: int) -> dict[str, Holder]:
         """atomId → the reservation holding it now (a booking running at `now`)."""

@@ -16,6 +16,7 @@ from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.node_bookings import NodeBookingRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
 from coordinator.ledger.pool_memory import PoolMemoryRisk
@@ -29,6 +30,7 @@ from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
 from coordinator.ledger.usage import UsageRepo
+from coordinator.ledger.use import UseRepo
 
 
 class Ledger:
@@ -46,9 +48,11 @@ class Ledger:
         self.intervals = IntervalRepo(db)
         self.listing = ReservationListing(db)
         self.usage = UsageRepo(db)
+        self.use = UseRepo(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)
+        self.node_bookings = NodeBookingRepo(db)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = "") -> Ledger:

@@ -311,6 +311,24 @@ pool_versions = Table(
 
 # Revision 0003: alerts written in the same transaction as the transition they report
 # (the outbox), published to JetStream by the leader and marked sent once acknowledged.
+# r0006: used and utilization-weighted unit-ms per hour, reservation ("" for use no
+# booking covered), node and unit (GPU or MIG UUID) (`coordinator.domain.use_accrual`).
+gpu_use = Table(
+    "gpu_use",
+    metadata,
+    Column("hour", BigInteger, primary_key=True),
+    Column("reservation_id", String(57), primary_key=True),
+    Column("node_id", String(128), primary_key=True),
+    Column("unit", String(128), primary_key=True),
+    Column("resource", String(16), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("project_id", String(56), nullable=True),
+    Column("used_ms", BigInteger, nullable=False),
+    Column("weighted_ms", BigInteger, nullable=False),
+    Index("ix_gpu_use_reservation", "reservation_id"),
+)
+
 alert_outbox = Table(
     "alert_outbox",
     metadata,

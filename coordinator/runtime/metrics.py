@@ -20,7 +20,7 @@ summing is then right without any dedup, and a new leader takes the fleet series
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
 from coordinator.domain.model import COUNT_COLUMNS, NODE_STATUSES, RollupRow
+from coordinator.domain.use_join import UnitLine
 from shared.wire import ALERT_KINDS
 
 # `*_created` series double every counter and histogram and say nothing a scraper needs.
@@ -108,6 +109,8 @@ class Sources:
     outbox_oldest_age_s: Callable[[], float] = lambda: 0.0
     alert_publish_failures: Callable[[], int] = lambda: 0
     fenced_refusals: Callable[[], int] = lambda: 0
+    # Each GPU or MIG unit as the last use pass saw it (`services.use_watch`).
+    gpu_use: Callable[[], Sequence[UnitLine]] = tuple
 
 
 def _census(census: Census) -> Iterable[Metric]:
@@ -163,6 +166,51 @@ def _census(census: Census) -> Iterable[Metric]:
     yield gpu
 
 
+def user_match(line: UnitLine, owner: str, kind: str) -> str:
+    """How a process's owner stands to the unit's holders: `holder` (its reservation
+    holds the unit), `foreign` (another reservation's), `unbooked` (nobody holds the
+    unit), `unknown` (a pod, job, unit or container: no reservation to compare)."""
+    if not line.holders:
+        return "unbooked"
+    if kind != "reservation":
+        return "unknown"
+    return "holder" if owner in line.holders else "foreign"
+
+
+def _use(lines: Sequence[UnitLine]) -> Iterable[Metric]:
+    """Per GPU (or MIG instance) UUID, joinable with dcgm-exporter's `UUID`."""
+    in_use = GaugeMetricFamily(
+        "gpufleet_gpu_in_use",
+        "1 while a compute process runs on the GPU or MIG instance (`UUID`), 0 when none",
+        labels=["UUID", "node", "pool"],
+    )
+    util = GaugeMetricFamily(
+        "gpufleet_gpu_utilization_ratio",
+        "SM utilization the agent last reported (0-1); absent where NVML cannot say",
+        labels=["UUID", "node", "pool"],
+    )
+    users = GaugeMetricFamily(
+        "gpufleet_gpu_user_info",
+        "Who holds and who uses a GPU (value 1): one series per owner of its processes"
+        " (`user` empty when none runs); `reservation` the holders, comma-separated",
+        labels=["UUID", "node", "pool", "reservation", "user", "user_kind", "match"],
+    )
+    for line in lines:
+        base = [line.uuid, line.node_id, line.pool_id]
+        in_use.add_metric(base, int(line.in_use))
+        if line.sm_util is not None:
+            util.add_metric(base, line.sm_util / 100)
+        holders = ",".join(line.holders)
+        owners = sorted(set(zip(line.users, line.owner_kinds, strict=True)))
+        if not owners:
+            users.add_metric([*base, holders, "", "", "idle"], 1)
+        for owner, kind in owners:
+            users.add_metric([*base, holders, owner, kind, user_match(line, owner, kind)], 1)
+    yield in_use
+    yield util
+    yield users
+
+
 def _buckets(ages: list[float]) -> list[tuple[str, float]]:
     out = [(str(float(le)), float(sum(1 for a in ages if a <= le))) for le in HEARTBEAT_AGE_BUCKETS]
     return [*out, ("+Inf", float(len(ages)))]
@@ -171,6 +219,7 @@ def _buckets(ages: list[float]) -> list[tuple[str, float]]:
 def _fleet(census: Census, s: Sources) -> Iterable[Metric]:
     """The leader's series: what the fleet is, not what this process did."""
     yield from _census(census)
+    yield from _use(s.gpu_use())
     ages = s.heartbeat_ages_s()
     yield GaugeHistogramMetricFamily(
         "gpufleet_heartbeat_age_seconds",

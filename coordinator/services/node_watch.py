@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
@@ -53,7 +53,7 @@ from coordinator.services.node_records import (
 from shared.clock import Clock
 from shared.log_throttle import LogThrottle
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, Inventory
+from shared.wire import Heartbeat, Inventory, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,14 @@ MAX_REQUEST_TABLE = MAX_UNKNOWN_PER_PASS + (
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class UseSink(Protocol):
+    """Where the use that heartbeats and reports carry goes (`services.use_watch`)."""
+
+    def on_heartbeat(self, hb: Heartbeat) -> None: ...
+
+    def on_report(self, report: UseReport) -> None: ...
 
 
 def _keep(pending: dict[K, V], taken: dict[K, V]) -> None:
@@ -93,7 +101,10 @@ class NodeWatch:
         is_leader: Callable[[], bool] = lambda: True,
         backlog: Callable[[], int] = lambda: 0,
         backlog_limit: int = 10_000,
+        use: UseSink | None = None,
     ) -> None:
+        # Use rides on heartbeats the tracker accepted, and reports of known nodes only.
+        self.use = use
         self.backlog = backlog
         self.backlog_limit = backlog_limit
         self._behind = False
@@ -148,7 +159,11 @@ class NodeWatch:
     def on_heartbeat(self, hb: Heartbeat) -> None:
         outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
         if outcome is APPLIED:
-            return  # the common case: only last-seen moved
+            # The common case: only last-seen moved (and, from agents that report it,
+            # what the GPUs run).
+            if hb.use_version and self.use is not None:
+                self.use.on_heartbeat(hb)
+            return
         if not outcome.known:
             self._note_unknown(hb)
             return
@@ -174,6 +189,20 @@ class NodeWatch:
             self._came_back[hb.node_id] = hb.pool_id
         if outcome.needs_inventory:
             self._note_unknown(hb)
+        elif hb.use_version and self.use is not None:
+            self.use.on_heartbeat(hb)
+
+    def on_use_report(self, report: UseReport) -> None:
+        subject = self.subjects.use(report.pool_id, report.node_id)
+        if self.use is None:
+            return
+        if report.node_id not in self.tracker.nodes:
+            self._drop("unknown_node", subject)
+            return
+        if self.tracker.is_rival(report.node_id, report.boot_id, self.clock.now_ms()):
+            self._drop("duplicate_id", subject)
+            return
+        self.use.on_report(report)
 
     def _note_unknown(self, hb: Heartbeat) -> None:
         if hb.node_id in self._unknown or len(self._unknown) < MAX_UNKNOWN_PER_PASS:

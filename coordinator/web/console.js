@@ -368,6 +368,8 @@ async function nodeView(view, nodeId) {
         h("dt", {}, "model"), h("dd", {}, a.attrs.model || "—"),
         h("dt", {}, "bucket"), h("dd", {}, badge(a.bucket)),
         h("dt", {}, "holder"), h("dd", {}, holderBadge(held)),
+        a.use ? [h("dt", {}, "use"), h("dd", { class: "use" }, useText(a.use))] : null,
+        a.use && a.use.users.length ? [h("dt", {}, "users"), h("dd", { class: "users" }, usersOf(a.use, held))] : null,
         later ? [h("dt", {}, "next"), h("dd", {}, badge(`${short(later.reservationId)} (${later.tenantId}) from ${time(later.start)}`, "next"))] : null,
         a.healthReasons.length ? [h("dt", {}, "reasons"), h("dd", {}, a.healthReasons.join("; "))] : null));
   }));
@@ -375,6 +377,23 @@ async function nodeView(view, nodeId) {
     h("h2", { id: "dev-title" }, `GPUs (${gpus.length})`), devices),
   nicCard(node.atoms.filter((a) => a.class === "nic.vf"), next),
   otherCard(node.atoms.filter((a) => !["gpu", "nic.vf", "node"].includes(a.class)), next));
+}
+
+// What runs on a GPU (issue 24): utilization, memory, how many processes.
+function useText(use) {
+  const util = use.smUtil === null ? "utilization unknown" : `${use.smUtil}% SM`;
+  const mem = use.memoryUsedMib === null ? "" : `, ${use.memoryUsedMib} MiB`;
+  return `${util}${mem}, ${use.processes} process${use.processes === 1 ? "" : "es"}`;
+}
+
+// Each process's owner, marked against the holder: its own reservation, another one,
+// or none holding the GPU.
+function usersOf(use, held) {
+  return use.users.flatMap((u) => {
+    const mine = held && !held.other && u.ownerKind === "reservation" && u.owner === held.reservationId;
+    const kind = !held ? "bad" : (u.ownerKind === "reservation" && !mine ? "bad" : "info");
+    return [badge(`${u.ownerKind} ${short(u.owner || "?")} (pid ${u.pid})`, kind), " "];
+  });
 }
 
 function holderBadge(held) {
@@ -536,7 +555,7 @@ async function pollAlerts() {
     const list = $("#alert-list");
     for (const a of data.alerts) {
       state.lastAlert = Math.max(state.lastAlert, a.seq);
-      const bad = /unhealthy|unreachable|atRisk|missing|unmonitored/.test(a.kind);
+      const bad = /unhealthy|unreachable|atRisk|missing|unmonitored|unbookedUse|foreignUse/.test(a.kind);
       list.prepend(h("li", { "data-kind": a.kind },
         h("time", { datetime: new Date(a.at).toISOString() }, time(a.at)),
         badge(a.kind, bad ? "bad" : "info"), " ",

@@ -41,6 +41,7 @@ CONDITIONS: dict[str, str] = {
     "node.maintenance": "info",
     "node.provisioning": "info",
     "reservation.atRisk": "warning",
+    "reservation.idle": "info",
 }
 # kind -> the condition kinds it ends.
 ENDS: dict[str, tuple[str, ...]] = {
@@ -50,6 +51,13 @@ ENDS: dict[str, tuple[str, ...]] = {
     "node.maintenanceEnded": ("node.maintenance",),
     "node.provisioned": ("node.provisioning",),
     "reservation.recovered": ("reservation.atRisk",),
+    "reservation.inUse": ("reservation.idle",),
+}
+# One-shot kinds more pressing than news (default `info`): a GPU used without, or
+# against, its booking.
+EVENT_SEVERITY: dict[str, str] = {
+    "gpu.unbookedUse": "warning",
+    "gpu.foreignUse": "warning",
 }
 
 
@@ -182,6 +190,7 @@ class Conditions:
                 fired = AmAlert(labels, annotations, state.firing.starts_ms, None)
             self._states[fired.key()] = _State(alert.at, fired.starts_ms, fired)
             return Outcome((fired,), (fired,), "firing")
-        labels = base | {"alertname": alert_name(alert.kind), "severity": "info"}
+        severity = EVENT_SEVERITY.get(alert.kind, "info")
+        labels = base | {"alertname": alert_name(alert.kind), "severity": severity}
         event = AmAlert(labels, annotations, alert.at, alert.at + self.event_ttl_ms)
         return Outcome((event,), (event,), "firing")

@@ -121,6 +121,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
                 "gpufleet_agent_interval_s": 0.5,
                 "gpufleet_agent_labels": {"rack": "r12", "zone": "lab"},
                 "gpufleet_agent_sharing": [{"gpus": [0, 1], "mode": "timeslice", "replicas": 2}],
+                "gpufleet_agent_nfd_features_dir": str(root / "nfd"),
             },
             auth / "passwords.json",
         )
@@ -166,7 +167,9 @@ def test_config_and_credentials_are_private_and_what_the_agent_reads(
     assert config["labels"] == {"rack": "r12", "zone": "lab"}
     creds = tomllib.loads((installed.etc / "agent-nats.creds").read_text())
     assert creds == {"user": agent_user(NODE), "password": installed.passwords[agent_user(NODE)]}
+    assert config["nfd_features_dir"] == str(installed.root / "nfd")
     unit = installed.unit.read_text()
+    assert f"ReadWritePaths=-{installed.root / 'nfd'}\n" in unit
     assert (
         f"ExecStart={installed.venv}/bin/gpufleet-agent --config {installed.etc}/agent.toml" in unit
     )
@@ -231,6 +234,9 @@ async def test_the_installed_agent_reports_through_its_own_nats_user(
         assert (inv.node_id, inv.labels["rack"], inv.labels["zone"]) == (NODE.node_id, "r12", "lab")
         # [[sharing]] from agent.toml: GPUs 0 and 1 as two time-slice slots each.
         assert sum(1 for a in inv.atoms if a.cls == "gpu.slot") == 4
+        # The NFD feature file, where the role's variable says.
+        features = (installed.root / "nfd" / "gpufleet").read_text()
+        assert f"gpufleet.io/pool={NODE.pool_id}\n" in features
     finally:
         err = b""
         if proc is not None:

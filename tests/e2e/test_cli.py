@@ -270,6 +270,11 @@ def test_version_completion_and_usage_csv(world: World) -> None:
         csv.DictReader(io.StringIO(piped(world, "usage", "-o", "csv", "--from", "-1d").out))
     )
     assert rows and rows[0]["resource"] == "gpu" and float(rows[0]["hours"]) > 0
+    # Beside the booked hours, the used ones and the efficiency (issue 24).
+    assert {"usedHours", "weightedHours", "efficiency"} <= set(rows[0])
+    per = piped(world, "usage", "-o", "csv", "--from", "-1d", "--by-reservation").out
+    booked = list(csv.DictReader(io.StringIO(per)))
+    assert booked and all(r["reservationId"].startswith("rsv_") for r in booked), per
 
 
 def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -> None:

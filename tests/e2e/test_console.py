@@ -9,6 +9,7 @@ Labels, keyboard use and contrast are checked. Screenshots go to tmp/artifacts/c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -19,10 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import nats
 import pytest
 
 from shared.ids import TENANT_ID_PATTERN
+from shared.subjects import Subjects
+from shared.wire import DeviceUse, ProcessUse, UseReport
 from tests.e2e.fleet_procs import Fleet, wait_for
+from tests.factories import make_inventory
 
 try:
     from selenium import webdriver
@@ -508,6 +513,64 @@ def test_console_operator_as_itself_tenant_and_phone_width(
         _shot(d, f"11-phone-{route.split('/')[1] or 'fleet'}")
         assert width <= 390, (route, width)
     _accessible(d)
+
+
+async def _publish(url: str, *messages: tuple[str, bytes]) -> None:
+    nc = await nats.connect(url)
+    try:
+        for subject, payload in messages:
+            await nc.publish(subject, payload)
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
+def test_console_shows_what_runs_on_each_gpu(fleet: World, browser: WebDriver) -> None:
+    """A host of its own (not the simulated agent, whose use would replace this) reports
+    a pod on one GPU nobody booked: its card says the utilization, memory and process,
+    and marks the pod's badge."""
+    procs, pool = fleet.procs, fleet.pool
+    op = procs.operator()
+    inv = make_inventory("use-host", pool, gpus=2)
+    busy = "GPU-use-host-0"
+    report = UseReport(
+        node_id="use-host", pool_id=pool, boot_id=inv.boot_id, sent_at=0, use_version=1,
+        devices=(
+            DeviceUse(
+                device_id=busy, sm_util=73, memory_used_mib=2048,
+                processes=(ProcessUse(pid=4242, owner="pod-abc", owner_kind="pod"),),
+            ),
+        ),
+    )  # fmt: skip
+    subjects = Subjects()
+    asyncio.run(_publish(procs.nats_url, (subjects.inventory(pool, "use-host"), inv.to_json())))
+
+    def registered() -> bool:
+        return bool(op.call("nodes.list", {"poolId": pool})["nodes"][1:])
+
+    wait_for(registered, what="the host registered")
+    asyncio.run(_publish(procs.nats_url, (subjects.use(pool, "use-host"), report.to_json())))
+
+    def reported() -> bool:
+        atoms = op.call("nodes.get", {"nodeId": "use-host"})["atoms"]
+        return any(a.get("use") for a in atoms)
+
+    wait_for(reported, what="its use recorded")
+    d = browser
+    d.get(procs.url + "/")
+    _sign_in(d, procs.operator_key, "operator")
+    _wait(d, f"a[href='#/pool/{pool}']")
+    d.get(f"{procs.url}/#/node/use-host")
+    card = f"#devices article[data-device='{busy}']"
+    use = _retry(lambda: _wait(d, f"{card} dd.use").text)
+    assert use == "73% SM, 2048 MiB, 1 process", use
+    users = _retry(lambda: _wait(d, f"{card} dd.users").text)
+    assert "pod pod-abc (pid 4242)" in users, users
+    assert not d.find_elements(
+        By.CSS_SELECTOR, "#devices article[data-device='GPU-use-host-1'] dd.use"
+    )
+    _accessible(d)
+    _shot(d, "12-gpu-use")
 
 
 def test_console_pages_load_nothing_from_elsewhere(fleet: World) -> None:

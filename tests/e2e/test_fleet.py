@@ -210,6 +210,12 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         assert "NVIDIA H100 80GB HBM3" in text and "total=16" in text
         # The demo books capacity and injects a fault; the table shows both.
         assert "4 NVLink-connected GPUs" in text
+        # Promise against use: a workload under its booking, a pod with none, an idle one.
+        assert re.search(
+            r"a workload runs under rsv_\w+ on h100-\w GPU \d: the ledger sees 85% SM", text
+        )
+        assert "with no booking: the coordinator says gpu.unbookedUse" in text, text
+        assert re.search(r"rsv_\w+ holds \S+ with nothing running: reservation.idle", text)
         assert "moved that GPU to the unhealthy bucket" in text
         assert "is at risk (unhealthy: h100-b:gpu:" in text  # the booking on that GPU
         # 16 GPUs, one unhealthy; 4 booked now and 8 from the next hour. The faulted GPU

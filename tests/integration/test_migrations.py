@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
+from coordinator.domain.use_accrual import AccrualKey, AccrualWho, Accrued
 from coordinator.ledger import Database, Ledger, migrations
 from coordinator.ledger import schema as ledger_schema
 from coordinator.ledger.migrations import (
@@ -448,7 +449,7 @@ async def test_0005_adds_memory_risk_and_shapes_to_a_filled_database_at_0004(
         async with db.read() as conn:
             before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
         monkeypatch.undo()
-        assert await db.migrate() == ["0005"]
+        assert await db.migrate() == CHAIN[CHAIN.index("0005") :]
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
         for table, added in (
@@ -469,5 +470,34 @@ async def test_0005_adds_memory_risk_and_shapes_to_a_filled_database_at_0004(
                 ledger_schema.nodes.update().values(shape_hold="held", accepted_shape={"gpu": 9})
             )
             await conn.execute(ledger_schema.interval_reservations.update().values(at_risk=None))
+    finally:
+        await db.dispose()
+
+
+async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Use accounting (issue 24): every row kept, `gpu_use` empty, and a bucket can be
+    added to in place (the use pass's upsert) on either database."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0005"))
+        assert (await db.migrate())[-1] == "0005"
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        monkeypatch.undo()
+        assert await db.migrate() == CHAIN[CHAIN.index("0006") :]
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+            assert (await conn.execute(ledger_schema.gpu_use.select())).all() == []
+        assert after == before
+        ledger = Ledger(db)
+        key = AccrualKey(0, "rsv_1", "n1", "GPU-1", "gpu")
+        for _ in range(2):
+            await ledger.use.record(
+                {key: Accrued(AccrualWho("acme", "p1", None), 1000, 500)}, [], []
+            )
+        (bucket,) = await ledger.use.buckets(0, 3_600_000)
+        assert (bucket.reservation_id, bucket.used_ms, bucket.weighted_ms) == ("rsv_1", 2000, 1000)
     finally:
         await db.dispose()

@@ -665,3 +665,57 @@ async def test_the_written_cluster_configs_form_a_jetstream_cluster(tmp_path: Pa
             assert {p.name for p in (tmp_path / "js").iterdir()} == set(ports)
         finally:
             await bus.close()
+
+
+async def test_an_agent_hears_its_own_nodes_bookings_in_any_pool_and_no_others(
+    secured: Secured,
+) -> None:
+    """Bookings name tenants and reservations: A's credentials subscribe to A's bookings
+    subject (in its pool and another, as after a pool move), never to B's nor to all."""
+    coordinator = await secured.connect("coordinator")
+    errors: list[str] = []
+    a = await secured.connect(agent_user(NODE_A), errors)
+    other_pool = new_pool_id()
+    try:
+        heard = Collector()
+        await a.subscribe(SUBJECTS.bookings("*", NODE_A.node_id), cb=heard.add)
+        await a.subscribe(SUBJECTS.bookings(POOL, NODE_B.node_id), cb=heard.add)
+        await a.subscribe(SUBJECTS.bookings("*", "*"), cb=heard.add)
+        await a.flush()
+        for subject in (
+            SUBJECTS.bookings(POOL, NODE_B.node_id),
+            SUBJECTS.bookings(POOL, NODE_A.node_id),
+            SUBJECTS.bookings(other_pool, NODE_A.node_id),
+        ):
+            await coordinator.publish(subject, b"{}")
+        await coordinator.flush()
+        own = {
+            SUBJECTS.bookings(POOL, NODE_A.node_id),
+            SUBJECTS.bookings(other_pool, NODE_A.node_id),
+        }
+
+        async def own_arrived() -> bool:
+            if not own <= set(heard.subjects):
+                # A refused subscription costs A an error; resend in case A was reconnecting.
+                for subject in own:
+                    await coordinator.publish(subject, b"{}")
+                await coordinator.flush()
+            return own <= set(heard.subjects)
+
+        await eventually(own_arrived)
+        assert set(heard.subjects) == own
+        assert denied(errors, "subscription") == lower(
+            SUBJECTS.bookings(POOL, NODE_B.node_id), SUBJECTS.bookings("*", "*")
+        )
+        # Nor may an agent send bookings to anyone, itself included.
+        await a.publish(SUBJECTS.bookings(POOL, NODE_A.node_id), b"{}")
+        await a.flush()
+        forged = SUBJECTS.bookings(POOL, NODE_A.node_id).lower()
+
+        async def refused() -> bool:
+            return forged in denied(errors, "publish")
+
+        await eventually(refused)
+    finally:
+        await a.close()
+        await coordinator.close()

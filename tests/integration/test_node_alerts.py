@@ -3,7 +3,8 @@
 the node's own transitions from inventories, heartbeats, silence and the operator's
 maintenance flag in the first test, those that need a live booking (a held pool move,
 a reconfigured device, a reservation at risk, recovered or noticed) in the second;
-between them, every kind in `shared.wire.AlertKind`."""
+between them, with `test_use_alerts.py` for the kinds of GPU use (`USE_KINDS`), every kind
+in `shared.wire.AlertKind`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from coordinator.app import Coordinator
 from shared.clock import FakeClock
 from shared.subjects import Subjects
-from shared.wire import ALERT_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
+from shared.wire import ALERT_KINDS, USE_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
 from tests.factories import backed, make_heartbeat, make_inventory
 from tests.integration.conftest import Api
 from tests.waiting import eventually
@@ -127,7 +128,7 @@ async def test_every_node_and_device_transition_reaches_a_nats_subscriber(
     await on.heartbeat(make_heartbeat(moved, 1, boot_id="boot-2"))
     await on.heartbeat(on.beat(moved), "node.duplicateId")
 
-    assert {a.kind for a in on.alerts} == set(ALERT_KINDS) - WITH_BOOKINGS
+    assert {a.kind for a in on.alerts} == set(ALERT_KINDS) - WITH_BOOKINGS - set(USE_KINDS)
     # One alert per recorded transition, in the order the ledger recorded them.
     events = await clocked.ledger.catalog.events("n1")
     assert [(e.kind, e.device_id, e.reason) for e in events] == [

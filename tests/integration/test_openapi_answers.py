@@ -123,6 +123,7 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.call("nodes.get", {"tenantId": "globex", "nodeId": "n0"}, globex)  # held: other
     await a.call("pools.unoffer", ref | {"offerTo": "globex"}, acme)
     await a.call("nodes.list", {"tenantId": "acme", "poolId": pool, "limit": 1}, acme)
+    await a.call("nodes.inventories", {"poolId": pool, "limit": 1})
     await a.call("nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "psu"})
     await a.call("nodes.events", {"tenantId": "acme", "nodeId": "n1"}, acme)
     await a.call("nodes.setExpectedShape", {"poolId": pool, "counts": {"gpu": 1}})

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 from nats.aio.client import Server
 
-from agent.publisher import LinkTiming, ServerRotation
+from agent.link_timing import LinkTiming, ServerRotation
 
 POOL = [Server(uri=urlparse(f"nats://10.0.0.{i}:4222")) for i in (1, 2, 3)]
 

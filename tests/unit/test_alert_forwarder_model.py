@@ -189,3 +189,25 @@ def test_ended_conditions_are_forgotten_once_no_replay_can_be_older() -> None:
         c.apply(_alert("node.registered", 9 * day + n))
     assert len(c) == 1
     assert _firing(c) == [("GpufleetEventNodeUnreachable", "still-down", 1000)]
+
+
+def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_event() -> None:
+    c = Conditions()
+    idle = msgspec.structs.replace(_alert("reservation.idle", 1000), reservation_id="rsv_1")
+    fired = c.apply(idle)
+    assert fired.alertmanager[0].labels["alertname"] == "GpufleetEventReservationIdle"
+    assert fired.alertmanager[0].labels["reservation"] == "rsv_1"
+    assert fired.alertmanager[0].ends_ms is None
+    busy = msgspec.structs.replace(_alert("reservation.inUse", 2000), reservation_id="rsv_1")
+    (resolved,) = c.apply(busy).alertmanager
+    assert (resolved.labels["alertname"], resolved.ends_ms) == (
+        "GpufleetEventReservationIdle",
+        2000,
+    )
+    for kind, name in (
+        ("gpu.unbookedUse", "GpufleetEventGpuUnbookedUse"),
+        ("gpu.foreignUse", "GpufleetEventGpuForeignUse"),
+    ):
+        (event,) = c.apply(_alert(kind, 3000)).alertmanager
+        assert (event.labels["alertname"], event.labels["severity"]) == (name, "warning")
+        assert event.ends_ms == 3000 + c.event_ttl_ms

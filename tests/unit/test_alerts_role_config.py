@@ -22,8 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "ansible" / "roles" / "gpufleet_coordinator"
 
 
-def render(tmp_path: Path, **overrides: object) -> Path:
-    """alerts.toml, alerts.env and alerts-nats.creds rendered into tmp_path/etc with the
+def render(
+    tmp_path: Path,
+    names: tuple[str, ...] = ("alerts.toml", "alerts.env", "alerts-nats.creds"),
+    **overrides: object,
+) -> Path:
+    """`names` (the forwarder's files by default) rendered into tmp_path/etc with the
     role's defaults and `overrides`."""
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -34,7 +38,7 @@ def render(tmp_path: Path, **overrides: object) -> Path:
         **overrides,
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    for name in ("alerts.toml", "alerts.env", "alerts-nats.creds"):
+    for name in names:
         result = subprocess.run(
             [
                 tool("ansible"), "localhost", "-c", "local", "-i", "localhost,",

@@ -60,13 +60,21 @@ def test_an_agent_may_publish_and_subscribe_only_its_own_subjects() -> None:
     s = Subjects("t")
     perms = users[agent_user(a)].permissions
     # The dotted node id is one subject token, as the agent publishes it.
-    assert perms.publish == (s.heartbeat(POOL, "gpu01.rack2"), s.inventory(POOL, "gpu01.rack2"))
+    node = "gpu01.rack2"
+    assert perms.publish == (s.heartbeat(POOL, node), s.inventory(POOL, node), s.use(POOL, node))
     assert perms.publish[0] == f"t.hb.{POOL}.gpu01%2Erack2"
-    assert perms.subscribe == (s.inventory_request(POOL, "gpu01.rack2"),)
-    assert not any("*" in p or ">" in p for p in perms.publish + perms.subscribe)
+    # Its own node's bookings in any pool (a pool move), and nothing else wildcarded.
+    assert perms.subscribe == (
+        s.inventory_request(POOL, node),
+        s.use_request(POOL, node),
+        "t.bookings.*.gpu01%2Erack2",
+    )
+    assert not any("*" in p or ">" in p for p in perms.publish + perms.subscribe[:2])
     assert perms.allow_responses
     coord = users["coordinator"].permissions
     assert "t.hb.>" in coord.subscribe and "t.invreq.>" in coord.publish
+    assert "t.use.>" in coord.subscribe and "t.usereq.>" in coord.publish
+    assert "t.bookings.>" in coord.publish
     assert "$JS.API.>" in coord.publish
     assert "t.alert.>" in coord.subscribe  # the console's feed
     conf = bundle.authorization

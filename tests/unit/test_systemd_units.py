@@ -20,6 +20,7 @@ UNITS = {
     "gpufleet-agent.service": "gpufleet_agent",
     "gpufleet-coordinator.service": "gpufleet_coordinator",
     "gpufleet-alerts.service": "gpufleet_coordinator",
+    "gpufleet-slurm-bridge.service": "gpufleet_coordinator",
 }
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(
@@ -113,7 +114,9 @@ def test_both_units_notify_restart_and_are_hardened(name: str) -> None:
     assert one["Restart"] == "on-failure"
     assert one["NoNewPrivileges"] == "yes"
     assert one["ProtectSystem"] == "strict"
-    assert one["CapabilityBoundingSet"] == ""
+    # The agent reads other processes' environment (GPU owners); nothing else.
+    caps = {"gpufleet-agent.service": "CAP_SYS_PTRACE"}.get(name, "")
+    assert one["CapabilityBoundingSet"] == caps and one["AmbientCapabilities"] == caps
     assert one["ProtectHome"] == "yes"
     assert one["PrivateTmp"] == "yes"
     assert "@system-service" in values(text, "SystemCallFilter")

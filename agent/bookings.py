@@ -1,0 +1,145 @@
+"""The bookings on this node, as the coordinator last told them (`NodeBookings` on
+`Subjects.bookings`), and the state file that hands them to the CLI and to launchers.
+
+`BookingsKeeper.on_message` takes a message off the bus: one that is not a valid
+`NodeBookings`, or that names another node, is ignored and counted; a valid one
+replaces what was held, and the keeper's `etag` (which the heartbeat echoes) moves to
+it. The state file is written atomically (a temporary file in the same directory,
+flushed to disk, then renamed over the old one) whenever the etag changes, so a reader
+sees the old list or the new one, never half of either; it is the message as received.
+Its mode follows its directory's: readable by the group (launchers: a Slurm prolog, a
+device plugin) when the group may enter the directory (systemd's
+`StateDirectoryMode=0750`), never writable by anyone else.
+The file is written only into a directory that exists (systemd's `StateDirectory=`
+makes `/var/lib/gpufleet-agent`): an agent run by hand, or by tests, leaves the host's
+`/var/lib` alone and says so once. A file that cannot be written is logged (throttled)
+and counted; the etag is still echoed, since the coordinator has nothing to re-send.
+
+Also `read_state`: what `gpufleet-agent bookings` / `env` (and anything else on the
+host) read, with clear errors for a missing or unreadable file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from shared.log_throttle import LogThrottle
+from shared.wire import NodeBookings
+
+log = logging.getLogger(__name__)
+
+_DECODER = msgspec.json.Decoder(NodeBookings)
+
+
+class BookingsError(ValueError):
+    """The state file is missing or does not hold valid bookings."""
+
+
+class BookingsKeeper:
+    def __init__(
+        self,
+        node_id: str,
+        state_file: Path | None,
+        on_change: Callable[[NodeBookings], None] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.state_file = state_file
+        self._on_change = on_change
+        self.latest: NodeBookings | None = None
+        self.ignored: Counter[str] = Counter()  # by reason: "bad_schema", "wrong_node"
+        self.write_failures = 0
+        self._throttle = LogThrottle(log)
+        self._told_no_dir = False
+
+    @property
+    def etag(self) -> str:
+        """What the heartbeat echoes: "" until the first bookings arrive."""
+        return self.latest.etag if self.latest is not None else ""
+
+    def on_message(self, data: bytes) -> None:
+        try:
+            value = _DECODER.decode(data)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            self._ignore("bad_schema", "bookings message ignored: %s", exc)
+            return
+        if value.node_id != self.node_id:
+            self._ignore(
+                "wrong_node",
+                "bookings for node %r ignored (this is %r)",
+                value.node_id,
+                self.node_id,
+            )
+            return
+        changed = self.latest is None or value.etag != self.latest.etag
+        self.latest = value
+        if not changed:
+            return
+        log.info("bookings %s: %d on this node", value.etag[:12], len(value.bookings))
+        if self.state_file is not None:
+            self._write(data)
+        if self._on_change is not None:
+            self._on_change(value)
+
+    def _ignore(self, reason: str, msg: str, *args: object) -> None:
+        self.ignored[reason] += 1
+        self._throttle.warning(reason, msg, *args)
+
+    def _write(self, data: bytes) -> None:
+        assert self.state_file is not None
+        directory = self.state_file.parent
+        if not directory.is_dir():
+            if not self._told_no_dir:
+                self._told_no_dir = True
+                log.info("bookings not written to a file: %s does not exist", directory)
+            return
+        try:
+            write_atomically(self.state_file, data, readable_as(directory))
+        except OSError as exc:
+            self.write_failures += 1
+            self._throttle.warning(
+                "write", "cannot write the bookings file %s: %s", self.state_file, exc
+            )
+
+
+def readable_as(directory: Path) -> int:
+    """A file mode that lets read it whoever may enter `directory`."""
+    mode = directory.stat().st_mode
+    return 0o600 | (0o040 if mode & 0o010 else 0) | (0o004 if mode & 0o001 else 0)
+
+
+def write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` so that a reader sees all of the old or all of the new."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state(path: Path) -> NodeBookings:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BookingsError(
+            f"{path} does not exist: the agent has not received this node's bookings yet"
+            " (is it running, and connected to NATS?)"
+        ) from None
+    except OSError as exc:
+        raise BookingsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return _DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BookingsError(f"{path} does not hold bookings: {exc}") from None

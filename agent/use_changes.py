@@ -1,0 +1,162 @@
+"""What of the node's use goes in the next heartbeat: settled values, versions, changes.
+
+Readings are settled first, so that noise is not a change: a utilization is sent in
+steps of `UTIL_GRAIN` % and only once it has moved `UTIL_STEP` points from the value last
+settled (or to or from zero); memory used (a device's, a process's) once it has moved
+`MEMORY_STEP_MIB`. A process appearing or leaving, or changing owner, is always a
+change. Each change of the settled state is a new `use_version`.
+
+A heartbeat carries the devices whose settled use differs from the version the last
+sent heartbeat (or `UseReport`) carried: its `use_base`. When those would make the
+heartbeat larger than `HEARTBEAT_BUDGET` bytes (8 idle GPUs at start already do), the
+whole state goes in a `UseReport` on its own subject instead, and the heartbeat carries
+only the version. Pure: the publisher does the sending, and calls `sent` once it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from shared.wire import DeviceUse, Heartbeat, ProcessUse
+
+HEARTBEAT_BUDGET = 1024  # bytes: SPEC §4's "small (< 1 KiB)" heartbeat
+MAX_INLINE = 64  # Heartbeat.use's bound
+UTIL_GRAIN = 5  # percent
+UTIL_STEP = 10  # percentage points
+MEMORY_STEP_MIB = 256
+
+
+@dataclass(frozen=True)
+class UseDelta:
+    """The changes from version `base` to `version`, and the whole state at `version`."""
+
+    base: int
+    version: int
+    devices: tuple[DeviceUse, ...]
+    state: Mapping[str, DeviceUse]
+
+
+@dataclass(frozen=True)
+class UsePlan:
+    """A heartbeat with its use fields set; `report`, when set, is to be sent first as a
+    `UseReport`; `inline` is what the heartbeat brings the coordinator to once sent."""
+
+    heartbeat: Heartbeat
+    inline: UseDelta | None
+    report: UseDelta | None
+
+
+class UseChanges:
+    def __init__(self, budget: int = HEARTBEAT_BUDGET) -> None:
+        self._budget = budget
+        # Never changed in place: a UseDelta's `state` is a snapshot of one of these.
+        self._current: dict[str, DeviceUse] = {}
+        self._version = 0
+        self._base = 0
+        self._base_state: Mapping[str, DeviceUse] = {}
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def current(self) -> tuple[DeviceUse, ...]:
+        return tuple(self._current.values())
+
+    def observe(self, devices: Iterable[DeviceUse]) -> bool:
+        """Settle a reading of every device; whether that made a new version."""
+        new = {d.device_id: settle(self._current.get(d.device_id), d) for d in devices}
+        if new == self._current:
+            return False
+        self._current = new
+        self._version += 1
+        return True
+
+    def delta(self) -> UseDelta:
+        """The devices whose use changed since the version last sent; a device no longer
+        read is sent once with nothing known of it."""
+        base = self._base_state
+        changed = [d for key, d in self._current.items() if base.get(key) != d]
+        changed += [DeviceUse(device_id=key) for key in base if key not in self._current]
+        return UseDelta(self._base, self._version, tuple(changed), self._current)
+
+    def full(self) -> UseDelta:
+        return UseDelta(self._version, self._version, self.current, self._current)
+
+    def plan(self, heartbeat: Heartbeat) -> UsePlan:
+        delta = self.delta()
+        inline = msgspec.structs.replace(
+            heartbeat, use=delta.devices, use_base=delta.base, use_version=delta.version
+        )
+        if not delta.devices or (
+            len(delta.devices) <= MAX_INLINE and len(inline.to_json()) <= self._budget
+        ):
+            return UsePlan(inline, delta, None)
+        full = self.full()
+        bare = msgspec.structs.replace(
+            heartbeat, use=(), use_base=full.version, use_version=full.version
+        )
+        return UsePlan(bare, None, full)
+
+    def plan_without(self, heartbeat: Heartbeat) -> UsePlan:
+        """A heartbeat that says nothing new of use (its report could not be sent): the
+        version last sent, unchanged."""
+        bare = msgspec.structs.replace(
+            heartbeat, use=(), use_base=self._base, use_version=self._base
+        )
+        return UsePlan(bare, None, None)
+
+    def sent(self, delta: UseDelta) -> None:
+        """`delta` reached the server: later heartbeats carry changes from its version."""
+        if delta.version >= self._base:
+            self._base, self._base_state = delta.version, delta.state
+
+
+def settle(prev: DeviceUse | None, raw: DeviceUse) -> DeviceUse:
+    """`raw`, with each value that moved less than its step since `prev` kept as it was."""
+    before = {p.pid: p for p in prev.processes} if prev is not None else {}
+    return DeviceUse(
+        device_id=raw.device_id,
+        sm_util=_util(prev.sm_util if prev else None, raw.sm_util),
+        memory_util=_util(prev.memory_util if prev else None, raw.memory_util),
+        memory_used_mib=_memory(prev.memory_used_mib if prev else None, raw.memory_used_mib),
+        processes=tuple(_process(before.get(p.pid), p) for p in raw.processes),
+    )
+
+
+def _process(prev: ProcessUse | None, raw: ProcessUse) -> ProcessUse:
+    same = prev is not None and (prev.owner, prev.owner_kind) == (raw.owner, raw.owner_kind)
+    return ProcessUse(
+        pid=raw.pid,
+        used_memory_mib=_memory(
+            prev.used_memory_mib if same and prev else None, raw.used_memory_mib
+        ),
+        owner=raw.owner,
+        owner_kind=raw.owner_kind,
+        sm_util=_util(prev.sm_util if same and prev else None, raw.sm_util),
+    )
+
+
+def grain(value: int | None) -> int | None:
+    """`value` to the nearest `UTIL_GRAIN` percent."""
+    if value is None:
+        return None
+    return min(100, (2 * value + UTIL_GRAIN) // (2 * UTIL_GRAIN) * UTIL_GRAIN)
+
+
+def _util(prev: int | None, raw: int | None) -> int | None:
+    new = grain(raw)
+    if prev is None or new is None or raw is None:
+        return new
+    if abs(raw - prev) >= UTIL_STEP or (new == 0) != (prev == 0):
+        return new
+    return prev
+
+
+def _memory(prev: int | None, raw: int | None) -> int | None:
+    if prev is None or raw is None or abs(raw - prev) >= MEMORY_STEP_MIB:
+        return raw
+    return prev

@@ -1,0 +1,314 @@
+"""Promise against use (SPEC §10), pure: for each GPU or MIG instance, who holds it (the
+live bookings covering it) against who uses it (its processes and their owners), and
+the transitions that follow.
+
+A device's *unit* is the UUID the agent reports use under: a whole GPU's, or a MIG
+instance's. A booking covers a unit when it books the GPU (`gpu`), one of its time-slice
+slots (`gpu.slot`: every slot's holder shares the GPU), the MIG instance (`gpu.mig`), or
+the whole node (`node`: every unit on it).
+
+- `gpu.unbookedUse`: a unit has a process and no live booking covers it; said when it
+  starts, again only after it cleared.
+- `gpu.foreignUse`: a process names a reservation (`GPUFLEET_RESERVATION_ID`) that is
+  not one covering its unit; said once per (unit, owner) while it lasts. Its details say
+  whether that reservation is another tenant's. Owners from a cgroup (pod, Slurm job,
+  unit, container) name no reservation and are never foreign.
+- `reservation.idle`: every unit a live reservation holds has had no process, or
+  utilization under the threshold, for `idle_after_ms`; `reservation.inUse` when that
+  ends, or when the reservation ends while idle (`details.ended`). A reservation is
+  judged only while every node it holds GPUs on reports use.
+
+`JoinState` is what the previous pass saw; `join` returns the next one and the
+transitions between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.wire import AlertKind, DeviceUse
+
+GPU_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot"})
+COVERING_CLASSES = GPU_CLASSES | {"node"}
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A unit on a node: its UUID, and the class of atom it is (`gpu`, `gpu.mig`, or
+    `gpu.slot` for a GPU shared by time slices)."""
+
+    node_id: str
+    uuid: str
+    cls: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One live booking of a GPU-carrying atom: `units` are the UUIDs it covers on its
+    node (one, or every unit for a whole-node booking)."""
+
+    reservation_id: str
+    tenant_id: str
+    project_id: str | None
+    pool_id: str
+    node_id: str
+    resource: str  # the atom's class: gpu, gpu.mig, gpu.slot or node
+    units: tuple[str, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class UseTransition:
+    kind: AlertKind
+    pool_id: str
+    node_id: str
+    reason: str
+    device_id: str | None = None
+    reservation_id: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    since: int | None  # every unit idle since then (None: in use now)
+    said: bool  # `reservation.idle` went out and `reservation.inUse` has not
+    pool_id: str = ""  # where its alerts go (its pool, its first node)
+    node_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinState:
+    unbooked: frozenset[tuple[str, str]] = frozenset()  # (node, unit) with unbooked use
+    foreign: frozenset[tuple[str, str, str]] = frozenset()  # (node, unit, owner) said
+    idle: Mapping[str, Idle] = field(default_factory=dict)  # by reservation id
+
+
+@dataclass(frozen=True, slots=True)
+class UnitLine:
+    """One unit as the last pass saw it (for the metrics)."""
+
+    node_id: str
+    pool_id: str
+    uuid: str
+    in_use: bool
+    sm_util: int | None
+    holders: tuple[str, ...]  # reservation ids
+    users: tuple[str, ...]  # owners of its processes ("" when unknown)
+    owner_kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    idle_after_ms: int = 30 * 60_000
+    idle_util_percent: int = 5
+
+
+def unit_of(cls: str, atom_id: str, device_id: str, attrs: Mapping[str, Any]) -> str:
+    """The UUID an atom's use is reported under: a MIG instance's own (its `uuid`
+    attribute, else its atom id's last part), else its GPU's."""
+    if cls == "gpu.mig":
+        uuid = attrs.get("uuid")
+        return uuid if isinstance(uuid, str) and uuid else atom_id.rsplit(":", 1)[-1]
+    return device_id
+
+
+def covers(holds: Iterable[Hold]) -> dict[tuple[str, str], tuple[Hold, ...]]:
+    """(node, unit) → the holds covering it."""
+    out: dict[tuple[str, str], list[Hold]] = {}
+    for hold in holds:
+        for unit in hold.units:
+            out.setdefault((hold.node_id, unit), []).append(hold)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def utilization(use: DeviceUse) -> int | None:
+    """The unit's SM utilization: the device's, else the sum of its processes' (a MIG
+    instance has no device-wide figure), capped at 100; None when nothing says."""
+    if use.sm_util is not None:
+        return use.sm_util
+    known = [p.sm_util for p in use.processes if p.sm_util is not None]
+    return min(100, sum(known)) if known else None
+
+
+def busy(use: DeviceUse | None, policy: Policy) -> bool:
+    """In use, for idleness: a process, and utilization at or over the threshold (or
+    unknown: a process with no figure is taken as working)."""
+    if use is None or not use.processes:
+        return False
+    util = utilization(use)
+    return util is None or util >= policy.idle_util_percent
+
+
+def _owners(use: DeviceUse) -> list[str]:
+    return sorted({p.owner for p in use.processes if p.owner_kind == "reservation" and p.owner})
+
+
+def join(
+    state: JoinState,
+    uses: Mapping[str, Mapping[str, DeviceUse]],
+    holds: Sequence[Hold],
+    pools: Mapping[str, str],
+    now: int,
+    policy: Policy,
+    tenant_of: Mapping[str, str] | None = None,
+    spread: Mapping[str, frozenset[str]] | None = None,
+) -> tuple[JoinState, list[UseTransition]]:
+    """One pass. `uses`: node → unit → its use, for the nodes whose use is current (a
+    node absent here is not judged: its marks and idle clocks stay as they were).
+    `holds`: the live bookings now. `pools`: node → pool. `tenant_of`: reservation →
+    tenant, for the owners processes name (to say whether a foreign one is another
+    tenant's)."""
+    tenant_of = tenant_of or {}
+    covered = covers(holds)
+    out: list[UseTransition] = []
+    unbooked: set[tuple[str, str]] = set()
+    foreign: set[tuple[str, str, str]] = set()
+    for node_id, devices in sorted(uses.items()):
+        pool_id = pools.get(node_id, "")
+        for unit, use in sorted(devices.items()):
+            key = (node_id, unit)
+            if not use.processes:
+                continue
+            holders = covered.get(key, ())
+            pids = [p.pid for p in use.processes]
+            if not holders:
+                unbooked.add(key)
+                if key not in state.unbooked:
+                    out.append(
+                        UseTransition(
+                            "gpu.unbookedUse", pool_id, node_id,
+                            f"{len(pids)} process(es) on a GPU no live booking covers",
+                            device_id=unit,
+                            details={"pids": pids, "owners": _owner_list(use)},
+                        )
+                    )  # fmt: skip
+                continue
+            ids = {h.reservation_id for h in holders}
+            for owner in _owners(use):
+                if owner in ids:
+                    continue
+                foreign.add((node_id, unit, owner))
+                if (node_id, unit, owner) in state.foreign:
+                    continue
+                holder_tenants = sorted({h.tenant_id for h in holders})
+                owner_tenant = tenant_of.get(owner)
+                out.append(
+                    UseTransition(
+                        "gpu.foreignUse", pool_id, node_id,
+                        f"a process of reservation {owner} on a GPU held by"
+                        f" {', '.join(sorted(ids))}",
+                        device_id=unit,
+                        reservation_id=owner,
+                        details={
+                            "owner": owner,
+                            "ownerTenantId": owner_tenant,
+                            "holders": sorted(ids),
+                            "holderTenantIds": holder_tenants,
+                            "otherTenant": owner_tenant is not None
+                            and owner_tenant not in holder_tenants,
+                            "pids": [
+                                p.pid for p in use.processes if p.owner == owner
+                            ],
+                        },
+                    )
+                )  # fmt: skip
+    # Marks of nodes not judged this pass stay as they were.
+    judged = set(uses)
+    unbooked |= {k for k in state.unbooked if k[0] not in judged}
+    foreign |= {k for k in state.foreign if k[0] not in judged}
+    idle, said = _idleness(state, uses, holds, now, policy, spread or {})
+    out.extend(said)
+    return JoinState(frozenset(unbooked), frozenset(foreign), idle), out
+
+
+def _owner_list(use: DeviceUse) -> list[dict[str, Any]]:
+    return [{"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind} for p in use.processes]
+
+
+def _idleness(
+    state: JoinState,
+    uses: Mapping[str, Mapping[str, DeviceUse]],
+    holds: Sequence[Hold],
+    now: int,
+    policy: Policy,
+    spread: Mapping[str, frozenset[str]],
+) -> tuple[dict[str, Idle], list[UseTransition]]:
+    by_reservation: dict[str, list[Hold]] = {}
+    for hold in holds:
+        if hold.start <= now < hold.end and hold.units:
+            by_reservation.setdefault(hold.reservation_id, []).append(hold)
+    idle: dict[str, Idle] = {}
+    out: list[UseTransition] = []
+    for rid, rholds in sorted(by_reservation.items()):
+        before = state.idle.get(rid, Idle(None, False))
+        nodes = sorted({h.node_id for h in rholds} | spread.get(rid, frozenset()))
+        if any(n not in uses for n in nodes):
+            idle[rid] = before  # not judged: a node's use is not current
+            continue
+        working = any(busy(uses[h.node_id].get(u), policy) for h in rholds for u in h.units)
+        first = rholds[0]
+        base = {
+            "tenantId": first.tenant_id,
+            "nodes": nodes,
+            "thresholdPercent": policy.idle_util_percent,
+        }
+        if working:
+            idle[rid] = Idle(None, False, first.pool_id, nodes[0])
+            if before.said:
+                out.append(
+                    UseTransition(
+                        "reservation.inUse", first.pool_id, nodes[0], "its GPUs are in use again",
+                        reservation_id=rid, details=base | {"idleSince": before.since},
+                    )
+                )  # fmt: skip
+            continue
+        since = before.since if before.since is not None else now
+        say = not before.said and now - since >= policy.idle_after_ms
+        idle[rid] = Idle(since, before.said or say, first.pool_id, nodes[0])
+        if say:
+            out.append(
+                UseTransition(
+                    "reservation.idle", first.pool_id, nodes[0],
+                    f"no process, or utilization under {policy.idle_util_percent}%, on any of"
+                    f" its GPUs for {(now - since) // 60_000} min",
+                    reservation_id=rid, details=base | {"idleSince": since},
+                )
+            )  # fmt: skip
+    for rid, before in sorted(state.idle.items()):
+        if rid in by_reservation:
+            continue
+        if rid in spread:
+            idle[rid] = before  # live, on nodes not judged this pass
+        elif before.said:
+            # Ended while idle: its idleness clears with it (a subscriber holding the
+            # idle condition open hears that it is over).
+            out.append(
+                UseTransition(
+                    "reservation.inUse", before.pool_id, before.node_id,
+                    "the reservation ended", reservation_id=rid,
+                    details={"idleSince": before.since, "ended": True},
+                )
+            )  # fmt: skip
+    return idle, out
+
+
+def unit_lines(
+    uses: Mapping[str, Mapping[str, DeviceUse]], holds: Sequence[Hold], pools: Mapping[str, str]
+) -> tuple[UnitLine, ...]:
+    """What the metrics show of each unit whose node's use is current."""
+    covered = covers(holds)
+    out = []
+    for node_id, devices in sorted(uses.items()):
+        for uuid, d in sorted(devices.items()):
+            holders = tuple(sorted({h.reservation_id for h in covered.get((node_id, uuid), ())}))
+            out.append(
+                UnitLine(
+                    node_id, pools.get(node_id, ""), uuid, bool(d.processes), d.sm_util,
+                    holders, tuple(p.owner for p in d.processes),
+                    tuple(p.owner_kind for p in d.processes),
+                )
+            )  # fmt: skip
+    return tuple(out)

@@ -1,0 +1,145 @@
+"""The values the bridge reasons about: the ledger's reservations and nodes as it reads
+them, Slurm's reservations and nodes as `scontrol` shows them, and the actions that
+change Slurm. Frozen; times in Slurm's unit (whole seconds since the epoch, UTC)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Every Slurm reservation gpufleet owns is named this + the reservation id; nothing else
+# in Slurm is ever changed by the bridge but nodes whose drain reason starts with
+# DRAIN_PREFIX.
+RESERVATION_PREFIX = "gpufleet-"
+DRAIN_PREFIX = "gpufleet:"
+
+DrainCause = Literal["maintenance", "unhealthy", "unreachable"]
+DRAIN_CAUSES: tuple[DrainCause, ...] = ("maintenance", "unhealthy", "unreachable")
+GpuTres = Literal["typed", "count", "off"]
+
+
+@dataclass(frozen=True)
+class LedgerReservation:
+    """A live or scheduled reservation: `gpus` counts its whole-GPU atoms per node,
+    `nodes` every node it holds anything on."""
+
+    reservation_id: str
+    tenant_id: str
+    pool_id: str
+    state: str
+    start_ms: int
+    end_ms: int
+    binding: str = "hold"
+    nodes: frozenset[str] = frozenset()
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    mig: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> profile -> n
+    classes: frozenset[str] = frozenset({"gpu"})  # of its atoms
+    preempt_at_ms: int | None = None
+    lease_expires_at_ms: int | None = None
+
+    @property
+    def ends_ms(self) -> int:
+        """When it ends unless something changes: a noticed spot reservation at its
+        preemption, a leased one when its lease runs out (so a renewal moves Slurm's
+        EndTime, and Slurm ends it by itself should the bridge be away then)."""
+        ends = [self.end_ms, self.preempt_at_ms, self.lease_expires_at_ms]
+        return min(t for t in ends if t is not None)
+
+
+@dataclass(frozen=True)
+class LedgerNode:
+    node_id: str
+    pool_id: str
+    reachable: bool = True
+    health: str = "healthy"
+    health_reasons: tuple[str, ...] = ()
+    maintenance: bool = False
+    maintenance_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """What the coordinator said, and when (`at_ms`, the bridge's clock when read)."""
+
+    reservations: tuple[LedgerReservation, ...]
+    nodes: tuple[LedgerNode, ...]
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    """`tres` holds only the gres part, normalised (`gres/gpu:h100=4`, comma-joined,
+    sorted); Slurm adds cpu counts of its own, which the bridge never sets."""
+
+    name: str
+    nodes: frozenset[str]
+    start_s: int
+    end_s: int
+    tres: str = ""
+    users: frozenset[str] = frozenset()
+    accounts: frozenset[str] = frozenset()
+
+    @property
+    def owned(self) -> bool:
+        return self.name.startswith(RESERVATION_PREFIX)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    drained: bool = False
+    reason: str = ""
+    gpu_types: tuple[str, ...] = ()  # from its Gres, in order (`gpu:h100:8` -> h100)
+
+    @property
+    def drained_by_gpufleet(self) -> bool:
+        return self.drained and self.reason.startswith(DRAIN_PREFIX)
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    reservations: Mapping[str, SlurmReservation]
+    nodes: Mapping[str, SlurmNode]
+
+
+@dataclass(frozen=True)
+class CreateReservation:
+    want: SlurmReservation
+    kind: str = "reservation.create"
+
+
+@dataclass(frozen=True)
+class UpdateReservation:
+    want: SlurmReservation
+    changed: tuple[str, ...]  # of nodes, start, end, tres, users, accounts
+    kind: str = "reservation.update"
+
+
+@dataclass(frozen=True)
+class DeleteReservation:
+    name: str
+    kind: str = "reservation.delete"
+
+
+@dataclass(frozen=True)
+class Drain:
+    node: str
+    reason: str
+    kind: str = "node.drain"
+
+
+@dataclass(frozen=True)
+class Resume:
+    node: str
+    kind: str = "node.resume"
+
+
+Action = CreateReservation | UpdateReservation | DeleteReservation | Drain | Resume
+ACTION_KINDS: tuple[str, ...] = (
+    "reservation.create",
+    "reservation.update",
+    "reservation.delete",
+    "node.drain",
+    "node.resume",
+)

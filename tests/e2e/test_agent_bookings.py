@@ -1,0 +1,241 @@
+"""Bookings a workload binds to, end to end (issue 24): a real coordinator, nats-server
+and simulated agents as subprocesses; reservations made through the HTTP API; then
+`gpufleet-agent bookings` and `gpufleet-agent env RSV_ID` as a launcher runs them,
+piped and on a terminal (a pty). `env` prints exactly the reservation's devices (GPU
+UUIDs in index order, MIG UUIDs, VF PCI addresses); a reservation not live on the node
+is an error with a non-zero exit; a restarted agent that lost its state file is told
+its bookings again; the NFD feature file names the tenant of a whole-node booking."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from ops.embedded_nats import EmbeddedNats
+from shared.subjects import Subjects
+from shared.wire import Heartbeat
+from tests.e2e.fleet_procs import Fleet, stop, wait_for
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+AGENT = str(BIN / "gpufleet-agent")
+
+
+@dataclass
+class World:
+    fleet: Fleet
+    tmp: Path
+    pools: dict[str, str]  # node → pool
+
+    def state_dir(self, node: str) -> Path:
+        return self.tmp / f"state-{node}"
+
+    def nfd_dir(self, node: str) -> Path:
+        return self.tmp / f"nfd-{node}"
+
+    def start(self, node: str, profile: str) -> None:
+        self.state_dir(node).mkdir(exist_ok=True)  # as systemd's StateDirectory= would
+        self.fleet.start_agent(
+            node, self.pools[node], profile, 1.0,
+            "--state-dir", str(self.state_dir(node)), "--nfd-features-dir", str(self.nfd_dir(node)),
+        )  # fmt: skip
+
+    def book(self, node: str, key: str, devices: list[dict[str, Any]], **extra: Any) -> Any:
+        body = {"tenantId": "acme", "poolId": self.pools[node], "devices": devices,
+                "duration": "1h", "idempotencyKey": key} | extra  # fmt: skip
+        return self.fleet.operator().call("reservations.create", body)
+
+    def held(self, node: str) -> dict[str, Any]:
+        ran = piped(node, self, "bookings", "--json")
+        return json.loads(ran.stdout) if ran.returncode == 0 else {"bookings": []}
+
+    def holds(self, node: str, rid: str) -> bool:
+        return any(b["reservationId"] == rid for b in self.held(node)["bookings"])
+
+
+def piped(node: str, world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    ran = subprocess.run(
+        [AGENT, *args, "--state-dir", str(world.state_dir(node))],
+        capture_output=True, text=True, timeout=60, env={"PATH": f"{BIN}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return ran
+
+
+def on_terminal(node: str, world: World, *args: str) -> tuple[int, str]:
+    pid, fd = pty.fork()
+    if pid == 0:
+        argv = [AGENT, *args, "--state-dir", str(world.state_dir(node))]
+        os.execve(AGENT, argv, {"PATH": f"{BIN}:/usr/bin:/bin"})
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def exported(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            out[name] = " ".join(shlex.split(value))
+    return out
+
+
+def heartbeat_etag(world: World, node: str) -> str:
+    """The bookings etag in the node's next heartbeat, off the bus."""
+
+    async def next_heartbeat() -> str:
+        nc = await nats.connect(world.fleet.nats_url)
+        try:
+            sub = await nc.subscribe(Subjects().heartbeat(world.pools[node], node))
+            return Heartbeat.from_json((await sub.next_msg(timeout=10)).data).bookings_etag
+        finally:
+            await nc.close()
+
+    return asyncio.run(next_heartbeat())
+
+
+def gpu_order(node: str, profile: str) -> list[str]:
+    """The node's GPU UUIDs by index, as the agent itself reads them."""
+    ran = subprocess.run(
+        [AGENT, "inventory", "--simulate", profile, "--node-id", node, "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return [g["uuid"] for g in sorted(json.loads(ran.stdout)["gpus"], key=lambda g: g["index"])]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("bookings")
+    with EmbeddedNats(store_dir=str(tmp / "js")) as nats:
+        fleet = Fleet(tmp, nats.url)
+        try:
+            fleet.start_coordinator()
+            op = fleet.operator()
+            op.call("tenants.create", {"tenantId": "acme"})
+            pools = {
+                node: op.call("pools.create", {"tenantId": "acme", "name": node})["poolId"]
+                for node in ("h100-a", "a100-a", "l40s-a")
+            }
+            w = World(fleet, tmp, pools)
+            for node, profile in (("h100-a", "h100-sxm-8"), ("a100-a", "a100-mig-8"),
+                                  ("l40s-a", "l40s-pcie-4")):  # fmt: skip
+                w.start(node, profile)
+
+            def registered() -> bool:
+                def nodes(pool: str) -> int:
+                    rows = op.call("capacity.byPool", {"tenantId": "acme", "poolId": pool})
+                    return sum(r["allocatable"] for r in rows["rows"] if r["resource"] == "node")
+
+                return all(nodes(pool) == 1 for pool in pools.values())
+
+            wait_for(registered, timeout=60, what="3 allocatable nodes")
+            yield w
+        finally:
+            fleet.close()
+
+
+def test_env_prints_exactly_the_booked_devices_piped_and_on_a_terminal(world: World) -> None:
+    made = world.book(
+        "h100-a", "now", [{"class": "gpu", "count": 3}, {"class": "nic.vf", "count": 2}]
+    )
+    rid = made["reservationId"]
+    later = world.book("h100-a", "later", [{"class": "gpu", "count": 1}],
+                       start=made["start"] + 3_600_000)["reservationId"]  # fmt: skip
+    wait_for(lambda: world.holds("h100-a", rid) and world.holds("h100-a", later), what="bookings")
+
+    atoms = [a["atomId"] for a in made["atoms"]]
+    gpus = {a.split(":gpu:", 1)[1] for a in atoms if ":gpu:" in a}
+    vfs = sorted(a.split(":nic.vf:", 1)[1] for a in atoms if ":nic.vf:" in a)
+    in_order = [u for u in gpu_order("h100-a", "h100-sxm-8") if u in gpus]
+    assert len(in_order) == 3 and len(vfs) == 2
+
+    ran = piped("h100-a", world, "env", rid)
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    assert all(line.startswith("export ") for line in ran.stdout.splitlines())
+    env = exported(ran.stdout)
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(in_order)
+    assert env["GPUFLEET_RESERVATION_ID"] == rid
+    assert sorted(env["GPUFLEET_NIC_VFS"].split(",")) == vfs
+    # What a launcher does with it: a shell sees exactly these values.
+    shell = subprocess.run(["sh", "-c", ran.stdout + 'echo "$CUDA_VISIBLE_DEVICES"'],
+                           capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
+    assert shell.stdout.strip() == ",".join(in_order)
+
+    code, shown = on_terminal("h100-a", world, "env", rid)
+    assert code == 0 and exported(shown) == env
+    assert f'eval "$(gpufleet-agent env {rid})"' in shown  # the hint, on a terminal only
+
+    code, table = on_terminal("h100-a", world, "bookings")
+    assert code == 0 and "RESERVATION" in table
+    assert any(rid in line and "active" in line and "3 gpu, 2 nic.vf" in line
+               for line in table.splitlines()), table  # fmt: skip
+    assert any(later in line and "scheduled" in line for line in table.splitlines()), table
+
+    # Not live on this node: a clear error, a non-zero exit, nothing on stdout.
+    for other, why in ((later, "not live on node h100-a yet"), ("rsv_nope", "no booking")):
+        refused = piped("h100-a", world, "env", other)
+        assert refused.returncode == 3 and refused.stdout == "" and why in refused.stderr
+    code, shown = on_terminal("h100-a", world, "env", later)
+    assert code == 3 and "not live" in shown
+
+    world.fleet.operator().call("reservations.release", {"tenantId": "acme", "reservationId": rid})
+    wait_for(lambda: not world.holds("h100-a", rid), what="release reaches the agent")
+    assert piped("h100-a", world, "env", rid).returncode == 3
+
+
+def test_mig_instances_are_bound_by_their_own_uuids(world: World) -> None:
+    made = world.book("a100-a", "mig", [{"class": "gpu.mig", "count": 2}])
+    rid = made["reservationId"]
+    wait_for(lambda: world.holds("a100-a", rid), what="MIG booking")
+    migs = {a["atomId"].split(":gpu.mig:", 1)[1] for a in made["atoms"]}
+    env = exported(piped("a100-a", world, "env", rid).stdout)
+    assert set(env["CUDA_VISIBLE_DEVICES"].split(",")) == migs
+    assert all(u.startswith("MIG-") for u in migs) and env["GPUFLEET_NIC_VFS"] == ""
+
+
+def test_a_restarted_agent_is_told_again_and_nfd_names_the_whole_node_tenant(
+    world: World,
+) -> None:
+    rid = world.book("l40s-a", "whole", [{"class": "node", "count": 1}])["reservationId"]
+    wait_for(lambda: world.holds("l40s-a", rid), what="whole-node booking")
+    features = world.nfd_dir("l40s-a") / "gpufleet"
+    wait_for(lambda: "gpufleet.io/tenant=acme" in features.read_text(), what="NFD tenant label")
+    text = features.read_text()
+    assert f"gpufleet.io/pool={world.pools['l40s-a']}" in text
+    assert "gpufleet.io/health=healthy" in text and "# +expiry-time=" in text
+    env = exported(piped("l40s-a", world, "env", rid).stdout)
+    assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 4  # the whole node's GPUs
+
+    # The agent restarts with nothing: its first heartbeat's empty etag brings them back.
+    stop(world.fleet.agents["l40s-a"])
+    (world.state_dir("l40s-a") / "bookings.json").unlink()
+    started = time.monotonic()
+    world.start("l40s-a", "l40s-pcie-4")
+    wait_for(lambda: world.holds("l40s-a", rid), what="bookings after a restart")
+    assert time.monotonic() - started < 30
+    # Its heartbeats now echo what it holds: the coordinator has nothing to re-send.
+    etag = world.held("l40s-a")["etag"]
+    wait_for(lambda: heartbeat_etag(world, "l40s-a") == etag, what="the etag echoed")

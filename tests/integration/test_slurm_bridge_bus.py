@@ -1,0 +1,142 @@
+"""The Slurm bridge on a secured bus: the user `gpufleet nats-auth --forwarder
+slurm-bridge` makes (`forwarder:slurm-bridge`) is all it needs. Through its credentials
+file and its own connect path it creates its durable consumer, reads, holds
+(`in_progress`), hands back (`nak`) and acknowledges alerts, with no permission
+violation; and it cannot take the alert forwarder's consumer."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats.errors
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from coordinator.bus.alerts import AlertStream, stream_name
+from coordinator.bus.connection import Bus
+from ops.embedded_nats import EmbeddedNats
+from ops.nats_auth import AuthBundle, build, write_bundle
+from ops.nats_users import DEFAULT_FORWARDER_DURABLE, bcrypt_hasher, forwarder_user
+from ops.slurm_bridge.daemon import SlurmBridge
+from ops.slurm_bridge.settings import BridgeSettings
+from shared.ids import new_pool_id
+from shared.subjects import Subjects
+from shared.wire import Alert
+from tests.waiting import eventually
+
+PREFIX = "tslurm"
+DURABLE = "slurm-bridge"
+STREAM = stream_name(PREFIX)
+
+
+@dataclass
+class Secured:
+    server: EmbeddedNats
+    bundle: AuthBundle
+    creds: Path
+
+    def creds_file(self, user: str) -> Path:
+        return self.creds / next(u for u in self.bundle.users if u.name == user).creds_filename
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    out = tmp_path_factory.mktemp("nats-auth")
+    bundle = build(
+        [], alert_stream=STREAM, prefix=PREFIX, forwarders=[DEFAULT_FORWARDER_DURABLE, DURABLE],
+        hash_password=bcrypt_hasher(4), store_dir=None,
+    )  # fmt: skip
+    write_bundle(out, bundle)
+    with EmbeddedNats(config_file=str(out / "nats-server.conf")) as server:
+        yield Secured(server, bundle, out / "creds")
+
+
+async def _publish(secured: Secured, n: int) -> list[str]:
+    bus = Bus(secured.server.url, user_credentials=str(secured.creds_file("coordinator")))
+    await bus.connect(attempts=1)
+    ids = []
+    try:
+        stream = AlertStream(bus, Subjects(PREFIX))
+        await stream.setup()
+        for _ in range(n):
+            alert = Alert(
+                alert_id=f"a-{secrets.token_hex(6)}", kind="node.maintenance",
+                pool_id=new_pool_id(), node_id="sim-a", at=int(time.time() * 1000),
+            )  # fmt: skip
+            await stream.publish(alert)
+            ids.append(alert.alert_id)
+    finally:
+        await bus.close()
+    return ids
+
+
+async def test_the_bridge_follows_the_stream_with_a_forwarder_user_and_nothing_more(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = await _publish(secured, 3)
+    bridge = SlurmBridge(
+        BridgeSettings(
+            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
+            nats_credentials=str(secured.creds_file(forwarder_user(DURABLE))),
+            coordinator_key="unused", fetch_wait_s=0.5,
+        )
+    )  # fmt: skip
+    nc = await bridge.connect()
+    try:
+        source = bridge.source(nc)
+        await source.bind()
+
+        async def all_three() -> bool:
+            got = await source.fetch(10)
+            seen.extend(got)
+            return len(seen) >= 3
+
+        seen: list[nats.aio.msg.Msg] = []
+        await eventually(all_three, within_s=10)
+        assert sorted(Alert.from_json(m.data).alert_id for m in seen) == sorted(ids)
+        await seen[0].in_progress()
+        await seen[1].nak()  # handed back: delivered again
+        again: list[nats.aio.msg.Msg] = []
+
+        async def redelivered() -> bool:
+            again.extend(await source.fetch(10))
+            return bool(again)
+
+        await eventually(redelivered, within_s=10)
+        for msg in [seen[0], seen[2], *again]:
+            await msg.ack()
+
+        async def settled() -> bool:
+            info = await nc.jetstream(timeout=5).consumer_info(STREAM, DURABLE)
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(settled, within_s=10)
+        assert source.errors == 0
+        assert not [r for r in caplog.records if "violation" in r.getMessage().lower()]
+        # The alert forwarder's durable is not the bridge's to read.
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            sub = await nc.jetstream(timeout=2).pull_subscribe_bind(
+                DEFAULT_FORWARDER_DURABLE, STREAM
+            )
+            await sub.fetch(1, timeout=2)
+    finally:
+        await nc.close()
+
+
+async def test_the_bridge_user_may_make_no_other_durable(secured: Secured) -> None:
+    user = forwarder_user(DURABLE)
+    nc = await nats.connect(
+        secured.server.url, user=user, password=secured.bundle.passwords[user],
+        allow_reconnect=False,
+    )  # fmt: skip
+    try:
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await nc.jetstream(timeout=2).add_consumer(
+                STREAM, ConsumerConfig(durable_name="other", ack_policy=AckPolicy.EXPLICIT)
+            )
+    finally:
+        await nc.close()

@@ -1,0 +1,247 @@
+"""Promise against use end to end (SPEC §10): use reports and heartbeat deltas published
+on a real nats-server reach the coordinator, which asks for a full report when a delta
+does not apply, and every use kind — `gpu.unbookedUse`, `gpu.foreignUse`,
+`reservation.idle`, `reservation.inUse` — reaches a NATS subscriber; the node events,
+`usage.report` (used and weighted beside booked) and the metrics say the same."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import nats
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from coordinator.app import Coordinator, running_coordinator
+from shared.clock import FakeClock
+from shared.subjects import Subjects
+from shared.wire import USE_KINDS, Alert, DeviceUse, Inventory, ProcessUse, UseReport
+from tests.factories import make_heartbeat, make_inventory
+from tests.integration.conftest import Api, coordinator_settings
+from tests.waiting import eventually
+
+IDLE_AFTER_S = 10
+
+
+@pytest.fixture
+async def used(database_url: str, nats_url: str, clock: FakeClock) -> AsyncIterator[Coordinator]:
+    settings = coordinator_settings(
+        database_url, nats_url, use_interval_s=0.05, idle_after_s=IDLE_AFTER_S, use_flush_s=0,
+        reservation_tick_s=0.05,
+    )  # fmt: skip
+    async with running_coordinator(settings, clock) as c:
+        yield c
+
+
+class Agent:
+    """One simulated agent's bus side: heartbeats with use deltas, full use reports."""
+
+    def __init__(self, c: Coordinator, nc: nats.NATS, inv: Inventory) -> None:
+        self.subjects = Subjects(c.settings.subject_prefix)
+        self.nc = nc
+        self.inv = inv
+        self.seq = 0
+        self.version = 0
+        self.alerts: list[Alert] = []
+        self.requests = 0
+
+    async def on_alert(self, msg: nats.aio.msg.Msg) -> None:
+        self.alerts.append(Alert.from_json(msg.data))
+
+    async def on_request(self, _: nats.aio.msg.Msg) -> None:
+        self.requests += 1
+
+    async def beat(self, **kw: object) -> None:
+        self.seq += 1
+        hb = make_heartbeat(self.inv, self.seq, **kw)  # type: ignore[arg-type]
+        await self.nc.publish(self.subjects.heartbeat(hb.pool_id, hb.node_id), hb.to_json())
+        await self.nc.flush()
+
+    async def delta(self, *devices: DeviceUse, base: int | None = None) -> None:
+        """A heartbeat carrying these devices' new use on top of `base` (ours by default)."""
+        base = self.version if base is None else base
+        self.version += 1
+        await self.beat(use=devices, use_base=base, use_version=self.version)
+
+    async def report(self, *devices: DeviceUse) -> None:
+        self.version += 1
+        report = UseReport(
+            node_id=self.inv.node_id, pool_id=self.inv.pool_id, boot_id=self.inv.boot_id,
+            sent_at=0, use_version=self.version, devices=devices,
+        )  # fmt: skip
+        await self.nc.publish(self.subjects.use(report.pool_id, report.node_id), report.to_json())
+        await self.beat(use_base=self.version, use_version=self.version)
+
+    async def wait_for(self, kind: str, count: int = 1) -> list[Alert]:
+        async def arrived() -> bool:
+            return sum(a.kind == kind for a in self.alerts) >= count
+
+        await eventually(arrived, within_s=10)
+        return [a for a in self.alerts if a.kind == kind]
+
+
+def gpu(uuid: str, *owners: tuple[str, str], util: int = 80) -> DeviceUse:
+    procs = tuple(
+        ProcessUse(pid=100 + i, owner=o, owner_kind=k, used_memory_mib=1024)  # type: ignore[arg-type]
+        for i, (o, k) in enumerate(owners)
+    )
+    return DeviceUse(device_id=uuid, sm_util=util if procs else 0, processes=procs)
+
+
+def _labels(base: dict[str, str], **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((base | more).items()))
+
+
+def unit(reservation: dict[str, object]) -> str:
+    atoms = reservation["atoms"]
+    assert isinstance(atoms, list)
+    return str(atoms[0]["atomId"]).split(":gpu:", 1)[1]
+
+
+async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_it(
+    used: Coordinator, clock: FakeClock
+) -> None:
+    key = used.settings.bootstrap_operator_key
+    assert key is not None
+    nc = await nats.connect(used.settings.nats_url)
+    async with aiohttp.ClientSession() as session:
+        api = Api(session, used.url, key)
+        await api.ok("tenants.create", {"tenantId": "acme"})
+        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
+        inv = make_inventory("n1", pool, gpus=3)
+        agent = Agent(used, nc, inv)
+        subjects = agent.subjects
+        await nc.subscribe(subjects.all_alerts, cb=agent.on_alert)
+        await nc.subscribe(subjects.use_request(pool, "n1"), cb=agent.on_request)
+        # Before the node is known its report is dropped; a report out of its bounds too.
+        early = UseReport(node_id="n1", pool_id=pool, boot_id="boot-1", sent_at=0, use_version=1)
+        await nc.publish(subjects.use(pool, "n1"), early.to_json())
+        await nc.publish(
+            subjects.use(pool, "n1"), early.to_json().replace(b'"useVersion":1', b'"useVersion":-1')
+        )
+
+        async def dropped() -> bool:
+            d = used.ingest.dropped
+            return d["unknown_node"] == 1 and d["bad_schema"] == 1
+
+        await eventually(dropped)
+        await nc.publish(subjects.inventory(pool, "n1"), inv.to_json())
+        await agent.wait_for("node.registered")
+        await agent.beat()
+
+        def booking(key: str) -> dict[str, object]:
+            return {
+                "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+                "duration": "2h", "idempotencyKey": key,
+            }  # fmt: skip
+
+        r1 = await api.ok("reservations.create", booking("r1"))
+        r2 = await api.ok("reservations.create", booking("r2"))
+        g1, g2 = unit(r1), unit(r2)
+        (free,) = {f"GPU-n1-{i}" for i in range(3)} - {g1, g2}
+        rid1, rid2 = str(r1["reservationId"]), str(r2["reservationId"])
+
+        # A delta on a version the coordinator does not hold: it asks for the report.
+        await agent.delta(gpu(g1, (rid1, "reservation")), base=41)
+
+        async def asked() -> bool:
+            return agent.requests >= 1
+
+        await eventually(asked)
+        # The full report: r1 works on its GPU, a pod runs on the GPU nobody booked.
+        await agent.report(gpu(g1, (rid1, "reservation")), gpu(free, ("pod-7", "pod")), gpu(g2))
+        (unbooked,) = await agent.wait_for("gpu.unbookedUse")
+        assert (unbooked.device_id, unbooked.node_id, unbooked.pool_id) == (free, "n1", pool)
+        assert unbooked.details["owners"] == [{"pid": 100, "owner": "pod-7", "ownerKind": "pod"}]
+
+        # r2's process on r1's GPU, as a delta on the version held.
+        await agent.delta(gpu(g1, (rid1, "reservation"), (rid2, "reservation")))
+        (foreign,) = await agent.wait_for("gpu.foreignUse")
+        assert (foreign.device_id, foreign.reservation_id) == (g1, rid2)
+        assert foreign.details["holders"] == [rid1] and foreign.details["otherTenant"] is False
+
+        # r2's own GPU stays idle: said once the idle time has passed (heartbeats keep
+        # the node reachable meanwhile), and in use again when a process works there.
+        for _ in range(IDLE_AFTER_S // 2 + 1):
+            clock.advance(2000)
+            await agent.beat(use_base=agent.version, use_version=agent.version)
+        (idle,) = await agent.wait_for("reservation.idle")
+        assert (idle.reservation_id, idle.details["tenantId"]) == (rid2, "acme")
+        await agent.delta(gpu(g2, (rid2, "reservation"), util=90))
+        (back,) = await agent.wait_for("reservation.inUse")
+        assert back.reservation_id == rid2
+        assert {a.kind for a in agent.alerts} >= set(USE_KINDS)
+        assert all(
+            a.reservation_id != rid1 for a in agent.alerts if a.kind.startswith("reservation.")
+        )
+
+        events = await used.ledger.catalog.events("n1")
+        assert [(e.kind, e.device_id) for e in events if e.kind.startswith("gpu.")] == [
+            ("gpu.unbookedUse", free), ("gpu.foreignUse", g1),
+        ]  # fmt: skip
+
+        # What the ledger accounts: r1 used its GPU the whole time at 80 %, r2 only at
+        # the end; the pod's GPU was used unbooked.
+        clock.advance(2000)
+        await agent.beat(use_base=agent.version, use_version=agent.version)
+        assert used.use is not None
+        mark = used.use.lines
+
+        async def accounted() -> bool:
+            return used.use is not None and used.use.lines is not mark
+
+        await eventually(accounted)
+        report = await api.ok("usage.report", {"byReservation": True})
+        rows = {r["reservationId"]: r for r in report["byReservation"]}
+        assert set(rows) == {rid1, rid2}
+        for r in rows.values():
+            assert 0 <= r["weightedHours"] <= r["usedHours"] <= r["hours"]
+        assert rows[rid1]["usedHours"] > rows[rid2]["usedHours"]
+        assert rows[rid1]["weightedHours"] == pytest.approx(0.8 * rows[rid1]["usedHours"], rel=0.01)
+        (row,) = [r for r in report["rows"] if r["resource"] == "gpu"]
+        assert row["usedHours"] == pytest.approx(
+            rows[rid1]["usedHours"] + rows[rid2]["usedHours"], abs=1e-5
+        )
+        assert 0 < row["efficiency"] <= 1
+        assert [u["poolId"] for u in report["unbooked"]] == [pool]
+        assert report["unbooked"][0]["usedHours"] > 0
+        tenant_view = await api.ok("usage.report", {"tenantId": "acme"})
+        assert tenant_view["unbooked"] == [] and tenant_view["byReservation"] == []
+
+        # nodes.get (the console's node view): what runs on each GPU and whose it is.
+        node = await api.ok("nodes.get", {"nodeId": "n1"})
+        uses = {a["deviceId"]: a.get("use") for a in node["atoms"] if a["class"] == "gpu"}
+        assert uses[g1] is not None and uses[g1]["inUse"] and uses[g1]["smUtil"] == 80
+        assert [(u["owner"], u["ownerKind"]) for u in uses[g1]["users"]] == [
+            (rid1, "reservation"), (rid2, "reservation"),
+        ]  # fmt: skip
+        assert uses[free] is not None and uses[free]["users"][0]["owner"] == "pod-7"
+        tenant_key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+        seen = await api.ok("nodes.get", {"tenantId": "acme", "nodeId": "n1"}, key=tenant_key)
+        by_tenant = {a["deviceId"]: a.get("use") for a in seen["atoms"] if a["class"] == "gpu"}
+        # Its own GPU's users, but not who runs on the GPU nobody booked.
+        assert len(by_tenant[g1]["users"]) == 2
+        assert by_tenant[free]["processes"] == 1 and by_tenant[free]["users"] == []
+
+        # The metrics: who holds and who uses each GPU, by UUID.
+        async with session.get(
+            f"{used.url}/metrics", headers={"Authorization": f"Bearer {key}"}
+        ) as resp:
+            text = await resp.text()
+        series = {
+            (m.name, tuple(sorted(s.labels.items()))): s.value
+            for m in text_string_to_metric_families(text)
+            for s in m.samples
+        }
+        base = {"node": "n1", "pool": pool}
+        assert series[("gpufleet_gpu_in_use", _labels(base, UUID=free))] == 1
+        foreign_user = _labels(
+            base, UUID=g1, reservation=rid1, user=rid2, user_kind="reservation", match="foreign"
+        )
+        assert series[("gpufleet_gpu_user_info", foreign_user)] == 1
+        pod = _labels(
+            base, UUID=free, reservation="", user="pod-7", user_kind="pod", match="unbooked"
+        )
+        assert series[("gpufleet_gpu_user_info", pod)] == 1
+    await nc.close()

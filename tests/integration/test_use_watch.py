@@ -1,0 +1,76 @@
+"""The use pass on a real ledger (SQLite and PostgreSQL), driven by hand with a fake
+clock: a pass's alerts and node events are written at once, accrued time only every
+`flush_ms` (then all of it), and a gap longer than `max_gap_ms` credits nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from coordinator.domain.use_accrual import HOUR_MS
+from coordinator.ledger import Ledger
+from coordinator.services.use_watch import UseWatch
+from shared.clock import FakeClock
+from shared.subjects import Subjects
+from shared.wire import DeviceUse, ProcessUse, UseReport
+from tests.fakes import RecordingAlerts, RecordingPublisher
+
+T0 = 1000 * HOUR_MS
+
+
+@pytest.fixture
+async def ledger(database_url: str) -> AsyncIterator[Ledger]:
+    ledger = await Ledger.open(database_url)
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
+async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) -> None:
+    clock = FakeClock(T0)
+    alerts = RecordingAlerts()
+    watch = UseWatch(
+        ledger, Subjects("t"), clock, RecordingPublisher(), alerts, reachable=lambda _: True,
+        max_gap_ms=60_000, flush_ms=60_000,
+    )  # fmt: skip
+    busy = DeviceUse(device_id="GPU-0", sm_util=50, processes=(ProcessUse(pid=1),))
+    watch.on_report(
+        UseReport(
+            node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1, devices=(busy,)
+        )
+    )
+
+    async def used_ms() -> int:
+        return sum(b.used_ms for b in await ledger.use.buckets(T0, T0 + HOUR_MS))
+
+    await watch.tick()  # the first pass: said, nothing accrued yet
+    assert alerts.kinds() == ["gpu.unbookedUse"]
+    assert [e.kind for e in await ledger.catalog.events("n1")] == ["gpu.unbookedUse"]
+    for _ in range(5):
+        clock.advance(10_000)
+        watch.on_report(
+            UseReport(
+                node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1, devices=(busy,)
+            )
+        )
+        await watch.tick()
+    assert await used_ms() == 0  # 50 s accrued, held in memory
+    clock.advance(10_000)
+    await watch.tick()
+    assert await used_ms() == 60_000
+    (bucket,) = await ledger.use.buckets(T0, T0 + HOUR_MS)
+    assert (bucket.reservation_id, bucket.pool_id, bucket.weighted_ms) == ("", "p1", 30_000)
+    # Silent past the gap (the report kept fresh meanwhile): the gap credits nothing.
+    clock.advance(120_000)
+    watch.on_report(
+        UseReport(
+            node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=2, devices=(busy,)
+        )
+    )
+    await watch.tick()
+    clock.advance(60_000)
+    await watch.tick()
+    assert await used_ms() == 120_000
+    assert alerts.kinds() == ["gpu.unbookedUse"]

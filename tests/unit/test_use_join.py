@@ -1,0 +1,230 @@
+"""The join of promise and use (SPEC §10): examples for each transition, and a stateful
+hypothesis machine that drives bookings, processes and time against a plain reference
+model of what must be said when."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from coordinator.domain.use_join import Hold, JoinState, Policy, UseTransition, join
+from shared.clock import FakeClock
+from shared.wire import DeviceUse, ProcessUse
+
+NODE, POOL = "n1", "pool-a"
+UNITS = ("GPU-0", "GPU-1", "GPU-2")
+POLICY = Policy(idle_after_ms=60_000, idle_util_percent=10)
+
+
+def hold(rid: str, *units: str, tenant: str = "acme", cls: str = "gpu") -> Hold:
+    return Hold(rid, tenant, None, POOL, NODE, cls, units, 0, 10**13)
+
+
+def proc(pid: int, owner: str = "", kind: str = "unknown", util: int | None = None) -> ProcessUse:
+    return ProcessUse(pid=pid, owner=owner, owner_kind=kind, sm_util=util)  # type: ignore[arg-type]
+
+
+def use(unit: str, *procs: ProcessUse, util: int | None = 50) -> DeviceUse:
+    return DeviceUse(device_id=unit, sm_util=util if procs else 0, processes=procs)
+
+
+def run(
+    state: JoinState, devices: list[DeviceUse], holds: list[Hold], now: int, **kw: object
+) -> tuple[JoinState, list[UseTransition]]:
+    uses = {NODE: {d.device_id: d for d in devices}}
+    return join(state, uses, holds, {NODE: POOL}, now, POLICY, **kw)  # type: ignore[arg-type]
+
+
+def test_a_process_on_an_unbooked_gpu_is_said_once_and_again_after_it_cleared() -> None:
+    s, out = run(JoinState(), [use("GPU-0", proc(7, "pod-1", "pod"))], [], 0)
+    assert [(t.kind, t.device_id, t.details["pids"]) for t in out] == [
+        ("gpu.unbookedUse", "GPU-0", [7])
+    ]
+    s, out = run(s, [use("GPU-0", proc(7, "pod-1", "pod"))], [], 1000)
+    assert out == []
+    s, out = run(s, [use("GPU-0")], [], 2000)
+    s, out = run(s, [use("GPU-0", proc(8))], [], 3000)
+    assert [t.kind for t in out] == ["gpu.unbookedUse"]
+
+
+def test_a_booking_of_the_node_or_a_mig_instance_covers_its_units() -> None:
+    whole = hold("rsv-node", *UNITS, cls="node")
+    mig = hold("rsv-mig", "MIG-1", cls="gpu.mig")
+    devices = [use("GPU-1", proc(1, "rsv-node", "reservation")), use("MIG-1", proc(2))]
+    _, out = run(JoinState(), devices, [whole, mig], 0)
+    assert out == []
+
+
+def test_a_process_of_another_reservation_is_foreign_and_says_whose_tenant() -> None:
+    holds = [hold("rsv-a", "GPU-0"), hold("rsv-b", "GPU-1", tenant="globex")]
+    devices = [use("GPU-0", proc(5, "rsv-b", "reservation"), proc(6, "rsv-a", "reservation"))]
+    s, out = run(JoinState(), devices, holds, 0, tenant_of={"rsv-b": "globex"})
+    assert len(out) == 1
+    t = out[0]
+    assert (t.kind, t.device_id, t.reservation_id) == ("gpu.foreignUse", "GPU-0", "rsv-b")
+    assert t.details["otherTenant"] is True and t.details["holders"] == ["rsv-a"]
+    assert t.details["pids"] == [5]
+    _, again = run(s, devices, holds, 1000, tenant_of={"rsv-b": "globex"})
+    assert again == []
+
+
+def test_owners_from_a_cgroup_are_never_foreign() -> None:
+    devices = [use("GPU-0", proc(5, "pod-9", "pod"), proc(6, "1234", "slurm"))]
+    _, out = run(JoinState(), devices, [hold("rsv-a", "GPU-0")], 0)
+    assert out == []
+
+
+def test_an_idle_reservation_is_said_after_the_threshold_and_in_use_when_it_works() -> None:
+    holds = [hold("rsv-a", "GPU-0", "GPU-1", cls="node")]
+    low = [use("GPU-0", proc(1, util=3), util=3), use("GPU-1")]
+    s, out = run(JoinState(), low, holds, 0)
+    assert out == []
+    s, out = run(s, low, holds, 59_999)
+    assert out == []
+    s, out = run(s, low, holds, 60_000)
+    assert [(t.kind, t.reservation_id, t.details["idleSince"]) for t in out] == [
+        ("reservation.idle", "rsv-a", 0)
+    ]
+    s, out = run(s, low, holds, 120_000)
+    assert out == []
+    s, out = run(s, [use("GPU-1", proc(2, util=None), util=None)], holds, 121_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-a")]
+
+
+def test_a_reservation_that_ends_while_idle_clears_its_idleness() -> None:
+    holds = [hold("rsv-a", "GPU-0")]
+    s, _ = run(JoinState(), [use("GPU-0")], holds, 0)
+    s, out = run(s, [use("GPU-0")], holds, 60_000)
+    assert [t.kind for t in out] == ["reservation.idle"]
+    # Held on a node not judged this pass: still live, nothing said.
+    same, out = run(s, [use("GPU-0")], [], 61_000, spread={"rsv-a": frozenset({"n2"})})
+    assert out == [] and same.idle["rsv-a"].said
+    _, out = run(s, [use("GPU-0")], [], 62_000)
+    assert [(t.kind, t.reservation_id, t.node_id, t.details["ended"]) for t in out] == [
+        ("reservation.inUse", "rsv-a", NODE, True)
+    ]
+
+
+def test_a_reservation_with_a_node_whose_use_is_not_current_is_not_judged() -> None:
+    holds = [hold("rsv-a", "GPU-0")]
+    spread = {"rsv-a": frozenset({NODE, "n2"})}
+    s, _ = run(JoinState(), [use("GPU-0")], holds, 0, spread=spread)
+    s, out = run(s, [use("GPU-0")], holds, 120_000, spread=spread)
+    assert out == [] and s.idle["rsv-a"].since is None
+
+
+# -- the machine -----------------------------------------------------------------------
+
+OWNERS = ("", "rsv-0", "rsv-1", "rsv-2", "pod-x")
+
+
+class JoinMachine(RuleBasedStateMachine):
+    """Bookings come and go on three GPUs, processes start and stop, time moves; after
+    each pass what was said matches a reference model that keeps, per condition, only
+    whether it holds and whether it was said."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(0)
+        self.state = JoinState()
+        self.holders: dict[str, str] = {}  # unit → reservation (one holder each)
+        self.procs: dict[str, list[tuple[str, int]]] = {u: [] for u in UNITS}  # owner, util
+        # The reference: what holds now, and what has been said and not cleared.
+        self.said_unbooked: set[str] = set()
+        self.said_foreign: set[tuple[str, str]] = set()
+        self.idle_since: dict[str, int] = {}
+        self.said_idle: set[str] = set()
+        self.log: list[UseTransition] = []
+
+    @rule(unit=st.sampled_from(UNITS), rid=st.sampled_from(("rsv-0", "rsv-1", "rsv-2")))
+    def book(self, unit: str, rid: str) -> None:
+        self.holders[unit] = rid
+
+    @rule(unit=st.sampled_from(UNITS))
+    def release(self, unit: str) -> None:
+        self.holders.pop(unit, None)
+
+    @rule(
+        unit=st.sampled_from(UNITS),
+        owner=st.sampled_from(OWNERS),
+        util=st.integers(0, 100),
+    )
+    def start_process(self, unit: str, owner: str, util: int) -> None:
+        if len(self.procs[unit]) < 3:
+            self.procs[unit].append((owner, util))
+
+    @rule(unit=st.sampled_from(UNITS))
+    def stop_processes(self, unit: str) -> None:
+        self.procs[unit] = []
+
+    @rule(ms=st.integers(0, 90_000))
+    def pass_(self, ms: int) -> None:
+        self.clock.advance(ms)
+        now = self.clock.now_ms()
+        by_rid: dict[str, list[str]] = {}
+        for unit, rid in sorted(self.holders.items()):
+            by_rid.setdefault(rid, []).append(unit)
+        holds = [hold(rid, *units) for rid, units in sorted(by_rid.items())]
+        devices = []
+        for unit in UNITS:
+            procs = tuple(
+                proc(
+                    i + 1, o, "reservation" if o.startswith("rsv") else ("pod" if o else "unknown")
+                )
+                for i, (o, _) in enumerate(self.procs[unit])
+            )
+            util = max((u for _, u in self.procs[unit]), default=0)
+            devices.append(DeviceUse(device_id=unit, sm_util=util, processes=procs))
+        self.state, out = run(self.state, devices, holds, now)
+        self.log.extend(out)
+        self._expect(out, now, by_rid)
+
+    def _expect(self, out: list[UseTransition], now: int, by_rid: dict[str, list[str]]) -> None:
+        want: list[tuple[str, str | None, str | None]] = []
+        unbooked = {u for u in UNITS if self.procs[u] and u not in self.holders}
+        want += [("gpu.unbookedUse", u, None) for u in sorted(unbooked - self.said_unbooked)]
+        self.said_unbooked = unbooked
+        foreign = {
+            (u, o)
+            for u in UNITS
+            if u in self.holders
+            for o, _ in self.procs[u]
+            if o.startswith("rsv") and o != self.holders[u]
+        }
+        want += [("gpu.foreignUse", u, o) for u, o in sorted(foreign - self.said_foreign)]
+        self.said_foreign = foreign
+        for rid in sorted(by_rid):
+            working = any(
+                util >= POLICY.idle_util_percent for u in by_rid[rid] for _, util in self.procs[u]
+            )
+            if working:
+                self.idle_since.pop(rid, None)
+                if rid in self.said_idle:
+                    self.said_idle.discard(rid)
+                    want.append(("reservation.inUse", None, rid))
+                continue
+            since = self.idle_since.setdefault(rid, now)
+            if rid not in self.said_idle and now - since >= POLICY.idle_after_ms:
+                self.said_idle.add(rid)
+                want.append(("reservation.idle", None, rid))
+        for rid in set(self.idle_since) - set(by_rid):
+            del self.idle_since[rid]
+        for rid in self.said_idle - set(by_rid):
+            self.said_idle.discard(rid)  # released while idle: its idleness ends too
+            want.append(("reservation.inUse", None, rid))
+        got = [(t.kind, t.device_id, t.reservation_id) for t in out]
+        assert sorted(got, key=str) == sorted(want, key=str)
+
+    @invariant()
+    def idle_and_in_use_alternate(self) -> None:
+        last: dict[str, str] = {}
+        for t in self.log:
+            if t.kind in ("reservation.idle", "reservation.inUse"):
+                assert t.reservation_id is not None
+                assert last.get(t.reservation_id) != t.kind
+                last[t.reservation_id] = t.kind
+
+
+JoinMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+test_join_machine = JoinMachine.TestCase

@@ -51,6 +51,7 @@ TESTS = (
     "tests/unit/test_liveness_edges.py",
     "tests/unit/test_claims_and_counts.py",
     "tests/unit/test_placer_answers.py",
+    "tests/unit/test_node_fit.py",
     "tests/unit/test_api_inputs.py",
 )
 # A pytest plugin for the scratch tree, loaded before any test module: the property

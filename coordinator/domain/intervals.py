@@ -82,10 +82,7 @@ def parse_time_us(value: object, field: str) -> int:
         raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time") from None
     if parsed.tzinfo is None:
         raise IntervalError(f"{field}: {value!r} has no UTC offset")
-    try:
-        us = (parsed - _EPOCH) // timedelta(microseconds=1)
-    except OverflowError:
-        us = -1
+    us = (parsed - _EPOCH) // timedelta(microseconds=1)
     if not 0 <= us <= MAX_TIME_MS * _US_PER_MS:
         raise IntervalError(f"{field}: {value!r} is out of range (1970 to 6429)")
     return us

@@ -143,10 +143,12 @@ def test_window_counts_are_kept_per_window_and_the_oldest_goes_first() -> None:
     counts.counted_in(key, 0, 10)["a"] = 1
     assert counts.counted_in(key, 5, 10) == {}
     assert counts.counted_in(key, 0, 11) == {}
-    for start in range(100, 140):
+    for start in range(100, 129):  # 32 windows in all: every one kept
         counts.counted_in(key, start, start + 1)["a"] = 2
-    assert counts.counted_in(key, 0, 10) == {}  # forgotten: more than 32 windows since
-    assert counts.counted_in(key, 139, 140) == {"a": 2}
+    assert counts.counted_in(key, 0, 10) == {"a": 1}
+    counts.counted_in(key, 129, 130)  # the 33rd: the oldest goes
+    assert counts.counted_in(key, 128, 129) == {"a": 2}
+    assert counts.counted_in(key, 0, 10) == {}
 
 
 def test_irregular_nodes_are_counted_in_each_windows_own_claims() -> None:

@@ -6,6 +6,7 @@ counts every node itself."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -13,8 +14,16 @@ from hypothesis import strategies as st
 
 from coordinator.domain.free_index import FreeCounts, Key
 from coordinator.domain.node_fit import free_among
-from coordinator.domain.placement_model import HeldClaim, NodeSlot, PlacementRequest, PoolSnapshot
+from coordinator.domain.placement_model import (
+    HeldClaim,
+    Holder,
+    NodeSlot,
+    PlacementRequest,
+    PoolSnapshot,
+)
 from coordinator.domain.placer import place
+from tests.unit.test_placer import READY
+from tests.unit.test_placer import node as gpu_node
 from tests.unit.test_placer_properties import holds, nodes, requests
 
 # A booking: (nodeId, start, end, claim); windows are drawn from the same few instants.
@@ -130,3 +139,69 @@ def test_candidates_are_every_fitting_node_fewest_free_first_however_many_are_ir
     assert [(f, n) for f, n, _ in candidates] == [c for c in recount if c[0] >= need]
     assert few == sum(1 for c in recount if c[0] < need)
     assert sum(refused.values()) == sum(1 for n in pool if _refusal(n) is not None)
+
+
+class _Reads(dict[str, tuple[HeldClaim, ...]]):
+    """Claims by node that count how often each node's are read: the point of keeping
+    counts is not reading them again."""
+
+    def __init__(self, claims: dict[str, tuple[HeldClaim, ...]]) -> None:
+        super().__init__(claims)
+        self.reads: Counter[str] = Counter()
+
+    def get(self, node_id: str, default: object = None) -> tuple[HeldClaim, ...]:  # type: ignore[override]
+        self.reads[node_id] += 1
+        return super().get(node_id, ())
+
+    def __call__(self, node_id: str) -> tuple[HeldClaim, ...]:
+        return self.get(node_id)
+
+
+def _gpu_key() -> Key:
+    return (frozenset({"gpu"}), False, None, None)
+
+
+def test_kept_counts_are_counted_once_and_a_touch_recounts_only_its_nodes() -> None:
+    pool = (gpu_node("a", gpus=2), gpu_node("b", gpus=4))
+    reads = _Reads({})
+    counts = FreeCounts(pool, reads)
+    order = counts.window(frozenset(), 0, 10)
+    first = [(f, n) for f, n, _ in order.candidates(_gpu_key(), _refusal, {}, 1)[2]]
+    assert first == [(2, "a"), (4, "b")]
+    assert reads.reads == {"a": 1, "b": 1}
+    again = [(f, n) for f, n, _ in order.candidates(_gpu_key(), _refusal, {}, 1)[2]]
+    assert again == first and reads.reads == {"a": 1, "b": 1}
+    counts.touch(["b"])
+    assert reads.reads == {"a": 1, "b": 2}
+
+
+def test_a_touch_recounts_every_eligible_node_however_many_are_not() -> None:
+    # Nodes that are not eligible under a key (down, or not in the pool at all) are
+    # skipped, never the end of the recount: the eligible node's new count shows.
+    down = tuple(gpu_node(f"d{i}", state=replace(READY, reachable=False)) for i in range(30))
+    pool = (*down, gpu_node("a", gpus=2), gpu_node("b", gpus=2))
+    bookings: dict[str, tuple[HeldClaim, ...]] = {}
+    counts = FreeCounts(pool, lambda n: bookings.get(n, ()))
+    counts.index(_gpu_key(), _refusal)
+    bookings["a"] = tuple(
+        HeldClaim(a.atom_id, a.claim, Holder("r", False)) for a in pool[30].atoms[1:2]
+    )
+    counts.touch([*(n.node_id for n in down), "gone", "a"])
+    assert counts.index(_gpu_key(), _refusal).order == [(1, "a"), (2, "b")]
+
+
+def test_irregular_nodes_are_counted_once_per_window_until_touched() -> None:
+    pool = (gpu_node("a", gpus=2), gpu_node("b", gpus=3))
+    counts = FreeCounts(pool, lambda n: ())
+    held = _Reads({})
+    listed = [
+        [(f, n) for f, n, _ in counts.window(frozenset({"a", "b"}), 0, 10).candidates(
+            _gpu_key(), _refusal, held, 1
+        )[2]]
+        for _ in range(2)
+    ]  # fmt: skip
+    assert listed == [[(2, "a"), (3, "b")]] * 2
+    assert held.reads == {"a": 1, "b": 1}
+    counts.touch(["a"])
+    list(counts.window(frozenset({"a", "b"}), 0, 10).candidates(_gpu_key(), _refusal, held, 1)[2])
+    assert held.reads == {"a": 2, "b": 1}

@@ -65,6 +65,8 @@ def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> No
         (17, "f: must be an RFC 3339 time string"),
         ("2030-01-01", "f: '2030-01-01' is not an RFC 3339 time"),
         ("2030-01-01 00:00:00Z", "f: '2030-01-01 00:00:00Z' is not an RFC 3339 time"),
+        # `fromisoformat` takes any one character between date and time; RFC 3339 only T.
+        ("2030-01-01X00:00:00Z", "f: '2030-01-01X00:00:00Z' is not an RFC 3339 time"),
         ("2030-01-01Tnoon:00:00Z", "f: '2030-01-01Tnoon:00:00Z' is not an RFC 3339 time"),
         ("2030-01-01T00:00:00.000", "f: '2030-01-01T00:00:00.000' has no UTC offset"),
         ("2030-01-01T00:00:00X", "f: '2030-01-01T00:00:00X' is not an RFC 3339 time"),

@@ -4,6 +4,8 @@ a `>` against a `>=` decides whether a node is marked, held or believed."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from shared.ids import new_pool_id
 from shared.wire import DeviceHealth
@@ -141,3 +143,11 @@ def test_ages_are_seconds_since_the_last_beat_of_reachable_nodes() -> None:
     t.nodes["n1"].last_seen = 3500
     t.mark_unreachable(["n2", "unknown"])
     assert t.ages_s(5000) == [5.0, 1.5]
+
+
+def test_the_nats_errors_an_agent_reports_are_listed_until_it_reports_none() -> None:
+    t = tracker(nodes=2)
+    t.on_heartbeat(replace(make_heartbeat(INV, 1, boot_id="b1"), bus_errors=7), 1)
+    assert t.bus_errors() == [(POOL, "n0", 7)]
+    t.on_heartbeat(replace(make_heartbeat(INV, 2, boot_id="b1"), bus_errors=0), 2)
+    assert t.bus_errors() == []

@@ -9,6 +9,7 @@ from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
+    Holder,
     NodeSlot,
     PlacementRequest,
     PoolSnapshot,
@@ -16,6 +17,8 @@ from coordinator.domain.placement_model import (
 )
 from coordinator.domain.placer import place
 from tests.unit.test_placer import READY, book, gpus, node
+
+VCPU_TAKEN = {"vcpu": ((128, Holder("r", False)),)}
 
 DOWN = replace(READY, reachable=False)
 
@@ -91,6 +94,19 @@ def test_entries_that_fit_alone_but_not_in_one_clique_say_so() -> None:
     assert failed.shortfalls == (
         Shortfall(0, "gpu", 1, 2, why),
         Shortfall(1, "gpu", 2, 2, why),
+    )
+
+
+def test_an_nvlink_gpu_no_node_has_says_none_is_linked_and_free() -> None:
+    req = PlacementRequest(
+        devices=(DeviceRequest("gpu", 1, (("model", ("B200",)),)),), topology="nvlink-all"
+    )
+    failed = place(req, PoolSnapshot((node("a", gpus=2),)))
+    assert failed.reason == (
+        "no node can take the whole request: too few NVLink-connected free gpu on 1 node"
+    )
+    assert failed.shortfalls == (
+        Shortfall(0, "gpu", 1, 0, "at most 0 free NVLink-connected gpu matching on one node"),
     )
 
 
@@ -207,7 +223,8 @@ def test_a_pick_carries_the_scalars_asked_and_only_those() -> None:
 
 
 def test_equally_common_reasons_are_summarised_by_name() -> None:
-    nodes = (node("b", state=replace(READY, maintenance=True)), node("a", state=DOWN))
+    # Seen unreachable first, named maintenance first.
+    nodes = (node("a", state=DOWN), node("b", state=replace(READY, maintenance=True)))
     failed = place(gpus(1), PoolSnapshot(nodes))
     assert failed.filtered == {"not allocatable: maintenance": 1, "not allocatable: unreachable": 1}
     mixed = (node("c", gpus=1), *nodes)
@@ -215,3 +232,58 @@ def test_equally_common_reasons_are_summarised_by_name() -> None:
         "no node can take the whole request: not allocatable: maintenance on 1 node, "
         "not allocatable: unreachable on 1 node, too few free matching gpu on 1 node"
     )
+
+
+def test_a_scalar_shortfall_names_the_most_free_on_any_one_node_zero_included() -> None:
+    nodes = (node("big", memory=512), node("small", memory=64))
+    failed = place(replace(gpus(1), resources=(("memoryGiB", 1024),)), PoolSnapshot(nodes))
+    assert failed.shortfalls[0].reason == (
+        "at most 512 memoryGiB free on one node in the window, 1024 asked"
+    )
+    full = PoolSnapshot((node("a"),), scalar_holders={"a": VCPU_TAKEN})
+    none_free = place(replace(gpus(1), resources=(("vcpu", 1),)), full)
+    assert (
+        none_free.shortfalls[0].reason == "at most 0 vcpu free on one node in the window, 1 asked"
+    )
+
+
+def test_the_commonest_node_level_reason_explains_a_whole_node_refusal() -> None:
+    snap = replace(
+        book(PoolSnapshot((node("a", memory=256), node("b"), node("c"))), ["a:gpu:0"], "x"),
+        pool_free={"memoryGiB": 512},
+    )
+    failed = place(gpus(1, binding="node"), snap)
+    why = "the pool's uncommitted memory is less than the node's"
+    assert failed.reason == (
+        f"no whole node is free: {why} on 2 nodes, node is partly booked in the window on 1 node"
+    )
+    assert failed.shortfalls == (Shortfall(0, "gpu", 1, 8, why),)
+
+
+def test_one_nvlink_entry_short_of_a_scalar_says_the_scalar() -> None:
+    snap = PoolSnapshot((node("a"),))
+    failed = place(replace(gpus(2, topology="nvlink-all"), resources=(("vcpu", 200),)), snap)
+    assert failed.shortfalls == (
+        Shortfall(0, "gpu", 2, 8, "at most 128 vcpu free on one node in the window, 200 asked"),
+    )
+    # Two entries whose clique of exactly two is there: the scalar is still what is short.
+    pair = PlacementRequest(
+        devices=(DeviceRequest("gpu", 1), DeviceRequest("gpu", 1)),
+        topology="nvlink-all",
+        resources=(("vcpu", 200),),
+    )
+    short = place(pair, PoolSnapshot((node("b", gpus=2),)))
+    why = "at most 128 vcpu free on one node in the window, 200 asked"
+    assert short.shortfalls == (Shortfall(0, "gpu", 1, 2, why), Shortfall(1, "gpu", 1, 2, why))
+
+
+def test_a_fit_counts_the_nodes_tried_and_turned_away_and_stops_at_the_limit() -> None:
+    a100 = (node("a", model="A100"), node("b", model="A100"))
+    snap = PoolSnapshot((*a100, node("h", model="H100")))
+    req = PlacementRequest(devices=(DeviceRequest("gpu", 1, (("model", ("H100",)),)),))
+    result = place(req, snap)
+    assert [c.node_id for c in result.candidates] == ["h"]
+    assert result.filtered == {"too few free matching gpu": 2}
+    many = PoolSnapshot(tuple(node(f"n{i:02}") for i in range(12)))
+    assert [c.node_id for c in place(gpus(1), many).candidates] == [f"n{i:02}" for i in range(10)]
+    assert [c.node_id for c in place(gpus(1), many, limit=2).candidates] == ["n00", "n01"]

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pynvml
-
 from agent.sim.profile import GpuSpec
 
 log = logging.getLogger(__name__)
@@ -161,6 +159,8 @@ class Workloads:
 
     def samples(self, running: list[tuple[Workload, int]], since_us: int) -> list[Any]:
         """`c_nvmlProcessUtilizationSample_t` of each busy process, newer than `since_us`."""
+        import pynvml  # here, not at the top: see `process_infos`
+
         now_us = int(self._clock() * 1_000_000)
         return [
             pynvml.c_nvmlProcessUtilizationSample_t(
@@ -173,6 +173,11 @@ class Workloads:
 
 def process_infos(running: list[tuple[Workload, int]], mig: bool) -> list[Any]:
     """What pynvml's v3 process call returns: friendly objects of the struct's fields."""
+    # Imported only when the simulator runs: the agent's entry point reads fault files
+    # (so this module) before it checks that nvidia-ml-py is installed, and a host
+    # without it must get that message and exit 2, not a traceback.
+    import pynvml
+
     out = []
     for w, _ in running:
         gi, ci = ((w.mig or 0) + 1, 0) if mig else (NO_INSTANCE, NO_INSTANCE)
@@ -185,6 +190,8 @@ def process_infos(running: list[tuple[Workload, int]], mig: bool) -> list[Any]:
 
 def utilization(running: list[tuple[Workload, int]]) -> Any:
     """`c_nvmlUtilization_t` of a GPU running these: their sum, memory half of it."""
+    import pynvml  # here, not at the top: see `process_infos`
+
     sm = min(100, sum(u for _, u in running))
     return pynvml.c_nvmlUtilization_t(gpu=sm, memory=sm // 2)
 

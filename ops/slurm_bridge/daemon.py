@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -60,12 +61,18 @@ _GPU_TRES_REFUSALS = {
 }
 
 
-def _hint(refusal: str) -> str:
-    """What to change, for a refusal of GPU TRES; empty for any other."""
+def gpu_tres_refused(refusal: str) -> str | None:
+    """Why Slurm cannot take GPU TRES in a reservation, for such a refusal; else None."""
     for words, why in _GPU_TRES_REFUSALS.items():
         if words in refusal:
-            return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole'
-    return ""
+            return why
+    return None
+
+
+def _hint(refusal: str) -> str:
+    """What to change, for a refusal of GPU TRES; empty for any other."""
+    why = gpu_tres_refused(refusal)
+    return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole' if why else ""
 
 
 class SlurmBridge:
@@ -82,6 +89,10 @@ class SlurmBridge:
             ScontrolConfig(settings.scontrol, settings.slurm_conf, settings.scontrol_timeout_s)
         )
         self.metrics = BridgeMetrics()
+        # "auto" falls back to whole nodes once, for the life of the process: a restart
+        # (say after upgrading Slurm) tries GPU TRES again.
+        self._auto = settings.gpu_tres == "auto"
+        self.metrics.set_gpu_tres_mode(self.policy.gpu_tres)
         self.ready = asyncio.Event()  # set after the first full pass at start
         self.metrics_port: int | None = None
         self._dirty = True  # start: reconcile at once
@@ -142,6 +153,8 @@ class SlurmBridge:
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
+                if self._fall_back(str(exc)):
+                    break  # the rest was planned with GPU TRES: plan again at once
                 # A refusal Slurm repeats every pass is logged once a throttle period.
                 self._refusals.warning(
                     f"{action.kind} {action_argv(action, now_s)[:3]}",
@@ -154,6 +167,19 @@ class SlurmBridge:
         if not failed:
             self.metrics.synced_at = ledger.at_ms / 1000
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
+        return True
+
+    def _fall_back(self, refusal: str) -> bool:
+        """In auto mode, switch to whole-node reservations when Slurm refuses GPU TRES
+        in a reservation; True when it did (the next pass plans with it)."""
+        why = gpu_tres_refused(refusal)
+        if not self._auto or why is None or self.policy.gpu_tres == "off":
+            return False
+        self.policy = replace(self.policy, gpu_tres="off")
+        self.metrics.set_gpu_tres_mode("off")
+        self._dirty = True
+        log.warning('gpu_tres = "auto": Slurm refused GPUs in a reservation (%s: %s); '
+                    "reserving booked nodes whole until restarted", why, refusal)  # fmt: skip
         return True
 
     def _note(self, unknown: frozenset[str], unmapped: frozenset[str], left_alone: int) -> None:

@@ -15,7 +15,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from ops.slurm_bridge.model import ACTION_KINDS
+from ops.slurm_bridge.model import ACTION_KINDS, GPU_TRES_MODES, GpuTres
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -57,6 +57,11 @@ class BridgeMetrics:
             "Nodes gpufleet would drain that someone else drained (left as they are)",
             registry=r,
         )  # fmt: skip
+        self.gpu_tres_mode = Gauge(
+            "gpufleet_slurm_bridge_gpu_tres_mode",
+            "1 for how GPUs are reserved now (typed, count, off: whole nodes); `auto` "
+            "shows typed until Slurm refuses GPU TRES, then off", ["mode"], registry=r,
+        )  # fmt: skip
         self.synced_at = 0.0  # epoch seconds of the ledger snapshot last matched in full
         lag = Gauge(
             "gpufleet_slurm_bridge_lag_seconds",
@@ -67,6 +72,10 @@ class BridgeMetrics:
             self.failures.labels(kind)
         for kind in ACTION_KINDS:
             self.actions.labels(kind)
+
+    def set_gpu_tres_mode(self, mode: GpuTres) -> None:
+        for m in GPU_TRES_MODES:
+            self.gpu_tres_mode.labels(m).set(1 if m == mode else 0)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

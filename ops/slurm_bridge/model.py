@@ -16,7 +16,12 @@ DRAIN_PREFIX = "gpufleet:"
 
 DrainCause = Literal["maintenance", "unhealthy", "unreachable"]
 DRAIN_CAUSES: tuple[DrainCause, ...] = ("maintenance", "unhealthy", "unreachable")
+# How the planner puts GPUs in a reservation (its input: a mode, never "auto").
 GpuTres = Literal["typed", "count", "off"]
+GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "off")
+# What an operator sets: "auto" tries "typed" and falls back to "off" when Slurm
+# refuses GRES in reservations (before 23.11, or no AccountingStorageTRES for them).
+GpuTresSetting = Literal["auto", "typed", "count", "off"]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ops.slurm_bridge.model import DRAIN_CAUSES, DrainCause, GpuTres
+from ops.slurm_bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
 from ops.slurm_bridge.planner import Policy
 from shared.nats_servers import split_servers
 from shared.settings import ConfigError, Option, SettingsModel, markdown_table, with_table
@@ -92,12 +92,13 @@ class BridgeSettings(SettingsModel, frozen=True):
         Option(default_doc="none"),
     ] = ""
     gpu_tres: Annotated[
-        GpuTres,
+        GpuTresSetting,
         Meta(description=(
-            "GPUs in a reservation: `typed` TRES=gres/gpu:<type>=n (the node's gres type), "
-            "`count` gres/gpu=n, `off` whole nodes (Slurm before 23.11, or no slurmdbd)"
+            "GPUs in a reservation: `auto` as `typed`, or whole nodes (`off`) once Slurm "
+            "refuses GRES in reservations; `typed` TRES=gres/gpu:<type>=n (the node's gres "
+            "type), `count` gres/gpu=n, `off` whole nodes (Slurm before 23.11, or no slurmdbd)"
         )),
-    ] = "typed"  # fmt: skip
+    ] = "auto"  # fmt: skip
     node_names: Annotated[
         dict[str, str],
         Meta(description="gpufleet node id -> Slurm node name, where they differ"),
@@ -153,7 +154,7 @@ class BridgeSettings(SettingsModel, frozen=True):
             users={t: _names(u) for t, u in self.users.items()},
             default_accounts=_names(self.default_account),
             default_users=_names(self.default_users),
-            gpu_tres=self.gpu_tres,
+            gpu_tres="typed" if self.gpu_tres == "auto" else self.gpu_tres,
             node_names=dict(self.node_names),
             drain_on=frozenset(self.drain_on),
             pools=frozenset(self.pools),

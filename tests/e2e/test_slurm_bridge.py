@@ -8,14 +8,16 @@ reservation and drain survive; the bridge killed with SIGKILL mid-stream and res
 loses and duplicates nothing; events alone trigger a pass.
 
 Slurm 22.05 cannot reserve GRES, with slurmdbd or without ("TRES type 'gres/gpu:h100'
-not supported with reservations"; tests/e2e/test_slurm_accounting.py), so the bridge
-runs with `--gpu-tres off` here: a booked node is reserved whole. The TRES form is the
-planner's (tests/unit/test_slurm_planner.py).
+not supported with reservations"; tests/e2e/test_slurm_accounting.py), so the main test
+runs the bridge with `--gpu-tres off`: a booked node is reserved whole. The default,
+`auto`, is shown to fall back to that on such a Slurm (and to keep GPU TRES where Slurm
+takes them); the TRES form is the planner's (tests/unit/test_slurm_planner.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -41,6 +43,7 @@ from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 SLURM_NODES = ("sim-a", "sim-b", "other")  # `other` is Slurm's alone
+MODE = "gpufleet_slurm_bridge_gpu_tres_mode"
 WITHIN_S = 10.0  # "within seconds": two resync intervals and the detection window
 
 
@@ -57,7 +60,7 @@ class Bridge:
             str(BIN / "gpufleet-slurm-bridge"),
             "--coordinator-url", fleet.url, "--nats-url", fleet.nats_url,
             "--slurm-conf", str(cluster.conf_path), "--user", "acme=root",
-            "--gpu-tres", "off", "--resync-interval-s", "1", "--fetch-wait-s", "0.2",
+            "--resync-interval-s", "1", "--fetch-wait-s", "0.2",
             "--metrics-port", str(self.metrics_port),
         ]  # fmt: skip
         self.env = {**os.environ, "GPUFLEET_SLURM_BRIDGE_KEY": fleet.operator_key}
@@ -150,6 +153,7 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
     cluster = _cluster(slurm_cluster)
     fleet = Fleet(tmp_path, nats_proc.url)
     bridge = Bridge(fleet, cluster, tmp_path)
+    bridge.argv += ["--gpu-tres", "off"]  # whole nodes from the first pass
     faults = tmp_path / "faults-sim-b.json"
     write_faults(faults, [])
     try:
@@ -275,6 +279,43 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         fleet.close()
 
 
+@contextlib.contextmanager
+def _one_node_fleet(
+    tmp_path: Path, nats_proc: EmbeddedNats, cluster: SlurmCluster, *bridge_args: str
+) -> Iterator[tuple[Bridge, Any, str]]:
+    """A fleet whose one agent is Slurm's `sim-a` (8 H100), and a started bridge with
+    `bridge_args`; yields the bridge, an operator client and the pool id."""
+    fleet = Fleet(tmp_path, nats_proc.url)
+    bridge = Bridge(fleet, cluster, tmp_path)
+    bridge.argv += list(bridge_args)
+    try:
+        fleet.start_coordinator()
+        op = fleet.operator()
+        op.call("tenants.create", {"tenantId": "acme"})
+        pool = op.call("pools.create", {"tenantId": "acme", "name": "p", "gpuModel": "H100"})
+        fleet.start_agent("sim-a", pool["poolId"], "h100-sxm-8", 1.0)
+        wait_for(lambda: len(op.call("nodes.list", {})["nodes"]) == 1, what="the node")
+        bridge.start()
+        yield bridge, op, pool["poolId"]
+    finally:
+        bridge.close()
+        bridge.log.close()
+        fleet.close()
+
+
+def _one_node_cluster(slurm_cluster: SlurmCluster, slurmdbd: bool) -> SlurmCluster:
+    dev = slurm_cluster.dev_dir
+    return slurm_cluster.start(
+        SlurmConfig(
+            nodes=[node_line("sim-a", gres="gpu:h100:8", cpus=2)],
+            gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-7]\n",
+            slurmdbd=slurmdbd,
+            accounting_tres=("gres/gpu", "gres/gpu:h100") if slurmdbd else (),
+        ),
+        timeout_s=60,
+    )
+
+
 def test_bridge_reserves_only_the_booked_gpus_by_tres(
     tmp_path: Path, nats_proc: EmbeddedNats, slurm_cluster: SlurmCluster
 ) -> None:
@@ -284,30 +325,13 @@ def test_bridge_reserves_only_the_booked_gpus_by_tres(
     23.11) it checks the bridge's side only, that it asked for exactly those GPUs and
     logged why Slurm refused, then skips."""
     require_slurmdbd()
-    dev = slurm_cluster.dev_dir
-    cluster = slurm_cluster.start(
-        SlurmConfig(
-            nodes=[node_line("sim-a", gres="gpu:h100:8", cpus=2)],
-            gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-7]\n",
-            slurmdbd=True,
-            accounting_tres=("gres/gpu", "gres/gpu:h100"),
-        ),
-        timeout_s=60,
-    )
+    cluster = _one_node_cluster(slurm_cluster, slurmdbd=True)
     refused = gres_reservations_refused(cluster, "sim-a", "gres/gpu:h100=4")
     assert not refused or "not supported with reservations" in refused, refused
-    fleet = Fleet(tmp_path, nats_proc.url)
-    bridge = Bridge(fleet, cluster, tmp_path)
-    bridge.argv += ["--gpu-tres", "typed"]
-    try:
-        fleet.start_coordinator()
-        op = fleet.operator()
-        op.call("tenants.create", {"tenantId": "acme"})
-        pool = op.call("pools.create", {"tenantId": "acme", "name": "p", "gpuModel": "H100"})
-        fleet.start_agent("sim-a", pool["poolId"], "h100-sxm-8", 1.0)
-        wait_for(lambda: len(op.call("nodes.list", {})["nodes"]) == 1, what="the node")
-        bridge.start()
-        four = _book(op, pool["poolId"], "t4", devices=[{"class": "gpu", "count": 4}])
+    with _one_node_fleet(tmp_path, nats_proc, cluster, "--gpu-tres", "typed") as (
+        bridge, op, pool_id,
+    ):  # fmt: skip
+        four = _book(op, pool_id, "t4", devices=[{"class": "gpu", "count": 4}])
         name = _slurm_name(four)
         if refused:
             failures = "gpufleet_slurm_bridge_failures_total"
@@ -318,6 +342,7 @@ def test_bridge_reserves_only_the_booked_gpus_by_tres(
                              r"Nodes=sim-a TRES=gres/gpu:h100=4 ", log), log  # fmt: skip
             assert "this Slurm cannot reserve GPUs" in log
             assert name not in cluster.reservations()
+            assert bridge.metric(MODE, mode="typed") == 1  # explicit: never falls back
             pytest.skip(f"{refused}; the bridge's side holds")
         _eventually(lambda: name in cluster.reservations(), "the booking in Slurm")
         held = cluster.reservations()[name]
@@ -331,10 +356,47 @@ def test_bridge_reserves_only_the_booked_gpus_by_tres(
         assert fifth.returncode != 0
         assert bridge.metric("gpufleet_slurm_bridge_failures_total",
                              kind="reservation.create") == 0  # fmt: skip
-    finally:
-        bridge.close()
-        bridge.log.close()
-        fleet.close()
+
+
+@pytest.mark.parametrize("slurmdbd", [False, True], ids=["no-slurmdbd", "slurmdbd"])
+def test_auto_mode_protects_a_booking_on_any_slurm(
+    tmp_path: Path, nats_proc: EmbeddedNats, slurm_cluster: SlurmCluster, slurmdbd: bool
+) -> None:
+    """The default (`gpu_tres = "auto"`): a booking of 4 of 8 GPUs is always reserved in
+    Slurm. Where Slurm refuses GRES in reservations (before 23.11, or no slurmdbd /
+    AccountingStorageTRES) the bridge falls back to the booked node whole, says so once
+    in its log and in gpufleet_slurm_bridge_gpu_tres_mode, and a job without the
+    reservation cannot run there; where Slurm takes them, only the 4 GPUs are held."""
+    if slurmdbd:
+        require_slurmdbd()
+    cluster = _one_node_cluster(slurm_cluster, slurmdbd)
+    refused = gres_reservations_refused(cluster, "sim-a", "gres/gpu:h100=4")
+    with _one_node_fleet(tmp_path, nats_proc, cluster) as (bridge, op, pool_id):
+        four = _book(op, pool_id, "a4", devices=[{"class": "gpu", "count": 4}])
+        name = _slurm_name(four)
+        _eventually(lambda: name in cluster.reservations(), "the booking in Slurm")
+        held = cluster.reservations()[name]
+        assert held["Nodes"] == "sim-a"
+        inside = cluster.srun(f"--reservation={name}", "--gres=gpu:h100:4", "true")
+        assert inside.returncode == 0, inside.stderr
+        outside = cluster.srun("-w", "sim-a", "--gres=gpu:h100:1", "--immediate=3", "true")
+        if not refused:  # Slurm 23.11+ with accounting: GPU-level, no fallback
+            assert "gres/gpu:h100=4" in held["TRES"].split(",")
+            assert outside.returncode == 0, outside.stderr
+            assert bridge.metric(MODE, mode="typed") == 1
+            return
+        assert "gres/gpu" not in held.get("TRES", ""), held  # the node whole
+        assert outside.returncode != 0
+        assert bridge.metric(MODE, mode="off") == 1 and bridge.metric(MODE, mode="typed") == 0
+        log = (tmp_path / "bridge.log").read_text()
+        assert log.count('gpu_tres = "auto": Slurm refused GPUs') == 1, log
+        # A second booking goes straight to a whole-node reservation: no new refusal.
+        failures = bridge.metric("gpufleet_slurm_bridge_failures_total",
+                                 kind="reservation.create")  # fmt: skip
+        two = _book(op, pool_id, "a2")
+        _eventually(lambda: _slurm_name(two) in cluster.reservations(), "the second booking")
+        assert bridge.metric("gpufleet_slurm_bridge_failures_total",
+                             kind="reservation.create") == failures  # fmt: skip
 
 
 def _end_s(record: dict[str, str]) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ops.slurm_bridge import settings as bridge_settings
+from ops.slurm_bridge.daemon import SlurmBridge, gpu_tres_refused
 from ops.slurm_bridge.settings import BridgeSettings
 from shared.settings import ConfigError, from_sources
 
@@ -76,3 +77,31 @@ def test_gpufleet_slurm_bridge_is_the_same_command() -> None:
         capture_output=True, text=True, env={}, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "durable" in done.stderr
+
+
+def test_auto_is_the_default_and_plans_gpu_tres_until_slurm_refuses() -> None:
+    env = {"GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
+    s = from_sources(BridgeSettings, {"coordinator_url": "http://c:8080"}, env)
+    assert s.gpu_tres == "auto" and s.policy().gpu_tres == "typed"
+    bridge = SlurmBridge(s)
+    mode = "gpufleet_slurm_bridge_gpu_tres_mode"
+    assert f'{mode}{{mode="typed"}} 1.0' in bridge.metrics.text().decode()
+    # Any other refusal changes nothing.
+    assert not bridge._fall_back("Invalid node name specified")  # noqa: SLF001
+    assert bridge.policy.gpu_tres == "typed"
+    # Slurm 22.05's answer, and "no such TRES" without AccountingStorageTRES: whole nodes.
+    assert bridge._fall_back(  # noqa: SLF001
+        "Error creating the reservation: TRES type 'gres/gpu:h100' not supported with reservations"
+    )
+    assert bridge.policy.gpu_tres == "off"
+    text = bridge.metrics.text().decode()
+    assert f'{mode}{{mode="off"}} 1.0' in text and f'{mode}{{mode="typed"}} 0.0' in text
+    assert gpu_tres_refused("couldn't identify configured TRES 'gres/gpu:h100'")
+
+
+def test_an_explicit_mode_never_falls_back() -> None:
+    env = {"GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
+    s = from_sources(BridgeSettings, {"coordinator_url": "http://c", "gpu_tres": "typed"}, env)
+    bridge = SlurmBridge(s)
+    assert not bridge._fall_back("TRES type 'gres/gpu' not supported with reservations")  # noqa: SLF001
+    assert bridge.policy.gpu_tres == "typed"

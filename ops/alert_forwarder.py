@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,6 +44,7 @@ from ops.forwarder.targets import (
     Target,
     WebhookTarget,
 )
+from ops.signal_run import run_until_signalled
 from shared.credentials import CredentialsError, connect_options
 from shared.nats_servers import split_servers
 from shared.settings import ConfigError
@@ -225,24 +225,14 @@ def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
     except (ConfigError, CredentialsError, OSError) as exc:
         print(f"gpufleet alerts: {redact(str(exc))}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(forwarder, env.get("NOTIFY_SOCKET")))
 
-
-async def _serve(forwarder: AlertForwarder, notify_socket: str | None) -> int:
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await forwarder.run(notify_socket)
-    except asyncio.CancelledError:
-        sd_notify("STOPPING=1", notify_socket)
+    def stopped() -> None:
         log.info(
             "stopped; %d alerts delivered, %d refused, %d dropped",
             forwarder.delivered, forwarder.refused, forwarder.dropped,
         )  # fmt: skip
-    return 0
+
+    return asyncio.run(run_until_signalled(forwarder.run, env.get("NOTIFY_SOCKET"), stopped))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

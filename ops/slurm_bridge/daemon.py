@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from nats.aio.msg import Msg
 
 from coordinator.bus.alerts import stream_name
 from ops.forwarder.source import AlertSource, ConsumerSpec, raise_if_cancelled
+from ops.signal_run import run_until_signalled
 from ops.slurm_bridge.ledger_view import LedgerError, LedgerView
 from ops.slurm_bridge.metrics import BridgeMetrics
 from ops.slurm_bridge.planner import plan
@@ -281,21 +281,11 @@ def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
     except (ConfigError, CredentialsError, OSError) as exc:
         print(f"gpufleet-slurm-bridge: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(bridge, env.get("NOTIFY_SOCKET")))
 
-
-async def _serve(bridge: SlurmBridge, notify_socket: str | None) -> int:
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await bridge.run(notify_socket)
-    except asyncio.CancelledError:
-        sd_notify("STOPPING=1", notify_socket)
+    def stopped() -> None:
         log.info("stopped")
-    return 0
+
+    return asyncio.run(run_until_signalled(bridge.run, env.get("NOTIFY_SOCKET"), stopped))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

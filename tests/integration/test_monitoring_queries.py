@@ -1,5 +1,6 @@
-"""Every metric the shipped dashboard and alert rules query is one the coordinator serves
-(or one of dcgm-exporter's default counters, for the join panel)."""
+"""Every metric the shipped dashboard and alert rules query is one the coordinator serves,
+or the Slurm bridge serves (its own rules), or one of dcgm-exporter's default counters
+(for the join panel)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ops.slurm_bridge.metrics import BridgeMetrics
 from tests.integration.conftest import Api
 from tests.integration.test_metrics import scrape_text
 from tests.promql_names import metric_names
@@ -54,7 +56,7 @@ def _rule_exprs() -> Iterator[str]:
 
 
 async def test_dashboard_and_rules_query_only_served_metrics(api: Api) -> None:
-    exposed = _exposed(await scrape_text(api))
+    exposed = _exposed(await scrape_text(api)) | _exposed(BridgeMetrics().text().decode())
     dashboard = json.loads((MONITORING / "grafana" / "gpufleet.json").read_text())
     exprs = [*_dashboard_exprs(dashboard), *_rule_exprs()]
     assert len(exprs) > 20

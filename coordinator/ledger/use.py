@@ -186,13 +186,7 @@ class UseRepo:
     ) -> list[Bucket]:
         """Every bucket whose hour overlaps [start, end)."""
         u = schema.gpu_use.c
-        cond: ColumnElement[bool] = (u.hour > start - HOUR_MS) & (u.hour < end)
-        if tenant_id is not None:
-            cond &= u.tenant_id == tenant_id
-        if pool_id is not None:
-            cond &= u.pool_id == pool_id
-        if project_id is not None:
-            cond &= u.project_id == project_id
+        cond = _hours(start, end, tenant_id, pool_id, project_id)
         async with self._db.read() as conn:
             rows = await conn.execute(
                 select(
@@ -221,13 +215,7 @@ class UseRepo:
         bucket at the first of them), the at most two hours it cuts as they are."""
         u = schema.gpu_use.c
         first = -(-start // HOUR_MS) * HOUR_MS  # the first whole hour inside
-        cond: ColumnElement[bool] = (u.hour > start - HOUR_MS) & (u.hour < stop)
-        if tenant_id is not None:
-            cond &= u.tenant_id == tenant_id
-        if pool_id is not None:
-            cond &= u.pool_id == pool_id
-        if project_id is not None:
-            cond &= u.project_id == project_id
+        cond = _hours(start, stop, tenant_id, pool_id, project_id)
         inner = (u.hour >= first) & (u.hour + HOUR_MS <= stop)
         who = (u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource)
         async with self._db.read() as conn:
@@ -250,6 +238,22 @@ class UseRepo:
                 for r in cut.all()
             ]  # fmt: skip
         return out
+
+
+def _hours(
+    start: int, end: int, tenant_id: str | None, pool_id: str | None, project_id: str | None
+) -> ColumnElement[bool]:
+    """The buckets whose hour overlaps [start, end), of this tenant, pool and project
+    where given."""
+    u = schema.gpu_use.c
+    cond: ColumnElement[bool] = (u.hour > start - HOUR_MS) & (u.hour < end)
+    if tenant_id is not None:
+        cond &= u.tenant_id == tenant_id
+    if pool_id is not None:
+        cond &= u.pool_id == pool_id
+    if project_id is not None:
+        cond &= u.project_id == project_id
+    return cond
 
 
 async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accrued]) -> None:

@@ -67,7 +67,7 @@ class ApiKeyRevokeInput(ApiInput):
 )
 async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> out.TenantOut:
     """Create a tenant (operator)."""
-    t = await ctx.ledger.tenants.create(body.tenant_id, body.name or body.tenant_id, ctx.now())
+    t = await ctx.services.tenancy.create_tenant(body.tenant_id, body.name or body.tenant_id)
     return out.TenantOut(tenant_id=t.tenant_id, name=t.name, created_at=t.created_at)
 
 
@@ -81,11 +81,7 @@ async def tenants_create(ctx: CallContext, body: TenantCreateInput) -> out.Tenan
 )
 async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> out.ApiKeyCreated:
     """Create an API key for a tenant (operator). The key is shown once, stored hashed."""
-    if await ctx.ledger.tenants.get(body.tenant_id) is None:
-        raise NotFound(f"tenant {body.tenant_id!r} not found")
-    issued = await ctx.ledger.keys.create(
-        body.tenant_id, frozenset(body.roles), body.label, ctx.now()
-    )
+    issued = await ctx.services.tenancy.issue_key(body.tenant_id, frozenset(body.roles), body.label)
     return out.ApiKeyCreated(
         key_id=issued.key_id, key=issued.key, tenant_id=body.tenant_id, roles=sorted(body.roles)
     )
@@ -101,8 +97,7 @@ async def api_keys_create(ctx: CallContext, body: ApiKeyCreateInput) -> out.ApiK
 )
 async def api_keys_revoke(ctx: CallContext, body: ApiKeyRevokeInput) -> out.ApiKeyRevoked:
     """Revoke an API key (operator); it stops working at once."""
-    if not await ctx.ledger.keys.revoke(body.key_id, None, ctx.now()):
-        raise NotFound(f"key {body.key_id} not found or already revoked")
+    await ctx.services.tenancy.revoke_key(body.key_id)
     return out.ApiKeyRevoked(key_id=body.key_id, revoked=True)
 
 
@@ -119,14 +114,9 @@ async def quotas_set(ctx: CallContext, body: QuotaSetInput) -> out.Quotas:
     """Set a tenant's limit on a resource, in one pool or across its pools (operator).
 
     For `memoryGiB` it is also the `max_memory_gb` of interval reservations."""
-    if await ctx.ledger.tenants.get(body.tenant_id) is None:
-        raise NotFound(f"tenant {body.tenant_id!r} not found")
-    if body.pool_id is not None and await ctx.ledger.pools.get(body.pool_id) is None:
-        raise NotFound(f"pool {body.pool_id} not found")
-    await ctx.ledger.quotas.set(
-        Quota(body.tenant_id, body.pool_id, body.resource, body.limit), ctx.now()
+    quotas = await ctx.services.tenancy.set_quota(
+        Quota(body.tenant_id, body.pool_id, body.resource, body.limit)
     )
-    quotas = await ctx.ledger.quotas.for_tenant(body.tenant_id)
     return out.Quotas(
         tenant_id=body.tenant_id,
         quotas=[

@@ -16,8 +16,10 @@ from coordinator.runtime.metrics import Metrics
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
+from coordinator.services.pools import Pools
 from coordinator.services.reservations import Reservations
 from coordinator.services.shapes import Shapes
+from coordinator.services.tenancy import Tenancy
 from shared.clock import Clock
 from shared.wire import Alert
 
@@ -57,6 +59,14 @@ class Services:
     @property
     def shapes(self) -> Shapes:
         return Shapes(self.ledger, self.clock, self.alerts, self.capacity)
+
+    @property
+    def tenancy(self) -> Tenancy:
+        return Tenancy(self.ledger, self.clock)
+
+    @property
+    def pools(self) -> Pools:
+        return Pools(self.ledger, self.clock)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,7 @@ from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.domain.model import Pool
-from coordinator.errors import NotFound, PermissionDenied
-from shared.ids import new_pool_id
+from coordinator.errors import PermissionDenied
 
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -67,24 +66,13 @@ def _require_owner(ctx: CallContext, tenant_id: str, action: str) -> Pool:
     return pool
 
 
-async def _reread(ctx: CallContext, pool_id: str, viewer: str) -> out.PoolOut:
-    """The pool as it is after the owner's change."""
-    updated = await ctx.ledger.pools.get(pool_id)
-    assert updated is not None
-    return pool_out(updated, viewer)
-
-
 @REGISTRY.method(
     "pools.create", kind="write", permission="platform:admin", scope="platform",
     input=PoolCreateInput, output=out.PoolOut,
 )  # fmt: skip
 async def pools_create(ctx: CallContext, body: PoolCreateInput) -> out.PoolOut:
     """Create a pool owned by a tenant (operator)."""
-    if await ctx.ledger.tenants.get(body.tenant_id) is None:
-        raise NotFound(f"tenant {body.tenant_id!r} not found")
-    pool = await ctx.ledger.pools.create(
-        new_pool_id(), body.name, body.tenant_id, body.gpu_model, ctx.now()
-    )
+    pool = await ctx.services.pools.create(body.tenant_id, body.name, body.gpu_model)
     return pool_out(pool, body.tenant_id)
 
 
@@ -116,10 +104,8 @@ async def pools_list(ctx: CallContext, body: PoolListInput) -> out.PoolList:
 async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
     """Offer a pool to another tenant (owner)."""
     pool = _require_owner(ctx, body.tenant_id, "offer")
-    if await ctx.ledger.tenants.get(body.offer_to) is None:
-        raise NotFound(f"tenant {body.offer_to!r} not found")
-    await ctx.ledger.pools.offer(pool.pool_id, body.offer_to, ctx.now())
-    return await _reread(ctx, pool.pool_id, body.tenant_id)
+    updated = await ctx.services.pools.offer(pool.pool_id, body.offer_to)
+    return pool_out(updated, body.tenant_id)
 
 
 @REGISTRY.method(
@@ -129,8 +115,8 @@ async def pools_offer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
 async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
     """Withdraw an offer (owner); the pool vanishes for that tenant at once."""
     pool = _require_owner(ctx, body.tenant_id, "unoffer")
-    await ctx.ledger.pools.unoffer(pool.pool_id, body.offer_to)
-    return await _reread(ctx, pool.pool_id, body.tenant_id)
+    updated = await ctx.services.pools.unoffer(pool.pool_id, body.offer_to)
+    return pool_out(updated, body.tenant_id)
 
 
 @REGISTRY.method(
@@ -140,8 +126,8 @@ async def pools_unoffer(ctx: CallContext, body: PoolOfferInput) -> out.PoolOut:
 async def pools_archive(ctx: CallContext, body: PoolRef) -> out.PoolOut:
     """Archive a pool (owner): it stays visible to its owner only."""
     pool = _require_owner(ctx, body.tenant_id, "archive")
-    await ctx.ledger.pools.archive(pool.pool_id)
-    return await _reread(ctx, pool.pool_id, body.tenant_id)
+    updated = await ctx.services.pools.archive(pool.pool_id)
+    return pool_out(updated, body.tenant_id)
 
 
 # The same rows as capacity.byPool, under the pools module.

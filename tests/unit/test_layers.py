@@ -1,7 +1,8 @@
 """The layout README.md describes, as imports: shared <- agent; shared <- coordinator
 (domain <- ledger <- services <- api | bus | tasks); operator tooling in `ops/`, which
 nothing in the runtime imports; SQLAlchemy only in the ledger, aiohttp only in the API,
-nats only in the bus (coordinator side). Any import counts, inside functions too."""
+nats only in the bus (coordinator side). Any import counts, inside functions too. The
+API may read the ledger, but writes only through a service."""
 
 from __future__ import annotations
 
@@ -68,6 +69,115 @@ def test_coordinator_layers_point_one_way_and_each_library_has_one_home() -> Non
                 wrong.append((path.relative_to(ROOT), module, "entrypoints are siblings"))
             elif LAYERS.index(target) > LAYERS.index(layer):
                 wrong.append((path.relative_to(ROOT), module, "points up"))
+    assert wrong == []
+
+
+def _chain(node: ast.expr) -> list[str]:
+    """`a.b.c` as ["a", "b", "c"]; [] for anything but names and attributes."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(names)] if isinstance(node, ast.Name) else []
+
+
+def _ledger_writes() -> tuple[set[tuple[str, str]], dict[str, str]]:
+    """Which ledger methods write, read off the code rather than listed: a function
+    writes if it opens a write transaction (`Database.transaction()`, a unit of work) or
+    calls a ledger function that does. Returns {(class, method)} and the `Ledger`
+    facade's attribute → repository class."""
+    funcs: dict[tuple[str, str], ast.AST] = {}  # (module, qualname) → body
+    classes: dict[str, str] = {}  # class → module
+    imported: dict[str, dict[str, str]] = {}  # module → local name → ledger module
+    for path in _modules("coordinator/ledger"):
+        mod = path.stem
+        tree = ast.parse(path.read_text())
+        imported[mod] = {
+            alias.asname or alias.name: alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module == "coordinator.ledger"
+            for alias in node.names
+        }
+        for node in tree.body:
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef):
+                funcs[mod, node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                classes[node.name] = mod
+                for item in node.body:
+                    if isinstance(item, ast.AsyncFunctionDef | ast.FunctionDef):
+                        funcs[mod, f"{node.name}.{item.name}"] = item
+
+    def callees(mod: str, qualname: str) -> tuple[bool, set[tuple[str, str]]]:
+        opens, called = False, set()
+        owner = qualname.rpartition(".")[0]
+        for node in ast.walk(funcs[mod, qualname]):
+            if not isinstance(node, ast.Call):
+                continue
+            chain = _chain(node.func)
+            if chain and chain[-1] in {"transaction", "unit_of_work"}:
+                opens = True
+            if len(chain) == 2 and chain[0] == "self" and owner:
+                called.add((mod, f"{owner}.{chain[1]}"))
+            elif len(chain) == 2 and chain[0] in imported[mod]:
+                called.add((imported[mod][chain[0]], chain[1]))
+            elif len(chain) == 1:
+                called.add((mod, chain[0]))
+        return opens, called
+
+    graph = {key: callees(*key) for key in funcs}
+    writes = {key for key, (opens, _) in graph.items() if opens}
+    grew = True
+    while grew:
+        more = {key for key, (_, called) in graph.items() if called & writes} - writes
+        writes |= more
+        grew = bool(more)
+    facade = next(
+        node
+        for node in ast.walk(ast.parse((ROOT / "coordinator/ledger/facade.py").read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    repos = {
+        target.attr: node.value.func.id
+        for node in facade.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        for target in node.targets
+        if isinstance(target, ast.Attribute)
+    }
+    methods = {q.partition(".") for (_, q) in writes if "." in q}
+    return {(cls, method) for cls, _, method in methods}, repos
+
+
+def _api_ledger_writes(path: Path) -> list[str]:
+    writes, repos = _ledger_writes()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        chain = _chain(node) if isinstance(node, ast.Attribute) else []
+        if "ledger" not in chain:
+            continue
+        rest = chain[len(chain) - chain[::-1].index("ledger") :]
+        if len(rest) == 1 and ("Ledger", rest[0]) in writes:
+            found.append(".".join(chain))
+        elif len(rest) == 2 and (repos.get(rest[0], ""), rest[1]) in writes:
+            found.append(".".join(chain))
+    return found
+
+
+def test_the_ledger_write_rule_tells_a_write_from_a_read() -> None:
+    writes, repos = _ledger_writes()
+    assert {("PoolRepo", "create"), ("ApiKeyRepo", "ensure"), ("Ledger", "transaction")} <= writes
+    assert not {("PoolRepo", "get"), ("ApiKeyRepo", "authenticate")} & writes
+    assert repos["pools"] == "PoolRepo"
+
+
+def test_the_api_reads_the_ledger_but_writes_only_through_services() -> None:
+    """Reads may go straight to the ledger; every write is a workflow in services/."""
+    wrong = [
+        (path.relative_to(ROOT), write)
+        for path in _modules("coordinator/api")
+        for write in _api_ledger_writes(path)
+    ]
     assert wrong == []
 
 

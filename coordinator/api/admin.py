@@ -10,8 +10,8 @@ from coordinator.api import admin_outputs as out
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import RESOURCES, ApiKey, Quota
-from coordinator.errors import NotFound
 
 Role = Literal["tenant", "operator"]
 

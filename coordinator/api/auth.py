@@ -7,8 +7,8 @@ key may not act for is PERMISSION_DENIED. Operators act for any tenant.
 from __future__ import annotations
 
 from coordinator.api.registry import ApiInput, Method
+from coordinator.domain.errors import NotFound, PermissionDenied, Unauthenticated
 from coordinator.domain.model import Pool, Principal
-from coordinator.errors import NotFound, PermissionDenied, Unauthenticated
 from coordinator.ledger import Ledger
 
 TENANT_PERMISSIONS = frozenset(

@@ -16,11 +16,11 @@ from coordinator.api.context import CallContext
 from coordinator.api.fields import EpochMs, PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
 from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.domain.errors import InvalidInput
 from coordinator.domain.model import Pool, RollupRow
 from coordinator.domain.placement_model import NodePick, Shortfall
 from coordinator.domain.rollup import sum_rows
 from coordinator.domain.timeline import TimelineError, booked_per_bucket, resolve_window
-from coordinator.errors import InvalidInput
 from coordinator.services.reservations import resolve_start
 
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from coordinator.api.body import BodyError, strict_json
-from coordinator.errors import InvalidInput
+from coordinator.domain.errors import InvalidInput
 
 MAX_TIME_MS = 2**63 - 1
 

@@ -17,8 +17,8 @@ from coordinator.api.fields import PoolId
 from coordinator.api.node_outputs import NodeResources
 from coordinator.api.outputs import Cursor
 from coordinator.api.registry import REGISTRY, ApiInput, ApiOutput
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import NodeRecord
-from coordinator.errors import NotFound
 from shared.wire import GpuInfo, Inventory, Sharing
 
 

@@ -21,6 +21,7 @@ from coordinator.api.body import BodyError, strict_json
 from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_time_cursor, encode_cursor
 from coordinator.api.registry import REGISTRY, Reply, RestInput, param
+from coordinator.domain.errors import CoordinatorError, PermissionDenied
 from coordinator.domain.intervals import (
     INTERVAL_MS,
     IntervalError,
@@ -28,7 +29,6 @@ from coordinator.domain.intervals import (
     parse_limit,
     parse_window,
 )
-from coordinator.errors import CoordinatorError, PermissionDenied
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused, visible_pool
 from shared.ids import IDEMPOTENCY_KEY_PATTERN, TENANT_ID_PATTERN

@@ -15,11 +15,11 @@ from coordinator.api.context import CallContext
 from coordinator.api.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Prebuilt, keys
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
 from coordinator.domain.use_book import NodeUse
 from coordinator.domain.use_join import GPU_CLASSES, unit_of
-from coordinator.errors import NotFound
 from shared.ids import NODE_ID_PATTERN
 from shared.wire import AtomClass, HealthStatus
 

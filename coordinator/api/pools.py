@@ -16,8 +16,8 @@ from coordinator.api.capacity import ByPoolInput, by_pool
 from coordinator.api.context import CallContext
 from coordinator.api.fields import PoolId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.domain.errors import PermissionDenied
 from coordinator.domain.model import Pool
-from coordinator.errors import PermissionDenied
 
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 

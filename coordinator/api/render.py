@@ -12,10 +12,10 @@ from typing import Any
 from coordinator.api import interval_outputs as iv_out
 from coordinator.api import outputs as out
 from coordinator.api.registry import dump
+from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.intervals import Interval, IntervalReservation, format_time
 from coordinator.domain.model import RollupRow
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import CoordinatorError
 from coordinator.services.intervals import Shortfall
 
 

@@ -19,7 +19,7 @@ from coordinator.api.cursor import decode_time_cursor, encode_cursor
 from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.registry import REGISTRY, ApiInput, Reply
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.errors import NotFound
+from coordinator.domain.errors import NotFound
 from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest

@@ -42,9 +42,7 @@ from coordinator.api.registry import (
     where,
 )
 from coordinator.api.render import error_body
-from coordinator.domain.intervals import IntervalError
-from coordinator.domain.model import Principal
-from coordinator.errors import (
+from coordinator.domain.errors import (
     CoordinatorError,
     IdempotencyKeyConflict,
     InvalidInput,
@@ -53,6 +51,8 @@ from coordinator.errors import (
     RequestTimeout,
     Unauthenticated,
 )
+from coordinator.domain.intervals import IntervalError
+from coordinator.domain.model import Principal
 from coordinator.runtime.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.errors import CoordinatorError
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
 from coordinator.runtime.gc_pause import gc_paused
 from coordinator.services import alerting

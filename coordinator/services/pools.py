@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import Pool
-from coordinator.errors import NotFound
 from coordinator.ledger import Ledger
 from shared.clock import Clock
 from shared.ids import new_pool_id

@@ -21,10 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
+from coordinator.domain.errors import (
+    CapacityNotAvailable,
+    CoordinatorError,
+    InvalidInput,
+    QuotaExceeded,
+)
 from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
 from coordinator.ledger import (
     Booked,
     BookingBatch,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import Quota, Tenant
-from coordinator.errors import NotFound
 from coordinator.ledger import IssuedKey, Ledger
 from shared.clock import Clock
 

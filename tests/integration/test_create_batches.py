@@ -16,15 +16,15 @@ import pytest
 from sqlalchemy import select
 
 from coordinator.api.render import RESERVATION_ANSWERS
-from coordinator.domain.model import Quota
-from coordinator.domain.reservation import Reservation
-from coordinator.errors import (
+from coordinator.domain.errors import (
     CapacityNotAvailable,
     CoordinatorError,
     IdempotencyKeyConflict,
     InvalidInput,
     QuotaExceeded,
 )
+from coordinator.domain.model import Quota
+from coordinator.domain.reservation import Reservation
 from coordinator.ledger import Ledger, schema
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import (

@@ -13,15 +13,15 @@ import pytest
 from coordinator.api.registry import dump
 from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
 from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.domain.intervals import IntervalError, format_time
-from coordinator.domain.model import Quota
-from coordinator.errors import (
+from coordinator.domain.errors import (
     CapacityNotAvailable,
     IdempotencyKeyConflict,
     InvalidInput,
     NotFound,
     QuotaExceeded,
 )
+from coordinator.domain.intervals import IntervalError, format_time
+from coordinator.domain.model import Quota
 from coordinator.ledger import Ledger, ReservationFilter
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed

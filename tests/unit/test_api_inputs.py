@@ -23,6 +23,7 @@ from coordinator.api.registry import REGISTRY
 from coordinator.api.render import error_body
 from coordinator.api.reservation_input import ReservationCreateInput
 from coordinator.api.server import field_path, invalid_input
+from coordinator.domain.errors import InvalidInput
 from coordinator.domain.intervals import (
     LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT,
@@ -32,7 +33,6 @@ from coordinator.domain.intervals import (
     parse_window,
 )
 from coordinator.domain.timeline import TimelineError, resolve_window
-from coordinator.errors import InvalidInput
 
 T0 = 1_800_000_000_000  # on the 15-minute grid
 Q = 900_000

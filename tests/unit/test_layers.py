@@ -184,7 +184,7 @@ def test_the_api_reads_the_ledger_but_writes_only_through_services() -> None:
 def test_the_coordinators_root_holds_only_the_wiring() -> None:
     """Everything else lives in its layer, or in runtime/ (process plumbing)."""
     root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}
-    assert root == {"__init__", "app", "main", "config", "errors"}
+    assert root == {"__init__", "app", "main", "config"}
 
 
 def test_the_agent_reaches_its_simulator_only_from_its_wiring() -> None:

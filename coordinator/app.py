@@ -336,6 +336,8 @@ async def running_coordinator(
             settings.http_port,
             idle_timeout_s=settings.http_idle_timeout_s,
         )
+        # After the server stops, the create batches its requests joined commit.
+        stack.push_async_callback(bounded("create-batches", services.close))
         await http.start()
         stack.push_async_callback(bounded("http", http.stop))
         log.info("coordinator API on http://%s:%d", settings.http_host, http.port)

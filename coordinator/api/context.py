@@ -41,12 +41,20 @@ class Services:
     # What each node's GPUs run (`services.use_watch`), for nodes.get and the console.
     use: UseBook = field(default_factory=UseBook)
 
-    @property
-    def reservations(self) -> Reservations:
-        return Reservations(
+    # One create workflow for the process: it owns the group commit of creates, which
+    # the wiring drains on shutdown (`close`).
+    reservations: Reservations = field(init=False)
+
+    def __post_init__(self) -> None:
+        reservations = Reservations(
             self.ledger, self.clock, self.alerts, self.capacity, RESERVATION_ANSWERS,
             self.notice_ms,
         )  # fmt: skip
+        object.__setattr__(self, "reservations", reservations)
+
+    async def close(self) -> None:
+        """Wait for the create batches being written (after the HTTP server stopped)."""
+        await self.reservations.close()
 
     @property
     def intervals(self) -> IntervalBookings:

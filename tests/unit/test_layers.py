@@ -181,6 +181,18 @@ def test_the_api_reads_the_ledger_but_writes_only_through_services() -> None:
     assert wrong == []
 
 
+def test_only_the_wiring_imports_the_wiring() -> None:
+    """wiring/ (one async context per resource) and app.py sit above every layer."""
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for path in _modules("coordinator")
+        if path.relative_to(ROOT / "coordinator").parts[0] in LAYERS
+        for module in _imports(path)
+        if module.split(".")[:2] in (["coordinator", "wiring"], ["coordinator", "app"])
+    ]
+    assert wrong == []
+
+
 def test_the_coordinators_root_holds_only_the_wiring() -> None:
     """Everything else lives in its layer, or in runtime/ (process plumbing)."""
     root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import inventory, postgres_database, postgres_reachable
 from report import Goal, write
 
-from coordinator.api.context import Services
+from coordinator.api.http.context import Services
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_records import record_inventories

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-from coordinator.api.server import HttpServer
+from coordinator.api.http.server import HttpServer
 from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest

@@ -1,7 +1,7 @@
 """The coordinator's one exception root and its subclasses, one per API error code.
 
 The HTTP layer maps `CoordinatorError` to the error envelope in exactly one place
-(`api/server.py`); everything below raises these and nothing else on purpose.
+(`api/http/server.py`); everything below raises these and nothing else on purpose.
 """
 
 from __future__ import annotations

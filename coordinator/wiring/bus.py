@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from coordinator.api.alert_feed import AlertFeed
+from coordinator.api.http.alert_feed import AlertFeed
 from coordinator.bus.alerts import AlertStream, feed_from_bus
 from coordinator.bus.connection import Bus, tls_context
 from coordinator.config import CoordinatorSettings

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from coordinator.api.render import RESERVATION_ANSWERS
+from coordinator.api.http.render import RESERVATION_ANSWERS
 from coordinator.domain.errors import (
     CapacityNotAvailable,
     CoordinatorError,

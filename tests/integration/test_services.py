@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.api.registry import dump
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
-from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
+from coordinator.api.shapes.base import dump
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.errors import (
     CapacityNotAvailable,
     IdempotencyKeyConflict,

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.domain.errors import InvalidInput, Unavailable
 from coordinator.domain.model import Quota
 from coordinator.ledger import Database, Ledger, ReservationFilter

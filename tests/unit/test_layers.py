@@ -193,6 +193,71 @@ def test_only_the_wiring_imports_the_wiring() -> None:
     assert wrong == []
 
 
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Each module of `package` → the modules of it that it imports: `from a import b`
+    counts `a.b` when b is a module, else `a` (a package's `__init__` too)."""
+    names = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in _modules(package)
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [t for t in subs if t in names] or [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in names and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_check_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles_in_the_coordinator() -> None:
+    """A package imports itself through a package `__init__` (`coordinator.api.methods`)
+    too; an import only for type checking still counts: it is a dependency a reader
+    follows."""
+    assert _cycles(_module_graph("coordinator")) == []
+
+
 def test_the_coordinators_root_holds_only_the_wiring() -> None:
     """Everything else lives in its layer, or in runtime/ (process plumbing)."""
     root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.api.registry import Method, RestInput
+from coordinator.api.http.registry import Method
+from coordinator.api.shapes.base import RestInput
 from coordinator.domain.model import Principal
 
 access_log = logging.getLogger("gpufleet.access")

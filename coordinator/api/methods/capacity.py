@@ -10,12 +10,13 @@ from typing import Annotated
 
 from pydantic import Field
 
-from coordinator.api import outputs as out
-from coordinator.api import render
-from coordinator.api.context import CallContext
-from coordinator.api.fields import EpochMs, PoolId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput
-from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.http import render
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import EpochMs, PoolId, TenantId
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.errors import InvalidInput
 from coordinator.domain.model import Pool, RollupRow
 from coordinator.domain.placement_model import NodePick, Shortfall

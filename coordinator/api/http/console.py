@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from coordinator.api.auth import authenticate, bearer_key
-from coordinator.api.context import Services
-from coordinator.api.nodes import shown_by
+from coordinator.api.http.auth import authenticate, bearer_key
+from coordinator.api.http.context import Services
+from coordinator.api.methods.nodes import shown_by
 
-WEB = Path(__file__).resolve().parent.parent / "web"
+WEB = Path(__file__).resolve().parents[2] / "web"
 # Only this origin: the page can neither load nor send anything elsewhere.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -6,7 +6,8 @@ key may not act for is PERMISSION_DENIED. Operators act for any tenant.
 
 from __future__ import annotations
 
-from coordinator.api.registry import ApiInput, Method
+from coordinator.api.http.registry import Method
+from coordinator.api.shapes.base import ApiInput
 from coordinator.domain.errors import NotFound, PermissionDenied, Unauthenticated
 from coordinator.domain.model import Pool, Principal
 from coordinator.ledger import Ledger

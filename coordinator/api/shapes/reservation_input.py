@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from coordinator.api.fields import EpochMs, IdempotencyKey, PoolId, ProjectId, TenantId
-from coordinator.api.registry import ApiInput
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import EpochMs, IdempotencyKey, PoolId, ProjectId, TenantId
 from coordinator.domain.durations import DurationError, parse_duration
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from shared.wire import AtomClass

@@ -15,8 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from coordinator.api.outputs import ErrorEnvelope
-from coordinator.api.registry import Method, Registry, RestInput, where
+from coordinator.api.http.registry import Method, Registry
+from coordinator.api.shapes.base import RestInput, where
+from coordinator.api.shapes.outputs import ErrorEnvelope
 
 REF = "#/components/schemas/{model}"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator.api.alert_feed import AlertFeed
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.api.http.alert_feed import AlertFeed
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.use_book import UseBook

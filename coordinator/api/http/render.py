@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.api import interval_outputs as iv_out
-from coordinator.api import outputs as out
-from coordinator.api.registry import dump
+from coordinator.api.shapes import interval_outputs as iv_out
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import dump
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.intervals import Interval, IntervalReservation, format_time
 from coordinator.domain.model import RollupRow

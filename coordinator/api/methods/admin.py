@@ -6,10 +6,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from coordinator.api import admin_outputs as out
-from coordinator.api.context import CallContext
-from coordinator.api.fields import PoolId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.shapes import admin_outputs as out
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import RESOURCES, ApiKey, Quota
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 
-from coordinator.api import interval_outputs as out
-from coordinator.api import render
-from coordinator.api.auth import may_act_for
-from coordinator.api.body import BodyError, strict_json
-from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_time_cursor, encode_cursor
-from coordinator.api.registry import REGISTRY, Reply, RestInput, param
+from coordinator.api.http import render
+from coordinator.api.http.auth import may_act_for
+from coordinator.api.http.body import BodyError, strict_json
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.cursor import decode_time_cursor, encode_cursor
+from coordinator.api.http.registry import REGISTRY, Reply
+from coordinator.api.shapes import interval_outputs as out
+from coordinator.api.shapes.base import RestInput, param
 from coordinator.domain.errors import CoordinatorError, PermissionDenied
 from coordinator.domain.intervals import (
     INTERVAL_MS,

@@ -2,7 +2,7 @@
 validation, and the one place where errors become the `{"error": …}` envelope.
 
 Hardening lives here too, because this is the only aiohttp importer: bodies are read
-whole within a size and a time limit (`coordinator.api.body`), idle and slow-header
+whole within a size and a time limit (`coordinator.api.http.body`), idle and slow-header
 connections are closed after `HttpLimits.idle_timeout_s`, every answer carries the
 security headers and a quiet `Server` header (and `Cache-Control: no-store`, since
 some carry new keys), and `/metrics` answers only to its token or an operator key
@@ -23,25 +23,24 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from coordinator.api import audit
-from coordinator.api.auth import authenticate, authorize, bearer_key
-from coordinator.api.body import BodyError, TooLarge, TooSlow, check_text, read_whole, strict_json
-from coordinator.api.console import add_console_routes
-from coordinator.api.context import CallContext, Services
-from coordinator.api.interval_outputs import IdempotencyConflictBody
-from coordinator.api.methods import REGISTRY
-from coordinator.api.openapi import build_openapi
-from coordinator.api.registry import (
-    ApiOutput,
-    Method,
-    Prebuilt,
-    Registry,
-    Reply,
-    RestInput,
-    dump,
-    where,
+from coordinator.api.http import audit
+from coordinator.api.http.auth import authenticate, authorize, bearer_key
+from coordinator.api.http.body import (
+    BodyError,
+    TooLarge,
+    TooSlow,
+    check_text,
+    read_whole,
+    strict_json,
 )
-from coordinator.api.render import error_body
+from coordinator.api.http.console import add_console_routes
+from coordinator.api.http.context import CallContext, Services
+from coordinator.api.http.openapi import build_openapi
+from coordinator.api.http.registry import Method, Registry, Reply
+from coordinator.api.http.render import error_body
+from coordinator.api.methods import REGISTRY
+from coordinator.api.shapes.base import ApiOutput, Prebuilt, RestInput, dump, where
+from coordinator.api.shapes.interval_outputs import IdempotencyConflictBody
 from coordinator.domain.errors import (
     CoordinatorError,
     IdempotencyKeyConflict,
@@ -384,7 +383,7 @@ def build_app(
         )
     app.router.add_get("/healthz", healthz)
 
-    # Web console, API reference and the console's alert feed (coordinator/api/console.py).
+    # Web console, API reference and the console's alert feed (coordinator/api/http/console.py).
     add_console_routes(app, services)
     return app
 

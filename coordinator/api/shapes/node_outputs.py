@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.outputs import Cursor, ReservationId
-from coordinator.api.registry import ApiOutput, optional
+from coordinator.api.shapes.base import ApiOutput, optional
+from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
+from coordinator.api.shapes.outputs import Cursor, ReservationId
 from coordinator.domain.model import Bucket, NodeStatus
 from shared.wire import AtomClass, HealthStatus
 

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from coordinator.api.fields import EpochMs, PoolId, TenantId
-from coordinator.api.registry import ApiOutput
+from coordinator.api.shapes.base import ApiOutput
+from coordinator.api.shapes.fields import EpochMs, PoolId, TenantId
 
 Role = Literal["tenant", "operator"]
 KeyId = Annotated[str, Field(examples=["k0123456789abcde"])]

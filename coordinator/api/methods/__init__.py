@@ -3,7 +3,8 @@ the OpenAPI document and the docs table can be built without a server)."""
 
 from __future__ import annotations
 
-from coordinator.api import (
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.methods import (
     admin,
     capacity,
     hardware,
@@ -13,7 +14,6 @@ from coordinator.api import (
     reservations,
     usage,
 )
-from coordinator.api.registry import REGISTRY
 
 __all__ = [
     "REGISTRY",

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.registry import ApiOutput, optional
+from coordinator.api.shapes.base import ApiOutput, optional
+from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 from shared.ids import RESERVATION_ID_PATTERN
 from shared.reservation_states import ReservationState
 from shared.wire import AtomClass

@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from coordinator.api.fields import PoolId
-from coordinator.api.registry import ApiOutput
+from coordinator.api.shapes.base import ApiOutput
+from coordinator.api.shapes.fields import PoolId
 
 Rfc3339 = Annotated[
     str,

@@ -11,12 +11,13 @@ from typing import Annotated
 
 from pydantic import Field
 
-from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_id_cursor, encode_cursor
-from coordinator.api.fields import PoolId
-from coordinator.api.node_outputs import NodeResources
-from coordinator.api.outputs import Cursor
-from coordinator.api.registry import REGISTRY, ApiInput, ApiOutput
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.cursor import decode_id_cursor, encode_cursor
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.shapes.base import ApiInput, ApiOutput
+from coordinator.api.shapes.fields import PoolId
+from coordinator.api.shapes.node_outputs import NodeResources
+from coordinator.api.shapes.outputs import Cursor
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import NodeRecord
 from shared.wire import GpuInfo, Inventory, Sharing

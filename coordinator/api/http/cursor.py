@@ -12,7 +12,7 @@ import binascii
 import json
 from typing import Any
 
-from coordinator.api.body import BodyError, strict_json
+from coordinator.api.http.body import BodyError, strict_json
 from coordinator.domain.errors import InvalidInput
 
 MAX_TIME_MS = 2**63 - 1

@@ -12,13 +12,14 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from coordinator.api import outputs as out
-from coordinator.api import render
-from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_time_cursor, encode_cursor
-from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput, Reply
-from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.http import render
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.cursor import decode_time_cursor, encode_cursor
+from coordinator.api.http.registry import REGISTRY, Reply
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.errors import NotFound
 from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed

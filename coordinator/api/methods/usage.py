@@ -9,10 +9,11 @@ from collections.abc import Mapping
 
 from pydantic import Field, model_validator
 
-from coordinator.api import outputs as out
-from coordinator.api.context import CallContext
-from coordinator.api.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.domain.usage import HOUR_MS, MAX_WINDOW_MS, UsageRow, usage_rows
 from coordinator.domain.use_join import COVERING_CLASSES
 from coordinator.domain.use_report import reservation_use, use_totals

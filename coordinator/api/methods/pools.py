@@ -11,11 +11,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from coordinator.api import outputs as out
-from coordinator.api.capacity import ByPoolInput, by_pool
-from coordinator.api.context import CallContext
-from coordinator.api.fields import PoolId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.methods.capacity import ByPoolInput, by_pool
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import ApiInput
+from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.errors import PermissionDenied
 from coordinator.domain.model import Pool
 

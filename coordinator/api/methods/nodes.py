@@ -10,11 +10,12 @@ from typing import Annotated, Any, cast
 
 from pydantic import Field, model_validator
 
-from coordinator.api import node_outputs as out
-from coordinator.api.context import CallContext
-from coordinator.api.cursor import decode_id_cursor, encode_cursor
-from coordinator.api.fields import PoolId, TenantId
-from coordinator.api.registry import REGISTRY, ApiInput, Prebuilt, keys
+from coordinator.api.http.context import CallContext
+from coordinator.api.http.cursor import decode_id_cursor, encode_cursor
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.shapes import node_outputs as out
+from coordinator.api.shapes.base import ApiInput, Prebuilt, keys
+from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status

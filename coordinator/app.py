@@ -21,9 +21,9 @@ from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Leadership, Ledger
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.gpu_use_watch import GpuUseWatch
 from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
-from coordinator.services.use_watch import UseWatch
 from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.wiring.bus import bus_context
@@ -51,7 +51,7 @@ class Coordinator:
     replica: str
     metrics_http: HttpServer | None = None
     bookings: NodeBookingsBroadcast | None = None
-    use: UseWatch | None = None
+    gpu_use: GpuUseWatch | None = None
 
     @property
     def url(self) -> str:
@@ -90,5 +90,5 @@ async def running_coordinator(
         yield Coordinator(
             settings, store.ledger, wire.bus, watch.ingest, watch.nodes, tracker, served.http,
             running.loops, store.leadership, wire.relay, wire.stream, replica,
-            served.metrics_http, watch.bookings, watch.use,
+            served.metrics_http, watch.bookings, watch.gpu_use,
         )  # fmt: skip

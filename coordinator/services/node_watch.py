@@ -74,7 +74,7 @@ V = TypeVar("V")
 
 
 class UseSink(Protocol):
-    """Where the use that heartbeats and reports carry goes (`services.use_watch`)."""
+    """Where the use that heartbeats and reports carry goes (`services.gpu_use_watch`)."""
 
     def on_heartbeat(self, hb: Heartbeat) -> None: ...
 

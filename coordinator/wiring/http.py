@@ -55,7 +55,7 @@ def metrics_of(
             outbox_oldest_age_s=relay.oldest_age_s,
             alert_publish_failures=lambda: relay.failures,
             fenced_refusals=lambda: leadership.fenced_refusals,
-            gpu_use=lambda: watch.use.lines,
+            gpu_use=lambda: watch.gpu_use.lines,
         )
     )
 
@@ -67,7 +67,7 @@ async def http_context(
 ) -> AsyncIterator[Served]:  # fmt: skip
     services = Services(
         store.ledger, clock, wire.relay, capacity, notice_ms=int(settings.notice_s * 1000),
-        metrics=metrics, feed=wire.feed, use=watch.use.book,
+        metrics=metrics, feed=wire.feed, gpu_use=watch.gpu_use.book,
     )  # fmt: skip
     limits = HttpLimits(
         idle_timeout_s=settings.http_idle_timeout_s,

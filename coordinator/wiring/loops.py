@@ -33,7 +33,7 @@ async def loops_context(
     settings: CoordinatorSettings, clock: Clock, store: Store, wire: Wire, watch: Watch,
     capacity: CapacitySignal,
 ) -> AsyncIterator[Running]:  # fmt: skip
-    ledger, leadership, nodes, use = store.ledger, store.leadership, watch.nodes, watch.use
+    ledger, leadership, nodes, use = store.ledger, store.leadership, watch.nodes, watch.gpu_use
     running = Running(Loops())
 
     async def lead_tick() -> None:

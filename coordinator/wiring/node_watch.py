@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from coordinator.bus.ingest import Ingest
 from coordinator.config import CoordinatorSettings
+from coordinator.domain.gpu_use_join import Policy
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
-from coordinator.domain.use_join import Policy
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.gpu_use_watch import GpuUseWatch
 from coordinator.services.node_bookings import NodeBookingsBroadcast
 from coordinator.services.node_watch import NodeWatch
-from coordinator.services.use_watch import UseWatch
 from coordinator.wiring.bus import Wire
 from coordinator.wiring.ledger import Store
 from shared.clock import Clock
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Watch:
     nodes: NodeWatch
-    use: UseWatch
+    gpu_use: GpuUseWatch
     bookings: NodeBookingsBroadcast
     ingest: Ingest
 
@@ -73,7 +73,7 @@ async def node_watch_context(
 ) -> AsyncIterator[Watch]:  # fmt: skip
     ledger, bus = store.ledger, wire.bus
     use_ms = int(settings.use_interval_s * 1000)
-    use = UseWatch(
+    use = GpuUseWatch(
         ledger, subjects, clock, bus, wire.relay, lambda node_id: _reachable(tracker, node_id),
         Policy(int(settings.idle_after_s * 1000), settings.idle_util_percent),
         # Use older than a few passes (or a minute) is no longer what runs.

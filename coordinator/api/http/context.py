@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from coordinator.api.http.alert_feed import AlertFeed
 from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.domain.gpu_use_book import GpuUseBook
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.ports import AlertSink
-from coordinator.domain.use_book import UseBook
 from coordinator.ledger import Ledger
 from coordinator.runtime.metrics import Metrics
 from coordinator.services.capacity_signal import CapacitySignal
@@ -38,8 +38,8 @@ class Services:
     notice_ms: int = 120_000
     metrics: Metrics = field(default_factory=Metrics)
     feed: AlertFeed = field(default_factory=AlertFeed)
-    # What each node's GPUs run (`services.use_watch`), for nodes.get and the console.
-    use: UseBook = field(default_factory=UseBook)
+    # What each node's GPUs run (`services.gpu_use_watch`), for nodes.get and the console.
+    gpu_use: GpuUseBook = field(default_factory=GpuUseBook)
 
     # One create workflow for the process: it owns the group commit of creates, which
     # the wiring drains on shutdown (`close`).

@@ -17,10 +17,10 @@ from coordinator.api.shapes import node_outputs as out
 from coordinator.api.shapes.base import ApiInput, Prebuilt, keys
 from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.errors import NotFound
+from coordinator.domain.gpu_use_book import NodeUse
+from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
 from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
-from coordinator.domain.use_book import NodeUse
-from coordinator.domain.use_join import GPU_CLASSES, unit_of
 from shared.ids import NODE_ID_PATTERN
 from shared.wire import AtomClass, HealthStatus
 
@@ -303,7 +303,7 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
     detail = node_detail(
         node, holders, body.tenant_id, operator=ctx.principal.is_operator,
-        use=ctx.services.use.nodes.get(node.node_id),
+        use=ctx.services.gpu_use.nodes.get(node.node_id),
     )  # fmt: skip
     return Prebuilt(out.NodeDetail, detail)
 

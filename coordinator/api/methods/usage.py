@@ -1,7 +1,7 @@
 """usage.report: unit-hours per tenant, pool, project and resource over a window, from
-the bookings as they actually ran (see `domain/usage.py`), and beside the GPU classes'
+the bookings as they actually ran (see `domain/booked_hours.py`), and beside the GPU classes'
 booked hours, the hours they were used and those weighted by utilization
-(`domain/use_report.py`), per reservation on request, and use no booking covered."""
+(`domain/gpu_use_report.py`), per reservation on request, and use no booking covered."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from coordinator.api.http.registry import REGISTRY
 from coordinator.api.shapes import outputs as out
 from coordinator.api.shapes.base import ApiInput
 from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
-from coordinator.domain.usage import HOUR_MS, MAX_WINDOW_MS, UsageRow, usage_rows
-from coordinator.domain.use_join import COVERING_CLASSES
-from coordinator.domain.use_report import reservation_use, use_totals
+from coordinator.domain.booked_hours import HOUR_MS, MAX_WINDOW_MS, UsageRow, usage_rows
+from coordinator.domain.gpu_use_join import COVERING_CLASSES
+from coordinator.domain.gpu_use_report import reservation_use, use_totals
 
 DEFAULT_WINDOW_MS = 30 * 24 * HOUR_MS
 
@@ -61,9 +61,11 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
     start = body.from_ if body.from_ is not None else max(0, end - DEFAULT_WINDOW_MS)
     if end - start > MAX_WINDOW_MS:
         start = end - MAX_WINDOW_MS
-    spans = await ctx.ledger.usage.spans(start, end, body.tenant_id, body.pool_id, body.project_id)
+    spans = await ctx.ledger.booked_spans.spans(
+        start, end, body.tenant_id, body.pool_id, body.project_id
+    )
     rows = usage_rows(spans, start, end, now)
-    buckets = await ctx.ledger.use.summed(
+    buckets = await ctx.ledger.gpu_use.summed(
         start, min(end, now), body.tenant_id, body.pool_id, body.project_id
     )
     gpu_spans = [s for s in spans if s.resource in COVERING_CLASSES]

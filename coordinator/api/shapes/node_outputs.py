@@ -11,7 +11,7 @@ from pydantic import Field
 from coordinator.api.shapes.base import ApiOutput, optional
 from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.shapes.outputs import Cursor, ReservationId
-from coordinator.domain.model import Bucket, NodeStatus
+from coordinator.domain.model import NodeStatus, RollupBucket
 from shared.wire import AtomClass, HealthStatus
 
 AttrValue = str | int | float | bool | None
@@ -117,7 +117,7 @@ class GpuUse(ApiOutput):
 
 
 class HeldAtom(AtomOut):
-    bucket: Bucket = Field(description="Its rollup bucket now.")
+    bucket: RollupBucket = Field(description="Its rollup bucket now.")
     held_by: Holder | OtherHolder | None = Field(description="Who holds it now (null: free).")
     use: GpuUse | None = optional(
         "GPU classes on a node whose agent reports use: what runs there now."

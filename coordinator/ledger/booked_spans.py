@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, select
 
-from coordinator.domain.usage import UsageSpan
+from coordinator.domain.booked_hours import UsageSpan
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 
@@ -23,7 +23,7 @@ def _cut(row: Any) -> int | None:
     return min(cuts) if cuts else None
 
 
-class UsageRepo:
+class BookedSpanRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 

@@ -39,7 +39,7 @@ class NodeUse:
 
 
 @dataclass(slots=True)
-class UseBook:
+class GpuUseBook:
     nodes: dict[str, NodeUse] = field(default_factory=dict)
     # Reports and deltas applied, and deltas that could not be (counted for metrics).
     reports: int = 0

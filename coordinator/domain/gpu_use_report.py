@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from coordinator.domain.usage import UsageSpan, ran_ms
-from coordinator.domain.use_accrual import HOUR_MS, UNBOOKED
+from coordinator.domain.booked_hours import UsageSpan, ran_ms
+from coordinator.domain.gpu_use_accrual import HOUR_MS, UNBOOKED
 
 
 @dataclass(frozen=True, slots=True)
-class Bucket:
+class UseHour:
+    """One hour bucket of GPU use (as the ledger adds it up) of one reservation and
+    resource: the time its units ran processes, and that time weighted by utilization."""
+
     hour: int
     reservation_id: str
     tenant_id: str
@@ -59,7 +62,7 @@ def _share(hour: int, start: int, stop: int, now: int) -> float:
 
 def reservation_use(
     spans: Iterable[UsageSpan],
-    buckets: Iterable[Bucket],
+    buckets: Iterable[UseHour],
     start: int,
     end: int,
     now: int,

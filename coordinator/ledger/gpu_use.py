@@ -17,9 +17,9 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.use_accrual import HOUR_MS, AccrualKey, Accrued
-from coordinator.domain.use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
-from coordinator.domain.use_report import Bucket
+from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
+from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
+from coordinator.domain.gpu_use_report import UseHour
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
@@ -36,7 +36,7 @@ class NodeEventRow:
     device_id: str | None
 
 
-class UseRepo:
+class GpuUseRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 
@@ -183,7 +183,7 @@ class UseRepo:
         tenant_id: str | None = None,
         pool_id: str | None = None,
         project_id: str | None = None,
-    ) -> list[Bucket]:
+    ) -> list[UseHour]:
         """Every bucket whose hour overlaps [start, end)."""
         u = schema.gpu_use.c
         cond = _hours(start, end, tenant_id, pool_id, project_id)
@@ -195,7 +195,7 @@ class UseRepo:
                 ).where(cond)
             )  # fmt: skip
             return [
-                Bucket(
+                UseHour(
                     int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
                     r.resource, int(r.used_ms), int(r.weighted_ms),
                 )
@@ -209,7 +209,7 @@ class UseRepo:
         tenant_id: str | None = None,
         pool_id: str | None = None,
         project_id: str | None = None,
-    ) -> list[Bucket]:
+    ) -> list[UseHour]:
         """The buckets of [start, stop) as a report needs them, few whatever the window:
         the whole hours inside it summed by the database per reservation and class (one
         bucket at the first of them), the at most two hours it cuts as they are."""
@@ -225,7 +225,7 @@ class UseRepo:
                 .group_by(*who)
             )
             out = [
-                Bucket(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
+                UseHour(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
                        int(r.used), int(r.w))
                 for r in whole.all()
             ]  # fmt: skip
@@ -233,7 +233,7 @@ class UseRepo:
                 select(u.hour, *who, u.used_ms, u.weighted_ms).where(cond & ~inner)
             )
             out += [
-                Bucket(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
+                UseHour(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
                        r.resource, int(r.used_ms), int(r.weighted_ms))
                 for r in cut.all()
             ]  # fmt: skip

@@ -1,7 +1,7 @@
-"""Use service (SPEC §10): keeps what each node's GPUs run (`domain.use_book`) from
+"""Use service (SPEC §10): keeps what each node's GPUs run (`domain.gpu_use_book`) from
 heartbeat deltas and full use reports, asks an agent for a full report when its delta
 does not apply, and on the leader's `use` loop joins use with the live bookings
-(`domain.use_join`, in a thread) and accrues used time (`domain.use_accrual`). A pass's
+(`domain.gpu_use_join`, in a thread) and accrues used time (`domain.gpu_use_accrual`). A pass's
 node events and alerts are written at once; accrued time is kept in memory and written
 with them every `flush_ms` (one upsert per hour, reservation and unit, not one a pass).
 
@@ -22,10 +22,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.domain.use_accrual import AccrualKey, Accrued, accrue, merge
-from coordinator.domain.use_book import Applied, UseBook
-from coordinator.domain.use_join import (
+from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
+from coordinator.domain.gpu_use_book import Applied, GpuUseBook
+from coordinator.domain.gpu_use_join import (
     JoinState,
     Policy,
     UnitLine,
@@ -33,6 +32,7 @@ from coordinator.domain.use_join import (
     join,
     unit_lines,
 )
+from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger, NodeEventRow
 from coordinator.services import alerting
 from shared.clock import Clock
@@ -58,7 +58,7 @@ def alert_of(t: UseTransition, now: int) -> Alert:
     )  # fmt: skip
 
 
-class UseWatch:
+class GpuUseWatch:
     def __init__(
         self,
         ledger: Ledger,
@@ -81,7 +81,7 @@ class UseWatch:
         self.policy = policy or Policy()
         self.stale_ms = stale_ms
         self.max_gap_ms = max_gap_ms
-        self.book = UseBook()
+        self.book = GpuUseBook()
         self.state = JoinState()
         self.lines: tuple[UnitLine, ...] = ()
         self._accrued_at: dict[str, int] = {}
@@ -146,7 +146,7 @@ class UseWatch:
         now = self.clock.now_ms()
         uses = self._current(now)
         pools = {n.node_id: n.pool_id for n in self.book}
-        holds = await self.ledger.use.holds(uses, now)
+        holds = await self.ledger.gpu_use.holds(uses, now)
         held_ids = {h.reservation_id for h in holds}
         owners = {
             p.owner
@@ -155,10 +155,10 @@ class UseWatch:
             for p in d.processes
             if p.owner_kind == "reservation" and p.owner and p.owner not in held_ids
         }
-        tenant_of = await self.ledger.use.tenants_of(owners | held_ids)
+        tenant_of = await self.ledger.gpu_use.tenants_of(owners | held_ids)
         # Reservations with an idle clock that no current node holds: still live elsewhere,
         # or ended (which clears their idleness).
-        spread = await self.ledger.use.spread(held_ids | set(self.state.idle), now)
+        spread = await self.ledger.gpu_use.spread(held_ids | set(self.state.idle), now)
         windows = {}
         for node_id in uses:
             last = self._accrued_at.get(node_id)
@@ -181,7 +181,7 @@ class UseWatch:
         pending = dict(self._pending)
         merge(pending, accrued)
         flush = now - self._flushed_at >= self.flush_ms or len(pending) > MAX_PENDING
-        await self.ledger.use.record(pending if flush else {}, events, alerts)
+        await self.ledger.gpu_use.record(pending if flush else {}, events, alerts)
         # Committed: only now does memory move on.
         self._pending = {} if flush else pending
         if flush:

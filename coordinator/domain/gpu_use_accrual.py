@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from coordinator.domain.use_join import Hold, covers, utilization
+from coordinator.domain.gpu_use_join import Hold, covers, utilization
 from shared.wire import DeviceUse
 
 HOUR_MS = 3_600_000

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
-from coordinator.api.http.server import HttpLimits, HttpServer, build_app, metrics_app
+from coordinator.api.http.server import HttpLimits, HttpServer, metrics_app
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.runtime.metrics import Metrics, Sources

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
-from coordinator.api.http.server import build_app
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Ledger

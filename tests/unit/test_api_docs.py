@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.api.http.docs import with_method_table
+from coordinator.api.docs import with_method_table
 from coordinator.api.methods import REGISTRY
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -10,7 +10,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 def test_docs_method_table_is_the_registry() -> None:
     text = DOC.read_text()
-    assert with_method_table(text) == text, "run: python -m coordinator.api.http.docs docs/api.md"
+    assert with_method_table(text) == text, "run: python -m coordinator.api.docs docs/api.md"
     for method in REGISTRY:
         assert f"`{method.name}` | `{method.verb} {method.path}`" in text
     # The seed's endpoints are in the same table as the compute methods.

@@ -258,6 +258,23 @@ def test_no_import_circles_in_the_coordinator() -> None:
     assert _cycles(_module_graph("coordinator")) == []
 
 
+def test_the_api_groups_point_one_way() -> None:
+    """shapes/ <- http/ <- methods/ <- the mount (api/app.py, api/docs.py)."""
+    order = ["shapes", "http", "methods", ""]
+    wrong = []
+    for path in _modules("coordinator/api"):
+        parts = path.relative_to(ROOT / "coordinator/api").parts
+        group = parts[0] if len(parts) > 1 else ""
+        for module in _imports(path):
+            names = module.split(".")
+            if names[:2] != ["coordinator", "api"] or len(names) < 3:
+                continue
+            target = names[2] if names[2] in order else ""
+            if order.index(target) > order.index(group):
+                wrong.append((path.relative_to(ROOT), module))
+    assert wrong == []
+
+
 def test_the_coordinators_root_holds_only_the_wiring() -> None:
     """Everything else lives in its layer, or in runtime/ (process plumbing)."""
     root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}

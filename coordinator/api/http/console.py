@@ -11,7 +11,7 @@ from aiohttp import web
 
 from coordinator.api.http.auth import authenticate, bearer_key
 from coordinator.api.http.context import Services
-from coordinator.api.methods.nodes import shown_by
+from coordinator.api.http.render import shown_by
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 # Only this origin: the page can neither load nor send anything elsewhere.

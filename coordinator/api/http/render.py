@@ -113,3 +113,9 @@ class IntervalWords:
 
 RESERVATION_ANSWERS = ReservationWords()
 INTERVAL_ANSWERS = IntervalWords()
+
+
+def shown_by(by: str, operator: bool) -> str:
+    """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
+    tenants only that it was the operator — a key id is not theirs to know."""
+    return by if operator or "/" not in by else "operator"

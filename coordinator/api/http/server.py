@@ -38,7 +38,6 @@ from coordinator.api.http.context import CallContext, Services
 from coordinator.api.http.openapi import build_openapi
 from coordinator.api.http.registry import Method, Registry, Reply
 from coordinator.api.http.render import error_body
-from coordinator.api.methods import REGISTRY
 from coordinator.api.shapes.base import ApiOutput, Prebuilt, RestInput, dump, where
 from coordinator.api.shapes.interval_outputs import IdempotencyConflictBody
 from coordinator.domain.errors import (
@@ -355,8 +354,9 @@ def metrics_app(services: Services, limits: HttpLimits) -> web.Application:
 
 
 def build_app(
-    services: Services, registry: Registry = REGISTRY, limits: HttpLimits | None = None
+    services: Services, registry: Registry, limits: HttpLimits | None = None
 ) -> web.Application:
+    """The API serving `registry`'s methods (`coordinator.api.app` mounts them all)."""
     limits = limits or HttpLimits()
     # latency wraps the envelope, so it sees the status an error was turned into.
     app = web.Application(

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from coordinator.api.http.context import CallContext
 from coordinator.api.http.cursor import decode_id_cursor, encode_cursor
 from coordinator.api.http.registry import REGISTRY
+from coordinator.api.http.render import shown_by
 from coordinator.api.shapes import node_outputs as out
 from coordinator.api.shapes.base import ApiInput, Prebuilt, keys
 from coordinator.api.shapes.fields import PoolId, TenantId
@@ -102,12 +103,6 @@ class ExpectedShapeInput(ApiInput):
 
 class ShapeAcceptInput(ApiInput):
     node_id: NodeId = Field(description="The node held for exceeding its expected shape.")
-
-
-def shown_by(by: str, operator: bool) -> str:
-    """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
-    tenants only that it was the operator — a key id is not theirs to know."""
-    return by if operator or "/" not in by else "operator"
 
 
 # nodes.list and nodes.get answer with dicts keyed by their models' own keys: a model

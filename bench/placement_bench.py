@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import inventory, postgres_database, postgres_reachable
 from report import Goal, write
 
-from coordinator.api.context import Services
+from coordinator.api.http.context import Services
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_records import record_inventories
-from coordinator.services.reservations import Created, CreateRequest, batches_run
+from coordinator.services.reservations import Created, CreateRequest
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 
@@ -144,14 +144,14 @@ async def creates(
                 request(pool, f"c{tag}-{c}-{r}", 1 + (c + r) % 3, start, 30)
             )
 
-    batches = batches_run(services.ledger)
+    batches = services.reservations.batches_run
     with GcPauses() as pauses:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c) for c in range(clients)))
         seconds = time.perf_counter() - t0
     return {
         "per_s": clients * each / seconds,
-        "batch_mean": clients * each / max(1, batches_run(services.ledger) - batches),
+        "batch_mean": clients * each / max(1, services.reservations.batches_run - batches),
         "gc_full_passes": pauses.passes[2],
         "gc_ms": round(sum(pauses.ms), 1),
     }

@@ -155,8 +155,8 @@ def methods() -> dict[str, MethodSpec]:
 
 def generated_document() -> dict[str, Any]:
     """The document as the registry makes it now (needs the coordinator's imports)."""
+    from coordinator.api.http.openapi import build_openapi
     from coordinator.api.methods import REGISTRY
-    from coordinator.api.openapi import build_openapi
 
     return build_openapi(REGISTRY, API_VERSION)
 

@@ -358,7 +358,7 @@ AlertKind = Literal[
     "reservation.inUse",
 ]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
-# The kinds the join of bookings and use produces (`coordinator.domain.use_join`).
+# The kinds the join of bookings and use produces (`coordinator.domain.gpu_use_join`).
 USE_KINDS: tuple[AlertKind, ...] = (
     "gpu.unbookedUse",
     "gpu.foreignUse",

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
-from coordinator.api.reservation_input import ReservationCreateInput
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.intervals import format_time
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import Ledger

@@ -15,8 +15,10 @@ SCALAR_RESOURCES: tuple[str, ...] = ("vcpu", "memoryGiB", "hugepages1Gi")
 # Every resource a rollup row, a quota or a reservation counts: atoms and scalars.
 RESOURCES: tuple[str, ...] = tuple(sorted((*ATOM_CLASSES, *SCALAR_RESOURCES)))
 
-Bucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
-BUCKETS: tuple[Bucket, ...] = get_args(Bucket)
+# Which column of the capacity rollup a node's (or an atom's) capacity counts in now; not
+# to be confused with `gpu_use_report.UseHour`, an hour of GPU use.
+RollupBucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
+ROLLUP_BUCKETS: tuple[RollupBucket, ...] = get_args(RollupBucket)
 # One word for a node in listings and metrics: its bucket, with allocatable split into
 # degraded (a warning) and ready.
 NodeStatus = Literal["ready", "degraded", "provisioning", "unhealthy", "maintenance", "unreachable"]

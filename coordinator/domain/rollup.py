@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from coordinator.domain.model import (
-    BUCKETS,
     RESOURCES,
+    ROLLUP_BUCKETS,
     SCALAR_RESOURCES,
     BookedUnits,
     NodeView,
@@ -24,7 +24,7 @@ def compute_rollup(
     nodes: Iterable[NodeView], booked: BookedUnits | None, now_ms: int
 ) -> dict[str, RollupRow]:
     """Rows for every resource of one pool (all nine, zeros included)."""
-    counts: dict[str, dict[str, int]] = {r: dict.fromkeys(BUCKETS, 0) for r in RESOURCES}
+    counts: dict[str, dict[str, int]] = {r: dict.fromkeys(ROLLUP_BUCKETS, 0) for r in RESOURCES}
     for node in nodes:
         for atom in node.atoms:
             counts[atom.cls][atom_bucket(node.state, atom)] += 1
@@ -75,7 +75,7 @@ def sum_rows(rows: Iterable[RollupRow], resource: str) -> RollupRow:
 
 
 # Columns that depend only on nodes and atoms (bookings move allocated/reserved).
-STATE_COLUMNS: tuple[str, ...] = ("total", *BUCKETS)
+STATE_COLUMNS: tuple[str, ...] = ("total", *ROLLUP_BUCKETS)
 Delta = dict[str, dict[str, int]]  # resource → column → change
 
 

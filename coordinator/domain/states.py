@@ -8,13 +8,13 @@ slowdown) stays allocatable: it is a warning, never unhealthy on its own. `unmon
 
 from __future__ import annotations
 
-from coordinator.domain.model import AtomView, Bucket, NodeState, NodeStatus
+from coordinator.domain.model import AtomView, NodeState, NodeStatus, RollupBucket
 from shared.wire import HealthStatus
 
 _FAULTY: frozenset[HealthStatus] = frozenset({"unhealthy", "unmonitored"})
 
 
-def node_bucket(state: NodeState) -> Bucket:
+def node_bucket(state: NodeState) -> RollupBucket:
     if not state.reachable:
         return "unreachable"
     if state.maintenance:
@@ -26,7 +26,7 @@ def node_bucket(state: NodeState) -> Bucket:
     return "allocatable"
 
 
-def atom_bucket(state: NodeState, atom: AtomView) -> Bucket:
+def atom_bucket(state: NodeState, atom: AtomView) -> RollupBucket:
     bucket = node_bucket(state)
     if bucket != "allocatable":
         return bucket

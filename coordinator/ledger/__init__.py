@@ -11,6 +11,7 @@ from coordinator.ledger.catalog import NodePage
 from coordinator.ledger.database import Database, LedgerUnavailable, normalize_url
 from coordinator.ledger.facade import Ledger
 from coordinator.ledger.fence import NotLeader
+from coordinator.ledger.gpu_use import NodeEventRow
 from coordinator.ledger.idempotency import Recorded, Stored, body_hash, matching
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.node_writer import InventoryRefused, NodeWriter, UnknownPool
@@ -18,7 +19,6 @@ from coordinator.ledger.outbox import OutboxBacklog, PendingAlert
 from coordinator.ledger.reservation_listing import ReservationFilter
 from coordinator.ledger.tenants import IssuedKey
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
-from coordinator.ledger.use import NodeEventRow
 
 __all__ = [
     "Booked",

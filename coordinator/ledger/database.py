@@ -29,7 +29,7 @@ from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from coordinator.errors import Unavailable
+from coordinator.domain.errors import Unavailable
 from coordinator.ledger.fence import check_fence
 from coordinator.ledger.migrations import migrate
 

@@ -10,10 +10,12 @@ from sqlalchemy import select
 from coordinator.domain.census import Census
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import idempotency, schema
+from coordinator.ledger.booked_spans import BookedSpanRepo
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
 from coordinator.ledger.node_bookings import NodeBookingRepo
@@ -29,8 +31,6 @@ from coordinator.ledger.shapes import ShapeRepo
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
-from coordinator.ledger.usage import UsageRepo
-from coordinator.ledger.use import UseRepo
 
 
 class Ledger:
@@ -47,8 +47,8 @@ class Ledger:
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)
         self.listing = ReservationListing(db)
-        self.usage = UsageRepo(db)
-        self.use = UseRepo(db)
+        self.booked_spans = BookedSpanRepo(db)
+        self.gpu_use = GpuUseRepo(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)

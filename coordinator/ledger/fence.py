@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.errors import Unavailable
+from coordinator.domain.errors import Unavailable
 
 
 class NotLeader(Unavailable):

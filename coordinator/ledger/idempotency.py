@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.errors import IdempotencyKeyConflict
+from coordinator.domain.errors import IdempotencyKeyConflict
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 

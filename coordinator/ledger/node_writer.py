@@ -17,6 +17,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain import shapes
+from coordinator.domain.errors import Conflict, CoordinatorError, NotFound
 from coordinator.domain.model import AtomView, NodeState, NodeView
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -25,7 +26,6 @@ from coordinator.domain.transitions import (
     Transition,
     forms_of,
 )
-from coordinator.errors import Conflict, CoordinatorError, NotFound
 from coordinator.ledger import pool_memory, schema
 from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool

@@ -8,9 +8,9 @@ from sqlalchemy import Row, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.model import Pool
 from coordinator.domain.rollup import compute_rollup
-from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.rollups import write_rollup

@@ -17,8 +17,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.commitments import Commitment, peak
+from coordinator.domain.errors import QuotaExceeded
 from coordinator.domain.model import SCALAR_RESOURCES, Quota
-from coordinator.errors import QuotaExceeded
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 

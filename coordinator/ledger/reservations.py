@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Row, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.reservation import LIVE, BookedAtom, Reservation
 from coordinator.domain.timeline import BookedSpan
-from coordinator.errors import NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.risk import at_risk_from_json

@@ -312,7 +312,7 @@ pool_versions = Table(
 # Revision 0003: alerts written in the same transaction as the transition they report
 # (the outbox), published to JetStream by the leader and marked sent once acknowledged.
 # r0006: used and utilization-weighted unit-ms per hour, reservation ("" for use no
-# booking covered), node and unit (GPU or MIG UUID) (`coordinator.domain.use_accrual`).
+# booking covered), node and unit (GPU or MIG UUID) (`coordinator.domain.gpu_use_accrual`).
 gpu_use = Table(
     "gpu_use",
     metadata,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from coordinator.domain.errors import Conflict, NotFound
 from coordinator.domain.model import ApiKey, Principal, Tenant
-from coordinator.errors import Conflict, NotFound
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from shared.ids import CROCKFORD

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
-from coordinator.errors import Unavailable
+from coordinator.domain.errors import Unavailable
 from coordinator.ledger import idempotency
 from coordinator.ledger.booking_batch import BookingBatch
 from coordinator.ledger.bookings import BookingWriter

@@ -35,8 +35,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
+from coordinator.domain.gpu_use_join import UnitLine
 from coordinator.domain.model import COUNT_COLUMNS, NODE_STATUSES, RollupRow
-from coordinator.domain.use_join import UnitLine
 from shared.wire import ALERT_KINDS
 
 # `*_created` series double every counter and histogram and say nothing a scraper needs.
@@ -109,7 +109,7 @@ class Sources:
     outbox_oldest_age_s: Callable[[], float] = lambda: 0.0
     alert_publish_failures: Callable[[], int] = lambda: 0
     fenced_refusals: Callable[[], int] = lambda: 0
-    # Each GPU or MIG unit as the last use pass saw it (`services.use_watch`).
+    # Each GPU or MIG unit as the last use pass saw it (`services.gpu_use_watch`).
     gpu_use: Callable[[], Sequence[UnitLine]] = tuple
 
 

@@ -14,7 +14,7 @@ records them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.risk import RiskChange
@@ -22,8 +22,13 @@ from coordinator.domain.transitions import Transition
 from shared.ids import ulid
 from shared.wire import ALERT_KINDS, Alert, AlertKind
 
-if TYPE_CHECKING:
-    from coordinator.services.node_records import NodeOutcome
+
+class Committed(Protocol):
+    """A change recorded with its alerts (`node_records.NodeOutcome`)."""
+
+    @property
+    def alerts(self) -> tuple[Alert, ...]: ...
+
 
 PUBLISHED: frozenset[AlertKind] = frozenset(ALERT_KINDS)
 
@@ -86,7 +91,7 @@ async def announce(sink: AlertSink, alerts: Iterable[Alert]) -> None:
         await sink.publish(alert)
 
 
-async def publish(sink: AlertSink, changes: Iterable[NodeOutcome], now: int) -> None:
+async def publish(sink: AlertSink, changes: Iterable[Committed], now: int) -> None:
     """Announce the committed alerts of these changes, in the order they happened."""
     for change in changes:
         await announce(sink, change.alerts)

@@ -11,6 +11,9 @@ The drain task runs in the context of the request that started it (context varia
 such as the leader fence included). A submitter that is cancelled stops waiting; a
 request already in a batch is decided with the others (a retry under its idempotency key
 then replays that answer).
+
+Its owner (the reservations workflow) awaits `drain()` on shutdown, so a batch being
+written when the HTTP server stops still commits and answers before the ledger closes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class GroupCommit(Generic[T, R]):
             task.add_done_callback(self._tasks.discard)
         queue.append((item, future))
         return await future
+
+    async def drain(self) -> None:
+        """Return once every drain task running now (and any they leave behind) is done."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _drain(
         self,

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.intervals import (
     Interval,
     IntervalError,
@@ -23,7 +24,6 @@ from coordinator.domain.intervals import (
     parse_intervals,
 )
 from coordinator.domain.model import Pool
-from coordinator.errors import NotFound
 from coordinator.ledger import Ledger, Recorded, body_hash
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed, retrying

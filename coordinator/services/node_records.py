@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from coordinator.domain import pool_moves, shapes
+from coordinator.domain.errors import CoordinatorError, InvalidInput, NotFound
 from coordinator.domain.inventory_truth import UntrueReason, untrue
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -23,7 +24,6 @@ from coordinator.domain.transitions import (
     after_inventory,
     node_transitions,
 )
-from coordinator.errors import CoordinatorError, InvalidInput, NotFound
 from coordinator.ledger import Ledger, NodeWriter
 from coordinator.services.alerting import alerts_for, risk_alerts
 from shared.wire import Alert, Heartbeat, Inventory

@@ -34,9 +34,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.errors import CoordinatorError
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
 from coordinator.runtime.gc_pause import gc_paused
 from coordinator.services import alerting
@@ -74,7 +74,7 @@ V = TypeVar("V")
 
 
 class UseSink(Protocol):
-    """Where the use that heartbeats and reports carry goes (`services.use_watch`)."""
+    """Where the use that heartbeats and reports carry goes (`services.gpu_use_watch`)."""
 
     def on_heartbeat(self, hb: Heartbeat) -> None: ...
 

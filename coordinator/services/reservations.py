@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
-from weakref import WeakKeyDictionary
 
+from coordinator.domain.errors import (
+    CapacityNotAvailable,
+    CoordinatorError,
+    InvalidInput,
+    QuotaExceeded,
+)
 from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
 from coordinator.ledger import (
     Booked,
     BookingBatch,
@@ -169,17 +173,8 @@ class _Pending:
     workflow: Reservations
 
 
-# One group commit per ledger: every `Reservations` over it (the API builds one per
-# call) batches with the others.
-_BATCHES: WeakKeyDictionary[Ledger, GroupCommit[_Pending, CreateOutcome | None]] = (
-    WeakKeyDictionary()
-)
-
-
-def batches_run(ledger: Ledger) -> int:
-    """How many create batches have run over `ledger` (tests and benchmarks read it)."""
-    batches = _BATCHES.get(ledger)
-    return 0 if batches is None else batches.batches
+def _group_commit() -> GroupCommit[_Pending, CreateOutcome | None]:
+    return GroupCommit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +185,18 @@ class Reservations:
     capacity: CapacitySignal
     answers: ReservationAnswers
     notice_ms: int
+    # The creates waiting for a batch, per pool. One workflow serves the process; a copy
+    # made with `dataclasses.replace` (other wording) shares it and batches with it.
+    batches: GroupCommit[_Pending, CreateOutcome | None] = field(default_factory=_group_commit)
+
+    @property
+    def batches_run(self) -> int:
+        """How many create batches have run (tests and benchmarks read it)."""
+        return self.batches.batches
+
+    async def close(self) -> None:
+        """Wait for the batches being written: each commits and answers its requests."""
+        await self.batches.drain()
 
     async def create(self, req: CreateRequest) -> CreateOutcome:
         """Book `req` or refuse it, exactly once per idempotency key.
@@ -200,11 +207,8 @@ class Reservations:
         item = _Pending(req, body_hash(req.canonical), 0.0, self)
         loop = asyncio.get_running_loop()
         item.deadline = loop.time() + req.wait_ms / 1000
-        batches = _BATCHES.get(self.ledger)
-        if batches is None:
-            batches = _BATCHES[self.ledger] = GroupCommit()
         while True:
-            outcome = await batches.submit(req.pool_id, item, self._run_batch)
+            outcome = await self.batches.submit(req.pool_id, item, self._run_batch)
             if outcome is not None:
                 break
             await self.capacity.wait(min(item.deadline - loop.time(), 1.0))

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from coordinator.domain.errors import NotFound
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.shapes import ExpectedShape
-from coordinator.errors import NotFound
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
 from coordinator.services.capacity_signal import CapacitySignal

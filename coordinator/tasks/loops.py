@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from coordinator.errors import Unavailable
+from coordinator.domain.errors import Unavailable
 from shared.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.context import Services
-from coordinator.api.server import build_app
-from coordinator.app import Coordinator, bootstrap_operator, running_coordinator
+from coordinator.api.app import build_app
+from coordinator.api.http.context import Services
+from coordinator.app import Coordinator, running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Ledger
+from coordinator.wiring.ledger import bootstrap_operator
 from ops.cli import new_key
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from coordinator.api.registry import dump
-from coordinator.api.render import reservation as render
+from coordinator.api.http.render import reservation as render
+from coordinator.api.shapes.base import dump
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
 from coordinator.services import alerting

@@ -7,6 +7,7 @@ while answering one request loses no other request's booking."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import defaultdict
 from dataclasses import replace
@@ -15,16 +16,16 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from coordinator.api.render import RESERVATION_ANSWERS
-from coordinator.domain.model import Quota
-from coordinator.domain.reservation import Reservation
-from coordinator.errors import (
+from coordinator.api.http.render import RESERVATION_ANSWERS
+from coordinator.domain.errors import (
     CapacityNotAvailable,
     CoordinatorError,
     IdempotencyKeyConflict,
     InvalidInput,
     QuotaExceeded,
 )
+from coordinator.domain.model import Quota
+from coordinator.domain.reservation import Reservation
 from coordinator.ledger import Ledger, schema
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import (
@@ -32,8 +33,6 @@ from coordinator.services.reservations import (
     CreateOutcome,
     CreateRequest,
     Refused,
-    Reservations,
-    batches_run,
 )
 from tests.database import database
 from tests.rig import HOUR, TENANT, Rig
@@ -68,7 +67,7 @@ async def test_refusals_and_errors_in_a_batch_leave_their_neighbours_booked(
     first = await rig.reservations.create(rig.request(pool, "k-taken", gpus=1, start=start))
     assert isinstance(first, Created)
     version = await bookings_version(database_url, pool)
-    batches = batches_run(rig.ledger)
+    batches = rig.reservations.batches_run
     outcomes = await together(
         rig,
         rig.request(pool, "a", gpus=2, start=start),
@@ -79,7 +78,7 @@ async def test_refusals_and_errors_in_a_batch_leave_their_neighbours_booked(
         rig.request(pool, "c", gpus=2, start=start),
         rig.request(pool, "over-quota", gpus=1, start=start),  # 1 + 2 + 2 + 2 + 1 > 7
     )
-    assert batches_run(rig.ledger) == batches + 1
+    assert rig.reservations.batches_run == batches + 1
     a, too_big, b, past, conflict, c, over_quota = outcomes
     for ok in (a, b, c):
         assert isinstance(ok, Created), ok
@@ -179,10 +178,9 @@ class _FailingAnswers:
 
 async def test_an_error_in_one_request_loses_no_other_booking(rig: Rig) -> None:
     pool = await rig.pool(nodes=1, gpus=8)
-    failing = Reservations(
-        rig.ledger, rig.clock, rig.alerts, rig.capacity, _FailingAnswers(), notice_ms=60_000
-    )
-    batches = batches_run(rig.ledger)
+    # Other wording, the same group commit: it batches with rig.reservations.
+    failing = dataclasses.replace(rig.reservations, answers=_FailingAnswers())
+    batches = rig.reservations.batches_run
     outcomes = await asyncio.gather(
         failing.create(rig.request(pool, "ok-1", gpus=2)),
         failing.create(rig.request(pool, "boom", gpus=2, leaseSeconds=1313)),
@@ -191,7 +189,7 @@ async def test_an_error_in_one_request_loses_no_other_booking(rig: Rig) -> None:
         rig.reservations.create(rig.request(pool, "own-words", gpus=1, leaseSeconds=1313)),
         return_exceptions=True,
     )
-    assert batches_run(rig.ledger) == batches + 1
+    assert rig.reservations.batches_run == batches + 1
     ok1, boom, ok2, own = outcomes
     assert isinstance(boom, RuntimeError)
     assert isinstance(ok1, Created) and isinstance(ok2, Created) and isinstance(own, Created)
@@ -211,19 +209,19 @@ async def test_an_error_in_one_request_loses_no_other_booking(rig: Rig) -> None:
 
 async def test_requests_arriving_while_a_batch_runs_join_the_next_one(rig: Rig) -> None:
     pool = await rig.pool(nodes=1, gpus=8)
-    before = batches_run(rig.ledger)
+    before = rig.reservations.batches_run
     first = asyncio.create_task(rig.reservations.create(rig.request(pool, "first")))
     for _ in range(100):  # a few turns of the loop: the first batch starts
-        if batches_run(rig.ledger) > before:
+        if rig.reservations.batches_run > before:
             break
         await asyncio.sleep(0)
-    assert batches_run(rig.ledger) == before + 1
+    assert rig.reservations.batches_run == before + 1
     later = [rig.request(pool, f"later-{i}") for i in range(3)]
     outcomes = await together(rig, *later)
     assert isinstance(await first, Created)
     assert all(isinstance(out, Created) for out in outcomes)
     # The three that came while the first ran (or just after) made one batch.
-    assert batches_run(rig.ledger) == before + 2
+    assert rig.reservations.batches_run == before + 2
 
 
 async def test_whole_nodes_gangs_and_spot_in_one_batch_claim_each_device_once(

@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.domain.use_accrual import AccrualKey, AccrualWho, Accrued
+from coordinator.domain.gpu_use_accrual import AccrualKey, AccrualWho, Accrued
 from coordinator.ledger import Database, Ledger, migrations
 from coordinator.ledger import schema as ledger_schema
 from coordinator.ledger.migrations import (
@@ -494,10 +494,10 @@ async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
         ledger = Ledger(db)
         key = AccrualKey(0, "rsv_1", "n1", "GPU-1", "gpu")
         for _ in range(2):
-            await ledger.use.record(
+            await ledger.gpu_use.record(
                 {key: Accrued(AccrualWho("acme", "p1", None), 1000, 500)}, [], []
             )
-        (bucket,) = await ledger.use.buckets(0, 3_600_000)
+        (bucket,) = await ledger.gpu_use.buckets(0, 3_600_000)
         assert (bucket.reservation_id, bucket.used_ms, bucket.weighted_ms) == ("rsv_1", 2000, 1000)
     finally:
         await db.dispose()

@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
+from coordinator.domain.errors import QuotaExceeded
 from coordinator.domain.model import Quota
-from coordinator.errors import QuotaExceeded
 from coordinator.ledger import Ledger
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
 from coordinator.services.reservations import Created, Refused

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
+from coordinator.domain.errors import InvalidInput
 from coordinator.domain.reservation import LIVE
-from coordinator.errors import InvalidInput
 from coordinator.ledger import Ledger
 from coordinator.services.reservations import Created, Current
 from tests.rig import TENANT, Rig, rollup_rows_held, waiting_on_locks

@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from coordinator.api.registry import dump
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
-from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.domain.intervals import IntervalError, format_time
-from coordinator.domain.model import Quota
-from coordinator.errors import (
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS, reservation
+from coordinator.api.shapes.base import dump
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
+from coordinator.domain.errors import (
     CapacityNotAvailable,
     IdempotencyKeyConflict,
     InvalidInput,
     NotFound,
     QuotaExceeded,
 )
+from coordinator.domain.intervals import IntervalError, format_time
+from coordinator.domain.model import Quota
 from coordinator.ledger import Ledger, ReservationFilter
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed

@@ -185,11 +185,11 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         # the end; the pod's GPU was used unbooked.
         clock.advance(2000)
         await agent.beat(use_base=agent.version, use_version=agent.version)
-        assert used.use is not None
-        mark = used.use.lines
+        assert used.gpu_use is not None
+        mark = used.gpu_use.lines
 
         async def accounted() -> bool:
-            return used.use is not None and used.use.lines is not mark
+            return used.gpu_use is not None and used.gpu_use.lines is not mark
 
         await eventually(accounted)
         report = await api.ok("usage.report", {"byReservation": True})

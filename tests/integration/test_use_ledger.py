@@ -11,8 +11,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.use_accrual import HOUR_MS, AccrualKey, AccrualWho, Accrued, accrue
-from coordinator.domain.use_report import reservation_use
+from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, AccrualWho, Accrued, accrue
+from coordinator.domain.gpu_use_report import reservation_use
 from coordinator.ledger import Ledger
 from shared.wire import DeviceUse, ProcessUse
 from tests.unit.test_use_accounting import (
@@ -65,8 +65,8 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
                     }
                     accrued = accrue(uses, live, {NODE: POOL}, {NODE: (a, now)})
                     _add(total, accrued)
-                    runner.run(ledger.use.record(accrued, [], []))
-                read = runner.run(ledger.use.buckets(base, now + HOUR_MS))
+                    runner.run(ledger.gpu_use.record(accrued, [], []))
+                read = runner.run(ledger.gpu_use.buckets(base, now + HOUR_MS))
                 assert sorted(
                     (b.hour, b.reservation_id, b.used_ms, b.weighted_ms) for b in read
                 ) == sorted(
@@ -78,7 +78,7 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
                 inside = base + w_off % max(1, now - base)  # a window ending before now too
                 for w_start, w_end in ((base, now), (inside, min(now - 1, inside + w_len))):
                     stop = min(w_end, now)
-                    summed = runner.run(ledger.use.summed(w_start, stop))
+                    summed = runner.run(ledger.gpu_use.summed(w_start, stop))
                     spans = [_span(h) for h in holds]
                     assert reservation_use(spans, summed, w_start, w_end, now) == reservation_use(
                         spans, read, w_start, w_end, now
@@ -105,13 +105,13 @@ async def test_a_report_window_sums_whole_hours_and_prorates_the_cut_ones(
         who = AccrualWho("", POOL, None)
         for h in range(3):
             key = AccrualKey(t0 + h * HOUR_MS, "", NODE, "GPU-0", "gpu")
-            await ledger.use.record({key: Accrued(who, 40 * 60_000, 20 * 60_000)}, [], [])
+            await ledger.gpu_use.record({key: Accrued(who, 40 * 60_000, 20 * 60_000)}, [], [])
         start, end, now = t0 + HOUR_MS // 2, t0 + 5 * HOUR_MS // 2, t0 + 10 * HOUR_MS
-        summed = await ledger.use.summed(start, min(end, now))
+        summed = await ledger.gpu_use.summed(start, min(end, now))
         assert len(summed) == 3  # the whole hour summed, the two cut ones as they are
         _, free = reservation_use([], summed, start, end, now)
         assert [(f.used_ms, f.weighted_ms) for f in free] == [(80 * 60_000, 40 * 60_000)]
-        raw = await ledger.use.buckets(start, end)
+        raw = await ledger.gpu_use.buckets(start, end)
         assert reservation_use([], raw, start, end, now) == reservation_use(
             [], summed, start, end, now
         )

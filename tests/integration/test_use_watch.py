@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from coordinator.domain.use_accrual import HOUR_MS
+from coordinator.domain.gpu_use_accrual import HOUR_MS
 from coordinator.ledger import Ledger
-from coordinator.services.use_watch import UseWatch
+from coordinator.services.gpu_use_watch import GpuUseWatch
 from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import DeviceUse, ProcessUse, UseReport
@@ -31,7 +31,7 @@ async def ledger(database_url: str) -> AsyncIterator[Ledger]:
 async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) -> None:
     clock = FakeClock(T0)
     alerts = RecordingAlerts()
-    watch = UseWatch(
+    watch = GpuUseWatch(
         ledger, Subjects("t"), clock, RecordingPublisher(), alerts, reachable=lambda _: True,
         max_gap_ms=60_000, flush_ms=60_000,
     )  # fmt: skip
@@ -43,7 +43,7 @@ async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) ->
     )
 
     async def used_ms() -> int:
-        return sum(b.used_ms for b in await ledger.use.buckets(T0, T0 + HOUR_MS))
+        return sum(b.used_ms for b in await ledger.gpu_use.buckets(T0, T0 + HOUR_MS))
 
     await watch.tick()  # the first pass: said, nothing accrued yet
     assert alerts.kinds() == ["gpu.unbookedUse"]
@@ -60,7 +60,7 @@ async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) ->
     clock.advance(10_000)
     await watch.tick()
     assert await used_ms() == 60_000
-    (bucket,) = await ledger.use.buckets(T0, T0 + HOUR_MS)
+    (bucket,) = await ledger.gpu_use.buckets(T0, T0 + HOUR_MS)
     assert (bucket.reservation_id, bucket.pool_id, bucket.weighted_ms) == ("", "p1", 30_000)
     # Silent past the gap (the report kept fresh meanwhile): the gap credits nothing.
     clock.advance(120_000)

@@ -21,7 +21,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.ledger import Database, Ledger
 from coordinator.services import alerting
 from coordinator.services.capacity_signal import CapacitySignal

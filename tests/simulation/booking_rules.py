@@ -11,11 +11,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from coordinator.api.registry import dump
-from coordinator.api.render import RESERVATION_ANSWERS, reservation
+from coordinator.api.http.render import RESERVATION_ANSWERS, reservation
+from coordinator.api.shapes.base import dump
+from coordinator.domain.errors import CapacityNotAvailable, InvalidInput, Unavailable
 from coordinator.domain.intervals import parse_time
 from coordinator.domain.reservation import Reservation
-from coordinator.errors import CapacityNotAvailable, InvalidInput, Unavailable
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
 from coordinator.services.reservations import Created, Refused, resolve_start

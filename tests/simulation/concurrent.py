@@ -18,9 +18,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.api.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
+from coordinator.domain.errors import InvalidInput, Unavailable
 from coordinator.domain.model import Quota
-from coordinator.errors import InvalidInput, Unavailable
 from coordinator.ledger import Database, Ledger, ReservationFilter
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.rollups import rebuild_pool

@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from coordinator.api.registry import dump
-from coordinator.api.render import reservation
+from coordinator.api.http.render import reservation
+from coordinator.api.shapes.base import dump
 from coordinator.domain.model import Quota
 from coordinator.domain.reservation import Reservation
 from coordinator.ledger import ReservationFilter

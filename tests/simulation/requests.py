@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.api.reservations import create_request as api_create_request
+from coordinator.api.methods.reservations import create_request as api_create_request
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.intervals import format_time
 from coordinator.services.reservations import CreateRequest
 

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coordinator.api.registry import REGISTRY
-from coordinator.api.render import error_body
-from coordinator.api.reservation_input import ReservationCreateInput
-from coordinator.api.server import field_path, invalid_input
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.http.render import error_body
+from coordinator.api.http.server import field_path, invalid_input
+from coordinator.api.shapes.reservation_input import ReservationCreateInput
+from coordinator.domain.errors import InvalidInput
 from coordinator.domain.intervals import (
     LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT,
@@ -32,7 +33,6 @@ from coordinator.domain.intervals import (
     parse_window,
 )
 from coordinator.domain.timeline import TimelineError, resolve_window
-from coordinator.errors import InvalidInput
 
 T0 = 1_800_000_000_000  # on the 15-minute grid
 Q = 900_000

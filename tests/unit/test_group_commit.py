@@ -81,3 +81,25 @@ async def test_a_cancelled_request_is_left_out_of_the_batch() -> None:
     assert await running == "first"
     assert await kept == "kept"
     assert seen == [["first"], ["kept"]]
+
+
+async def test_drain_waits_for_a_batch_whose_submitter_stopped_waiting() -> None:
+    """Shutdown: the HTTP handler is gone, but the batch it joined still commits."""
+    release = asyncio.Event()
+    ran: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[int | Exception]:
+        await release.wait()
+        ran.append(items)
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit()
+    submitter = asyncio.create_task(group.submit("pool", 7, run))
+    await asyncio.sleep(0.01)
+    submitter.cancel()
+    drained = asyncio.create_task(group.drain())
+    await asyncio.sleep(0.01)
+    assert not drained.done()
+    release.set()
+    await asyncio.wait_for(drained, 1)
+    assert ran == [[7]]

@@ -1,7 +1,8 @@
 """The layout README.md describes, as imports: shared <- agent; shared <- coordinator
 (domain <- ledger <- services <- api | bus | tasks); operator tooling in `ops/`, which
 nothing in the runtime imports; SQLAlchemy only in the ledger, aiohttp only in the API,
-nats only in the bus (coordinator side). Any import counts, inside functions too."""
+nats only in the bus (coordinator side). Any import counts, inside functions too. The
+API may read the ledger, but writes only through a service."""
 
 from __future__ import annotations
 
@@ -71,10 +72,213 @@ def test_coordinator_layers_point_one_way_and_each_library_has_one_home() -> Non
     assert wrong == []
 
 
+def _chain(node: ast.expr) -> list[str]:
+    """`a.b.c` as ["a", "b", "c"]; [] for anything but names and attributes."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(names)] if isinstance(node, ast.Name) else []
+
+
+def _ledger_writes() -> tuple[set[tuple[str, str]], dict[str, str]]:
+    """Which ledger methods write, read off the code rather than listed: a function
+    writes if it opens a write transaction (`Database.transaction()`, a unit of work) or
+    calls a ledger function that does. Returns {(class, method)} and the `Ledger`
+    facade's attribute → repository class."""
+    funcs: dict[tuple[str, str], ast.AST] = {}  # (module, qualname) → body
+    classes: dict[str, str] = {}  # class → module
+    imported: dict[str, dict[str, str]] = {}  # module → local name → ledger module
+    for path in _modules("coordinator/ledger"):
+        mod = path.stem
+        tree = ast.parse(path.read_text())
+        imported[mod] = {
+            alias.asname or alias.name: alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module == "coordinator.ledger"
+            for alias in node.names
+        }
+        for node in tree.body:
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef):
+                funcs[mod, node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                classes[node.name] = mod
+                for item in node.body:
+                    if isinstance(item, ast.AsyncFunctionDef | ast.FunctionDef):
+                        funcs[mod, f"{node.name}.{item.name}"] = item
+
+    def callees(mod: str, qualname: str) -> tuple[bool, set[tuple[str, str]]]:
+        opens, called = False, set()
+        owner = qualname.rpartition(".")[0]
+        for node in ast.walk(funcs[mod, qualname]):
+            if not isinstance(node, ast.Call):
+                continue
+            chain = _chain(node.func)
+            if chain and chain[-1] in {"transaction", "unit_of_work"}:
+                opens = True
+            if len(chain) == 2 and chain[0] == "self" and owner:
+                called.add((mod, f"{owner}.{chain[1]}"))
+            elif len(chain) == 2 and chain[0] in imported[mod]:
+                called.add((imported[mod][chain[0]], chain[1]))
+            elif len(chain) == 1:
+                called.add((mod, chain[0]))
+        return opens, called
+
+    graph = {key: callees(*key) for key in funcs}
+    writes = {key for key, (opens, _) in graph.items() if opens}
+    grew = True
+    while grew:
+        more = {key for key, (_, called) in graph.items() if called & writes} - writes
+        writes |= more
+        grew = bool(more)
+    facade = next(
+        node
+        for node in ast.walk(ast.parse((ROOT / "coordinator/ledger/facade.py").read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    repos = {
+        target.attr: node.value.func.id
+        for node in facade.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        for target in node.targets
+        if isinstance(target, ast.Attribute)
+    }
+    methods = {q.partition(".") for (_, q) in writes if "." in q}
+    return {(cls, method) for cls, _, method in methods}, repos
+
+
+def _api_ledger_writes(path: Path) -> list[str]:
+    writes, repos = _ledger_writes()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        chain = _chain(node) if isinstance(node, ast.Attribute) else []
+        if "ledger" not in chain:
+            continue
+        rest = chain[len(chain) - chain[::-1].index("ledger") :]
+        if len(rest) == 1 and ("Ledger", rest[0]) in writes:
+            found.append(".".join(chain))
+        elif len(rest) == 2 and (repos.get(rest[0], ""), rest[1]) in writes:
+            found.append(".".join(chain))
+    return found
+
+
+def test_the_ledger_write_rule_tells_a_write_from_a_read() -> None:
+    writes, repos = _ledger_writes()
+    assert {("PoolRepo", "create"), ("ApiKeyRepo", "ensure"), ("Ledger", "transaction")} <= writes
+    assert not {("PoolRepo", "get"), ("ApiKeyRepo", "authenticate")} & writes
+    assert repos["pools"] == "PoolRepo"
+
+
+def test_the_api_reads_the_ledger_but_writes_only_through_services() -> None:
+    """Reads may go straight to the ledger; every write is a workflow in services/."""
+    wrong = [
+        (path.relative_to(ROOT), write)
+        for path in _modules("coordinator/api")
+        for write in _api_ledger_writes(path)
+    ]
+    assert wrong == []
+
+
+def test_only_the_wiring_imports_the_wiring() -> None:
+    """wiring/ (one async context per resource) and app.py sit above every layer."""
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for path in _modules("coordinator")
+        if path.relative_to(ROOT / "coordinator").parts[0] in LAYERS
+        for module in _imports(path)
+        if module.split(".")[:2] in (["coordinator", "wiring"], ["coordinator", "app"])
+    ]
+    assert wrong == []
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Each module of `package` → the modules of it that it imports: `from a import b`
+    counts `a.b` when b is a module, else `a` (a package's `__init__` too)."""
+    names = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in _modules(package)
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [t for t in subs if t in names] or [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in names and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_check_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles_in_the_coordinator() -> None:
+    """A package imports itself through a package `__init__` (`coordinator.api.methods`)
+    too; an import only for type checking still counts: it is a dependency a reader
+    follows."""
+    assert _cycles(_module_graph("coordinator")) == []
+
+
+def test_the_api_groups_point_one_way() -> None:
+    """shapes/ <- http/ <- methods/ <- the mount (api/app.py, api/docs.py)."""
+    order = ["shapes", "http", "methods", ""]
+    wrong = []
+    for path in _modules("coordinator/api"):
+        parts = path.relative_to(ROOT / "coordinator/api").parts
+        group = parts[0] if len(parts) > 1 else ""
+        for module in _imports(path):
+            names = module.split(".")
+            if names[:2] != ["coordinator", "api"] or len(names) < 3:
+                continue
+            target = names[2] if names[2] in order else ""
+            if order.index(target) > order.index(group):
+                wrong.append((path.relative_to(ROOT), module))
+    assert wrong == []
+
+
 def test_the_coordinators_root_holds_only_the_wiring() -> None:
     """Everything else lives in its layer, or in runtime/ (process plumbing)."""
     root = {p.stem for p in (ROOT / "coordinator").glob("*.py")}
-    assert root == {"__init__", "app", "main", "config", "errors"}
+    assert root == {"__init__", "app", "main", "config"}
 
 
 def test_the_agent_reaches_its_simulator_only_from_its_wiring() -> None:

@@ -10,9 +10,10 @@ import typing
 
 import pytest
 
+from coordinator.api.http.registry import Method, Reply
 from coordinator.api.methods import REGISTRY
-from coordinator.api.node_outputs import NodeSummary
-from coordinator.api.registry import Method, Prebuilt, Reply, keys
+from coordinator.api.shapes.base import Prebuilt, keys
+from coordinator.api.shapes.node_outputs import NodeSummary
 
 
 def _answers(method: Method) -> set[object]:

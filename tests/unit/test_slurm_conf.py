@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.api.hardware import gpu_out
-from coordinator.api.registry import dump
+from coordinator.api.methods.hardware import gpu_out
+from coordinator.api.shapes.base import dump
 from ops.slurm_conf import (
     Gpu,
     Mig,

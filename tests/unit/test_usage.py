@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.domain.usage import HOUR_MS, UsageSpan, usage_rows
+from coordinator.domain.booked_hours import HOUR_MS, UsageSpan, usage_rows
 
 T0 = 1_800_000_000_000
 

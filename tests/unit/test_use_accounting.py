@@ -8,10 +8,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.usage import UsageSpan
-from coordinator.domain.use_accrual import HOUR_MS, UNBOOKED, AccrualKey, Accrued, accrue
-from coordinator.domain.use_join import Hold
-from coordinator.domain.use_report import Bucket, reservation_use
+from coordinator.domain.booked_hours import UsageSpan
+from coordinator.domain.gpu_use_accrual import HOUR_MS, UNBOOKED, AccrualKey, Accrued, accrue
+from coordinator.domain.gpu_use_join import Hold
+from coordinator.domain.gpu_use_report import UseHour, reservation_use
 from shared.wire import DeviceUse, ProcessUse
 
 UNITS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
@@ -27,9 +27,9 @@ def _span(h: Hold) -> UsageSpan:
     return UsageSpan("acme", POOL, None, h.resource, 1, h.start, h.end, h.reservation_id)
 
 
-def _buckets(total: dict[AccrualKey, Accrued]) -> list[Bucket]:
+def _buckets(total: dict[AccrualKey, Accrued]) -> list[UseHour]:
     return [
-        Bucket(k.hour, k.reservation_id, v.who.tenant_id, v.who.pool_id, v.who.project_id,
+        UseHour(k.hour, k.reservation_id, v.who.tenant_id, v.who.pool_id, v.who.project_id,
                k.resource, v.used_ms, v.weighted_ms)
         for k, v in total.items()
     ]  # fmt: skip

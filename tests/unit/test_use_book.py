@@ -3,7 +3,7 @@ full report replaces everything, and a heartbeat without use changes nothing."""
 
 from __future__ import annotations
 
-from coordinator.domain.use_book import Applied, UseBook
+from coordinator.domain.gpu_use_book import Applied, GpuUseBook
 from shared.wire import DeviceUse, Heartbeat, NodeHealth, ProcessUse, UseReport
 
 
@@ -27,7 +27,7 @@ OTHER = DeviceUse(device_id="GPU-1", sm_util=0)
 
 
 def test_deltas_apply_on_the_version_held_and_anything_else_asks_for_a_report() -> None:
-    book = UseBook()
+    book = GpuUseBook()
     assert book.on_heartbeat(_hb(0, 0), 0) is Applied.NONE  # an agent without use
     assert book.on_heartbeat(_hb(0, 1, BUSY), 0) is Applied.NEEDS_REPORT  # nothing held
     book.on_report(_report(3, IDLE, OTHER), 10)

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from coordinator.domain.use_join import Hold, JoinState, Policy, UseTransition, join
+from coordinator.domain.gpu_use_join import Hold, JoinState, Policy, UseTransition, join
 from shared.clock import FakeClock
 from shared.wire import DeviceUse, ProcessUse
 

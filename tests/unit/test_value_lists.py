@@ -30,7 +30,7 @@ LISTS = {
     "reservation states": (reservation_states.RESERVATION_STATES, "shared/reservation_states.py"),
     "device classes": (wire.DEVICE_CLASSES, "shared/wire.py"),
     "health": (get_args(wire.HealthStatus), "shared/wire.py"),
-    "buckets": (model.BUCKETS, "coordinator/domain/model.py"),
+    "buckets": (model.ROLLUP_BUCKETS, "coordinator/domain/model.py"),
     "node statuses": (model.NODE_STATUSES, "coordinator/domain/model.py"),
 }
 
@@ -104,7 +104,7 @@ def test_the_scan_finds_a_second_declaration(tmp_path: Path) -> None:
     ]
     for source, values in zip(
         copies,
-        (reservation_states.RESERVATION_STATES, model.BUCKETS, model.NODE_STATUSES),
+        (reservation_states.RESERVATION_STATES, model.ROLLUP_BUCKETS, model.NODE_STATUSES),
         strict=True,
     ):
         tree = ast.parse(source)
@@ -114,7 +114,7 @@ def test_the_scan_finds_a_second_declaration(tmp_path: Path) -> None:
 def test_runtime_tuples_are_the_literals_args() -> None:
     assert reservation_states.RESERVATION_STATES == get_args(reservation_states.ReservationState)
     assert wire.ATOM_CLASSES == (*wire.DEVICE_CLASSES, "node")
-    assert model.BUCKETS == get_args(model.Bucket)
+    assert model.ROLLUP_BUCKETS == get_args(model.RollupBucket)
     assert model.NODE_STATUSES == get_args(model.NodeStatus)
     assert set(reservation_states.LIVE_STATES) | set(reservation_states.TERMINAL_STATES) < set(
         reservation_states.RESERVATION_STATES

@@ -22,7 +22,7 @@ from alembic.operations import Operations
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, select, text
 
-from coordinator.errors import CoordinatorError
+from coordinator.domain.errors import CoordinatorError
 
 __all__ = ["BASELINE", "SCRIPT_LOCATION", "LegacySchemaError", "MigrationError", "migrate"]
 

@@ -4,7 +4,7 @@
 or MIG instance's UUID), the unit-milliseconds it had a process (`used_ms`) and those
 weighted by its utilization (`weighted_ms`), with the tenant, pool, project and booked
 class (`resource`) the report groups by. Written by the leader's use pass
-(`coordinator.domain.use_accrual`), added to in place.
+(`coordinator.domain.gpu_use_accrual`), added to in place.
 
 Revision ID: 0006
 Revises: 0005

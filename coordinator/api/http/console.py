@@ -1,0 +1,72 @@
+"""The web console and the interactive API reference: static assets shipped in the
+package (`coordinator/web/`, plain ES modules, no build step, nothing fetched from
+elsewhere) and the alert feed the console polls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+
+from coordinator.api.http.auth import authenticate, bearer_key
+from coordinator.api.http.context import Services
+from coordinator.api.http.render import shown_by
+
+WEB = Path(__file__).resolve().parents[2] / "web"
+# Only this origin: the page can neither load nor send anything elsewhere.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+def _page(name: str) -> web.Response:
+    return web.Response(
+        body=(WEB / name).read_bytes(),
+        content_type="text/html",
+        charset="utf-8",
+        headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
+    )
+
+
+def add_console_routes(app: web.Application, services: Services) -> None:
+    async def console(_: web.Request) -> web.Response:
+        return _page("index.html")
+
+    async def reference(_: web.Request) -> web.Response:
+        return _page("reference.html")
+
+    async def alerts(request: web.Request) -> web.Response:
+        """Alerts seen since `after` (a sequence number from the previous answer); a
+        tenant's key sees its visible pools' alerts (who acted only as `operator`), an
+        operator's all of them."""
+        key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
+        principal = await authenticate(services.ledger, key)
+        try:
+            after = max(0, int(request.query.get("after", "0")))
+        except ValueError:
+            after = 0
+        items = services.feed.after(after)
+        if not principal.is_operator:
+            pools = await services.ledger.pools.list_visible(principal.tenant_id)
+            visible = {p.pool_id for p in pools}
+            items = [i for i in items if i.alert.pool_id in visible]
+        operator = principal.is_operator
+        return web.json_response(
+            {
+                "last": services.feed.last_seq,
+                "alerts": [
+                    {"seq": i.seq}
+                    | msgspec.to_builtins(i.alert)
+                    # Who acted, as `maintenance.by` shows it: a tenant sees "operator".
+                    | {"by": shown_by(i.alert.by, operator)}
+                    for i in items
+                ],
+            }
+        )
+
+    app.router.add_get("/", console)
+    app.router.add_get("/api/docs", reference)
+    app.router.add_get("/api/console/alerts", alerts)
+    app.router.add_static("/console/", WEB, show_index=False, follow_symlinks=False)

@@ -1,0 +1,121 @@
+"""How the API words values and outcomes: reservations, interval reservations, refusals
+and the error envelope. Each answer is built as its output model (`outputs.py`,
+`interval_outputs.py`), the one declaration of its shape, and dumped by its aliases
+(`registry.dump`); optional fields that do not apply are left out. Workflows record
+these words under idempotency keys through `RESERVATION_ANSWERS` and
+`INTERVAL_ANSWERS`, so a replay is exactly the first answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.api.shapes import interval_outputs as iv_out
+from coordinator.api.shapes import outputs as out
+from coordinator.api.shapes.base import dump
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.intervals import Interval, IntervalReservation, format_time
+from coordinator.domain.model import RollupRow
+from coordinator.domain.reservation import Reservation
+from coordinator.services.intervals import Shortfall
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    body = out.ErrorBody(code=code, message=message, details=details or {})
+    return dump(out.ErrorEnvelope(error=body))
+
+
+def rollup_row(row: RollupRow) -> out.RollupRowOut:
+    return out.RollupRowOut(
+        resource=row.resource, total=row.total, allocatable=row.allocatable,
+        allocated=row.allocated, reserved=row.reserved, available=row.available,
+        provisioning=row.provisioning, unhealthy=row.unhealthy,
+        maintenance=row.maintenance, unreachable=row.unreachable, updated_at=row.updated_at,
+    )  # fmt: skip
+
+
+def reservation(res: Reservation, now: int) -> out.ReservationOut:
+    """A reservation with its state at `now`."""
+    risk = res.at_risk if res.live(now) else None
+    return out.ReservationOut(
+        reservation_id=res.reservation_id,
+        tenant_id=res.tenant_id,
+        pool_id=res.pool_id,
+        state=res.state(now),
+        start=res.start,
+        end=res.end,
+        spot=res.spot,
+        binding=res.binding,
+        atoms=[
+            out.BookedAtomOut(atom_id=a.atom_id, node_id=a.node_id, cls=a.cls) for a in res.atoms
+        ],
+        created_at=res.created_at,
+        project_id=res.project_id or None,
+        lease_expires_at=res.lease_expires_at,
+        preempt_at=res.preempt_at,
+        resources=res.resources or None,
+        gang=out.Gang.model_validate(res.gang) if res.gang else None,
+        ended_at=res.ended_at,
+        at_risk=out.AtRisk(reason=risk.reason, since=risk.since, atoms=list(risk.atoms))
+        if risk is not None
+        else None,
+    )
+
+
+def _interval(iv: Interval) -> iv_out.IntervalOut:
+    return iv_out.IntervalOut(
+        starts_at=format_time(iv.starts_at),
+        ends_at=format_time(iv.ends_at),
+        capacity_gb=iv.capacity_gb,
+    )
+
+
+def interval_reservation(res: IntervalReservation) -> iv_out.IntervalReservationOut:
+    return iv_out.IntervalReservationOut(
+        reservation_id=res.reservation_id,
+        created_at=format_time(res.created_at),
+        intervals=[_interval(iv) for iv in res.intervals],
+    )
+
+
+def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> iv_out.CapacityNotAvailableBody:
+    """Seed 002's 409: every interval that does not fit."""
+    return iv_out.CapacityNotAvailableBody(
+        error="capacity_not_available",
+        intervals=[
+            iv_out.IntervalShortfall(
+                starts_at=format_time(s.starts_at),
+                requested_gb=s.requested_gb,
+                reservable_gb=s.reservable_gb,
+                reason=s.reason,
+            )
+            for s in shortfalls
+        ],
+    )
+
+
+class ReservationWords:
+    """The words workflows record (`ReservationAnswers` and `IntervalAnswers`)."""
+
+    def created(self, res: Reservation, now: int) -> Any:
+        return dump(reservation(res, now))
+
+    def refused(self, error: CoordinatorError) -> Any:
+        return error_body(error.code, error.message, error.details)
+
+
+class IntervalWords:
+    def booked(self, res: IntervalReservation) -> Any:
+        return dump(interval_reservation(res))
+
+    def refused(self, shortfalls: tuple[Shortfall, ...]) -> Any:
+        return dump(intervals_refused(shortfalls))
+
+
+RESERVATION_ANSWERS = ReservationWords()
+INTERVAL_ANSWERS = IntervalWords()
+
+
+def shown_by(by: str, operator: bool) -> str:
+    """Who acted, as a viewer may see it: operators see the key (`tenant/keyId`),
+    tenants only that it was the operator — a key id is not theirs to know."""
+    return by if operator or "/" not in by else "operator"

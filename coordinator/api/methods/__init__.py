@@ -1,0 +1,28 @@
+"""Importing this module registers every API method in `REGISTRY` (no aiohttp here, so
+the OpenAPI document and the docs table can be built without a server)."""
+
+from __future__ import annotations
+
+from coordinator.api.http.registry import REGISTRY
+from coordinator.api.methods import (
+    admin,
+    capacity,
+    hardware,
+    intervals,
+    nodes,
+    pools,
+    reservations,
+    usage,
+)
+
+__all__ = [
+    "REGISTRY",
+    "admin",
+    "capacity",
+    "hardware",
+    "intervals",
+    "nodes",
+    "pools",
+    "reservations",
+    "usage",
+]

@@ -1,0 +1,285 @@
+"""Use in the ledger (SPEC §10): the live bookings that cover GPUs (read for the join),
+the use pass's write (hour buckets added to in place, node events and alerts in one
+transaction), and the buckets a usage report reads.
+
+A unit is the UUID the agent reports use under: a whole GPU's or a time-sliced GPU's
+(`device_id` of `gpu` and `gpu.slot` atoms), a MIG instance's (the `uuid` attribute of
+a `gpu.mig` atom, else its atom id's last part). A whole-node booking covers every unit
+of its node's current atoms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
+from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
+from coordinator.domain.gpu_use_report import UseHour
+from coordinator.ledger import schema
+from coordinator.ledger.bulk import among
+from coordinator.ledger.database import Database
+from shared.wire import Alert
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEventRow:
+    node_id: str
+    pool_id: str
+    kind: str
+    reason: str
+    at: int
+    device_id: str | None
+
+
+class GpuUseRepo:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def holds(self, node_ids: Iterable[str], now: int) -> list[Hold]:
+        """The bookings live at `now` on these nodes that cover GPU units."""
+        ids = list(node_ids)
+        if not ids:
+            return []
+        b, a, rv = schema.bookings.c, schema.atoms.c, schema.reservations.c
+        async with self._db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(
+                        b.reservation_id,
+                        b.tenant_id,
+                        b.pool_id,
+                        b.node_id,
+                        b.atom_id,
+                        b["class"].label("cls"),
+                        b.start,
+                        b.end,
+                        rv.project_id,
+                        a.device_id,
+                        a.attrs,
+                    )
+                    .select_from(
+                        schema.bookings.outerjoin(schema.atoms, a.atom_id == b.atom_id).outerjoin(
+                            schema.reservations, rv.reservation_id == b.reservation_id
+                        )
+                    )
+                    .where(
+                        among(conn, b.node_id, ids)
+                        & (b.start <= now)
+                        & (b.end > now)
+                        & b["class"].in_(sorted(COVERING_CLASSES))
+                    )
+                )
+            ).all()
+            whole = sorted({r.node_id for r in rows if r.cls == "node"})
+            units: dict[str, list[str]] = {}
+            if whole:
+                for u in (
+                    await conn.execute(
+                        select(a.node_id, a.atom_id, a["class"].label("cls"), a.device_id, a.attrs)
+                        .where(
+                            among(conn, a.node_id, whole)
+                            & a.retired.is_(False)
+                            & a["class"].in_(sorted(GPU_CLASSES))
+                        )
+                        .order_by(a.atom_id)
+                    )
+                ).all():
+                    unit = unit_of(u.cls, u.atom_id, u.device_id, u.attrs or {})
+                    got = units.setdefault(u.node_id, [])
+                    if unit not in got:
+                        got.append(unit)
+        out = []
+        for r in rows:
+            if r.cls == "node":
+                covered = tuple(units.get(r.node_id, ()))
+            elif r.device_id is None:
+                continue  # the atom row is gone: nothing to match use against
+            else:
+                covered = (unit_of(r.cls, r.atom_id, r.device_id, r.attrs or {}),)
+            out.append(
+                Hold(
+                    r.reservation_id, r.tenant_id, r.project_id, r.pool_id, r.node_id, r.cls,
+                    covered, int(r.start), int(r.end),
+                )
+            )  # fmt: skip
+        return out
+
+    async def spread(self, reservation_ids: Iterable[str], now: int) -> dict[str, frozenset[str]]:
+        """Reservation → the nodes it holds GPU-carrying atoms on at `now`."""
+        ids = sorted(set(reservation_ids))
+        if not ids:
+            return {}
+        b = schema.bookings.c
+        out: dict[str, set[str]] = {}
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(b.reservation_id, b.node_id)
+                .where(
+                    among(conn, b.reservation_id, ids) & (b.start <= now) & (b.end > now)
+                    & b["class"].in_(sorted(COVERING_CLASSES))
+                )
+                .distinct()
+            )  # fmt: skip
+            for r in rows.all():
+                out.setdefault(r.reservation_id, set()).add(r.node_id)
+        return {k: frozenset(v) for k, v in out.items()}
+
+    async def tenants_of(self, reservation_ids: Iterable[str]) -> dict[str, str]:
+        ids = sorted(set(reservation_ids))
+        if not ids:
+            return {}
+        rv = schema.reservations.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(rv.reservation_id, rv.tenant_id).where(among(conn, rv.reservation_id, ids))
+            )
+            return {r.reservation_id: r.tenant_id for r in rows.all()}
+
+    async def record(
+        self,
+        accrued: Mapping[AccrualKey, Accrued],
+        events: Sequence[NodeEventRow],
+        alerts: Sequence[Alert],
+    ) -> None:
+        """One pass's buckets, node events and alerts, in one transaction (none when
+        there is nothing to write: a fleet without use costs no write every pass)."""
+        if not (accrued or events or alerts):
+            return
+        async with self._db.transaction() as conn:
+            await _add_buckets(conn, accrued)
+            if events:
+                await conn.execute(
+                    schema.node_events.insert(),
+                    [
+                        {
+                            "node_id": e.node_id, "pool_id": e.pool_id, "kind": e.kind,
+                            "reason": e.reason, "by": "coordinator", "at": e.at,
+                            "device_id": e.device_id,
+                        }
+                        for e in events
+                    ],
+                )  # fmt: skip
+            if alerts:
+                await conn.execute(
+                    schema.alert_outbox.insert(),
+                    [
+                        {
+                            "alert_id": a.alert_id, "payload": a.to_json().decode(),
+                            "created_at": a.at, "attempts": 0,
+                        }
+                        for a in alerts
+                    ],
+                )  # fmt: skip
+
+    async def buckets(
+        self,
+        start: int,
+        end: int,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        project_id: str | None = None,
+    ) -> list[UseHour]:
+        """Every bucket whose hour overlaps [start, end)."""
+        u = schema.gpu_use.c
+        cond = _hours(start, end, tenant_id, pool_id, project_id)
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(
+                    u.hour, u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource,
+                    u.used_ms, u.weighted_ms,
+                ).where(cond)
+            )  # fmt: skip
+            return [
+                UseHour(
+                    int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
+                    r.resource, int(r.used_ms), int(r.weighted_ms),
+                )
+                for r in rows.all()
+            ]  # fmt: skip
+
+    async def summed(
+        self,
+        start: int,
+        stop: int,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        project_id: str | None = None,
+    ) -> list[UseHour]:
+        """The buckets of [start, stop) as a report needs them, few whatever the window:
+        the whole hours inside it summed by the database per reservation and class (one
+        bucket at the first of them), the at most two hours it cuts as they are."""
+        u = schema.gpu_use.c
+        first = -(-start // HOUR_MS) * HOUR_MS  # the first whole hour inside
+        cond = _hours(start, stop, tenant_id, pool_id, project_id)
+        inner = (u.hour >= first) & (u.hour + HOUR_MS <= stop)
+        who = (u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource)
+        async with self._db.read() as conn:
+            whole = await conn.execute(
+                select(*who, func.sum(u.used_ms).label("used"), func.sum(u.weighted_ms).label("w"))
+                .where(cond & inner)
+                .group_by(*who)
+            )
+            out = [
+                UseHour(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
+                       int(r.used), int(r.w))
+                for r in whole.all()
+            ]  # fmt: skip
+            cut = await conn.execute(
+                select(u.hour, *who, u.used_ms, u.weighted_ms).where(cond & ~inner)
+            )
+            out += [
+                UseHour(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
+                       r.resource, int(r.used_ms), int(r.weighted_ms))
+                for r in cut.all()
+            ]  # fmt: skip
+        return out
+
+
+def _hours(
+    start: int, end: int, tenant_id: str | None, pool_id: str | None, project_id: str | None
+) -> ColumnElement[bool]:
+    """The buckets whose hour overlaps [start, end), of this tenant, pool and project
+    where given."""
+    u = schema.gpu_use.c
+    cond: ColumnElement[bool] = (u.hour > start - HOUR_MS) & (u.hour < end)
+    if tenant_id is not None:
+        cond &= u.tenant_id == tenant_id
+    if pool_id is not None:
+        cond &= u.pool_id == pool_id
+    if project_id is not None:
+        cond &= u.project_id == project_id
+    return cond
+
+
+async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accrued]) -> None:
+    if not accrued:
+        return
+    rows = [
+        {
+            "hour": k.hour, "reservation_id": k.reservation_id, "node_id": k.node_id,
+            "unit": k.unit, "resource": k.resource, "tenant_id": v.who.tenant_id,
+            "pool_id": v.who.pool_id, "project_id": v.who.project_id,
+            "used_ms": v.used_ms, "weighted_ms": v.weighted_ms,
+        }
+        for k, v in sorted(accrued.items(), key=lambda kv: _order(kv[0]))
+    ]  # fmt: skip
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(schema.gpu_use)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["hour", "reservation_id", "node_id", "unit", "resource"],
+        set_={
+            "used_ms": schema.gpu_use.c.used_ms + stmt.excluded.used_ms,
+            "weighted_ms": schema.gpu_use.c.weighted_ms + stmt.excluded.weighted_ms,
+        },
+    )
+    await conn.execute(stmt, rows)
+
+
+def _order(k: AccrualKey) -> tuple[int, str, str, str, str]:
+    # One order for every writer: two passes never wait on each other's rows crosswise.
+    return (k.hour, k.reservation_id, k.node_id, k.unit, k.resource)

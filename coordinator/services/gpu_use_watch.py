@@ -1,0 +1,192 @@
+"""Use service (SPEC §10): keeps what each node's GPUs run (`domain.gpu_use_book`) from
+heartbeat deltas and full use reports, asks an agent for a full report when its delta
+does not apply, and on the leader's `use` loop joins use with the live bookings
+(`domain.gpu_use_join`, in a thread) and accrues used time (`domain.gpu_use_accrual`). A pass's
+node events and alerts are written at once; accrued time is kept in memory and written
+with them every `flush_ms` (one upsert per hour, reservation and unit, not one a pass).
+
+Ingest callbacks touch memory only. Use requests go out like inventory requests: at
+most once per node per `USE_REQUEST_EVERY_MS`, at most `USE_REQUESTS_PER_S` a second
+in all. A node's use counts only while the node is reachable and its use is no older
+than `stale_ms`; the time between two passes is credited only up to `max_gap_ms`, so
+a coordinator that was away or a node that fell silent credits nothing for the gap.
+
+The join's marks (unbooked use said, idle clocks) live in memory: a new leader starts
+them afresh, so it may say an unbooked use again, and a reservation's idle clock starts
+at its first pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
+from coordinator.domain.gpu_use_book import Applied, GpuUseBook
+from coordinator.domain.gpu_use_join import (
+    JoinState,
+    Policy,
+    UnitLine,
+    UseTransition,
+    join,
+    unit_lines,
+)
+from coordinator.domain.ports import AlertSink, Publisher
+from coordinator.ledger import Ledger, NodeEventRow
+from coordinator.services import alerting
+from shared.clock import Clock
+from shared.ids import ulid
+from shared.subjects import Subjects
+from shared.wire import Alert, DeviceUse, Heartbeat, UseReport
+
+log = logging.getLogger(__name__)
+
+USE_REQUEST_EVERY_MS = 5000
+USE_REQUESTS_PER_S = 200
+# Accrued keys kept in memory before they are written whatever the time.
+MAX_PENDING = 200_000
+# Kinds also recorded as the node's events (the reservation kinds are the holder's).
+NODE_EVENT_KINDS = frozenset({"gpu.unbookedUse", "gpu.foreignUse"})
+
+
+def alert_of(t: UseTransition, now: int) -> Alert:
+    return Alert(
+        alert_id=ulid(now), kind=t.kind, pool_id=t.pool_id, node_id=t.node_id, at=now,
+        reason=t.reason, since=now, device_id=t.device_id, reservation_id=t.reservation_id,
+        details=dict(t.details),
+    )  # fmt: skip
+
+
+class GpuUseWatch:
+    def __init__(
+        self,
+        ledger: Ledger,
+        subjects: Subjects,
+        clock: Clock,
+        bus: Publisher,
+        alerts: AlertSink,
+        reachable: Callable[[str], bool],
+        policy: Policy | None = None,
+        stale_ms: int = 60_000,
+        max_gap_ms: int = 60_000,
+        flush_ms: int = 60_000,
+    ) -> None:
+        self.ledger = ledger
+        self.subjects = subjects
+        self.clock = clock
+        self.bus = bus
+        self.alerts = alerts
+        self.reachable = reachable
+        self.policy = policy or Policy()
+        self.stale_ms = stale_ms
+        self.max_gap_ms = max_gap_ms
+        self.book = GpuUseBook()
+        self.state = JoinState()
+        self.lines: tuple[UnitLine, ...] = ()
+        self._accrued_at: dict[str, int] = {}
+        # Accrued time not yet written: written every `flush_ms` (a leader that dies
+        # loses at most that much accounting), with a pass's alerts at once.
+        self.flush_ms = flush_ms
+        self._pending: dict[AccrualKey, Accrued] = {}
+        self._flushed_at = 0
+        self._wanted: dict[str, str] = {}  # node → pool, waiting for a full report
+        self._requested: dict[str, int] = {}
+        self._window = (0, 0)  # (second, requests sent in it)
+        self.requests_sent = 0
+
+    # -- ingest callbacks: memory only -----------------------------------------------
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        """A heartbeat the liveness tracker accepted, carrying use (`use_version` > 0)."""
+        if self.book.on_heartbeat(hb, self.clock.now_ms()) is Applied.NEEDS_REPORT:
+            self._wanted[hb.node_id] = hb.pool_id
+
+    def on_report(self, report: UseReport) -> None:
+        self.book.on_report(report, self.clock.now_ms())
+        self._wanted.pop(report.node_id, None)
+
+    # -- loops -----------------------------------------------------------------------
+
+    async def request_reports(self) -> None:
+        """Ask each node whose delta did not apply for its full report (rate-limited)."""
+        now = self.clock.now_ms()
+        if len(self._requested) > 10_000:
+            cutoff = now - USE_REQUEST_EVERY_MS
+            self._requested = {n: t for n, t in self._requested.items() if t > cutoff}
+        for node_id, pool_id in list(self._wanted.items()):
+            if now - self._requested.get(node_id, -USE_REQUEST_EVERY_MS) < USE_REQUEST_EVERY_MS:
+                continue
+            second, sent = self._window
+            if now // 1000 != second:
+                second, sent = now // 1000, 0
+            if sent >= USE_REQUESTS_PER_S:
+                return
+            self._window = (second, sent + 1)
+            self._requested[node_id] = now
+            try:
+                await self.bus.publish(self.subjects.use_request(pool_id, node_id), b"{}")
+                self.requests_sent += 1
+            except Exception as exc:
+                log.warning("could not ask %s for its use: %s", node_id, exc)
+
+    def _current(self, now: int) -> dict[str, dict[str, DeviceUse]]:
+        """The use of each node whose use is current, copied (ingest changes the book
+        while a pass runs in its thread)."""
+        return {
+            n.node_id: dict(n.devices)
+            for n in self.book
+            if now - n.updated_at <= self.stale_ms and self.reachable(n.node_id)
+        }
+
+    async def tick(self) -> None:
+        """One pass: join and accrue (off the event loop: a large fleet's pass takes a
+        fraction of a second of CPU), write the alerts at once and the accrued time every
+        `flush_ms`, then announce the alerts."""
+        now = self.clock.now_ms()
+        uses = self._current(now)
+        pools = {n.node_id: n.pool_id for n in self.book}
+        holds = await self.ledger.gpu_use.holds(uses, now)
+        held_ids = {h.reservation_id for h in holds}
+        owners = {
+            p.owner
+            for devices in uses.values()
+            for d in devices.values()
+            for p in d.processes
+            if p.owner_kind == "reservation" and p.owner and p.owner not in held_ids
+        }
+        tenant_of = await self.ledger.gpu_use.tenants_of(owners | held_ids)
+        # Reservations with an idle clock that no current node holds: still live elsewhere,
+        # or ended (which clears their idleness).
+        spread = await self.ledger.gpu_use.spread(held_ids | set(self.state.idle), now)
+        windows = {}
+        for node_id in uses:
+            last = self._accrued_at.get(node_id)
+            if last is not None and 0 < now - last <= self.max_gap_ms:
+                windows[node_id] = (last, now)
+
+        def compute() -> tuple[JoinState, list[UseTransition], dict[AccrualKey, Accrued]]:
+            state, transitions = join(
+                self.state, uses, holds, pools, now, self.policy, tenant_of, spread
+            )
+            return state, transitions, accrue(uses, holds, pools, windows)
+
+        state, transitions, accrued = await asyncio.to_thread(compute)
+        alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]
+        events = [
+            NodeEventRow(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
+            for t in transitions
+            if t.kind in NODE_EVENT_KINDS
+        ]
+        pending = dict(self._pending)
+        merge(pending, accrued)
+        flush = now - self._flushed_at >= self.flush_ms or len(pending) > MAX_PENDING
+        await self.ledger.gpu_use.record(pending if flush else {}, events, alerts)
+        # Committed: only now does memory move on.
+        self._pending = {} if flush else pending
+        if flush:
+            self._flushed_at = now
+        self.state = state
+        self._accrued_at = dict.fromkeys(uses, now)
+        self.lines = unit_lines(uses, holds, pools)
+        await alerting.announce(self.alerts, alerts)

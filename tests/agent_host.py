@@ -4,8 +4,10 @@ the base and `agent` requirements in pyproject.toml pull in, nothing else — no
 no SQLAlchemy, whatever the development venv holds. The distributions are linked from
 the development venv, so building one takes no download and well under a second.
 
-The agent's import test and bench/agent_bench.py run the agent in it: what it imports
-there is what it imports on a host, with no import-system tricks in the agent.
+The agent's import test runs the agent's modules in it: what they import there is what
+they import on a host, with no import-system tricks in the agent. bench/agent_bench.py
+builds its venv with pip, as the role does, because memory also depends on the bytecode
+pip compiles at install.
 """
 
 from __future__ import annotations

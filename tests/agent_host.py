@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -31,10 +32,11 @@ def _project_requirements(extra: str) -> list[Requirement]:
     return [Requirement(n) for n in names]
 
 
-def agent_distributions() -> dict[str, metadata.Distribution]:
-    """The installed distributions `gpufleet[agent]` needs, by normalized name."""
+def agent_distributions(also: Sequence[str] = ()) -> dict[str, metadata.Distribution]:
+    """The installed distributions `gpufleet[agent]` needs, by normalized name, and those
+    `also` names with what they need."""
     found: dict[str, metadata.Distribution] = {}
-    todo = _project_requirements("agent")
+    todo = [*_project_requirements("agent"), *map(Requirement, also)]
     while todo:
         req = todo.pop()
         key = req.name.lower().replace("_", "-")
@@ -50,8 +52,9 @@ def agent_distributions() -> dict[str, metadata.Distribution]:
     return found
 
 
-def host_venv(dest: Path) -> Path:
-    """A venv at `dest` holding only what a GPU host has; returns its python."""
+def host_venv(dest: Path, also: Sequence[str] = ()) -> Path:
+    """A venv at `dest` holding only what a GPU host has, and `also` (e.g. aiohttp: a
+    venv shared with the coordinator); returns its python."""
     subprocess.run(
         [sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(dest)],
         check=True,
@@ -66,7 +69,7 @@ def host_venv(dest: Path) -> Path:
         timeout=60,
     ).stdout.strip()
     site = Path(purelib)
-    for dist in agent_distributions().values():
+    for dist in agent_distributions(also).values():
         if dist.files is None:
             raise RuntimeError(f"{dist.metadata['Name']} lists no files")
         tops = {f.parts[0] for f in dist.files if f.parts[0] not in ("..", "__pycache__")}

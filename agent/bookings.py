@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from agent.errors import AgentError
 from shared.log_throttle import LogThrottle
 from shared.wire import NodeBookings
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 _DECODER = msgspec.json.Decoder(NodeBookings)
 
 
-class BookingsError(ValueError):
+class BookingsError(AgentError, ValueError):
     """The state file is missing or does not hold valid bookings."""
 
 

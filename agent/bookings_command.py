@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from agent.bookings import BookingsError, read_state
+from agent.bookings import read_state
 from agent.config import Settings
+from agent.errors import CONFIG, AgentError, NotLive, exit_status
 from shared.settings import ConfigError, load
 from shared.wire import NodeBooking, NodeBookings
 
 PLACEHOLDER_POOL = "pool_" + "0" * 26
-NOT_LIVE = 3
 USAGE = (
     "usage: gpufleet-agent bookings [--json] [agent settings flags]\n"
     "       gpufleet-agent env RSV_ID [agent settings flags]"
@@ -51,19 +51,19 @@ def state_at(b: NodeBooking, now_ms: int) -> str:
 
 
 def env_lines(bookings: NodeBookings, reservation_id: str, now_ms: int) -> list[str]:
-    """The lines `env` prints; ValueError (the message) when not live here now."""
+    """The lines `env` prints; `NotLive` (the message) when not live here now."""
     found = next((b for b in bookings.bookings if b.reservation_id == reservation_id), None)
     node = bookings.node_id
     if found is None:
-        raise ValueError(f"reservation {reservation_id} has no booking on node {node}")
+        raise NotLive(f"reservation {reservation_id} has no booking on node {node}")
     state = state_at(found, now_ms)
     if state == "scheduled":
-        raise ValueError(
+        raise NotLive(
             f"reservation {reservation_id} is not live on node {node} yet: it starts at"
             f" {_when(found.start)}"
         )
     if state == "ended":
-        raise ValueError(
+        raise NotLive(
             f"reservation {reservation_id} is not live on node {node}: it ended at"
             f" {_when(found.end)}"
         )
@@ -118,13 +118,12 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     rest = rest[len(words) :]
     if command == "env" and not words:
         print(USAGE, file=sys.stderr)
-        return 2
+        return CONFIG
     try:
         settings = load(Settings, rest, env, defaults={"pool_id": PLACEHOLDER_POOL})
         bookings = read_state(settings.bookings_path)
-    except (ConfigError, BookingsError) as exc:
-        print(f"gpufleet-agent {command}: {exc}", file=sys.stderr)
-        return 2
+    except (ConfigError, AgentError) as exc:
+        return exit_status(exc, command)
     now_ms = int(time.time() * 1000)
     if command == "bookings":
         if as_json:
@@ -134,9 +133,8 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return 0
     try:
         lines = env_lines(bookings, words[0], now_ms)
-    except ValueError as exc:
-        print(f"gpufleet-agent env: {exc}", file=sys.stderr)
-        return NOT_LIVE
+    except NotLive as exc:
+        return exit_status(exc, command)
     print("\n".join(lines))
     if sys.stdout.isatty():
         print(f'# to apply: eval "$(gpufleet-agent env {words[0]})"', file=sys.stderr)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import msgspec
 
 from agent.config import Settings
+from agent.errors import exit_status
 from agent.health import Finding, HealthPolicy, HealthState, evaluate
 from agent.inventory import Identity, build_inventory
 from agent.nvml import NvmlMissing, real_nvml
@@ -191,8 +191,7 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         fmt, rest = _output(argv)
         settings = load(Settings, rest, env, defaults={"pool_id": PLACEHOLDER_POOL})
     except ConfigError as exc:
-        print(f"gpufleet-agent inventory: config error: {exc}\n{USAGE}", file=sys.stderr)
-        return 2
+        return exit_status(exc, "inventory", hint=USAGE)
     expected: dict[str, int] = {str(cls): n for cls, n in settings.expected.items()}
     if settings.simulate is None:
         inv = read_once(settings, settings.sysfs_root, expected)

@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING
 
 from agent.bookings import BookingsKeeper
 from agent.config import Settings
+from agent.errors import AgentError, exit_status
 from agent.feature_file import FeatureFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
 from agent.liveness import agent_boot_id, check_interval
-from agent.nvml import NvmlLike, NvmlMissing, real_nvml
+from agent.nvml import NvmlLike, real_nvml
 from agent.owners import ProcOwners
 from agent.sim.faults import FaultFile
-from agent.sim.profile import HostProfile, ProfileError, load_profile
+from agent.sim.profile import HostProfile, load_profile
 from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host, read_ports
@@ -64,8 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load(Settings, argv, os.environ)
     except ConfigError as exc:
-        print(f"gpufleet-agent: config error: {exc}", file=sys.stderr)
-        return 2
+        return exit_status(exc)
     logging.basicConfig(
         level=settings.log_level,
         stream=sys.stderr,
@@ -73,12 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(run(settings, notify_socket=os.environ.get("NOTIFY_SOCKET")))
-    except ConfigError as exc:  # the credentials file, read when the publisher starts
-        print(f"gpufleet-agent: config error: {exc}", file=sys.stderr)
-        return 2
-    except (ProfileError, NvmlMissing) as exc:
-        print(f"gpufleet-agent: {exc}", file=sys.stderr)
-        return 2
+    # The credentials file (read when the publisher starts), the profile, NVML.
+    except (ConfigError, AgentError) as exc:
+        return exit_status(exc)
 
 
 def _version() -> str:

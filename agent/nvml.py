@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, cast
 
+from agent.errors import AgentError
+
 
 class MemoryInfo(Protocol):
     @property
@@ -131,7 +133,7 @@ class NvmlLike(Protocol):
     def nvmlEventSetFree(self, eventSet: Any) -> None: ...
 
 
-class NvmlMissing(ImportError):
+class NvmlMissing(AgentError, ImportError):
     """nvidia-ml-py is not installed: the agent cannot read GPUs, real or simulated."""
 
 

@@ -8,8 +8,10 @@ from typing import Any
 
 import pynvml
 
+from agent.errors import AgentError
 
-class GpuLost(Exception):
+
+class GpuLost(AgentError):
     """NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus."""
 
 

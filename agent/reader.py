@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from agent.errors import AgentError
 from agent.links import LinkReader
 from agent.nvml import NvmlLike
 from agent.nvml_errors import GpuLost, describe, field_int, raise_if_lost
@@ -47,7 +48,7 @@ _FIELDS: tuple[tuple[str, int], ...] = (
 )
 
 
-class _Unreadable(Exception):
+class _Unreadable(AgentError):
     pass
 
 

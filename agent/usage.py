@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from agent.errors import AgentError
 from agent.nvml import NvmlLike
 from agent.owners import UNKNOWN, ProcOwners
 from agent.readings import GpuReading
@@ -39,7 +40,7 @@ _NOT_SUPPORTED = int(pynvml.NVML_ERROR_NOT_SUPPORTED)
 _NOT_FOUND = int(pynvml.NVML_ERROR_NOT_FOUND)
 
 
-class _Failed(Exception):
+class _Failed(AgentError):
     """One NVML call failed: its value is unknown."""
 
 

@@ -4,8 +4,10 @@ the base and `agent` requirements in pyproject.toml pull in, nothing else — no
 no SQLAlchemy, whatever the development venv holds. The distributions are linked from
 the development venv, so building one takes no download and well under a second.
 
-The agent's import test and bench/agent_bench.py run the agent in it: what it imports
-there is what it imports on a host, with no import-system tricks in the agent.
+The agent's import test runs the agent's modules in it: what they import there is what
+they import on a host, with no import-system tricks in the agent. bench/agent_bench.py
+builds its venv with pip, as the role does, because memory also depends on the bytecode
+pip compiles at install.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -29,10 +32,11 @@ def _project_requirements(extra: str) -> list[Requirement]:
     return [Requirement(n) for n in names]
 
 
-def agent_distributions() -> dict[str, metadata.Distribution]:
-    """The installed distributions `gpufleet[agent]` needs, by normalized name."""
+def agent_distributions(also: Sequence[str] = ()) -> dict[str, metadata.Distribution]:
+    """The installed distributions `gpufleet[agent]` needs, by normalized name, and those
+    `also` names with what they need."""
     found: dict[str, metadata.Distribution] = {}
-    todo = _project_requirements("agent")
+    todo = [*_project_requirements("agent"), *map(Requirement, also)]
     while todo:
         req = todo.pop()
         key = req.name.lower().replace("_", "-")
@@ -48,8 +52,9 @@ def agent_distributions() -> dict[str, metadata.Distribution]:
     return found
 
 
-def host_venv(dest: Path) -> Path:
-    """A venv at `dest` holding only what a GPU host has; returns its python."""
+def host_venv(dest: Path, also: Sequence[str] = ()) -> Path:
+    """A venv at `dest` holding only what a GPU host has, and `also` (e.g. aiohttp: a
+    venv shared with the coordinator); returns its python."""
     subprocess.run(
         [sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(dest)],
         check=True,
@@ -64,7 +69,7 @@ def host_venv(dest: Path) -> Path:
         timeout=60,
     ).stdout.strip()
     site = Path(purelib)
-    for dist in agent_distributions().values():
+    for dist in agent_distributions(also).values():
         if dist.files is None:
             raise RuntimeError(f"{dist.metadata['Name']} lists no files")
         tops = {f.parts[0] for f in dist.files if f.parts[0] not in ("..", "__pycache__")}

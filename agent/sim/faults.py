@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from agent.errors import AgentError
 from agent.sim.workload import Workload, WorkloadError, parse_workload
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class Faults:
         return bool(self.on(kind, gpu))
 
 
-class FaultError(ValueError):
+class FaultError(AgentError, ValueError):
     pass
 
 

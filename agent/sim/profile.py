@@ -21,10 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agent.errors import AgentError
 from shared.wire import DEVICE_CLASSES
 
 
-class ProfileError(ValueError):
+class ProfileError(AgentError, ValueError):
     pass
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.errors import AgentError
 from agent.sim.profile import GpuSpec
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ MIB = 1024 * 1024
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process off MIG
 
 
-class WorkloadError(ValueError):
+class WorkloadError(AgentError, ValueError):
     pass
 
 

@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from agent.bookings import BookingsError, BookingsKeeper, read_state
-from agent.bookings_command import NOT_LIVE, env_lines, main, state_at
+from agent.bookings_command import env_lines, main, state_at
+from agent.errors import NOT_LIVE
 from shared.wire import BookedDevice, NodeBooking, NodeBookings
 
 NOW = int(time.time() * 1000)

@@ -1,6 +1,9 @@
 """The agent process imports none of pydantic, aiohttp or SQLAlchemy (SPEC §8), with no
 import-system tricks: its entry modules are imported in a fresh interpreter of a venv
-that holds only what `pip install gpufleet[agent]` puts on a GPU host."""
+that holds only what `pip install gpufleet[agent]` puts on a GPU host. That holds only
+in a venv of the agent's own: where aiohttp is importable nats-py imports it (about
+11 MB, bench/README.md), which the probe here must see, and the role's locked
+requirements must not bring it."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_host import agent_distributions, host_venv
+from tests.agent_host import ROOT, agent_distributions, host_venv
 
 # Everything the long-running agent loads, the modules `agent.main` imports late included.
 ENTRY = (
@@ -32,10 +35,11 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules if m.split(".")[0
 """
 
 
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The heavy packages loaded by the agent's entry modules on a host."""
-    python = host_venv(tmp_path_factory.mktemp("host") / "venv")
+ROLE_REQUIREMENTS = ROOT / "ansible/roles/gpufleet_agent/files/requirements.txt"
+
+
+def _probe(python: Path) -> set[str]:
+    """The heavy packages the agent's entry modules load under `python`."""
     done = subprocess.run(
         [str(python), "-c", PROBE.format(entry=ENTRY, heavy=HEAVY)],
         capture_output=True,
@@ -45,6 +49,12 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     )
     assert done.returncode == 0, done.stderr
     return set(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The heavy packages loaded by the agent's entry modules on a host."""
+    return _probe(host_venv(tmp_path_factory.mktemp("host") / "venv"))
 
 
 def test_a_gpu_host_install_has_no_aiohttp_or_sqlalchemy() -> None:
@@ -59,3 +69,20 @@ def test_the_agent_imports_neither_aiohttp_nor_sqlalchemy(loaded: set[str]) -> N
 
 def test_the_agent_imports_no_pydantic(loaded: set[str]) -> None:
     assert "pydantic" not in loaded
+
+
+def test_the_roles_locked_requirements_bring_no_aiohttp_or_sqlalchemy() -> None:
+    """What the gpufleet_agent role installs on a host (the lock's export)."""
+    names = {
+        line.split("==")[0].lower()
+        for line in ROLE_REQUIREMENTS.read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    }
+    assert {"nats-py", "nvidia-ml-py", "msgspec"} <= names
+    assert not names & {"aiohttp", "sqlalchemy"}
+
+
+def test_where_aiohttp_is_importable_the_agent_loads_it(tmp_path: Path) -> None:
+    """Why the agent needs a venv of its own, and proof that the probe above can fail."""
+    python = host_venv(tmp_path / "venv", also=["aiohttp"])
+    assert "aiohttp" in _probe(python)

@@ -49,9 +49,12 @@ def runnable_copies(tmp_path: Path) -> list[Path]:
     out = []
     for name in UNITS:
         text = (REPO / "systemd" / name).read_text()
-        assert "/opt/gpufleet/venv/bin/" in text
+        # The agent has a venv of its own (docs/agent.md), the rest share one.
+        agent = name == "gpufleet-agent.service"
+        venv = "/opt/gpufleet-agent/venv/bin/" if agent else "/opt/gpufleet/venv/bin/"
+        assert venv in text
         path = tmp_path / name
-        path.write_text(text.replace("/opt/gpufleet/venv/bin/", f"{BIN}/"))
+        path.write_text(text.replace(venv, f"{BIN}/"))
         exe = BIN / name.removesuffix(".service")
         assert exe.is_file(), exe
         out.append(path)

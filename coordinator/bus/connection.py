@@ -19,7 +19,7 @@ behind), and `auth_required` what the server said in its INFO (read at each conn
 whether it lets anyone connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
-`gpufleet nats-auth` writes (see `ops.nats_server_config`); `tls` is the client TLS context for
+`gpufleet nats-auth` writes (see `ops.kit.nats_server_config`); `tls` is the client TLS context for
 `tls://` servers (or servers that require TLS).
 
 `url` may list several seeds (comma-separated): each connect attempt tries them all, so

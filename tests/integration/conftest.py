@@ -25,7 +25,7 @@ from coordinator.api.server import build_app
 from coordinator.app import Coordinator, bootstrap_operator, running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Ledger
-from ops.cli import new_key
+from ops.kit.keys import new_key
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.waiting import eventually

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from ops.alert_forwarder import AlertForwarder
+from ops.forwarder.daemon import AlertForwarder
 from ops.forwarder.settings import ForwarderSettings
 from shared.credentials import parse_credentials
 from shared.settings import from_sources

@@ -89,3 +89,50 @@ def test_the_agent_reaches_its_simulator_only_from_its_wiring() -> None:
         if module.startswith("agent.sim")
     ]
     assert wrong == []
+
+
+# --- ops: one folder per tool, one declared kit ---------------------------------------
+
+OPS_TOOLS = {"cli", "demo", "natsauth", "forwarder", "slurm"}
+# What every tool may import besides its own folder: the kit, the wire contract.
+OPS_SHARED = {"ops.kit", "shared"}
+
+
+def _ops_room(path: Path) -> str:
+    return path.relative_to(ROOT / "ops").parts[0]
+
+
+def test_ops_holds_only_its_mount_and_one_folder_per_tool() -> None:
+    ops = ROOT / "ops"
+    assert {p.name for p in ops.glob("*.py")} == {"__init__.py", "main.py"}
+    folders = {p.name for p in ops.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == OPS_TOOLS | {"kit"}
+
+
+def test_nothing_in_the_product_imports_the_ops_mount() -> None:
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for package in ("shared", "agent", "coordinator", "ops", "bench")
+        for path in _modules(package)
+        for module in _imports(path)
+        if module == "ops.main" or module.startswith("ops.main.")
+    ]
+    assert wrong == []
+
+
+def _within(module: str, prefixes: set[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("room", sorted(OPS_TOOLS | {"kit"}))
+def test_an_ops_tool_imports_only_the_kit_shared_and_itself(room: str) -> None:
+    """Never another tool, never the coordinator or the agent; the kit only shared."""
+    allowed = {f"ops.{room}", "shared"} | (set() if room == "kit" else OPS_SHARED)
+    wrong = [
+        (path.relative_to(ROOT), module)
+        for path in _modules(f"ops/{room}")
+        for module in _imports(path)
+        if module.split(".")[0] in {"ops", "shared", "coordinator", "agent"}
+        and not _within(module, allowed)
+    ]
+    assert wrong == []

@@ -1,4 +1,4 @@
-"""`ops.nats_auth`: per-agent permissions, password keeping and rotation, the
+"""`ops.natsauth.command`: per-agent permissions, password keeping and rotation, the
 credentials format both sides read, inventory parsing (from real `ansible-inventory`
 output) and `gpufleet nats-auth` writing files nats-server accepts."""
 
@@ -16,11 +16,12 @@ import pytest
 
 from agent.publisher import auth_options as agent_auth_options
 from coordinator.bus.connection import auth_options as coordinator_auth_options
-from ops.cli import run as cli_run
-from ops.embedded_nats import find_nats_server
-from ops.nats_auth import AuthBundle, build, nodes_from_json
-from ops.nats_server_config import credentials_text, parse_server_arg
-from ops.nats_users import AgentNode, NatsAuthError, agent_user
+from ops.kit.embedded_nats import find_nats_server
+from ops.kit.nats_bundle import AuthBundle, build
+from ops.kit.nats_server_config import credentials_text, parse_server_arg
+from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
+from ops.main import run as cli_run
+from ops.natsauth.command import nodes_from_json
 from shared.credentials import CredentialsError, parse_credentials
 from shared.ids import new_pool_id
 from shared.settings import ConfigError

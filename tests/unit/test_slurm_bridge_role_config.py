@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ops.slurm_bridge.settings import BridgeSettings
+from ops.slurm.bridge.settings import BridgeSettings
 from shared.credentials import parse_credentials
 from shared.settings import from_sources
 from tests.unit.test_alerts_role_config import env_file, render

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 from shared.wire import NodeBookings
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import msgspec
 
 from agent.bookings import BookingsError, read_state
 from agent.config import Settings
-from shared.settings import ConfigError, load
+from procs.settings import ConfigError, load
 from shared.wire import NodeBooking, NodeBookings
 
 PLACEHOLDER_POOL = "pool_" + "0" * 26

@@ -37,10 +37,10 @@ from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
+from procs.settings import ConfigError, load
+from procs.systemd import sd_notify
 from shared.clock import Clock, SystemClock
-from shared.settings import ConfigError, load
 from shared.subjects import Subjects
-from shared.systemd import sd_notify
 
 if TYPE_CHECKING:
     from agent.poller import Poller

@@ -52,10 +52,10 @@ from nats.aio.client import Client
 from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
+from procs.log_throttle import LogThrottle
+from procs.nats import CredentialsError, connect_options
+from procs.settings import ConfigError
 from shared.clock import Clock
-from shared.credentials import CredentialsError, connect_options
-from shared.log_throttle import LogThrottle
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth, UseReport
 

@@ -35,8 +35,8 @@ from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.reservation_clock import ReservationClock
 from coordinator.tasks.shutdown import bounded
+from procs.settings import ConfigError
 from shared.clock import Clock, SystemClock
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory, UseReport
 

@@ -14,8 +14,8 @@ from typing import Any
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.runtime import logs
-from shared.settings import ConfigError, load
-from shared.systemd import sd_notify
+from procs.settings import ConfigError, load
+from procs.systemd import sd_notify
 
 log = logging.getLogger("gpufleet.coordinator")
 

@@ -42,9 +42,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
-from shared.credentials import CredentialsError, connect_options
-from shared.log_throttle import LogThrottle
-from shared.nats_servers import split_servers
+from procs.log_throttle import LogThrottle
+from procs.nats import CredentialsError, connect_options, split_servers
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.credentials import CredentialsError, connect_options
-from shared.nats_servers import split_servers
+from procs.nats import CredentialsError, connect_options, split_servers
 from shared.streams import stream_name
 from shared.subjects import Subjects
 

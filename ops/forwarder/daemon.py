@@ -43,13 +43,12 @@ from ops.forwarder.targets import (
 )
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
-from ops.kit.signal_run import run_until_signalled
-from shared.credentials import CredentialsError, connect_options
-from shared.nats_servers import split_servers
-from shared.settings import ConfigError
+from procs.nats import CredentialsError, connect_options, split_servers
+from procs.settings import ConfigError
+from procs.signals import run_until_signalled
+from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
-from shared.systemd import sd_notify
 from shared.wire import Alert
 
 

@@ -1,6 +1,6 @@
 """The files nats-server and the clients read, as text: the users' `authorization`
 block, a single server's config or one per server of a JetStream cluster, and a
-credentials file (`user = "…"` / `password = "…"`, TOML; `shared/credentials.py` reads
+credentials file (`user = "…"` / `password = "…"`, TOML; `procs/nats.py` reads
 it, for the agent's publisher and the coordinator's bus alike, and accepts a NATS JWT
 `.creds` file in its place).
 

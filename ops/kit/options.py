@@ -1,6 +1,6 @@
 """The options and plumbing every `gpufleet` command shares: `-o/--local` accepted
 before or after the command, `-t/--tenant`, the session passed to each command, and the
-click options of a settings model (`shared.settings`, the daemons' own)."""
+click options of a settings model (`procs.settings`, the daemons' own)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 
 from ops.kit.output import FORMATS
 from ops.kit.session import Session
-from shared.settings import (
+from procs.settings import (
     ConfigError,
     SettingsModel,
     from_sources,

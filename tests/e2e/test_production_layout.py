@@ -42,7 +42,7 @@ from agent.sim.faults import write_faults
 from ops.kit.client import ApiClient
 from ops.kit.embedded_nats import free_port
 from ops.kit.keys import new_key
-from shared.credentials import connect_options
+from procs.nats import connect_options
 from shared.streams import stream_name
 from tests.e2e import layout
 from tests.e2e.fleet_procs import BIN, stop

@@ -22,9 +22,9 @@ from ops.kit.nats_server_config import credentials_text, parse_server_arg
 from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
 from ops.main import run as cli_run
 from ops.natsauth.command import nodes_from_json
-from shared.credentials import CredentialsError, parse_credentials
+from procs.nats import CredentialsError, parse_credentials
+from procs.settings import ConfigError
 from shared.ids import new_pool_id
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]

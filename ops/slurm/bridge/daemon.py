@@ -31,19 +31,18 @@ from nats.aio.msg import Msg
 
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.client import ClientError
-from ops.kit.signal_run import run_until_signalled
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
-from shared.credentials import CredentialsError, connect_options
-from shared.log_throttle import LogThrottle
-from shared.nats_servers import split_servers
-from shared.settings import ConfigError
+from procs.log_throttle import LogThrottle
+from procs.nats import CredentialsError, connect_options, split_servers
+from procs.settings import ConfigError
+from procs.signals import run_until_signalled
+from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
-from shared.systemd import sd_notify
 from shared.wire import Alert
 
 log = logging.getLogger("gpufleet.slurm_bridge")

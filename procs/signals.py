@@ -7,7 +7,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 
-from shared.systemd import sd_notify
+from procs.systemd import sd_notify
 
 
 async def run_until_signalled(

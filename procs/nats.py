@@ -1,0 +1,60 @@
+"""How every gpufleet process reaches NATS: the server list it is given (one URL or
+comma-separated seeds, `split_servers`), and its credentials file (a NATS JWT `.creds`
+file is handed to nats-py as is; anything else must be the user/password TOML that
+`gpufleet nats-auth` writes)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Any
+from urllib.parse import urlsplit
+
+JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
+
+
+class CredentialsError(ValueError):
+    pass
+
+
+def parse_credentials(text: str, where: str = "credentials") -> tuple[str, str]:
+    """(user, password) from a credentials file written by `gpufleet nats-auth`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CredentialsError(f"{where}: not a gpufleet credentials file: {exc}") from None
+    user, password = data.get("user"), data.get("password")
+    if not isinstance(user, str) or not user or not isinstance(password, str) or not password:
+        raise CredentialsError(f"{where}: needs user and password strings")
+    return user, password
+
+
+def connect_options(text: str, path: str, where: str) -> dict[str, Any]:
+    """nats-py connect keyword arguments for the credentials file at `path`."""
+    if JWT_CREDS_MARKER in text:
+        return {"user_credentials": path}
+    user, password = parse_credentials(text, where)
+    return {"user": user, "password": password}
+
+
+SCHEMES = ("nats", "tls", "ws", "wss")
+_URL = re.compile(r"^(nats|tls|ws|wss)://[^\s/,]+/?$")
+
+
+def split_servers(value: str) -> list[str]:
+    """The seeds of a `nats_url` setting, in the order given; ValueError names the first
+    one that is not a `nats://host:port` URL."""
+    servers = [part.strip() for part in value.split(",")]
+    if not any(servers):
+        raise ValueError("no NATS server URL given")
+    for url in servers:
+        if not _URL.match(url):
+            raise ValueError(f"{url!r} is not a nats://host:port URL")
+        parts = urlsplit(url)
+        try:
+            port = parts.port  # urllib refuses a port that is not 0..65535
+        except ValueError:
+            raise ValueError(f"{url!r} has no valid port") from None
+        if not parts.hostname or port == 0:
+            raise ValueError(f"{url!r} needs a host and a port other than 0")
+    return servers

@@ -18,7 +18,7 @@ from coordinator.api.alert_feed import AlertFeed
 from coordinator.api.context import Services
 from coordinator.api.server import HttpLimits, HttpServer, build_app, metrics_app
 from coordinator.bus.alerts import AlertStream, feed_from_bus
-from coordinator.bus.connection import Bus, tls_context
+from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
@@ -35,6 +35,7 @@ from coordinator.tasks.loops import Loops
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.reservation_clock import ReservationClock
 from coordinator.tasks.shutdown import bounded
+from procs.nats import tls_context
 from procs.settings import ConfigError
 from shared.clock import Clock, SystemClock
 from shared.subjects import Subjects

@@ -1,11 +1,14 @@
 """How every gpufleet process reaches NATS: the server list it is given (one URL or
-comma-separated seeds, `split_servers`), and its credentials file (a NATS JWT `.creds`
-file is handed to nats-py as is; anything else must be the user/password TOML that
-`gpufleet nats-auth` writes)."""
+comma-separated seeds, `split_servers`), its credentials file (`auth_options`: a NATS
+JWT `.creds` file is handed to nats-py as is; anything else must be the user/password
+TOML that `gpufleet nats-auth` writes) and its client TLS (`tls_context`). The
+connection itself is `procs.nats_connect` (this module does not import nats-py, so
+settings models and the CLI stay light)."""
 
 from __future__ import annotations
 
 import re
+import ssl
 import tomllib
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +38,32 @@ def connect_options(text: str, path: str, where: str) -> dict[str, Any]:
         return {"user_credentials": path}
     user, password = parse_credentials(text, where)
     return {"user": user, "password": password}
+
+
+def auth_options(path: str | None, where: str = "nats_credentials") -> dict[str, Any]:
+    """nats-py connect options for the credentials file at `path` (none: {}), read now;
+    CredentialsError names `where` when it cannot be read or is not a credentials file."""
+    if not path:
+        return {}
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise CredentialsError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+    return connect_options(text, path, where)
+
+
+def tls_context(
+    ca: str | None, cert: str | None = None, key: str | None = None
+) -> ssl.SSLContext | None:
+    """A client TLS context that verifies servers against `ca` (the system's store when
+    None) and presents `cert`/`key` when given; None when no TLS setting is made."""
+    if ca is None and cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    if cert is not None:
+        context.load_cert_chain(cert, key)
+    return context
 
 
 SCHEMES = ("nats", "tls", "ws", "wss")

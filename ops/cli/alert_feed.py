@@ -9,10 +9,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from procs.nats import CredentialsError, connect_options, split_servers
+from procs.nats import CredentialsError, auth_options, split_servers
 from shared.streams import stream_name
 from shared.subjects import Subjects
 
@@ -40,16 +39,14 @@ class Feed:
 
 
 async def _connect(feed: Feed) -> Any:
-    import nats
     from nats.errors import NoServersError
 
-    options: dict[str, Any] = {}
-    if feed.credentials:
-        try:
-            text = await asyncio.to_thread(Path(feed.credentials).read_text)
-            options = connect_options(text, feed.credentials, "--nats-credentials")
-        except (OSError, CredentialsError) as exc:
-            raise FeedError(f"cannot use credentials {feed.credentials}: {exc}") from None
+    from procs.nats_connect import ONCE, connect
+
+    try:
+        options = auth_options(feed.credentials, "--nats-credentials")
+    except CredentialsError as exc:
+        raise FeedError(f"cannot use credentials {feed.credentials}: {exc}") from None
     try:
         servers = split_servers(feed.nats_url)
     except ValueError as exc:
@@ -61,12 +58,13 @@ async def _connect(feed: Feed) -> Any:
         in one line instead."""
         seen.append(exc)
 
+    # One try per server (max_reconnect_attempts=0 would mean "forever" to nats-py).
+    options |= dict(
+        connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.2,
+        allow_reconnect=False, error_cb=keep,
+    )  # fmt: skip
     try:
-        # One try per server (max_reconnect_attempts=0 would mean "forever" to nats-py).
-        return await nats.connect(
-            servers=servers, connect_timeout=3, max_reconnect_attempts=1,
-            reconnect_time_wait=0.2, allow_reconnect=False, error_cb=keep, **options,
-        )  # fmt: skip
+        return await connect(servers, options, retry=ONCE)
     except Exception as exc:
         last = seen[-1] if seen and isinstance(exc, NoServersError) else exc
         why = str(last) or type(last).__name__

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import aiohttp
 import msgspec
@@ -43,7 +41,9 @@ from ops.forwarder.targets import (
 )
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
-from procs.nats import CredentialsError, connect_options, split_servers
+from procs import logs
+from procs.nats import CredentialsError, auth_options, split_servers
+from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
 from procs.signals import run_until_signalled
 from procs.systemd import sd_notify
@@ -87,13 +87,7 @@ class AlertForwarder:
         self.ready = asyncio.Event()  # set once bound and caught up with the history
         self._inflight: dict[int, Pending] = {}
         self._last_seq = 0
-        self._connect_options: dict[str, Any] = {}
-        if settings.nats_credentials:
-            with open(settings.nats_credentials) as f:
-                text = f.read()
-            self._connect_options = connect_options(
-                text, settings.nats_credentials, "nats_credentials"
-            )
+        self._auth = auth_options(settings.nats_credentials)
 
     @property
     def refused(self) -> int:
@@ -107,16 +101,11 @@ class AlertForwarder:
         async def on_error(exc: Exception) -> None:
             log.warning("NATS: %s", exc)
 
-        while True:
-            try:
-                return await nats.connect(
-                    servers=self._servers, name="gpufleet-alerts",
-                    max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=5,
-                    error_cb=on_error, **self._connect_options,
-                )  # fmt: skip
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
-                log.warning("connecting to NATS failed (%s); retrying", exc)
-                await asyncio.sleep(1)
+        options = dict(
+            name="gpufleet-alerts", **RECONNECT_FOREVER, reconnect_time_wait=1, connect_timeout=5,
+            error_cb=on_error, **self._auth,
+        )  # fmt: skip
+        return await connect(self._servers, options, log=log)
 
     async def run(self, notify_socket: str | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later."""
@@ -216,9 +205,7 @@ class AlertForwarder:
 
 def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
     """Forward until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level)
     try:
         forwarder = AlertForwarder(settings)
     except (ConfigError, CredentialsError, OSError) as exc:

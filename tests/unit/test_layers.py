@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# `runtime` (logs, metrics, the GC pause) is process plumbing any layer above the
+# `runtime` (metrics, the GC pause) is process plumbing any layer above the
 # ledger may use; it imports the domain only.
 LAYERS = ["domain", "ledger", "runtime", "services", "api", "bus", "tasks"]
 # The entrypoints at the top: none of them imports another.

@@ -20,12 +20,9 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
 import msgspec
-import nats
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -36,8 +33,10 @@ from ops.slurm.bridge.metrics import BridgeMetrics
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
+from procs import logs
 from procs.log_throttle import LogThrottle
-from procs.nats import CredentialsError, connect_options, split_servers
+from procs.nats import CredentialsError, auth_options, split_servers
+from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
 from procs.signals import run_until_signalled
 from procs.systemd import sd_notify
@@ -102,13 +101,7 @@ class SlurmBridge:
         self._unmapped: frozenset[str] = frozenset()
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
-        self._connect_options: dict[str, Any] = {}
-        if settings.nats_credentials:
-            with open(settings.nats_credentials) as f:
-                text = f.read()
-            self._connect_options = connect_options(
-                text, settings.nats_credentials, "nats_credentials"
-            )
+        self._auth = auth_options(settings.nats_credentials)
 
     async def connect(self) -> Client:
         async def on_error(exc: Exception) -> None:
@@ -117,16 +110,11 @@ class SlurmBridge:
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
 
-        while True:
-            try:
-                return await nats.connect(
-                    servers=self._servers, name="gpufleet-slurm-bridge",
-                    max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=5,
-                    error_cb=on_error, reconnected_cb=on_reconnect, **self._connect_options,
-                )  # fmt: skip
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
-                log.warning("connecting to NATS failed (%s); retrying", exc)
-                await asyncio.sleep(_RETRY_S)
+        options = dict(
+            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
+            connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
+        )  # fmt: skip
+        return await connect(self._servers, options, log=log)
 
     async def reconcile(self, view: LedgerView) -> bool:
         """One pass; False when the ledger or Slurm could not be read (nothing done)."""
@@ -273,9 +261,7 @@ class SlurmBridge:
 
 def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
     """Run until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level)
     try:
         bridge = SlurmBridge(settings)
     except (ConfigError, CredentialsError, OSError) as exc:

@@ -1,6 +1,8 @@
-"""The coordinator's log lines: plain text or one JSON object per line
-(`--log-format json`), with the structured fields access and audit lines carry
-(`extra={"fields": {...}}`) kept as fields rather than flattened into the message."""
+"""Every gpufleet daemon's log lines, set up once at start (`configure`): on stderr,
+plain text (`time LEVEL logger: message`) or one JSON object per line (the
+coordinator's `--log-format json`), with the structured fields access and audit lines
+carry (`extra={"fields": {...}}`) kept as fields rather than flattened into the
+message."""
 
 from __future__ import annotations
 
@@ -51,7 +53,8 @@ def _text(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def configure(level: str, fmt: LogFormat) -> None:
+def configure(level: str | int, fmt: LogFormat = "text") -> None:
+    """The root logger's one handler (stderr) and level; replaces any set before."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

@@ -20,7 +20,7 @@ from ops.cli.commands import ALERT_COMMANDS, COMMANDS
 from ops.cli.settings import CliSettings
 from ops.demo.command import demo_cmd
 from ops.forwarder.command import forward_cmd
-from ops.kit.client import ApiError, ClientError, Unreachable
+from ops.kit.errors import OpsError
 from ops.kit.keys import new_key
 from ops.kit.options import output_options, settings_from, settings_options
 from ops.kit.session import Session
@@ -81,8 +81,8 @@ for _command in (*ALERT_COMMANDS, forward_cmd):
 # --- entry point ----------------------------------------------------------------------
 
 
-def _fail(text: str, code: int) -> int:
-    sys.stderr.write(f"gpufleet: {text}\n")
+def _fail(text: str, code: int, prog: str = "gpufleet") -> int:
+    sys.stderr.write(f"{prog}: {text}\n")
     sys.stderr.flush()
     return code
 
@@ -99,7 +99,7 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int
             sys.stdout.flush()
         except click.exceptions.Exit as exc:
             return int(exc.exit_code)
-        except SystemExit as exc:  # a subcommand's own exit status (demo, nats-auth)
+        except SystemExit as exc:  # a subcommand's own exit status (demo)
             return exc.code if isinstance(exc.code, int) else 1
         except click.exceptions.Abort:
             return _fail("interrupted", 130)
@@ -111,12 +111,8 @@ def run(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> int
             return _fail(f"{exc.format_message()}{hint}", 2)
         except click.ClickException as exc:
             return _fail(exc.format_message(), exc.exit_code)
-        except ApiError as exc:
-            return _fail(exc.one_line(), 1)
-        except Unreachable as exc:
-            return _fail(f"cannot reach the coordinator at {exc.url}: {exc.why}", 1)
-        except ClientError as exc:
-            return _fail(str(exc), 1)
+        except OpsError as exc:  # every tool's own failures: here and nowhere else
+            return _fail(exc.one_line(), exc.exit_code, exc.prog)
         except KeyboardInterrupt:
             return _fail("interrupted", 130)
     except BrokenPipeError:

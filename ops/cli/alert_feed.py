@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ops.kit.errors import OpsError
 from procs.nats import CredentialsError, auth_options, split_servers
 from shared.streams import stream_name
 from shared.subjects import Subjects
 
 
-class FeedError(Exception):
+class FeedError(OpsError):
     """The feed could not start: NATS unreachable, no stream, bad credentials."""
 
 

@@ -194,7 +194,7 @@ def alerts_watch_cmd(
     """Follow alerts as they are published (JSON lines when piped)."""
     import asyncio
 
-    from ops.cli.alert_feed import Feed, FeedError, alert_line, follow
+    from ops.cli.alert_feed import Feed, alert_line, follow
     from ops.kit.output import format_time, with_times
 
     s = settings_from(click.get_current_context(), CliSettings, session.env)
@@ -211,10 +211,7 @@ def alerts_watch_cmd(
             printer.out.write(alert_line(alert, format_time(alert.get("at"), session.local)) + "\n")
         printer.out.flush()
 
-    try:
-        asyncio.run(follow(feed, show))
-    except FeedError as exc:
-        raise click.ClickException(str(exc)) from None
+    asyncio.run(follow(feed, show))
 
 
 # --- writes -------------------------------------------------------------------------

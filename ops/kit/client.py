@@ -17,8 +17,10 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from ops.kit.errors import OpsError
 
-class ClientError(Exception):
+
+class ClientError(OpsError):
     """Root of what the client raises."""
 
 
@@ -27,6 +29,9 @@ class Unreachable(ClientError):
         super().__init__(f"{url}: {why}")
         self.url = url
         self.why = why
+
+    def one_line(self) -> str:
+        return f"cannot reach the coordinator at {self.url}: {self.why}"
 
 
 class ApiError(ClientError):

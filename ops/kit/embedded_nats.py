@@ -19,9 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from ops.kit.errors import OpsError
 
-class EmbeddedNatsError(RuntimeError):
-    pass
+
+class EmbeddedNatsError(OpsError, RuntimeError):
+    """nats-server is missing, exited, or did not listen in time."""
 
 
 def find_nats_server() -> str:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from ops.kit.errors import OpsError
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.subjects import Subjects
 
@@ -41,8 +42,11 @@ DEFAULT_FORWARDER_DURABLE = "alert-forwarder"
 Role = Literal["coordinator", "agent", "reader", "forwarder"]
 
 
-class NatsAuthError(ValueError):
-    """Bad input to the generator, or a credentials file that cannot be read."""
+class NatsAuthError(OpsError, ValueError):
+    """Bad input to the generator, or a credentials file that cannot be read (exit 2)."""
+
+    exit_code = 2
+    prog = "gpufleet nats-auth"
 
 
 @dataclass(frozen=True, order=True)

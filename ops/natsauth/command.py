@@ -9,7 +9,6 @@ Everything above the "files" section is pure: nodes in, text out.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from ops.kit.nats_users import (
     NatsAuthError,
     bcrypt_hasher,
 )
+from shared.streams import stream_name
 from shared.subjects import DEFAULT_PREFIX
 
 ANSIBLE_AGENT_GROUP = "gpufleet_agents"
@@ -166,9 +166,7 @@ def read_passwords(path: Path) -> dict[str, str]:
 def nats_auth_cmd(**flags: Any) -> None:
     """NATS server config and per-agent credentials for a fleet (offline). Exit 2 when
     the input is wrong."""
-    code = generate(NatsAuthArgs(**flags))
-    if code:
-        raise SystemExit(code)
+    generate(NatsAuthArgs(**flags))
 
 
 @dataclass(frozen=True)
@@ -194,10 +192,8 @@ class NatsAuthArgs:
     server: tuple[str, ...] = ()
 
 
-def generate(args: NatsAuthArgs) -> int:
-    # Imported here: the bus imports this module (for the credentials format).
-    from shared.streams import stream_name
-
+def generate(args: NatsAuthArgs) -> None:
+    """Write the bundle; NatsAuthError (exit 2) when the input is wrong."""
     try:
         nodes = [parse_node_arg(n) for n in args.node]
         for path in args.nodes:
@@ -226,9 +222,10 @@ def generate(args: NatsAuthArgs) -> int:
             servers=[parse_server_arg(server) for server in args.server],
         )
         write_bundle(args.out, bundle)
-    except (NatsAuthError, ValueError, OSError) as exc:
-        print(f"gpufleet nats-auth: {exc}", file=sys.stderr)
-        return 2
+    except NatsAuthError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise NatsAuthError(str(exc)) from None
     roles = [u.role for u in bundle.users]
     dropped = sorted(set(previous) - set(bundle.passwords))
     print(
@@ -243,4 +240,3 @@ def generate(args: NatsAuthArgs) -> int:
         " passwords.json, creds/"
     )
     print("apply with `nats-server --signal reload`; then push credentials (site.yml)")
-    return 0

@@ -13,7 +13,7 @@ import click
 from ops.kit.options import pass_session
 from ops.kit.session import Session
 from ops.slurm.bridge.command import bridge_cmd
-from ops.slurm.conf import Options, SlurmConf, SlurmConfError, nodes_from_api, render
+from ops.slurm.conf import Options, SlurmConf, nodes_from_api, render
 
 FILES = {"gres": "gres.conf", "nodes": "gpufleet-nodes.conf", "topology": "topology.conf"}
 PAGE = 500
@@ -61,10 +61,7 @@ def conf_cmd(
     assert pool_id is not None
     name, items = _inventories(session, pool_id)
     opts = Options(dev_dir=dev_dir, topology_key=topology_key, threads_per_core=threads_per_core)
-    try:
-        conf = render(name, nodes_from_api(items), opts)
-    except SlurmConfError as exc:
-        raise click.ClickException(str(exc)) from None
+    conf = render(name, nodes_from_api(items), opts)
     texts = _texts(conf)
     chosen = [only] if only else list(FILES)
     if out_dir is None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ops.kit.errors import OpsError
 from shared.cliques import maximal_cliques, peer_sets
 from shared.ids import normalize_pci
 
@@ -34,7 +35,7 @@ _NOT_TOKEN = re.compile(r"[^A-Za-z0-9_.-]+")
 _MIG_FIRST, _MIG_PER_GPU, _MIG_PER_GI = 3, 15 * 9, 9
 
 
-class SlurmConfError(ValueError):
+class SlurmConfError(OpsError, ValueError):
     """An inventory that cannot be described to Slurm (a malformed answer)."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ops.kit.errors import OpsError
 from ops.slurm.bridge.model import (
     Action,
     CreateReservation,
@@ -35,7 +36,7 @@ _NULL = "(null)"
 _TIME = "%Y-%m-%dT%H:%M:%S"
 
 
-class SlurmError(Exception):
+class SlurmError(OpsError):
     """scontrol failed (exit status, timeout, or not found); the message says which."""
 
 

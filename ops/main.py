@@ -22,10 +22,11 @@ from ops.demo.command import demo_cmd
 from ops.forwarder.command import forward_cmd
 from ops.kit.errors import OpsError
 from ops.kit.keys import new_key
-from ops.kit.options import output_options, settings_from, settings_options
+from ops.kit.options import output_options
 from ops.kit.session import Session
 from ops.natsauth.command import nats_auth_cmd
 from ops.slurm.command import slurm_group
+from procs.settings import settings_from, settings_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -14,14 +14,9 @@ from ops.cli.answers import show_answer
 from ops.cli.api_commands import api_group, call_cmd
 from ops.cli.flags import parse_when
 from ops.cli.settings import CliSettings
-from ops.kit.options import (
-    output_options,
-    pass_session,
-    settings_from,
-    settings_options,
-    tenant_option,
-)
+from ops.kit.options import output_options, pass_session, tenant_option
 from ops.kit.session import Session
+from procs.settings import settings_from, settings_options
 from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
 
 STATES = (*RESERVATION_STATES, "live")

@@ -9,8 +9,8 @@ import os
 import click
 
 from ops.forwarder.settings import ForwarderSettings
-from ops.kit.options import settings_from, settings_options
 from ops.kit.redact import redact
+from procs.settings import settings_from, settings_options
 
 __all__ = ["alerts_cli", "forward_cmd"]
 

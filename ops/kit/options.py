@@ -1,42 +1,17 @@
-"""The options and plumbing every `gpufleet` command shares: `-o/--local` accepted
-before or after the command, `-t/--tenant`, the session passed to each command, and the
-click options of a settings model (`procs.settings`, the daemons' own)."""
+"""The options every `gpufleet` command shares: `-o/--local` accepted before or after
+the command, `-t/--tenant`, and the session passed to each command. (The click options
+of a settings model are `procs.settings`': `settings_options`, `settings_from`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from ops.kit.output import FORMATS
 from ops.kit.session import Session
-from procs.settings import (
-    ConfigError,
-    SettingsModel,
-    from_sources,
-    given_flags,
-    settings_options,
-)
 
-__all__ = [
-    "output_options",
-    "pass_session",
-    "settings_from",
-    "settings_options",
-    "tenant_option",
-]
-
-M = TypeVar("M", bound=SettingsModel)
-
-
-def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) -> M:
-    """`model`'s settings: the TOML file, then `env`, then the flags given; a bad value is
-    a usage error (exit 2) naming the field."""
-    try:
-        return from_sources(model, given_flags(ctx, model), env)
-    except ConfigError as exc:
-        raise click.UsageError(f"config error: {exc}") from None
+__all__ = ["output_options", "pass_session", "tenant_option"]
 
 
 def _set(attr: str) -> Any:

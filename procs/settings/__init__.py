@@ -27,7 +27,7 @@ from procs.settings.model import (
     fields,
     flag_names,
 )
-from procs.settings.sources import from_sources, load
+from procs.settings.sources import from_sources, load, settings_from
 
 __all__ = [
     "CONFIG_ENV",
@@ -50,6 +50,7 @@ __all__ = [
     "load",
     "markdown_table",
     "parse_flags",
+    "settings_from",
     "settings_options",
     "with_table",
 ]

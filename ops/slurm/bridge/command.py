@@ -8,8 +8,8 @@ import os
 
 import click
 
-from ops.kit.options import settings_from, settings_options
 from ops.slurm.bridge.settings import BridgeSettings
+from procs.settings import settings_from, settings_options
 
 __all__ = ["bridge_cmd"]
 

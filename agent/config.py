@@ -18,9 +18,10 @@ from msgspec import Meta
 
 from agent.inventory import SharingRule
 from agent.sim.profile import ProfileError, load_profile
+from procs.nats import DEFAULT_NATS_URL, SubjectPrefix
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
-from shared.subjects import Subjects
+from shared.subjects import DEFAULT_PREFIX, Subjects
 from shared.wire import DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
@@ -148,15 +149,13 @@ class Settings(SettingsModel, frozen=True):
         str,
         Meta(description="NATS server URL; a comma-separated list allowed"),
         Option(check=_nats_url),
-    ] = "nats://127.0.0.1:4222"
+    ] = DEFAULT_NATS_URL
     nats_credentials: Annotated[
         Path | None,
         Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
         Option(deprecated=("nats_creds",), check=_is_file),
     ] = None
-    subject_prefix: Annotated[
-        str, Meta(description="NATS subject prefix"), Option(check=Subjects)
-    ] = "gpufleet"
+    subject_prefix: Annotated[SubjectPrefix, Option(check=Subjects)] = DEFAULT_PREFIX
     interval_s: Annotated[
         float,
         Meta(ge=0.1, le=3600, description="seconds between polls (0.1 – 3600)"),

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from procs.nats import split_servers
+from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 
@@ -62,12 +62,8 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             )
         ),
         Option(check=split_servers),
-    ] = "nats://127.0.0.1:4222"
-    nats_credentials: Annotated[
-        str | None,
-        Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
-        Option(check=_readable),
-    ] = None
+    ] = DEFAULT_NATS_URL
+    nats_credentials: Annotated[CredentialsFile, Option(check=_readable)] = None
     nats_tls_ca: Annotated[
         str | None,
         Meta(description="CA bundle (PEM) that NATS servers' certificates must chain to"),
@@ -126,7 +122,7 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     ingest_node_burst: Annotated[
         int, Meta(ge=1, le=1000000, description="messages one node may send in a burst")
     ] = 100
-    subject_prefix: Annotated[str, Meta(description="NATS subject prefix")] = DEFAULT_PREFIX
+    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
     http_host: Annotated[
         str, Meta(description="address the HTTP API listens on"), Option(aliases=("--host",))
     ] = "127.0.0.1"

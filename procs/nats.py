@@ -10,10 +10,20 @@ from __future__ import annotations
 import re
 import ssl
 import tomllib
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+from msgspec import Meta
+
 JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
+
+# The NATS settings every process's model has, declared once (as `nats_url`,
+# `nats_credentials`, `subject_prefix`; a model adds its own checks with an Option).
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+CredentialsFile = Annotated[
+    str | None, Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)")
+]
+SubjectPrefix = Annotated[str, Meta(description="NATS subject prefix")]
 
 
 class CredentialsError(ValueError):

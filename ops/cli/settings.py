@@ -16,6 +16,7 @@ from typing import Annotated, ClassVar
 from msgspec import Meta
 
 from ops.kit.session import DEFAULT_URL
+from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix
 from procs.settings import DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 
@@ -39,12 +40,9 @@ class CliSettings(SettingsModel, frozen=True):
     # `alerts watch` only; its flags are on that command. The names are the daemons'.
     nats_url: Annotated[
         str, Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed")
-    ] = "nats://127.0.0.1:4222"
-    nats_credentials: Annotated[
-        str | None,
-        Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
-    ] = None
-    subject_prefix: Annotated[str, Meta(description="NATS subject prefix")] = DEFAULT_PREFIX
+    ] = DEFAULT_NATS_URL
+    nats_credentials: CredentialsFile = None
+    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
 
     # Which flags go on the top-level command, and which on `alerts watch`.
     API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s")

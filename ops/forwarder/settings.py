@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from procs.nats import split_servers
+from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 
@@ -52,12 +52,9 @@ class ForwarderSettings(SettingsModel, frozen=True):
         str,
         Meta(description="NATS server URL; a comma-separated list of seeds allowed"),
         Option(check=split_servers),
-    ] = "nats://127.0.0.1:4222"
-    nats_credentials: Annotated[
-        str | None,
-        Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
-    ] = None
-    subject_prefix: Annotated[str, Meta(description="NATS subject prefix")] = DEFAULT_PREFIX
+    ] = DEFAULT_NATS_URL
+    nats_credentials: CredentialsFile = None
+    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
     durable: Annotated[
         str, Meta(min_length=1, description="name of the durable JetStream consumer")
     ] = "alert-forwarder"

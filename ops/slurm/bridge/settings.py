@@ -16,7 +16,7 @@ from msgspec import Meta
 
 from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
 from ops.slurm.bridge.planner import Policy
-from procs.nats import split_servers
+from procs.nats import DEFAULT_NATS_URL, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 
@@ -58,12 +58,12 @@ class BridgeSettings(SettingsModel, frozen=True):
         str,
         Meta(description="NATS server URL; a comma-separated list of seeds allowed"),
         Option(check=split_servers),
-    ] = "nats://127.0.0.1:4222"
+    ] = DEFAULT_NATS_URL
     nats_credentials: Annotated[
         str | None,
         Meta(description="NATS credentials file (`gpufleet nats-auth --forwarder DURABLE`)"),
     ] = None
-    subject_prefix: Annotated[str, Meta(description="NATS subject prefix")] = DEFAULT_PREFIX
+    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
     durable: Annotated[
         str,
         Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",

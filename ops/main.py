@@ -21,7 +21,6 @@ from ops.cli.settings import CliSettings
 from ops.demo.command import demo_cmd
 from ops.forwarder.command import forward_cmd
 from ops.kit.errors import OpsError
-from ops.kit.keys import new_key
 from ops.kit.options import output_options
 from ops.kit.session import Session
 from ops.natsauth.command import nats_auth_cmd
@@ -52,25 +51,6 @@ def cli(ctx: click.Context) -> None:
 @cli.group("alerts")
 def alerts_group() -> None:
     """Alerts the coordinator publishes on NATS (kept in a JetStream stream)."""
-
-
-@cli.command("new-key")
-def new_key_cmd() -> None:
-    """Print a fresh key for --bootstrap-operator-key (or GPUFLEET_BOOTSTRAP_OPERATOR_KEY)."""
-    click.echo(new_key())
-
-
-@cli.command("completion")
-@click.argument("shell", type=click.Choice(("bash", "zsh", "fish")))
-def completion_cmd(shell: str) -> None:
-    """Print the shell completion script: bash `source <(gpufleet completion bash)`; zsh
-    `gpufleet completion zsh > ~/.zfunc/_gpufleet`; fish `gpufleet completion fish >
-    ~/.config/fish/completions/gpufleet.fish`."""
-    from click.shell_completion import get_completion_class
-
-    cls = get_completion_class(shell)
-    assert cls is not None
-    click.echo(cls(cli, {}, "gpufleet", "_GPUFLEET_COMPLETE").source())
 
 
 for _command in (*COMMANDS, demo_cmd, nats_auth_cmd, slurm_group):

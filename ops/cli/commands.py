@@ -14,6 +14,7 @@ from ops.cli.answers import show_answer
 from ops.cli.api_commands import api_group, call_cmd
 from ops.cli.flags import parse_when
 from ops.cli.settings import CliSettings
+from ops.kit.keys import new_key
 from ops.kit.options import output_options, pass_session, tenant_option
 from ops.kit.session import Session
 from procs.settings import settings_from, settings_options
@@ -312,11 +313,34 @@ def pool_offer_cmd(session: Session, owner: str, pool_id: str, offer_to: str) ->
     _write(session, "pools.offer", {"tenantId": owner, "poolId": pool_id, "offerTo": offer_to})
 
 
+# --- local tools ----------------------------------------------------------------------
+
+
+@click.command("new-key")
+def new_key_cmd() -> None:
+    """Print a fresh key for --bootstrap-operator-key (or GPUFLEET_BOOTSTRAP_OPERATOR_KEY)."""
+    click.echo(new_key())
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(("bash", "zsh", "fish")))
+def completion_cmd(shell: str) -> None:
+    """Print the shell completion script: bash `source <(gpufleet completion bash)`; zsh
+    `gpufleet completion zsh > ~/.zfunc/_gpufleet`; fish `gpufleet completion fish >
+    ~/.config/fish/completions/gpufleet.fish`."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    root = click.get_current_context().find_root().command
+    click.echo(cls(root, {}, "gpufleet", "_GPUFLEET_COMPLETE").source())
+
+
 # What `ops.main` mounts: the top-level commands, and `alerts watch` under `alerts`.
 COMMANDS: tuple[click.Command, ...] = (
     pools_cmd, summary_cmd, nodes_cmd, node_cmd, reservations_cmd, reservation_cmd,
     tenants_cmd, keys_cmd, usage_cmd, watch_cmd, maintenance_cmd, expected_shape_cmd,
     accept_shape_cmd, tenant_create_cmd, key_create_cmd, pool_create_cmd, pool_offer_cmd,
-    api_group, call_cmd,
+    api_group, call_cmd, new_key_cmd, completion_cmd,
 )  # fmt: skip
 ALERT_COMMANDS: tuple[click.Command, ...] = (alerts_watch_cmd,)

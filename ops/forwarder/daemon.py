@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 import aiohttp
 import msgspec
@@ -41,11 +42,10 @@ from ops.forwarder.targets import (
 )
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
-from procs import logs
-from procs.nats import CredentialsError, auth_options, split_servers
+from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
-from procs.signals import run_until_signalled
+from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -205,20 +205,15 @@ class AlertForwarder:
 
 def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
     """Forward until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
-    logs.configure(settings.log_level)
-    try:
-        forwarder = AlertForwarder(settings)
-    except (ConfigError, CredentialsError, OSError) as exc:
-        print(f"gpufleet alerts: {redact(str(exc))}", file=sys.stderr)
-        return 2
 
-    def stopped() -> None:
+    def stopped(forwarder: AlertForwarder) -> None:
         log.info(
             "stopped; %d alerts delivered, %d refused, %d dropped",
             forwarder.delivered, forwarder.refused, forwarder.dropped,
         )  # fmt: skip
 
-    return asyncio.run(run_until_signalled(forwarder.run, env.get("NOTIFY_SOCKET"), stopped))
+    start = partial(AlertForwarder, settings)
+    return run_daemon("gpufleet alerts", settings.log_level, start, stopped, env, redact)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import aiohttp
 import msgspec
@@ -33,12 +34,11 @@ from ops.slurm.bridge.metrics import BridgeMetrics
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
-from procs import logs
 from procs.log_throttle import LogThrottle
-from procs.nats import CredentialsError, auth_options, split_servers
+from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
-from procs.signals import run_until_signalled
+from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -261,17 +261,12 @@ class SlurmBridge:
 
 def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
     """Run until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
-    logs.configure(settings.log_level)
-    try:
-        bridge = SlurmBridge(settings)
-    except (ConfigError, CredentialsError, OSError) as exc:
-        print(f"gpufleet-slurm-bridge: {exc}", file=sys.stderr)
-        return 2
 
-    def stopped() -> None:
+    def stopped(_: SlurmBridge) -> None:
         log.info("stopped")
 
-    return asyncio.run(run_until_signalled(bridge.run, env.get("NOTIFY_SOCKET"), stopped))
+    start = partial(SlurmBridge, settings)
+    return run_daemon("gpufleet-slurm-bridge", settings.log_level, start, stopped, env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from msgspec import Meta
 
 from agent.inventory import SharingRule
 from agent.sim.profile import ProfileError, load_profile
+from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, SubjectPrefix
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
@@ -26,7 +27,6 @@ from shared.wire import DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
-LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
 LabelValue = Annotated[str, Meta(max_length=256)]
 # `all`, one GPU index or UUID, or a list of them.
@@ -56,10 +56,6 @@ def parse_share(text: str) -> dict[str, Any]:
         raise ValueError(f"{text!r} is not GPUS:MODE:REPLICAS")
     gpus, mode, replicas = parts
     return {"gpus": [g for g in gpus.split(",") if g], "mode": mode, "replicas": replicas}
-
-
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
 
 
 def _label_text(value: Any) -> Any:
@@ -183,7 +179,7 @@ class Settings(SettingsModel, frozen=True):
     fault_file: Annotated[
         Path | None, Meta(description="simulated faults (JSON), re-read each poll")
     ] = None
-    log_level: Annotated[LogLevel, Meta(description="log level"), Option(before=_upper)] = "INFO"
+    log_level: LogLevel = "INFO"
     provisioning: Annotated[bool, Meta(description="report the node as provisioning")] = False
     profile_id: Annotated[
         str | None,

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
+from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
@@ -32,10 +33,6 @@ def default_database_url(state_dir: str) -> str:
 def _readable(value: str | None) -> None:
     if value is not None and not Path(value).is_file():
         raise ValueError(f"{value} does not exist")
-
-
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
 
 
 class CoordinatorSettings(SettingsModel, frozen=True):
@@ -326,11 +323,7 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     bootstrap_operator_key: Annotated[
         str | None, Meta(description="an operator API key accepted at start (`gpufleet new-key`)")
     ] = None
-    log_level: Annotated[
-        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-        Meta(description="log level"),
-        Option(before=_upper),
-    ] = "INFO"
+    log_level: LogLevel = "INFO"
     log_format: Annotated[
         Literal["text", "json"],
         Meta(

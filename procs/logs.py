@@ -10,9 +10,25 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
+
+from procs.settings.model import Option
 
 LogFormat = Literal["text", "json"]
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+# Every daemon's `log_level` setting (`--log-level debug` works too).
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+    Meta(description="log level"),
+    Option(before=_upper),
+]
 
 
 class JsonFormatter(logging.Formatter):

@@ -10,11 +10,12 @@ when the doc and the model disagree.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
+from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
@@ -35,10 +36,6 @@ def _label(text: str) -> dict[str, str]:
     if not sep or not key.strip():
         raise ValueError(f"{text!r} is not KEY=VALUE")
     return {key.strip(): value.strip()}
-
-
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
 
 
 class ForwarderSettings(SettingsModel, frozen=True):
@@ -110,11 +107,7 @@ class ForwarderSettings(SettingsModel, frozen=True):
         Meta(description="extra labels on every Alertmanager alert (an `[alerts.labels]` table)"),
         Option(flag="--label", metavar="K=V", item=_label),
     ] = msgspec.field(default_factory=dict)
-    log_level: Annotated[
-        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-        Meta(description="log level"),
-        Option(before=_upper),
-    ] = "INFO"
+    log_level: LogLevel = "INFO"
 
     def check(self) -> None:
         if not self.alertmanager and not self.webhooks:

@@ -9,13 +9,14 @@ fails when the doc and the model disagree.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
 from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
 from ops.slurm.bridge.planner import Policy
+from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
@@ -34,10 +35,6 @@ def _pair(text: str) -> dict[str, str]:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
-
-
-def _upper(value: object) -> object:
-    return value.upper() if isinstance(value, str) else value
 
 
 class BridgeSettings(SettingsModel, frozen=True):
@@ -133,11 +130,7 @@ class BridgeSettings(SettingsModel, frozen=True):
         Annotated[int, Meta(ge=0, le=65535)] | None,
         Meta(description="port of /metrics (unset: none; 0: any free one)"),
     ] = None
-    log_level: Annotated[
-        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-        Meta(description="log level"),
-        Option(before=_upper),
-    ] = "INFO"
+    log_level: LogLevel = "INFO"
 
     def check(self) -> None:
         if not self.coordinator_url.startswith(("http://", "https://")):

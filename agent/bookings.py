@@ -31,7 +31,7 @@ from pathlib import Path
 import msgspec
 
 from agent.errors import AgentError
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 from shared.wire import NodeBookings
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import msgspec
 from agent.bookings import read_state
 from agent.config import Settings
 from agent.errors import CONFIG, AgentError, NotLive, exit_status
-from shared.settings import ConfigError, load
+from procs.settings import ConfigError, load
 from shared.wire import NodeBooking, NodeBookings
 
 PLACEHOLDER_POOL = "pool_" + "0" * 26

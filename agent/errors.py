@@ -1,6 +1,6 @@
 """The agent's one exception root, and the one place where an error that ends a
 `gpufleet-agent` command becomes a line on stderr and an exit status (`exit_status`),
-for the daemon and the one-shot commands alike, as coordinator/errors.py is for the
+for the daemon and the one-shot commands alike, as coordinator/domain/errors.py is for the
 coordinator's API.
 
 Every exception the agent declares derives from `AgentError` (tests/unit/
@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import ClassVar, TextIO
 
-from shared.settings import ConfigError
+from procs.settings import ConfigError
 
 __all__ = ["CONFIG", "NOT_LIVE", "AgentError", "NotLive", "exit_status"]
 

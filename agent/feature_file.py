@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agent.bookings import write_atomically
 from agent.state import AgentState
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 from shared.wire import NodeBookings
 
 log = logging.getLogger(__name__)

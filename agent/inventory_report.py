@@ -30,7 +30,7 @@ from agent.presence import reconcile
 from agent.readings import HostReading, NvmlSnapshot
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
-from shared.settings import ConfigError, load
+from procs.settings import ConfigError, load
 from shared.wire import Inventory
 
 PLACEHOLDER_POOL = "pool_" + "0" * 26

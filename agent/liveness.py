@@ -21,7 +21,7 @@ import os
 import uuid
 from pathlib import Path
 
-from shared.settings import ConfigError
+from procs.settings import ConfigError
 
 log = logging.getLogger(__name__)
 

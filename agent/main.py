@@ -38,10 +38,12 @@ from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
+from procs import logs
+from procs.settings import ConfigError, load
+from procs.signals import on_stop_signals
+from procs.systemd import sd_notify
 from shared.clock import Clock, SystemClock
-from shared.settings import ConfigError, load
 from shared.subjects import Subjects
-from shared.systemd import sd_notify
 
 if TYPE_CHECKING:
     from agent.poller import Poller
@@ -66,11 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load(Settings, argv, os.environ)
     except ConfigError as exc:
         return exit_status(exc)
-    logging.basicConfig(
-        level=settings.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(settings.log_level)
     try:
         return asyncio.run(run(settings, notify_socket=os.environ.get("NOTIFY_SOCKET")))
     # The credentials file (read when the publisher starts), the profile, NVML.
@@ -251,10 +249,9 @@ async def _supervise(
     notify_socket: str | None,
 ) -> int:
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT) if install_signals else ()
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
+    signals = contextlib.ExitStack()
     if install_signals:  # SIGUSR1: let go of NVML for a GPU reset/driver reload; SIGUSR2: resume
+        signals.enter_context(on_stop_signals(stop.set))
         loop.add_signal_handler(signal.SIGUSR1, poller.request_release)
         loop.add_signal_handler(signal.SIGUSR2, poller.request_resume)
     tasks = [
@@ -275,7 +272,8 @@ async def _supervise(
         for task in [stopper, *tasks]:
             task.cancel()
         await asyncio.gather(stopper, *tasks, return_exceptions=True)
-        for sig in (*signals, signal.SIGUSR1, signal.SIGUSR2) if install_signals else ():
+        signals.close()
+        for sig in (signal.SIGUSR1, signal.SIGUSR2) if install_signals else ():
             loop.remove_signal_handler(sig)
     return code
 

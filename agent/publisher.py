@@ -52,10 +52,11 @@ from nats.aio.client import Client
 from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
+from procs.log_throttle import LogThrottle
+from procs.nats import CredentialsError, auth_options
+from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
+from procs.settings import ConfigError
 from shared.clock import Clock
-from shared.credentials import CredentialsError, connect_options
-from shared.log_throttle import LogThrottle
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth, UseReport
 
@@ -75,25 +76,6 @@ def error_kind(exc: BaseException) -> str | None:
     if "permissions violation" in text:
         return "permissions"
     return None
-
-
-def auth_options(creds: Path | None) -> dict[str, Any]:
-    """nats-py connect options for a credentials file, read once at start (a new file
-    takes a restart, which is what the Ansible handler does)."""
-    if creds is None:
-        return {}
-    try:
-        text = creds.read_text()
-    except OSError as exc:
-        raise ConfigError(
-            "nats_credentials", f"cannot read {creds}: {exc.strerror or exc}"
-        ) from None
-    try:
-        return connect_options(text, str(creds), str(creds))
-    except CredentialsError:
-        raise ConfigError(
-            "nats_credentials", f"{creds} is neither a NATS .creds file nor user/password TOML"
-        ) from None
 
 
 @dataclass
@@ -144,7 +126,10 @@ class Publisher:
         self._rotation = ServerRotation()
         self._throttle = LogThrottle(log, every_s=WARN_EVERY_S)
         self._clock = clock
-        self._auth = auth_options(creds)
+        try:  # read once at start: a new file takes a restart (the Ansible handler's)
+            self._auth = auth_options(str(creds) if creds is not None else None)
+        except CredentialsError as exc:
+            raise ConfigError("nats_credentials", str(exc)) from None
         # Called once, after the first inventory is out: systemd's READY=1.
         self._on_ready = on_ready
         self._timeout_s = timeout_s
@@ -198,11 +183,9 @@ class Publisher:
         nc = Client()
         self._nc = nc
         try:
-            await nc.connect(
-                servers=self._servers,
+            options = dict(
                 name=f"gpufleet-agent {self._node_id}",
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,
+                **RECONNECT_FOREVER,
                 reconnect_time_wait=int(RECONNECT_WAIT_S),
                 reconnect_to_server_handler=self._rotation,
                 connect_timeout=int(max(1, self._timeout_s)),
@@ -214,6 +197,8 @@ class Publisher:
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
             )
+            # One try: with max_reconnect_attempts=-1, nats-py keeps trying itself.
+            await connect(self._servers, options, retry=ONCE, client=nc)
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)

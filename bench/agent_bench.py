@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import Goal, write
 
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
 from shared.ids import new_pool_id
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,8 +40,8 @@ from report import Goal, write
 
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
-from ops.cli import new_key
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.keys import new_key
 from shared.ids import new_pool_id
 from shared.wire import Atom, Heartbeat, Inventory, NodeHealth
 

@@ -66,7 +66,7 @@ settings.register_profile(
 )
 settings.load_profile("mutation")
 """
-PACKAGES = ("coordinator", "shared", "agent", "ops", "tests")
+PACKAGES = ("coordinator", "shared", "procs", "agent", "ops", "tests")
 GOAL_KILLED = 0.90
 # mutmut's exit-code statuses that count as the tests noticing the mutant.
 KILLED = ("killed", "timeout", "segfault")

@@ -37,8 +37,8 @@ from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import schema
-from ops.cli import new_key
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.keys import new_key
 from shared.ids import new_pool_id
 
 GOAL_S = 10.0

@@ -36,8 +36,8 @@ from fleet import postgres_database, postgres_reachable
 from placement_bench import fleet
 from report import Goal, write
 
-from ops.cli import new_key
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.keys import new_key
 
 ROOT = Path(__file__).resolve().parent.parent
 

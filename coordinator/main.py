@@ -6,31 +6,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
-from coordinator.runtime import logs
-from shared.settings import ConfigError, load
-from shared.systemd import sd_notify
+from procs import logs
+from procs.settings import ConfigError, load
+from procs.signals import on_stop_signals
+from procs.systemd import sd_notify
 
 log = logging.getLogger("gpufleet.coordinator")
 
 
 async def serve(settings: CoordinatorSettings, notify_socket: str | None) -> None:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with running_coordinator(settings) as coordinator:
-        # READY only now: migrated, connected to NATS, subscribed, listening.
-        sd_notify("READY=1", notify_socket)
-        print(f"gpufleet-coordinator listening on {coordinator.url}", flush=True)
-        await stop.wait()
-        sd_notify("STOPPING=1", notify_socket)
+    with on_stop_signals(stop.set):
+        async with running_coordinator(settings) as coordinator:
+            # READY only now: migrated, connected to NATS, subscribed, listening.
+            sd_notify("READY=1", notify_socket)
+            print(f"gpufleet-coordinator listening on {coordinator.url}", flush=True)
+            await stop.wait()
+            sd_notify("STOPPING=1", notify_socket)
     log.info("coordinator stopped")
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.ledger import Ledger
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
 from tests.slurm_cluster import SlurmCluster, require_slurm
 
 PG_ADMIN_URL = os.environ.get(

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.embedded_nats import free_port
+from ops.kit.embedded_nats import free_port
 from tests.slurm_accounting import SlurmDbd
 
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "scancel")

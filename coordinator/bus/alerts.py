@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from coordinator.bus.connection import Bus
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
 
@@ -34,11 +35,6 @@ DUPLICATE_WINDOW_S = 600.0
 
 class AlertNotStored(Exception):
     """JetStream did not acknowledge the alert (timeout, no stream, cluster down)."""
-
-
-def stream_name(prefix: str) -> str:
-    """One stream per subject prefix, so deployments sharing a NATS server stay apart."""
-    return "".join(c if c.isalnum() else "_" for c in prefix).upper() + "_ALERTS"
 
 
 def wanted_replicas(setting: int | None, cluster_size: int) -> int:

@@ -19,7 +19,7 @@ behind), and `auth_required` what the server said in its INFO (read at each conn
 whether it lets anyone connect without credentials.
 
 `user_credentials` names a NATS JWT `.creds` file or the user/password file that
-`gpufleet nats-auth` writes (see `ops.nats_server_config`); `tls` is the client TLS context for
+`gpufleet nats-auth` writes (see `ops.kit.nats_server_config`); `tls` is the client TLS context for
 `tls://` servers (or servers that require TLS).
 
 `url` may list several seeds (comma-separated): each connect attempt tries them all, so
@@ -42,9 +42,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
-from shared.credentials import CredentialsError, connect_options
-from shared.log_throttle import LogThrottle
-from shared.nats_servers import split_servers
+from procs.log_throttle import LogThrottle
+from procs.nats import auth_options, split_servers
+from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,8 @@ BATCH = 64
 # nats-py's own stale-link detection: a PING every 2 s, the link dead after 2 unanswered.
 PING_INTERVAL_S = 2
 MAX_OUTSTANDING_PINGS = 2
+# A first connect is retried only while no server answers: refused credentials are final.
+FIRST_CONNECT_ERRORS = (OSError, TimeoutError, nats.errors.NoServersError)
 
 
 def error_kind(exc: Exception) -> str:
@@ -69,31 +71,6 @@ def error_kind(exc: Exception) -> str:
     if "permissions violation" in str(exc).lower():
         return "permissions"
     return "other"
-
-
-def auth_options(path: str | None) -> dict[str, Any]:
-    """nats-py connect options for a credentials file, read once per connect()."""
-    if not path:
-        return {}
-    try:
-        with open(path) as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise CredentialsError(f"nats_credentials: cannot read {path}: {exc.strerror}") from None
-    return connect_options(text, path, f"nats_credentials {path}")
-
-
-def tls_context(
-    ca: str | None, cert: str | None = None, key: str | None = None
-) -> ssl.SSLContext | None:
-    """A client TLS context that verifies servers against `ca` (the system's store when
-    None) and presents `cert`/`key` when given; None when no TLS setting is made."""
-    if ca is None and cert is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    if cert is not None:
-        context.load_cert_chain(cert, key)
-    return context
 
 
 class Bus:
@@ -188,38 +165,24 @@ class Bus:
 
     async def connect(self, *, attempts: int = 0, connect_timeout_s: float = 5.0) -> None:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
-        delay = 0.2
-        tried = 0
-        kwargs = auth_options(self._credentials)
+        options = auth_options(self._credentials)
         if self._tls is not None:
-            kwargs["tls"] = self._tls
-        while True:
-            tried += 1
-            try:
-                self.nc = await nats.connect(
-                    servers=self.servers,
-                    # Seeds in the order given: the operator lists the nearest first.
-                    dont_randomize=True,
-                    name=self.name,
-                    connect_timeout=connect_timeout_s,
-                    reconnect_time_wait=0.5,
-                    max_reconnect_attempts=-1,
-                    ping_interval=PING_INTERVAL_S,
-                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
-                    disconnected_cb=self._disconnected,
-                    reconnected_cb=self._reconnected,
-                    error_cb=self._error,
-                    **kwargs,
-                )
-                break
-            except (OSError, TimeoutError, nats.errors.NoServersError) as exc:
-                if attempts and tried >= attempts:
-                    raise
-                log.warning(
-                    "NATS at %s not reachable (%s); retrying in %.1fs", self.url, exc, delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            options["tls"] = self._tls
+        options |= dict(
+            # Seeds in the order given: the operator lists the nearest first.
+            dont_randomize=True,
+            name=self.name,
+            connect_timeout=connect_timeout_s,
+            reconnect_time_wait=0.5,
+            **RECONNECT_FOREVER,
+            ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+            disconnected_cb=self._disconnected,
+            reconnected_cb=self._reconnected,
+            error_cb=self._error,
+        )
+        retry = Retry(first_s=0.2, max_s=5.0, attempts=attempts, errors=FIRST_CONNECT_ERRORS)
+        self.nc = await connect(self.servers, options, retry=retry, log=log)
         await self._read_server_info()
         log.info("connected to NATS at %s", self.connected_server)
         if self._on_up:

@@ -9,7 +9,7 @@ limit (`coordinator.domain.rate_limit`): a flood on one node's subjects is dropp
 to the event loop every few messages, so a burst cannot starve the API, the sweep or
 the backlog check that tells liveness we are behind. Each drop is logged at warning
 with the node id when the subject names one, at most once per reason per period
-(`shared.log_throttle`); `dropped` has the exact counts for the metrics.
+(`procs.log_throttle`); `dropped` has the exact counts for the metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from coordinator.domain.rate_limit import RateLimiter
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import (
     MAX_HEARTBEAT_BYTES,

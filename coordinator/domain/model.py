@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from shared.counts import COUNT_COLUMNS
 from shared.wire import ATOM_CLASSES, AtomClass, HealthStatus
 
 SCALAR_RESOURCES: tuple[str, ...] = ("vcpu", "memoryGiB", "hugepages1Gi")
@@ -23,20 +24,6 @@ ROLLUP_BUCKETS: tuple[RollupBucket, ...] = get_args(RollupBucket)
 # degraded (a warning) and ready.
 NodeStatus = Literal["ready", "degraded", "provisioning", "unhealthy", "maintenance", "unreachable"]
 NODE_STATUSES: tuple[NodeStatus, ...] = get_args(NodeStatus)
-
-
-# The counted columns of a rollup row, in the API's order.
-COUNT_COLUMNS: tuple[str, ...] = (
-    "total",
-    "allocatable",
-    "allocated",
-    "reserved",
-    "available",
-    "provisioning",
-    "unhealthy",
-    "maintenance",
-    "unreachable",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.commitments import Commitment, peak
 from coordinator.domain.model import (
-    COUNT_COLUMNS,
     RESOURCES,
     SCALAR_RESOURCES,
     AtomView,
@@ -32,6 +31,7 @@ from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.snapshot import bump
+from shared.counts import COUNT_COLUMNS
 
 _COLUMNS = COUNT_COLUMNS
 

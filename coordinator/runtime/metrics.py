@@ -36,7 +36,8 @@ from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
 from coordinator.domain.gpu_use_join import UnitLine
-from coordinator.domain.model import COUNT_COLUMNS, NODE_STATUSES, RollupRow
+from coordinator.domain.model import NODE_STATUSES, RollupRow
+from shared.counts import COUNT_COLUMNS
 from shared.wire import ALERT_KINDS
 
 # `*_created` series double every counter and histogram and say nothing a scraper needs.

@@ -34,8 +34,8 @@ from coordinator.domain.node_bookings import (
 )
 from coordinator.domain.ports import Publisher
 from coordinator.ledger import Ledger
+from procs.log_throttle import LogThrottle
 from shared.clock import Clock
-from shared.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, NodeBooking, NodeBookings
 

@@ -50,8 +50,8 @@ from coordinator.services.node_records import (
     record_inventory,
     record_reachability,
 )
+from procs.log_throttle import LogThrottle
 from shared.clock import Clock
-from shared.log_throttle import LogThrottle
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory, UseReport
 

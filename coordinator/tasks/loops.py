@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from coordinator.domain.errors import Unavailable
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)
 

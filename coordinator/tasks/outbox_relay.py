@@ -27,8 +27,8 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from coordinator.ledger import Ledger, OutboxBacklog
+from procs.log_throttle import LogThrottle
 from shared.clock import Clock
-from shared.log_throttle import LogThrottle
 from shared.wire import Alert
 
 log = logging.getLogger(__name__)

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 from coordinator.api.http.alert_feed import AlertFeed
 from coordinator.bus.alerts import AlertStream, feed_from_bus
-from coordinator.bus.connection import Bus, tls_context
+from coordinator.bus.connection import Bus
 from coordinator.config import CoordinatorSettings
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.shutdown import bounded
 from coordinator.wiring.ledger import Store
+from procs.nats import tls_context
+from procs.settings import ConfigError
 from shared.clock import Clock
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 
 log = logging.getLogger(__name__)

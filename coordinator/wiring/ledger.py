@@ -11,8 +11,8 @@ from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Leadership, Ledger
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.shutdown import bounded
+from procs.settings import ConfigError
 from shared.clock import Clock
-from shared.settings import ConfigError
 
 OPERATOR_TENANT = "operator"
 

@@ -1,5 +1,5 @@
 """The alert forwarder's parts: `conditions` (what an alert means to Alertmanager and
 which conditions are firing), `payloads` (Alertmanager's API v2 and webhook bodies),
-`targets` (one delivery state and bounded retry queue per target), `source` (the
-JetStream consumer, kept alive and recreated) and `redact` (no secret in a log line).
-`ops.alert_forwarder` wires them and owns the command line."""
+`targets` (one delivery state and bounded retry queue per target), `settings` and
+`command` (its command line). It reads the stream through `ops.kit.alerts` and keeps
+secrets out of its logs with `ops.kit.redact`; `daemon` wires them."""

@@ -8,9 +8,9 @@ import os
 
 import click
 
-from ops.cli_options import settings_from, settings_options
-from ops.forwarder.redact import redact
 from ops.forwarder.settings import ForwarderSettings
+from ops.kit.redact import redact
+from procs.settings import settings_from, settings_options
 
 __all__ = ["alerts_cli", "forward_cmd"]
 
@@ -29,7 +29,7 @@ def forward_cmd(ctx: click.Context) -> None:
     except click.UsageError as exc:
         # A URL in a bad value may carry a password.
         raise click.UsageError(redact(exc.message), ctx) from None
-    from ops.alert_forwarder import serve
+    from ops.forwarder.daemon import serve
 
     code = serve(settings, os.environ)
     if code:

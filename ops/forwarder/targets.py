@@ -29,8 +29,8 @@ import aiohttp
 from nats.aio.msg import Msg
 
 from ops.forwarder.conditions import AmAlert, Conditions
-from ops.forwarder.redact import log, redact
-from ops.forwarder.source import raise_if_cancelled
+from ops.kit.alerts import raise_if_cancelled
+from ops.kit.redact import log, redact
 
 RETRY_STATUSES = frozenset({408, 425, 429})
 # A firing alert's endsAt is this many resend intervals ahead (Prometheus: 4).

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from ops.cli import new_key
-from ops.client import ApiClient
-from ops.embedded_nats import free_port
+from ops.kit.client import ApiClient
+from ops.kit.embedded_nats import free_port
+from ops.kit.keys import new_key
 
 BIN = Path(sys.executable).parent
 

@@ -33,7 +33,7 @@ from typing import IO, Any
 import jinja2
 import yaml
 
-from ops.embedded_nats import find_nats_server, free_port
+from ops.kit.embedded_nats import find_nats_server, free_port
 from tests.e2e.fleet_procs import BIN, stop, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from typing import Any
 import nats
 import pytest
 
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
 from shared.subjects import Subjects
 from shared.wire import Heartbeat
 from tests.e2e.fleet_procs import Fleet, stop, wait_for

@@ -22,7 +22,7 @@ import nats
 import pytest
 
 from agent.sim.faults import write_faults
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.e2e.fleet_procs import Fleet

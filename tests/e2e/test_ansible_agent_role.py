@@ -29,11 +29,11 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from coordinator.bus.alerts import stream_name
-from ops.embedded_nats import EmbeddedNats
-from ops.nats_auth import build, write_bundle
-from ops.nats_users import AgentNode, agent_user, bcrypt_hasher
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.nats_bundle import build, write_bundle
+from ops.kit.nats_users import AgentNode, agent_user, bcrypt_hasher
 from shared.ids import new_pool_id
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
 from tests.ansible_play import play_role

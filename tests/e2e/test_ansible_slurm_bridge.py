@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ops.slurm_bridge.settings import BridgeSettings
-from shared.settings import from_sources
+from ops.slurm.bridge.settings import BridgeSettings
+from procs.settings import from_sources
 from tests.ansible_play import play_role
 from tests.unit.test_alerts_role_config import env_file
 

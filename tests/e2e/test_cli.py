@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
 from tests.e2e.fleet_procs import Fleet, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli import new_key
-from ops.client import ApiClient, ApiError
-from ops.embedded_nats import EmbeddedNats, free_port
+from ops.kit.client import ApiClient, ApiError
+from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.kit.keys import new_key
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent

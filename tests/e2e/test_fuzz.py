@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.api.methods import REGISTRY
-from ops.cli import new_key
-from ops.client import ApiClient
-from ops.embedded_nats import EmbeddedNats, free_port
+from ops.kit.client import ApiClient
+from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.kit.keys import new_key
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
 from tests.conftest import PG_ADMIN_URL, PG_REQUIRED, _asyncpg_dsn, _pg_execute, postgres_available

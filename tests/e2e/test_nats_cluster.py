@@ -23,11 +23,12 @@ import nats
 import pytest
 from sqlalchemy import select
 
-from coordinator.bus.alerts import MSG_ID, stream_name
+from coordinator.bus.alerts import MSG_ID
 from coordinator.ledger import schema
-from ops.cli import new_key
-from ops.client import ApiClient
-from ops.embedded_nats import EmbeddedNatsCluster, free_port
+from ops.kit.client import ApiClient
+from ops.kit.embedded_nats import EmbeddedNatsCluster, free_port
+from ops.kit.keys import new_key
+from shared.streams import stream_name
 from shared.wire import Alert
 from tests.database import database
 from tests.e2e.fleet_procs import BIN, stop, wait_for

@@ -39,11 +39,11 @@ import nats.js.errors
 import pytest
 
 from agent.sim.faults import write_faults
-from coordinator.bus.alerts import stream_name
-from ops.cli import new_key
-from ops.client import ApiClient
-from ops.embedded_nats import free_port
-from shared.credentials import connect_options
+from ops.kit.client import ApiClient
+from ops.kit.embedded_nats import free_port
+from ops.kit.keys import new_key
+from procs.nats import connect_options
+from shared.streams import stream_name
 from tests.e2e import layout
 from tests.e2e.fleet_procs import BIN, stop
 from tests.e2e.layout import Procs

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ops.client import ApiClient, ApiError
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.client import ApiClient, ApiError
+from ops.kit.embedded_nats import EmbeddedNats
 from tests.e2e.fleet_procs import Fleet, stop, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -33,10 +33,10 @@ import nats
 import pytest
 
 from agent.sim.faults import write_faults
-from coordinator.bus.alerts import stream_name
-from ops.embedded_nats import EmbeddedNats, free_port
-from ops.slurm_bridge.daemon import ACK_WAIT_S
-from ops.slurm_bridge.scontrol import parse_time
+from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.slurm.bridge.daemon import ACK_WAIT_S
+from ops.slurm.bridge.scontrol import parse_time
+from shared.streams import stream_name
 from tests.e2e.fleet_procs import BIN, Fleet, stop, wait_for
 from tests.slurm_accounting import gres_reservations_refused, require_slurmdbd
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line

@@ -26,7 +26,7 @@ from coordinator.app import Coordinator, running_coordinator
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Ledger
 from coordinator.wiring.ledger import bootstrap_operator
-from ops.cli import new_key
+from ops.kit.keys import new_key
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.waiting import eventually

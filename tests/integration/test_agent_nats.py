@@ -31,9 +31,9 @@ from agent.sim.profile import load_profile
 from agent.sim.sysfs_tree import build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
-from ops.embedded_nats import EmbeddedNats, free_port
-from ops.nats_server_config import credentials_text, render_authorization
-from ops.nats_users import AgentNode, NatsUser, Permissions, agent_permissions, agent_user
+from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.kit.nats_server_config import credentials_text, render_authorization
+from ops.kit.nats_users import AgentNode, NatsUser, Permissions, agent_permissions, agent_user
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects

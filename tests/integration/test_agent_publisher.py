@@ -25,7 +25,7 @@ from agent.sim.profile import load_profile
 from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
-from ops.embedded_nats import EmbeddedNatsCluster
+from ops.kit.embedded_nats import EmbeddedNatsCluster
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects

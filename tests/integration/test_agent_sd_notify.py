@@ -15,7 +15,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from ops.embedded_nats import free_port
+from ops.kit.embedded_nats import free_port
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Inventory

@@ -12,7 +12,7 @@ import nats
 from nats.aio.msg import Msg
 
 from agent.sim.faults import write_faults
-from ops.nats_users import AgentNode, NatsUser, agent_permissions, agent_user
+from ops.kit.nats_users import AgentNode, NatsUser, agent_permissions, agent_user
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceUse, Heartbeat, Inventory, UseReport

@@ -26,13 +26,14 @@ import pytest
 from aiohttp import web
 from msgspec.structs import replace
 
-from coordinator.bus.alerts import AlertStream, stream_name
+from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
-from ops.alert_forwarder import AlertForwarder, ForwarderSettings
-from ops.cli import run
-from ops.embedded_nats import EmbeddedNats, free_port
 from ops.forwarder.conditions import rfc3339
+from ops.forwarder.daemon import AlertForwarder, ForwarderSettings
 from ops.forwarder.payloads import fingerprint
+from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.main import run
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.waiting import eventually

@@ -9,8 +9,8 @@ import nats
 import pytest
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.bus.alerts import stream_name
 from coordinator.services.node_records import record_inventory
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.factories import make_inventory

@@ -20,7 +20,7 @@ from agent.publisher import Publisher
 from agent.readings import HostReading, NvmlSnapshot
 from agent.state import AgentState
 from coordinator.app import Coordinator, running_coordinator
-from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
+from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
 from shared.clock import SystemClock
 from shared.subjects import Subjects
 from shared.wire import Inventory, NodeHealth

@@ -21,10 +21,10 @@ from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
 from coordinator.services import node_watch
 from coordinator.services.node_watch import NodeWatch
-from ops.cli import new_key
+from ops.kit.keys import new_key
+from procs.settings import ConfigError
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat
 from tests.factories import make_heartbeat, make_inventory, unchecked

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ops.slurm_bridge.metrics import BridgeMetrics
+from ops.slurm.bridge.metrics import BridgeMetrics
 from tests.integration.conftest import Api
 from tests.integration.test_metrics import scrape_text
 from tests.promql_names import metric_names

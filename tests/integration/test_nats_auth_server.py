@@ -27,14 +27,15 @@ from nats.js.client import JetStreamContext
 from agent.config import Settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
-from coordinator.bus.alerts import AlertStream, stream_name
+from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
 from coordinator.services.node_records import record_inventory
-from ops.cli import run as cli_run
-from ops.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
-from ops.nats_auth import AuthBundle, build, write_bundle
-from ops.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
+from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
+from ops.kit.nats_bundle import AuthBundle, build, write_bundle
+from ops.kit.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
+from ops.main import run as cli_run
 from shared.ids import new_pool_id
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert, Heartbeat
 from tests.factories import make_inventory

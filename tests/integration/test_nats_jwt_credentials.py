@@ -26,11 +26,11 @@ import pytest
 from agent.config import Settings
 from agent.main import run as run_agent
 from coordinator.app import running_coordinator
-from coordinator.bus.alerts import stream_name
 from coordinator.bus.connection import Bus
-from ops.embedded_nats import EmbeddedNats
-from ops.nats_users import AgentNode, Permissions, agent_permissions, coordinator_permissions
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.nats_users import AgentNode, Permissions, agent_permissions, coordinator_permissions
 from shared.ids import new_pool_id
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually

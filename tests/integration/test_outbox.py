@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import update
 
 from coordinator.app import Coordinator, running_coordinator
-from coordinator.bus.alerts import MSG_ID, stream_name
+from coordinator.bus.alerts import MSG_ID
 from coordinator.ledger import Ledger, schema
 from coordinator.services.node_records import record_inventory
-from ops.embedded_nats import EmbeddedNats
+from ops.kit.embedded_nats import EmbeddedNats
+from shared.streams import stream_name
 from shared.wire import Alert
 from tests.database import database
 from tests.factories import make_inventory

@@ -20,7 +20,7 @@ from coordinator.domain.transitions import DuplicateIdSeen
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, schema
 from coordinator.services.node_records import record_inventory, record_maintenance
 from coordinator.services.node_watch import NodeWatch
-from ops.embedded_nats import free_port
+from ops.kit.embedded_nats import free_port
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects

@@ -16,14 +16,15 @@ import nats.errors
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from coordinator.bus.alerts import AlertStream, stream_name
+from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
-from ops.embedded_nats import EmbeddedNats
-from ops.nats_auth import AuthBundle, build, write_bundle
-from ops.nats_users import DEFAULT_FORWARDER_DURABLE, bcrypt_hasher, forwarder_user
-from ops.slurm_bridge.daemon import SlurmBridge
-from ops.slurm_bridge.settings import BridgeSettings
+from ops.kit.embedded_nats import EmbeddedNats
+from ops.kit.nats_bundle import AuthBundle, build, write_bundle
+from ops.kit.nats_users import DEFAULT_FORWARDER_DURABLE, bcrypt_hasher, forwarder_user
+from ops.slurm.bridge.daemon import SlurmBridge
+from ops.slurm.bridge.settings import BridgeSettings
 from shared.ids import new_pool_id
+from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.waiting import eventually

@@ -9,8 +9,8 @@ import pytest
 from agent.config import Settings
 from agent.inventory import SharingRule
 from agent.main import main
+from procs.settings import ConfigError, load
 from shared.ids import new_pool_id
-from shared.settings import ConfigError, load
 
 POOL = new_pool_id()
 
@@ -169,7 +169,7 @@ def test_main_exits_two_on_unknown_profile(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_env_names_json_tables_and_nested_keys() -> None:
-    """The env rules pydantic-settings had, now `shared.settings.from_env`'s own: names
+    """The env rules pydantic-settings had, now `procs.settings.from_env`'s own: names
     are case-insensitive, empty values are unset, a table is JSON with `__` keys merged
     over it, a list field's text form stands alone."""
     env = {

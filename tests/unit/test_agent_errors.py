@@ -16,7 +16,7 @@ from agent.bookings import BookingsError
 from agent.errors import CONFIG, NOT_LIVE, AgentError, NotLive, exit_status
 from agent.nvml import NvmlMissing
 from agent.sim.profile import ProfileError
-from shared.settings import ConfigError
+from procs.settings import ConfigError
 
 
 def _declared() -> list[type[BaseException]]:

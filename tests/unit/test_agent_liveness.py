@@ -11,8 +11,8 @@ from agent.liveness import MAX_INTERVAL_S, agent_boot_id, check_interval, kernel
 from agent.main import main
 from agent.sim.profile import load_profile
 from agent.sim.sysfs_tree import build_tree
+from procs.settings import ConfigError
 from shared.ids import new_pool_id
-from shared.settings import ConfigError
 
 POOL = new_pool_id()
 

@@ -13,7 +13,7 @@ import yaml
 
 from ops.forwarder.conditions import CONDITIONS, ENDS, EVENT_PREFIX, Conditions, alert_name
 from ops.forwarder.payloads import fingerprint, webhook_payload
-from ops.forwarder.redact import log, redact
+from ops.kit.redact import log, redact
 from shared.wire import ALERT_KINDS, Alert
 
 RULES = Path(__file__).parents[2] / "monitoring" / "prometheus" / "gpufleet-rules.yml"

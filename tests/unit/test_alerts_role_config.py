@@ -12,10 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from ops.alert_forwarder import AlertForwarder
+from ops.forwarder.daemon import AlertForwarder
 from ops.forwarder.settings import ForwarderSettings
-from shared.credentials import parse_credentials
-from shared.settings import from_sources
+from procs.nats import parse_credentials
+from procs.settings import from_sources
 from tests.unit.test_ansible_lint import ansible_env, tool
 
 REPO = Path(__file__).resolve().parents[2]

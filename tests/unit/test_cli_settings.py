@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 import pytest
 
-from ops import cli_settings
-from ops.cli import cli, run
-from ops.cli_settings import CliSettings
-from shared.settings import fields, flag_names
+from ops.cli import settings as cli_settings
+from ops.cli.settings import CliSettings
+from ops.main import cli, run
+from procs.settings import fields, flag_names
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 NOBODY = "http://127.0.0.1:9"  # the discard port: refused at once
@@ -20,8 +20,8 @@ NOBODY = "http://127.0.0.1:9"  # the discard port: refused at once
 
 def test_operator_docs_cli_table_is_the_model() -> None:
     text = (DOCS / "operator.md").read_text()
-    assert cli_settings.with_settings_table(text) == text, (
-        "run: python -m ops.cli_settings docs/operator.md"
+    assert cli_settings.DOC_TABLE.apply(text) == text, (
+        "run: python -m ops.cli.settings docs/operator.md"
     )
 
 

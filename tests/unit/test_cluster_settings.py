@@ -12,8 +12,8 @@ import pytest
 from coordinator.bus.alerts import wanted_replicas
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import normalize_url
-from shared.nats_servers import split_servers
-from shared.settings import ConfigError, load
+from procs.nats import split_servers
+from procs.settings import ConfigError, load
 
 BIN = Path(sys.executable).parent
 

@@ -12,7 +12,7 @@ import pytest
 
 from ops.forwarder import settings as forwarder_settings
 from ops.forwarder.settings import ForwarderSettings
-from shared.settings import ConfigError, from_sources
+from procs.settings import ConfigError, from_sources
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BIN = Path(sys.executable).parent
@@ -21,7 +21,7 @@ AM = "http://127.0.0.1:9"  # the discard port: nothing is sent in these tests
 
 def test_operator_docs_forwarder_table_is_the_model() -> None:
     text = (DOCS / "operator.md").read_text()
-    assert forwarder_settings.with_settings_table(text) == text, (
+    assert forwarder_settings.DOC_TABLE.apply(text) == text, (
         "run: python -m ops.forwarder.settings docs/operator.md"
     )
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from shared.log_throttle import LogThrottle
+from procs.log_throttle import LogThrottle
 
 
 def test_one_warning_per_key_per_period_with_the_count_held_back(

@@ -1,4 +1,4 @@
-"""`ops.nats_auth`: per-agent permissions, password keeping and rotation, the
+"""`ops.natsauth.command`: per-agent permissions, password keeping and rotation, the
 credentials format both sides read, inventory parsing (from real `ansible-inventory`
 output) and `gpufleet nats-auth` writing files nats-server accepts."""
 
@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.publisher import auth_options as agent_auth_options
-from coordinator.bus.connection import auth_options as coordinator_auth_options
-from ops.cli import run as cli_run
-from ops.embedded_nats import find_nats_server
-from ops.nats_auth import AuthBundle, build, nodes_from_json
-from ops.nats_server_config import credentials_text, parse_server_arg
-from ops.nats_users import AgentNode, NatsAuthError, agent_user
-from shared.credentials import CredentialsError, parse_credentials
+from agent.publisher import Publisher
+from ops.kit.embedded_nats import find_nats_server
+from ops.kit.nats_bundle import AuthBundle, build
+from ops.kit.nats_server_config import credentials_text, parse_server_arg
+from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
+from ops.main import run as cli_run
+from ops.natsauth.command import nodes_from_json
+from procs.nats import CredentialsError, auth_options, parse_credentials
+from procs.settings import ConfigError
+from shared.clock import FakeClock
 from shared.ids import new_pool_id
-from shared.settings import ConfigError
 from shared.subjects import Subjects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,24 +151,27 @@ def test_readers_get_no_durable_consumers_and_a_forwarder_only_its_own() -> None
     assert 'deny: ["$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder"' in bundle.authorization
 
 
-def test_both_sides_read_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
+def test_every_process_reads_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
     creds = tmp_path / "a.creds"
     creds.write_text(credentials_text('agent:p:"n"', 'pa"ss\\word'))
     assert parse_credentials(creds.read_text()) == ('agent:p:"n"', 'pa"ss\\word')
-    expected = {"user": 'agent:p:"n"', "password": 'pa"ss\\word'}
-    assert agent_auth_options(creds) == expected
-    assert coordinator_auth_options(str(creds)) == expected
+    assert auth_options(str(creds)) == {"user": 'agent:p:"n"', "password": 'pa"ss\\word'}
     # A NATS JWT .creds file goes to nats-py as it is.
     jwt = tmp_path / "nsc.creds"
     jwt.write_text("-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n")
-    assert agent_auth_options(jwt) == {"user_credentials": str(jwt)}
-    assert coordinator_auth_options(str(jwt)) == {"user_credentials": str(jwt)}
+    assert auth_options(str(jwt)) == {"user_credentials": str(jwt)}
     junk = tmp_path / "junk"
     junk.write_text("user = 1\n")
+    with pytest.raises(CredentialsError, match="nats_credentials: needs user and password"):
+        auth_options(str(junk))
+    with pytest.raises(CredentialsError, match="cannot read"):
+        auth_options(str(tmp_path / "missing"))
+    # The agent says it as a bad setting (exit 2), naming the field.
     with pytest.raises(ConfigError, match="nats_credentials"):
-        agent_auth_options(junk)
-    with pytest.raises(CredentialsError, match="user and password"):
-        coordinator_auth_options(str(junk))
+        Publisher(
+            servers="nats://127.0.0.1:4222", subjects=Subjects("t"), pool_id="p", node_id="n",
+            boot_id="b", interval_s=1.0, clock=FakeClock(0), creds=junk,
+        )  # fmt: skip
 
 
 def test_nodes_come_from_the_example_inventory_through_ansible_inventory(

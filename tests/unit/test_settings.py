@@ -12,7 +12,7 @@ from agent import config as agent_config
 from agent.config import Settings
 from coordinator import config as coordinator_config
 from coordinator.config import CoordinatorSettings
-from shared.settings import ConfigError, SettingsModel, command, fields, flag_names, load
+from procs.settings import ConfigError, SettingsModel, command, fields, flag_names, load
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 MODELS: list[type[SettingsModel]] = [Settings, CoordinatorSettings]
@@ -20,14 +20,12 @@ MODELS: list[type[SettingsModel]] = [Settings, CoordinatorSettings]
 
 def test_agent_docs_table_is_the_model() -> None:
     text = (DOCS / "agent.md").read_text()
-    assert agent_config.with_settings_table(text) == text, (
-        "run: python -m agent.config docs/agent.md"
-    )
+    assert agent_config.DOC_TABLE.apply(text) == text, "run: python -m agent.config docs/agent.md"
 
 
 def test_operator_docs_table_is_the_model() -> None:
     text = (DOCS / "operator.md").read_text()
-    assert coordinator_config.with_settings_table(text) == text, (
+    assert coordinator_config.DOC_TABLE.apply(text) == text, (
         "run: python -m coordinator.config docs/operator.md"
     )
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ops.slurm_bridge.settings import BridgeSettings
-from shared.credentials import parse_credentials
-from shared.settings import from_sources
+from ops.slurm.bridge.settings import BridgeSettings
+from procs.nats import parse_credentials
+from procs.settings import from_sources
 from tests.unit.test_alerts_role_config import env_file, render
 
 FILES = ("slurm-bridge.toml", "slurm-bridge.env", "slurm-bridge-nats.creds")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ops.slurm_bridge import settings as bridge_settings
-from ops.slurm_bridge.daemon import SlurmBridge, gpu_tres_refused
-from ops.slurm_bridge.settings import BridgeSettings
-from shared.settings import ConfigError, from_sources
+from ops.slurm.bridge import settings as bridge_settings
+from ops.slurm.bridge.daemon import SlurmBridge, gpu_tres_refused
+from ops.slurm.bridge.settings import BridgeSettings
+from procs.settings import ConfigError, from_sources
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BIN = Path(sys.executable).parent
@@ -22,8 +22,8 @@ BIN = Path(sys.executable).parent
 
 def test_operator_docs_bridge_table_is_the_model() -> None:
     text = (DOCS / "operator.md").read_text()
-    assert bridge_settings.with_settings_table(text) == text, (
-        "run: python -m ops.slurm_bridge.settings docs/operator.md"
+    assert bridge_settings.DOC_TABLE.apply(text) == text, (
+        "run: python -m ops.slurm.bridge.settings docs/operator.md"
     )
 
 

@@ -1,4 +1,4 @@
-"""`gpufleet slurm conf`'s rendering (ops/slurm_conf.py) from simulated hosts' inventories
+"""`gpufleet slurm conf`'s rendering (ops/slurm/conf.py) from simulated hosts' inventories
 as `nodes.inventories` answers them: gres.conf lines with types, files, cores and links,
 MIG instances as their own types, NodeName lines, topology.conf; and its invariants."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from coordinator.api.methods.hardware import gpu_out
 from coordinator.api.shapes.base import dump
-from ops.slurm_conf import (
+from ops.slurm.conf import (
     Gpu,
     Mig,
     Node,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops.slurm_bridge.model import (
+from ops.slurm.bridge.model import (
     Action,
     CreateReservation,
     DeleteReservation,
@@ -26,7 +26,7 @@ from ops.slurm_bridge.model import (
     SlurmState,
     UpdateReservation,
 )
-from ops.slurm_bridge.planner import Policy, drain_reason, plan
+from ops.slurm.bridge.planner import Policy, drain_reason, plan
 
 NOW_MS = 1_800_000_000_000
 NOW_S = NOW_MS // 1000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ops.slurm_bridge.model import (
+from ops.slurm.bridge.model import (
     CreateReservation,
     DeleteReservation,
     Drain,
@@ -14,7 +14,7 @@ from ops.slurm_bridge.model import (
     SlurmReservation,
     UpdateReservation,
 )
-from ops.slurm_bridge.scontrol import (
+from ops.slurm.bridge.scontrol import (
     action_argv,
     expand_hostlist,
     format_time,

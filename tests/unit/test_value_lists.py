@@ -23,7 +23,7 @@ FROZEN = ROOT / "coordinator" / "ledger" / "migrations"
 OTHER_CONCEPTS = {
     # A rollup row's counted columns: its total, the allocatable bucket's split, and
     # one count per other bucket.
-    ("coordinator/domain/model.py", "COUNT_COLUMNS"),
+    ("shared/counts.py", "COUNT_COLUMNS"),
 }
 
 LISTS = {

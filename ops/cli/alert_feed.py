@@ -1,0 +1,129 @@
+"""`gpufleet alerts watch`: follow the alerts the coordinator keeps in its JetStream
+stream (`<PREFIX>_ALERTS`, subjects `<prefix>.alert.<pool>.<node>.<kind>`), from a
+point in time or from now, optionally for one pool, printing each as it comes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ops.kit.errors import OpsError
+from procs.nats import CredentialsError, auth_options, split_servers
+from shared.streams import stream_name
+from shared.subjects import Subjects
+
+
+class FeedError(OpsError):
+    """The feed could not start: NATS unreachable, no stream, bad credentials."""
+
+
+@dataclass(frozen=True)
+class Feed:
+    nats_url: str
+    subject_prefix: str = "gpufleet"
+    credentials: str | None = None
+    pool_id: str | None = None
+    since_ms: int | None = None  # None: only alerts from now on
+    count: int | None = None  # stop after this many
+    idle_s: float | None = None  # stop after this long without one
+
+    @property
+    def subject(self) -> str:
+        subjects = Subjects(self.subject_prefix)
+        if self.pool_id:
+            return f"{subjects.prefix}.alert.{self.pool_id}.>"
+        return subjects.all_alerts
+
+
+async def _connect(feed: Feed) -> Any:
+    from nats.errors import NoServersError
+
+    from procs.nats_connect import ONCE, connect
+
+    try:
+        options = auth_options(feed.credentials, "--nats-credentials")
+    except CredentialsError as exc:
+        raise FeedError(f"cannot use credentials {feed.credentials}: {exc}") from None
+    try:
+        servers = split_servers(feed.nats_url)
+    except ValueError as exc:
+        raise FeedError(f"--nats-url: {exc}") from None
+    seen: list[Exception] = []
+
+    async def keep(exc: Exception) -> None:
+        """nats-py's default logs each error with its traceback; the last one is said
+        in one line instead."""
+        seen.append(exc)
+
+    # One try per server (max_reconnect_attempts=0 would mean "forever" to nats-py).
+    options |= dict(
+        connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.2,
+        allow_reconnect=False, error_cb=keep,
+    )  # fmt: skip
+    try:
+        return await connect(servers, options, retry=ONCE)
+    except Exception as exc:
+        last = seen[-1] if seen and isinstance(exc, NoServersError) else exc
+        why = str(last) or type(last).__name__
+        raise FeedError(f"{feed.nats_url}: cannot connect to NATS ({why})") from None
+
+
+async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
+    """Print alerts until `count` or `idle_s` says stop; returns how many were shown."""
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    nc = await _connect(feed)
+    try:
+        js = nc.jetstream(timeout=5)
+        stream = stream_name(feed.subject_prefix)
+        if feed.since_ms is None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        else:
+            start = datetime.fromtimestamp(feed.since_ms / 1000, tz=UTC)
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME,
+                opt_start_time=start,
+            )
+        try:
+            sub = await js.subscribe(
+                feed.subject, stream=stream, ordered_consumer=True, config=config
+            )
+        except Exception as exc:
+            raise FeedError(
+                f"{feed.nats_url}: no alert stream {stream} ({exc or type(exc).__name__}); "
+                "is --subject-prefix the coordinator's?"
+            ) from None
+        shown = 0
+        while feed.count is None or shown < feed.count:
+            try:
+                msg = await asyncio.wait_for(sub.next_msg(timeout=None), feed.idle_s)
+            except TimeoutError:
+                break
+            try:
+                alert = json.loads(msg.data)
+            except ValueError:
+                continue
+            show(alert)
+            shown += 1
+        return shown
+    finally:
+        try:
+            await asyncio.wait_for(nc.close(), 5)
+        except Exception:  # closing a dead connection: nothing left to release
+            pass
+
+
+def alert_line(alert: dict[str, Any], when: str) -> str:
+    parts = [when, alert.get("kind", "?"), alert.get("nodeId", "-")]
+    if alert.get("deviceId"):
+        parts.append(f"device={alert['deviceId']}")
+    if alert.get("reservationId"):
+        parts.append(f"reservation={alert['reservationId']}")
+    parts.append(f"pool={alert.get('poolId', '-')}")
+    if alert.get("reason"):
+        parts.append(f"— {alert['reason']}")
+    return "  ".join(parts)

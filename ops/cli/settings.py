@@ -1,0 +1,56 @@
+"""The `gpufleet` command line's own settings: which coordinator, with which key, how long
+to wait, and the NATS server `alerts watch` follows. The same mechanism as the daemons'
+(`procs.settings`): the `[cli]` table (or top-level keys) of the TOML file named by
+`--config` or `GPUFLEET_CLI_CONFIG`, then `GPUFLEET_*` env, then flags; the flags are
+generated from the model (as click options, `procs.settings.settings_options`) and so
+is the table in docs/operator.md.
+
+`python -m ops.cli.settings docs/operator.md` rewrites that table; a test fails when the
+doc and the model disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from msgspec import Meta
+
+from ops.kit.session import DEFAULT_URL
+from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix
+from procs.settings import DocTable, Option, SettingsModel
+from shared.subjects import DEFAULT_PREFIX
+
+__all__ = ["CliSettings"]
+
+
+class CliSettings(SettingsModel, frozen=True):
+    prog = "gpufleet"
+    summary = "The operator and tenant command line."
+    toml_table = "cli"
+    # Not GPUFLEET_CONFIG: that names a daemon's file, which may sit in the same shell.
+    config_env = "GPUFLEET_CLI_CONFIG"
+
+    url: Annotated[str, Meta(description="coordinator URL")] = DEFAULT_URL
+    key: Annotated[
+        str | None, Meta(description="API key (`gpufleet new-key`, `gpufleet key-create`)")
+    ] = None
+    timeout_s: Annotated[
+        float, Meta(gt=0, le=3600, description="seconds per call"), Option(flag="--timeout")
+    ] = 30.0
+    # `alerts watch` only; its flags are on that command. The names are the daemons'.
+    nats_url: Annotated[
+        str, Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed")
+    ] = DEFAULT_NATS_URL
+    nats_credentials: CredentialsFile = None
+    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
+
+    # Which flags go on the top-level command, and which on `alerts watch`.
+    API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s")
+    NATS_FLAGS: ClassVar[tuple[str, ...]] = ("nats_url", "nats_credentials", "subject_prefix")
+
+
+DOC_TABLE = DocTable(CliSettings, "cli-settings", "ops.cli.settings", "docs/operator.md")
+
+
+if __name__ == "__main__":
+    DOC_TABLE.main()

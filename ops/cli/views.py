@@ -1,0 +1,338 @@
+"""The read commands' views: what `pools`, `nodes`, `node`, `reservations`,
+`reservation`, `tenants`, `keys`, `usage` and `summary` ask the API and how their rows
+look. Each returns a `View`; `ops.kit.output` prints it in the chosen format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ops.cli.answers import atoms_text
+from ops.kit.output import Column, Section, View
+from ops.kit.session import Session
+from shared.counts import COUNT_COLUMNS
+from shared.wire import ATOM_CLASSES
+
+SHORT_HEADERS = {"allocatable": "ALLOC'BLE", "provisioning": "PROV", "maintenance": "MAINT"}
+
+
+def pool_row(pool: dict[str, Any], resource: str) -> dict[str, Any]:
+    return next((r for r in pool["capacity"] if r["resource"] == resource), {})
+
+
+def pools(session: Session, tenant: str | None) -> View:
+    data = session.capacity(tenant)
+    rows = []
+    for p in data["pools"]:
+        gpu, node = pool_row(p, "gpu"), pool_row(p, "node")
+        rows.append(
+            {
+                "name": p["name"], "poolId": p["poolId"], "owner": p["owner"],
+                "gpuModel": p["gpuModel"], "nodes": node.get("total", 0),
+                "gpus": gpu.get("total", 0), "allocatable": gpu.get("allocatable", 0),
+                "available": gpu.get("available", 0), "unhealthy": gpu.get("unhealthy", 0),
+                "maintenance": gpu.get("maintenance", 0), "archived": p["archived"],
+            }
+        )  # fmt: skip
+    columns = [
+        Column("name", "POOL"), Column("poolId", "ID"), Column("owner", "OWNER"),
+        Column("gpuModel", "GPU MODEL"), Column("nodes", "NODES", right=True),
+        Column("gpus", "GPUS", right=True), Column("allocatable", "ALLOC'BLE", right=True),
+        Column("available", "AVAILABLE", right=True),
+        Column("unhealthy", "UNHEALTHY", right=True, wide=True),
+        Column("maintenance", "MAINT", right=True, wide=True),
+        Column("archived", "ARCHIVED", wide=True),
+    ]  # fmt: skip
+    return View(data["pools"], [Section(columns, rows, empty="no pools")])
+
+
+def summary(session: Session, tenant: str | None) -> View:
+    data = session.capacity(tenant)
+    sections = []
+    for p in data["pools"]:
+        archived = " (archived)" if p["archived"] else ""
+        title = (
+            f"pool {p['name']} [{p['poolId']}] owner={p['owner']} "
+            f"gpuModel={p['gpuModel'] or '-'}{archived}"
+        )
+        columns = [Column("resource", "RESOURCE")] + [
+            Column(c, SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNT_COLUMNS
+        ]
+        shown = [r for r in p["capacity"] if r["total"] or r["resource"] in ("gpu", "node")]
+        sections.append(Section(columns, shown, title=title))
+    models = [{"model": m} | cols for m, cols in data["byGpuModel"].items()]
+    columns = [Column("model", "GPU MODEL")] + [
+        Column(c, SHORT_HEADERS.get(c, c.upper()), right=True)
+        for c in ("total", "allocatable", "allocated", "reserved", "available")
+    ]
+    sections.append(Section(columns, models, title="whole GPUs by model:", empty="no GPUs"))
+    return View(data, sections)
+
+
+def _pool_names(session: Session, tenant: str | None) -> dict[str, str]:
+    return {p["poolId"]: p["name"] for p in session.capacity(tenant)["pools"]}
+
+
+def _gpus(counts: dict[str, int]) -> str:
+    parts = [f"{counts.get('gpu', 0)}"]
+    if counts.get("gpu.mig"):
+        parts.append(f"{counts['gpu.mig']} mig")
+    if counts.get("gpu.slot"):
+        parts.append(f"{counts['gpu.slot']} slots")
+    return " + ".join(parts)
+
+
+def _why(n: dict[str, Any]) -> str:
+    s = n["state"]
+    maintenance = [s["maintenance"]["reason"]] if s["maintenance"]["value"] else []
+    return "; ".join([*maintenance, *s["health"]["reasons"]])
+
+
+def nodes(session: Session, tenant: str | None, pool: str | None) -> View:
+    body: dict[str, Any] = {"limit": 1000}
+    if tenant:
+        body["tenantId"] = tenant
+    if pool:
+        body["poolId"] = pool
+    found: list[dict[str, Any]] = []
+    while True:
+        page = session.call("nodes.list", body)
+        found += page["nodes"]
+        if not page.get("nextCursor"):
+            break
+        body["cursor"] = page["nextCursor"]
+    names = _pool_names(session, tenant)
+    rows = [
+        {
+            "nodeId": n["nodeId"], "pool": names.get(n["poolId"], n["poolId"]),
+            "poolId": n["poolId"], "status": n["status"],
+            "health": n["state"]["health"]["value"], "gpus": _gpus(n["atoms"]),
+            "nics": n["atoms"].get("nic.vf", 0), "disks": n["atoms"].get("disk", 0),
+            "lastSeen": n["lastSeen"], "hostname": n["hostname"],
+            "profile": n["profileId"],
+            "why": _why(n),
+        }
+        for n in found
+    ]  # fmt: skip
+    columns = [
+        Column("nodeId", "NODE"), Column("pool", "POOL"), Column("status", "STATUS"),
+        Column("health", "HEALTH"), Column("gpus", "GPUS", right=True),
+        Column("nics", "NICS", right=True, wide=True),
+        Column("disks", "DISKS", right=True, wide=True),
+        Column("lastSeen", "LAST SEEN", time=True), Column("hostname", "HOSTNAME", wide=True),
+        Column("profile", "PROFILE", wide=True), Column("poolId", "POOL ID", wide=True),
+        Column("why", "WHY"),
+    ]  # fmt: skip
+    return View(found, [Section(columns, rows, empty="no nodes")])
+
+
+def _device(atom: dict[str, Any]) -> str:
+    a, cls = atom["attrs"], atom["class"]
+    if cls == "node":
+        return "node"
+    if a.get("missing") and "gpuIndex" not in a:
+        return f"missing {cls}"
+    if cls == "gpu":
+        return f"GPU{a.get('gpuIndex')}"
+    if cls == "gpu.mig":
+        return f"GPU{a.get('gpuIndex')} {a.get('profile')}"
+    if cls == "gpu.slot":
+        return f"GPU{a.get('gpuIndex')} slot {a.get('replica')}/{a.get('replicas')}"
+    if cls == "nic.vf":
+        vf = f" VF{a['vfIndex']}" if a.get("sriov") else ""
+        return f"{a.get('nic')}{vf}"
+    if cls == "disk":
+        return f"{a.get('name')} {a.get('sizeGiB', '?')}GiB"
+    return str(atom["deviceId"])
+
+
+def _what(atom: dict[str, Any]) -> str:
+    a = atom["attrs"]
+    if atom["class"] == "node":
+        return f"{a.get('gpuCount', 0)} GPUs, {a.get('vcpu', 0)} vCPU, {a.get('memoryGiB', 0)} GiB"
+    if atom["class"] == "nic.vf":
+        speed = a.get("speedMbps")
+        return f"{a.get('pciAddress') or '-'}" + (f" {speed // 1000}G" if speed else "")
+    return str(a.get("model") or a.get("missing") or "")
+
+
+# A node's own atom first, then its devices in the declared order.
+_CLASS_ORDER = ("node", *(c for c in ATOM_CLASSES if c != "node"))
+
+
+def _atom_order(atom: dict[str, Any]) -> tuple[int, int, str, int, str]:
+    a = atom["attrs"]
+    index = a.get("gpuIndex")
+    sub_index = a.get("replica", a.get("vfIndex", a.get("gpuInstanceId", 0)))
+    cls = atom["class"]
+    return (
+        _CLASS_ORDER.index(cls) if cls in _CLASS_ORDER else 99,
+        index if isinstance(index, int) else -1,
+        str(a.get("nic") or a.get("name") or ""),
+        sub_index if isinstance(sub_index, int) else 0,
+        atom["atomId"],
+    )
+
+
+def _holder(atom: dict[str, Any]) -> str:
+    held = atom.get("heldBy")
+    if not held:
+        return ""
+    if held.get("other"):
+        return "(another tenant)"
+    return f"{held['reservationId']} ({held['tenantId']})"
+
+
+def node(session: Session, node_id: str, tenant: str | None) -> View:
+    body = {"nodeId": node_id} | ({"tenantId": tenant} if tenant else {})
+    n = session.call("nodes.get", body)
+    s = n["state"]
+    lines = [
+        f"node {n['nodeId']}  pool {n['poolId']}  host {n['hostname'] or '-'}  "
+        f"profile {n['profileId'] or '-'}",
+        f"status {n['status']}  reachable {'yes' if s['reachable']['value'] else 'no'}  "
+        f"health {s['health']['value']}"
+        + (f" ({'; '.join(s['health']['reasons'])})" if s["health"]["reasons"] else ""),
+    ]
+    if s["maintenance"]["value"]:
+        lines.append(f"maintenance: {s['maintenance']['reason']} (by {s['maintenance']['by']})")
+    r = n["resources"]
+    lines.append(f"vcpu {r['vcpu']}  memory {r['memoryGiB']} GiB  hugepages {r['hugepages1Gi']}")
+    rows = [
+        {
+            "class": a["class"], "device": _device(a), "what": _what(a), "health": a["health"],
+            "bucket": a.get("bucket"), "heldBy": _holder(a),
+            "until": (a.get("heldBy") or {}).get("until"),
+            "reasons": "; ".join(a["healthReasons"]), "atomId": a["atomId"],
+        }
+        for a in sorted(n["atoms"], key=_atom_order)
+    ]  # fmt: skip
+    columns = [
+        Column("class", "CLASS"), Column("device", "DEVICE"), Column("what", "WHAT"),
+        Column("health", "HEALTH"), Column("bucket", "BUCKET"), Column("heldBy", "HELD BY"),
+        Column("until", "UNTIL", time=True, wide=True), Column("reasons", "REASONS"),
+        Column("atomId", "ATOM", wide=True),
+    ]  # fmt: skip
+    return View(n, [Section(columns, rows, empty="no atoms")], lines)
+
+
+RESERVATION_COLUMNS = [
+    Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
+    Column("poolId", "POOL", wide=True), Column("projectId", "PROJECT", wide=True),
+    Column("state", "STATE"), Column("start", "START", time=True), Column("end", "END", time=True),
+    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("risk", "AT RISK"),
+    Column("spot", "SPOT", wide=True),
+    Column("leaseExpiresAt", "LEASE UNTIL", time=True, wide=True),
+]  # fmt: skip
+
+
+def _reservation_row(r: dict[str, Any]) -> dict[str, Any]:
+    nodes_ = sorted({a["nodeId"] for a in r["atoms"]})
+    risk = r.get("atRisk") or {}
+    return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_),
+                "risk": risk.get("reason")}  # fmt: skip
+
+
+def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
+    found: list[dict[str, Any]] = []
+    query = dict(body) | {"limit": min(limit, 200)}
+    while len(found) < limit:
+        page = session.call("reservations.list", query)
+        found += page["reservations"]
+        if not page.get("nextCursor"):
+            break
+        query["cursor"] = page["nextCursor"]
+    found = found[:limit]
+    rows = [_reservation_row(r) for r in found]
+    return View(found, [Section(RESERVATION_COLUMNS, rows, empty="no reservations")])
+
+
+def reservation(session: Session, reservation_id: str, tenant: str | None) -> View:
+    body = {"reservationId": reservation_id} | ({"tenantId": tenant} if tenant else {})
+    r = session.call("reservations.get", body)
+    lines = [
+        f"{r['reservationId']}  tenant {r['tenantId']}  pool {r['poolId']}"
+        + (f"  project {r['projectId']}" if r.get("projectId") else ""),
+    ]
+    atoms = [{k: a[k] for k in ("atomId", "nodeId", "class")} for a in r["atoms"]]
+    head = Section(
+        [c for c in RESERVATION_COLUMNS if c.key not in ("reservationId", "tenantId")],
+        [_reservation_row(r)],
+    )
+    columns = [Column("class", "CLASS"), Column("nodeId", "NODE"), Column("atomId", "ATOM")]
+    return View(r, [head, Section(columns, atoms, empty="no atoms")], lines)
+
+
+def tenants(session: Session) -> View:
+    data = session.call("tenants.list", {})
+    columns = [
+        Column("tenantId", "TENANT"), Column("name", "NAME"), Column("pools", "POOLS", right=True),
+        Column("keys", "KEYS", right=True), Column("createdAt", "CREATED", time=True),
+    ]  # fmt: skip
+    return View(data["tenants"], [Section(columns, data["tenants"], empty="no tenants")])
+
+
+def keys(session: Session, tenant: str | None, revoked: bool) -> View:
+    body: dict[str, Any] = {"includeRevoked": revoked} | ({"tenantId": tenant} if tenant else {})
+    data = session.call("apiKeys.list", body)
+    columns = [
+        Column("keyId", "KEY ID"), Column("tenantId", "TENANT"), Column("roles", "ROLES"),
+        Column("label", "LABEL"), Column("createdAt", "CREATED", time=True),
+        Column("revokedAt", "REVOKED", time=True),
+    ]  # fmt: skip
+    return View(data["keys"], [Section(columns, data["keys"], empty="no keys")])
+
+
+def usage(session: Session, body: dict[str, Any]) -> View:
+    data = session.call("usage.report", body)
+    local = session.local
+    from ops.kit.output import format_time
+
+    lines = [
+        f"usage {format_time(data['from'], local)} → {format_time(data['to'], local)}"
+        f" (as of {format_time(data['asOf'], local)}), unit-hours"
+    ]
+    used = [
+        Column("usedHours", "USED", right=True), Column("weightedHours", "WEIGHTED", right=True),
+        Column("efficiency", "EFFICIENCY", right=True),
+    ]  # fmt: skip
+    columns = [
+        Column("tenantId", "TENANT"), Column("poolId", "POOL"), Column("projectId", "PROJECT"),
+        Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
+        Column("reservations", "RESERVATIONS", right=True),
+    ]  # fmt: skip
+    totals = [
+        {"resource": k, "hours": v}
+        | _use_of(data.get("usedTotals", {}).get(k), data.get("weightedTotals", {}).get(k), v)
+        for k, v in data["totals"].items()
+    ]
+    total_cols = [Column("resource", "RESOURCE"), Column("hours", "TOTAL HOURS", right=True), *used]
+    sections = [
+        Section(total_cols, totals, title="totals:", empty="nothing ran in this window"),
+        Section(columns, data["rows"], title="by tenant, pool and project:"),
+    ]
+    if data.get("unbooked"):
+        free = [
+            Column("poolId", "POOL"), Column("usedHours", "USED GPU-HOURS", right=True),
+            Column("weightedHours", "WEIGHTED", right=True),
+        ]  # fmt: skip
+        sections.insert(1, Section(free, data["unbooked"], title="used with no booking:"))
+    if data.get("byReservation"):
+        per = [
+            Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
+            Column("poolId", "POOL"), Column("projectId", "PROJECT"),
+            Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
+        ]  # fmt: skip
+        # The last section is the CSV one: per reservation when asked for.
+        sections.append(Section(per, data["byReservation"], title="by reservation:"))
+    return View(data, sections, lines)
+
+
+def _use_of(used: float | None, weighted: float | None, booked: float) -> dict[str, Any]:
+    """A totals row's used, weighted and efficiency (GPU classes only)."""
+    if used is None:
+        return {}
+    return {
+        "usedHours": used,
+        "weightedHours": weighted,
+        "efficiency": round(used / booked, 4) if booked else None,
+    }

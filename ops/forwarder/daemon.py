@@ -1,0 +1,228 @@
+"""`gpufleet alerts forward` (also `gpufleet-alerts forward`): the alert bridge.
+
+Reads the coordinator's JetStream alert stream through a durable pull consumer and
+delivers every alert to Alertmanager (`POST /api/v2/alerts`) and/or webhooks (`POST` of
+Alertmanager's webhook payload). Each target has its own delivery state and bounded
+retry queue (`ops.forwarder.targets`): a message is acknowledged once every target has
+delivered it, refused it (a 4xx other than 408/425/429) or dropped it from a full
+queue. What was not acknowledged when the forwarder stopped is delivered again when it
+starts (a batch in hand is handed back on SIGTERM, and comes back after the ack wait
+when killed).
+
+Alertmanager sees conditions: a kind that starts one fires an alert that is re-sent
+every resend interval until the kind that ends it arrives (`ops.forwarder.conditions`).
+Which conditions are firing is rebuilt at start from the stream's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Mapping, Sequence
+from functools import partial
+
+import aiohttp
+import msgspec
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from ops.forwarder.conditions import Conditions
+from ops.forwarder.payloads import webhook_payload
+from ops.forwarder.settings import ForwarderSettings
+from ops.forwarder.targets import (
+    AlertmanagerTarget,
+    Backoff,
+    Item,
+    Pending,
+    Target,
+    WebhookTarget,
+)
+from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
+from ops.kit.redact import log, redact
+from procs.nats import auth_options, split_servers
+from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.settings import ConfigError
+from procs.signals import serve as run_daemon
+from procs.systemd import sd_notify
+from shared.streams import stream_name
+from shared.subjects import Subjects
+from shared.wire import Alert
+
+
+class AlertForwarder:
+    def __init__(self, settings: ForwarderSettings) -> None:
+        settings.check()  # also for settings built in code, which `load` did not check
+        self.s = settings
+        try:
+            # A cluster's seeds, as the coordinator takes them: any live one will do.
+            self._servers = split_servers(settings.nats_url)
+        except ValueError as exc:
+            raise ConfigError("nats_url", str(exc)) from None
+        self.subjects = Subjects(settings.subject_prefix)
+        self.conditions = Conditions(
+            labels=dict(settings.labels), event_ttl_ms=int(settings.event_ttl_s * 1000)
+        )
+        backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        self.alertmanagers = [
+            AlertmanagerTarget(
+                url=url.rstrip("/") + "/api/v2/alerts",
+                backoff=backoff,
+                max_queue=settings.max_queue,
+                conditions=self.conditions,
+                resend_s=settings.resend_interval_s,
+                batch=settings.batch,
+            )
+            for url in settings.alertmanager
+        ]
+        self.webhooks = [
+            WebhookTarget(url=url, backoff=backoff, max_queue=settings.max_queue)
+            for url in settings.webhooks
+        ]
+        self.targets: list[Target] = [*self.alertmanagers, *self.webhooks]
+        self.delivered = 0  # alerts every target is done with (acknowledged)
+        self.source: AlertSource | None = None
+        self.ready = asyncio.Event()  # set once bound and caught up with the history
+        self._inflight: dict[int, Pending] = {}
+        self._last_seq = 0
+        self._auth = auth_options(settings.nats_credentials)
+
+    @property
+    def refused(self) -> int:
+        return sum(t.refused for t in self.targets)
+
+    @property
+    def dropped(self) -> int:
+        return sum(t.dropped for t in self.targets)
+
+    async def _connect(self) -> Client:
+        async def on_error(exc: Exception) -> None:
+            log.warning("NATS: %s", exc)
+
+        options = dict(
+            name="gpufleet-alerts", **RECONNECT_FOREVER, reconnect_time_wait=1, connect_timeout=5,
+            error_cb=on_error, **self._auth,
+        )  # fmt: skip
+        return await connect(self._servers, options, log=log)
+
+    async def run(self, notify_socket: str | None = None) -> None:
+        """Forward until cancelled; messages not yet acknowledged are redelivered later."""
+        nc = await self._connect()
+        try:
+            stream = stream_name(self.s.subject_prefix)
+            source = self.source = AlertSource(
+                nc.jetstream(timeout=10),
+                ConsumerSpec(
+                    stream=stream, subject=self.subjects.all_alerts, durable=self.s.durable,
+                    ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
+                    max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
+                ),
+                wait_s=self.s.fetch_wait_s, history_js=nc.jetstream(timeout=4),
+            )  # fmt: skip
+            source.resume_from = self._resume_from
+            await source.bind()
+            seen = await source.history(self._replay)
+            log.info(
+                "forwarding %s (consumer %s) to %d Alertmanager(s) and %d webhook(s); "
+                "%d conditions firing after %s alerts of history",
+                stream, self.s.durable, len(self.alertmanagers), len(self.webhooks),
+                sum(1 for _ in self.conditions.firing()), "no" if seen is None else seen,
+            )  # fmt: skip
+            sd_notify("READY=1", notify_socket)
+            self.ready.set()
+            timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
+            try:
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    async with asyncio.TaskGroup() as tasks:
+                        for target in self.targets:
+                            tasks.create_task(target.run(http), name=f"deliver {target.name}")
+                        while True:
+                            raise_if_cancelled()
+                            for msg in await source.fetch(self.s.batch):
+                                await self._take(msg)
+            except asyncio.CancelledError:
+                # Stopping: hand back what is not done at once rather than after the
+                # ack wait, so the next start (or a second forwarder) resends it.
+                late = await source.hand_back(self.s.batch)
+                for msg in [p.msg for p in self._inflight.values()] + late:
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.flush(), timeout=2)
+                raise
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), timeout=5)
+
+    def _resume_from(self) -> int | None:
+        if self._inflight:
+            return min(self._inflight)
+        return self._last_seq + 1 if self._last_seq else None
+
+    def _replay(self, msg: Msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError):
+            self.conditions.apply(Alert.from_json(msg.data))
+
+    async def _take(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        self._last_seq = max(self._last_seq, seq)
+        if seq in self._inflight:
+            self._inflight[seq].msg = msg  # handed out again; acknowledge the new one
+            return
+        try:
+            alert = Alert.from_json(msg.data)
+        except msgspec.DecodeError as exc:
+            log.error("not an alert on %s, skipped: %s", msg.subject, exc)
+            await self._ack(msg)
+            return
+        outcome = self.conditions.apply(alert)
+        pending = Pending(seq, msg, len(self.targets), self._done)
+        self._inflight[seq] = pending
+        for am in self.alertmanagers:
+            if outcome.alertmanager:
+                await am.put(Item(pending, alerts=outcome.alertmanager))
+            else:
+                await pending.finish()  # nothing for Alertmanager: older than its state
+        if self.webhooks:
+            body = webhook_payload(outcome.notified, outcome.status, "")
+            for hook in self.webhooks:
+                await hook.put(Item(pending, body=body))
+
+    async def _done(self, pending: Pending) -> None:
+        self._inflight.pop(pending.seq, None)
+        await self._ack(pending.msg)
+        self.delivered += 1
+
+    @staticmethod
+    async def _ack(msg: Msg) -> None:
+        try:
+            await msg.ack()
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("acknowledging %s failed (%s); it will come again", msg.subject, exc)
+
+
+def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
+    """Forward until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
+
+    def stopped(forwarder: AlertForwarder) -> None:
+        log.info(
+            "stopped; %d alerts delivered, %d refused, %d dropped",
+            forwarder.delivered, forwarder.refused, forwarder.dropped,
+        )  # fmt: skip
+
+    start = partial(AlertForwarder, settings)
+    return run_daemon("gpufleet alerts", settings.log_level, start, stopped, env, redact)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gpufleet-alerts`; click exits with the command's status."""
+    from ops.forwarder.command import alerts_cli
+
+    alerts_cli.main(argv, prog_name="gpufleet-alerts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

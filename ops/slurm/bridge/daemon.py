@@ -1,0 +1,281 @@
+"""`gpufleet-slurm-bridge`: Slurm kept in step with the ledger.
+
+Events trigger, the ledger is the truth. The bridge follows the alert stream through
+its own durable JetStream consumer (`ops.kit.alerts.AlertSource`); any event, a
+NATS reconnect, its start, and every `resync_interval_s` without one (bookings, renewals
+and releases publish no alert) start a pass: read the ledger (`ledger_view`), read
+Slurm (`scontrol`), plan (`planner`), apply. A batch of events is acknowledged only
+after a pass that read the ledger after them, so a bridge killed mid-stream gets them
+again and passes again; a pass only ever sets what the ledger says, so it never
+duplicates anything. An action Slurm refuses is logged, counted and retried on the next
+pass; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+
+import aiohttp
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
+from ops.kit.client import ClientError
+from ops.slurm.bridge.ledger_view import LedgerView
+from ops.slurm.bridge.metrics import BridgeMetrics
+from ops.slurm.bridge.planner import plan
+from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
+from ops.slurm.bridge.settings import BridgeSettings
+from procs.log_throttle import LogThrottle
+from procs.nats import auth_options, split_servers
+from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.settings import ConfigError
+from procs.signals import serve as run_daemon
+from procs.systemd import sd_notify
+from shared.streams import stream_name
+from shared.subjects import Subjects
+from shared.wire import Alert
+
+log = logging.getLogger("gpufleet.slurm_bridge")
+_RETRY_S = 1.0
+# A pass takes well under this; events a killed bridge held come back after it (its
+# successor has reconciled from the ledger at start anyway, so they only trigger one
+# more pass), and a pass that fails keeps its events with `in_progress`.
+ACK_WAIT_S = 10.0
+
+# GPU TRES in a reservation needs AccountingStorageTRES naming the gres (so slurmdbd)
+# and Slurm 23.11 or later; Slurm's refusals alone do not say what to change.
+_GPU_TRES_REFUSALS = {
+    "couldn't identify configured TRES 'gres/": "AccountingStorageTRES (with slurmdbd) "
+    "must name each GPU type, and Slurm must be 23.11 or later",
+    "not supported with reservations": "this Slurm cannot reserve GPUs (23.11 or later can)",
+}
+
+
+def gpu_tres_refused(refusal: str) -> str | None:
+    """Why Slurm cannot take GPU TRES in a reservation, for such a refusal; else None."""
+    for words, why in _GPU_TRES_REFUSALS.items():
+        if words in refusal:
+            return why
+    return None
+
+
+def _hint(refusal: str) -> str:
+    """What to change, for a refusal of GPU TRES; empty for any other."""
+    why = gpu_tres_refused(refusal)
+    return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole' if why else ""
+
+
+class SlurmBridge:
+    def __init__(self, settings: BridgeSettings) -> None:
+        settings.check()
+        self.s = settings
+        try:
+            self._servers = split_servers(settings.nats_url)
+        except ValueError as exc:
+            raise ConfigError("nats_url", str(exc)) from None
+        self.subjects = Subjects(settings.subject_prefix)
+        self.policy = settings.policy()
+        self.scontrol = Scontrol(
+            ScontrolConfig(settings.scontrol, settings.slurm_conf, settings.scontrol_timeout_s)
+        )
+        self.metrics = BridgeMetrics()
+        # "auto" falls back to whole nodes once, for the life of the process: a restart
+        # (say after upgrading Slurm) tries GPU TRES again.
+        self._auto = settings.gpu_tres == "auto"
+        self.metrics.set_gpu_tres_mode(self.policy.gpu_tres)
+        self.ready = asyncio.Event()  # set after the first full pass at start
+        self.metrics_port: int | None = None
+        self._dirty = True  # start: reconcile at once
+        self._held: list[Msg] = []
+        self._last_pass = 0.0
+        self._unknown: frozenset[str] = frozenset()
+        self._unmapped: frozenset[str] = frozenset()
+        self._refusals = LogThrottle(log, every_s=300.0)
+        self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
+        self._auth = auth_options(settings.nats_credentials)
+
+    async def connect(self) -> Client:
+        async def on_error(exc: Exception) -> None:
+            log.warning("NATS: %s", exc)
+
+        async def on_reconnect() -> None:
+            self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
+
+        options = dict(
+            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
+            connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
+        )  # fmt: skip
+        return await connect(self._servers, options, log=log)
+
+    async def reconcile(self, view: LedgerView) -> bool:
+        """One pass; False when the ledger or Slurm could not be read (nothing done)."""
+        self._last_pass = time.monotonic()
+        try:
+            ledger = await view.read()
+        except ClientError as exc:
+            self.metrics.failures.labels("ledger.read").inc()
+            self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
+            return False
+        try:
+            state = await self.scontrol.state()
+        except SlurmError as exc:
+            self.metrics.failures.labels("slurm.read").inc()
+            self._outages.warning("slurm", "reading Slurm failed (%s); retrying", exc)
+            return False
+        p = plan(ledger, state, self.policy)
+        self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
+        failed = 0
+        now_s = ledger.at_ms // 1000
+        for action in p.actions:
+            try:
+                await self.scontrol.apply(action, now_s)
+            except SlurmError as exc:
+                failed += 1
+                self.metrics.failures.labels(action.kind).inc()
+                if self._fall_back(str(exc)):
+                    break  # the rest was planned with GPU TRES: plan again at once
+                # A refusal Slurm repeats every pass is logged once a throttle period.
+                self._refusals.warning(
+                    f"{action.kind} {action_argv(action, now_s)[:3]}",
+                    "%s failed, retried on the next pass: %s%s", action.kind, exc,
+                    _hint(str(exc)),
+                )  # fmt: skip
+                continue
+            self.metrics.actions.labels(action.kind).inc()
+            log.info("%s: scontrol %s", action.kind, " ".join(action_argv(action, now_s)))
+        if not failed:
+            self.metrics.synced_at = ledger.at_ms / 1000
+        self.metrics.reconciles.inc()  # last: a pass counted is a pass done
+        return True
+
+    def _fall_back(self, refusal: str) -> bool:
+        """In auto mode, switch to whole-node reservations when Slurm refuses GPU TRES
+        in a reservation; True when it did (the next pass plans with it)."""
+        why = gpu_tres_refused(refusal)
+        if not self._auto or why is None or self.policy.gpu_tres == "off":
+            return False
+        self.policy = replace(self.policy, gpu_tres="off")
+        self.metrics.set_gpu_tres_mode("off")
+        self._dirty = True
+        log.warning('gpu_tres = "auto": Slurm refused GPUs in a reservation (%s: %s); '
+                    "reserving booked nodes whole until restarted", why, refusal)  # fmt: skip
+        return True
+
+    def _note(self, unknown: frozenset[str], unmapped: frozenset[str], left_alone: int) -> None:
+        """Gauges, and a warning when a node or reservation is newly left out."""
+        self.metrics.unknown_nodes.set(len(unknown))
+        self.metrics.unmapped.set(len(unmapped))
+        self.metrics.left_alone.set(left_alone)
+        if unknown - self._unknown:
+            log.warning("nodes unknown to Slurm, left out: %s", ", ".join(sorted(unknown)))
+        if unmapped - self._unmapped:
+            log.warning("reservations left out, no Slurm user or account for their tenant: %s",
+                        ", ".join(sorted(unmapped)))  # fmt: skip
+        self._unknown, self._unmapped = unknown, unmapped
+
+    def _take(self, msgs: list[Msg]) -> None:
+        for msg in msgs:
+            self.metrics.events.inc()
+            with contextlib.suppress(msgspec.DecodeError):
+                alert = Alert.from_json(msg.data)
+                log.debug("event %s on %s", alert.kind, alert.node_id)
+        self._held += msgs
+        self._dirty = True
+
+    async def _settle(self, ok: bool) -> None:
+        """Acknowledge what the pass covered, or keep it held (and tell JetStream so)."""
+        held, self._held = self._held, ([] if ok else self._held)
+        for msg in held:
+            with contextlib.suppress(Exception):
+                await (msg.ack() if ok else msg.in_progress())
+
+    async def run(self, notify_socket: str | None = None) -> None:
+        nc = await self.connect()
+        timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                http = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
+                if self.s.metrics_port is not None:
+                    self.metrics_port = await stack.enter_async_context(
+                        self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
+                    )
+                view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key)
+                await self._follow(nc, view, notify_socket)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), timeout=5)
+
+    def source(self, nc: Client) -> AlertSource:
+        """Its durable consumer on the alert stream (not yet bound)."""
+        return AlertSource(
+            nc.jetstream(timeout=10),
+            ConsumerSpec(
+                stream=stream_name(self.s.subject_prefix), subject=self.subjects.all_alerts,
+                durable=self.s.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=10_000,
+            ),
+            wait_s=self.s.fetch_wait_s,
+        )  # fmt: skip
+
+    async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
+        source = self.source(nc)
+        await source.bind()
+        try:
+            while True:
+                raise_if_cancelled()
+                due = time.monotonic() - self._last_pass >= self.s.resync_interval_s
+                if self._dirty or due:
+                    self._dirty = False
+                    ok = await self.reconcile(view)
+                    await self._settle(ok)
+                    if not ok:
+                        self._dirty = True
+                        await asyncio.sleep(_RETRY_S)
+                    elif not self.ready.is_set():
+                        log.info("in step with the ledger; following %s (consumer %s)",
+                                 source.spec.stream, self.s.durable)  # fmt: skip
+                        sd_notify("READY=1", notify_socket)
+                        self.ready.set()
+                if not self.ready.is_set():
+                    continue
+                msgs = await source.fetch(500)
+                if msgs:
+                    self._take(msgs)
+        except asyncio.CancelledError:
+            # Stopping: what was not covered by a pass comes back at once to the next.
+            for msg in self._held + await source.hand_back(500):
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.flush(), timeout=2)
+            raise
+
+
+def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
+    """Run until SIGTERM or SIGINT (0); 2 when the settings cannot be used."""
+
+    def stopped(_: SlurmBridge) -> None:
+        log.info("stopped")
+
+    start = partial(SlurmBridge, settings)
+    return run_daemon("gpufleet-slurm-bridge", settings.log_level, start, stopped, env)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gpufleet-slurm-bridge`; click exits with the command's status."""
+    from ops.slurm.bridge.command import bridge_cmd
+
+    bridge_cmd.main(argv, prog_name="gpufleet-slurm-bridge")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

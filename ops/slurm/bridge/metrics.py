@@ -1,0 +1,99 @@
+"""The bridge's Prometheus metrics, in its own registry, served as text at `/metrics`
+(the coordinator's content type) on a listener of its own when `metrics_port` is set.
+
+Lag behind the ledger is the age of the newest ledger snapshot Slurm was made to match
+in full; it grows while any action keeps failing or the coordinator or Slurm cannot be
+read, and is what to alert on. Actions and failures are counted by kind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import prometheus_client
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from ops.slurm.bridge.model import ACTION_KINDS, GPU_TRES_MODES, GpuTres
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# What can fail besides an action: reading the ledger, reading Slurm.
+READ_KINDS = ("ledger.read", "slurm.read")
+
+
+class BridgeMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.actions = Counter(
+            "gpufleet_slurm_bridge_actions_total", "Changes made in Slurm, by kind",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        self.failures = Counter(
+            "gpufleet_slurm_bridge_failures_total",
+            "Slurm actions refused or timed out, and failed reads of the ledger or Slurm",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        self.reconciles = Counter(
+            "gpufleet_slurm_bridge_reconciles_total", "Ledger-to-Slurm passes", registry=r
+        )
+        self.events = Counter(
+            "gpufleet_slurm_bridge_events_total", "Alert-stream events that triggered one",
+            registry=r,
+        )  # fmt: skip
+        self.unknown_nodes = Gauge(
+            "gpufleet_slurm_bridge_unknown_nodes",
+            "Nodes the ledger wants reserved or drained that Slurm does not know", registry=r,
+        )  # fmt: skip
+        self.unmapped = Gauge(
+            "gpufleet_slurm_bridge_unmapped_reservations",
+            "Live reservations left out: no Slurm user or account for their tenant", registry=r,
+        )  # fmt: skip
+        self.left_alone = Gauge(
+            "gpufleet_slurm_bridge_foreign_drains",
+            "Nodes gpufleet would drain that someone else drained (left as they are)",
+            registry=r,
+        )  # fmt: skip
+        self.gpu_tres_mode = Gauge(
+            "gpufleet_slurm_bridge_gpu_tres_mode",
+            "1 for how GPUs are reserved now (typed, count, off: whole nodes); `auto` "
+            "shows typed until Slurm refuses GPU TRES, then off", ["mode"], registry=r,
+        )  # fmt: skip
+        self.synced_at = 0.0  # epoch seconds of the ledger snapshot last matched in full
+        lag = Gauge(
+            "gpufleet_slurm_bridge_lag_seconds",
+            "Age of the newest ledger snapshot Slurm was made to match in full", registry=r,
+        )  # fmt: skip
+        lag.set_function(lambda: time.time() - self.synced_at if self.synced_at else float("nan"))
+        for kind in (*ACTION_KINDS, *READ_KINDS):
+            self.failures.labels(kind)
+        for kind in ACTION_KINDS:
+            self.actions.labels(kind)
+
+    def set_gpu_tres_mode(self, mode: GpuTres) -> None:
+        for m in GPU_TRES_MODES:
+            self.gpu_tres_mode.labels(m).set(1 if m == mode else 0)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    @asynccontextmanager
+    async def serving(self, host: str, port: int) -> AsyncIterator[int]:
+        """`/metrics` on host:port (0: a free port) until the block ends; yields the port."""
+
+        async def handler(_: web.Request) -> web.Response:
+            return web.Response(body=self.text(), headers={"Content-Type": CONTENT_TYPE})
+
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        try:
+            yield runner.addresses[0][1]
+        finally:
+            await runner.cleanup()

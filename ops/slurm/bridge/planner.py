@@ -1,0 +1,239 @@
+"""Pure planning: the Slurm state the ledger asks for (`desired`) and the actions that
+take Slurm from what it shows to that (`plan`).
+
+Ownership is by name and reason only: a reservation named `gpufleet-*` and a drain
+whose reason starts with `gpufleet:` are the bridge's; nothing else is ever in a plan.
+A node the ledger wants drained that someone else already drained keeps that drain and
+its reason (it is drained either way), and is never resumed by the bridge.
+
+Applying a plan and planning again gives no action (tests/unit/test_slurm_planner.py
+holds it for any Slurm state): the planner compares what it would set, normalised as
+Slurm shows it, never what Slurm adds (cpu counts, flags).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from ops.slurm.bridge.model import (
+    DRAIN_CAUSES,
+    DRAIN_PREFIX,
+    RESERVATION_PREFIX,
+    Action,
+    CreateReservation,
+    DeleteReservation,
+    Drain,
+    DrainCause,
+    GpuTres,
+    Ledger,
+    LedgerNode,
+    LedgerReservation,
+    Resume,
+    SlurmReservation,
+    SlurmState,
+    UpdateReservation,
+)
+from ops.slurm.conf import token
+from shared.reservation_states import LIVE_STATES
+
+# What Slurm schedules: a booking of only NICs or disks is no Slurm reservation (it would
+# hold the whole node from jobs that never touch them).
+SLURM_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot", "node"})
+# Slurm keeps a node's reason in a fixed buffer; longer ones are cut by the bridge, so
+# what it compares is what Slurm stores.
+MAX_REASON = 200
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the bridge's settings say about the mapping (see `BridgeSettings`)."""
+
+    accounts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    users: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    default_accounts: tuple[str, ...] = ()
+    default_users: tuple[str, ...] = ()
+    gpu_tres: GpuTres = "typed"
+    node_names: Mapping[str, str] = field(default_factory=dict)
+    drain_on: Collection[DrainCause] = DRAIN_CAUSES
+    pools: Collection[str] = ()  # empty: every pool
+
+    def slurm_node(self, node_id: str) -> str:
+        return self.node_names.get(node_id, node_id)
+
+    def follows(self, pool_id: str) -> bool:
+        return not self.pools or pool_id in self.pools
+
+
+@dataclass(frozen=True)
+class Desired:
+    reservations: Mapping[str, SlurmReservation]
+    drains: Mapping[str, str]  # Slurm node -> reason
+    unknown_nodes: frozenset[str]  # nodes the ledger wants something of, Slurm lacks
+    unmapped: frozenset[str]  # reservations left out: their tenant has no user/account
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    desired: Desired
+    left_alone: frozenset[str] = frozenset()  # nodes drained by someone else
+
+
+def reservation_name(reservation_id: str) -> str:
+    return RESERVATION_PREFIX + reservation_id
+
+
+def drain_reason(node: LedgerNode, drain_on: Collection[DrainCause]) -> str | None:
+    """`gpufleet: <cause>[: <why>]`, the strongest cause first as in the rollup
+    (unreachable > maintenance > unhealthy); None when the node should run jobs."""
+    causes: list[tuple[DrainCause, str]] = []
+    if not node.reachable:
+        causes.append(("unreachable", ""))
+    if node.maintenance:
+        causes.append(("maintenance", node.maintenance_reason))
+    if node.health in ("unhealthy", "unmonitored"):
+        causes.append(("unhealthy", ", ".join(node.health_reasons) or node.health))
+    for cause, why in causes:
+        if cause in drain_on:
+            text = f"{DRAIN_PREFIX} {cause}" + (f": {why}" if why else "")
+            return " ".join(text.split())[:MAX_REASON]  # one line, as Slurm keeps it
+    return None
+
+
+def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
+    """The gres part of the reservation's TRES: whole GPUs by the node's GPU type, MIG
+    instances by the type `gpufleet slurm conf` gives their profile on that node
+    (`<model>_<profile>`); empty for whole nodes (binding node, no GPUs, or TRES off),
+    which Slurm then reserves entirely."""
+    if policy.gpu_tres == "off" or rsv.binding == "node":
+        return ""
+    per_type: dict[str, int] = {}
+    for node_id, count in rsv.gpus.items():
+        slurm_node = state.nodes.get(policy.slurm_node(node_id))
+        if slurm_node is None or count <= 0:
+            continue
+        # `gpufleet slurm conf` names MIG instances `<model>_<profile>`: whole GPUs are
+        # the type without one.
+        types = [t for t in slurm_node.gpu_types if "_" not in t] or slurm_node.gpu_types
+        key = "gres/gpu" if policy.gpu_tres == "count" or not types else f"gres/gpu:{types[0]}"
+        per_type[key] = per_type.get(key, 0) + count
+    for node_id, by_profile in rsv.mig.items():
+        slurm_node = state.nodes.get(policy.slurm_node(node_id))
+        if slurm_node is None:
+            continue
+        for profile, count in by_profile.items():
+            suffix = "_" + token(profile).lower()
+            kind = next((t for t in slurm_node.gpu_types if t.endswith(suffix)), None)
+            if kind is None:
+                continue  # Slurm has no such type there: not expressible, left out
+            key = "gres/gpu" if policy.gpu_tres == "count" else f"gres/gpu:{kind}"
+            per_type[key] = per_type.get(key, 0) + count
+    return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
+
+
+def normalise_tres(tres: str) -> str:
+    """The gres items of a TRES string, lower case, sorted (`cpu=…` dropped)."""
+    items = [t.strip().lower() for t in tres.split(",") if t.strip()]
+    return ",".join(sorted(t for t in items if t.startswith("gres/")))
+
+
+def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
+    now_s = ledger.at_ms // 1000
+    unknown: set[str] = set()
+    unmapped: set[str] = set()
+    reservations: dict[str, SlurmReservation] = {}
+    for rsv in ledger.reservations:
+        if rsv.state not in LIVE_STATES or not policy.follows(rsv.pool_id):
+            continue
+        if rsv.binding != "node" and not rsv.classes & SLURM_CLASSES:
+            continue
+        end_s = -(-rsv.ends_ms // 1000)
+        if end_s <= now_s:
+            continue
+        nodes: set[str] = set()
+        for node_id in rsv.nodes:
+            name = policy.slurm_node(node_id)
+            (nodes if name in state.nodes else unknown).add(name)
+        if not nodes:
+            continue
+        users = policy.users.get(rsv.tenant_id, policy.default_users)
+        accounts = policy.accounts.get(rsv.tenant_id, policy.default_accounts)
+        if not users and not accounts:
+            unmapped.add(rsv.reservation_id)
+            continue
+        name = reservation_name(rsv.reservation_id)
+        reservations[name] = SlurmReservation(
+            name=name,
+            nodes=frozenset(nodes),
+            start_s=rsv.start_ms // 1000,
+            end_s=end_s,
+            tres=_tres(rsv, policy, state),
+            users=frozenset(users),
+            accounts=frozenset(accounts),
+        )
+    drains: dict[str, str] = {}
+    for node in ledger.nodes:
+        if not policy.follows(node.pool_id):
+            continue
+        reason = drain_reason(node, policy.drain_on)
+        if reason is None:
+            continue
+        name = policy.slurm_node(node.node_id)
+        if name in state.nodes:
+            drains[name] = reason
+        else:
+            unknown.add(name)
+    return Desired(reservations, drains, frozenset(unknown), frozenset(unmapped))
+
+
+def _changes(want: SlurmReservation, have: SlurmReservation, now_s: int) -> tuple[str, ...]:
+    changed = []
+    if want.nodes != have.nodes:
+        changed.append("nodes")
+    # Both started: Slurm cannot move a start into the past, and need not.
+    started = want.start_s <= now_s and have.start_s <= now_s
+    if want.start_s != have.start_s and not started:
+        changed.append("start")
+    if want.end_s != have.end_s:
+        changed.append("end")
+    if want.tres != normalise_tres(have.tres):
+        changed.append("tres")
+    if want.users != have.users:
+        changed.append("users")
+    if want.accounts != have.accounts:
+        changed.append("accounts")
+    return tuple(changed)
+
+
+def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
+    """The actions that make Slurm's gpufleet objects what the ledger says: creates and
+    updates in the ledger's order, deletes and resumes after drains (a node leaving
+    gpufleet's drain never opens before a new one closes it)."""
+    want = desired(ledger, state, policy)
+    now_s = ledger.at_ms // 1000
+    actions: list[Action] = []
+    for name, rsv in want.reservations.items():
+        have = state.reservations.get(name)
+        if have is None:
+            actions.append(CreateReservation(rsv))
+        elif changed := _changes(rsv, have, now_s):
+            if "tres" in changed and not rsv.tres:
+                # Slurm cannot drop a reservation's TRES: it is made again, whole nodes.
+                actions += [DeleteReservation(name), CreateReservation(rsv)]
+            else:
+                actions.append(UpdateReservation(rsv, changed))
+    left_alone: set[str] = set()
+    for node_name, reason in want.drains.items():
+        node = state.nodes[node_name]
+        if node.drained and not node.drained_by_gpufleet:
+            left_alone.add(node_name)  # someone else's drain: it stays as they set it
+        elif not node.drained or node.reason != reason:
+            actions.append(Drain(node_name, reason))
+    for name in sorted(state.reservations):
+        if state.reservations[name].owned and name not in want.reservations:
+            actions.append(DeleteReservation(name))
+    for node_name in sorted(state.nodes):
+        if state.nodes[node_name].drained_by_gpufleet and node_name not in want.drains:
+            actions.append(Resume(node_name))
+    return Plan(tuple(actions), want, frozenset(left_alone))

@@ -1,0 +1,328 @@
+"""Slurm's view of one pool, from the hardware its agents reported (`nodes.inventories`):
+gres.conf lines, the `NodeName` lines for slurm.conf, and a topology.conf.
+
+- gres.conf: per whole GPU `Name=gpu Type=<short model> File=<dev>/nvidia<index>`, its
+  `Cores=` from NVML's CPU affinity and `Links=` from the NVLink matrix; per MIG instance
+  its own type `<short model>_<profile>` over the GPU's file and the instance's two
+  nvidia-caps files. A GPU NVML cannot read is left out (Slurm must not schedule it).
+- `NodeName=` lines: `CPUs=`, `RealMemory=` (MiB), `Gres=` counted per type, `Features=`
+  (the pool, each GPU model, `nvlink<N>` for the largest NVLink clique, the multi-node
+  fabric clique), `NodeHostname=` when it is not the node id.
+- topology.conf: a leaf switch per value of a node label (`rack` by default, or the
+  label gangs are placed by), under one top switch for the pool.
+
+Pure and deterministic (no clock, no I/O): the same inventories give the same bytes, so
+the files can be regenerated and diffed. `gpufleet slurm conf` fetches and writes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ops.kit.errors import OpsError
+from shared.cliques import maximal_cliques, peer_sets
+from shared.ids import normalize_pci
+
+# Words in NVML's model names that say nothing about the GPU (NVIDIA H100 80GB HBM3).
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
+_SERIES_WORDS = frozenset({"rtx", "gtx"})
+_NOT_TOKEN = re.compile(r"[^A-Za-z0-9_.-]+")
+# /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU
+# instances of 9 minors each (the instance's access, then its 8 compute instances').
+_MIG_FIRST, _MIG_PER_GPU, _MIG_PER_GI = 3, 15 * 9, 9
+
+
+class SlurmConfError(OpsError, ValueError):
+    """An inventory that cannot be described to Slurm (a malformed answer)."""
+
+
+@dataclass(frozen=True)
+class Mig:
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    pci_bus_id: str
+    cpu_affinity: str | None = None
+    nvlink_peers: tuple[str, ...] = ()
+    mig_enabled: bool = False
+    migs: tuple[Mig, ...] = ()
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    hostname: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    vcpu: int = 0
+    memory_gib: int = 0
+    reported: bool = True
+    gpus: tuple[Gpu, ...] = ()
+
+
+@dataclass(frozen=True)
+class Options:
+    dev_dir: str = "/dev"
+    topology_key: str = "rack"
+    threads_per_core: int = 1
+
+
+@dataclass(frozen=True)
+class SlurmConf:
+    gres: str
+    nodes: str
+    topology: str
+
+
+# --- reading the API's answer ---------------------------------------------------------
+
+
+def nodes_from_api(items: Iterable[Mapping[str, Any]]) -> list[Node]:
+    """`nodes.inventories`' nodes as values; a missing field is a SlurmConfError."""
+    try:
+        return [_node(item) for item in items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SlurmConfError(f"unexpected nodes.inventories answer: {exc!r}") from None
+
+
+def _node(item: Mapping[str, Any]) -> Node:
+    res = item["resources"]
+    return Node(
+        node_id=str(item["nodeId"]),
+        hostname=str(item.get("hostname") or ""),
+        labels={str(k): str(v) for k, v in item.get("labels", {}).items()},
+        vcpu=int(res["vcpu"]),
+        memory_gib=int(res["memoryGiB"]),
+        reported=bool(item.get("reported", True)),
+        gpus=tuple(
+            Gpu(
+                index=int(g["index"]),
+                name=str(g["name"]),
+                pci_bus_id=str(g["pciBusId"]),
+                cpu_affinity=g.get("cpuAffinity"),
+                nvlink_peers=tuple(str(p) for p in g.get("nvlinkPeers", ())),
+                mig_enabled=bool(g.get("migEnabled", False)),
+                migs=tuple(
+                    Mig(str(m["profile"]), int(m["gpuInstanceId"]), int(m["computeInstanceId"]))
+                    for m in g.get("migInstances", ())
+                ),
+                missing=g.get("missing"),
+            )
+            for g in item.get("gpus", ())
+        ),
+    )
+
+
+# --- small pieces ---------------------------------------------------------------------
+
+
+def token(text: str) -> str:
+    """A word Slurm takes in Features=, Type= and switch names."""
+    return _NOT_TOKEN.sub("-", text.strip()).strip("-") or "unnamed"
+
+
+def short_model(name: str) -> str:
+    """NVML's model name as a gres type: `NVIDIA H100 80GB HBM3` → h100,
+    `NVIDIA A100-SXM4-80GB` → a100, `NVIDIA GeForce RTX 4090` → rtx4090."""
+    words = [w for w in re.split(r"[\s_-]+", name.lower()) if w and w not in _VENDOR_WORDS]
+    if not words:
+        return "gpu"
+    first = words[0]
+    if first in _SERIES_WORDS and len(words) > 1:
+        first += words[1]
+    return token(first).lower()
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """The kernel's cpulist format (`0-27,56-83`) as CPU numbers."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise SlurmConfError(f"not a CPU list: {text!r}")
+        out.update(range(int(lo), int(hi if sep else lo) + 1))
+    return sorted(out)
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """[0, 1, 2, 5] → `0-2,5`."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [n]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+def cores(gpu: Gpu, vcpu: int, threads_per_core: int) -> str | None:
+    """Slurm's logical core indices for the GPU's CPU affinity: with T threads per core,
+    CPU c is core c mod (CPUs / T), Linux's numbering of SMT siblings. None when the
+    affinity is unknown or does not fit the node's CPUs."""
+    if not gpu.cpu_affinity or vcpu <= 0 or vcpu % threads_per_core:
+        return None
+    n_cores = vcpu // threads_per_core
+    cpus = parse_cpulist(gpu.cpu_affinity)
+    if not cpus or cpus[-1] >= vcpu:
+        return None
+    return ranges(c % n_cores for c in cpus)
+
+
+def links(gpus: Sequence[Gpu]) -> dict[int, str]:
+    """GPU index → its `Links=` (per GPU in PCI order: -1 itself, 0 none, else how many
+    NVLinks join them, directly or through NVSwitches both reach)."""
+    ordered = sorted(gpus, key=lambda g: normalize_pci(g.pci_bus_id))
+    pcis = {normalize_pci(g.pci_bus_id) for g in ordered}
+    remotes = {g.index: [normalize_pci(p) for p in g.nvlink_peers] for g in ordered}
+    out: dict[int, str] = {}
+    for a in ordered:
+        row: list[int] = []
+        a_switches = [r for r in remotes[a.index] if r not in pcis]
+        for b in ordered:
+            if b.index == a.index:
+                row.append(-1)
+                continue
+            direct = remotes[a.index].count(normalize_pci(b.pci_bus_id))
+            b_switches = set(remotes[b.index]) - pcis
+            row.append(direct or sum(1 for r in a_switches if r in b_switches))
+        out[a.index] = ",".join(str(n) for n in row)
+    return out
+
+
+def largest_clique(gpus: Sequence[Gpu]) -> int:
+    """How many GPUs the node's largest all-to-all NVLink set holds (0: none linked)."""
+    linked = [g for g in gpus if g.nvlink_peers]
+    peers = peer_sets((str(g.index), g.pci_bus_id, g.nvlink_peers) for g in linked)
+    at = {str(g.index): i for i, g in enumerate(linked)}
+    adjacency = [sum(1 << at[p] for p in peers[str(g.index)]) for g in linked]
+    best = max((bin(c).count("1") for c in maximal_cliques(adjacency)), default=0)
+    return best if best >= 2 else 0
+
+
+# --- the three files ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _GresLine:
+    gres_type: str
+    text: str
+
+
+def _gres_lines(node: Node, opts: Options) -> list[_GresLine]:
+    usable = [g for g in node.gpus if not g.missing]
+    whole = [g for g in usable if not g.mig_enabled]
+    # Links= numbers a node's GPUs in PCI order; with MIG instances among them that
+    # numbering is not Slurm's, so a node with MIG gets none.
+    link_rows = links(whole) if whole and len(whole) == len(usable) else {}
+    dev = opts.dev_dir.rstrip("/")
+    out: list[_GresLine] = []
+    for gpu in sorted(usable, key=lambda g: g.index):
+        model = short_model(gpu.name)
+        where = cores(gpu, node.vcpu, opts.threads_per_core)
+        tail = f" Cores={where}" if where else ""
+        if not gpu.mig_enabled:
+            has_links = any(n > 0 for n in map(int, link_rows.get(gpu.index, "0").split(",")))
+            link = f" Links={link_rows[gpu.index]}" if has_links else ""
+            text = f"NodeName={node.node_id} Name=gpu Type={model} File={dev}/nvidia{gpu.index}"
+            out.append(_GresLine(model, text + tail + link))
+            continue
+        for mig in sorted(gpu.migs, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+            gi = _MIG_FIRST + gpu.index * _MIG_PER_GPU + mig.gpu_instance_id * _MIG_PER_GI
+            ci = gi + 1 + mig.compute_instance_id
+            caps = f"{dev}/nvidia-caps/nvidia-cap"
+            files = f"{dev}/nvidia{gpu.index},{caps}{gi},{caps}{ci}"
+            kind = f"{model}_{token(mig.profile).lower()}"
+            text = f"NodeName={node.node_id} Name=gpu Type={kind} MultipleFiles={files}"
+            out.append(_GresLine(kind, text + tail))
+    return out
+
+
+def _features(pool_name: str, node: Node) -> list[str]:
+    usable = [g for g in node.gpus if not g.missing]
+    out = [f"pool-{token(pool_name)}"]
+    out += sorted({short_model(g.name) for g in usable})
+    clique = largest_clique([g for g in usable if not g.mig_enabled])
+    if clique:
+        out.append(f"nvlink{clique}")
+    fabric = node.labels.get("nvlink.fabric")
+    if fabric:
+        out.append(f"fabric-{token(fabric)}")
+    return out
+
+
+def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Options) -> str:
+    parts = [f"NodeName={node.node_id}"]
+    if node.hostname and node.hostname != node.node_id:
+        parts.append(f"NodeHostname={node.hostname}")
+    if node.vcpu:
+        parts.append(f"CPUs={node.vcpu}")
+        if opts.threads_per_core > 1:
+            parts.append(f"ThreadsPerCore={opts.threads_per_core}")
+    if node.memory_gib:
+        parts.append(f"RealMemory={node.memory_gib * 1024}")
+    counts: dict[str, int] = {}
+    for line in gres:
+        counts[line.gres_type] = counts.get(line.gres_type, 0) + 1
+    if counts:
+        parts.append("Gres=" + ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items())))
+    parts.append("Features=" + ",".join(_features(pool_name, node)))
+    return " ".join(parts)
+
+
+def _topology(pool_name: str, nodes: Sequence[Node], key: str) -> list[str]:
+    leaves: dict[str, list[str]] = {}
+    for node in nodes:
+        value = node.labels.get(key)
+        leaf = token(value) if value else f"no-{token(key)}"
+        leaves.setdefault(leaf, []).append(node.node_id)
+    lines = [f"SwitchName={leaf} Nodes={','.join(ids)}" for leaf, ids in sorted(leaves.items())]
+    if leaves:
+        lines.append(f"SwitchName=pool-{token(pool_name)} Switches={','.join(sorted(leaves))}")
+    return lines
+
+
+def render(pool_name: str, nodes: Iterable[Node], opts: Options = Options()) -> SlurmConf:
+    """The three files for one pool's nodes."""
+    if opts.threads_per_core < 1:
+        raise SlurmConfError("threads per core must be at least 1")
+    head = f"# gpufleet slurm conf: pool {pool_name}; generated, do not edit"
+    gres_out = [head]
+    node_out = [head, "# In slurm.conf: GresTypes=gpu, then Include this file."]
+    topo_out = [head, f"# Leaf switches: the node label {opts.topology_key!r}."]
+    listed: list[Node] = []
+    for node in sorted(nodes, key=lambda n: n.node_id):
+        if not node.reported:
+            note = f"# {node.node_id}: no inventory on record yet, left out"
+            gres_out.append(note)
+            node_out.append(note)
+            continue
+        gres = _gres_lines(node, opts)
+        left_out = [g.index for g in node.gpus if g.missing]
+        if left_out:
+            gres_out.append(f"# {node.node_id}: GPU {ranges(left_out)} unreadable, left out")
+        gres_out += [g.text for g in gres]
+        node_out.append(_node_line(pool_name, node, gres, opts))
+        listed.append(node)
+    topo_out += _topology(pool_name, listed, opts.topology_key)
+    return SlurmConf(
+        gres="\n".join(gres_out) + "\n",
+        nodes="\n".join(node_out) + "\n",
+        topology="\n".join(topo_out) + "\n",
+    )

@@ -1,0 +1,65 @@
+"""Connecting to NATS, the same for every gpufleet process: nats-py's client with the
+process's options (name, callbacks, pings, auth from `procs.nats.auth_options`), nats-py
+reconnecting forever once connected, and the first connect retried here, since a
+daemon may start before NATS (`Retry`: how often, how long between tries)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+
+# What a failed first connect raises: no server answered, not in time, or refused us.
+CONNECT_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, nats.errors.Error)
+
+# Once connected, every process lets nats-py reconnect for ever.
+RECONNECT_FOREVER: dict[str, Any] = {"allow_reconnect": True, "max_reconnect_attempts": -1}
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The first connect: tried `attempts` times (0: until cancelled), `first_s` apart,
+    the wait doubling up to `max_s`; only `errors` are retried."""
+
+    first_s: float = 1.0
+    max_s: float = 1.0
+    attempts: int = 0
+    errors: tuple[type[BaseException], ...] = CONNECT_ERRORS
+
+
+ONCE = Retry(attempts=1)
+
+
+async def connect(
+    servers: Sequence[str],
+    options: Mapping[str, Any],
+    *,
+    retry: Retry = Retry(),
+    log: logging.Logger | None = None,
+    client: Client | None = None,
+) -> Client:
+    """A connected client (`client`, or a new one each try) for `servers`, connected
+    with `options` (nats-py's keywords). A failed try is logged at warning on `log`."""
+    delay = retry.first_s
+    tried = 0
+    while True:
+        tried += 1
+        nc = client if client is not None else Client()
+        try:
+            await nc.connect(servers=list(servers), **options)
+            return nc
+        except retry.errors as exc:
+            if retry.attempts and tried >= retry.attempts:
+                raise
+            if log is not None:
+                log.warning(
+                    "NATS at %s not reachable (%s); retrying in %.1fs",
+                    ",".join(servers), exc, delay,
+                )  # fmt: skip
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, retry.max_s)

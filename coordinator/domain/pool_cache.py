@@ -204,9 +204,8 @@ class PoolCache:
         return found
 
 
-class SnapshotDraft:
-    """One pool's bookings as a batch of bookings sees them: what was committed, plus
-    each booking of the batch decided so far (none of it visible to anyone else)."""
+class PoolView:
+    """The cached pool, seen for any window (`booking.PoolWindows`)."""
 
     def __init__(self, cache: PoolCache) -> None:
         self.cache = cache
@@ -215,8 +214,17 @@ class SnapshotDraft:
     def snapshot(self, start: int, end: int) -> PoolSnapshot:
         return build_snapshot(self.cache, start, end, frozenset())
 
+    def node(self, node_id: str) -> NodeSlot:
+        return self.cache.by_id[node_id]
+
     def reserved_atoms(self, now: int) -> set[str]:
+        """Atoms that already count as `reserved` (a booking starts after now)."""
         return {h.atom_id for h in self.cache.atoms if h.start > now}
+
+
+class SnapshotDraft(PoolView):
+    """One pool's bookings as a batch of bookings sees them: what was committed, plus
+    each booking of the batch decided so far (none of it visible to anyone else)."""
 
     def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
         cache = self.cache

@@ -21,18 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
+from coordinator.domain.booking import Booked, BookingRequest, Deferred, NotPlaced, Preemptible
 from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
 from coordinator.errors import CapacityNotAvailable, CoordinatorError, InvalidInput, QuotaExceeded
 from coordinator.ledger import (
-    Booked,
     BookingBatch,
-    BookingRequest,
-    Deferred,
     Ledger,
-    NotPlaced,
-    Preemptible,
     Recorded,
     Stored,
     body_hash,

@@ -179,7 +179,7 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
         if r.placement.spot:
             return NotPlaced(placement, None)
         if not may_preempt:
-            if place(r.placement, snap, ignore_spot=True).fits:
+            if place(r.placement, snap, ignore_spot=True, explain=False).fits:
                 return Deferred(PREEMPTS)
             return NotPlaced(placement, None)
         plan = preempting(draft.pool, r.placement, start, r.duration_ms, now, r.notice_ms)
@@ -234,16 +234,17 @@ def preempting(
     """For a regular request that does not fit: where it would go if it started at
     preemptAt and the spot reservations still holding what it takes were noticed.
     None when even preempting every spot booking would not make room."""
-    first = place(req, pool.snapshot(start, start + duration_ms), ignore_spot=True)
+    # Only whether they fit is asked of these placements: none of them is explained.
+    first = place(req, pool.snapshot(start, start + duration_ms), ignore_spot=True, explain=False)
     if not first.fits:
         return None
     moved_start = max(start, now + notice_ms)
     snap = pool.snapshot(moved_start, moved_start + duration_ms)
     # Spot reservations that end before preemptAt need no notice.
-    placement = place(req, snap)
+    placement = place(req, snap, explain=False)
     if placement.fits:
         return placement, frozenset(), moved_start
-    placement = place(req, snap, ignore_spot=True)
+    placement = place(req, snap, ignore_spot=True, explain=False)
     victims = frozenset().union(*(pick.victims for pick in placement.chosen))
     return placement, victims, moved_start
 

@@ -141,6 +141,12 @@ class NodeOrder(Protocol):
         need: int,
     ) -> tuple[Counter[str], int, Iterator[tuple[int, str, NodeSlot]]]: ...
 
+    def eligible(
+        self,
+        key: tuple[frozenset[str], bool, str | None, int | None],
+        refusal: Callable[[NodeSlot], str | None],
+    ) -> Iterator[NodeSlot]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PoolSnapshot:

@@ -172,14 +172,16 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
     now = draft.now
     start, end = r.start, r.start + r.duration_ms
     snap = draft.pool.snapshot(start, end)
-    placement = place(r.placement, snap)
+    # A booking takes the best node (every member of a gang): the placer stops at the
+    # first node that fits, which is the best, as it tries them in packing order.
+    placement = place(r.placement, snap, limit=1)
     victims: frozenset[str] = frozenset()
     preempt_at: int | None = None
     if not placement.fits:
         if r.placement.spot:
             return NotPlaced(placement, None)
         if not may_preempt:
-            if place(r.placement, snap, ignore_spot=True, explain=False).fits:
+            if place(r.placement, snap, ignore_spot=True, limit=1, explain=False).fits:
                 return Deferred(PREEMPTS)
             return NotPlaced(placement, None)
         plan = preempting(draft.pool, r.placement, start, r.duration_ms, now, r.notice_ms)
@@ -235,16 +237,18 @@ def preempting(
     preemptAt and the spot reservations still holding what it takes were noticed.
     None when even preempting every spot booking would not make room."""
     # Only whether they fit is asked of these placements: none of them is explained.
-    first = place(req, pool.snapshot(start, start + duration_ms), ignore_spot=True, explain=False)
+    first = place(
+        req, pool.snapshot(start, start + duration_ms), ignore_spot=True, limit=1, explain=False
+    )
     if not first.fits:
         return None
     moved_start = max(start, now + notice_ms)
     snap = pool.snapshot(moved_start, moved_start + duration_ms)
     # Spot reservations that end before preemptAt need no notice.
-    placement = place(req, snap, explain=False)
+    placement = place(req, snap, limit=1, explain=False)
     if placement.fits:
         return placement, frozenset(), moved_start
-    placement = place(req, snap, ignore_spot=True, explain=False)
+    placement = place(req, snap, ignore_spot=True, limit=1, explain=False)
     victims = frozenset().union(*(pick.victims for pick in placement.chosen))
     return placement, victims, moved_start
 

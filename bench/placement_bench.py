@@ -296,10 +296,23 @@ async def main() -> int:
                 f"{r['preview_ms_p99']} ms", f"{r['preview_p99_over_rollup_read']}x a rollup read",
                 "<= 10 ms", r["preview_ms_p99"] <= 10,
             ),
+            # Issue 30: the same figures as ratios to their baselines from this run.
+            Goal(
+                f"{backend}: capacity.preview p99 over a rollup read, {args.nodes:,} nodes",
+                f"{r['preview_ms_p99']} ms; read {r['rollup_read_ms_p50']} ms",
+                f"{r['preview_p99_over_rollup_read']}x a rollup read", "<= 3x a rollup read",
+                r["preview_p99_over_rollup_read"] <= 3,
+            ),
             Goal(
                 f"{backend}: reservations.create, 32 clients",
                 f"{r['create_per_s']['32']}/s", f"{r['create_32_over_bare']}x a bare commit",
                 ">= 500/s", r["create_per_s"]["32"] >= 500,
+            ),
+            Goal(
+                f"{backend}: reservations.create, 32 clients over a bare commit",
+                f"{r['create_per_s']['32']}/s; bare {r['bare_commits_per_s']}/s",
+                f"{r['create_32_over_bare']}x a bare commit", ">= 2x a bare commit",
+                r["create_32_over_bare"] >= 2,
             ),
             Goal(
                 f"{backend}: reservations.create, 8 clients",

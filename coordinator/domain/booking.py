@@ -137,8 +137,9 @@ class Draft:
     pool_id: str
     now: int
     pool: PoolWindows
-    # Atoms that already count as `reserved` (a booking of theirs starts after now).
-    reserved: set[str]
+    # Atoms that already count as `reserved` (a booking of theirs starts after now),
+    # read from `pool`: a batch adds each decision it records to the pool it drafts on.
+    reserved: Set[str]
     # Tenant → its quotas that count bookings in this pool, by resource, the pool's own
     # before the tenant-wide one.
     quotas: Mapping[str, list[Quota]]
@@ -150,9 +151,10 @@ class Draft:
     pending: dict[tuple[str, str], list[Commitment]] = field(default_factory=dict)
 
     def record(self, decision: Decision) -> None:
-        """A decision is being written with this draft: later ones count it."""
+        """A decision is being written with this draft: later ones count it against
+        the quotas (its bookings themselves are added to the pool by whoever drafts on
+        it, `SnapshotDraft.add`)."""
         res = decision.reservation
-        self.reserved.update(h.atom_id for h in decision.atoms if h.start > self.now)
         for h in decision.atoms:
             self.pending.setdefault((res.tenant_id, h.cls), []).append(
                 Commitment(h.start, h.end, 1)

@@ -15,6 +15,7 @@ of work raises `WriteRaced` and the workflow retries on a fresh snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from sqlalchemy import select, update
@@ -67,7 +68,7 @@ async def load_draft(
     conn: AsyncConnection,
     locks: TenantLocks,
     pool: PoolWindows,
-    reserved: set[str],
+    reserved: AbstractSet[str],
     pool_id: str,
     tenant_ids: Iterable[str],
     now: int,

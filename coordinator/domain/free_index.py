@@ -191,3 +191,8 @@ class WindowOrder:
                 yield free_there, node_id, nodes[node_id]
 
         return index.refused, few, merge(regular(), fitting())
+
+    def eligible(self, key: Key, refusal: Refusal) -> Iterator[NodeSlot]:
+        """Every node `refusal` let through under `key`, as `candidates` found them."""
+        nodes = self._counts.nodes()
+        return (nodes[n] for n in self._counts.index(key, refusal).free)

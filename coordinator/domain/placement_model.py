@@ -59,16 +59,15 @@ class AtomSlot:
     device_id: str = ""
     peers: frozenset[str] | None = None
     claim: Claim = field(init=False, compare=False)
+    # The `nvlinkClique` label, or None; read once (the placer sorts by it per request).
+    clique: str | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "claim", claim_of(self.atom_id, self.cls, self.device_id, self.attrs)
         )
-
-    @property
-    def clique(self) -> str | None:
         value = self.attrs.get("nvlinkClique")
-        return str(value) if value not in (None, "") else None
+        object.__setattr__(self, "clique", str(value) if value not in (None, "") else None)
 
     def linked(self, other: AtomSlot) -> bool:
         """Do the two GPUs share an NVLink?"""
@@ -140,6 +139,12 @@ class NodeOrder(Protocol):
         held: Mapping[str, tuple[HeldClaim, ...]],
         need: int,
     ) -> tuple[Counter[str], int, Iterator[tuple[int, str, NodeSlot]]]: ...
+
+    def eligible(
+        self,
+        key: tuple[frozenset[str], bool, str | None, int | None],
+        refusal: Callable[[NodeSlot], str | None],
+    ) -> Iterator[NodeSlot]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,12 @@ left after the placement, so a stream of small requests fills partly used nodes 
 breaking into whole ones. Ties break on nodeId, so the result is deterministic.
 
 Every node turned away is counted under the reason it was turned away for, as it is
-filtered (`Placement.filtered`, after Nomad's AllocMetric), and the shortfall messages
-are written from those counts and from the most each device entry found free on one node.
+filtered (`Placement.filtered`, after Nomad's AllocMetric and feasibility checkers), in
+one pass: a request that fits nowhere is explained from the nodes that pass judged (and
+those counted out for too few free atoms, judged then), never by filtering the fleet a
+second time. The shortfall messages are written from those counts and from the most each
+device entry found free on one node; a caller that only asks whether a request fits
+(`explain=False`) skips them.
 
 `ignore_spot=True` places as if spot bookings were gone; the picks then carry the spot
 reservations that would have to be preempted, only those whose capacity they need.
@@ -16,7 +20,7 @@ reservations that would have to be preempted, only those whose capacity they nee
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from coordinator.domain.node_fit import NodeView, clique_group, free_count, nvlink
 from coordinator.domain.placement_model import (
@@ -132,7 +136,11 @@ def place(
     *,
     ignore_spot: bool = False,
     limit: int = MAX_CANDIDATES,
+    explain: bool = True,
 ) -> Placement:
+    """Where `req` goes in `snap`, or (`explain`) why it goes nowhere; without
+    `explain` a placement that does not fit carries no shortfalls (a caller that only
+    asks whether it fits)."""
     short = _pool_short(req, snap)
     if short is not None:
         resource, free, asked = short
@@ -144,67 +152,106 @@ def place(
             gang=req.gang_size > 1,
         )
     metric = _Metric(req)
+    if req.gang_size == 1:
+        return _place_one(req, snap, metric, ignore_spot, limit, explain)
+    eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
+    picks = []
+    for node in eligible:
+        pick, _, reason = _fit(NodeView(node, snap, ignore_spot), req)
+        if pick is None:
+            metric.filtered[reason] += 1
+        else:
+            picks.append(pick)
+    return _place_gang(req, snap, picks, metric)
+
+
+def _place_one(
+    req: PlacementRequest,
+    snap: PoolSnapshot,
+    metric: _Metric,
+    ignore_spot: bool,
+    limit: int,
+    explain: bool,
+) -> Placement:
+    """One node: try nodes by packing score, stopping at `limit` fits. Each node is
+    judged once: a node turned away is recorded with its reason (and its view kept), so
+    a request that fits nowhere is explained from what this pass saw."""
     counted: Iterable[tuple[int, str, NodeSlot]]
-    if req.gang_size == 1 and not req.whole_node and snap.order is not None:
+    # Eligible nodes with too few free atoms of the requested classes are not tried;
+    # they are judged only to explain a request that fits nowhere.
+    few_nodes: Callable[[], Iterable[NodeSlot]]
+    few_reason = ""
+    low: list[NodeSlot] = []
+    if not req.whole_node and snap.order is not None:
         # Counts kept across requests (`free_index`): no pass over the fleet.
+        order = snap.order
         classes = {d.cls for d in req.devices}
         key = (frozenset(classes), ignore_spot, req.profile_id, req.profile_version)
-        refused, few, counted = snap.order.candidates(
+        refused, few, counted = order.candidates(
             key, lambda n: _refusal(n, req), snap.held, sum(d.count for d in req.devices)
         )
         metric.filtered.update(refused)
         if few:
-            metric.filtered[f"too few free {'/'.join(sorted(classes))}"] += few
-        eligible: list[NodeSlot] = []
+            few_reason = f"too few free {'/'.join(sorted(classes))}"
+            metric.filtered[few_reason] += few
+
+        def few_nodes() -> Iterable[NodeSlot]:
+            return order.eligible(key, lambda n: _refusal(n, req))
     else:
-        eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
-    if req.gang_size == 1:
         # The score is a function of one number per node (free atoms of the requested
         # classes, or the node's size for whole nodes), so trying nodes in that order
         # and stopping at `limit` fits gives exactly the top `limit` without building
         # every node's view.
+        eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
         if req.whole_node:
             counted = sorted((len(n.atoms), n.node_id, n) for n in eligible)
-        elif snap.order is None:
+        else:
             classes = {d.cls for d in req.devices}
             need = sum(d.count for d in req.devices)
             every = sorted(
                 (free_count(n, snap, classes, ignore_spot), n.node_id, n) for n in eligible
             )
             counted = [c for c in every if c[0] >= need]
-            few = len(every) - len(counted)
-            if few:
-                metric.filtered[f"too few free {'/'.join(sorted(classes))}"] += few
-        picks: list[NodePick] = []
-        tried = Counter[str]()
-        for _, _, node in counted:
-            pick, _, reason = _fit(NodeView(node, snap, ignore_spot), req)
-            if pick is None:
-                tried[reason] += 1
-                continue
-            picks.append(pick)
-            if len(picks) == limit:
-                break
-        if picks:
-            ranked = _rank(picks)
-            filtered = dict(metric.filtered + tried)
-            return Placement(True, tuple(ranked), victims=ranked[0].victims, filtered=filtered)
-        # Nothing fits: look at every eligible node again, recording why each fails.
-        metric = _Metric(req)
-        eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
-    group = clique_group(req)
-    picks = []
-    for node in eligible:
+            low = [c[2] for c in every if c[0] < need]
+            if low:
+                few_reason = f"too few free {'/'.join(sorted(classes))}"
+                metric.filtered[few_reason] += len(low)
+
+        def few_nodes() -> Iterable[NodeSlot]:
+            return low
+
+    picks: list[NodePick] = []
+    turned_away: list[tuple[NodeView, str]] = []
+    for _, _, node in counted:
         view = NodeView(node, snap, ignore_spot)
         pick, _, reason = _fit(view, req)
         if pick is None:
-            metric.filtered[reason] += 1
-            if req.gang_size == 1:
-                metric.observe(view, req, group)
-        else:
-            picks.append(pick)
-    if req.gang_size > 1:
-        return _place_gang(req, snap, picks, metric)
+            turned_away.append((view, reason))
+            continue
+        picks.append(pick)
+        if len(picks) == limit:
+            break
+    if picks:
+        ranked = _rank(picks)
+        filtered = metric.filtered + Counter(reason for _, reason in turned_away)
+        return Placement(True, tuple(ranked), victims=ranked[0].victims, filtered=dict(filtered))
+    if not explain:
+        return Placement(False, filtered=dict(metric.filtered))
+    # Nothing fits, so every eligible node was tried or counted out: explain from the
+    # nodes tried, judging only those counted out now (what each lacks, in its words).
+    if few_reason:
+        del metric.filtered[few_reason]
+    tried = {view.node.node_id for view, _ in turned_away}
+    for node in few_nodes():
+        if node.node_id not in tried:
+            view = NodeView(node, snap, ignore_spot)
+            turned_away.append((view, _fit(view, req)[2]))
+    # Refusals were counted as eligible nodes were found; these are the eligible ones.
+    metric.eligible = len(turned_away)
+    group = clique_group(req)
+    for view, reason in turned_away:
+        metric.filtered[reason] += 1
+        metric.observe(view, req, group)
     shortfalls, reason = _shortfalls(req, snap, metric, group)
     return Placement(False, shortfalls=shortfalls, reason=reason, filtered=dict(metric.filtered))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -204,9 +205,8 @@ class PoolCache:
         return found
 
 
-class SnapshotDraft:
-    """One pool's bookings as a batch of bookings sees them: what was committed, plus
-    each booking of the batch decided so far (none of it visible to anyone else)."""
+class PoolView:
+    """The cached pool, seen for any window (`booking.PoolWindows`)."""
 
     def __init__(self, cache: PoolCache) -> None:
         self.cache = cache
@@ -215,8 +215,40 @@ class SnapshotDraft:
     def snapshot(self, start: int, end: int) -> PoolSnapshot:
         return build_snapshot(self.cache, start, end, frozenset())
 
-    def reserved_atoms(self, now: int) -> set[str]:
-        return {h.atom_id for h in self.cache.atoms if h.start > now}
+    def node(self, node_id: str) -> NodeSlot:
+        return self.cache.by_id[node_id]
+
+    def reserved_atoms(self, now: int) -> ReservedAtoms:
+        """Atoms that already count as `reserved` (a booking starts after now)."""
+        return ReservedAtoms(self.cache, now)
+
+
+class ReservedAtoms(AbstractSet[str]):
+    """Atoms with a booking that starts after `now`, as the cache holds them (bookings
+    added later included). A booking asks about its own few atoms: each is looked up
+    among its node's bookings, not by collecting the whole pool's."""
+
+    def __init__(self, cache: PoolCache, now: int) -> None:
+        self._cache, self._now = cache, now
+
+    def __contains__(self, atom_id: object) -> bool:
+        where = self._cache.current.get(atom_id) if isinstance(atom_id, str) else None
+        held = self._cache.by_node.get(where[0], ()) if where else self._cache.atoms
+        return any(h.atom_id == atom_id and h.start > self._now for h in held)
+
+    def _all(self) -> set[str]:
+        return {h.atom_id for h in self._cache.atoms if h.start > self._now}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class SnapshotDraft(PoolView):
+    """One pool's bookings as a batch of bookings sees them: what was committed, plus
+    each booking of the batch decided so far (none of it visible to anyone else)."""
 
     def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
         cache = self.cache

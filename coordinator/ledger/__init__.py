@@ -2,11 +2,11 @@
 
 Everything outside the package uses the names below and nothing else: the `Ledger`
 facade with its repositories, the unit of work a workflow writes through, the values
-repositories return and the errors they raise.
+repositories return and the errors they raise. What a booking is (its request and
+outcomes) is the domain's (`coordinator/domain/booking.py`), not storage.
 """
 
-from coordinator.ledger.booking_batch import BookingBatch, Deferred
-from coordinator.ledger.bookings import Booked, BookingRequest, NotPlaced, Preemptible, Preview
+from coordinator.ledger.booking_batch import BookingBatch
 from coordinator.ledger.catalog import NodePage
 from coordinator.ledger.database import Database, LedgerUnavailable, normalize_url
 from coordinator.ledger.facade import Ledger
@@ -21,11 +21,8 @@ from coordinator.ledger.tenants import IssuedKey
 from coordinator.ledger.unit_of_work import UnitOfWork, WriteRaced
 
 __all__ = [
-    "Booked",
     "BookingBatch",
-    "BookingRequest",
     "Database",
-    "Deferred",
     "InventoryRefused",
     "IssuedKey",
     "Leadership",
@@ -35,11 +32,8 @@ __all__ = [
     "NodePage",
     "NodeWriter",
     "NotLeader",
-    "NotPlaced",
     "OutboxBacklog",
     "PendingAlert",
-    "Preemptible",
-    "Preview",
     "Recorded",
     "ReservationFilter",
     "Stored",

@@ -11,12 +11,13 @@ before any pool lock (one lock order: tenant, then pools sorted, then reservatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.commitments import Commitment, peak
+from coordinator.domain.booking import OverQuota
+from coordinator.domain.commitments import Commitment
 from coordinator.domain.errors import QuotaExceeded
 from coordinator.domain.model import SCALAR_RESOURCES, Quota
 from coordinator.ledger import schema
@@ -142,27 +143,6 @@ async def commitments(
     return [Commitment(int(a), int(e), 1) for a, e in atom_rows.all()]
 
 
-async def check(
-    conn: AsyncConnection,
-    locks: TenantLocks,
-    tenant_id: str,
-    pool_id: str,
-    asked: Mapping[str, int],
-    start: int,
-    end: int,
-) -> None:
-    """QUOTA_EXCEEDED when `asked` over `[start, end)` would take the tenant past a quota
-    at any instant of the window."""
-    wanted = {resource: n for resource, n in asked.items() if n > 0}
-    for quota in await applicable(conn, tenant_id, pool_id, wanted):
-        if quota.pool_id is None:
-            await locks.ensure(tenant_id)
-        held = await commitments(conn, tenant_id, quota.resource, quota.pool_id, start, end)
-        error = exceeded(quota, peak(held, start, end), wanted[quota.resource])
-        if error is not None:
-            raise error
-
-
 async def of_tenants(conn: AsyncConnection, tenant_ids: Iterable[str], pool_id: str) -> list[Quota]:
     """Every quota of these tenants that bookings in `pool_id` count against."""
     q = schema.quotas.c
@@ -175,11 +155,9 @@ async def of_tenants(conn: AsyncConnection, tenant_ids: Iterable[str], pool_id: 
     return sorted(found, key=lambda qu: (qu.tenant_id, qu.resource, qu.pool_id is None))
 
 
-def exceeded(quota: Quota, used: int, want: int) -> QuotaExceeded | None:
-    """QUOTA_EXCEEDED when `want` more on top of `used` (at the window's busiest
-    instant) passes the quota's limit."""
-    if used + want <= quota.limit:
-        return None
+def exceeded(verdict: OverQuota) -> QuotaExceeded:
+    """The QUOTA_EXCEEDED error of a quota verdict (`domain.booking.quota_verdict`)."""
+    quota, used, want = verdict.quota, verdict.used, verdict.requested
     return QuotaExceeded(
         f"quota for {quota.resource} exceeded: {used} in use at the busiest instant "
         f"of the window, {want} asked, limit {quota.limit}",

@@ -20,13 +20,14 @@ from coordinator.domain.pool_cache import (
     HeldAtom,
     HeldScalar,
     PoolCache,
+    PoolView,
     SnapshotDraft,
     build_snapshot,
 )
 from coordinator.domain.states import node_bucket
 from coordinator.ledger.snapshot_loader import bump, load_bookings, load_nodes, versions
 
-__all__ = ["HeldAtom", "HeldScalar", "SnapshotCache", "SnapshotDraft", "bump"]
+__all__ = ["HeldAtom", "HeldScalar", "PoolView", "SnapshotCache", "SnapshotDraft", "bump"]
 
 KEEP_ENDED_MS = 5 * 60 * 1000
 
@@ -47,6 +48,11 @@ class SnapshotCache:
     ) -> PoolSnapshot:
         cache = await self._fresh(conn, pool_id, now)
         return build_snapshot(cache, start, end, ignore_reservations)
+
+    async def view(self, conn: AsyncConnection, pool_id: str, now: int) -> PoolView:
+        """The pool as the database holds it, for any window (read, or decide under the
+        pool lock without adding to it)."""
+        return PoolView(await self._fresh(conn, pool_id, now))
 
     async def draft(self, conn: AsyncConnection, pool_id: str, now: int) -> SnapshotDraft:
         """A private copy of the pool as the database holds it, to which a batch of
@@ -78,13 +84,6 @@ class SnapshotCache:
             cache.bookings_version = bookings_v
             self.reloads += 1
         return cache
-
-    def reserved_atoms(self, pool_id: str, now: int) -> set[str]:
-        """Atoms that already count as `reserved` (a booking starts after now)."""
-        return {h.atom_id for h in self._pools[pool_id].atoms if h.start > now}
-
-    def bookings_version(self, pool_id: str) -> int:
-        return self._pools[pool_id].bookings_version
 
     def committed(
         self,

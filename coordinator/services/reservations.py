@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coordinator.domain.booking import Booked, BookingRequest, Deferred, NotPlaced, Preemptible
 from coordinator.domain.errors import (
     CapacityNotAvailable,
     CoordinatorError,
@@ -30,13 +31,8 @@ from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
 from coordinator.ledger import (
-    Booked,
     BookingBatch,
-    BookingRequest,
-    Deferred,
     Ledger,
-    NotPlaced,
-    Preemptible,
     Recorded,
     Stored,
     body_hash,

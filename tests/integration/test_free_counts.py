@@ -8,9 +8,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from coordinator.domain.booking import Booked, BookingRequest
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.domain.placer import place
-from coordinator.ledger import Booked, BookingRequest, Ledger
+from coordinator.ledger import Ledger
 from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
 from tests.factories import make_inventory

@@ -55,10 +55,10 @@ from hypothesis import HealthCheck, Phase, reproduce_failure, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain import claims
+from coordinator.domain import booking, claims
 from coordinator.domain.placement_model import AtomSlot
 from coordinator.domain.pool_cache import PoolCache
-from coordinator.ledger import Database, Ledger, bookings
+from coordinator.ledger import Database, Ledger
 from coordinator.ledger.snapshot import SnapshotCache
 from tests.simulation.concurrent import run_concurrently
 from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
@@ -197,10 +197,10 @@ def _never_preempts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plant D (issue 23): a regular request that fits only by preempting spot holders
     is refused (and preview offers no `preemptible`)."""
 
-    async def nothing(*args: object, **kwargs: object) -> None:
+    def nothing(*args: object, **kwargs: object) -> None:
         return None
 
-    monkeypatch.setattr(bookings, "preempting", nothing)
+    monkeypatch.setattr(booking, "preempting", nothing)
 
 
 # Each plant: how it is planted, what the simulation reports, and a seed whose search

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.domain.booking import Booked, BookingRequest, NotPlaced
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
-from coordinator.ledger import Booked, BookingRequest, Ledger, NotPlaced
+from coordinator.ledger import Ledger
 from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
 from shared.wire import Atom, GpuInfo, Inventory, NodeHealth, Scalars

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.placement_model import HeldClaim, PoolSnapshot
 from coordinator.ledger import Database, Ledger
 from coordinator.ledger.bookings import BookingRepo
-from coordinator.ledger.snapshot import SnapshotCache
+from coordinator.ledger.snapshot import PoolView, SnapshotCache
 
 
 class _CurrentFormsOnly(Mapping[str, tuple[HeldClaim, ...]]):
@@ -37,7 +37,20 @@ class _CurrentFormsOnly(Mapping[str, tuple[HeldClaim, ...]]):
         return len(self._held)
 
 
+def _forgetful(snap: PoolSnapshot) -> PoolSnapshot:
+    current = {a.atom_id for n in snap.nodes for a in n.atoms}
+    return replace(snap, held=_CurrentFormsOnly(snap.held, current))
+
+
+class _ForgetfulView(PoolView):
+    def snapshot(self, start: int, end: int) -> PoolSnapshot:
+        return _forgetful(super().snapshot(start, end))
+
+
 class ForgetfulSnapshots(SnapshotCache):
+    """The pool as a single create and a preview see it (`view`), and as anyone else
+    asks for a window of it (`snapshot`)."""
+
     async def snapshot(
         self,
         conn: AsyncConnection,
@@ -48,8 +61,10 @@ class ForgetfulSnapshots(SnapshotCache):
         ignore_reservations: frozenset[str] = frozenset(),
     ) -> PoolSnapshot:
         snap = await super().snapshot(conn, pool_id, start, end, now, ignore_reservations)
-        current = {a.atom_id for n in snap.nodes for a in n.atoms}
-        return replace(snap, held=_CurrentFormsOnly(snap.held, current))
+        return _forgetful(snap)
+
+    async def view(self, conn: AsyncConnection, pool_id: str, now: int) -> PoolView:
+        return _ForgetfulView((await super().view(conn, pool_id, now)).cache)
 
 
 class PlantedLedger(Ledger):

@@ -3,8 +3,12 @@ NVLink cliques from a link matrix: pairwise links, not connected components."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
+import pytest
+
+from coordinator.domain import placer
 from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.placement_model import (
     AtomSlot,
@@ -287,3 +291,32 @@ def test_a_fit_counts_the_nodes_tried_and_turned_away_and_stops_at_the_limit() -
     many = PoolSnapshot(tuple(node(f"n{i:02}") for i in range(12)))
     assert [c.node_id for c in place(gpus(1), many).candidates] == [f"n{i:02}" for i in range(10)]
     assert [c.node_id for c in place(gpus(1), many, limit=2).candidates] == ["n00", "n01"]
+
+
+def test_a_refusal_judges_each_node_once_and_answers_as_every_node_judged_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pass (as Nomad's feasibility checkers): a node turned away is recorded with
+    its reason as it is tried; nodes counted out for too few free atoms are judged only
+    when nothing fits, and no node is judged twice."""
+    # Six nodes with four GPUs in two NVLink pairs (tried, and turned away), three with
+    # two (counted out without being tried).
+    nodes = tuple(node(f"n{i}", gpus=4 if i < 6 else 2, cliques=2) for i in range(9))
+    snap = book(PoolSnapshot(nodes), [f"n{i}:gpu:0" for i in range(0, 9, 2)], "r")
+    views: Counter[str] = Counter()
+
+    class Counted(placer.NodeView):
+        def __init__(self, n: NodeSlot, s: PoolSnapshot, ignore_spot: bool) -> None:
+            views[n.node_id] += 1
+            super().__init__(n, s, ignore_spot)
+
+    monkeypatch.setattr(placer, "NodeView", Counted)
+    req = PlacementRequest(devices=(DeviceRequest("gpu", 3, topology="nvlink-all"),))
+    refused = place(req, snap)
+    assert not refused.fits
+    assert set(views) == {n.node_id for n in nodes} and max(views.values()) == 1
+    assert refused.reason is not None and refused.reason.startswith("no node can take")
+    assert refused.filtered == {"too few NVLink-connected free gpu": 9}
+    kept = replace(snap, order=FreeCounts(nodes, lambda n: snap.held.get(n, ())).window(
+        frozenset(), 0, 1))  # fmt: skip
+    assert place(req, kept) == refused

@@ -1,7 +1,12 @@
 """Engine creation for SQLite (default, a file) and PostgreSQL (asyncpg), and migrations.
 
-SQLite runs in WAL mode with a busy timeout; writers take the lock up front
-(`BEGIN IMMEDIATE`) so that read-then-write transactions cannot deadlock on upgrade.
+SQLite runs in WAL mode; writers take the lock up front (`BEGIN IMMEDIATE`) so that
+read-then-write transactions cannot deadlock on upgrade. A writer waits for the lock up
+to `SQLITE_LOCK_WAIT_S`, but only a slice of it (`SQLITE_BUSY_SLICE_MS`) inside the
+driver's thread, where a cancel cannot reach it: the rest is spent sleeping in the event
+loop between tries (`begin`), so a cancelled task leaves within a slice. With the whole
+wait in the thread, a coordinator whose loops queued for the lock took up to the full
+wait to stop, and its tasks outlived shutdown.
 
 PostgreSQL URLs may name several hosts (`postgresql://u@db1:5432,db2:5432/gpufleet`):
 asyncpg tries them in turn and, with `target_session_attrs=read-write` (added when
@@ -27,7 +32,12 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncTransaction,
+    create_async_engine,
+)
 
 from coordinator.errors import Unavailable
 from coordinator.ledger.fence import check_fence
@@ -38,6 +48,11 @@ DEFAULT_PG_PORT = 5432
 # connection exceptions, operator intervention (terminated, shutting down), read-only
 # (a standby after failover), insufficient resources (too many connections).
 _AWAY_SQLSTATES = ("08", "57P", "25006", "53")
+# How long a SQLite writer waits for the write lock in all (a coordinator migrating the
+# same file may hold it for seconds; pysqlite's own 5 s ran out under load), and how
+# much of it one try may spend blocked in the driver's thread.
+SQLITE_LOCK_WAIT_S = 30.0
+SQLITE_BUSY_SLICE_MS = 100
 
 
 class LedgerUnavailable(Unavailable):
@@ -126,13 +141,15 @@ class Database:
             # Let SQLAlchemy, not pysqlite, decide when transactions begin.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            # The busy timeout first: switching a new file to WAL needs the write lock,
-            # which another coordinator migrating the same file may hold for seconds
-            # (pysqlite's own 5 s wait ran out under load: "database is locked").
-            cur.execute("PRAGMA busy_timeout=30000")
+            # The whole wait first: switching a new file to WAL needs the write lock,
+            # which another coordinator migrating the same file may hold for seconds;
+            # connecting is not where a loop waits when it is cancelled.
+            cur.execute(f"PRAGMA busy_timeout={int(SQLITE_LOCK_WAIT_S * 1000)}")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
+            # From here on the thread waits a slice at a time (`begin`).
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SLICE_MS}")
             cur.close()
 
         @event.listens_for(sync_engine, "begin")
@@ -154,7 +171,7 @@ class Database:
                 # Only outside a transaction; the migration checks the references itself.
                 await conn.run_sync(_enforce_foreign_keys, False)
             try:
-                async with conn.begin():
+                async with self._written(conn):
                     return await conn.run_sync(migrate)
             finally:
                 if self.dialect == "sqlite":
@@ -164,9 +181,46 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; inside `Leadership.fenced()` it is a leader write and
         begins with the fence check (`coordinator.ledger.fence`)."""
-        async with unavailable_on_lost_connection(), self.engine.begin() as conn:
+        async with (
+            unavailable_on_lost_connection(),
+            self.engine.connect() as conn,
+            self._written(conn),
+        ):
             await check_fence(conn)
             yield conn
+
+    @asynccontextmanager
+    async def _written(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        """A write transaction on `conn` (`begin`): committed when the block ends,
+        rolled back when it raises."""
+        tx = await self.begin(conn)
+        try:
+            yield
+        except BaseException:
+            if tx.is_active:
+                await tx.rollback()
+            raise
+        if tx.is_active:
+            await tx.commit()
+
+    async def begin(self, conn: AsyncConnection) -> AsyncTransaction:
+        """Begin a write transaction on `conn`. SQLite: tried until the write lock is
+        had or `SQLITE_LOCK_WAIT_S` has passed, sleeping between tries in the event loop
+        (where a cancel ends the wait at once), each try blocking the driver's thread
+        for at most `SQLITE_BUSY_SLICE_MS`."""
+        if self.dialect != "sqlite":
+            return await conn.begin()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SQLITE_LOCK_WAIT_S
+        pause = 0.005
+        while True:
+            try:
+                return await conn.begin()
+            except OperationalError as exc:
+                if not _sqlite_busy(exc) or loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -209,6 +263,11 @@ async def unavailable_on_lost_connection() -> AsyncIterator[None]:
                 "the ledger database is unreachable; retry", {"reason": type(exc).__name__}
             ) from exc
         raise
+
+
+def _sqlite_busy(exc: OperationalError) -> bool:
+    """SQLite's "database is locked": another connection holds the write lock."""
+    return getattr(exc.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
 
 
 def _enforce_foreign_keys(conn: Connection, on: bool) -> None:

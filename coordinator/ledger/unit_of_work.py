@@ -128,7 +128,7 @@ class UnitOfWork:
 async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[UnitOfWork]:
     try:
         async with unavailable_on_lost_connection(), db.engine.connect() as conn:
-            tx = await conn.begin()
+            tx = await db.begin(conn)
             await check_fence(conn)
             uow = UnitOfWork(conn, tx, snapshots)
             try:

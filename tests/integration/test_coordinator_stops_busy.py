@@ -1,0 +1,107 @@
+"""A coordinator stops within its grace period however busy its loops are: with the
+database's write lock held by another session (every leader loop waits in its first
+statement) and its NATS server hung (SIGSTOP: every publish and probe waits), leaving
+`running_coordinator` takes about as long as on an idle machine, and no shutdown step
+overruns.
+
+Before the fix a loop waiting for SQLite's lock sat in the driver's thread for the whole
+30 s busy timeout, where a cancel cannot reach it: shutdown gave up on the loops after
+15 s (`shutdown: loops did not finish within 15 s`) and the loops' tasks outlived the
+event loop; the bus drain waited 5 s more on a hung server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import asyncpg
+import pytest
+
+from coordinator.app import running_coordinator
+from ops.embedded_nats import EmbeddedNats
+from tests.integration.conftest import coordinator_settings
+from tests.waiting import eventually
+
+# Measured: 0.03-0.15 s on an idle machine. The grace is the product's (a loop ends
+# within a second of its cancel) plus the other steps' own bounded closes.
+GRACE_S = 2.0
+
+
+@pytest.fixture
+def hung_nats() -> Iterator[EmbeddedNats]:
+    """A nats-server of this test's own, to be paused."""
+    with EmbeddedNats() as server:
+        yield server
+
+
+@asynccontextmanager
+async def write_lock_held(database_url: str) -> AsyncIterator[None]:
+    """Another session holds what every leader loop's transaction needs first: SQLite's
+    write lock, or every PostgreSQL table (the fence check reads `leader_term`)."""
+    if database_url.startswith("sqlite:///"):
+        other = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            # No view of SQLite's waiters: a few rounds of the 50 ms loops.
+            await asyncio.sleep(0.5)
+            yield
+        finally:
+            other.close()
+        return
+    conn = await asyncpg.connect(database_url)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        tables = [
+            r[0]
+            for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        await conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+
+        async def loops_waiting() -> bool:
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND application_name LIKE 'gpufleet-coordinator%'"
+                " AND datname = current_database()"
+            )
+            return bool(waiting)
+
+        await eventually(loops_waiting)
+        yield
+        await tx.rollback()
+    finally:
+        await conn.close()
+
+
+async def test_a_coordinator_with_its_loops_busy_stops_within_its_grace(
+    database_url: str, hung_nats: EmbeddedNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = coordinator_settings(database_url, hung_nats.url, reservation_tick_s=0.05)
+    async with AsyncExitStack() as held:
+        async with running_coordinator(settings):
+            await held.enter_async_context(write_lock_held(database_url))
+            hung_nats.pause()
+            # A probe is under way or due: the hung server is being waited on.
+            await asyncio.sleep(settings.nats_probe_interval_s)
+            started = time.monotonic()
+        took = time.monotonic() - started
+        hung_nats.resume()
+    overran = [r.getMessage() for r in caplog.records if "shutdown:" in r.getMessage()]
+    assert not overran
+    assert took < GRACE_S, f"the coordinator took {took:.1f} s to stop"
+
+
+async def test_loops_busy_on_the_database_alone_stop_at_once(
+    database_url: str, nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    settings = coordinator_settings(database_url, nats_url, reservation_tick_s=0.05)
+    async with running_coordinator(settings) as c, write_lock_held(database_url):
+        started = time.monotonic()
+        await c.loops.stop()
+        took = time.monotonic() - started
+    assert took < 1.0, f"the loops took {took:.1f} s to end"

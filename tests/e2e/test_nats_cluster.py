@@ -30,7 +30,7 @@ from ops.client import ApiClient
 from ops.embedded_nats import EmbeddedNatsCluster, free_port
 from shared.wire import Alert
 from tests.database import database
-from tests.e2e.fleet_procs import BIN, stop, wait_for
+from tests.e2e.fleet_procs import BIN, stop_all, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -56,10 +56,11 @@ class Procs:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            stop(proc)
-        for log in self._logs:
-            log.close()
+        try:
+            stop_all(self.procs.values())
+        finally:
+            for log in self._logs:
+                log.close()
 
 
 @pytest.fixture

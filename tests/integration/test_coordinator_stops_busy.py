@@ -1,8 +1,8 @@
 """A coordinator stops within its grace period however busy its loops are: with the
 database's write lock held by another session (every leader loop waits in its first
 statement) and its NATS server hung (SIGSTOP: every publish and probe waits), leaving
-`running_coordinator` takes about as long as on an idle machine, and no shutdown step
-overruns.
+`running_coordinator` takes about a second (the bus's bounded last flush), and no
+shutdown step overruns.
 
 Before the fix a loop waiting for SQLite's lock sat in the driver's thread for the whole
 30 s busy timeout, where a cancel cannot reach it: shutdown gave up on the loops after

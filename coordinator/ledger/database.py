@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,6 +44,8 @@ from coordinator.errors import Unavailable
 from coordinator.ledger.fence import check_fence
 from coordinator.ledger.migrations import migrate
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PG_PORT = 5432
 # SQLSTATE classes that mean "the database is away", not "the statement is wrong":
 # connection exceptions, operator intervention (terminated, shutting down), read-only
@@ -53,6 +56,8 @@ _AWAY_SQLSTATES = ("08", "57P", "25006", "53")
 # much of it one try may spend blocked in the driver's thread.
 SQLITE_LOCK_WAIT_S = 30.0
 SQLITE_BUSY_SLICE_MS = 100
+# How long closing the pool may wait on a database that stopped answering.
+DISPOSE_TIMEOUT_S = 3.0
 
 
 class LedgerUnavailable(Unavailable):
@@ -183,11 +188,25 @@ class Database:
         begins with the fence check (`coordinator.ledger.fence`)."""
         async with (
             unavailable_on_lost_connection(),
-            self.engine.connect() as conn,
+            self.connect() as conn,
             self._written(conn),
         ):
             await check_fence(conn)
             yield conn
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection. One whose work is cancelled is dropped (invalidated)
+        rather than rolled back and returned: the rollback waits for the server's
+        answer, without end when it stopped answering, and a cancelled loop would wait
+        with it (SQLAlchemy shields the close); the server ends the transaction with
+        the session."""
+        async with self.engine.connect() as conn:
+            try:
+                yield conn
+            except asyncio.CancelledError:
+                await conn.invalidate()
+                raise
 
     @asynccontextmanager
     async def _written(self, conn: AsyncConnection) -> AsyncIterator[None]:
@@ -224,12 +243,24 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with unavailable_on_lost_connection(), self.engine.connect() as conn:
+        async with unavailable_on_lost_connection(), self.connect() as conn:
             await conn.execution_options(gpufleet_readonly=True)
             yield conn
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        """Close the pool's connections; a database that stopped answering is left
+        after `DISPOSE_TIMEOUT_S` (asyncpg waits for its goodbye without end), its
+        connections dropped unclosed."""
+        try:
+            async with asyncio.timeout(DISPOSE_TIMEOUT_S):
+                await self.engine.dispose()
+        except TimeoutError:
+            log.warning(
+                "the database did not answer within %.0f s while its connections were"
+                " closed; dropping them",
+                DISPOSE_TIMEOUT_S,
+            )
+            await self.engine.dispose(close=False)
 
 
 @asynccontextmanager

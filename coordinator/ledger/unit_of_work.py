@@ -127,7 +127,7 @@ class UnitOfWork:
 @asynccontextmanager
 async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[UnitOfWork]:
     try:
-        async with unavailable_on_lost_connection(), db.engine.connect() as conn:
+        async with unavailable_on_lost_connection(), db.connect() as conn:
             tx = await db.begin(conn)
             await check_fence(conn)
             uow = UnitOfWork(conn, tx, snapshots)

@@ -7,7 +7,10 @@ shutdown step overruns.
 Before the fix a loop waiting for SQLite's lock sat in the driver's thread for the whole
 30 s busy timeout, where a cancel cannot reach it: shutdown gave up on the loops after
 15 s (`shutdown: loops did not finish within 15 s`) and the loops' tasks outlived the
-event loop; the bus drain waited 5 s more on a hung server."""
+event loop; the bus drain waited 5 s more on a hung server. On a PostgreSQL server that
+stopped answering, a loop cancelled mid-statement waited without end for the rollback
+of its connection (SQLAlchemy shields that close from the cancel), and closing the pool
+waited for each connection's goodbye."""
 
 from __future__ import annotations
 
@@ -17,12 +20,14 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
 from coordinator.app import running_coordinator
 from ops.embedded_nats import EmbeddedNats
+from tests.freezable_proxy import FreezableProxy
 from tests.integration.conftest import coordinator_settings
 from tests.waiting import eventually
 
@@ -106,3 +111,32 @@ async def test_loops_busy_on_the_database_alone_stop_at_once(
         await c.loops.stop()
         took = time.monotonic() - started
     assert took < GRACE_S, f"the loops took {took:.1f} s to end"
+
+
+# Measured 3.1 s: the pool's close gives up on the silent server after 3 s.
+FROZEN_DB_GRACE_S = 8.0
+
+
+async def test_a_coordinator_whose_database_stopped_answering_stops_within_its_grace(
+    database_url: str, nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a database server on the network; SQLite is a file")
+    url = urlsplit(database_url)
+    proxy = FreezableProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    await proxy.start()
+    via_proxy = url._replace(netloc=f"{url.username}@127.0.0.1:{proxy.port}").geturl()
+    settings = coordinator_settings(via_proxy, nats_url, reservation_tick_s=0.05)
+    try:
+        async with running_coordinator(settings):
+            proxy.freeze()
+            # No view of statements in flight through a frozen link: a few rounds of
+            # the 50 ms loops, each now waiting on the silent server.
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+        took = time.monotonic() - started
+    finally:
+        await proxy.close()
+    overran = [r.getMessage() for r in caplog.records if "shutdown:" in r.getMessage()]
+    assert not overran
+    assert took < FROZEN_DB_GRACE_S, f"the coordinator took {took:.1f} s to stop"

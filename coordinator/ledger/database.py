@@ -211,10 +211,12 @@ class Database:
     @asynccontextmanager
     async def _written(self, conn: AsyncConnection) -> AsyncIterator[None]:
         """A write transaction on `conn` (`begin`): committed when the block ends,
-        rolled back when it raises."""
+        rolled back when it raises (cancelled: dropped with its connection)."""
         tx = await self.begin(conn)
         try:
             yield
+        except asyncio.CancelledError:
+            raise  # no rollback to wait for: `connect` drops the connection
         except BaseException:
             if tx.is_active:
                 await tx.rollback()

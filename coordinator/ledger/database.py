@@ -1,7 +1,12 @@
 """Engine creation for SQLite (default, a file) and PostgreSQL (asyncpg), and migrations.
 
-SQLite runs in WAL mode with a busy timeout; writers take the lock up front
-(`BEGIN IMMEDIATE`) so that read-then-write transactions cannot deadlock on upgrade.
+SQLite runs in WAL mode; writers take the lock up front (`BEGIN IMMEDIATE`) so that
+read-then-write transactions cannot deadlock on upgrade. A writer waits for the lock up
+to `SQLITE_LOCK_WAIT_S`, but only a slice of it (`SQLITE_BUSY_SLICE_MS`) inside the
+driver's thread, where a cancel cannot reach it: the rest is spent sleeping in the event
+loop between tries (`begin`), so a cancelled task leaves within a slice. With the whole
+wait in the thread, a coordinator whose loops queued for the lock took up to the full
+wait to stop, and its tasks outlived shutdown.
 
 PostgreSQL URLs may name several hosts (`postgresql://u@db1:5432,db2:5432/gpufleet`):
 asyncpg tries them in turn and, with `target_session_attrs=read-write` (added when
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,17 +33,31 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncTransaction,
+    create_async_engine,
+)
 
 from coordinator.domain.errors import Unavailable
 from coordinator.ledger.fence import check_fence
 from coordinator.ledger.migrations import migrate
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PG_PORT = 5432
 # SQLSTATE classes that mean "the database is away", not "the statement is wrong":
 # connection exceptions, operator intervention (terminated, shutting down), read-only
 # (a standby after failover), insufficient resources (too many connections).
 _AWAY_SQLSTATES = ("08", "57P", "25006", "53")
+# How long a SQLite writer waits for the write lock in all (a coordinator migrating the
+# same file may hold it for seconds; pysqlite's own 5 s ran out under load), and how
+# much of it one try may spend blocked in the driver's thread.
+SQLITE_LOCK_WAIT_S = 30.0
+SQLITE_BUSY_SLICE_MS = 100
+# How long closing the pool may wait on a database that stopped answering.
+DISPOSE_TIMEOUT_S = 3.0
 
 
 class LedgerUnavailable(Unavailable):
@@ -126,13 +146,15 @@ class Database:
             # Let SQLAlchemy, not pysqlite, decide when transactions begin.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            # The busy timeout first: switching a new file to WAL needs the write lock,
-            # which another coordinator migrating the same file may hold for seconds
-            # (pysqlite's own 5 s wait ran out under load: "database is locked").
-            cur.execute("PRAGMA busy_timeout=30000")
+            # The whole wait first: switching a new file to WAL needs the write lock,
+            # which another coordinator migrating the same file may hold for seconds;
+            # connecting is not where a loop waits when it is cancelled.
+            cur.execute(f"PRAGMA busy_timeout={int(SQLITE_LOCK_WAIT_S * 1000)}")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
+            # From here on the thread waits a slice at a time (`begin`).
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SLICE_MS}")
             cur.close()
 
         @event.listens_for(sync_engine, "begin")
@@ -154,7 +176,7 @@ class Database:
                 # Only outside a transaction; the migration checks the references itself.
                 await conn.run_sync(_enforce_foreign_keys, False)
             try:
-                async with conn.begin():
+                async with self._written(conn):
                     return await conn.run_sync(migrate)
             finally:
                 if self.dialect == "sqlite":
@@ -164,18 +186,83 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; inside `Leadership.fenced()` it is a leader write and
         begins with the fence check (`coordinator.ledger.fence`)."""
-        async with unavailable_on_lost_connection(), self.engine.begin() as conn:
+        async with (
+            unavailable_on_lost_connection(),
+            self.connect() as conn,
+            self._written(conn),
+        ):
             await check_fence(conn)
             yield conn
 
     @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection. One whose work is cancelled is dropped (invalidated)
+        rather than rolled back and returned: the rollback waits for the server's
+        answer, without end when it stopped answering, and a cancelled loop would wait
+        with it (SQLAlchemy shields the close); the server ends the transaction with
+        the session."""
+        async with self.engine.connect() as conn:
+            try:
+                yield conn
+            except asyncio.CancelledError:
+                await conn.invalidate()
+                raise
+
+    @asynccontextmanager
+    async def _written(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        """A write transaction on `conn` (`begin`): committed when the block ends,
+        rolled back when it raises (cancelled: dropped with its connection)."""
+        tx = await self.begin(conn)
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise  # no rollback to wait for: `connect` drops the connection
+        except BaseException:
+            if tx.is_active:
+                await tx.rollback()
+            raise
+        if tx.is_active:
+            await tx.commit()
+
+    async def begin(self, conn: AsyncConnection) -> AsyncTransaction:
+        """Begin a write transaction on `conn`. SQLite: tried until the write lock is
+        had or `SQLITE_LOCK_WAIT_S` has passed, sleeping between tries in the event loop
+        (where a cancel ends the wait at once), each try blocking the driver's thread
+        for at most `SQLITE_BUSY_SLICE_MS`."""
+        if self.dialect != "sqlite":
+            return await conn.begin()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SQLITE_LOCK_WAIT_S
+        pause = 0.005
+        while True:
+            try:
+                return await conn.begin()
+            except OperationalError as exc:
+                if not _sqlite_busy(exc) or loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with unavailable_on_lost_connection(), self.engine.connect() as conn:
+        async with unavailable_on_lost_connection(), self.connect() as conn:
             await conn.execution_options(gpufleet_readonly=True)
             yield conn
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        """Close the pool's connections; a database that stopped answering is left
+        after `DISPOSE_TIMEOUT_S` (asyncpg waits for its goodbye without end), its
+        connections dropped unclosed."""
+        try:
+            async with asyncio.timeout(DISPOSE_TIMEOUT_S):
+                await self.engine.dispose()
+        except TimeoutError:
+            log.warning(
+                "the database did not answer within %.0f s while its connections were"
+                " closed; dropping them",
+                DISPOSE_TIMEOUT_S,
+            )
+            await self.engine.dispose(close=False)
 
 
 @asynccontextmanager
@@ -209,6 +296,11 @@ async def unavailable_on_lost_connection() -> AsyncIterator[None]:
                 "the ledger database is unreachable; retry", {"reason": type(exc).__name__}
             ) from exc
         raise
+
+
+def _sqlite_busy(exc: OperationalError) -> bool:
+    """SQLite's "database is locked": another connection holds the write lock."""
+    return getattr(exc.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
 
 
 def _enforce_foreign_keys(conn: Connection, on: bool) -> None:

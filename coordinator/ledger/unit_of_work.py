@@ -14,6 +14,7 @@ driver error crosses this boundary.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -127,14 +128,19 @@ class UnitOfWork:
 @asynccontextmanager
 async def unit_of_work(db: Database, snapshots: SnapshotCache) -> AsyncIterator[UnitOfWork]:
     try:
-        async with unavailable_on_lost_connection(), db.engine.connect() as conn:
-            tx = await conn.begin()
+        async with unavailable_on_lost_connection(), db.connect() as conn:
+            tx = await db.begin(conn)
             await check_fence(conn)
             uow = UnitOfWork(conn, tx, snapshots)
             try:
                 yield uow
-            finally:
+            except asyncio.CancelledError:
+                raise  # no rollback to wait for: `Database.connect` drops the connection
+            except BaseException:
                 if tx.is_active:
                     await tx.rollback()
+                raise
+            if tx.is_active:
+                await tx.rollback()
     except (IntegrityError, QuotaLockMissed) as exc:
         raise WriteRaced("the ledger was too busy to write; retry") from exc

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -26,14 +26,41 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "
     raise AssertionError(f"{what} not met within {timeout}s")
 
 
+# How long a gpufleet process may take to exit after SIGTERM. Its loops end within a
+# second of the signal (tests/integration/test_coordinator_stops_busy.py); the rest is a
+# loaded machine's slack. A backstop far above the measured worst case (about 1 s).
+STOP_GRACE_S = 15.0
+
+
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        return proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(5)
+    """Send `sig` and wait for the exit status. A process still running after
+    `STOP_GRACE_S` is killed and fails the test: not stopping when told is a bug."""
+    return stop_all([proc], sig)[0]
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> list[int]:
+    """`stop` for several processes at once: all are signalled first, so they stop in
+    parallel; every one is reaped before a failure names those that overran."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    deadline = time.monotonic() + STOP_GRACE_S
+    codes: list[int] = []
+    overran: list[str] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes.append(proc.wait(5))
+            overran.append(f"{Path(str(proc.args[0])).name} (pid {proc.pid})")
+    if overran:
+        raise AssertionError(
+            f"{', '.join(overran)} did not exit within {STOP_GRACE_S:.0f} s of"
+            f" {signal.Signals(sig).name}; killed"
+        )
+    return codes
 
 
 class Fleet:
@@ -93,12 +120,13 @@ class Fleet:
         )  # fmt: skip
 
     def close(self) -> None:
-        for proc in self.agents.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.agents.values():
-            stop(proc)
-        if self.coordinator is not None:
-            stop(self.coordinator)
-        for log in self._logs:
-            log.close()
+        """Stop the agents, then the coordinator; fails when one does not stop in time."""
+        try:
+            stop_all(self.agents.values())
+        finally:
+            try:
+                if self.coordinator is not None:
+                    stop(self.coordinator)
+            finally:
+                for log in self._logs:
+                    log.close()

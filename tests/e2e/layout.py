@@ -34,7 +34,7 @@ import jinja2
 import yaml
 
 from ops.kit.embedded_nats import find_nats_server, free_port
-from tests.e2e.fleet_procs import BIN, stop, wait_for
+from tests.e2e.fleet_procs import BIN, stop_all, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "ansible" / "roles"
@@ -129,10 +129,11 @@ class Procs:
             if proc.poll() is None:
                 # A SIGSTOPped process would not act on SIGTERM.
                 proc.send_signal(signal.SIGCONT)
-        for proc in reversed(self.procs.values()):
-            stop(proc)
-        for log in self._logs:
-            log.close()
+        try:
+            stop_all(reversed(self.procs.values()))
+        finally:
+            for log in self._logs:
+                log.close()
 
 
 def http_get(url: str, token: str | None = None, timeout: float = 5.0) -> bytes:

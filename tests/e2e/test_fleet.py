@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,29 +19,9 @@ import pytest
 from ops.kit.client import ApiClient, ApiError
 from ops.kit.embedded_nats import EmbeddedNats, free_port
 from ops.kit.keys import new_key
+from tests.e2e.fleet_procs import BIN, stop, wait_for
 
 pytestmark = pytest.mark.e2e
-BIN = Path(sys.executable).parent
-
-
-def _wait(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-        raise
 
 
 @pytest.fixture
@@ -78,7 +57,7 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
     try:
         url = f"http://127.0.0.1:{port}"
         op = ApiClient(url, operator_key)
-        _wait(op.healthy, what="coordinator up")
+        wait_for(op.healthy, what="coordinator up")
         op.call("tenants.create", {"tenantId": "acme"})
         pool = op.call(
             "pools.create", {"tenantId": "acme", "name": "east", "gpuModel": "H100 SXM"}
@@ -102,7 +81,7 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
             summary = tenant.call("capacity.summary", {"tenantId": "acme"})
             return int(summary["byGpuModel"].get("H100 SXM", {}).get("allocatable", 0))
 
-        _wait(lambda: gpus() == 8, what="8 allocatable H100s")
+        wait_for(lambda: gpus() == 8, what="8 allocatable H100s")
         rows = tenant.call("capacity.byPool", {"tenantId": "acme", "poolId": pool})["rows"]
         by = {r["resource"]: r for r in rows}
         assert by["node"]["total"] == 1
@@ -111,14 +90,14 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
         with pytest.raises(ApiError) as denied:
             tenant.call("capacity.summary", {"tenantId": "someone-else"})
         assert denied.value.code == "PERMISSION_DENIED"
-        assert _stop(agent) == 0
+        assert stop(agent) == 0
         agent = None
-        assert _stop(coordinator) == 0
+        assert stop(coordinator) == 0
     finally:
         if agent is not None:
-            _stop(agent)
+            stop(agent)
         if coordinator.poll() is None:
-            _stop(coordinator)
+            stop(coordinator)
         log.close()
         agent_log.close()
 

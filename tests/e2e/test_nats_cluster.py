@@ -31,7 +31,7 @@ from ops.kit.keys import new_key
 from shared.streams import stream_name
 from shared.wire import Alert
 from tests.database import database
-from tests.e2e.fleet_procs import BIN, stop, wait_for
+from tests.e2e.fleet_procs import BIN, stop_all, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -57,10 +57,11 @@ class Procs:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            stop(proc)
-        for log in self._logs:
-            log.close()
+        try:
+            stop_all(self.procs.values())
+        finally:
+            for log in self._logs:
+                log.close()
 
 
 @pytest.fixture

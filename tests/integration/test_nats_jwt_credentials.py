@@ -180,11 +180,13 @@ async def test_the_bus_connects_with_a_jwt_creds_file_and_the_server_holds_it_to
 
 
 async def test_a_real_agent_and_coordinator_work_on_jwt_creds(
-    operator_mode: OperatorMode, tmp_path: Path
+    operator_mode: OperatorMode, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The coordinator (JetStream alert stream, its subscriptions) and an agent, each on
     its own `.creds` file, against an operator-mode nats-server: the agent's inventory
-    reaches the coordinator, which then accepts an operator act on the node."""
+    reaches the coordinator, which then accepts an operator act on the node. Both stop
+    cleanly when told: no shutdown step of the coordinator overruns, and the agent
+    returns 0 within its grace."""
     settings = coordinator_settings(
         f"sqlite:///{tmp_path / 'ledger.db'}",
         operator_mode.server.url,
@@ -229,7 +231,23 @@ async def test_a_real_agent_and_coordinator_work_on_jwt_creds(
                 await eventually(stored)
             finally:
                 await bus.close()
+        overran = [r.getMessage() for r in caplog.records if "shutdown:" in r.getMessage()]
+        assert not overran, overran
     finally:
         stop.set()
         if agent_task is not None:
-            assert await asyncio.wait_for(agent_task, 15) == 0
+            await _stopped(agent_task)
+
+
+# Backstop far above the measured worst case (0.1 s): the agent's loops end within a
+# second of the stop (tests/integration/test_agent_stops.py).
+AGENT_STOP_GRACE_S = 15.0
+
+
+async def _stopped(agent: asyncio.Task[int]) -> None:
+    done, _ = await asyncio.wait({agent}, timeout=AGENT_STOP_GRACE_S)
+    if not done:
+        agent.cancel()
+        await asyncio.wait({agent}, timeout=AGENT_STOP_GRACE_S)
+        raise AssertionError(f"the agent did not stop within {AGENT_STOP_GRACE_S:.0f} s")
+    assert agent.result() == 0

@@ -114,7 +114,11 @@ def _failure(run: Searched) -> dict[str, Any]:
         "seed": run.seed,
         "sequences": run.sequences,
         "steps": len(run.steps),
-        "error": f"{type(run.error).__name__}: {run.error}"[:2000],
+        "error": (
+            f"{type(run.error).__name__}: {run.error}"[:2000]
+            if run.error is not None
+            else f"not caught in {len(run.steps)} steps ({run.sequences} sequences)"
+        ),
     }
 
 

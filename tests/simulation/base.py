@@ -72,8 +72,9 @@ class Glue:
     """What a test lends its machines: the loop, the ledger on it, a raw handle on the
     same database for the checker, counts of what the sequences did, and their trace:
     what each step did and left in the ledger, names and the ledger's random ids left
-    out (`search.trace` compares it between runs of one seed). `namespace` begins the
-    names of every sequence run through it, so two glues can share a database."""
+    out (`search.search` returns it; the replay test compares it between runs of one
+    seed). `namespace` begins the names of every sequence run through it, so two glues
+    can share a database."""
 
     runner: asyncio.Runner
     ledger: Ledger

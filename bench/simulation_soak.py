@@ -3,18 +3,23 @@ tests/integration/test_simulation.py run for much longer than CI does — N rand
 sequences of fleet changes, bookings and clock moves through the real services and
 ledger, the reference model checked after every step — on SQLite and, when reachable,
 PostgreSQL, plus rounds of the concurrent variant (writers and two replicas on
-PostgreSQL); and the same search against a ledger with a planted claim bug, which it
-must catch. Reports sequences run and invariant violations found (each with the seed
-that replays it), as a table and bench/results/simulation.json.
+PostgreSQL); and searches for every planted bug (`tests/simulation/planted.py`, A–E)
+from fresh seeds, each within a budget of sequences, which must catch it. Reports
+sequences and steps run, invariant violations found (each with the seed that replays
+it) and the steps each plant took to catch, as a table and bench/results/simulation.json.
 
     .venv/bin/python bench/simulation_soak.py [--sequences 500] [--batch 25] [--steps 40]
-        [--planted-searches 3] [--planted-budget 300] [--concurrent-rounds 5]
-        [--concurrent-seconds 10] [--databases sqlite,postgresql]
+        [--plants A,B,...] [--planted-searches 3] [--planted-budget 30]
+        [--concurrent-rounds 5] [--concurrent-operations 80] [--databases sqlite,postgresql]
 
-A violation found here is a bug: replay it with the printed seed in the CI test
-(`GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_EXAMPLES=<batch> GPUFLEET_SIM_SHRINK=1 pytest
-tests/integration/test_simulation.py -k <database>`), which shrinks it to the minimal
-sequence (the test runs 30 steps a sequence, the soak `--steps`: pass the same).
+Every search is bounded in sequences and steps (`--sequences`, `--planted-budget`, of
+`--steps` steps; the plants' always of 30, as in CI), never in seconds. A violation found
+here is a bug: replay it with the printed seed in the CI test
+(`GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_EXAMPLES=<batch> GPUFLEET_SIM_STEPS=<steps>
+GPUFLEET_SIM_SHRINK=1 pytest tests/integration/test_simulation.py -k keep_the_ledger`),
+which shrinks it to the minimal sequence; a seed replays exactly, in any process. A
+plant seed that catches quickly can replace a plant's seed in planted.py (run its test
+to measure the step and write it there).
 """
 
 from __future__ import annotations
@@ -22,11 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import secrets
 import sys
 import tempfile
-import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,14 +39,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hypothesis import HealthCheck, Phase, seed, settings
-from hypothesis.stateful import run_state_machine_as_test
+import pytest
 from report import Goal, write
 
-from coordinator.ledger import Database, Ledger
 from tests.simulation.concurrent import run_concurrently
-from tests.simulation.machine import Glue, machine_for
-from tests.simulation.planted import PlantedLedger
+from tests.simulation.planted import PLANTS, Plant, hunt
+from tests.simulation.search import Searched, glue, options, search
 
 HERE = Path(__file__).resolve().parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -80,84 +82,67 @@ def postgres_reachable() -> bool:
     return True
 
 
-def _options(args: argparse.Namespace) -> settings:
-    return settings(
-        max_examples=args.batch,
-        stateful_step_count=args.steps,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-        phases=[Phase.generate],
-    )
-
-
-def _searches(
-    url: str, ledger_class: type[Ledger], args: argparse.Namespace, budget: int, stop: bool
-) -> dict[str, Any]:
-    """Batches of `args.batch` sequences, each batch with a fresh seed, until `budget`
-    sequences ran. A failing batch is recorded (not shrunk) with its seed and the
-    sequences it took; with `stop` the first one ends the search."""
-    stats: Counter[str] = Counter()
-    found: list[dict[str, Any]] = []
-    started = time.perf_counter()
-    with asyncio.Runner() as runner:
-        ledger = runner.run(ledger_class.open(url))
-        db = Database(url)
-        glue = Glue(runner, ledger, db, stats)
-        try:
-            while stats["sequences"] < budget:
-                chosen, before = random.randrange(2**32), stats["sequences"]
-                try:
-                    machine = seed(chosen)(machine_for(glue))
-                    run_state_machine_as_test(machine, settings=_options(args))
-                except Exception as exc:  # an invariant, or anything the ledger raised
-                    found.append(
-                        {
-                            "seed": chosen,
-                            "sequences": stats["sequences"] - before,
-                            "after": stats["sequences"],
-                            "error": f"{type(exc).__name__}: {exc}"[:2000],
-                        }
-                    )
-                    if stop:
-                        break
-        finally:
-            runner.run(db.dispose())
-            runner.run(ledger.close())
-    return {
-        "sequences": stats["sequences"],
-        "steps": sum(n for k, n in stats.items() if k not in ("sequences", "violations")),
-        "violations": len(found),
-        "found": found,
-        "seconds": round(time.perf_counter() - started, 1),
-        "operations": dict(sorted(stats.items())),
-    }
+def _fresh_seed() -> int:
+    return random.randrange(2**32)
 
 
 def soak(kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    with scratch_database(kind) as url:
-        return _searches(url, Ledger, args, args.sequences, stop=False)
-
-
-def planted(kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    """`args.planted_searches` searches of the planted ledger, each with seeds of its
-    own, each until its first catch: how many sequences the simulation needs to find
-    the bug (the soak's baseline: what a real bug like it would cost to find)."""
-    runs = []
-    for _ in range(args.planted_searches):
-        with scratch_database(kind) as url:
-            runs.append(_searches(url, PlantedLedger, args, args.planted_budget, stop=True))
-    until = sorted(r["sequences"] for r in runs if r["violations"])
+    """Batches of `args.batch` sequences of `args.steps` steps, each batch from a fresh
+    seed, until `args.sequences` sequences ran. A failing batch is recorded (not
+    shrunk) with its seed and the sequences it took."""
+    found: list[dict[str, Any]] = []
+    steps = seconds = 0.0
+    with scratch_database(kind) as url, glue(url) as g:
+        while g.stats["sequences"] < args.sequences:
+            run = search(g, _fresh_seed(), options(args.batch, args.steps))
+            steps, seconds = steps + len(run.steps), seconds + run.seconds
+            if run.error is not None:  # an invariant, or anything the ledger raised
+                found.append(_failure(run))
+        stats = dict(sorted(g.stats.items()))
     return {
+        "sequences": stats["sequences"],
+        "steps": int(steps),
+        "violations": len(found),
+        "found": found,
+        "seconds": round(seconds, 1),
+        "operations": stats,
+    }
+
+
+def _failure(run: Searched) -> dict[str, Any]:
+    return {
+        "seed": run.seed,
+        "sequences": run.sequences,
+        "steps": len(run.steps),
+        "error": (
+            f"{type(run.error).__name__}: {run.error}"[:2000]
+            if run.error is not None
+            else f"not caught in {len(run.steps)} steps ({run.sequences} sequences)"
+        ),
+    }
+
+
+def planted(kind: str, plant: Plant, args: argparse.Namespace) -> dict[str, Any]:
+    """`args.planted_searches` searches for `plant`, each from a fresh seed, within
+    `args.planted_budget` sequences: how many steps the simulation needs to find the bug
+    (what a real bug like it would cost to find)."""
+    runs: list[Searched] = []
+    for _ in range(args.planted_searches):
+        with scratch_database(kind) as url, pytest.MonkeyPatch.context() as mp:
+            runs.append(hunt(plant, url, mp, seed=_fresh_seed(), sequences=args.planted_budget))
+    caught = [r for r in runs if r.error is not None and re.search(plant.caught_as, str(r.error))]
+    until = sorted(len(r.steps) for r in caught)
+    return {
+        "plant": plant.name,
         "searches": len(runs),
-        "caught": len(until),
-        "sequences": sum(r["sequences"] for r in runs),
-        "steps": sum(r["steps"] for r in runs),
-        "violations": sum(r["violations"] for r in runs),
-        "sequences_until_caught": until,
+        "caught": len(caught),
+        "sequences": sum(r.sequences for r in runs),
+        "steps": sum(len(r.steps) for r in runs),
+        "violations": len(caught),
+        "steps_until_caught": until,
         "median_until_caught": until[len(until) // 2] if until else None,
-        "found": [f for r in runs for f in r["found"]],
-        "seconds": round(sum(r["seconds"] for r in runs), 1),
+        "missed": [_failure(r) for r in runs if r not in caught],
+        "seconds": round(sum(r.seconds for r in runs), 1),
     }
 
 
@@ -167,7 +152,7 @@ def concurrent(args: argparse.Namespace) -> dict[str, Any]:
         chosen = random.randrange(2**32)
         with scratch_database("postgresql") as url:
             outcome = asyncio.run(
-                run_concurrently(url, seconds=args.concurrent_seconds, writers=4, seed=chosen)
+                run_concurrently(url, operations=args.concurrent_operations, writers=4, seed=chosen)
             )
         rounds.append(
             {
@@ -191,13 +176,14 @@ def goals_of(runs: dict[str, Any], args: argparse.Namespace) -> list[Goal]:
     for name, run in runs.items():
         value = f"{run['sequences']:,} sequences, {run['steps']:,} steps"
         value += f", {run['violations']} violations"
-        if name.endswith("planted claim bug"):
-            until = run["sequences_until_caught"]
+        if "plant" in run:
+            until = run["steps_until_caught"]
+            budget = args.planted_budget * 30
             goals.append(
                 Goal(
                     f"{name}: caught",
-                    f"{run['caught']} of {run['searches']} searches, after {until} sequences",
-                    f"median {run['median_until_caught']} of a {args.planted_budget} budget",
+                    f"{run['caught']} of {run['searches']} searches, after {until} steps",
+                    f"median {run['median_until_caught']} of a {budget}-step budget",
                     "every search",
                     run["caught"] == run["searches"],
                 )
@@ -214,10 +200,11 @@ def main() -> None:
     p.add_argument("--sequences", type=int, default=500, help="per database")
     p.add_argument("--batch", type=int, default=25)
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--plants", default="", help="first letters, e.g. A,E; default all")
     p.add_argument("--planted-searches", type=int, default=3)
-    p.add_argument("--planted-budget", type=int, default=300)
+    p.add_argument("--planted-budget", type=int, default=30, help="sequences per search")
     p.add_argument("--concurrent-rounds", type=int, default=5)
-    p.add_argument("--concurrent-seconds", type=float, default=10.0)
+    p.add_argument("--concurrent-operations", type=int, default=80, help="per writer")
     p.add_argument("--databases", default="sqlite,postgresql")
     args = p.parse_args()
     kinds = [k for k in args.databases.split(",") if k]
@@ -225,16 +212,20 @@ def main() -> None:
         print("PostgreSQL not reachable: SQLite only", file=sys.stderr)
         kinds.remove("postgresql")
 
+    wanted = [w.strip().upper() for w in args.plants.split(",") if w.strip()]
+    plants = [p for n, p in sorted(PLANTS.items()) if not wanted or n[0] in wanted]
+
     runs: dict[str, Any] = {}
     for kind in kinds:
-        runs[kind] = soak(kind, args)
-        runs[f"{kind}, planted claim bug"] = planted(kind, args)
+        if args.sequences:
+            runs[kind] = soak(kind, args)
+        for plant in plants:
+            runs[f"{kind}, plant {plant.name}"] = planted(kind, plant, args)
     if "postgresql" in kinds and args.concurrent_rounds:
         runs["postgresql, concurrent"] = concurrent(args)
     for name, run in runs.items():
-        if "planted" not in name:
-            for f in run["found"]:
-                print(f"\n{name}, seed {f.get('seed')}:\n{f.get('error') or f.get('violations')}")
+        for f in run.get("found", []) + run.get("missed", []):
+            print(f"\n{name}, seed {f.get('seed')}:\n{f.get('error') or f.get('violations')}")
     sys.exit(write("simulation", {"settings": vars(args), "runs": runs}, goals_of(runs, args)))
 
 

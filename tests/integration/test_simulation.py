@@ -15,29 +15,48 @@ the link matrix, spot holders a regular request may preempt), also refuses; what
 preview says fits, a create at once books; an `nvlink-all` booking's GPUs are pairwise
 linked.
 
-Planted bugs (issue 23), each searched from a fixed seed within a bounded number of
-sequences on both databases: whole-device and partition claims no longer conflict
-(A, `claims.conflicts`), free counts kept over a bookings reload (B,
-`SnapshotCache._fresh`), connected GPUs read as one clique (C), regular requests never
-preempt (D), and snapshots that forget bookings on old forms
-(`tests/simulation/planted.py`). `GPUFLEET_PLANT_SEED=<n>` searches a plant from
-another seed. Node ids carry the machine's `id()`, so a seed's sequences are close to,
-not exactly, the same from run to run: each plant's seed is one that catches it well
-within the budget.
+A seed replays exactly (issue 29): every name and choice in a sequence comes from
+hypothesis' draws and the sequence's place in its search, so a seed gives the same steps
+and the same ledger states in any process, under any `PYTHONHASHSEED`, in any position
+in the suite — `test_a_seed_replays_exactly` shows it, in this process and in a fresh
+one. Every search is bounded in steps, never in seconds:
 
-Budget: CI runs `GPUFLEET_SIM_EXAMPLES` sequences per database (default 20, 30 steps
-each, `GPUFLEET_SIM_STEPS`) from one fixed seed, so every run tries the same sequences;
-`bench/simulation_soak.py` runs many more from fresh seeds.
+- the clean ledger: `GPUFLEET_SIM_EXAMPLES` sequences (default 12) of
+  `GPUFLEET_SIM_STEPS` steps (default 30) per database, from one fixed seed: 361 steps
+  on either database.
+- the planted bugs (`tests/simulation/planted.py`, A–E): each from a fixed seed that
+  catches it at a measured step, written beside the seed, of a budget of 10 sequences
+  of 30 steps; a search that does not catch it fails with the plant, the seed and the
+  steps tried, and one that catches it at another step than measured says so.
+- the concurrent writers: 4 writers of `GPUFLEET_SIM_OPERATIONS` operations (40).
+
+Measured on the shared 2-core machine (2026-12-01, load average 5-8 from other
+engineers' tests), seconds per test, SQLite / PostgreSQL:
+
+| test | steps | seconds |
+| --- | --- | --- |
+| clean ledger, seed 20261130 | 361 / 361 | 23 / 28 |
+| plant A (claims ignore partitions), seed 4 | 67 / 67 | 2.2 / 2.5 |
+| plant B (counts kept over reloads), seed 6 | 72 / 72 | 2.7 / 3.4 |
+| plant C (components as cliques), seed 9 | 74 / 74 | 3.0 / 6.3 |
+| plant D (never preempts), seed 7 | 80 / 80 | 2.7 / 2.9 |
+| plant E (forgets old forms), seed 15 | 114 / 114 | 6.1 / 6.9 |
+| replay (3 sequences, three times) | 3 × 90 | 18 / 21 |
+| concurrent writers (PostgreSQL only) | 160 operations | – / 5.5 |
+
+The per-test timeouts are backstops far above those figures; no test relies on them.
+Long searches from fresh seeds are `bench/simulation_soak.py`.
 
 Replaying a failure: the failing test prints the seed it ran with, the sequence of
 steps and a `@reproduce_failure(...)` blob. Either
 
-    GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_SHRINK=1 .venv/bin/pytest \
+    GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_SHRINK=1 .venv/bin/pytest \\
         tests/integration/test_simulation.py -k <test>
 
 which also shrinks it to a minimal sequence (minutes), or, for the exact example,
 `GPUFLEET_SIM_BLOB=<blob>` (the second argument of the printed `@reproduce_failure`).
-`GPUFLEET_SIM_SEED=random` searches from a fresh seed.
+`GPUFLEET_SIM_SEED=random` searches from a fresh seed; `GPUFLEET_PLANT_SEED=<n>`
+searches each plant from another seed (its budget then may not suffice).
 """
 
 from __future__ import annotations
@@ -45,59 +64,29 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+import subprocess
+import sys
+from pathlib import Path
 
-import hypothesis
 import pytest
-from hypothesis import HealthCheck, Phase, reproduce_failure, seed, settings
-from hypothesis.stateful import run_state_machine_as_test
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain import booking, claims
-from coordinator.domain.placement_model import AtomSlot
-from coordinator.domain.pool_cache import PoolCache
-from coordinator.ledger import Database, Ledger
-from coordinator.ledger.snapshot import SnapshotCache
 from tests.simulation.concurrent import run_concurrently
-from tests.simulation.machine import Glue, InvariantViolation, LedgerMachine, machine_for
-from tests.simulation.planted import PlantedLedger
+from tests.simulation.planted import PLANTS, hunt, missed
+from tests.simulation.search import glue, options, search
 
-EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "12"))
 STEPS = int(os.environ.get("GPUFLEET_SIM_STEPS", "30"))
-PLANTED_EXAMPLES = 200
-CONCURRENT_SECONDS = float(os.environ.get("GPUFLEET_SIM_SECONDS", "6"))
+# Operations per writer of the concurrent test (4 writers): about 6 s on the shared
+# machine (2026-12-01, load average 5).
+CONCURRENT_OPERATIONS = int(os.environ.get("GPUFLEET_SIM_OPERATIONS", "40"))
 # CI runs the same sequences every time: a fixed seed, no example database. A failure
 # prints the seed; shrinking it (minutes: every step is real transactions) is for a
 # replay, with GPUFLEET_SIM_SHRINK=1.
 CI_SEED = 20261130
-# The planted bug's search: most seeds find it within PLANTED_EXAMPLES sequences (the
-# soak measures how many: bench/simulation_soak.py); this one within about 10 (14 s on
-# PostgreSQL under load), so CI pays seconds for showing that the simulation can fail.
-PLANTED_SEED = 1
 SHRINK = bool(os.environ.get("GPUFLEET_SIM_SHRINK"))
-SIMULATION = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    print_blob=True,
-    database=None,
-    phases=[Phase.explicit, Phase.generate, *([Phase.shrink] if SHRINK else [])],
-)
-
-
-@contextmanager
-def glue(url: str, ledger_class: type[Ledger] = Ledger) -> Iterator[Glue]:
-    with asyncio.Runner() as runner:
-        ledger = runner.run(ledger_class.open(url))
-        db = Database(url)
-        try:
-            yield Glue(runner, ledger, db, Counter())
-        finally:
-            runner.run(db.dispose())
-            runner.run(ledger.close())
+# The replay test's search: short, and long enough to book, refuse, preempt, move pools.
+REPLAY_SEQUENCES, REPLAY_STEPS = 3, 30
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chosen_seed() -> int:
@@ -105,148 +94,91 @@ def chosen_seed() -> int:
     return random.randrange(2**32) if wanted == "random" else int(wanted)
 
 
-def replayable(machine: type[LedgerMachine]) -> tuple[type[LedgerMachine], int]:
-    """Seed the machine (GPUFLEET_SIM_SEED, else CI's fixed seed; `random` for a fresh
-    one, which a failure prints), or pin it to one recorded example (GPUFLEET_SIM_BLOB)."""
-    chosen = chosen_seed()
-    blob = os.environ.get("GPUFLEET_SIM_BLOB")
-    if blob:
-        machine = reproduce_failure(hypothesis.__version__, blob.encode())(machine)
-    return seed(chosen)(machine), chosen
+def kind_of(url: str) -> str:
+    return "postgresql" if url.startswith("postgresql") else "sqlite"
 
 
-def simulate(machine: type[LedgerMachine], options: settings) -> None:
-    machine, chosen = replayable(machine)
-    try:
-        run_state_machine_as_test(machine, settings=options)
-    except BaseException as exc:
-        exc.add_note(f"replay with GPUFLEET_SIM_SEED={chosen} (see the module docstring)")
-        raise
-
-
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 def test_random_sequences_keep_the_ledger_true(database_url: str) -> None:
     with glue(database_url) as g:
-        simulate(machine_for(g), SIMULATION)
-        print(sorted(g.stats.items()))
+        found = search(
+            g,
+            chosen_seed(),
+            options(EXAMPLES, STEPS, shrink=SHRINK),
+            blob=os.environ.get("GPUFLEET_SIM_BLOB"),
+        )
+        print(f"{len(found.steps)} steps, {found.seconds} s:", sorted(g.stats.items()))
+        if found.error is not None:
+            raise found.error
         assert g.stats["sequences"] >= EXAMPLES
         assert g.stats["violations"] == 0
 
 
-@pytest.mark.timeout(600)
-def test_the_simulation_catches_a_planted_claim_bug(database_url: str) -> None:
-    """A ledger whose snapshots forget bookings on forms a device no longer has (claims by
-    atom id, the bug of issue 11) double-books a re-partitioned GPU or NIC: the
-    simulation must find it — on SQLite as a broken promise, on PostgreSQL, whose claim
-    constraint refuses the booking, as a 503 with no other writer. No shrinking: a
-    plain search."""
-    planted = settings(
-        SIMULATION,
-        max_examples=PLANTED_EXAMPLES,
-        phases=[Phase.generate],
-        database=None,
-    )
-    with glue(database_url, PlantedLedger) as g:
-        # Caught as a booking over a held device, or earlier, as a preview that offers
-        # what a held old form still takes (the plant forgets them there too) and a
-        # create that refuses it.
-        with pytest.raises(InvariantViolation, match=r"same physical device|preview said"):
-            run_state_machine_as_test(seed(PLANTED_SEED)(machine_for(g)), settings=planted)
-        print(sorted(g.stats.items()))
-
-
-def _claims_ignore_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plant A (issue 23): whole-device and partition claims no longer conflict in
-    `claims.conflicts` — changed in place, so every caller (the placer's free counts
-    and device selection alike) gets the broken rule."""
-
-    def conflicts(a: claims.Claim, b: claims.Claim) -> bool:
-        if a.device is None or b.device is None:
-            return True
-        return a.device == b.device and a.part == b.part
-
-    monkeypatch.setattr(claims.conflicts, "__code__", conflicts.__code__)
-
-
-def _counts_kept_over_reloads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plant B (issue 23): the kept free counts are no longer reset when a pool's
-    bookings are reloaded (`SnapshotCache._fresh`): after a release the placer still
-    counts the released capacity as taken."""
-    fresh = SnapshotCache._fresh  # noqa: SLF001 — the planted bug is in it
-
-    async def stale(
-        self: SnapshotCache, conn: AsyncConnection, pool_id: str, now: int
-    ) -> PoolCache:
-        before = self._pools.get(pool_id)
-        kept = None if before is None else (before.nodes_version, before.counts)
-        cache = await fresh(self, conn, pool_id, now)
-        if kept is not None and kept[1] is not None and cache.nodes_version == kept[0]:
-            cache.counts = kept[1]
-        return cache
-
-    monkeypatch.setattr(SnapshotCache, "_fresh", stale)
-
-
-def _components_as_cliques(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plant C (issue 23): any two GPUs of a node count as NVLinked, as when a connected
-    component is read as a clique: a chain of bridges 0–1–2 gives three GPUs."""
-    monkeypatch.setattr(AtomSlot, "linked", lambda self, other: True)
-
-
-def _never_preempts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plant D (issue 23): a regular request that fits only by preempting spot holders
-    is refused (and preview offers no `preemptible`)."""
-
-    def nothing(*args: object, **kwargs: object) -> None:
-        return None
-
-    monkeypatch.setattr(booking, "preempting", nothing)
-
-
-# Each plant: how it is planted, what the simulation reports, and a seed whose search
-# finds it within PLANTED_BUDGET sequences on both databases (seconds, not minutes).
-PLANTS = {
-    "A-claims-ignore-partitions": (_claims_ignore_partitions, "same physical device", 4),
-    "B-counts-kept-over-reloads": (
-        _counts_kept_over_reloads,
-        "CAPACITY_NOT_AVAILABLE, but it fits",
-        1,
-    ),
-    "C-components-as-cliques": (_components_as_cliques, "not pairwise NVLinked", 4),
-    "D-never-preempts": (_never_preempts, "but it fits by preempting spot holders", 4),
-}
-PLANTED_BUDGET = 40
-
-
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_the_simulation_catches_planted_bugs(
     database_url: str, plant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 23: a bug that makes the ledger promise a device twice, and one that makes
-    it refuse what fits, each planted in the test process: a bounded search from a
-    fixed seed must end in an InvariantViolation that names it."""
-    install, message, planted_seed = PLANTS[plant]
-    planted_seed = int(os.environ.get("GPUFLEET_PLANT_SEED") or planted_seed)
-    install(monkeypatch)
-    planted = settings(
-        SIMULATION, max_examples=PLANTED_BUDGET, phases=[Phase.generate], database=None
-    )
-    with glue(database_url) as g:
-        with pytest.raises(InvariantViolation, match=message):
-            run_state_machine_as_test(seed(planted_seed)(machine_for(g)), settings=planted)
-        print(plant, sorted(g.stats.items()))
+    """Issue 23: bugs that make the ledger promise a device twice, and ones that make it
+    refuse what fits, each planted in the test process: the search from the plant's
+    fixed seed must end in an InvariantViolation that names it, at the measured step."""
+    planted = PLANTS[plant]
+    other = os.environ.get("GPUFLEET_PLANT_SEED")
+    found = hunt(planted, database_url, monkeypatch, seed=int(other) if other else None)
+    print(plant, f"caught at step {len(found.steps)} ({found.seconds} s)")
+    problem = missed(planted, found)
+    if problem is not None:
+        raise AssertionError(problem) from found.error
+    if other is None:
+        # The seed replays exactly, so the measured step is the step: a change to the
+        # simulation that moves it shows here, and the figure beside the seed is updated.
+        measured = planted.steps[kind_of(database_url)]
+        assert len(found.steps) == measured, (
+            f"plant {plant}, seed {planted.seed}: caught at step {len(found.steps)}, "
+            f"measured {measured} (tests/simulation/planted.py)"
+        )
+
+
+@pytest.mark.timeout(300)
+def test_a_seed_replays_exactly(database_url: str) -> None:
+    """Issue 29: the same seed's search twice in this process (other names: each glue
+    has its own namespace) and once in a fresh process under another PYTHONHASHSEED
+    draws the same steps and leaves the same ledger states after each."""
+    within = options(REPLAY_SEQUENCES, REPLAY_STEPS)
+    runs = []
+    for namespace in ("one", "two"):
+        with glue(database_url, namespace=namespace) as g:
+            runs.append(search(g, CI_SEED, within))
+    first, second = runs
+    assert first.error is None, first.error
+    assert len(first.steps) > REPLAY_SEQUENCES * REPLAY_STEPS // 2
+    assert second.steps == first.steps
+    assert second.trace == first.trace
+    # A hash seed other than this process's (random, unless it was given one).
+    hash_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    command = [sys.executable, "-m", "tests.simulation.search", database_url, str(CI_SEED)]
+    fresh = subprocess.run(
+        [*command, str(REPLAY_SEQUENCES), str(REPLAY_STEPS)],
+        cwd=ROOT,
+        env=os.environ | {"PYTHONHASHSEED": hash_seed},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout.splitlines()
+    assert fresh[:-1] == first.steps
+    assert fresh[-1].startswith(f"digest {first.digest()} "), fresh[-1]
 
 
 @pytest.mark.timeout(120)
 def test_concurrent_writers_and_two_replicas_keep_the_ledger_true(database_url: str) -> None:
     """Several writers and two coordinator replicas on one PostgreSQL, the fleet and the
-    clock moving under them, for a bounded time; then every invariant."""
-    if not database_url.startswith("postgresql"):
+    clock moving under them, a fixed number of operations each; then every invariant."""
+    if kind_of(database_url) != "postgresql":
         pytest.skip("replicas and concurrent writers share a PostgreSQL ledger")
     chosen = chosen_seed()
     outcome = asyncio.run(
-        run_concurrently(database_url, seconds=CONCURRENT_SECONDS, writers=4, seed=chosen)
+        run_concurrently(database_url, operations=CONCURRENT_OPERATIONS, writers=4, seed=chosen)
     )
     print(sorted(outcome.operations.items()), "drift", outcome.drift)
     assert not outcome.violations, f"GPUFLEET_SIM_SEED={chosen}:\n  " + "\n  ".join(

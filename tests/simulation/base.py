@@ -11,10 +11,11 @@ that also owns the ledger's connections.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from collections import Counter
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis import event
@@ -37,11 +38,12 @@ from coordinator.services.node_records import (
 from coordinator.services.reservations import Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.clock import FakeClock
+from shared.ids import ulid
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation import reference_fit as fit
 from tests.simulation.fleet import GpuMode, SimGpu, SimHost, SimNic
-from tests.simulation.ledger_view import LedgerView, NodeRow, outbox_end, read_view
+from tests.simulation.ledger_view import LedgerView, NodeRow, fingerprint, outbox_end, read_view
 
 T = TypeVar("T")
 NOTICE_MS = 120_000
@@ -59,7 +61,6 @@ MAX_HOSTS = 5
 # the first few as often as any, since changes under live bookings are what can break a
 # promise.
 DEVICE_INDEX = st.integers(0, 2) | st.integers(0, 15)
-_namespaces = itertools.count()
 
 
 class InvariantViolation(AssertionError):
@@ -69,12 +70,18 @@ class InvariantViolation(AssertionError):
 @dataclass
 class Glue:
     """What a test lends its machines: the loop, the ledger on it, a raw handle on the
-    same database for the checker, and counts of what the sequences did."""
+    same database for the checker, counts of what the sequences did, and their trace:
+    what each step did and left in the ledger, names and the ledger's random ids left
+    out (`search.search` returns it; the replay test compares it between runs of one
+    seed). `namespace` begins the names of every sequence run through it, so two glues
+    can share a database."""
 
     runner: asyncio.Runner
     ledger: Ledger
     db: Database
-    stats: Counter[str]
+    stats: Counter[str] = field(default_factory=Counter)
+    namespace: str = "sim"
+    trace: list[str] = field(default_factory=list)
 
     def run(self, work: Awaitable[T]) -> T:
         return self.runner.run(work)  # type: ignore[arg-type]
@@ -96,8 +103,12 @@ class MachineBase(RuleBasedStateMachine):
         g = self.glue
         g.stats["sequences"] += 1
         self.ledger, self.db = g.ledger, g.db
-        ns = f"sim{next(_namespaces)}x{id(self) % 10_000}"
+        # Names come from the glue and the sequence's place in it, never from the process
+        # (`id()`, the wall clock, the position in the suite): a seed replays exactly.
+        # The trailing `x` ends the prefix, so `sim1x` is in no name of `sim12x`.
+        ns = f"{g.namespace}{g.stats['sequences']}x"
         self.ns = ns
+        g.trace.append("sequence")
         self.clock = FakeClock()
         self.alerts = RecordingAlerts()
         self.capacity = CapacitySignal()
@@ -138,7 +149,19 @@ class MachineBase(RuleBasedStateMachine):
 
     def count(self, what: str) -> None:
         self.glue.stats[what] += 1
+        self.glue.trace.append(what)
         event(what)
+
+    def pool_ids(self) -> list[str]:
+        """The sequence's two pools: ids as the ledger's own (`pool_` + a ULID), made
+        from its namespace, the first always sorting first."""
+        tail = hashlib.sha256(self.ns.encode()).digest()[:10]
+        return [f"pool_{ulid(i, tail)}" for i in range(2)]
+
+    def traced(self, view: LedgerView) -> None:
+        """Add what the step left in the ledger to the trace."""
+        names = {self.ns: "", **{p: f"pool{i}" for i, p in enumerate(self.pools)}}
+        self.glue.trace.append(fingerprint(view, names))
 
     async def view(self) -> LedgerView:
         return await read_view(self.db, self.tenants, self.pools)

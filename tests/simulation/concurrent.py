@@ -1,8 +1,10 @@
 """The concurrent variant of the simulation (PostgreSQL): several writers — asyncio tasks
 on their own connections — and two coordinator replicas (two `Ledger`s on one database,
-each with its own snapshot cache) against the same pools for a bounded time, while the
-fleet changes health, maintenance and reachability and the clock runs and ticks; then
-the reference model's invariants over what they left.
+each with its own snapshot cache) against the same pools, each writer a fixed number of
+operations (a bound in steps, not seconds: a slow machine runs as many, only slower),
+while the fleet changes health, maintenance and reachability and the clock runs and
+ticks; then the reference model's invariants over what they left. What each writer
+sends comes from the seed; how the writers interleave is the machine's.
 
 Writers share a few idempotency keys (same key, same body), so concurrent duplicates
 are part of the load: each key must name one reservation, however many writers sent it.
@@ -114,9 +116,9 @@ async def _setup(
     return tenants, pools, hosts
 
 
-async def _writer(sh: _Shared, k: int) -> None:
+async def _writer(sh: _Shared, k: int, operations: int) -> None:
     rng = random.Random(sh.rng_seed * 100 + k)
-    while not sh.stop.is_set():
+    for _ in range(operations):
         replica = sh.replicas[rng.randrange(2)]
         roll = rng.random()
         try:
@@ -197,7 +199,7 @@ async def _renew(sh: _Shared, replica: Replica, rng: random.Random) -> None:
 async def _release(sh: _Shared, replica: Replica, rng: random.Random) -> None:
     if not sh.reservations:
         return
-    rid = rng.choice(sorted(sh.reservations))
+    rid = rng.choice(list(sh.reservations))  # in booking order: the ids are random
     out = await replica.reservations.release(sh.reservations[rid][0], rid)
     if out.reservation.stored_state == "released" and out.reservation.ended_at == out.at:
         sh.released.add(rid)
@@ -238,9 +240,11 @@ async def _time(sh: _Shared, ticks: list[int]) -> None:
 
 
 async def run_concurrently(
-    url: str, *, seconds: float, writers: int, seed: int, ns: str = "con"
+    url: str, *, operations: int, writers: int, seed: int, ns: str = "con"
 ) -> Outcome:
-    """Run the load against a migrated database at `url` and check what it left."""
+    """Run the load — `writers` writers of `operations` operations each, the fleet and
+    the clock moving until they are done — against a migrated database at `url` and
+    check what it left."""
     outcome = Outcome(seed)
     clock = FakeClock()
     alerts = RecordingAlerts()
@@ -260,11 +264,9 @@ async def run_concurrently(
         )
         ticks: list[int] = []
         async with asyncio.TaskGroup() as tg:
-            for k in range(writers):
-                tg.create_task(_writer(sh, k), name=f"writer-{k}")
             tg.create_task(_fleet(sh), name="fleet")
             tg.create_task(_time(sh, ticks), name="clock")
-            await asyncio.sleep(seconds)
+            await asyncio.gather(*(_writer(sh, k, operations) for k in range(writers)))
             sh.stop.set()
         await sh.replicas[0].clock.tick()
         outcome.violations, outcome.drift = await check(sh, db)

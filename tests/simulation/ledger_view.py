@@ -1,11 +1,13 @@
 """The ledger's tables as the simulation's checker reads them: raw rows of one
 simulation's tenants and pools, read in one transaction beneath the ledger's API, so the
-reference model judges what is stored, not what the ledger's own code says about it."""
+reference model judges what is stored, not what the ledger's own code says about it; and
+a fingerprint of them that names and random ids do not change, for the replay trace."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
 
@@ -220,6 +222,35 @@ async def read_view(
             ).all()
         }
     return LedgerView(nodes, atoms, bookings, scalars, rollup, quotas, event_rows, stored)
+
+
+def fingerprint(view: LedgerView, names: Mapping[str, str]) -> str:
+    """A digest of every row in `view`, each name in `names` replaced by its stand-in
+    and reservation ids left out (the ledger draws them at random): equal for two runs
+    that left the same things in the ledger under other names."""
+
+    def rows(items: Iterable[object]) -> list[str]:
+        out = []
+        for item in items:
+            text = repr(item)
+            for name, stand_in in names.items():
+                text = text.replace(name, stand_in)
+            out.append(text)
+        return sorted(out)
+
+    text = repr(
+        (
+            rows(view.nodes.values()),
+            rows(view.atoms.values()),
+            rows(replace(b, reservation_id="") for b in view.bookings),
+            rows(replace(s, reservation_id="") for s in view.scalars),
+            rows(view.rollup.items()),
+            rows(view.quotas),
+            rows(view.events),
+            rows(view.stored.values()),
+        )
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _gpus(inventory: object) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

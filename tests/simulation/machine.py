@@ -16,7 +16,6 @@ from coordinator.domain.reservation import Reservation
 from coordinator.ledger import ReservationFilter
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.rollups import rebuild_pool
-from shared.ids import new_pool_id
 from tests.simulation import reference as ref
 from tests.simulation.base import (
     NOTICE_MS,
@@ -68,7 +67,7 @@ class LedgerMachine(FleetRules, BookingRules):
         a, b = self.tenants
         await led.tenants.create(a, "Sim A", now)
         await led.tenants.create(b, "Sim B", now)
-        self.pools = [new_pool_id(), new_pool_id()]
+        self.pools = self.pool_ids()
         for pool_id in self.pools:
             await led.pools.create(pool_id, "sim", a, None, now)
         await led.pools.offer(self.pools[0], b, now)
@@ -115,6 +114,7 @@ class LedgerMachine(FleetRules, BookingRules):
     async def _check(self) -> None:
         now = self.now
         view = await self.view()
+        self.traced(view)
         problems = ref.double_bookings(view)
         problems += ref.quota_overruns(view)
         problems += ref.rollup_mismatches(view, self.pools, now)

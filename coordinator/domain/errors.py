@@ -39,6 +39,10 @@ class NotFound(CoordinatorError):
     status = 404
 
 
+class UnknownPool(NotFound):
+    """An agent reported a pool the ledger does not know."""
+
+
 class CapacityNotAvailable(CoordinatorError):
     code = "CAPACITY_NOT_AVAILABLE"
     status = 409

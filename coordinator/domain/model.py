@@ -46,6 +46,14 @@ class ApiKey:
 
 
 @dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """A new API key: its id, and the full key, shown once and never stored."""
+
+    key_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the tenant a key belongs to and the roles it carries."""
 
@@ -152,6 +160,18 @@ class NodeEvent:
     kind: str
     reason: str
     by: str
+    at: int
+    device_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewNodeEvent:
+    """A node event the coordinator records itself (its `by`); the ledger numbers it."""
+
+    node_id: str
+    pool_id: str
+    kind: str
+    reason: str
     at: int
     device_id: str | None
 

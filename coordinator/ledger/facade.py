@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from sqlalchemy import select
 
 from coordinator.domain.census import Census
+from coordinator.domain.idempotency import Recorded
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.booked_spans import BookedSpanRepo
@@ -106,7 +107,7 @@ class Ledger:
 
     async def recorded(
         self, tenant_id: str, endpoint: str, key: str, digest: str
-    ) -> idempotency.Recorded | None:
+    ) -> Recorded | None:
         """The answer recorded under an idempotency key (None if none; a different body
         under the key is IDEMPOTENCY_KEY_CONFLICT), read before any validation."""
         return await idempotency.recorded(self._db, tenant_id, endpoint, key, digest)

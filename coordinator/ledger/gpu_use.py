@@ -11,7 +11,6 @@ of its node's current atoms.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,20 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
 from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.gpu_use_report import UseHour
+from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
 from shared.wire import Alert
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEventRow:
-    node_id: str
-    pool_id: str
-    kind: str
-    reason: str
-    at: int
-    device_id: str | None
 
 
 class GpuUseRepo:
@@ -143,7 +133,7 @@ class GpuUseRepo:
     async def record(
         self,
         accrued: Mapping[AccrualKey, Accrued],
-        events: Sequence[NodeEventRow],
+        events: Sequence[NewNodeEvent],
         alerts: Sequence[Alert],
     ) -> None:
         """One pass's buckets, node events and alerts, in one transaction (none when

@@ -10,38 +10,15 @@ verbatim; the ledger stores it and never words it. `purge`, driven by the coordi
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.errors import IdempotencyKeyConflict
+from coordinator.domain.idempotency import Recorded, Stored, matching
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
-
-
-def body_hash(body: Any) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of a request body."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    status: int
-    response: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """An answer as recorded under a key, with the hash of the body it answered."""
-
-    digest: str
-    answer: Recorded
 
 
 async def lookup(
@@ -60,16 +37,6 @@ async def lookup(
     if row is None:
         return None
     return matching(Stored(row.body_hash, Recorded(row.status, row.response)), key, digest)
-
-
-def matching(stored: Stored, key: str, digest: str) -> Recorded:
-    """The answer stored under `key`, if `digest` is the hash of the body it answered."""
-    if stored.digest != digest:
-        raise IdempotencyKeyConflict(
-            f"idempotency key {key!r} was used with a different request body",
-            {"idempotencyKey": key},
-        )
-    return stored.answer
 
 
 async def lookup_many(

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain import shapes
-from coordinator.domain.errors import Conflict, CoordinatorError, NotFound
+from coordinator.domain.errors import Conflict, CoordinatorError, UnknownPool
 from coordinator.domain.model import AtomView, NodeState, NodeView
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
@@ -31,10 +31,6 @@ from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.outbox import OutboxWriter
 from shared.wire import Alert, Inventory
-
-
-class UnknownPool(NotFound):
-    """An agent reported a pool the ledger does not know."""
 
 
 def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:

@@ -12,13 +12,12 @@ import hashlib
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.errors import Conflict, NotFound
-from coordinator.domain.model import ApiKey, Principal, Tenant
+from coordinator.domain.model import ApiKey, IssuedKey, Principal, Tenant
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from shared.ids import CROCKFORD
@@ -26,14 +25,6 @@ from shared.ids import CROCKFORD
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "gpf"
-
-
-@dataclass(frozen=True, slots=True)
-class IssuedKey:
-    """A new API key: its id, and the full key, shown once and never stored."""
-
-    key_id: str
-    key: str
 
 
 def _hash(secret: str) -> str:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from coordinator.domain.errors import Unavailable
+from coordinator.domain.idempotency import Recorded, Stored
 from coordinator.ledger import idempotency
 from coordinator.ledger.booking_batch import BookingBatch
 from coordinator.ledger.bookings import BookingWriter
@@ -44,13 +45,11 @@ class IdempotencyRecords:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def lookup(
-        self, tenant_id: str, endpoint: str, key: str, digest: str
-    ) -> idempotency.Recorded | None:
+    async def lookup(self, tenant_id: str, endpoint: str, key: str, digest: str) -> Recorded | None:
         return await idempotency.lookup(self._conn, tenant_id, endpoint, key, digest)
 
     async def store(
-        self, tenant_id: str, endpoint: str, key: str, digest: str, answer: idempotency.Recorded,
+        self, tenant_id: str, endpoint: str, key: str, digest: str, answer: Recorded,
         now: int,
     ) -> None:  # fmt: skip
         await idempotency.store(
@@ -59,14 +58,14 @@ class IdempotencyRecords:
 
     async def lookup_many(
         self, endpoint: str, keys: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], idempotency.Stored]:
+    ) -> dict[tuple[str, str], Stored]:
         """(tenant, key) → the answer stored and its body's hash, of those recorded;
-        `idempotency.matching` turns one into the answer for a request, or its key
+        the domain's `matching` turns one into the answer for a request, or its key
         conflict."""
         return await idempotency.lookup_many(self._conn, endpoint, keys)
 
     async def store_many(
-        self, endpoint: str, answers: Iterable[tuple[str, str, str, idempotency.Recorded]],
+        self, endpoint: str, answers: Iterable[tuple[str, str, str, Recorded]],
         now: int,
     ) -> None:  # fmt: skip
         """Record (tenant, key, body hash, answer) of many requests in one statement."""

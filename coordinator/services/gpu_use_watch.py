@@ -32,8 +32,9 @@ from coordinator.domain.gpu_use_join import (
     join,
     unit_lines,
 )
+from coordinator.domain.model import NewNodeEvent
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.ledger import Ledger, NodeEventRow
+from coordinator.ledger import Ledger
 from coordinator.services import alerting
 from shared.clock import Clock
 from shared.ids import ulid
@@ -174,7 +175,7 @@ class GpuUseWatch:
         state, transitions, accrued = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]
         events = [
-            NodeEventRow(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
+            NewNodeEvent(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
             for t in transitions
             if t.kind in NODE_EVENT_KINDS
         ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from coordinator.domain.errors import NotFound
+from coordinator.domain.idempotency import Recorded, body_hash
 from coordinator.domain.intervals import (
     Interval,
     IntervalError,
@@ -24,7 +25,7 @@ from coordinator.domain.intervals import (
     parse_intervals,
 )
 from coordinator.domain.model import Pool
-from coordinator.ledger import Ledger, Recorded, body_hash
+from coordinator.ledger import Ledger
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed, retrying
 from shared.clock import Clock

@@ -34,10 +34,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.errors import CoordinatorError, UnknownPool
 from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
-from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader, UnknownPool
+from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader
 from coordinator.runtime.gc_pause import gc_paused
 from coordinator.services import alerting
 from coordinator.services.capacity_signal import CapacitySignal

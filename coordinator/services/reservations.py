@@ -27,17 +27,11 @@ from coordinator.domain.errors import (
     InvalidInput,
     QuotaExceeded,
 )
+from coordinator.domain.idempotency import Recorded, Stored, body_hash, matching
 from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
-from coordinator.ledger import (
-    BookingBatch,
-    Ledger,
-    Recorded,
-    Stored,
-    body_hash,
-    matching,
-)
+from coordinator.ledger import BookingBatch, Ledger
 from coordinator.services import alerting
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.group_commit import GroupCommit

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.domain.errors import NotFound
-from coordinator.domain.model import Quota, Tenant
-from coordinator.ledger import IssuedKey, Ledger
+from coordinator.domain.model import IssuedKey, Quota, Tenant
+from coordinator.ledger import Ledger
 from shared.clock import Clock
 
 

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from coordinator.app import running_coordinator
-from coordinator.ledger import Database, Ledger, Recorded
+from coordinator.domain.idempotency import Recorded, body_hash
+from coordinator.ledger import Database, Ledger
 from coordinator.ledger import idempotency as records
 from coordinator.tasks.idempotency_purge import SPEC_RETENTION_MS, IdempotencyPurge
 from shared.clock import FakeClock
@@ -33,7 +34,7 @@ async def db(ledger: Ledger, database_url: str) -> AsyncIterator[Database]:
 async def _record(db: Database, key: str, body: object, answer: object, now: int) -> object:
     """Record `answer` unless the key already has one, as a service does; the answer in force."""
     ledger = Ledger(db)
-    digest = records.body_hash(body)
+    digest = body_hash(body)
     async with ledger.transaction() as uow:
         found = await uow.idempotency.lookup("acme", ENDPOINT, key, digest)
         if found is not None:
@@ -43,9 +44,9 @@ async def _record(db: Database, key: str, body: object, answer: object, now: int
     return answer
 
 
-async def _find(db: Database, key: str, body: object) -> records.Recorded | None:
+async def _find(db: Database, key: str, body: object) -> Recorded | None:
     async with db.read() as conn:
-        return await records.lookup(conn, "acme", ENDPOINT, key, records.body_hash(body))
+        return await records.lookup(conn, "acme", ENDPOINT, key, body_hash(body))
 
 
 async def test_one_pass_drops_records_older_than_a_day_and_younger_ones_still_replay(
@@ -62,7 +63,7 @@ async def test_one_pass_drops_records_older_than_a_day_and_younger_ones_still_re
     await IdempotencyPurge(ledger, clock).tick()
 
     assert await _find(db, "old", {"n": 1}) is None
-    assert await _find(db, "day", {"n": 2}) == records.Recorded(200, {"reservationId": "r-day"})
+    assert await _find(db, "day", {"n": 2}) == Recorded(200, {"reservationId": "r-day"})
     # A retry of the younger request replays its first answer, not the new one.
     again = await _record(db, "young", {"n": 3}, {"reservationId": "r-new"}, clock.now_ms())
     assert again == {"reservationId": "r-young"}

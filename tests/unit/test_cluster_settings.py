@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.bus.alerts import wanted_replicas
 from coordinator.config import CoordinatorSettings
-from coordinator.ledger import normalize_url
+from coordinator.ledger.database import normalize_url
 from procs.nats import split_servers
 from procs.settings import ConfigError, load
 

@@ -1,5 +1,6 @@
 """The API and the workflows see the ledger only through what `coordinator.ledger`
-exports: its modules (bookings, idempotency, …) and its connection stay private."""
+exports, and it exports storage only: its modules (bookings, idempotency, …) and its
+connection stay private, and values and rules are the domain's."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ from pathlib import Path
 from typing import Any, cast, get_args, get_origin, get_type_hints
 
 import coordinator.ledger
+from coordinator.domain.errors import Unavailable
 from coordinator.ledger import BookingBatch, Database, Ledger, UnitOfWork
 from coordinator.ledger.snapshot import SnapshotCache
 
 ROOT = Path(__file__).resolve().parents[2] / "coordinator"
+
+# The facade: the ledger and what it stands on, the unit of work and the writers it
+# hands out, the two query shapes a caller builds or keeps, and the storage failures.
+STORAGE = {
+    "Ledger", "Database", "Leadership",
+    "UnitOfWork", "BookingBatch", "NodeWriter",
+    "ReservationFilter", "OutboxBacklog",
+    "LedgerUnavailable", "NotLeader", "WriteRaced",
+}  # fmt: skip
 
 
 def _ledger_imports(path: Path) -> list[tuple[str, str]]:
@@ -39,6 +50,67 @@ def test_api_and_services_import_only_the_ledgers_exports() -> None:
         for module, name in _ledger_imports(path):
             assert module == "coordinator.ledger", f"{path} imports {module}"
             assert name in exported, f"{path} imports {name}, not in __all__"
+
+
+def test_the_ledger_exports_its_facade_and_nothing_else() -> None:
+    assert set(coordinator.ledger.__all__) == STORAGE
+    assert {n for n in vars(coordinator.ledger) if not n.startswith("_")} - STORAGE <= {
+        n for n, v in vars(coordinator.ledger).items() if inspect.ismodule(v)
+    }  # the package's own modules are attributes of it, but not exports
+
+
+def _signature_types(owner: type) -> set[type]:
+    """Every class named in a public method's parameters or return, unwrapped."""
+    found: set[type] = set()
+
+    def walk(hint: Any) -> None:
+        if isinstance(hint, type):
+            found.add(hint)
+        for arg in hint if isinstance(hint, list) else get_args(hint):  # Callable's params
+            walk(arg)
+
+    for name, fn in inspect.getmembers(owner, callable):
+        if not name.startswith("_") or name == "__init__":
+            for hint in get_type_hints(fn).values():
+                walk(hint)
+    return found
+
+
+def _storage_is_not(name: str, value: object, in_signatures: set[type]) -> str | None:
+    """Why an exported name is not storage, None when it is."""
+    if not isinstance(value, type):
+        return "not a class: functions and rules are the domain's"
+    if not value.__module__.startswith("coordinator.ledger."):
+        return f"defined in {value.__module__}, not in the ledger"
+    if issubclass(value, BaseException):
+        if not issubclass(value, Unavailable):
+            return "an error a client acts on is the domain's; storage fails as Unavailable"
+    elif dataclasses.is_dataclass(value) and value not in in_signatures:
+        return "a value no repository takes or returns"
+    return None
+
+
+def test_every_export_is_storage() -> None:
+    """Classes of the ledger only; an error is a storage failure (the work may be
+    retried), a plain value is what a repository takes or returns (a query's shape)."""
+    ledger = Ledger(cast(Database, None))  # repositories only keep the database
+    repos = [type(v) for n, v in vars(ledger).items() if not n.startswith("_")]
+    in_signatures = set().union(*(_signature_types(c) for c in [Ledger, UnitOfWork, *repos]))
+    exported = {n: getattr(coordinator.ledger, n) for n in coordinator.ledger.__all__}
+    wrong = {n: why for n, v in exported.items() if (why := _storage_is_not(n, v, in_signatures))}
+    assert wrong == {}
+
+
+def test_the_storage_rule_refuses_what_the_domain_owns() -> None:
+    """What the facade once exported and the domain now owns fails the rule."""
+    from coordinator.domain.errors import UnknownPool
+    from coordinator.domain.idempotency import Recorded, body_hash
+    from coordinator.ledger.catalog import NodePage
+    from coordinator.ledger.node_writer import InventoryRefused
+
+    in_signatures: set[type] = set()
+    for value in (body_hash, Recorded, UnknownPool, InventoryRefused, NodePage):
+        assert _storage_is_not("x", value, in_signatures) is not None, value
 
 
 def test_the_ledgers_connection_is_private() -> None:

@@ -148,6 +148,7 @@ async def run(
         on_ready=lambda: _ready(notify_socket),
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,
+        idle_util_percent=settings.idle_util_percent,
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)

@@ -186,7 +186,9 @@ async def run(
             offer_boot_disks=settings.offer_boot_disks,
             offer_management_nics=settings.offer_management_nics,
             release_file=settings.release_file,
-            usage=UsageReader(nvml, ProcOwners(root / "proc")),
+            usage=UsageReader(
+                nvml, ProcOwners(root / "proc"), holders=lambda: bookings.holders(clock.now_ms())
+            ),
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",

@@ -64,6 +64,18 @@ class BookingsKeeper:
         """What the heartbeat echoes: "" until the first bookings arrive."""
         return self.latest.etag if self.latest is not None else ""
 
+    def holders(self, now_ms: int) -> dict[str, frozenset[str]]:
+        """Unit (GPU or MIG UUID) → the reservations booked on it at `now_ms`: the
+        processes a full use list leaves out first (`agent.usage`)."""
+        out: dict[str, set[str]] = {}
+        latest = self.latest  # replaced whole on the NATS thread, read on the poll's
+        for b in latest.bookings if latest is not None else ():
+            if b.start <= now_ms < b.end:
+                for d in b.devices:
+                    if d.device_id:
+                        out.setdefault(d.device_id, set()).add(b.reservation_id)
+        return {unit: frozenset(ids) for unit, ids in out.items()}
+
     def on_message(self, data: bytes) -> None:
         try:
             value = _DECODER.decode(data)

@@ -23,7 +23,7 @@ from procs.nats import DEFAULT_NATS_URL, SubjectPrefix
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.subjects import DEFAULT_PREFIX, Subjects
-from shared.wire import DeviceClass
+from shared.wire import IDLE_UTIL_PERCENT, DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
 
@@ -180,6 +180,15 @@ class Settings(SettingsModel, frozen=True):
         Path | None, Meta(description="simulated faults (JSON), re-read each poll")
     ] = None
     log_level: LogLevel = "INFO"
+    idle_util_percent: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=100,
+            description="the coordinator's idle threshold (SM %): a reading crossing it is"
+            " sent at once (otherwise at most 60 s late)",
+        ),
+    ] = IDLE_UTIL_PERCENT
     provisioning: Annotated[bool, Meta(description="report the node as provisioning")] = False
     profile_id: Annotated[
         str | None,

@@ -148,6 +148,7 @@ async def run(
         on_ready=lambda: _ready(notify_socket),
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,
+        idle_util_percent=settings.idle_util_percent,
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)
@@ -185,7 +186,9 @@ async def run(
             offer_boot_disks=settings.offer_boot_disks,
             offer_management_nics=settings.offer_management_nics,
             release_file=settings.release_file,
-            usage=UsageReader(nvml, ProcOwners(root / "proc")),
+            usage=UsageReader(
+                nvml, ProcOwners(root / "proc"), holders=lambda: bookings.holders(clock.now_ms())
+            ),
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",

@@ -58,7 +58,14 @@ from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
 from shared.clock import Clock
 from shared.subjects import Subjects
-from shared.wire import MAX_HEARTBEAT_BYTES, DeviceHealth, Heartbeat, NodeHealth, UseReport
+from shared.wire import (
+    IDLE_UTIL_PERCENT,
+    MAX_HEARTBEAT_BYTES,
+    DeviceHealth,
+    Heartbeat,
+    NodeHealth,
+    UseReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,7 @@ class Publisher:
         on_ready: Callable[[], None] | None = None,
         on_bookings: Callable[[bytes], None] | None = None,
         bookings_etag: Callable[[], str] = str,
+        idle_util_percent: int = IDLE_UTIL_PERCENT,
     ) -> None:
         self._servers = [s.strip() for s in servers.split(",") if s.strip()]
         self._subjects = subjects
@@ -145,7 +153,7 @@ class Publisher:
         self._last_health: tuple[NodeHealth, tuple[DeviceHealth, ...]] | None = None
         self._next_heartbeat = 0.0
         self._seq = 0
-        self._use = UseChanges()
+        self._use = UseChanges(idle_util_percent=idle_util_percent)
         self.stats = PublisherStats()
         self.inv_subject = subjects.inventory(pool_id, node_id)
         self.hb_subject = subjects.heartbeat(pool_id, node_id)
@@ -174,7 +182,7 @@ class Publisher:
     def update(self, state: AgentState) -> None:
         """Latest state wins; never blocks, whatever NATS is doing."""
         self._state = state
-        self._use.observe(state.use)
+        self._use.observe(state.use, now=state.polled_at)
         self._wake.set()
 
     async def run(self) -> None:

@@ -5,6 +5,9 @@ Calls (pynvml's names and shapes): `nvmlDeviceGetUtilizationRates` (`.gpu`, `.me
 in percent), `nvmlDeviceGetMemoryInfo` (`.used`, bytes),
 `nvmlDeviceGetComputeRunningProcesses` (the v3 call: objects with `pid`,
 `usedGpuMemory` in bytes or None, `gpuInstanceId`, `computeInstanceId`) and
+`nvmlDeviceGetMPSComputeRunningProcesses` (the same, for MPS clients: the compute call
+lists only the MPS daemon; merged by pid, and empty where the call is missing or not
+supported) and
 `nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)` (`c_nvmlProcessUtilizationSample_t`:
 `pid`, `timeStamp` in µs, `smUtil`, `memUtil`, `encUtil`, `decUtil`), the same on each MIG
 device handle (`nvmlDeviceGetMigDeviceHandleByIndex`). A value NVML cannot give
@@ -15,12 +18,18 @@ None and no processes: nothing is known of its use.
 
 On a MIG-enabled GPU the processes are listed under their MIG instance (the GPU's own
 entry carries only its memory used), so no process is counted twice.
+
+A unit's list holds at most `MAX_PROCESSES`; beyond that the processes of its own
+holders (`holders`: unit → the reservation ids booked on it, from the node's bookings)
+are left out first, then the smallest in memory, and `processes_omitted` says how many:
+a process of another reservation or of no reservation is what the coordinator's alerts
+need.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pynvml
@@ -29,13 +38,12 @@ from agent.errors import AgentError
 from agent.nvml import NvmlLike
 from agent.owners import UNKNOWN, ProcOwners
 from agent.readings import GpuReading
-from shared.wire import DeviceUse, ProcessUse
+from shared.wire import MAX_PROCESSES, DeviceUse, ProcessUse
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-MAX_PROCESSES = 256  # DeviceUse.processes' bound
 _NOT_SUPPORTED = int(pynvml.NVML_ERROR_NOT_SUPPORTED)
 _NOT_FOUND = int(pynvml.NVML_ERROR_NOT_FOUND)
 
@@ -48,9 +56,16 @@ class UsageReader:
     """Reads the use of a host's GPUs through an `NvmlLike` whose session the
     `NvmlReader` has started. Not thread-safe: one read at a time (the poll thread)."""
 
-    def __init__(self, nvml: NvmlLike, owners: ProcOwners | None = None) -> None:
+    def __init__(
+        self,
+        nvml: NvmlLike,
+        owners: ProcOwners | None = None,
+        holders: Callable[[], Mapping[str, frozenset[str]]] | None = None,
+    ) -> None:
         self._nvml = nvml
         self._owners = owners
+        self._holders = holders
+        self._seen_pids: set[int] = set()  # every process read this pass, listed or not
         self._seen_us: dict[str, int] = {}  # by device UUID: newest process sample read
         self._logged: set[str] = set()
 
@@ -58,13 +73,18 @@ class UsageReader:
         """The use of each GPU in `gpus` (an `NvmlSnapshot`'s, placeholders included) and
         of its MIG instances; `readable=False` (NVML down or released) calls nothing."""
         out: list[DeviceUse] = []
+        self._seen_pids = set()
+        held = self._holders() if self._holders is not None and readable else {}
         for gpu in gpus:
-            out.extend(self._gpu(gpu) if readable and gpu.missing is None else _unknown(gpu))
+            if readable and gpu.missing is None:
+                out.extend(self._gpu(gpu, held))
+            else:
+                out.extend(_unknown(gpu))
         if self._owners is not None:
-            self._owners.keep_only(p.pid for d in out for p in d.processes)
+            self._owners.keep_only(self._seen_pids)
         return tuple(out)
 
-    def _gpu(self, gpu: GpuReading) -> list[DeviceUse]:
+    def _gpu(self, gpu: GpuReading, held: Mapping[str, frozenset[str]]) -> list[DeviceUse]:
         n = self._nvml
         try:
             handle = self._call(f"gpu {gpu.index}: handle", n.nvmlDeviceGetHandleByIndex, gpu.index)
@@ -73,8 +93,8 @@ class UsageReader:
         except _Failed:
             return _unknown(gpu)
         if not gpu.mig_enabled:
-            return [self._device(gpu.uuid, handle)]
-        whole = self._device(gpu.uuid, handle, processes=False)
+            return [self._device(gpu.uuid, handle, held.get(gpu.uuid, frozenset()))]
+        whole = self._device(gpu.uuid, handle, None)
         out = [whole]
         migs = {m.uuid for m in gpu.migs}
         slots = self._get(f"gpu {gpu.index}: mig count", n.nvmlDeviceGetMaxMigDeviceCount, handle)
@@ -86,41 +106,60 @@ class UsageReader:
                 continue
             if uuid in migs:
                 migs.discard(uuid)
-                out.append(self._device(uuid, mh))
+                out.append(self._device(uuid, mh, held.get(uuid, frozenset())))
         out.extend(DeviceUse(device_id=uuid) for uuid in sorted(migs))
         return out
 
-    def _device(self, uuid: str, handle: Any, processes: bool = True) -> DeviceUse:
+    def _device(self, uuid: str, handle: Any, holders: frozenset[str] | None) -> DeviceUse:
+        """The unit's use; `holders` None: its memory only (a GPU in MIG mode)."""
         n = self._nvml
         util = self._get(f"{uuid}: utilization", n.nvmlDeviceGetUtilizationRates, handle)
         mem = self._get(f"{uuid}: memory", n.nvmlDeviceGetMemoryInfo, handle)
         used = _attr_int(mem, "used")
-        if not processes:
+        if holders is None:
             return DeviceUse(device_id=uuid, memory_used_mib=None if used is None else used // MIB)
-        procs = self._get(f"{uuid}: processes", n.nvmlDeviceGetComputeRunningProcesses, handle)
-        found: list[ProcessUse] = []
-        if procs:
-            samples = self._samples(uuid, handle)
-            for proc in list(procs)[:MAX_PROCESSES]:
-                pid = int(proc.pid)
-                owner = self._owners.owner(pid) if self._owners is not None else UNKNOWN
-                memory = _attr_int(proc, "usedGpuMemory")
-                found.append(
-                    ProcessUse(
-                        pid=pid,
-                        used_memory_mib=None if memory is None else memory // MIB,
-                        owner=owner.id,
-                        owner_kind=owner.kind,
-                        sm_util=None if samples is None else samples.get(pid, 0),
-                    )
-                )
+        found = self._processes(uuid, handle)
+        self._seen_pids.update(p.pid for p in found)
+        kept = sorted(found, key=lambda p: _leave_out_first(p, holders))[:MAX_PROCESSES]
         return DeviceUse(
             device_id=uuid,
             sm_util=_percent(_attr_int(util, "gpu")),
             memory_util=_percent(_attr_int(util, "memory")),
             memory_used_mib=None if used is None else used // MIB,
-            processes=tuple(sorted(found, key=lambda p: p.pid)),
+            processes=tuple(sorted(kept, key=lambda p: p.pid)),
+            processes_omitted=len(found) - len(kept),
         )
+
+    def _processes(self, uuid: str, handle: Any) -> list[ProcessUse]:
+        """The compute processes and MPS clients on the unit, one per pid, owned."""
+        n = self._nvml
+        infos = list(
+            self._get(f"{uuid}: processes", n.nvmlDeviceGetComputeRunningProcesses, handle) or ()
+        )
+        # Missing from an old binding (AttributeError) or NotSupported: no MPS clients.
+        mps = getattr(n, "nvmlDeviceGetMPSComputeRunningProcesses", None)
+        if mps is not None:
+            infos += self._get(f"{uuid}: mps processes", mps, handle) or ()
+        by_pid: dict[int, Any] = {}
+        for info in infos:
+            by_pid.setdefault(int(info.pid), info)
+        if not by_pid:
+            return []
+        samples = self._samples(uuid, handle)
+        found: list[ProcessUse] = []
+        for pid, info in by_pid.items():
+            owner = self._owners.owner(pid) if self._owners is not None else UNKNOWN
+            memory = _attr_int(info, "usedGpuMemory")
+            found.append(
+                ProcessUse(
+                    pid=pid,
+                    used_memory_mib=None if memory is None else memory // MIB,
+                    owner=owner.id,
+                    owner_kind=owner.kind,
+                    sm_util=None if samples is None else samples.get(pid, 0),
+                )
+            )
+        return found
 
     def _samples(self, uuid: str, handle: Any) -> dict[int, int] | None:
         """Each process's highest SM utilization since the last read (pid → percent); {}
@@ -166,6 +205,12 @@ class UsageReader:
         if key not in self._logged:
             self._logged.add(key)
             log.debug("use: %s (%s)", key, exc)
+
+
+def _leave_out_first(p: ProcessUse, holders: frozenset[str]) -> tuple[bool, int, int]:
+    """Sort key: kept first, a process not of the unit's holders, then the largest."""
+    own = p.owner_kind == "reservation" and p.owner in holders
+    return (own, -(p.used_memory_mib or 0), p.pid)
 
 
 def _unknown(gpu: GpuReading) -> list[DeviceUse]:

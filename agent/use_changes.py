@@ -1,10 +1,19 @@
 """What of the node's use goes in the next heartbeat: settled values, versions, changes.
 
-Readings are settled first, so that noise is not a change: a utilization is sent in
-steps of `UTIL_GRAIN` % and only once it has moved `UTIL_STEP` points from the value last
-settled (or to or from zero); memory used (a device's, a process's) once it has moved
-`MEMORY_STEP_MIB`. A process appearing or leaving, or changing owner, is always a
-change. Each change of the settled state is a new `use_version`.
+Readings are settled first, so that noise is not a change. A utilization is sent as
+read, and a new reading replaces the value last settled when it moved `UTIL_STEP`
+points or crossed the idle threshold (`idle_util_percent`, the
+coordinator's): the coordinator judges idleness on a value on the same side of its
+threshold as the reading, always. Memory used (a device's, a process's) changes once it
+has moved `MEMORY_STEP_MIB`. A process appearing or leaving, or changing owner, is
+always a change. A device whose settled use has differed from its readings for
+`UTIL_HOLD_S` takes the reading as it is: nothing is held stale for good. Each change of
+the settled state is a new `use_version`.
+
+The agent's threshold is a setting of its own (its default the coordinator's): a
+coordinator set otherwise and an agent not told still sees each crossing, at most
+`UTIL_HOLD_S` late. Sending every reading raw instead would make each heartbeat of a
+busy node a change, and most of them a full `UseReport`.
 
 A heartbeat carries the devices whose settled use differs from the version the last
 sent heartbeat (or `UseReport`) carried: its `use_base`. When those would make the
@@ -20,12 +29,12 @@ from dataclasses import dataclass
 
 import msgspec
 
-from shared.wire import DeviceUse, Heartbeat, ProcessUse
+from shared.wire import IDLE_UTIL_PERCENT, DeviceUse, Heartbeat, ProcessUse
 
 HEARTBEAT_BUDGET = 1024  # bytes: SPEC §4's "small (< 1 KiB)" heartbeat
 MAX_INLINE = 64  # Heartbeat.use's bound
-UTIL_GRAIN = 5  # percent
 UTIL_STEP = 10  # percentage points
+UTIL_HOLD_S = 60.0  # seconds a settled use may differ from the readings
 MEMORY_STEP_MIB = 256
 
 
@@ -50,8 +59,12 @@ class UsePlan:
 
 
 class UseChanges:
-    def __init__(self, budget: int = HEARTBEAT_BUDGET) -> None:
+    def __init__(
+        self, budget: int = HEARTBEAT_BUDGET, idle_util_percent: int = IDLE_UTIL_PERCENT
+    ) -> None:
         self._budget = budget
+        self._threshold = idle_util_percent
+        self._differs_since: dict[str, float] = {}  # device -> first reading unlike it
         # Never changed in place: a UseDelta's `state` is a snapshot of one of these.
         self._current: dict[str, DeviceUse] = {}
         self._version = 0
@@ -66,9 +79,24 @@ class UseChanges:
     def current(self) -> tuple[DeviceUse, ...]:
         return tuple(self._current.values())
 
-    def observe(self, devices: Iterable[DeviceUse]) -> bool:
-        """Settle a reading of every device; whether that made a new version."""
-        new = {d.device_id: settle(self._current.get(d.device_id), d) for d in devices}
+    def observe(self, devices: Iterable[DeviceUse], now: float) -> bool:
+        """Settle a reading of every device, taken at `now` (monotonic seconds); whether
+        that made a new version."""
+        new: dict[str, DeviceUse] = {}
+        differs: dict[str, float] = {}
+        for raw in devices:
+            key = raw.device_id
+            prev = self._current.get(key)
+            settled = settle(prev, raw, self._threshold)
+            if settled != prev or settled == raw:
+                new[key] = settled
+                continue
+            since = self._differs_since.get(key, now)
+            if now - since >= UTIL_HOLD_S:
+                new[key] = raw  # held long enough: the reading as it is
+            else:
+                new[key], differs[key] = settled, since
+        self._differs_since = differs
         if new == self._current:
             return False
         self._current = new
@@ -115,44 +143,34 @@ class UseChanges:
             self._base, self._base_state = delta.version, delta.state
 
 
-def settle(prev: DeviceUse | None, raw: DeviceUse) -> DeviceUse:
-    """`raw`, with each value that moved less than its step since `prev` kept as it was."""
+def settle(prev: DeviceUse | None, raw: DeviceUse, threshold: int = IDLE_UTIL_PERCENT) -> DeviceUse:
+    """`raw`, with each value that moved less than its step since `prev` (and, for a
+    utilization, stayed on its side of `threshold`) kept as it was."""
     before = {p.pid: p for p in prev.processes} if prev is not None else {}
-    return DeviceUse(
-        device_id=raw.device_id,
-        sm_util=_util(prev.sm_util if prev else None, raw.sm_util),
-        memory_util=_util(prev.memory_util if prev else None, raw.memory_util),
+    return msgspec.structs.replace(
+        raw,
+        sm_util=_util(prev.sm_util if prev else None, raw.sm_util, threshold),
+        memory_util=_util(prev.memory_util if prev else None, raw.memory_util, threshold),
         memory_used_mib=_memory(prev.memory_used_mib if prev else None, raw.memory_used_mib),
-        processes=tuple(_process(before.get(p.pid), p) for p in raw.processes),
+        processes=tuple(_process(before.get(p.pid), p, threshold) for p in raw.processes),
     )
 
 
-def _process(prev: ProcessUse | None, raw: ProcessUse) -> ProcessUse:
-    same = prev is not None and (prev.owner, prev.owner_kind) == (raw.owner, raw.owner_kind)
-    return ProcessUse(
-        pid=raw.pid,
-        used_memory_mib=_memory(
-            prev.used_memory_mib if same and prev else None, raw.used_memory_mib
-        ),
-        owner=raw.owner,
-        owner_kind=raw.owner_kind,
-        sm_util=_util(prev.sm_util if same and prev else None, raw.sm_util),
+def _process(prev: ProcessUse | None, raw: ProcessUse, threshold: int) -> ProcessUse:
+    if prev is None or (prev.owner, prev.owner_kind) != (raw.owner, raw.owner_kind):
+        return raw
+    return msgspec.structs.replace(
+        raw,
+        used_memory_mib=_memory(prev.used_memory_mib, raw.used_memory_mib),
+        sm_util=_util(prev.sm_util, raw.sm_util, threshold),
     )
 
 
-def grain(value: int | None) -> int | None:
-    """`value` to the nearest `UTIL_GRAIN` percent."""
-    if value is None:
-        return None
-    return min(100, (2 * value + UTIL_GRAIN) // (2 * UTIL_GRAIN) * UTIL_GRAIN)
-
-
-def _util(prev: int | None, raw: int | None) -> int | None:
-    new = grain(raw)
-    if prev is None or new is None or raw is None:
-        return new
-    if abs(raw - prev) >= UTIL_STEP or (new == 0) != (prev == 0):
-        return new
+def _util(prev: int | None, raw: int | None, threshold: int) -> int | None:
+    if prev is None or raw is None:
+        return raw
+    if abs(raw - prev) >= UTIL_STEP or (raw < threshold) != (prev < threshold):
+        return raw
     return prev
 
 

@@ -19,6 +19,7 @@ from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
+from shared.wire import IDLE_UTIL_PERCENT
 
 __all__ = ["ConfigError", "CoordinatorSettings", "default_database_url"]
 
@@ -276,8 +277,13 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     ] = 1800.0
     idle_util_percent: Annotated[
         int,
-        Meta(ge=0, le=100, description="SM utilization (%) under which a GPU counts as idle"),
-    ] = 5
+        Meta(
+            ge=0,
+            le=100,
+            description="SM utilization (%) under which a GPU counts as idle (set the"
+            " agents' `idle_util_percent` alike)",
+        ),
+    ] = IDLE_UTIL_PERCENT
     notice_s: Annotated[
         float, Meta(ge=0, le=86400, description="notice a preempted spot reservation gets, seconds")
     ] = 120.0

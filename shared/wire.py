@@ -74,6 +74,7 @@ AttrValue = (
 Attrs = Annotated[dict[Text128, AttrValue], Meta(max_length=128)]
 MAX_DEVICES = 4096
 MAX_ATOMS = 16384
+MAX_PROCESSES = 256  # per GPU or MIG instance in a use report
 
 NodeId = Annotated[str, Meta(pattern=_whole(NODE_ID_PATTERN), max_length=128)]
 PoolId = Annotated[str, Meta(pattern=_whole(POOL_ID_PATTERN), max_length=57)]
@@ -226,6 +227,11 @@ OWNER_KINDS: tuple[OwnerKind, ...] = get_args(OwnerKind)
 Percent = Annotated[int, Meta(ge=0, le=100)]
 
 
+# SM utilization (%) under which a GPU counts as idle: the coordinator's default, and
+# the agent's, which settles readings so that a crossing of it is always sent.
+IDLE_UTIL_PERCENT = 5
+
+
 class ProcessUse(Wire, frozen=True, kw_only=True, gc=False):
     """One compute process on a GPU or MIG instance."""
 
@@ -238,13 +244,16 @@ class ProcessUse(Wire, frozen=True, kw_only=True, gc=False):
 
 class DeviceUse(Wire, frozen=True, kw_only=True, gc=False):
     """What runs on one GPU or MIG instance (`device_id` is its UUID) right now. None
-    where NVML cannot say (`NotSupported`, or a MIG instance's utilization)."""
+    where NVML cannot say (`NotSupported`, or a MIG instance's utilization).
+    `processes_omitted`: how many more processes ran than the list's bound holds (those
+    of the unit's own holder are the ones left out first)."""
 
     device_id: Text128
     sm_util: Percent | None = None
     memory_util: Percent | None = None
     memory_used_mib: Count | None = None
-    processes: Annotated[tuple[ProcessUse, ...], Meta(max_length=256)] = ()
+    processes: Annotated[tuple[ProcessUse, ...], Meta(max_length=MAX_PROCESSES)] = ()
+    processes_omitted: Count = 0
 
 
 class UseReport(Wire, frozen=True, kw_only=True):

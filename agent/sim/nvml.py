@@ -241,6 +241,11 @@ class SimulatedNvml:
         gpu = self._gpu(handle)
         return process_infos(self._running(handle), mig=bool(gpu.spec.mig_profiles))
 
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """The MPS clients (entries with `"mps": true`), in the compute call's shape."""
+        gpu = self._gpu(handle)
+        return process_infos(self._running(handle), mig=bool(gpu.spec.mig_profiles), mps=True)
+
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         """Not supported on MIG devices, nor on a GPU in MIG mode, as with the driver."""
         if isinstance(handle, SimMig) or self._gpu(handle).spec.mig_profiles:

@@ -12,7 +12,10 @@ each (the profile's `[[mig]]` order). `util` shapes: `constant` (`level`), `ramp
 `period_s`, else `low`); time runs from when the simulator first saw the entry.
 `memory_mib` is the process's memory on each GPU. The simulated NVML lists the process
 (pynvml's v3 process info), reports its utilization, and writes `<proc>/<pid>/environ`,
-`cgroup` and `stat` so the agent resolves its owner as on a host.
+`cgroup` and `stat` so the agent resolves its owner as on a host. `"mps": true` makes it
+an MPS client: listed by `nvmlDeviceGetMPSComputeRunningProcesses`, not by the compute
+call (which lists the MPS daemon, when an entry such as `"comm":
+"nvidia-cuda-mps-server"` stands for it).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Workload:
     cgroup: str = "0::/user.slice/user-1000.slice/session-1.scope"
     comm: str = "python"
     util: Curve = Curve()
+    mps: bool = False  # an MPS client: listed by the MPS call, not the compute one
 
 
 def parse_workload(entry: dict[str, Any], where: str) -> Workload:
@@ -89,6 +93,8 @@ def parse_workload(entry: dict[str, Any], where: str) -> Workload:
     for key in ("cgroup", "comm"):
         if key in entry and not isinstance(entry[key], str):
             raise WorkloadError(f"{where}.{key}: a string")
+    if not isinstance(entry.get("mps", False), bool):
+        raise WorkloadError(f"{where}.mps: true or false")
     for key in ("memory_mib", "mig"):
         value = entry.get(key)
         if value is not None and not (_is_int(value) and value >= 0):
@@ -102,6 +108,7 @@ def parse_workload(entry: dict[str, Any], where: str) -> Workload:
         cgroup=str(entry.get("cgroup", Workload.cgroup)),
         comm=str(entry.get("comm", "python")),
         util=_curve(entry.get("util", {"shape": "constant", "level": 0}), f"{where}.util"),
+        mps=bool(entry.get("mps", False)),
     )
 
 
@@ -172,8 +179,9 @@ class Workloads:
         ]
 
 
-def process_infos(running: list[tuple[Workload, int]], mig: bool) -> list[Any]:
-    """What pynvml's v3 process call returns: friendly objects of the struct's fields."""
+def process_infos(running: list[tuple[Workload, int]], mig: bool, mps: bool = False) -> list[Any]:
+    """What pynvml's v3 process calls return (the compute call's, or with `mps` the MPS
+    clients' call's): friendly objects of the struct's fields."""
     # Imported only when the simulator runs: the agent's entry point reads fault files
     # (so this module) before it checks that nvidia-ml-py is installed, and a host
     # without it must get that message and exit 2, not a traceback.
@@ -181,6 +189,8 @@ def process_infos(running: list[tuple[Workload, int]], mig: bool) -> list[Any]:
 
     out = []
     for w, _ in running:
+        if w.mps != mps:
+            continue
         gi, ci = ((w.mig or 0) + 1, 0) if mig else (NO_INSTANCE, NO_INSTANCE)
         info = pynvml.c_nvmlProcessInfo_v3_t(
             pid=w.pid, usedGpuMemory=w.memory_mib * MIB, gpuInstanceId=gi, computeInstanceId=ci

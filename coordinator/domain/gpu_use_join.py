@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.wire import AlertKind, DeviceUse
+from shared.wire import IDLE_UTIL_PERCENT, AlertKind, DeviceUse
 
 GPU_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot"})
 COVERING_CLASSES = GPU_CLASSES | {"node"}
@@ -103,7 +103,7 @@ class UnitLine:
 @dataclass(frozen=True, slots=True)
 class Policy:
     idle_after_ms: int = 30 * 60_000
-    idle_util_percent: int = 5
+    idle_util_percent: int = IDLE_UTIL_PERCENT
 
 
 def unit_of(cls: str, atom_id: str, device_id: str, attrs: Mapping[str, Any]) -> str:

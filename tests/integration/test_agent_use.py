@@ -47,6 +47,24 @@ WORKLOADS = [
         "cgroup": "0::/system.slice/miner.service",
         "util": {"shape": "constant", "level": 30},
     },
+    # An MPS-shared GPU: the compute call lists the daemon, the MPS call the client.
+    {
+        "kind": "process",
+        "pid": 50,
+        "gpu": 7,
+        "memory_mib": 30,
+        "comm": "nvidia-cuda-mps-server",
+        "cgroup": "0::/system.slice/nvidia-mps.service",
+    },
+    {
+        "kind": "process",
+        "pid": 51,
+        "gpu": 7,
+        "memory_mib": 8192,
+        "mps": True,
+        "env": {"GPUFLEET_RESERVATION_ID": RSV},
+        "util": {"shape": "constant", "level": 60},
+    },
 ]
 
 
@@ -94,6 +112,10 @@ async def test_use_reports_and_heartbeat_changes(nats_url: str, tmp_path: Path) 
             assert owners(first.devices, uuid[1]) == [(4242, "reservation", RSV)]
             assert owners(first.devices, uuid[3]) == [(777, "pod", POD)]
             assert owners(first.devices, uuid[5]) == [(9, "systemd", "miner.service")]
+            assert owners(first.devices, uuid[7]) == [
+                (50, "systemd", "nvidia-mps.service"),
+                (51, "reservation", RSV),
+            ]
             busy = next(d for d in first.devices if d.device_id == uuid[0])
             assert (busy.sm_util, busy.memory_used_mib) == (85, 40960)
             size, hb = await asyncio.wait_for(seen.heartbeats.get(), 10)

@@ -78,6 +78,16 @@ def test_the_keeper_keeps_its_own_nodes_latest_and_writes_it_atomically(tmp_path
     assert read_state(path) == empty and keeper.etag == "e2" and seen[-1] == "e2"
 
 
+def test_the_holders_of_each_unit_are_the_bookings_live_now() -> None:
+    keeper = BookingsKeeper("n0", None)
+    assert keeper.holders(NOW) == {}
+    keeper.on_message(HELD.to_json())
+    held = keeper.holders(NOW)
+    assert held["GPU-a"] == held["MIG-1"] == held["GPU-s"] == frozenset({"rsv_live"})
+    assert "GPU-b" not in held and "GPU-c" not in held  # not started, ended
+    assert keeper.holders(NOW + HOUR)["GPU-b"] == frozenset({"rsv_later"})
+
+
 def test_a_state_file_that_cannot_be_written_is_counted_and_the_etag_still_echoed(
     tmp_path: Path,
 ) -> None:

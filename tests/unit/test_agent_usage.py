@@ -21,7 +21,7 @@ from agent.sim.profile import load_profile
 from agent.sim.workload import Curve
 from agent.usage import UsageReader
 from shared.clock import FakeClock
-from shared.wire import DeviceUse
+from shared.wire import MAX_PROCESSES, DeviceUse
 
 RSV = "rsv_01jabcdefghjkmnpqrstvwxyz0"
 POD = "1234abcd-5678-90ab-cdef-1234567890ab"
@@ -146,6 +146,17 @@ class Unsupported(SimulatedNvml):
             raise RuntimeError("a broken binding")
         return super().nvmlDeviceGetComputeRunningProcesses(handle)
 
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+class WithoutMps(SimulatedNvml):
+    """An nvidia-ml-py too old to have the MPS call."""
+
+    @property
+    def nvmlDeviceGetMPSComputeRunningProcesses(self) -> Any:
+        raise AttributeError("nvmlDeviceGetMPSComputeRunningProcesses")
+
 
 def test_unsupported_calls_degrade_to_none(tmp_path: Path) -> None:
     host = Host(tmp_path, "l40s-pcie-4", Unsupported)
@@ -156,6 +167,65 @@ def test_unsupported_calls_degrade_to_none(tmp_path: Path) -> None:
     assert (first.sm_util, first.memory_util, first.memory_used_mib) == (None, None, 20480)
     assert first.processes[0].sm_util is None and first.processes[0].owner == RSV
     assert use[uuids[1]].processes == ()
+
+
+def test_a_full_list_keeps_other_owners_first_and_says_how_many_it_left_out(
+    tmp_path: Path,
+) -> None:
+    """Found: lists were cut at 256 per device without a word, and the 301st process, of
+    another reservation (30 GiB at 90 %), was dropped."""
+    host = Host(tmp_path, "h100-sxm-8")
+    uuids = host.uuids()
+    other = "rsv_01jzzzzzzzzzzzzzzzzzzzzzzz"
+    own = [booked(1000 + i, [0], level=0, memory_mib=100) for i in range(300)]
+    intruder = booked(5000, [0], level=90, memory_mib=30720, env={"GPUFLEET_RESERVATION_ID": other})
+    pod = {"kind": "process", "pid": 5001, "gpu": 0, "memory_mib": 10, "cgroup": KUBE}
+    host.run(*own, intruder, pod)
+    host.usage = UsageReader(
+        host.nvml, ProcOwners(host.proc), holders=lambda: {uuids[0]: frozenset({RSV})}
+    )
+    d = host.read()[uuids[0]]
+    assert len(d.processes) == MAX_PROCESSES and d.processes_omitted == 302 - MAX_PROCESSES
+    by_pid = {p.pid: p for p in d.processes}
+    assert by_pid[5000].owner == other and by_pid[5000].used_memory_mib == 30720
+    assert by_pid[5000].sm_util == 90
+    assert by_pid[5001].owner_kind == "pod"
+    assert [p.pid for p in d.processes] == sorted(by_pid)
+    assert host.read()[uuids[1]].processes_omitted == 0
+    DeviceUse.from_json(d.to_json())  # within the wire's bounds
+
+
+def test_mps_clients_are_read_and_attributed(tmp_path: Path) -> None:
+    """Found: only the MPS daemon showed on an MPS-shared GPU."""
+    host = Host(tmp_path, "h100-sxm-8")
+    uuids = host.uuids()
+    daemon = {
+        "kind": "process",
+        "pid": 900,
+        "gpu": 0,
+        "memory_mib": 30,
+        "comm": "nvidia-cuda-mps-server",
+    }
+    host.run(daemon, booked(901, [0], level=40, mps=True), booked(902, [0, 1], level=20, mps=True))
+    use = host.read()
+    procs = {p.pid: p for p in use[uuids[0]].processes}
+    assert sorted(procs) == [900, 901, 902]
+    assert (procs[901].owner_kind, procs[901].owner, procs[901].sm_util) == ("reservation", RSV, 40)
+    assert procs[902].used_memory_mib == 20480
+    assert [p.pid for p in use[uuids[1]].processes] == [902]
+    n = host.nvml
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert [p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(h)] == [900]
+    assert [p.pid for p in n.nvmlDeviceGetMPSComputeRunningProcesses(h)] == [901, 902]
+
+
+@pytest.mark.parametrize("nvml_class", [Unsupported, WithoutMps])
+def test_without_the_mps_call_compute_processes_still_show(
+    tmp_path: Path, nvml_class: type[SimulatedNvml]
+) -> None:
+    host = Host(tmp_path, "l40s-pcie-4", nvml_class)
+    host.run(booked(9, [0]), booked(10, [0], mps=True))
+    assert [p.pid for p in host.read()[host.uuids()[0]].processes] == [9]
 
 
 def test_process_samples_are_read_once_each(tmp_path: Path) -> None:

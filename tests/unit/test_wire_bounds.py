@@ -84,6 +84,8 @@ def test_out_of_bounds_inventories_are_schema_errors(what: str, changes: dict[st
         {"intervalMs": 3_600_001},
         {"inventoryHash": "x" * 200},
         {"health": {"status": "healthy", "reasons": ["r\x00"]}},
+        {"use": [{"deviceId": "GPU-0", "processesOmitted": -1}], "useVersion": 1},
+        {"use": [{"deviceId": "GPU-0", "processes": [{"pid": 1}] * 257}], "useVersion": 1},
     ],
 )
 def test_out_of_bounds_heartbeats_are_schema_errors(changes: dict[str, Any]) -> None:
@@ -91,6 +93,15 @@ def test_out_of_bounds_heartbeats_are_schema_errors(changes: dict[str, Any]) -> 
     doc = json.loads(make_heartbeat(inv).to_json()) | changes
     with pytest.raises(ValidationError):
         Heartbeat.from_json(json.dumps(doc))
+
+
+def test_a_use_list_says_how_many_processes_it_left_out_and_older_agents_still_pass() -> None:
+    doc = json.loads(make_heartbeat(make_inventory("n1", POOL)).to_json())
+    full = {"deviceId": "GPU-0", "processes": [{"pid": 1}] * 256, "processesOmitted": 45}
+    hb = Heartbeat.from_json(json.dumps(doc | {"use": [full], "useVersion": 1}))
+    assert hb.use[0].processes_omitted == 45 and len(hb.use[0].processes) == 256
+    older = Heartbeat.from_json(json.dumps(doc | {"use": [{"deviceId": "GPU-0"}]}))
+    assert older.use[0].processes_omitted == 0
 
 
 def test_the_rate_limiter_drops_one_noisy_node_and_spares_the_others() -> None:

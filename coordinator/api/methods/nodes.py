@@ -198,7 +198,7 @@ def _use(
         _USE.in_use: bool(device.processes),
         _USE.sm_util: device.sm_util,
         _USE.memory_used_mib: device.memory_used_mib,
-        _USE.processes: len(device.processes),
+        _USE.processes: len(device.processes) + device.processes_omitted,
         _USE.users: [
             {_USER.pid: p.pid, _USER.owner: p.owner, _USER.owner_kind: p.owner_kind}
             for p in device.processes

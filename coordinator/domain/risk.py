@@ -53,7 +53,9 @@ class AtomCondition:
     held_for_shape: bool = False
 
 
-def node_risk(node: NodeState, held_for_pool_change: bool, held_for_shape: bool) -> str | None:
+def node_risk(
+    node: NodeState, held_for_pool_change: bool, held_for_shape: bool
+) -> AtRiskReason | None:
     """Why a node's whole capacity is out of service (a hold of one of the rollup's
     buckets other than allocatable), or None while it is in service (a degraded node is
     a warning, not a hold)."""
@@ -69,7 +71,7 @@ def node_risk(node: NodeState, held_for_pool_change: bool, held_for_shape: bool)
     return None
 
 
-def atom_risk(c: AtomCondition) -> str | None:
+def atom_risk(c: AtomCondition) -> AtRiskReason | None:
     """Why a booked atom is at risk, or None while it is in service."""
     reason = node_risk(c.node, c.held_for_pool_change, c.held_for_shape)
     if reason not in (None, UNHEALTHY):

@@ -10,7 +10,8 @@ bookings on those nodes hold. Two questions follow, answered with the one arithm
   those other nodes have: then the node is held like one with bookings of its own;
 - whether an interval reservation is at risk — while, in a quarter it holds, the pool's
   commitments exceed the memory in service. Its reason is the weightiest of the nodes
-  whose memory left service (`risk.PRECEDENCE`; a node still provisioning counts too).
+  whose memory left service (`risk.PRECEDENCE`: the same reasons a device booking on
+  them is given, a shape hold's included), or `pool memory short` when none did.
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ from dataclasses import dataclass
 
 from coordinator.domain.commitments import Commitment, Profile
 from coordinator.domain.model import NodeState
-from coordinator.domain.risk import PRECEDENCE, AtomCondition, atom_risk
-from coordinator.domain.states import node_bucket
+from coordinator.domain.risk import POOL_MEMORY_SHORT, PRECEDENCE, node_risk
 
-PROVISIONING = "provisioning"
 # When the memory the pool promised is short and no node of the pool is out of service
 # to blame (the nodes left it): the reservation is at risk all the same.
-SHORT = "pool memory short"
-REASONS: tuple[str, ...] = (*PRECEDENCE, PROVISIONING, SHORT)
+SHORT = POOL_MEMORY_SHORT
 
 
 def needs_node(commitments: Iterable[Commitment], memory_without: int, now: int) -> bool:
@@ -48,12 +46,12 @@ class OutOfService:
     reason: str
 
 
-def out_of_service(state: NodeState, held_for_pool_change: bool) -> str | None:
-    """Why a node's memory is not in service (None: it is)."""
-    if node_bucket(state) == "allocatable":
-        return None
-    condition = AtomCondition(state, held_for_pool_change, "healthy", retired=False)
-    return atom_risk(condition) or PROVISIONING
+def out_of_service(
+    state: NodeState, held_for_pool_change: bool, held_for_shape: bool
+) -> str | None:
+    """Why a node's memory is not in service (None: it is), as a device booking on the
+    node would be told."""
+    return node_risk(state, held_for_pool_change, held_for_shape)
 
 
 def short_windows(
@@ -69,5 +67,5 @@ def blame(out: Iterable[OutOfService]) -> tuple[str, tuple[str, ...]]:
     nodes = sorted(out, key=lambda o: o.node_id)
     if not nodes:
         return SHORT, ()
-    reason = min((o.reason for o in nodes), key=REASONS.index)
+    reason = min((o.reason for o in nodes), key=PRECEDENCE.index)
     return reason, tuple(o.node_id for o in nodes)

@@ -75,7 +75,7 @@ async def read(conn: AsyncConnection, pool_id: str, now: int) -> PoolMemory:
         await conn.execute(
             select(
                 n.node_id, n.reachable, n.health, n.maintenance, n.provisioning,
-                n.maintenance_reason, n.pending_pool_id, n.memory_gib,
+                n.maintenance_reason, n.pending_pool_id, n.shape_hold, n.memory_gib,
             ).where(n.pool_id == pool_id)
         )
     ).all()  # fmt: skip
@@ -89,7 +89,7 @@ async def read(conn: AsyncConnection, pool_id: str, now: int) -> PoolMemory:
             provisioning=bool(row.provisioning),
         )
         moving = row.pending_pool_id is not None and row.maintenance_reason == POOL_CHANGE_PENDING
-        reason = pool_memory.out_of_service(state, moving)
+        reason = pool_memory.out_of_service(state, moving, bool(row.shape_hold))
         if reason is None:
             in_service[row.node_id] = int(row.memory_gib)
         elif row.memory_gib:

@@ -59,7 +59,7 @@ async def refresh_risk(conn: AsyncConnection, node_ids: list[str], now: int) -> 
             await conn.execute(
                 select(
                     n.node_id, n.reachable, n.health, n.maintenance, n.provisioning,
-                    n.maintenance_reason, n.pending_pool_id,
+                    n.maintenance_reason, n.pending_pool_id, n.shape_hold,
                 ).where(n.node_id.in_({r.node_id for r in booked}))
             )
         ).all()
@@ -121,5 +121,6 @@ def _reason(node: Any, atom: Any) -> str | None:
             held_for_pool_change=held,
             health=atom.health if atom is not None else "healthy",
             retired=atom is None or bool(atom.retired),
+            held_for_shape=bool(node.shape_hold),
         )
     )

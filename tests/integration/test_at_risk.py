@@ -21,6 +21,7 @@ from coordinator.services.node_records import (
     record_reachability,
 )
 from coordinator.services.reservations import Created
+from coordinator.services.shapes import Shapes
 from shared.wire import Atom, DeviceHealth, Inventory
 from tests.factories import backed, make_heartbeat, make_inventory
 from tests.rig import HOUR, TENANT, Rig
@@ -218,3 +219,54 @@ async def test_a_pending_pool_move_puts_the_reservations_it_waits_for_at_risk(
     risk = (await _answer(rig, rid))["atRisk"]
     assert risk["reason"] == "pool change pending"  # type: ignore[index]
     assert _kinds(rig)[-2:] == ["node.poolChangePending", "reservation.atRisk"]
+
+
+async def test_a_shape_hold_puts_the_nodes_bookings_at_risk_like_maintenance(
+    ledger: Ledger,
+) -> None:
+    """Issue 31: an expected shape of 4 GPUs set over an 8-GPU node with 3 scheduled
+    reservations of all 8 moved the gpu row to `provisioning 8, reserved 0` and left
+    the reservations `atRisk: none`. A shape hold is a hold like maintenance: the row
+    counts the bookings as maintenance does, each reservation is at risk with reason
+    `shape` (told once), and accepting the shape clears it (told once)."""
+    rig = await Rig.open(ledger)
+    shapes = Shapes(ledger, rig.clock, rig.alerts, rig.capacity)
+    pool = await rig.pool(nodes=1, gpus=8)
+    node_id = f"{pool[-6:]}-n0"
+    now = rig.clock.now_ms()
+    rids = []
+    for k in range(3):
+        start = now + (k + 1) * HOUR
+        out = await rig.reservations.create(rig.request(pool, f"s{k}", gpus=8, start=start))
+        assert isinstance(out, Created)
+        rids.append(out.reservation.reservation_id)
+        assert (await _answer(rig, rids[-1]))["state"] == "scheduled"
+    # What the other holds make of the row: maintenance, on and off again.
+    await rig.maintenance.set(node_id, True, "swap PSU", "ops")
+    maintained = await rig.row(pool, "gpu")
+    await rig.maintenance.set(node_id, False, "", "ops")
+    before = len(rig.alerts.alerts)
+
+    await shapes.expect(pool, None, {"gpu": 4}, "ops")
+
+    row = await rig.row(pool, "gpu")
+    assert (row.provisioning, row.allocatable, row.allocated, row.reserved) == (
+        maintained.maintenance, maintained.allocatable, maintained.allocated, maintained.reserved,
+    )  # fmt: skip
+    for rid in rids:
+        risk = (await _answer(rig, rid))["atRisk"]
+        assert risk["reason"] == "shape" and len(risk["atoms"]) == 8  # type: ignore[index]
+    told = [(a.kind, a.reservation_id, a.details.get("reason")) for a in rig.alerts.alerts[before:]]
+    assert [t for t in told if t[0] == "reservation.atRisk"] == [
+        ("reservation.atRisk", rid, "shape") for rid in sorted(rids)
+    ]
+    assert await ledger.rebuild_all(rig.clock.now_ms()) == 0
+
+    await shapes.accept(node_id, "ops")
+
+    for rid in rids:
+        assert "atRisk" not in await _answer(rig, rid)
+    recovered = [a.reservation_id for a in rig.alerts.alerts if a.kind == "reservation.recovered"]
+    assert sorted(recovered[-3:]) == sorted(rids)
+    row = await rig.row(pool, "gpu")
+    assert (row.allocatable, row.reserved, row.provisioning) == (8, 8, 0)

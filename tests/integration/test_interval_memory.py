@@ -14,6 +14,7 @@ from coordinator.services import alerting
 from coordinator.services.intervals import IntervalsBooked
 from coordinator.services.node_records import record_inventory, record_reachability
 from coordinator.services.reservations import Created, Refused
+from coordinator.services.shapes import Shapes
 from coordinator.tasks.reservation_clock import ReservationClock
 from tests.database import database
 from tests.factories import make_inventory
@@ -217,3 +218,46 @@ async def test_the_clock_lets_a_reservation_recover_once_its_short_quarter_ends(
     assert _risk_alerts(rig, rid)[1:] == [
         ("reservation.recovered", "recovered from maintenance", TENANT)
     ]
+
+
+async def test_a_shape_hold_puts_pool_memory_at_risk_with_its_reason_and_back(
+    ledger: Ledger,
+) -> None:
+    """Issue 31: a node held for exceeding its expected shape leaves the pool's memory
+    like maintenance does: the interval reservation it covered is at risk with reason
+    `shape` (was: `provisioning`, a reason no other answer uses), the memory stays
+    reserved as under the other holds, and accepting the shape clears it."""
+    rig = await Rig.open(ledger)
+    shapes = Shapes(ledger, rig.clock, rig.alerts, rig.capacity)
+    pool = await rig.pool(nodes=1, gpus=8, memory_gib=512)
+    node_id = f"{pool[-6:]}-n0"
+    rid = await _book_memory(rig, pool, 512)
+    await rig.maintenance.set(node_id, True, "swap PSU", "ops")
+    maintained = await rig.row(pool, "memoryGiB")
+    await rig.maintenance.set(node_id, False, "", "ops")
+    told = len(_risk_alerts(rig, rid))
+
+    await shapes.expect(pool, None, {"gpu": 4}, "ops")
+
+    assert _risk_alerts(rig, rid)[told:] == [("reservation.atRisk", "shape", TENANT)]
+    (listed,) = [
+        r
+        for r in await ledger.intervals.page(TENANT, 0, 2**47, None, 10)
+        if r.reservation_id == rid
+    ]
+    assert listed.at_risk is not None and listed.at_risk.reason == "shape"
+    row = await rig.row(pool, "memoryGiB")
+    assert (row.provisioning, row.allocatable, row.reserved) == (
+        maintained.maintenance, maintained.allocatable, maintained.reserved,
+    )  # fmt: skip
+
+    await shapes.accept(node_id, "ops")
+
+    assert [k for k, _, _ in _risk_alerts(rig, rid)][-1] == "reservation.recovered"
+    (listed,) = [
+        r
+        for r in await ledger.intervals.page(TENANT, 0, 2**47, None, 10)
+        if r.reservation_id == rid
+    ]
+    assert listed.at_risk is None
+    assert await ledger.rebuild_all(rig.clock.now_ms()) == 0

@@ -441,28 +441,22 @@ def moved_bookings(view: LedgerView, now: int) -> list[str]:
 
 def at_risk_atoms(view: LedgerView, m: ReservationModel) -> tuple[set[str], bool]:
     """SPEC §5 "At risk": the reservation's atoms that are unreachable, in maintenance
-    (pool change pending included), no longer current (reconfigured, lost) or unhealthy
-    (the device, or the node while it is in service); and whether the answer is open to
-    reading — a node that is provisioning and unhealthy, which the SPEC leaves unsaid
-    (its bucket is provisioning, not unhealthy, and provisioning is not a risk to what a
-    node already holds)."""
+    (pool change pending included), held in provisioning ("every hold puts bookings at
+    risk alike", issue 31), no longer current (reconfigured, lost) or unhealthy (the
+    device, or the node); and whether the answer is open to reading (moot: it never
+    holds anything)."""
     if m.held_until() <= m.start:
         # Noticed before it starts: it will never hold anything, so whether it is at
         # risk is moot (the ledger stops judging it; the SPEC says nothing).
         return set(), True
     risky: set[str] = set()
-    unsaid = False
     for atom_id in m.atoms:
         atom = view.atoms.get(atom_id)
         node = view.nodes.get(atom.node_id) if atom is not None else None
         if atom is None or node is None or atom.retired:
             risky.add(atom_id)
             continue
-        bucket = node_bucket(node)
-        if bucket in ("unreachable", "maintenance") or atom.health in FAULTY:
+        # Every bucket but allocatable is a hold, and a faulty device is one of its own.
+        if node_bucket(node) != "allocatable" or atom.health in FAULTY:
             risky.add(atom_id)
-        elif bucket == "unhealthy":
-            risky.add(atom_id)
-        elif bucket == "provisioning" and node.health in FAULTY:
-            unsaid = True
-    return risky, unsaid
+    return risky, False

@@ -12,7 +12,7 @@ from typing import get_args
 
 import pytest
 
-from coordinator.domain import model
+from coordinator.domain import model, risk
 from shared import reservation_states, wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +32,7 @@ LISTS = {
     "health": (get_args(wire.HealthStatus), "shared/wire.py"),
     "buckets": (model.ROLLUP_BUCKETS, "coordinator/domain/model.py"),
     "node statuses": (model.NODE_STATUSES, "coordinator/domain/model.py"),
+    "at-risk reasons": (risk.AT_RISK_REASONS, "coordinator/domain/risk.py"),
 }
 
 
@@ -116,6 +117,7 @@ def test_runtime_tuples_are_the_literals_args() -> None:
     assert wire.ATOM_CLASSES == (*wire.DEVICE_CLASSES, "node")
     assert model.ROLLUP_BUCKETS == get_args(model.RollupBucket)
     assert model.NODE_STATUSES == get_args(model.NodeStatus)
+    assert risk.AT_RISK_REASONS == get_args(risk.AtRiskReason)
     assert set(reservation_states.LIVE_STATES) | set(reservation_states.TERMINAL_STATES) < set(
         reservation_states.RESERVATION_STATES
     )

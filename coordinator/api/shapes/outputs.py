@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field
 
 from coordinator.api.shapes.base import ApiOutput, optional
 from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
+from coordinator.domain.risk import AtRiskReason
 from shared.ids import RESERVATION_ID_PATTERN
 from shared.reservation_states import ReservationState
 from shared.wire import AtomClass
@@ -183,10 +184,12 @@ class Gang(ApiOutput):
 class AtRisk(ApiOutput):
     """Why a live reservation may not get what it booked (SPEC §5, truth under change)."""
 
-    reason: str = Field(
+    reason: AtRiskReason = Field(
         description=(
-            "What happened to its devices: unreachable, unhealthy, maintenance, "
-            "pool change pending or reconfigured."
+            "Why, the weightiest of its atoms' holds: its node unreachable, in "
+            "maintenance, held for a pool move, held in provisioning (`shape`: for "
+            "exceeding its expected shape), the device reconfigured or unhealthy; for "
+            "pool memory, `pool memory short` when no node of the pool is to blame."
         ),
         examples=["maintenance"],
     )

@@ -7,9 +7,10 @@ validation table, the calendar grid and the reservable arithmetic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from coordinator.domain.reservation import AtRisk
+from shared.rfc3339 import NoOffset, OffMillisecondGrid, TimeTextError, parse_ms
 
 INTERVAL_MS = 15 * 60 * 1000
 LEAD_MS = 30 * 60 * 1000
@@ -63,42 +64,37 @@ class QuarterUsage:
         return reservable_gb(self.room_gb, self.pool_free_gb)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US_PER_MS = 1000
-
-
-def parse_time_us(value: object, field: str) -> int:
-    """RFC 3339 with an explicit offset (`Z` or `±hh:mm`) → microseconds since the epoch
-    (UTC), exactly: a fraction below the millisecond is kept so that the grid checks see
-    it (SPEC §5: such times are misaligned, not truncated onto the grid)."""
+def _parse(value: object, field: str) -> int | None:
+    """An RFC 3339 time with an explicit offset (`Z` or `±hh:mm`) → milliseconds since the
+    epoch (UTC), exactly; None for one off the millisecond grid, whatever the number of
+    digits (`shared.rfc3339` declares the rule): such a time is off every grid the API
+    has, misaligned, never truncated onto it (SPEC §5)."""
     if not isinstance(value, str):
         raise IntervalError(f"{field}: must be an RFC 3339 time string")
-    text = value.strip()
-    if len(text) < 20 or text[10] not in "Tt":
-        raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time")
     try:
-        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
-    except ValueError:
+        ms = parse_ms(value)
+    except OffMillisecondGrid:
+        return None
+    except NoOffset:
+        raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time: no UTC offset") from None
+    except TimeTextError:
         raise IntervalError(f"{field}: {value!r} is not an RFC 3339 time") from None
-    if parsed.tzinfo is None:
-        raise IntervalError(f"{field}: {value!r} has no UTC offset")
-    us = (parsed - _EPOCH) // timedelta(microseconds=1)
-    if not 0 <= us <= MAX_TIME_MS * _US_PER_MS:
+    if not 0 <= ms <= MAX_TIME_MS:
         raise IntervalError(f"{field}: {value!r} is out of range (1970 to 6429)")
-    return us
+    return ms
 
 
 def parse_time(value: object, field: str) -> int:
-    """An RFC 3339 time → ms since the epoch; one with a sub-millisecond fraction is
-    refused, since the API's times are whole milliseconds."""
-    us = parse_time_us(value, field)
-    if us % _US_PER_MS:
+    """An RFC 3339 time → ms since the epoch; one with a fraction that is not a whole
+    number of milliseconds is refused, since the API's times are whole milliseconds."""
+    ms = _parse(value, field)
+    if ms is None:
         raise IntervalError(f"{field}: {value!r} has a fraction below the millisecond")
-    return us // _US_PER_MS
+    return ms
 
 
-def _on_grid(us: int) -> bool:
-    return us % (INTERVAL_MS * _US_PER_MS) == 0
+def _on_grid(ms: int | None) -> bool:
+    return ms is not None and ms % INTERVAL_MS == 0
 
 
 def format_time(ms: int) -> str:
@@ -132,24 +128,26 @@ def parse_intervals(body: object, now: int) -> list[Interval]:
         if extra:
             problems.append(f"{where}: unknown fields: {', '.join(extra)}")
         try:
-            start_us = parse_time_us(item.get("startsAt"), f"{where}.startsAt")
-            end_us = parse_time_us(item.get("endsAt"), f"{where}.endsAt")
+            start = _parse(item.get("startsAt"), f"{where}.startsAt")
+            end = _parse(item.get("endsAt"), f"{where}.endsAt")
         except IntervalError as exc:
             problems.append(str(exc))
             continue
         gb = item.get("capacityGb")
-        if not _on_grid(start_us):
+        if not _on_grid(start):
             problems.append(f"{where}.startsAt: not aligned to a 15-minute UTC boundary")
-        if not _on_grid(end_us):
+        if not _on_grid(end):
             problems.append(f"{where}.endsAt: not aligned to a 15-minute UTC boundary")
-        # Exact when on the grid; off it, the request is refused above anyway.
-        start, end = start_us // _US_PER_MS, end_us // _US_PER_MS
-        if end != start + INTERVAL_MS:
+        # Off the millisecond grid (None), a time is misaligned and nothing more is said
+        # of it: its span and lead time have no exact value to judge.
+        if start is not None and end is not None and end != start + INTERVAL_MS:
             problems.append(
                 f"{where}.endsAt: must be startsAt + 15 minutes (enumerate longer spans)"
             )
         if isinstance(gb, bool) or not isinstance(gb, int) or gb <= 0 or gb % GRAIN_GB:
             problems.append(f"{where}.capacityGb: must be a positive multiple of {GRAIN_GB}")
+        if start is None or end is None:
+            continue
         if start < now + LEAD_MS:
             problems.append(f"{where}.startsAt: must be at least 30 minutes from now")
         if start in seen:
@@ -168,10 +166,15 @@ def parse_window(frm: str | None, to: str | None, *, grid: bool) -> tuple[int, i
     if frm is None or to is None:
         raise IntervalError("from and to are required")
     if grid:
-        start_us, end_us = parse_time_us(frm, "from"), parse_time_us(to, "to")
-        if not (_on_grid(start_us) and _on_grid(end_us)):
+        grid_start, grid_end = _parse(frm, "from"), _parse(to, "to")
+        if (
+            grid_start is None
+            or grid_end is None
+            or grid_start % INTERVAL_MS
+            or grid_end % INTERVAL_MS
+        ):
             raise IntervalError("from/to: must be on the 15-minute UTC grid")
-        start, end = start_us // _US_PER_MS, end_us // _US_PER_MS
+        start, end = grid_start, grid_end
     else:
         start, end = parse_time(frm, "from"), parse_time(to, "to")
     if end <= start:

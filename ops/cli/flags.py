@@ -13,15 +13,16 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import click
 
 from ops.cli.api_spec import MethodSpec, Param
+from shared.rfc3339 import NoOffset, OffMillisecondGrid, TimeTextError, parse_ms
 
 TIME_PARAMS = frozenset({"start", "from", "to", "after_time"})
-_OFFSET = re.compile(r"^(now)?\s*([+-])\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_OFFSET = re.compile(r"^(now)?\s*([+-])\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
@@ -30,28 +31,37 @@ class BadValue(click.BadParameter):
 
 
 def parse_when(text: str, now_ms: int | None = None) -> int:
-    """A point in time → epoch milliseconds."""
+    """A point in time → epoch milliseconds, exactly: an RFC 3339 time by the API's one
+    rule (`shared.rfc3339`), so a fraction that is not whole milliseconds is refused
+    rather than truncated, and so is an offset that comes to one (`+0.0001s`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     value = text.strip()
-    if re.fullmatch(r"\d+", value):
+    if re.fullmatch(r"[0-9]+", value):
         return int(value)
     if value.lower() == "now":
         return now
     m = _OFFSET.match(value.lower())
     if m:
-        amount = float(m.group(3)) * _UNIT_MS[m.group(4)]
-        return int(now + amount if m.group(2) == "+" else now - amount)
+        # Decimal, not float: `+0.1s` is 100 ms exactly, and a sub-millisecond rest shows.
+        amount = Decimal(m.group(3)) * _UNIT_MS[m.group(4)]
+        if amount != amount.to_integral_value():
+            raise BadValue(f"{text!r} is not a whole number of milliseconds")
+        return now + int(amount) if m.group(2) == "+" else now - int(amount)
+    if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        try:
+            return parse_ms(f"{value}T00:00:00Z")
+        except TimeTextError:
+            raise BadValue(f"{text!r} is not a date") from None
     try:
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-            return int(datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp() * 1000)
-        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in "Zz" else value)
-    except ValueError:
+        return parse_ms(value)
+    except OffMillisecondGrid:
+        raise BadValue(f"{text!r} has a fraction below the millisecond") from None
+    except NoOffset:
+        raise BadValue(f"{text!r} has no UTC offset (add Z or ±hh:mm)") from None
+    except TimeTextError:
         raise BadValue(
             f"{text!r} is not a time (epoch ms, RFC 3339, YYYY-MM-DD, now, -7d, +2h)"
         ) from None
-    if parsed.tzinfo is None:
-        raise BadValue(f"{text!r} has no UTC offset (add Z or ±hh:mm)")
-    return int(parsed.timestamp() * 1000)
 
 
 def _scalar(param: Param, text: str) -> Any:

@@ -297,3 +297,35 @@ async def test_16_parallel_writers_never_over_commit(rest: tuple[Rest, str]) -> 
         "/api/capacity/calendar", **{"from": iv(0)["startsAt"], "to": iv(2)["startsAt"]}
     )
     assert [row["reservedGb"] for row in cal["intervals"]] == [960, 960]
+
+
+@pytest.mark.parametrize("fraction", ["0000001", "000000999", "0001"])
+async def test_a_time_off_the_millisecond_grid_is_the_seeds_400_and_books_nothing(
+    rest: tuple[Rest, str], fraction: str
+) -> None:
+    """SPEC §5: whatever its number of digits, such a time is misaligned, not truncated
+    onto the quarter (seven digits and more used to be booked at 01:00)."""
+    client, _ = rest
+    start = T0 + 3_600_000
+    off = iso(start, f".{fraction}Z")
+    status, text = await client.post({"intervals": [iv(0) | {"startsAt": off}]}, idem="off")
+    assert (status, text) == (
+        400,
+        "intervals[0].startsAt: not aligned to a 15-minute UTC boundary\n",
+    )
+    status, cal = await client.get(
+        "/api/capacity/calendar", **{"from": iso(start), "to": iso(start + Q)}
+    )
+    assert status == 200 and cal["intervals"][0]["reservedGb"] == 0
+    status, page = await client.get(
+        "/api/capacity/reservations", **{"from": iso(T0), "to": iso(T0 + 3_600_000)}
+    )
+    assert status == 200 and page["reservations"] == []
+    # The key recorded nothing either: the same key with a good body books.
+    status, body = await client.post({"intervals": [iv(0)]}, idem="off")
+    assert status == 200, body
+    # Query parameters: the calendar's grid, the audit list's whole milliseconds.
+    status, text = await client.get("/api/capacity/calendar", **{"from": off, "to": iso(start + Q)})
+    assert (status, text) == (400, "from/to: must be on the 15-minute UTC grid\n")
+    status, text = await client.get("/api/capacity/reservations", **{"from": iso(T0), "to": off})
+    assert (status, text) == (400, f"to: {off!r} has a fraction below the millisecond\n")

@@ -5,6 +5,7 @@ is part of the behaviour. The constraint tables are tests/unit/test_api_inputs.p
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import nats
@@ -392,3 +393,25 @@ async def test_a_spot_reservation_ending_before_the_notice_is_not_preempted(serv
         "reservations.get", {"tenantId": "acme", "reservationId": short["reservationId"]}
     )
     assert got["state"] == "active" and "preemptAt" not in got
+
+
+async def test_a_start_off_the_millisecond_grid_is_invalid_input_and_books_nothing(
+    served: Served,
+) -> None:
+    """The compute API's times are integer milliseconds: a fraction, however small, is
+    `INVALID_INPUT` naming `start`, never rounded (JSON would read `.0000001` as the
+    float's nearest value, the whole millisecond itself)."""
+    capi = served.api
+    pool = await _pool(capi, served.ledger, nodes=1)
+    start = T0 + 3_600_000
+    for value in (f"{start}.0000001", f"{start}.000000999", f"{start}.5", f"{start}.0"):
+        raw = json.dumps(req(pool, "off")).replace('"duration"', f'"start": {value}, "duration"')
+        for method in ("reservations.create", "capacity.preview"):
+            status, err = await capi.call(method, None, raw=raw.encode())
+            assert (status, err["error"]["code"]) == (400, "INVALID_INPUT"), (method, value)
+            assert [f["path"] for f in err["error"]["details"]["fields"]] == ["start"]
+    listed = await capi.ok("reservations.list", {"tenantId": "acme"})
+    assert listed["reservations"] == []
+    assert (await _gpu(capi, pool))["reserved"] == 0
+    # The key recorded nothing: the same key with a whole-millisecond start books.
+    await capi.ok("reservations.create", req(pool, "off", start=start))

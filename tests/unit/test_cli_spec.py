@@ -87,3 +87,17 @@ def test_times_are_rfc3339_dates_offsets_or_epoch_ms() -> None:
         parse_when("2026-01-01T00:00:00", now)
     with pytest.raises(BadValue, match="not a time"):
         parse_when("yesterday", now)
+
+
+def test_time_flags_take_whole_milliseconds_only_whatever_the_digits() -> None:
+    now, day = 1_800_000_000_000, 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    assert parse_when("2026-01-01T00:00:00.123Z", now) == day + 123
+    assert parse_when("2026-01-01T00:00:00.1Z", now) == day + 100
+    assert parse_when("2026-01-01T00:00:00.123000000Z", now) == day + 123
+    assert parse_when("now+0.5s", now) == now + 500
+    assert parse_when("-1.5h", now) == now - 5_400_000
+    for off in ("0000001", "000000999", "1234"):
+        with pytest.raises(BadValue, match="fraction below the millisecond"):
+            parse_when(f"2026-01-01T00:00:00.{off}Z", now)
+    with pytest.raises(BadValue, match="whole number of milliseconds"):
+        parse_when("+0.0001s", now)

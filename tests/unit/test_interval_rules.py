@@ -22,7 +22,6 @@ from coordinator.domain.intervals import (
     parse_intervals,
     parse_limit,
     parse_time,
-    parse_time_us,
     parse_window,
     reservable_gb,
 )
@@ -44,15 +43,16 @@ def refusal(body: object, now: int = NOW) -> str:
     return str(caught.value)
 
 
-def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> None:
-    assert parse_time_us("2030-01-01T00:00:00Z", "t") == NOW * 1000
-    assert parse_time_us("2030-01-01t00:00:00z", "t") == NOW * 1000
-    assert parse_time_us("2030-01-01T01:00:00+01:00", "t") == NOW * 1000
-    assert parse_time_us(" 2030-01-01T00:00:00.0001Z ", "t") == NOW * 1000 + 100
-    assert parse_time_us("1970-01-01T00:00:00Z", "t") == 0
+def test_times_parse_exactly_in_any_offset_and_off_the_millisecond_grid_are_refused() -> None:
+    assert parse_time("2030-01-01T00:00:00Z", "t") == NOW
+    assert parse_time("2030-01-01t00:00:00z", "t") == NOW
+    assert parse_time("2030-01-01T01:00:00+01:00", "t") == NOW
+    assert parse_time(" 2030-01-01T00:00:00.250000000Z ", "t") == NOW + 250
+    assert parse_time("1970-01-01T00:00:00Z", "t") == 0
     assert parse_time("2030-01-01T00:00:00.250Z", "t") == NOW + 250
-    with pytest.raises(IntervalError, match=r"^t: .* has a fraction below the millisecond$"):
-        parse_time("2030-01-01T00:00:00.0001Z", "t")
+    for fraction in ("0001", "0000001", "000000999", "0009999999999999999999"):
+        with pytest.raises(IntervalError, match=r"^t: .* has a fraction below the millisecond$"):
+            parse_time(f"2030-01-01T00:00:00.{fraction}Z", "t")
     with pytest.raises(IntervalError, match=r"^t: 'soon' is not an RFC 3339 time$"):
         parse_time("soon", "t")
     # Whole milliseconds, as integers (they are written back into JSON).
@@ -68,7 +68,10 @@ def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> No
         # `fromisoformat` takes any one character between date and time; RFC 3339 only T.
         ("2030-01-01X00:00:00Z", "f: '2030-01-01X00:00:00Z' is not an RFC 3339 time"),
         ("2030-01-01Tnoon:00:00Z", "f: '2030-01-01Tnoon:00:00Z' is not an RFC 3339 time"),
-        ("2030-01-01T00:00:00.000", "f: '2030-01-01T00:00:00.000' has no UTC offset"),
+        (
+            "2030-01-01T00:00:00.000",
+            "f: '2030-01-01T00:00:00.000' is not an RFC 3339 time: no UTC offset",
+        ),
         ("2030-01-01T00:00:00X", "f: '2030-01-01T00:00:00X' is not an RFC 3339 time"),
         ("1969-12-31T23:59:59Z", "f: '1969-12-31T23:59:59Z' is out of range (1970 to 6429)"),
         ("9999-12-31T23:59:59Z", "f: '9999-12-31T23:59:59Z' is out of range (1970 to 6429)"),
@@ -76,7 +79,7 @@ def test_times_parse_exactly_in_any_offset_and_sub_milliseconds_are_kept() -> No
 )
 def test_times_that_are_not_rfc_3339_in_range_are_refused(value: object, message: str) -> None:
     with pytest.raises(IntervalError) as caught:
-        parse_time_us(value, "f")
+        parse_time(value, "f")
     assert str(caught.value) == message
 
 
@@ -84,7 +87,7 @@ def test_the_last_time_the_api_accepts_is_2_to_the_47_ms() -> None:
     last = format_time(MAX_TIME_MS)
     assert parse_time(last, "t") == MAX_TIME_MS
     with pytest.raises(IntervalError, match="out of range"):
-        parse_time_us(last.replace(".328Z", ".328001Z"), "t")
+        parse_time(last.replace(".328Z", ".329Z"), "t")
 
 
 def test_times_are_written_back_in_utc_with_milliseconds_only_when_there_are_some(
@@ -258,3 +261,30 @@ def test_reservable_is_the_tighter_bound_on_the_4_gb_grain(
     room: int, free: int, reservable: int
 ) -> None:
     assert reservable_gb(room, free) == reservable
+
+
+@pytest.mark.parametrize(
+    "fraction", ["0001", "000001", "0000001", "000000999", "1" + "0" * 40 + "1"]
+)
+def test_a_time_off_the_millisecond_grid_is_misaligned_whatever_its_digits(fraction: str) -> None:
+    """SPEC §5: such a time is rejected as misaligned, not truncated onto 01:00 (seven
+    digits and more used to be dropped by `datetime.fromisoformat`)."""
+    off = f"2030-01-01T01:00:00.{fraction}Z"
+    assert refusal({"intervals": [iv(off, T1)]}) == (
+        "intervals[0].startsAt: not aligned to a 15-minute UTC boundary"
+    )
+    assert refusal({"intervals": [iv(T0, off.replace("01:00:00", "01:15:00"))]}) == (
+        "intervals[0].endsAt: not aligned to a 15-minute UTC boundary"
+    )
+    with pytest.raises(IntervalError, match=r"^from/to: must be on the 15-minute UTC grid$"):
+        parse_window(off, T2, grid=True)
+    with pytest.raises(IntervalError, match=r"^from: .* has a fraction below the millisecond$"):
+        parse_window(off, T2, grid=False)
+
+
+def test_trailing_zeros_keep_a_time_on_the_grid() -> None:
+    on = "2030-01-01T01:00:00." + "0" * 12 + "Z"
+    assert parse_intervals({"intervals": [iv(on, "2030-01-01T01:15:00.000000000Z")]}, NOW) == [
+        Interval(NOW + HOUR, NOW + HOUR + INTERVAL_MS, 8)
+    ]
+    assert parse_window(on, T2, grid=True) == (NOW + HOUR, NOW + HOUR + 2 * INTERVAL_MS)

@@ -133,6 +133,7 @@ async def run(
         settings.node_id,
         settings.bookings_path,
         on_change=(lambda b: features.on_bookings(b, clock.now_ms())) if features else None,
+        clock=clock,
     )
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
@@ -148,6 +149,7 @@ async def run(
         on_ready=lambda: _ready(notify_socket),
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,
+        bookings_echoed=bookings.confirm,
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)

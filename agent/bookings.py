@@ -14,9 +14,12 @@ The file is written only into a directory that exists (systemd's `StateDirectory
 makes `/var/lib/gpufleet-agent`): an agent run by hand, or by tests, leaves the host's
 `/var/lib` alone and says so once. A file that cannot be written is logged (throttled)
 and counted; the etag is still echoed, since the coordinator has nothing to re-send.
+The file's modification time is when the agent last knew it current (agent.bookings_trust):
+set at each write, and by `confirm` after each heartbeat that echoed its etag reached the
+server, a touch of the inode, not a rewrite.
 
-Also `read_state`: what `gpufleet-agent bookings` / `env` (and anything else on the
-host) read, with clear errors for a missing or unreadable file.
+Also `read_state` / `read_held`: what `gpufleet-agent bookings` / `env` (and anything
+else on the host) read, with clear errors for a missing or unreadable file.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from pathlib import Path
 
 import msgspec
 
+from agent.bookings_trust import Held
 from agent.errors import AgentError
 from procs.log_throttle import LogThrottle
+from shared.clock import Clock, SystemClock
 from shared.wire import NodeBookings
 
 log = logging.getLogger(__name__)
@@ -49,9 +54,12 @@ class BookingsKeeper:
         node_id: str,
         state_file: Path | None,
         on_change: Callable[[NodeBookings], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.node_id = node_id
         self.state_file = state_file
+        self.clock = clock or SystemClock()
+        self._written = ""  # the etag of the file this keeper wrote ("" when none)
         self._on_change = on_change
         self.latest: NodeBookings | None = None
         self.ignored: Counter[str] = Counter()  # by reason: "bad_schema", "wrong_node"
@@ -96,15 +104,33 @@ class BookingsKeeper:
             return
         log.info("bookings %s: %d on this node", value.etag[:12], len(value.bookings))
         if self.state_file is not None:
-            self._write(data)
+            self._write(data, value.etag)
         if self._on_change is not None:
             self._on_change(value)
+
+    def confirm(self, etag: str) -> None:
+        """A heartbeat echoing `etag` reached the server: the file, if it holds that etag
+        and this keeper wrote it, is current now (a file left by an earlier run is not)."""
+        if not etag or etag != self._written or self.state_file is None:
+            return
+        try:
+            self._stamp()
+        except OSError as exc:
+            self.write_failures += 1
+            self._throttle.warning(
+                "write", "cannot touch the bookings file %s: %s", self.state_file, exc
+            )
+
+    def _stamp(self) -> None:
+        assert self.state_file is not None
+        ns = self.clock.now_ms() * 1_000_000
+        os.utime(self.state_file, ns=(ns, ns))
 
     def _ignore(self, reason: str, msg: str, *args: object) -> None:
         self.ignored[reason] += 1
         self._throttle.warning(reason, msg, *args)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, etag: str) -> None:
         assert self.state_file is not None
         directory = self.state_file.parent
         if not directory.is_dir():
@@ -112,8 +138,11 @@ class BookingsKeeper:
                 self._told_no_dir = True
                 log.info("bookings not written to a file: %s does not exist", directory)
             return
+        self._written = ""
         try:
             write_atomically(self.state_file, data, readable_as(directory))
+            self._stamp()
+            self._written = etag
         except OSError as exc:
             self.write_failures += 1
             self._throttle.warning(
@@ -143,8 +172,15 @@ def write_atomically(path: Path, data: bytes, mode: int) -> None:
 
 
 def read_state(path: Path) -> NodeBookings:
+    return read_held(path).bookings
+
+
+def read_held(path: Path) -> Held:
+    """The state file's bookings and when the agent last confirmed them (its mtime)."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            checked_at = os.fstat(fh.fileno()).st_mtime_ns // 1_000_000
+            data = fh.read()
     except FileNotFoundError:
         raise BookingsError(
             f"{path} does not exist: the agent has not received this node's bookings yet"
@@ -153,6 +189,6 @@ def read_state(path: Path) -> NodeBookings:
     except OSError as exc:
         raise BookingsError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        return _DECODER.decode(data)
+        return Held(path, _DECODER.decode(data), checked_at)
     except msgspec.DecodeError as exc:
         raise BookingsError(f"{path} does not hold bookings: {exc}") from None

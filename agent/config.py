@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from agent.bookings_trust import default_max_age_ms
 from agent.inventory import SharingRule
 from agent.sim.profile import ProfileError, load_profile
 from procs.logs import LogLevel
@@ -259,6 +260,16 @@ class Settings(SettingsModel, frozen=True):
         ),
         Option(default_doc="`bookings.json` in `state_dir`"),
     ] = None
+    bookings_max_age_s: Annotated[
+        Annotated[float, Meta(gt=0, le=30 * 86400)] | None,
+        Meta(
+            description=(
+                "`gpufleet-agent env` refuses (exit 3) bookings the agent last confirmed"
+                " longer ago than this"
+            ),
+        ),
+        Option(aliases=("--max-age",), default_doc="misses × interval_s + 5 s (20 s)"),
+    ] = None
     nfd_features_dir: Annotated[
         Path | None,
         Meta(
@@ -277,6 +288,12 @@ class Settings(SettingsModel, frozen=True):
     @property
     def bookings_path(self) -> Path:
         return self.bookings_file or self.state_dir / "bookings.json"
+
+    @property
+    def bookings_max_age_ms(self) -> int:
+        if self.bookings_max_age_s is not None:
+            return round(self.bookings_max_age_s * 1000)
+        return default_max_age_ms(self.interval_s, self.misses)
 
     @property
     def label_pairs(self) -> tuple[tuple[str, str], ...]:

@@ -7,10 +7,12 @@ Every exception the agent declares derives from `AgentError` (tests/unit/
 test_agent_errors.py). Those that end a command carry the status it exits with:
 
 - 2: what restarting cannot fix (bad configuration, no NVML binding, an unknown
-  simulated profile, a bad fault file, a missing or bad bookings state file); the
-  systemd unit's RestartPreventExitStatus=2 relies on it. The settings framework's
-  `ConfigError` (flags, environment, TOML; the credentials file) maps to 2 here too.
-- 3: `gpufleet-agent env` asked about a reservation not live on this node (`NotLive`).
+  simulated profile, a bad fault file, a missing or bad bookings state file, or one
+  that names another node); the systemd unit's RestartPreventExitStatus=2 relies on
+  it. The settings framework's `ConfigError` (flags, environment, TOML; the credentials
+  file) maps to 2 here too.
+- 3: `gpufleet-agent env` asked about a reservation not live on this node (`NotLive`),
+  or read bookings the agent has not confirmed lately (`StaleBookings`).
 
 A background task that dies ends the daemon with 1; that is the supervisor's
 (agent/main.py), since no exception reaches `main` then.

@@ -133,6 +133,7 @@ async def run(
         settings.node_id,
         settings.bookings_path,
         on_change=(lambda b: features.on_bookings(b, clock.now_ms())) if features else None,
+        clock=clock,
     )
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
@@ -149,6 +150,7 @@ async def run(
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,
         idle_util_percent=settings.idle_util_percent,
+        bookings_echoed=bookings.confirm,
     )
     with _host_sources(settings) as (nvml, profile, root):
         reader = NvmlReader(nvml, cpu_count=profile.vcpu if profile else None)

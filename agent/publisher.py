@@ -123,6 +123,7 @@ class Publisher:
         on_bookings: Callable[[bytes], None] | None = None,
         bookings_etag: Callable[[], str] = str,
         idle_util_percent: int = IDLE_UTIL_PERCENT,
+        bookings_echoed: Callable[[str], None] | None = None,
     ) -> None:
         self._servers = [s.strip() for s in servers.split(",") if s.strip()]
         self._subjects = subjects
@@ -144,6 +145,8 @@ class Publisher:
         # The node's bookings (agent.bookings): handed each message; its etag echoed.
         self._on_bookings = on_bookings
         self._bookings_etag = bookings_etag
+        # Told the etag of each heartbeat the server has: the bookings are current then.
+        self._bookings_echoed = bookings_echoed
         self._nc: Client | None = None
         self._closing = False
         self._state: AgentState | None = None
@@ -363,6 +366,8 @@ class Publisher:
             self.stats.heartbeats += 1
             if plan.inline is not None:
                 self._use.sent(plan.inline)
+            if self._bookings_echoed is not None:
+                self._bookings_echoed(hb.bookings_etag)
 
     def _use_report(self, delta: UseDelta) -> bytes:
         return UseReport(

@@ -288,6 +288,11 @@ class NodeBooking(Wire, frozen=True, kw_only=True):
     devices: Annotated[tuple[BookedDevice, ...], Meta(max_length=MAX_ATOMS)] = ()
 
 
+# The coordinator sends a node's bookings again, when a heartbeat echoes an etag that
+# is not the node's, at most this often; the agent's `env` allows for it in its max age.
+BOOKINGS_RESEND_MS = 5000
+
+
 class NodeBookings(Wire, frozen=True, kw_only=True):
     """Coordinator → agent (`Subjects.bookings`): every live or future booking on the
     node. `etag` changes whenever the list does; the agent echoes it in its heartbeat."""

@@ -37,11 +37,11 @@ from coordinator.ledger import Ledger
 from procs.log_throttle import LogThrottle
 from shared.clock import Clock
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, NodeBooking, NodeBookings
+from shared.wire import BOOKINGS_RESEND_MS, Heartbeat, NodeBooking, NodeBookings
 
 log = logging.getLogger(__name__)
 
-RESEND_EVERY_MS = 5000
+RESEND_EVERY_MS = BOOKINGS_RESEND_MS
 PUBLISH_TIMEOUT_S = 5.0
 
 

@@ -4,7 +4,10 @@ and simulated agents as subprocesses; reservations made through the HTTP API; th
 piped and on a terminal (a pty). `env` prints exactly the reservation's devices (GPU
 UUIDs in index order, MIG UUIDs, VF PCI addresses); a reservation not live on the node
 is an error with a non-zero exit; a restarted agent that lost its state file is told
-its bookings again; the NFD feature file names the tenant of a whole-node booking."""
+its bookings again; the NFD feature file names the tenant of a whole-node booking. The
+commands run with the agent's settings (node id, interval): a running agent keeps its
+quiet file confirmed, a stopped one's goes stale and `env` refuses it (exit 3), and
+another node's file is refused (exit 2)."""
 
 from __future__ import annotations
 
@@ -66,20 +69,28 @@ class World:
         return any(b["reservationId"] == rid for b in self.held(node)["bookings"])
 
 
-def piped(node: str, world: World, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(node: str, world: World, args: tuple[str, ...], as_node: str | None) -> list[str]:
+    """The command as a launcher on `node` runs it, with the agent's settings (the
+    agents beat every second); `as_node`: run as if on another host."""
+    return [AGENT, *args, "--state-dir", str(world.state_dir(node)),
+            "--node-id", as_node or node, "--interval", "1"]  # fmt: skip
+
+
+def piped(
+    node: str, world: World, *args: str, as_node: str | None = None
+) -> subprocess.CompletedProcess[str]:
     ran = subprocess.run(
-        [AGENT, *args, "--state-dir", str(world.state_dir(node))],
+        cli(node, world, args, as_node),
         capture_output=True, text=True, timeout=60, env={"PATH": f"{BIN}:/usr/bin:/bin"},
     )  # fmt: skip
     assert "Traceback" not in ran.stderr, ran.stderr
     return ran
 
 
-def on_terminal(node: str, world: World, *args: str) -> tuple[int, str]:
+def on_terminal(node: str, world: World, *args: str, as_node: str | None = None) -> tuple[int, str]:
     pid, fd = pty.fork()
     if pid == 0:
-        argv = [AGENT, *args, "--state-dir", str(world.state_dir(node))]
-        os.execve(AGENT, argv, {"PATH": f"{BIN}:/usr/bin:/bin"})
+        os.execve(AGENT, cli(node, world, args, as_node), {"PATH": f"{BIN}:/usr/bin:/bin"})
     chunks: list[bytes] = []
     while True:
         try:
@@ -239,3 +250,53 @@ def test_a_restarted_agent_is_told_again_and_nfd_names_the_whole_node_tenant(
     # Its heartbeats now echo what it holds: the coordinator has nothing to re-send.
     etag = world.held("l40s-a")["etag"]
     wait_for(lambda: heartbeat_etag(world, "l40s-a") == etag, what="the etag echoed")
+
+
+def test_a_stopped_agents_bookings_go_stale_and_another_nodes_are_refused(
+    world: World,
+) -> None:
+    node = "a100-a"
+    rid = world.book(node, "stale", [{"class": "gpu.mig", "count": 1}])["reservationId"]
+    wait_for(lambda: world.holds(node, rid), what="MIG booking")
+    # Nothing changes for longer than the limit (3 × 1 s + 5 s): the running agent keeps
+    # confirming what it holds, so env still trusts it.
+    first = world.held(node)["checkedAt"]
+    time.sleep(9)
+    held = world.held(node)
+    assert held["checkedAt"] > first + 5000 and held["ageMs"] < 3000
+    assert held["maxAgeMs"] == 8000 and held["etag"] and held["sentAt"] < held["checkedAt"]
+    assert piped(node, world, "env", rid).returncode == 0
+
+    # Released while the agent is stopped: the file still lists it, and ages.
+    stop(world.fleet.agents[node])
+    stopped = time.monotonic()
+    world.fleet.operator().call("reservations.release", {"tenantId": "acme", "reservationId": rid})
+
+    def refused() -> bool:
+        return piped(node, world, "env", rid).returncode == 3
+
+    wait_for(refused, timeout=30, what="env refuses the stale file")
+    assert time.monotonic() - stopped < 8 + 5
+    ran = piped(node, world, "env", rid)
+    assert ran.stdout == "" and "last confirmed by the agent" in ran.stderr
+    assert "longer than the 8.0 s allowed (--max-age)" in ran.stderr
+    code, shown = on_terminal(node, world, "env", rid)
+    assert code == 3 and "is the agent running" in shown and "export" not in shown
+    # What --max-age allows, the operator asked for (the file still holds the booking).
+    assert piped(node, world, "env", rid, "--max-age", "3600").returncode == 0
+    listed = piped(node, world, "bookings")
+    assert listed.returncode == 0 and "warning: the bookings in" in listed.stderr
+    assert "confirmed " in listed.stdout.splitlines()[0] and rid in listed.stdout
+
+    # The file of another host (a copied state dir, a wrong --node-id): exit 2, both named.
+    ran = piped(node, world, "env", rid, "--max-age", "3600", as_node="other-host")
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert "bookings of node a100-a, and this host is node other-host" in ran.stderr
+    code, shown = on_terminal(node, world, "bookings", as_node="other-host")
+    assert code == 2 and "this host is node other-host" in shown
+
+    # Started again, the agent is told the release; env says why, not a stale error.
+    world.start(node, "a100-mig-8")
+    wait_for(lambda: not world.holds(node, rid), what="the release reaches the agent")
+    ran = piped(node, world, "env", rid)
+    assert ran.returncode == 3 and "has no booking on node a100-a" in ran.stderr

@@ -1,6 +1,7 @@
 """The publisher alone against a real nats-server: inventory on hash change, immediate
-heartbeats on health change, `unmonitored` when polling stalls, and a hung server of a
-cluster left for another well inside one detection window."""
+heartbeats on health change, `unmonitored` when polling stalls, a hung server of a
+cluster left for another well inside one detection window, and the bookings etag said
+confirmed only for heartbeats the server answered."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from agent.sim.profile import load_profile
 from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
-from ops.kit.embedded_nats import EmbeddedNatsCluster
+from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -247,3 +248,46 @@ async def test_a_hung_server_is_left_for_another_within_a_third_of_the_window() 
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await asyncio.to_thread(cluster.close)
+
+
+async def test_the_bookings_etag_is_confirmed_only_by_heartbeats_the_server_answered(
+    tmp_path: Path,
+) -> None:
+    # What keeps the bookings file fresh (agent.bookings_trust): a server that stops
+    # answering stops the confirmations, and they resume with it.
+    echoed: list[str] = []
+    with EmbeddedNats(store_dir=str(tmp_path / "js")) as server:
+        pool = new_pool_id()
+        pub = Publisher(
+            servers=server.url,
+            subjects=Subjects(f"t{secrets.token_hex(4)}"),
+            pool_id=pool,
+            node_id="n1",
+            boot_id="boot-1",
+            interval_s=0.3,
+            clock=CLOCK,
+            bookings_etag=lambda: "e1",
+            bookings_echoed=echoed.append,
+        )
+        task = asyncio.create_task(pub.run(), name="publisher")
+        try:
+            pub.update(state(pool, vcpu=8))
+
+            async def confirmed(n: int) -> bool:
+                return len(echoed) >= n
+
+            await eventually(lambda: confirmed(3))
+            assert set(echoed) == {"e1"} and len(echoed) == pub.stats.heartbeats
+            server.pause()
+            try:
+                at_pause = len(echoed)
+                await asyncio.sleep(2.0)  # six intervals
+                assert len(echoed) <= at_pause + 1  # one answered just before, at most
+            finally:
+                server.resume()
+            await eventually(lambda: confirmed(at_pause + 3), within_s=20)
+            # One each, and none for a heartbeat sent into the hung link (sent again after).
+            assert len(echoed) == pub.stats.heartbeats
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

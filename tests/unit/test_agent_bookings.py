@@ -1,10 +1,12 @@
 """The agent's side of the node's bookings: `BookingsKeeper` keeps the latest valid
 message for its own node (others ignored and counted), echoes its etag, and writes the
-state file atomically; `gpufleet-agent bookings` / `env` read that file (the commands
-as a user runs them are in tests/e2e/test_agent_bookings.py)."""
+state file atomically, stamping it when a heartbeat echoed its etag; `gpufleet-agent
+bookings` / `env` read that file and trust it only when it is this node's and fresh
+(the commands as a user runs them are in tests/e2e/test_agent_bookings.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -14,9 +16,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agent.bookings import BookingsError, BookingsKeeper, read_state
+from agent.bookings import BookingsError, BookingsKeeper, read_held, read_state
 from agent.bookings_command import env_lines, main, state_at
-from agent.errors import NOT_LIVE
+from agent.bookings_trust import (
+    ForeignBookings,
+    Held,
+    StaleBookings,
+    default_max_age_ms,
+    trust,
+)
+from agent.config import Settings
+from agent.errors import CONFIG, NOT_LIVE
+from shared.clock import FakeClock
 from shared.wire import BookedDevice, NodeBooking, NodeBookings
 
 NOW = int(time.time() * 1000)
@@ -150,7 +161,7 @@ def test_the_commands_exit_codes_and_outputs(
 ) -> None:
     path = tmp_path / "bookings.json"
     path.write_bytes(HELD.to_json())
-    flags = ["--bookings-file", str(path)]
+    flags = ["--bookings-file", str(path), "--node-id", "n0"]
     assert main(["env", "rsv_live", *flags], {}) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[2] == "export GPUFLEET_RESERVATION_ID=rsv_live" and err == ""
@@ -170,3 +181,99 @@ def test_the_commands_exit_codes_and_outputs(
     assert "has not received" in capsys.readouterr().err
     assert main(["env", *flags], {}) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_the_age_and_identity_rules(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = tmp_path / "bookings.json"
+    held = Held(path, HELD, checked_at=clock.now_ms())
+    # Three missed heartbeats (the coordinator's window) and one re-send period.
+    assert default_max_age_ms(5.0, 3) == 20_000 and default_max_age_ms(1.0, 3) == 8_000
+    assert Settings(pool_id="pool_x", node_id="n0").bookings_max_age_ms == 20_000
+    assert Settings(pool_id="pool_x", bookings_max_age_s=90).bookings_max_age_ms == 90_000
+    trust(held, "n0", clock.now_ms(), 20_000)
+    clock.advance(20_000)
+    trust(held, "n0", clock.now_ms(), 20_000)  # the limit itself is allowed
+    clock.advance(1)
+    with pytest.raises(
+        StaleBookings, match=r"confirmed by the agent 20\.0 s ago.*the 20\.0 s"
+    ) as e:
+        trust(held, "n0", clock.now_ms(), 20_000)
+    assert e.value.status == NOT_LIVE and str(path) in str(e.value)
+    trust(held, "n0", clock.now_ms(), 60_000)  # what --max-age allows
+    clock.advance(3 * HOUR)
+    with pytest.raises(StaleBookings, match="3 h 0 min ago"):
+        trust(held, "n0", clock.now_ms(), 20_000)
+    # Another node's file is refused whatever its age, naming both nodes.
+    with pytest.raises(ForeignBookings, match="bookings of node n0, and this host is node n1") as f:
+        trust(Held(path, HELD, clock.now_ms()), "n1", clock.now_ms(), 20_000)
+    assert f.value.status == CONFIG
+    # A clock stepped back since the file was stamped: fresh, not a negative age.
+    assert Held(path, HELD, clock.now_ms() + 5000).age_ms(clock.now_ms()) == 0
+
+
+def test_the_file_is_stamped_when_received_and_when_a_heartbeat_echoed_it(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    path = tmp_path / "bookings.json"
+    keeper = BookingsKeeper("n0", path, clock=clock)
+    keeper.on_message(HELD.to_json())
+    assert read_held(path).checked_at == clock.now_ms()
+    written = clock.now_ms()
+    clock.advance(7000)
+    keeper.confirm("e0")  # a heartbeat that echoed another etag confirms nothing
+    keeper.confirm("")
+    assert read_held(path).checked_at == written
+    keeper.confirm("e1")
+    assert read_held(path).checked_at == clock.now_ms()
+    assert path.read_bytes() == HELD.to_json()  # the content is the message, untouched
+
+    # A restarted agent holds nothing yet: the last run's file is not its to confirm,
+    # even with the same etag, until the coordinator has told it again.
+    clock.advance(60_000)
+    again = BookingsKeeper("n0", path, clock=clock)
+    again.confirm("e1")
+    assert read_held(path).checked_at == clock.now_ms() - 60_000
+    again.on_message(HELD.to_json())
+    assert read_held(path).checked_at == clock.now_ms()
+    # A file it could not write is not confirmed either.
+    blocked = BookingsKeeper("n0", tmp_path / "d" / "bookings.json", clock=clock)
+    (tmp_path / "d" / "bookings.json").mkdir(parents=True)
+    blocked.on_message(HELD.to_json())
+    blocked.confirm("e1")
+    assert blocked.write_failures == 1
+
+
+def test_the_commands_read_the_daemons_config_for_the_node_and_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bookings.json"
+    path.write_bytes(HELD.to_json())
+    toml = tmp_path / "agent.toml"
+    toml.write_text(f'node_id = "n0"\nbookings_file = "{path}"\n')
+    assert main(["env", "rsv_live"], {}, default_config=toml) == 0
+    assert "GPUFLEET_RESERVATION_ID=rsv_live" in capsys.readouterr().out
+    # The file of another node: refused, both named, nothing on stdout.
+    toml.write_text(f'node_id = "n1"\nbookings_file = "{path}"\n')
+    assert main(["env", "rsv_live"], {}, default_config=toml) == CONFIG
+    out, err = capsys.readouterr()
+    assert out == "" and "bookings of node n0, and this host is node n1" in err
+    assert main(["bookings"], {}, default_config=toml) == CONFIG
+    # An old file: env refuses it (exit 3) unless --max-age allows it; bookings shows it.
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    flags = ["--bookings-file", str(path), "--node-id", "n0"]
+    assert main(["env", "rsv_live", *flags], {}, default_config=toml) == NOT_LIVE
+    out, err = capsys.readouterr()
+    assert out == "" and "last confirmed by the agent 1 h 0 min ago" in err and "20.0 s" in err
+    assert main(["env", "rsv_live", *flags, "--max-age", "7200"], {}) == 0
+    capsys.readouterr()
+    assert main(["bookings", *flags], {}) == 0
+    out, err = capsys.readouterr()
+    assert "confirmed 1 h 0 min ago (max 20.0 s)" in out.splitlines()[0]
+    assert "warning: the bookings in" in err
+    assert main(["bookings", "--json", *flags, "--max-age", "5000"], {}) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert 3_600_000 <= body["ageMs"] < 3_660_000 and body["maxAgeMs"] == 5_000_000
+    assert body["checkedAt"] == int(old * 1000) and body["etag"] == "e1"

@@ -37,6 +37,7 @@ from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
 from tests.ansible_play import play_role
+from tests.shipped import PACKAGES
 
 # pip builds and installs the package: longer than the suite's default per-test limit.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -70,7 +71,7 @@ def copy_checkout(dest: Path) -> Path:
     """What a release holds, copied so pip's in-tree build leaves the checkout alone."""
     dest.mkdir()
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in ("agent", "coordinator", "shared"):
+    for name in PACKAGES:
         shutil.copytree(REPO / name, dest / name, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, dest / name)
@@ -221,7 +222,17 @@ async def test_the_installed_agent_reports_through_its_own_nats_user(
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         loop = asyncio.get_running_loop()
-        ready = await asyncio.wait_for(loop.sock_recv(notify, 4096), 30)
+        waiting = asyncio.ensure_future(loop.sock_recv(notify, 4096))
+        exited = asyncio.ensure_future(proc.wait())
+        await asyncio.wait({waiting, exited}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            waiting.cancel()
+            exited.cancel()
+            await asyncio.gather(waiting, exited, return_exceptions=True)
+            raise AssertionError(f"the agent sent no READY=1 (exit status {proc.returncode})")
+        exited.cancel()
+        await asyncio.gather(exited, return_exceptions=True)
+        ready = waiting.result()
         assert ready == b"READY=1"
         for _ in range(200):
             if heartbeats and inventories:
@@ -237,12 +248,22 @@ async def test_the_installed_agent_reports_through_its_own_nats_user(
         # The NFD feature file, where the role's variable says.
         features = (installed.root / "nfd" / "gpufleet").read_text()
         assert f"gpufleet.io/pool={NODE.pool_id}\n" in features
-    finally:
+    except AssertionError as failed:
         err = b""
         if proc is not None:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 20)
+        raise AssertionError(f"{failed}\nthe agent's stderr:\n{err.decode()}") from None
+    finally:
+        err = b""
+        if proc is not None:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            if proc.stderr is not None and not proc.stderr.at_eof():
+                _, err = await asyncio.wait_for(proc.communicate(), 20)
+            else:
+                await asyncio.wait_for(proc.wait(), 20)
         notify.close()
         await nc.close()
     assert proc.returncode == 0, err.decode()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.shipped import PACKAGES
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agent", "coordinator", "ops", "shared")
 
 
 def test_bootstrap_installs_without_a_word(tmp_path: Path) -> None:

@@ -60,13 +60,22 @@ async def write_lock_held(database_url: str) -> AsyncIterator[None]:
         return
     conn = await asyncpg.connect(database_url)
     try:
-        tx = conn.transaction()
-        await tx.start()
         tables = [
             r[0]
             for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         ]
-        await conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+        # The tables are locked one by one while the coordinator's loops run: one of
+        # them may hold a table this statement wants next and want one it already has.
+        # PostgreSQL then ends one side; when it ends ours, the loops go on and we ask
+        # again.
+        while True:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+                break
+            except asyncpg.exceptions.DeadlockDetectedError:
+                await tx.rollback()
 
         async def loops_waiting() -> bool:
             waiting = await conn.fetchval(

@@ -27,6 +27,7 @@ from shared.clock import FakeClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import DeviceHealth, Heartbeat
+from tests.connections import closed
 from tests.factories import make_heartbeat, make_inventory, unchecked
 from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.integration.conftest import coordinator_settings
@@ -207,12 +208,14 @@ async def test_idle_and_slow_header_connections_are_closed(tmp_path: Path, nats_
     async with running_coordinator(settings) as c:
         for first in (b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"):
             reader, writer = await asyncio.open_connection("127.0.0.1", c.http.port)
-            writer.write(first)
-            started = time.monotonic()
-            answer = await asyncio.wait_for(reader.read(), timeout=5)
-            assert time.monotonic() - started < 3
-            assert not answer.startswith(b"HTTP/1.1 200"), answer
-            writer.close()
+            try:
+                writer.write(first)
+                started = time.monotonic()
+                answer = await asyncio.wait_for(reader.read(), timeout=5)
+                assert time.monotonic() - started < 3
+                assert not answer.startswith(b"HTTP/1.1 200"), answer
+            finally:
+                await closed(writer)
 
 
 async def test_metrics_on_their_own_listener_and_token(tmp_path: Path, nats_url: str) -> None:

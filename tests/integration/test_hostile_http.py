@@ -15,6 +15,7 @@ import pytest
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.services.node_records import record_inventory
 from shared.clock import FakeClock
+from tests.connections import closed
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.waiting import eventually
@@ -37,7 +38,7 @@ async def raw_http(port: int, request: bytes, pieces: int = 1, pause_s: float = 
             await asyncio.sleep(pause_s)
         return await asyncio.wait_for(reader.read(), timeout=10)
     finally:
-        writer.close()
+        await closed(writer)
 
 
 def post(path: str, body: bytes, key: str, extra: str = "") -> bytes:
@@ -117,7 +118,7 @@ async def test_a_stalled_or_trickled_body_is_408_within_the_body_timeout(
                 if dribbling is not None:
                     dribbling.cancel()
                     await asyncio.gather(dribbling, return_exceptions=True)
-                writer.close()
+                await closed(writer)
 
 
 async def test_malformed_json_is_invalid_input_never_500(api: Api) -> None:

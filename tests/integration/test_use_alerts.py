@@ -6,6 +6,7 @@ does not apply, and every use kind — `gpu.unbookedUse`, `gpu.foreignUse`,
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -169,6 +170,16 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         (idle,) = await agent.wait_for("reservation.idle")
         assert (idle.reservation_id, idle.details["tenantId"]) == (rid2, "acme")
         await agent.delta(gpu(g2, (rid2, "reservation"), util=90))
+
+        async def in_use_again() -> bool:
+            # The agent's heartbeats go on meanwhile, as a real agent's do.
+            if not any(a.kind == "reservation.inUse" for a in agent.alerts):
+                clock.advance(2000)
+                await agent.beat(use_base=agent.version, use_version=agent.version)
+                await asyncio.sleep(0.2)
+            return any(a.kind == "reservation.inUse" for a in agent.alerts)
+
+        await eventually(in_use_again, within_s=30)
         (back,) = await agent.wait_for("reservation.inUse")
         assert back.reservation_id == rid2
         assert {a.kind for a in agent.alerts} >= set(USE_KINDS)

@@ -16,7 +16,11 @@ the whole node (`node`: every unit on it).
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms`; `reservation.inUse` when that
   ends, or when the reservation ends while idle (`details.ended`). A reservation is
-  judged only while every node it holds GPUs on reports use.
+  judged only while every node it holds GPUs on reports use, and only while each of its
+  units either has no process or has a utilization figure: a process on a unit with no
+  figure (a MIG instance: NVML has none for it) makes its idleness *not judged* (neither
+  idle nor working: no idle clock runs, and an idle said is taken back with
+  `details.notJudged`), never "working" and never "0 %".
 
 `JoinState` is what the previous pass saw; `join` returns the next one and the
 transitions between them.
@@ -77,6 +81,7 @@ class Idle:
     said: bool  # `reservation.idle` went out and `reservation.inUse` has not
     pool_id: str = ""  # where its alerts go (its pool, its first node)
     node_id: str = ""
+    judged: bool = True  # False: a unit of it runs a process with no utilization figure
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +138,13 @@ def utilization(use: DeviceUse) -> int | None:
     return min(100, sum(known)) if known else None
 
 
-def busy(use: DeviceUse | None, policy: Policy) -> bool:
-    """In use, for idleness: a process, and utilization at or over the threshold (or
-    unknown: a process with no figure is taken as working)."""
+def busy(use: DeviceUse | None, policy: Policy) -> bool | None:
+    """In use, for idleness: a process, and utilization at or over the threshold. None
+    (not judged) for a process with no utilization figure: neither idle nor working."""
     if use is None or not use.processes:
         return False
     util = utilization(use)
-    return util is None or util >= policy.idle_util_percent
+    return None if util is None else util >= policy.idle_util_percent
 
 
 def _owners(use: DeviceUse) -> list[str]:
@@ -248,20 +253,28 @@ def _idleness(
         if any(n not in uses for n in nodes):
             idle[rid] = before  # not judged: a node's use is not current
             continue
-        working = any(busy(uses[h.node_id].get(u), policy) for h in rholds for u in h.units)
+        states = {busy(uses[h.node_id].get(u), policy) for h in rholds for u in h.units}
         first = rholds[0]
         base = {
             "tenantId": first.tenant_id,
             "nodes": nodes,
             "thresholdPercent": policy.idle_util_percent,
         }
-        if working:
-            idle[rid] = Idle(None, False, first.pool_id, nodes[0])
+        if True in states or None in states:
+            judged = True in states
+            idle[rid] = Idle(None, False, first.pool_id, nodes[0], judged)
             if before.said:
+                reason = (
+                    "its GPUs are in use again" if judged else
+                    "a process runs on a GPU with no utilization figure: idleness not judged"
+                )  # fmt: skip
                 out.append(
                     UseTransition(
-                        "reservation.inUse", first.pool_id, nodes[0], "its GPUs are in use again",
-                        reservation_id=rid, details=base | {"idleSince": before.since},
+                        "reservation.inUse", first.pool_id, nodes[0], reason,
+                        reservation_id=rid,
+                        details=base
+                        | {"idleSince": before.since}
+                        | ({} if judged else {"notJudged": True}),
                     )
                 )  # fmt: skip
             continue

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from coordinator.domain.gpu_use_join import Hold, JoinState, Policy, UseTransition, join
+from coordinator.domain.gpu_use_join import Hold, Idle, JoinState, Policy, UseTransition, join
 from shared.clock import FakeClock
 from shared.wire import DeviceUse, ProcessUse
 
@@ -112,6 +112,26 @@ def test_a_reservation_with_a_node_whose_use_is_not_current_is_not_judged() -> N
     s, _ = run(JoinState(), [use("GPU-0")], holds, 0, spread=spread)
     s, out = run(s, [use("GPU-0")], holds, 120_000, spread=spread)
     assert out == [] and s.idle["rsv-a"].since is None
+
+
+def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
+    """NVML gives no utilization for a MIG instance: a process on it is neither working
+    nor idle. No idle clock runs however long it lasts; an idle said before (no process)
+    is taken back, saying why; with no process again, it is idle again."""
+    holds = [hold("rsv-m", "MIG-1", cls="gpu.mig")]
+    unknown = [use("MIG-1", proc(1), util=None)]
+    s, _ = run(JoinState(), unknown, holds, 0)
+    s, out = run(s, unknown, holds, 10 * 60_000)
+    assert out == [] and s.idle["rsv-m"] == Idle(None, False, POOL, NODE, judged=False)
+    s, _ = run(s, [use("MIG-1")], holds, 11 * 60_000)
+    s, out = run(s, [use("MIG-1")], holds, 12 * 60_000)
+    assert [t.kind for t in out] == ["reservation.idle"]
+    s, out = run(s, unknown, holds, 13 * 60_000)
+    assert [(t.kind, t.details.get("notJudged")) for t in out] == [("reservation.inUse", True)]
+    # A GPU of the same reservation at work makes it working, judged.
+    both = [*holds, hold("rsv-m", "GPU-0")]
+    s, _ = run(s, [*unknown, use("GPU-0", proc(2, util=60), util=60)], both, 14 * 60_000)
+    assert s.idle["rsv-m"].judged
 
 
 # -- the machine -----------------------------------------------------------------------

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from coordinator.domain.gpu_use_join import Hold, covers, utilization
-from shared.wire import DeviceUse, ProcessUse
+from coordinator.domain.gpu_use_join import Hold, covers, shares, utilization
+from shared.wire import DeviceUse
 
 HOUR_MS = 3_600_000
 UNBOOKED = ""
@@ -79,39 +79,6 @@ def _covered_length(spans: Iterable[tuple[int, int]], a: int, b: int) -> int:
     return total
 
 
-def _util_of(processes: tuple[ProcessUse, ...], use: DeviceUse) -> int | None:
-    """The utilization of some of a unit's processes: the sum of theirs where each has
-    a figure (capped at 100), else the unit's."""
-    known = [p.sm_util for p in processes]
-    if processes and all(u is not None for u in known):
-        return min(100, sum(u for u in known if u is not None))
-    return utilization(use)
-
-
-def _shared_credit(
-    holders: tuple[Hold, ...], use: DeviceUse
-) -> dict[str, tuple[float, int | None]]:
-    """On a unit several reservations hold at once: reservation → (the part of its
-    slot time it used, the utilization that weights it)."""
-    ids = {h.reservation_id for h in holders}
-    own: dict[str, list[ProcessUse]] = {}
-    stray: list[ProcessUse] = []
-    for p in use.processes:
-        if p.owner_kind == "reservation" and p.owner in ids:
-            own.setdefault(p.owner, []).append(p)
-        else:
-            stray.append(p)
-    out: dict[str, tuple[float, int | None]] = {
-        rid: (1.0, _util_of(tuple(ps), use)) for rid, ps in own.items()
-    }
-    rest = sorted(ids - own.keys())
-    if stray and rest:
-        util = _util_of(tuple(stray), use)
-        for rid in rest:
-            out[rid] = (1 / len(rest), util)
-    return out
-
-
 def _stretches(
     holders: tuple[Hold, ...], start: int, end: int
 ) -> Iterable[tuple[int, int, tuple[Hold, ...]]]:
@@ -137,7 +104,7 @@ def _credit(
     """Credit `length` ms of a used unit to the holders `present` all through it: all of
     it to a sole holder, by processes to several at once."""
     shared = len({h.reservation_id for h in present}) > 1
-    credit = _shared_credit(present, use) if shared else {}
+    credit = shares({h.reservation_id for h in present}, use) if shared else {}
     for h in present:
         part, h_util = credit.get(h.reservation_id, (0.0, None)) if shared else (1.0, util)
         key = AccrualKey(hour, h.reservation_id, node_id, unit, h.resource)

@@ -134,6 +134,19 @@ def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
     assert s.idle["rsv-m"].judged
 
 
+def test_a_slot_holder_is_idle_by_its_own_processes_not_the_other_holder_s() -> None:
+    """R0 and R1 each hold a time-slice slot of GPU-0; R0's process works at 80 %: R1,
+    with no process, is idle after the threshold, R0 never; a process nobody owns at
+    work counts for R1 (it may be R1's), then R1 is in use."""
+    holds = [hold("rsv-0", "GPU-0", cls="gpu.slot"), hold("rsv-1", "GPU-0", cls="gpu.slot")]
+    r0 = proc(1, "rsv-0", "reservation", util=80)
+    s, _ = run(JoinState(), [use("GPU-0", r0, util=80)], holds, 0)
+    s, out = run(s, [use("GPU-0", r0, util=80)], holds, 60_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.idle", "rsv-1")]
+    s, out = run(s, [use("GPU-0", r0, proc(2, "pod-1", "pod", util=30), util=100)], holds, 61_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-1")]
+
+
 # -- the machine -----------------------------------------------------------------------
 
 OWNERS = ("", "rsv-0", "rsv-1", "rsv-2", "pod-x")

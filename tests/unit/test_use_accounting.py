@@ -44,12 +44,16 @@ def _add(total: dict[AccrualKey, Accrued], more: dict[AccrualKey, Accrued]) -> N
         acc.unknown_ms += v.unknown_ms
 
 
-def _uses(busy: set[str], util: int | None) -> dict[str, dict[str, DeviceUse]]:
+def _uses(busy: set[str], util: int | None, owner: int = -1) -> dict[str, dict[str, DeviceUse]]:
+    """Units in `busy` run one process: of reservation `rsv-<owner>`, or nobody's (< 0)."""
+    proc = (
+        ProcessUse(pid=1, owner=f"rsv-{owner}", owner_kind="reservation")
+        if owner >= 0
+        else ProcessUse(pid=1)
+    )
     return {
         NODE: {
-            u: DeviceUse(
-                device_id=u, sm_util=util, processes=(ProcessUse(pid=1),) if u in busy else ()
-            )
+            u: DeviceUse(device_id=u, sm_util=util, processes=(proc,) if u in busy else ())
             for u in UNITS
         }
     }
@@ -62,7 +66,7 @@ def _during(holds: list[Hold], a: int, b: int) -> list[Hold]:
 
 holds_st = st.lists(
     st.tuples(
-        st.sampled_from(("gpu", "node")),
+        st.sampled_from(("gpu", "gpu.slot", "node")),
         st.sampled_from(UNITS),
         st.integers(0, 3 * HOUR_MS),
         st.integers(1, 2 * HOUR_MS),
@@ -96,9 +100,8 @@ def test_used_is_at_most_booked_plus_unbooked_and_weighted_at_most_used(
     total: dict[AccrualKey, Accrued] = {}
     for gap, busy, util in passes:
         a, now = now, now + gap
-        _add(
-            total, accrue(_uses(busy, util), _during(holds, a, now), {NODE: POOL}, {NODE: (a, now)})
-        )
+        uses = _uses(busy, util, util % 5 - 1)  # slot holders by their processes, or nobody's
+        _add(total, accrue(uses, _during(holds, a, now), {NODE: POOL}, {NODE: (a, now)}))
     for v in total.values():
         assert 0 <= v.weighted_ms <= v.used_ms
     # Before any cap: every reservation's accrued use fits in its booked time.
@@ -171,7 +174,7 @@ def test_a_window_split_in_two_adds_up_to_the_whole(
     total: dict[AccrualKey, Accrued] = {}
     for gap, busy, util in passes:
         a, now = now, now + gap
-        uses = _uses(busy, util if known else None)
+        uses = _uses(busy, util if known else None, util % 5 - 1)
         _add(total, accrue(uses, _during(holds, a, now), {NODE: POOL}, {NODE: (a, now)}))
     spans = [_span(h) for h in holds]
     start, end = w_start, w_start + w_len

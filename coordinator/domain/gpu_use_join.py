@@ -14,9 +14,15 @@ the whole node (`node`: every unit on it).
   whether that reservation is another tenant's. Owners from a cgroup (pod, Slurm job,
   unit, container) name no reservation and are never foreign.
 - `reservation.idle`: every unit a live reservation holds has had no process, or
-  utilization under the threshold, for `idle_after_ms`; `reservation.inUse` when that
-  ends, or when the reservation ends while idle (`details.ended`). A reservation is
-  judged only while every node it holds GPUs on reports use.
+  utilization under the threshold, for `idle_after_ms` (on a unit several reservations
+  hold at once, its own processes: another slot holder's work is not its own);
+  `reservation.inUse` when that ends, or when the reservation ends while idle
+  (`details.ended`). A reservation is judged only while every node it holds GPUs on
+  reports use, and only while each of its units either has no process or has a
+  utilization figure: a process on a unit with no figure (a MIG instance: NVML has
+  none for it) makes its idleness *not judged* (neither idle nor working: no idle clock
+  runs, and an idle said is taken back with `details.notJudged`), never "working" and
+  never "0 %".
 
 `JoinState` is what the previous pass saw; `join` returns the next one and the
 transitions between them.
@@ -28,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.wire import IDLE_UTIL_PERCENT, AlertKind, DeviceUse
+from shared.wire import IDLE_UTIL_PERCENT, AlertKind, DeviceUse, ProcessUse
 
 GPU_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot"})
 COVERING_CLASSES = GPU_CLASSES | {"node"}
@@ -77,6 +83,7 @@ class Idle:
     said: bool  # `reservation.idle` went out and `reservation.inUse` has not
     pool_id: str = ""  # where its alerts go (its pool, its first node)
     node_id: str = ""
+    judged: bool = True  # False: a unit of it runs a process with no utilization figure
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +140,46 @@ def utilization(use: DeviceUse) -> int | None:
     return min(100, sum(known)) if known else None
 
 
-def busy(use: DeviceUse | None, policy: Policy) -> bool:
-    """In use, for idleness: a process, and utilization at or over the threshold (or
-    unknown: a process with no figure is taken as working)."""
+def _util_of(processes: Sequence[ProcessUse], use: DeviceUse) -> int | None:
+    """The utilization of some of a unit's processes: the sum of theirs where each has
+    a figure (capped at 100), else the unit's."""
+    known = [p.sm_util for p in processes]
+    if processes and all(u is not None for u in known):
+        return min(100, sum(u for u in known if u is not None))
+    return utilization(use)
+
+
+def shares(holders: Iterable[str], use: DeviceUse) -> dict[str, tuple[float, int | None]]:
+    """Who ran on a unit several reservations hold at once (time-slice or MPS slots):
+    reservation → (the part of its slot's time it used, the utilization that weights
+    it). A holder with a process of its own (by `GPUFLEET_RESERVATION_ID`) used all of
+    it, at its own processes' utilization where each has one (else the unit's); a
+    process none of the holders owns is split evenly among the holders with no process
+    of their own; a holder with neither is absent (it used nothing)."""
+    ids = set(holders)
+    own: dict[str, list[ProcessUse]] = {}
+    stray: list[ProcessUse] = []
+    for p in use.processes:
+        if p.owner_kind == "reservation" and p.owner in ids:
+            own.setdefault(p.owner, []).append(p)
+        else:
+            stray.append(p)
+    out = {rid: (1.0, _util_of(ps, use)) for rid, ps in own.items()}
+    rest = sorted(ids - own.keys())
+    if stray and rest:
+        util = _util_of(stray, use)
+        for rid in rest:
+            out[rid] = (1 / len(rest), util)
+    return out
+
+
+def busy(use: DeviceUse | None, policy: Policy) -> bool | None:
+    """In use, for idleness: a process, and utilization at or over the threshold. None
+    (not judged) for a process with no utilization figure: neither idle nor working."""
     if use is None or not use.processes:
         return False
     util = utilization(use)
-    return util is None or util >= policy.idle_util_percent
+    return None if util is None else util >= policy.idle_util_percent
 
 
 def _owners(use: DeviceUse) -> list[str]:
@@ -228,6 +268,26 @@ def _owner_list(use: DeviceUse) -> list[dict[str, Any]]:
     return [{"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind} for p in use.processes]
 
 
+def _busy_for(
+    rid: str,
+    node_id: str,
+    unit: str,
+    uses: Mapping[str, Mapping[str, DeviceUse]],
+    covered: Mapping[tuple[str, str], tuple[Hold, ...]],
+    policy: Policy,
+) -> bool | None:
+    """`busy` for one holder of a unit: on a unit several reservations hold at once,
+    by what it ran there (`shares`), not by what the others did."""
+    use = uses[node_id].get(unit)
+    ids = {h.reservation_id for h in covered.get((node_id, unit), ())}
+    if use is None or len(ids) <= 1:
+        return busy(use, policy)
+    share = shares(ids, use).get(rid)
+    if share is None:
+        return False
+    return None if share[1] is None else share[1] >= policy.idle_util_percent
+
+
 def _idleness(
     state: JoinState,
     uses: Mapping[str, Mapping[str, DeviceUse]],
@@ -240,6 +300,7 @@ def _idleness(
     for hold in holds:
         if hold.start <= now < hold.end and hold.units:
             by_reservation.setdefault(hold.reservation_id, []).append(hold)
+    covered = covers(h for hs in by_reservation.values() for h in hs)
     idle: dict[str, Idle] = {}
     out: list[UseTransition] = []
     for rid, rholds in sorted(by_reservation.items()):
@@ -248,20 +309,30 @@ def _idleness(
         if any(n not in uses for n in nodes):
             idle[rid] = before  # not judged: a node's use is not current
             continue
-        working = any(busy(uses[h.node_id].get(u), policy) for h in rholds for u in h.units)
+        states = {
+            _busy_for(rid, h.node_id, u, uses, covered, policy) for h in rholds for u in h.units
+        }
         first = rholds[0]
         base = {
             "tenantId": first.tenant_id,
             "nodes": nodes,
             "thresholdPercent": policy.idle_util_percent,
         }
-        if working:
-            idle[rid] = Idle(None, False, first.pool_id, nodes[0])
+        if True in states or None in states:
+            judged = True in states
+            idle[rid] = Idle(None, False, first.pool_id, nodes[0], judged)
             if before.said:
+                reason = (
+                    "its GPUs are in use again" if judged else
+                    "a process runs on a GPU with no utilization figure: idleness not judged"
+                )  # fmt: skip
                 out.append(
                     UseTransition(
-                        "reservation.inUse", first.pool_id, nodes[0], "its GPUs are in use again",
-                        reservation_id=rid, details=base | {"idleSince": before.since},
+                        "reservation.inUse", first.pool_id, nodes[0], reason,
+                        reservation_id=rid,
+                        details=base
+                        | {"idleSince": before.since}
+                        | ({} if judged else {"notJudged": True}),
                     )
                 )  # fmt: skip
             continue

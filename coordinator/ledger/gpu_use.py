@@ -30,8 +30,13 @@ class GpuUseRepo:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def holds(self, node_ids: Iterable[str], now: int) -> list[Hold]:
-        """The bookings live at `now` on these nodes that cover GPU units."""
+    async def holds(
+        self, node_ids: Iterable[str], now: int, since: int | None = None
+    ) -> list[Hold]:
+        """The bookings on these nodes that cover GPU units: those live at `now`, or with
+        `since`, those live at any time in [since, now] (a use pass credits the time since
+        the last one to the bookings of that time, ended ones included)."""
+        since = now if since is None else since
         ids = list(node_ids)
         if not ids:
             return []
@@ -60,7 +65,8 @@ class GpuUseRepo:
                     .where(
                         among(conn, b.node_id, ids)
                         & (b.start <= now)
-                        & (b.end > now)
+                        & (b.end > since)
+                        & (b.end > b.start)
                         & b["class"].in_(sorted(COVERING_CLASSES))
                     )
                 )
@@ -181,13 +187,13 @@ class GpuUseRepo:
             rows = await conn.execute(
                 select(
                     u.hour, u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource,
-                    u.used_ms, u.weighted_ms,
+                    u.used_ms, u.weighted_ms, u.unknown_ms,
                 ).where(cond)
             )  # fmt: skip
             return [
                 UseHour(
                     int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
-                    r.resource, int(r.used_ms), int(r.weighted_ms),
+                    r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms),
                 )
                 for r in rows.all()
             ]  # fmt: skip
@@ -210,21 +216,24 @@ class GpuUseRepo:
         who = (u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource)
         async with self._db.read() as conn:
             whole = await conn.execute(
-                select(*who, func.sum(u.used_ms).label("used"), func.sum(u.weighted_ms).label("w"))
+                select(
+                    *who, func.sum(u.used_ms).label("used"), func.sum(u.weighted_ms).label("w"),
+                    func.sum(u.unknown_ms).label("unknown"),
+                )
                 .where(cond & inner)
                 .group_by(*who)
-            )
+            )  # fmt: skip
             out = [
                 UseHour(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
-                       int(r.used), int(r.w))
+                       int(r.used), int(r.w), int(r.unknown))
                 for r in whole.all()
             ]  # fmt: skip
             cut = await conn.execute(
-                select(u.hour, *who, u.used_ms, u.weighted_ms).where(cond & ~inner)
+                select(u.hour, *who, u.used_ms, u.weighted_ms, u.unknown_ms).where(cond & ~inner)
             )
             out += [
                 UseHour(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
-                       r.resource, int(r.used_ms), int(r.weighted_ms))
+                       r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms))
                 for r in cut.all()
             ]  # fmt: skip
         return out
@@ -254,7 +263,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
             "hour": k.hour, "reservation_id": k.reservation_id, "node_id": k.node_id,
             "unit": k.unit, "resource": k.resource, "tenant_id": v.who.tenant_id,
             "pool_id": v.who.pool_id, "project_id": v.who.project_id,
-            "used_ms": v.used_ms, "weighted_ms": v.weighted_ms,
+            "used_ms": v.used_ms, "weighted_ms": v.weighted_ms, "unknown_ms": v.unknown_ms,
         }
         for k, v in sorted(accrued.items(), key=lambda kv: _order(kv[0]))
     ]  # fmt: skip
@@ -265,6 +274,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
         set_={
             "used_ms": schema.gpu_use.c.used_ms + stmt.excluded.used_ms,
             "weighted_ms": schema.gpu_use.c.weighted_ms + stmt.excluded.weighted_ms,
+            "unknown_ms": schema.gpu_use.c.unknown_ms + stmt.excluded.unknown_ms,
         },
     )
     await conn.execute(stmt, rows)

@@ -326,6 +326,8 @@ gpu_use = Table(
     Column("project_id", String(56), nullable=True),
     Column("used_ms", BigInteger, nullable=False),
     Column("weighted_ms", BigInteger, nullable=False),
+    # r0007: of used_ms, the time with no utilization figure (MIG).
+    Column("unknown_ms", BigInteger, nullable=False, server_default="0"),
     Index("ix_gpu_use_reservation", "reservation_id"),
 )
 

@@ -147,7 +147,16 @@ class GpuUseWatch:
         now = self.clock.now_ms()
         uses = self._current(now)
         pools = {n.node_id: n.pool_id for n in self.book}
-        holds = await self.ledger.gpu_use.holds(uses, now)
+        windows = {}
+        for node_id in uses:
+            last = self._accrued_at.get(node_id)
+            if last is not None and 0 < now - last <= self.max_gap_ms:
+                windows[node_id] = (last, now)
+        # The bookings of the whole time since the last pass, for accrual (use up to a
+        # reservation's end is its own); the live ones, for the join.
+        since = min((a for a, _ in windows.values()), default=now)
+        spanned = await self.ledger.gpu_use.holds(uses, now, since)
+        holds = [h for h in spanned if h.start <= now < h.end]
         held_ids = {h.reservation_id for h in holds}
         owners = {
             p.owner
@@ -160,17 +169,12 @@ class GpuUseWatch:
         # Reservations with an idle clock that no current node holds: still live elsewhere,
         # or ended (which clears their idleness).
         spread = await self.ledger.gpu_use.spread(held_ids | set(self.state.idle), now)
-        windows = {}
-        for node_id in uses:
-            last = self._accrued_at.get(node_id)
-            if last is not None and 0 < now - last <= self.max_gap_ms:
-                windows[node_id] = (last, now)
 
         def compute() -> tuple[JoinState, list[UseTransition], dict[AccrualKey, Accrued]]:
             state, transitions = join(
                 self.state, uses, holds, pools, now, self.policy, tenant_of, spread
             )
-            return state, transitions, accrue(uses, holds, pools, windows)
+            return state, transitions, accrue(uses, spanned, pools, windows)
 
         state, transitions, accrued = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]

@@ -20,6 +20,7 @@ from tests.unit.test_use_accounting import (
     POOL,
     UNITS,
     _add,
+    _during,
     _hold,
     _span,
     holds_st,
@@ -53,24 +54,26 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
                 total: dict[AccrualKey, Accrued] = {}
                 for gap, busy, util in passes:
                     a, now = now, now + gap
-                    live = [h for h in holds if h.start <= now < h.end]
                     procs = (ProcessUse(pid=1),)
                     uses = {
                         NODE: {
                             u: DeviceUse(
-                                device_id=u, sm_util=util, processes=procs if u in busy else ()
+                                device_id=u,
+                                sm_util=util if util % 7 else None,
+                                processes=procs if u in busy else (),
                             )
                             for u in UNITS
                         }
                     }
-                    accrued = accrue(uses, live, {NODE: POOL}, {NODE: (a, now)})
+                    accrued = accrue(uses, _during(holds, a, now), {NODE: POOL}, {NODE: (a, now)})
                     _add(total, accrued)
                     runner.run(ledger.gpu_use.record(accrued, [], []))
                 read = runner.run(ledger.gpu_use.buckets(base, now + HOUR_MS))
                 assert sorted(
-                    (b.hour, b.reservation_id, b.used_ms, b.weighted_ms) for b in read
+                    (b.hour, b.reservation_id, b.used_ms, b.weighted_ms, b.unknown_ms) for b in read
                 ) == sorted(
-                    (k.hour, k.reservation_id, v.used_ms, v.weighted_ms) for k, v in total.items()
+                    (k.hour, k.reservation_id, v.used_ms, v.weighted_ms, v.unknown_ms)
+                    for k, v in total.items()
                 )
                 rows, free = reservation_use([_span(h) for h in holds], read, base, now, now)
                 # The report's read (whole hours summed by the database) says the same
@@ -84,10 +87,11 @@ def test_the_ledger_adds_up_what_each_pass_accrued(database_url: str) -> None:
                         spans, read, w_start, w_end, now
                     )
                 for r in rows:
-                    assert 0 <= r.weighted_ms <= r.used_ms <= r.booked_ms
+                    # Utilizations that are multiples of 7 stand for "no figure" (MIG).
+                    assert 0 <= (r.weighted_ms or 0) <= r.used_ms <= r.booked_ms
                 unbooked = sum(f.used_ms for f in free)
                 assert sum(r.used_ms for r in rows) <= sum(r.booked_ms for r in rows) + unbooked
-                assert all(0 <= f.weighted_ms <= f.used_ms for f in free)
+                assert all(0 <= (f.weighted_ms or 0) <= f.used_ms for f in free)
 
             check()
         finally:

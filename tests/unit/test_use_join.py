@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from coordinator.domain.gpu_use_join import Hold, JoinState, Policy, UseTransition, join
+from coordinator.domain.gpu_use_join import Hold, Idle, JoinState, Policy, UseTransition, join
 from shared.clock import FakeClock
 from shared.wire import DeviceUse, ProcessUse
 
@@ -112,6 +112,39 @@ def test_a_reservation_with_a_node_whose_use_is_not_current_is_not_judged() -> N
     s, _ = run(JoinState(), [use("GPU-0")], holds, 0, spread=spread)
     s, out = run(s, [use("GPU-0")], holds, 120_000, spread=spread)
     assert out == [] and s.idle["rsv-a"].since is None
+
+
+def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
+    """NVML gives no utilization for a MIG instance: a process on it is neither working
+    nor idle. No idle clock runs however long it lasts; an idle said before (no process)
+    is taken back, saying why; with no process again, it is idle again."""
+    holds = [hold("rsv-m", "MIG-1", cls="gpu.mig")]
+    unknown = [use("MIG-1", proc(1), util=None)]
+    s, _ = run(JoinState(), unknown, holds, 0)
+    s, out = run(s, unknown, holds, 10 * 60_000)
+    assert out == [] and s.idle["rsv-m"] == Idle(None, False, POOL, NODE, judged=False)
+    s, _ = run(s, [use("MIG-1")], holds, 11 * 60_000)
+    s, out = run(s, [use("MIG-1")], holds, 12 * 60_000)
+    assert [t.kind for t in out] == ["reservation.idle"]
+    s, out = run(s, unknown, holds, 13 * 60_000)
+    assert [(t.kind, t.details.get("notJudged")) for t in out] == [("reservation.inUse", True)]
+    # A GPU of the same reservation at work makes it working, judged.
+    both = [*holds, hold("rsv-m", "GPU-0")]
+    s, _ = run(s, [*unknown, use("GPU-0", proc(2, util=60), util=60)], both, 14 * 60_000)
+    assert s.idle["rsv-m"].judged
+
+
+def test_a_slot_holder_is_idle_by_its_own_processes_not_the_other_holder_s() -> None:
+    """R0 and R1 each hold a time-slice slot of GPU-0; R0's process works at 80 %: R1,
+    with no process, is idle after the threshold, R0 never; a process nobody owns at
+    work counts for R1 (it may be R1's), then R1 is in use."""
+    holds = [hold("rsv-0", "GPU-0", cls="gpu.slot"), hold("rsv-1", "GPU-0", cls="gpu.slot")]
+    r0 = proc(1, "rsv-0", "reservation", util=80)
+    s, _ = run(JoinState(), [use("GPU-0", r0, util=80)], holds, 0)
+    s, out = run(s, [use("GPU-0", r0, util=80)], holds, 60_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.idle", "rsv-1")]
+    s, out = run(s, [use("GPU-0", r0, proc(2, "pod-1", "pod", util=30), util=100)], holds, 61_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-1")]
 
 
 # -- the machine -----------------------------------------------------------------------

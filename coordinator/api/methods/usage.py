@@ -61,9 +61,12 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
     start = body.from_ if body.from_ is not None else max(0, end - DEFAULT_WINDOW_MS)
     if end - start > MAX_WINDOW_MS:
         start = end - MAX_WINDOW_MS
+    # The bookings of every hour the window touches: a use bucket the window cuts counts
+    # by its reservation's booked time in that hour (`domain/gpu_use_report.py`).
     spans = await ctx.ledger.booked_spans.spans(
-        start, end, body.tenant_id, body.pool_id, body.project_id
-    )
+        start - start % HOUR_MS, -(-end // HOUR_MS) * HOUR_MS,
+        body.tenant_id, body.pool_id, body.project_id,
+    )  # fmt: skip
     rows = usage_rows(spans, start, end, now)
     buckets = await ctx.ledger.gpu_use.summed(
         start, min(end, now), body.tenant_id, body.pool_id, body.project_id
@@ -73,7 +76,7 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
     used = use_totals(per_rsv)
     totals: dict[str, float] = {}
     used_totals: dict[str, float] = {}
-    weighted_totals: dict[str, float] = {}
+    weighted_totals: dict[str, float | None] = {}
     out_rows = []
     for r in rows:
         totals[r.resource] = totals.get(r.resource, 0.0) + r.hours
@@ -81,7 +84,10 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
         if r.resource in COVERING_CLASSES:
             u, w = used.get((r.tenant_id, r.pool_id, r.project_id or "", r.resource), (0, 0))
             used_totals[r.resource] = used_totals.get(r.resource, 0.0) + u / HOUR_MS
-            weighted_totals[r.resource] = weighted_totals.get(r.resource, 0.0) + w / HOUR_MS
+            before = weighted_totals.get(r.resource, 0.0)
+            weighted_totals[r.resource] = (
+                None if before is None or w is None else before + w / HOUR_MS
+            )
     return out.UsageReport(
         from_=start,
         to=end,
@@ -89,12 +95,14 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
         rows=out_rows,
         totals=_rounded(totals),
         used_totals=_rounded(used_totals),
-        weighted_totals=_rounded(weighted_totals),
+        weighted_totals={
+            k: None if v is None else round(v, 6) for k, v in sorted(weighted_totals.items())
+        },
         by_reservation=[
             out.UsageReservationRow(
                 reservation_id=u.reservation_id, tenant_id=u.tenant_id, pool_id=u.pool_id,
                 project_id=u.project_id, resource=u.resource,
-                hours=_h(u.booked_ms), used_hours=_h(u.used_ms), weighted_hours=_h(u.weighted_ms),
+                hours=_h(u.booked_ms), used_hours=_h(u.used_ms), weighted_hours=_wh(u.weighted_ms),
                 efficiency=round(u.used_ms / u.booked_ms, 4) if u.booked_ms else None,
             )
             for u in per_rsv
@@ -103,7 +111,7 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
         else [],
         unbooked=[
             out.UnbookedUseRow(
-                pool_id=u.pool_id, used_hours=_h(u.used_ms), weighted_hours=_h(u.weighted_ms)
+                pool_id=u.pool_id, used_hours=_h(u.used_ms), weighted_hours=_wh(u.weighted_ms)
             )
             for u in unbooked
         ]
@@ -116,11 +124,18 @@ def _h(unit_ms: int) -> float:
     return round(unit_ms / HOUR_MS, 6)
 
 
+def _wh(unit_ms: int | None) -> float | None:
+    """Weighted hours: None where no utilization figure exists (MIG), never 0."""
+    return None if unit_ms is None else _h(unit_ms)
+
+
 def _rounded(totals: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 6) for k, v in sorted(totals.items())}
 
 
-def _row(r: UsageRow, used: Mapping[tuple[str, str, str, str], list[int]]) -> out.UsageRow:
+def _row(
+    r: UsageRow, used: Mapping[tuple[str, str, str, str], tuple[int, int | None]]
+) -> out.UsageRow:
     gpu = r.resource in COVERING_CLASSES
     u, w = used.get((r.tenant_id, r.pool_id, r.project_id or "", r.resource), (0, 0))
     return out.UsageRow(
@@ -131,6 +146,6 @@ def _row(r: UsageRow, used: Mapping[tuple[str, str, str, str], list[int]]) -> ou
         hours=round(r.hours, 6),
         reservations=r.reservations,
         used_hours=_h(u) if gpu else None,
-        weighted_hours=_h(w) if gpu else None,
+        weighted_hours=_wh(w) if gpu else None,
         efficiency=round(u / r.unit_ms, 4) if gpu and r.unit_ms else None,
     )

@@ -265,7 +265,8 @@ class UsageRow(ApiOutput):
         " absent for other resources)."
     )
     weighted_hours: float | None = optional(
-        "Used unit-hours weighted by the device's utilization (absent as usedHours)."
+        "Used unit-hours weighted by the device's utilization (absent as usedHours, and"
+        " where some of the used time had no utilization figure: MIG instances)."
     )
     efficiency: float | None = optional("usedHours / hours (absent as usedHours, or 0 booked).")
 
@@ -278,14 +279,19 @@ class UsageReservationRow(ApiOutput):
     resource: str = Field(description="The class it booked (gpu, gpu.mig, gpu.slot, node).")
     hours: float = Field(description="Unit-hours booked in the window.")
     used_hours: float = Field(description="Unit-hours with a process on its devices.")
-    weighted_hours: float = Field(description="Used unit-hours weighted by utilization.")
+    weighted_hours: float | None = Field(
+        description="Used unit-hours weighted by utilization (null: some of the used time"
+        " had no utilization figure, as on MIG instances; never 0 for that)."
+    )
     efficiency: float | None = Field(description="usedHours / hours (null: 0 booked).")
 
 
 class UnbookedUseRow(ApiOutput):
     pool_id: PoolId = Field(description="The pool.")
     used_hours: float = Field(description="GPU-hours with a process that no booking covered.")
-    weighted_hours: float = Field(description="Those weighted by utilization.")
+    weighted_hours: float | None = Field(
+        description="Those weighted by utilization (null: some had no utilization figure)."
+    )
 
 
 class UsageReport(ApiOutput):
@@ -297,8 +303,10 @@ class UsageReport(ApiOutput):
     used_totals: dict[str, float] = Field(
         default_factory=dict, description="Used unit-hours per resource over every row."
     )
-    weighted_totals: dict[str, float] = Field(
-        default_factory=dict, description="Utilization-weighted unit-hours per resource."
+    weighted_totals: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="Utilization-weighted unit-hours per resource (null: some of the used"
+        " time had no utilization figure, as on MIG instances).",
     )
     by_reservation: list[UsageReservationRow] = Field(
         default_factory=list,

@@ -4,7 +4,7 @@ for the daemon and the one-shot commands alike, as coordinator/domain/errors.py 
 coordinator's API.
 
 Every exception the agent declares derives from `AgentError` (tests/unit/
-test_agent_errors.py). Those that end a command carry the status it exits with:
+agent/test_errors.py). Those that end a command carry the status it exits with:
 
 - 2: what restarting cannot fix (bad configuration, no NVML binding, an unknown
   simulated profile, a bad fault file, a missing or bad bookings state file, or one

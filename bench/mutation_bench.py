@@ -39,20 +39,20 @@ MODULES = ("placer", "placement_model", "node_fit", "claims", "free_index", "int
 # The fast unit tests that exercise those modules (seconds in all, no database, no NATS):
 # mutmut maps each test to the functions it runs and runs only those per mutant.
 TESTS = (
-    "tests/unit/test_placer.py",
-    "tests/unit/test_placer_properties.py",
-    "tests/unit/test_placer_truth.py",
-    "tests/unit/test_free_index.py",
-    "tests/unit/test_liveness.py",
-    "tests/unit/test_liveness_rules.py",
-    "tests/unit/test_truth_domain.py",
-    "tests/unit/test_gang_placement.py",
-    "tests/unit/test_interval_rules.py",
-    "tests/unit/test_liveness_edges.py",
-    "tests/unit/test_claims_and_counts.py",
-    "tests/unit/test_placer_answers.py",
-    "tests/unit/test_node_fit.py",
-    "tests/unit/test_api_inputs.py",
+    "tests/unit/coordinator/domain/test_placer.py",
+    "tests/unit/coordinator/domain/test_placer_properties.py",
+    "tests/unit/coordinator/domain/test_placer_truth.py",
+    "tests/unit/coordinator/domain/test_free_index.py",
+    "tests/unit/coordinator/domain/test_liveness.py",
+    "tests/unit/coordinator/domain/test_liveness_rules.py",
+    "tests/unit/coordinator/domain/test_truth_domain.py",
+    "tests/unit/coordinator/domain/test_gang_placement.py",
+    "tests/unit/coordinator/domain/test_interval_rules.py",
+    "tests/unit/coordinator/domain/test_liveness_edges.py",
+    "tests/unit/coordinator/domain/test_claims_and_counts.py",
+    "tests/unit/coordinator/domain/test_placer_answers.py",
+    "tests/unit/coordinator/domain/test_node_fit.py",
+    "tests/unit/coordinator/api/test_inputs.py",
 )
 # A pytest plugin for the scratch tree, loaded before any test module: the property
 # tests' hypothesis settings inherit its profile, which skips shrinking (a mutant is

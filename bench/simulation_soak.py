@@ -1,5 +1,5 @@
 """Truth soak (SPEC §8 "Truth"): the ledger simulation of
-tests/integration/test_simulation.py run for much longer than CI does — N random
+tests/integration/coordinator/ledger/test_simulation.py run for much longer than CI does — N random
 sequences of fleet changes, bookings and clock moves through the real services and
 ledger, the reference model checked after every step — on SQLite and, when reachable,
 PostgreSQL, plus rounds of the concurrent variant (writers and two replicas on
@@ -16,10 +16,10 @@ Every search is bounded in sequences and steps (`--sequences`, `--planted-budget
 `--steps` steps; the plants' always of 30, as in CI), never in seconds. A violation found
 here is a bug: replay it with the printed seed in the CI test
 (`GPUFLEET_SIM_SEED=<seed> GPUFLEET_SIM_EXAMPLES=<batch> GPUFLEET_SIM_STEPS=<steps>
-GPUFLEET_SIM_SHRINK=1 pytest tests/integration/test_simulation.py -k keep_the_ledger`),
-which shrinks it to the minimal sequence; a seed replays exactly, in any process. A
-plant seed that catches quickly can replace a plant's seed in planted.py (run its test
-to measure the step and write it there).
+GPUFLEET_SIM_SHRINK=1 pytest tests/integration/coordinator/ledger/test_simulation.py
+-k keep_the_ledger`), which shrinks it to the minimal sequence; a seed replays exactly,
+in any process. A plant seed that catches quickly can replace a plant's seed in
+planted.py (run its test to measure the step and write it there).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "
 
 
 # How long a gpufleet process may take to exit after SIGTERM. Its loops end within a
-# second of the signal (tests/integration/test_coordinator_stops_busy.py); the rest is a
-# loaded machine's slack. A backstop far above the measured worst case (about 1 s).
+# second of the signal (tests/integration/coordinator/app/test_coordinator_stops_busy.py);
+# the rest is a loaded machine's slack. A backstop far above the measured worst case (about 1 s).
 STOP_GRACE_S = 15.0
 
 

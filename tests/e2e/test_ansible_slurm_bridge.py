@@ -14,7 +14,7 @@ import pytest
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.settings import from_sources
 from tests.ansible_play import play_role
-from tests.unit.test_alerts_role_config import env_file
+from tests.unit.ansible.test_alerts_role_config import env_file
 
 pytestmark = pytest.mark.e2e
 ROLE = "gpufleet_coordinator"

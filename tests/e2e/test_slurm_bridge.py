@@ -11,7 +11,7 @@ Slurm 22.05 cannot reserve GRES, with slurmdbd or without ("TRES type 'gres/gpu:
 not supported with reservations"; tests/e2e/test_slurm_accounting.py), so the main test
 runs the bridge with `--gpu-tres off`: a booked node is reserved whole. The default,
 `auto`, is shown to fall back to that on such a Slurm (and to keep GPU TRES where Slurm
-takes them); the TRES form is the planner's (tests/unit/test_slurm_planner.py).
+takes them); the TRES form is the planner's (tests/unit/ops/slurm/test_planner.py).
 """
 
 from __future__ import annotations

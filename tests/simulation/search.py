@@ -98,7 +98,8 @@ def search(g: Glue, chosen: int, within: settings, *, blob: str | None = None) -
             run_state_machine_as_test(machine, settings=settings(within, verbosity=Verbosity.debug))
         except Exception as exc:
             exc.add_note(
-                f"replay with GPUFLEET_SIM_SEED={chosen} (tests/integration/test_simulation.py)"
+                f"replay with GPUFLEET_SIM_SEED={chosen} "
+                "(tests/integration/coordinator/ledger/test_simulation.py)"
             )
             error = exc
     seconds = time.perf_counter() - started

@@ -6,7 +6,7 @@ whose reason starts with `gpufleet:` are the bridge's; nothing else is ever in a
 A node the ledger wants drained that someone else already drained keeps that drain and
 its reason (it is drained either way), and is never resumed by the bridge.
 
-Applying a plan and planning again gives no action (tests/unit/test_slurm_planner.py
+Applying a plan and planning again gives no action (tests/unit/ops/slurm/test_planner.py
 holds it for any Slurm state): the planner compares what it would set, normalised as
 Slurm shows it, never what Slurm adds (cpu counts, flags).
 """

@@ -1,0 +1,64 @@
+"""A SQLite writer waits for another session's write lock as long as it always did (up
+to 30 s: a coordinator migrating the same file holds it for seconds), but the wait is
+the event loop's, not the driver thread's: a cancelled writer leaves at once (see
+tests/integration/coordinator/app/test_coordinator_stops_busy.py for the whole coordinator)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.ledger import Ledger
+from coordinator.ledger.database import SQLITE_BUSY_SLICE_MS
+
+NOW = 1_800_000_000_000
+
+
+@pytest.fixture
+async def ledger(tmp_path: Path) -> AsyncIterator[Ledger]:
+    led = await Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        yield led
+    finally:
+        await led.close()
+
+
+@pytest.fixture
+def other_session(tmp_path: Path, ledger: Ledger) -> Iterator[sqlite3.Connection]:
+    """Another connection to the same file, holding its write lock."""
+    other = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+async def test_a_writer_waits_out_a_lock_held_longer_than_one_try(
+    ledger: Ledger, other_session: sqlite3.Connection
+) -> None:
+    held_s = 10 * SQLITE_BUSY_SLICE_MS / 1000
+    asyncio.get_running_loop().call_later(held_s, other_session.execute, "COMMIT")
+    started = time.monotonic()
+    await ledger.tenants.create("acme", "Acme", NOW)
+    assert time.monotonic() - started >= held_s
+    assert [t.tenant_id for t in await ledger.tenants.list()] == ["acme"]
+
+
+async def test_a_writer_waiting_for_the_lock_is_cancelled_within_a_try(
+    ledger: Ledger, other_session: sqlite3.Connection
+) -> None:
+    writer = asyncio.create_task(ledger.tenants.create("acme", "Acme", NOW))
+    await asyncio.sleep(3 * SQLITE_BUSY_SLICE_MS / 1000)  # a few tries in
+    started = time.monotonic()
+    writer.cancel()
+    # A backstop: one try is 0.1 s; before, the thread held the cancel for 30 s.
+    done, _ = await asyncio.wait({writer}, timeout=5)
+    assert done, "the writer did not leave within 5 s of its cancel"
+    assert writer.cancelled()
+    assert time.monotonic() - started < 5

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.api.http.registry import REGISTRY
+from coordinator.api.methods import REGISTRY
 from coordinator.domain.model import RESOURCES
 from coordinator.ledger import Ledger
 from coordinator.services.node_records import record_inventory

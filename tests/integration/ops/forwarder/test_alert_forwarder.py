@@ -682,8 +682,9 @@ async def test_a_condition_reaches_alertmanager_once_outlives_its_restart_and_re
         alertmanager.stop()
         alertmanager.start()
         await alertmanager.ready(http)
-        # Alertmanager keeps no alerts across a restart: the resend brings it back.
-        await eventually(listed, within_s=10)
+        # Alertmanager keeps no alerts across a restart: the resend brings it back. A
+        # resend that met the restart backs off first (30 s here, as for the webhook).
+        await eventually(listed, within_s=settings.backoff_max_s + 15)
         assert [a["labels"] for a in await alertmanager.alerts(http)] == [labels]
 
         ended = _alert("device.healthy", 2, device_id="GPU-1")

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coordinator.api.http.registry import REGISTRY
 from coordinator.api.http.render import error_body
 from coordinator.api.http.server import field_path, invalid_input
+from coordinator.api.methods import REGISTRY
 from coordinator.api.shapes.reservation_input import ReservationCreateInput
 from coordinator.domain.errors import InvalidInput
 from coordinator.domain.intervals import (

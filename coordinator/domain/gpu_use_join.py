@@ -9,10 +9,15 @@ the whole node (`node`: every unit on it).
 
 - `gpu.unbookedUse`: a unit has a process and no live booking covers it; said when it
   starts, again only after it cleared.
-- `gpu.foreignUse`: a process names a reservation (`GPUFLEET_RESERVATION_ID`) that is
-  not one covering its unit; said once per (unit, owner) while it lasts. Its details say
-  whether that reservation is another tenant's. Owners from a cgroup (pod, Slurm job,
-  unit, container) name no reservation and are never foreign.
+- `gpu.foreignUse`: a process on a unit live bookings cover is not one of theirs: it
+  names another reservation (`GPUFLEET_RESERVATION_ID`), or none — its owner is a pod,
+  a Slurm job, a container or a systemd unit (from its cgroup), or unknown. Said once
+  per (unit, owner kind, owner) while it lasts: every process with no known owner on a
+  unit is one owner. Its details name the owner and its kind, and for a reservation
+  whether it is another tenant's. A holder's process is known by its environment only:
+  a Slurm job in the bridge's reservation for a booking is that booking's when the
+  TaskProlog exported `GPUFLEET_RESERVATION_ID` (the agent reads a job's id from its
+  cgroup, not its Slurm reservation).
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms` (on a unit several reservations
   hold at once, its own processes: another slot holder's work is not its own);
@@ -30,7 +35,7 @@ transitions between them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +94,8 @@ class Idle:
 @dataclass(frozen=True, slots=True)
 class JoinState:
     unbooked: frozenset[tuple[str, str]] = frozenset()  # (node, unit) with unbooked use
-    foreign: frozenset[tuple[str, str, str]] = frozenset()  # (node, unit, owner) said
+    # (node, unit, owner kind, owner) said
+    foreign: frozenset[tuple[str, str, str, str]] = frozenset()
     idle: Mapping[str, Idle] = field(default_factory=dict)  # by reservation id
 
 
@@ -182,8 +188,49 @@ def busy(use: DeviceUse | None, policy: Policy) -> bool | None:
     return None if util is None else util >= policy.idle_util_percent
 
 
-def _owners(use: DeviceUse) -> list[str]:
-    return sorted({p.owner for p in use.processes if p.owner_kind == "reservation" and p.owner})
+def _strangers(use: DeviceUse, holders: Collection[str]) -> list[tuple[str, str]]:
+    """The (owner kind, owner) of a unit's processes that none of its holders owns."""
+    return sorted(
+        {
+            (p.owner_kind, p.owner)
+            for p in use.processes
+            if not (p.owner_kind == "reservation" and p.owner in holders)
+        }
+    )
+
+
+def _foreign_use(
+    use: DeviceUse,
+    kind: str,
+    owner: str,
+    holders: Sequence[Hold],
+    tenant_of: Mapping[str, str],
+) -> tuple[str, str | None, dict[str, Any]]:
+    """The reason, the reservation named and the details of one stranger's use."""
+    ids = sorted({h.reservation_id for h in holders})
+    holder_tenants = sorted({h.tenant_id for h in holders})
+    is_reservation = kind == "reservation"
+    owner_tenant = tenant_of.get(owner) if is_reservation else None
+    if is_reservation:
+        who = f"reservation {owner}"
+    elif kind == "unknown" or not owner:
+        who = "no known owner"
+    else:
+        who = f"{kind} {owner}"
+    details: dict[str, Any] = {
+        "owner": owner,
+        "ownerKind": kind,
+        "ownerTenantId": owner_tenant,
+        "holders": ids,
+        "holderTenantIds": holder_tenants,
+        # Known only for a reservation: a pod's or a job's tenant is not ours to say.
+        "otherTenant": (owner_tenant is not None and owner_tenant not in holder_tenants)
+        if is_reservation
+        else None,
+        "pids": [p.pid for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)],
+    }
+    reason = f"a process of {who} on a GPU held by {', '.join(ids)}"
+    return reason, owner if is_reservation else None, details
 
 
 def join(
@@ -205,7 +252,7 @@ def join(
     covered = covers(holds)
     out: list[UseTransition] = []
     unbooked: set[tuple[str, str]] = set()
-    foreign: set[tuple[str, str, str]] = set()
+    foreign: set[tuple[str, str, str, str]] = set()
     for node_id, devices in sorted(uses.items()):
         pool_id = pools.get(node_id, "")
         for unit, use in sorted(devices.items()):
@@ -227,32 +274,16 @@ def join(
                     )  # fmt: skip
                 continue
             ids = {h.reservation_id for h in holders}
-            for owner in _owners(use):
-                if owner in ids:
+            for kind, owner in _strangers(use, ids):
+                mark = (node_id, unit, kind, owner)
+                foreign.add(mark)
+                if mark in state.foreign:
                     continue
-                foreign.add((node_id, unit, owner))
-                if (node_id, unit, owner) in state.foreign:
-                    continue
-                holder_tenants = sorted({h.tenant_id for h in holders})
-                owner_tenant = tenant_of.get(owner)
+                reason, rid, details = _foreign_use(use, kind, owner, holders, tenant_of)
                 out.append(
                     UseTransition(
-                        "gpu.foreignUse", pool_id, node_id,
-                        f"a process of reservation {owner} on a GPU held by"
-                        f" {', '.join(sorted(ids))}",
-                        device_id=unit,
-                        reservation_id=owner,
-                        details={
-                            "owner": owner,
-                            "ownerTenantId": owner_tenant,
-                            "holders": sorted(ids),
-                            "holderTenantIds": holder_tenants,
-                            "otherTenant": owner_tenant is not None
-                            and owner_tenant not in holder_tenants,
-                            "pids": [
-                                p.pid for p in use.processes if p.owner == owner
-                            ],
-                        },
+                        "gpu.foreignUse", pool_id, node_id, reason,
+                        device_id=unit, reservation_id=rid, details=details,
                     )
                 )  # fmt: skip
     # Marks of nodes not judged this pass stay as they were.

@@ -51,7 +51,10 @@ def test_a_process_on_an_unbooked_gpu_is_said_once_and_again_after_it_cleared() 
 def test_a_booking_of_the_node_or_a_mig_instance_covers_its_units() -> None:
     whole = hold("rsv-node", *UNITS, cls="node")
     mig = hold("rsv-mig", "MIG-1", cls="gpu.mig")
-    devices = [use("GPU-1", proc(1, "rsv-node", "reservation")), use("MIG-1", proc(2))]
+    devices = [
+        use("GPU-1", proc(1, "rsv-node", "reservation")),
+        use("MIG-1", proc(2, "rsv-mig", "reservation")),
+    ]
     _, out = run(JoinState(), devices, [whole, mig], 0)
     assert out == []
 
@@ -69,15 +72,72 @@ def test_a_process_of_another_reservation_is_foreign_and_says_whose_tenant() -> 
     assert again == []
 
 
-def test_owners_from_a_cgroup_are_never_foreign() -> None:
-    devices = [use("GPU-0", proc(5, "pod-9", "pod"), proc(6, "1234", "slurm"))]
+def test_a_pod_on_a_booked_gpu_is_foreign_once_per_owner_while_it_lasts() -> None:
+    """The usual intruder: a pod a scheduler put on a booked GPU names no reservation."""
+    holds = [hold("rsv-a", "GPU-0")]
+    devices = [use("GPU-0", proc(5, "pod-9", "pod"), proc(6, "rsv-a", "reservation"))]
+    s, out = run(JoinState(), devices, holds, 0)
+    assert [(t.kind, t.device_id, t.reservation_id) for t in out] == [
+        ("gpu.foreignUse", "GPU-0", None)
+    ]
+    d = out[0].details
+    assert (d["owner"], d["ownerKind"], d["holders"], d["pids"]) == ("pod-9", "pod", ["rsv-a"], [5])
+    assert d["holderTenantIds"] == ["acme"] and d["ownerTenantId"] is None
+    assert d["otherTenant"] is None  # a pod's tenant is not known
+    s, again = run(s, devices, holds, 1000)
+    assert again == []
+    # Another intruder on the same GPU is said too; the first is not said again.
+    more = [use("GPU-0", proc(5, "pod-9", "pod"), proc(7, "42", "slurm"))]
+    s, out = run(s, more, holds, 2000)
+    assert [(t.details["ownerKind"], t.details["owner"]) for t in out] == [("slurm", "42")]
+    # Gone, then back: said again.
+    s, out = run(s, [use("GPU-0")], holds, 3000)
+    s, out = run(s, more, holds, 4000)
+    assert sorted(t.details["ownerKind"] for t in out) == ["pod", "slurm"]
+
+
+def test_a_process_nobody_owns_on_a_booked_gpu_is_foreign_once_for_all_of_them() -> None:
+    holds = [hold("rsv-a", "GPU-0", "GPU-1", cls="node")]
+    devices = [use("GPU-1", proc(5), proc(6))]
+    s, out = run(JoinState(), devices, holds, 0)
+    assert [(t.kind, t.device_id) for t in out] == [("gpu.foreignUse", "GPU-1")]
+    d = out[0].details
+    assert (d["owner"], d["ownerKind"], d["pids"]) == ("", "unknown", [5, 6])
+    assert "no known owner" in out[0].reason
+    _, again = run(s, [use("GPU-1", proc(5), proc(6), proc(8))], holds, 1000)
+    assert again == []
+
+
+def test_a_container_or_unit_on_a_booked_gpu_is_foreign() -> None:
+    devices = [use("GPU-0", proc(5, "ab" * 32, "container"), proc(6, "x.service", "systemd"))]
     _, out = run(JoinState(), devices, [hold("rsv-a", "GPU-0")], 0)
+    assert sorted(t.details["ownerKind"] for t in out) == ["container", "systemd"]
+
+
+def test_the_holder_s_own_processes_are_never_foreign() -> None:
+    """A holder's process carries its reservation in its environment (a Slurm job through
+    the TaskProlog's `GPUFLEET_RESERVATION_ID`, docs/operator.md): it is the holder's,
+    on a GPU, a time-slice slot, a MIG instance or a whole node it holds."""
+    holds = [
+        hold("rsv-a", "GPU-0"),
+        hold("rsv-s1", "GPU-1", cls="gpu.slot"),
+        hold("rsv-s2", "GPU-1", cls="gpu.slot"),
+        hold("rsv-m", "MIG-1", cls="gpu.mig"),
+        hold("rsv-n", "GPU-2", cls="node"),
+    ]
+    devices = [
+        use("GPU-0", proc(1, "rsv-a", "reservation"), proc(2, "rsv-a", "reservation")),
+        use("GPU-1", proc(3, "rsv-s1", "reservation"), proc(4, "rsv-s2", "reservation")),
+        use("MIG-1", proc(5, "rsv-m", "reservation"), util=None),
+        use("GPU-2", proc(6, "rsv-n", "reservation")),
+    ]
+    _, out = run(JoinState(), devices, holds, 0)
     assert out == []
 
 
 def test_an_idle_reservation_is_said_after_the_threshold_and_in_use_when_it_works() -> None:
     holds = [hold("rsv-a", "GPU-0", "GPU-1", cls="node")]
-    low = [use("GPU-0", proc(1, util=3), util=3), use("GPU-1")]
+    low = [use("GPU-0", proc(1, "rsv-a", "reservation", util=3), util=3), use("GPU-1")]
     s, out = run(JoinState(), low, holds, 0)
     assert out == []
     s, out = run(s, low, holds, 59_999)
@@ -88,7 +148,9 @@ def test_an_idle_reservation_is_said_after_the_threshold_and_in_use_when_it_work
     ]
     s, out = run(s, low, holds, 120_000)
     assert out == []
-    s, out = run(s, [use("GPU-1", proc(2, util=None), util=None)], holds, 121_000)
+    s, out = run(
+        s, [use("GPU-1", proc(2, "rsv-a", "reservation", util=None), util=None)], holds, 121_000
+    )
     assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-a")]
 
 
@@ -119,7 +181,7 @@ def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
     nor idle. No idle clock runs however long it lasts; an idle said before (no process)
     is taken back, saying why; with no process again, it is idle again."""
     holds = [hold("rsv-m", "MIG-1", cls="gpu.mig")]
-    unknown = [use("MIG-1", proc(1), util=None)]
+    unknown = [use("MIG-1", proc(1, "rsv-m", "reservation"), util=None)]
     s, _ = run(JoinState(), unknown, holds, 0)
     s, out = run(s, unknown, holds, 10 * 60_000)
     assert out == [] and s.idle["rsv-m"] == Idle(None, False, POOL, NODE, judged=False)
@@ -130,7 +192,12 @@ def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
     assert [(t.kind, t.details.get("notJudged")) for t in out] == [("reservation.inUse", True)]
     # A GPU of the same reservation at work makes it working, judged.
     both = [*holds, hold("rsv-m", "GPU-0")]
-    s, _ = run(s, [*unknown, use("GPU-0", proc(2, util=60), util=60)], both, 14 * 60_000)
+    s, _ = run(
+        s,
+        [*unknown, use("GPU-0", proc(2, "rsv-m", "reservation", util=60), util=60)],
+        both,
+        14 * 60_000,
+    )
     assert s.idle["rsv-m"].judged
 
 
@@ -144,7 +211,10 @@ def test_a_slot_holder_is_idle_by_its_own_processes_not_the_other_holder_s() -> 
     s, out = run(s, [use("GPU-0", r0, util=80)], holds, 60_000)
     assert [(t.kind, t.reservation_id) for t in out] == [("reservation.idle", "rsv-1")]
     s, out = run(s, [use("GPU-0", r0, proc(2, "pod-1", "pod", util=30), util=100)], holds, 61_000)
-    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-1")]
+    assert [(t.kind, t.reservation_id) for t in out] == [
+        ("gpu.foreignUse", None),  # the pod is no holder's: said, and counted for R1
+        ("reservation.inUse", "rsv-1"),
+    ]
 
 
 # -- the machine -----------------------------------------------------------------------
@@ -223,9 +293,12 @@ class JoinMachine(RuleBasedStateMachine):
             for u in UNITS
             if u in self.holders
             for o, _ in self.procs[u]
-            if o.startswith("rsv") and o != self.holders[u]
+            if o != self.holders[u]
         }
-        want += [("gpu.foreignUse", u, o) for u, o in sorted(foreign - self.said_foreign)]
+        want += [
+            ("gpu.foreignUse", u, o if o.startswith("rsv") else None)
+            for u, o in sorted(foreign - self.said_foreign)
+        ]
         self.said_foreign = foreign
         for rid in sorted(by_rid):
             working = any(

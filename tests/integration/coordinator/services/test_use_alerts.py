@@ -256,3 +256,56 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         )
         assert series[("gpufleet_gpu_user_info", pod)] == 1
     await nc.close()
+
+
+async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is_not(
+    used: Coordinator,
+) -> None:
+    """The usual intruder — a pod or a Slurm job a scheduler put on a booked GPU — names
+    no reservation: it is said as `gpu.foreignUse` (once while it lasts), as is a process
+    nobody owns; a job that carries the booking's `GPUFLEET_RESERVATION_ID` (the
+    TaskProlog's export) is the holder's and is not."""
+    key = used.settings.bootstrap_operator_key
+    assert key is not None
+    nc = await nats.connect(used.settings.nats_url)
+    async with aiohttp.ClientSession() as session:
+        api = Api(session, used.url, key)
+        await api.ok("tenants.create", {"tenantId": "acme"})
+        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
+        inv = make_inventory("n1", pool, gpus=2)
+        agent = Agent(used, nc, inv)
+        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
+        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
+        await agent.wait_for("node.registered")
+        await agent.beat()
+        r = await api.ok(
+            "reservations.create",
+            {
+                "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 2}],
+                "duration": "2h", "idempotencyKey": "r",
+            },
+        )  # fmt: skip
+        rid = str(r["reservationId"])
+        g0, g1 = sorted(str(a["atomId"]).split(":gpu:", 1)[1] for a in r["atoms"])
+        own = (rid, "reservation")
+        await agent.report(gpu(g0, own, ("pod-7", "pod")), gpu(g1, own, ("", "unknown")))
+        said = await agent.wait_for("gpu.foreignUse", 2)
+        await agent.delta(gpu(g0, own, ("pod-7", "pod"), ("42", "slurm")), gpu(g1, own))
+        said = await agent.wait_for("gpu.foreignUse", 3)
+        by_owner = {(a.details["ownerKind"], a.details["owner"]): a for a in said}
+        assert set(by_owner) == {("pod", "pod-7"), ("unknown", ""), ("slurm", "42")}
+        pod = by_owner[("pod", "pod-7")]
+        assert (pod.device_id, pod.reservation_id, pod.node_id) == (g0, None, "n1")
+        assert pod.details["holders"] == [rid] and pod.details["otherTenant"] is None
+        assert by_owner[("unknown", "")].device_id == g1
+        assert by_owner[("slurm", "42")].details["pids"] == [102]
+        events = await used.ledger.catalog.events("n1")
+        assert sorted(e.device_id or "" for e in events if e.kind == "gpu.foreignUse") == [
+            g0, g0, g1,
+        ]  # fmt: skip
+        # A few more passes: nothing said again while the same owners run.
+        for _ in range(3):
+            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await asyncio.sleep(0.1)
+        assert sum(a.kind == "gpu.foreignUse" for a in agent.alerts) == 3
+    await nc.close()

@@ -168,14 +168,13 @@ def _census(census: Census) -> Iterable[Metric]:
 
 
 def user_match(line: UnitLine, owner: str, kind: str) -> str:
-    """How a process's owner stands to the unit's holders: `holder` (its reservation
-    holds the unit), `foreign` (another reservation's), `unbooked` (nobody holds the
-    unit), `unknown` (a pod, job, unit or container: no reservation to compare)."""
+    """How a process's owner stands to the unit's holders, as `gpu.foreignUse` judges
+    it: `holder` (its reservation holds the unit), `foreign` (anyone else's: another
+    reservation, a pod, job, unit or container, or nobody), `unbooked` (nobody holds
+    the unit)."""
     if not line.holders:
         return "unbooked"
-    if kind != "reservation":
-        return "unknown"
-    return "holder" if owner in line.holders else "foreign"
+    return "holder" if kind == "reservation" and owner in line.holders else "foreign"
 
 
 def _use(lines: Sequence[UnitLine]) -> Iterable[Metric]:

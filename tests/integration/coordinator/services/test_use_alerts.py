@@ -308,4 +308,18 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
             await agent.beat(use_base=agent.version, use_version=agent.version)
             await asyncio.sleep(0.1)
         assert sum(a.kind == "gpu.foreignUse" for a in agent.alerts) == 3
+        # The metrics say the same: the pod is foreign on the GPU it does not hold.
+        async with session.get(
+            f"{used.url}/metrics", headers={"Authorization": f"Bearer {key}"}
+        ) as resp:
+            text = await resp.text()
+        matches = {
+            (s.labels["user_kind"], s.labels["user"]): s.labels["match"]
+            for m in text_string_to_metric_families(text)
+            for s in m.samples
+            if s.name == "gpufleet_gpu_user_info" and s.labels["UUID"] == g0
+        }
+        assert matches == {
+            ("reservation", rid): "holder", ("pod", "pod-7"): "foreign", ("slurm", "42"): "foreign",
+        }  # fmt: skip
     await nc.close()

@@ -143,6 +143,11 @@ class Conditions:
             base["device"] = alert.device_id
         if alert.reservation_id:
             base["reservation"] = alert.reservation_id
+        elif alert.kind == "gpu.foreignUse" and (kind := alert.details.get("ownerKind")):
+            # A pod, job, container or unit (or nobody) on a booked GPU: its owner tells
+            # two of them on one GPU apart, as a reservation's label does for its own.
+            owner = alert.details.get("owner")
+            base["owner"] = f"{kind}:{owner}" if owner else str(kind)
         return base
 
     @staticmethod

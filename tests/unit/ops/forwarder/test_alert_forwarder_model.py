@@ -211,3 +211,29 @@ def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_even
         (event,) = c.apply(_alert(kind, 3000)).alertmanager
         assert (event.labels["alertname"], event.labels["severity"]) == (name, "warning")
         assert event.ends_ms == 3000 + c.event_ttl_ms
+
+
+def test_foreign_use_by_owners_with_no_reservation_stays_apart_in_alertmanager() -> None:
+    """A pod and a Slurm job on one booked GPU are two alerts, not one that the second
+    overwrites: the owner is a label where no reservation names it."""
+    c = Conditions()
+
+    def foreign(at: int, kind: str, owner: str) -> Alert:
+        return msgspec.structs.replace(
+            _alert("gpu.foreignUse", at),
+            device_id="GPU-0",
+            details={"ownerKind": kind, "owner": owner, "holders": ["rsv_1"]},
+        )
+
+    (pod,) = c.apply(foreign(1000, "pod", "uid-1")).alertmanager
+    (job,) = c.apply(foreign(1000, "slurm", "42")).alertmanager
+    (nobody,) = c.apply(foreign(1000, "unknown", "")).alertmanager
+    assert [a.labels.get("owner") for a in (pod, job, nobody)] == [
+        "pod:uid-1",
+        "slurm:42",
+        "unknown",
+    ]
+    assert len({pod.key(), job.key(), nobody.key()}) == 3
+    other = msgspec.structs.replace(foreign(1000, "reservation", "rsv_2"), reservation_id="rsv_2")
+    (named,) = c.apply(other).alertmanager
+    assert named.labels["reservation"] == "rsv_2" and "owner" not in named.labels

@@ -36,6 +36,7 @@ from coordinator.domain.booking import (
     preview,
 )
 from coordinator.domain.commitments import Commitment
+from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.placement_model import PlacementRequest
 from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import quotas, schema
@@ -57,11 +58,18 @@ class BookingRepo:
         self._snapshots = snapshots
 
     async def preview(
-        self, pool_id: str, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
+        self,
+        pool_id: str,
+        req: PlacementRequest,
+        start: int,
+        end: int,
+        now: int,
+        notice_ms: int,
+        busy: BusyUnits = frozenset(),
     ) -> Preview:
         async with self._db.read() as conn:
             view = await self._snapshots.view(conn, pool_id, now)
-        return preview(view, req, start, end, now, notice_ms)
+        return preview(view, req, start, end, now, notice_ms, busy)
 
 
 async def load_draft(
@@ -135,7 +143,7 @@ class BookingWriter:
             atoms, scalars = list(decided.atoms), list(decided.scalars)
             self._after_commit(lambda: self._snapshots.committed(pool_id, version, atoms, scalars))
         # Otherwise the victims' bookings were cut short: the cache reloads.
-        return Booked(decided.reservation, noticed)
+        return Booked(decided.reservation, noticed, decided.placement.warnings)
 
 
 async def _notice(conn: AsyncConnection, decision: Decision, now: int) -> tuple[Reservation, ...]:

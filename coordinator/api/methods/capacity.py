@@ -162,7 +162,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> out.Preview:
     start = resolve_start(body.start, now)
     preview = await ctx.ledger.bookings.preview(
         body.pool_id, body.placement(), start, start + body.duration_ms, now,
-        ctx.services.notice_ms,
+        ctx.services.notice_ms, ctx.services.busy(),
     )  # fmt: skip
     placement, preemptible = preview.placement, preview.preemptible
     fits = placement.fits
@@ -175,6 +175,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> out.Preview:
         preemptible=out.Preemptible(count=preemptible.count, starts_at=preemptible.starts_at)
         if preemptible is not None
         else None,
+        warnings=list(preview.warnings) or None,
     )
 
 

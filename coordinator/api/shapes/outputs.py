@@ -149,6 +149,10 @@ class Preview(ApiOutput):
         description="When it does not fit: how many nodes the placer turned away, by reason.",
         examples=[{"not allocatable": 1, "at most 2 free matching gpu on one node": 3}],
     )
+    warnings: list[str] | None = optional(
+        description="What the best candidate would be told: each GPU in unbooked use (a process no"
+        " booking covers) it takes, taken only because no idle GPU fits.",
+    )
 
 
 class TimelineBucket(ApiOutput):
@@ -222,6 +226,10 @@ class ReservationOut(ApiOutput):
     ended_at: EpochMs | None = optional(description="When it was ended early.")
     at_risk: AtRisk | None = optional(
         description="Present while a device it holds is unavailable (live reservations only).",
+    )
+    warnings: list[str] | None = optional(
+        description="In the answer to its create only: each GPU in unbooked use (a process no"
+        " booking covers) it takes, taken only because no idle GPU fits.",
     )
 
 

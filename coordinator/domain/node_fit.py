@@ -34,6 +34,7 @@ from coordinator.domain.placement_model import (
     PlacementRequest,
     PoolSnapshot,
 )
+from coordinator.domain.states import node_bucket
 from shared.cliques import bits, maximal_cliques
 
 _NONE: frozenset[str] = frozenset()
@@ -109,6 +110,18 @@ def _cliques(atoms: list[AtomSlot]) -> list[list[AtomSlot]]:
                 adjacency[j] |= 1 << i
     found = [[atoms[k] for k in bits(m)] for m in maximal_cliques(adjacency)]
     return sorted(found, key=lambda c: (len(c), sorted(a.atom_id for a in c)))
+
+
+def busy_allocatable(nodes: Iterable[NodeSlot], busy: BusyUnits) -> int:
+    """How many allocatable whole GPUs (a healthy `gpu` atom on an allocatable node) of
+    `nodes` are in unbooked use: what the rollup says beside its gpu row."""
+    return sum(
+        1
+        for n in nodes
+        if node_bucket(n.state) == "allocatable"
+        for a in n.atoms
+        if a.cls == "gpu" and a.healthy and a.atom_id in busy_atoms(n, busy)
+    )
 
 
 class NodeView:

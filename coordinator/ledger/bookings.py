@@ -36,7 +36,7 @@ from coordinator.domain.booking import (
     preview,
 )
 from coordinator.domain.commitments import Commitment
-from coordinator.domain.node_fit import BusyUnits
+from coordinator.domain.node_fit import BusyUnits, busy_allocatable
 from coordinator.domain.placement_model import PlacementRequest
 from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import quotas, schema
@@ -70,6 +70,16 @@ class BookingRepo:
         async with self._db.read() as conn:
             view = await self._snapshots.view(conn, pool_id, now)
         return preview(view, req, start, end, now, notice_ms, busy)
+
+    async def unbooked_busy(self, pool_id: str, busy: BusyUnits, now: int) -> int:
+        """How many allocatable GPUs of the pool are in unbooked use (`busy`)."""
+        node_ids = {node_id for node_id, _ in busy}
+        if not node_ids:
+            return 0
+        async with self._db.read() as conn:
+            view = await self._snapshots.view(conn, pool_id, now)
+        nodes = [view.cache.by_id[n] for n in sorted(node_ids) if n in view.cache.by_id]
+        return busy_allocatable(nodes, busy)
 
 
 async def load_draft(

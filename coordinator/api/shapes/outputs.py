@@ -92,6 +92,11 @@ class PoolCapacity(ApiOutput):
     owner: TenantId = Field(description="The tenant owning the pool.")
     archived: bool = Field(description="Archived pools show only to their owner.")
     capacity: list[RollupRowOut] = Field(description="The pool's rollup rows.")
+    unbooked_busy: int | None = optional(
+        description="How many of its allocatable GPUs run a process no booking covers"
+        " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
+        " row's available, but placed last. Left out when none.",
+    )
 
 
 class CapacitySummary(ApiOutput):
@@ -105,6 +110,11 @@ class CapacitySummary(ApiOutput):
 class PoolRows(ApiOutput):
     pool_id: PoolId = Field(description="The pool.")
     rows: list[RollupRowOut] = Field(description="One row per resource, by resource name.")
+    unbooked_busy: int | None = optional(
+        description="How many of its allocatable GPUs run a process no booking covers"
+        " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
+        " row's available, but placed last. Left out when none.",
+    )
 
 
 class CandidateAtom(ApiOutput):

@@ -16,6 +16,7 @@ from shared.clock import FakeClock
 from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.integration.coordinator.services.test_use_alerts import Agent, gpu
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -49,11 +50,20 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
         await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
         await agent.wait_for("node.registered")
         await agent.beat()
+        where = {"tenantId": "acme", "poolId": pool}
+        assert "unbookedBusy" not in await api.ok("capacity.byPool", where)
         # A pod nobody booked runs on GPU 0, the one the placer would take first.
         busy, idle = "GPU-n1-0", "GPU-n1-1"
         await agent.report(gpu(busy, ("pod-7", "pod")), gpu(idle))
         (unbooked,) = await agent.wait_for("gpu.unbookedUse")
         assert unbooked.device_id == busy
+        # The rollup says so beside its rows; the gpu row itself keeps its shape.
+        rows = await api.ok("capacity.byPool", where)
+        assert rows["unbookedBusy"] == 1
+        gpu_row = next(r for r in rows["rows"] if r["resource"] == "gpu")
+        assert (gpu_row["allocatable"], gpu_row["available"]) == (2, 2)
+        (summary,) = (await api.ok("capacity.summary", {"tenantId": "acme"}))["pools"]
+        assert summary["unbookedBusy"] == 1
 
         def ask(n: int, key: str) -> dict[str, object]:
             return {
@@ -79,4 +89,10 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
         assert len(r2["warnings"]) == 1 and busy in r2["warnings"][0]
         # A retry is the first answer, warning included.
         assert await api.ok("reservations.create", ask(2, "r2")) == r2
+
+        # Booked now: the pod's GPU is no longer in unbooked use.
+        async def covered() -> bool:
+            return "unbookedBusy" not in await api.ok("capacity.byPool", where)
+
+        await eventually(covered)
     await nc.close()

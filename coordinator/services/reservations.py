@@ -185,7 +185,7 @@ class Reservations:
     # The creates waiting for a batch, per pool. One workflow serves the process; a copy
     # made with `dataclasses.replace` (other wording) shares it and batches with it.
     batches: GroupCommit[_Pending, CreateOutcome | None] = field(default_factory=_group_commit)
-    # The GPUs in unbooked use now (the leader's use join), read as each request is
+    # The GPUs in unbooked use now (`GpuUseWatch.unbooked`), read as each request is
     # decided: the placer takes them last.
     busy: Callable[[], BusyUnits] = nothing_busy
 

@@ -42,8 +42,8 @@ class Services:
     feed: AlertFeed = field(default_factory=AlertFeed)
     # What each node's GPUs run (`services.gpu_use_watch`), for nodes.get and the console.
     gpu_use: GpuUseBook = field(default_factory=GpuUseBook)
-    # The GPUs in unbooked use now, as the leader's use join last saw them (none on a
-    # replica that is not the leader): the placer takes them last.
+    # The GPUs in unbooked use now, as this replica last saw them (`GpuUseWatch.unbooked`):
+    # the placer takes them last.
     busy: Callable[[], BusyUnits] = nothing_busy
 
     # One create workflow for the process: it owns the group commit of creates, which

@@ -96,3 +96,46 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
 
         await eventually(covered)
     await nc.close()
+
+
+async def test_a_replica_that_is_not_the_leader_places_a_busy_gpu_last_too(
+    database_url: str, nats_url: str
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("replicas share a PostgreSQL ledger")
+    settings = coordinator_settings(database_url, nats_url, use_interval_s=0.05, use_flush_s=0)
+    async with (
+        running_coordinator(settings) as a,
+        running_coordinator(settings) as b,
+        aiohttp.ClientSession() as session,
+    ):
+        assert [a.leadership.is_leader, b.leadership.is_leader] == [True, False]
+        key = settings.bootstrap_operator_key
+        assert key is not None
+        api_b = Api(session, b.url, key)
+        await api_b.ok("tenants.create", {"tenantId": "acme"})
+        pool = (await api_b.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+        nc = await nats.connect(nats_url)
+        inv = make_inventory("n1", pool, gpus=2)
+        agent = Agent(a, nc, inv)
+        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
+        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
+        await agent.wait_for("node.registered")
+        await agent.beat()
+        await agent.report(gpu("GPU-n1-0", ("pod-7", "pod")), gpu("GPU-n1-1"))
+        await agent.wait_for("gpu.unbookedUse")
+        ask = {
+            "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+            "duration": "1h", "idempotencyKey": "p1",
+        }  # fmt: skip
+
+        async def idle_first() -> bool:
+            seen = await api_b.ok("capacity.preview", ask)
+            return gpus_of(seen["candidates"][0]) == ["GPU-n1-1"]
+
+        await eventually(idle_first)
+        where = {"tenantId": "acme", "poolId": pool}
+        assert (await api_b.ok("capacity.byPool", where))["unbookedBusy"] == 1
+        created = await api_b.ok("reservations.create", ask | {"idempotencyKey": "r1"})
+        assert gpus_of(created) == ["GPU-n1-1"]
+        await nc.close()

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
 from coordinator.domain.commitments import Commitment, peak
 from coordinator.domain.model import Quota
+from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.placement_model import (
     AtomSlot,
     NodeSlot,
@@ -47,12 +48,15 @@ class BookingRequest:
     notice_ms: int
     # Drawn with the request, so that deciding it is a function of its inputs.
     reservation_id: str = field(default_factory=new_reservation_id)
+    # GPUs in unbooked use (node, unit UUID) as the use join last saw them: taken last.
+    busy: BusyUnits = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Booked:
     reservation: Reservation
     victims: tuple[Reservation, ...]
+    warnings: tuple[str, ...] = ()  # GPUs in unbooked use it took (`Placement.warnings`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,10 @@ class Preview:
 
     placement: Placement
     preemptible: Preemptible | None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.placement.warnings if self.placement.fits else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +184,7 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
     snap = draft.pool.snapshot(start, end)
     # A booking takes the best node (every member of a gang): the placer stops at the
     # first node that fits, which is the best, as it tries them in packing order.
-    placement = place(r.placement, snap, limit=1)
+    placement = place(r.placement, snap, limit=1, busy=r.busy)
     victims: frozenset[str] = frozenset()
     preempt_at: int | None = None
     if not placement.fits:
@@ -186,7 +194,7 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
             if place(r.placement, snap, ignore_spot=True, limit=1, explain=False).fits:
                 return Deferred(PREEMPTS)
             return NotPlaced(placement, None)
-        plan = preempting(draft.pool, r.placement, start, r.duration_ms, now, r.notice_ms)
+        plan = preempting(draft.pool, r.placement, start, r.duration_ms, now, r.notice_ms, r.busy)
         if plan is None or not plan[0].fits:
             return NotPlaced(placement, None)
         placement, victims, start = plan
@@ -214,13 +222,20 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
 
 
 def preview(
-    pool: PoolWindows, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
+    pool: PoolWindows,
+    req: PlacementRequest,
+    start: int,
+    end: int,
+    now: int,
+    notice_ms: int,
+    busy: BusyUnits = frozenset(),
 ) -> Preview:
-    """Where `req` would go over `[start, end)`, and what preempting would give it."""
-    placement = place(req, pool.snapshot(start, end))
+    """Where `req` would go over `[start, end)`, and what preempting would give it;
+    GPUs in unbooked use (`busy`) go last."""
+    placement = place(req, pool.snapshot(start, end), busy=busy)
     if placement.fits or req.spot:
         return Preview(placement, None)
-    plan = preempting(pool, req, start, end - start, now, notice_ms)
+    plan = preempting(pool, req, start, end - start, now, notice_ms, busy)
     if plan is None or not plan[0].fits:
         return Preview(placement, None)
     _, victims, moved_start = plan
@@ -234,6 +249,7 @@ def preempting(
     duration_ms: int,
     now: int,
     notice_ms: int,
+    busy: BusyUnits = frozenset(),
 ) -> tuple[Placement, frozenset[str], int] | None:
     """For a regular request that does not fit: where it would go if it started at
     preemptAt and the spot reservations still holding what it takes were noticed.
@@ -247,10 +263,10 @@ def preempting(
     moved_start = max(start, now + notice_ms)
     snap = pool.snapshot(moved_start, moved_start + duration_ms)
     # Spot reservations that end before preemptAt need no notice.
-    placement = place(req, snap, limit=1, explain=False)
+    placement = place(req, snap, limit=1, explain=False, busy=busy)
     if placement.fits:
         return placement, frozenset(), moved_start
-    placement = place(req, snap, ignore_spot=True, limit=1, explain=False)
+    placement = place(req, snap, ignore_spot=True, limit=1, explain=False, busy=busy)
     victims = frozenset().union(*(pick.victims for pick in placement.chosen))
     return placement, victims, moved_start
 

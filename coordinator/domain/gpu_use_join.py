@@ -137,6 +137,20 @@ def covers(holds: Iterable[Hold]) -> dict[tuple[str, str], tuple[Hold, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+def unbooked_units(
+    uses: Mapping[str, Mapping[str, DeviceUse]], holds: Iterable[Hold]
+) -> frozenset[tuple[str, str]]:
+    """(node, unit) pairs with a process and no live booking covering them: what `join`
+    marks as unbooked use, for a replica that judges nothing (the placer's `busy`)."""
+    covered = covers(holds)
+    return frozenset(
+        (node_id, unit)
+        for node_id, devices in uses.items()
+        for unit, use in devices.items()
+        if use.processes and (node_id, unit) not in covered
+    )
+
+
 def utilization(use: DeviceUse) -> int | None:
     """The unit's SM utilization: the device's, else the sum of its processes' (a MIG
     instance has no device-wide figure), capped at 100; None when nothing says."""

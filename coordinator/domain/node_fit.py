@@ -11,6 +11,9 @@ marked `any` themselves) in one clique; on a device entry, that entry's GPUs. A 
 is a set of GPUs every pair of which shares an NVLink (`cliques`). Within a node, atoms
 of small cliques go before those of large ones.
 
+A GPU in unbooked use (a process no booking covers, as the use join last saw it) is free
+but goes last: its atoms are chosen only when idle ones do not fit (`busy_atoms`).
+
 With spot bookings ignored (`ignore_spot`), a pick notices the spot holders of the
 atoms it takes, choosing atoms that notice the fewest, and for scalar resources the
 fewest spot holders that cover what is missing.
@@ -19,9 +22,10 @@ fewest spot holders that cover what is missing.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 
 from coordinator.domain.claims import Claim, conflicts
+from coordinator.domain.gpu_use_join import unit_of
 from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
@@ -30,9 +34,24 @@ from coordinator.domain.placement_model import (
     PlacementRequest,
     PoolSnapshot,
 )
+from coordinator.domain.states import node_bucket
 from shared.cliques import bits, maximal_cliques
 
 _NONE: frozenset[str] = frozenset()
+# (node, unit UUID) pairs in unbooked use: what the placer is told is busy.
+BusyUnits = Set[tuple[str, str]]
+
+
+def busy_atoms(node: NodeSlot, busy: BusyUnits) -> frozenset[str]:
+    """The node's atoms whose unit (GPU or MIG instance) is in unbooked use."""
+    if not busy:
+        return _NONE
+    node_id = node.node_id
+    return frozenset(
+        a.atom_id
+        for a in node.atoms
+        if (node_id, unit_of(a.cls, a.atom_id, a.device_id, a.attrs)) in busy
+    )
 
 
 def matches(atom: AtomSlot, d: DeviceRequest) -> bool:
@@ -93,11 +112,26 @@ def _cliques(atoms: list[AtomSlot]) -> list[list[AtomSlot]]:
     return sorted(found, key=lambda c: (len(c), sorted(a.atom_id for a in c)))
 
 
+def busy_allocatable(nodes: Iterable[NodeSlot], busy: BusyUnits) -> int:
+    """How many allocatable whole GPUs (a healthy `gpu` atom on an allocatable node) of
+    `nodes` are in unbooked use: what the rollup says beside its gpu row."""
+    return sum(
+        1
+        for n in nodes
+        if node_bucket(n.state) == "allocatable"
+        for a in n.atoms
+        if a.cls == "gpu" and a.healthy and a.atom_id in busy_atoms(n, busy)
+    )
+
+
 class NodeView:
     """One node's free atoms and free scalars for a window."""
 
-    def __init__(self, node: NodeSlot, snap: PoolSnapshot, ignore_spot: bool) -> None:
+    def __init__(
+        self, node: NodeSlot, snap: PoolSnapshot, ignore_spot: bool, busy: BusyUnits = frozenset()
+    ) -> None:
         self.node = node
+        self.busy = busy_atoms(node, busy)
         # Atoms held by someone we may not preempt, and which spot reservations hold each
         # of the others. For whole nodes: is anything on it, a form that no longer exists
         # included, held by someone we may not preempt, and which spot reservations hold
@@ -150,10 +184,18 @@ class NodeView:
 
     def _choose(self, pool: list[AtomSlot], count: int) -> list[AtomSlot]:
         """`count` atoms of `pool` that do not collide with each other: small cliques
-        first; when preempting, atoms that notice the fewest new spot holders first."""
+        first, atoms in unbooked use last; when preempting, atoms that notice the fewest
+        new spot holders first."""
         sizes = Counter(a.clique for a in pool)
+        busy = self.busy
         ordered = sorted(
-            pool, key=lambda a: (sizes[a.clique] if a.clique else 0, a.clique or "", a.atom_id)
+            pool,
+            key=lambda a: (
+                a.atom_id in busy,
+                sizes[a.clique] if a.clique else 0,
+                a.clique or "",
+                a.atom_id,
+            ),
         )
         chosen: list[AtomSlot] = []
         noticed: set[str] = set()
@@ -203,7 +245,7 @@ class NodeView:
         self, entries: list[tuple[int, DeviceRequest]], pool: list[AtomSlot]
     ) -> list[AtomSlot] | None:
         need = sum(d.count for _, d in entries)
-        best: tuple[int, int, list[AtomSlot]] | None = None
+        best: tuple[tuple[int, int], list[AtomSlot]] | None = None
         for clique in _cliques(pool):
             if len(clique) < need:
                 continue
@@ -211,11 +253,12 @@ class NodeView:
             if got is None:
                 continue
             noticed = len(set().union(*(self.victims.get(a.atom_id, set()) for a in got)))
-            if best is None or noticed < best[0]:
-                best = (noticed, len(clique), got)
-            if noticed == 0:
+            cost = (noticed, sum(a.atom_id in self.busy for a in got))
+            if best is None or cost < best[0]:
+                best = (cost, got)
+            if cost == (0, 0):
                 break
-        return None if best is None else best[2]
+        return None if best is None else best[1]
 
     def pick_devices(self, req: PlacementRequest) -> tuple[list[AtomSlot] | None, int | None, str]:
         """Atoms for every device entry, or (None, failing index, reason)."""

@@ -174,6 +174,9 @@ class NodePick:
     resources: tuple[tuple[str, int], ...]
     score: float
     victims: frozenset[str] = frozenset()
+    # Atoms it takes whose GPU runs a process no booking covers (unbooked use): taken
+    # only when nothing idle fits, and said in the answer (`busy_warnings`).
+    busy: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,3 +205,13 @@ class Placement:
     def chosen(self) -> tuple[NodePick, ...]:
         """What a booking takes: every gang member, or the best single node."""
         return self.candidates if self.gang else self.candidates[:1]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What a booking of `chosen` should be told: each GPU in unbooked use it takes."""
+        return tuple(
+            f"{atom_id} on node {pick.node_id} runs a process no booking covers"
+            " (gpu.unbookedUse); taken because no idle GPU fits the request"
+            for pick in self.chosen
+            for atom_id in pick.busy
+        )

@@ -13,6 +13,10 @@ second time. The shortfall messages are written from those counts and from the m
 device entry found free on one node; a caller that only asks whether a request fits
 (`explain=False`) skips them.
 
+`busy` names the GPUs in unbooked use (node, unit UUID), as the use join last saw them:
+free, but taken last — within a node after its idle atoms, across nodes after every
+node that fits without them (`NodePick.busy`, and the answer's warnings).
+
 `ignore_spot=True` places as if spot bookings were gone; the picks then carry the spot
 reservations that would have to be preempted, only those whose capacity they need.
 """
@@ -22,8 +26,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from coordinator.domain.node_fit import NodeView, clique_group, free_count, nvlink
+from coordinator.domain.node_fit import BusyUnits, NodeView, clique_group, free_count, nvlink
 from coordinator.domain.placement_model import (
+    AtomSlot,
     NodePick,
     NodeSlot,
     Placement,
@@ -84,6 +89,10 @@ def _eligible(node: NodeSlot, req: PlacementRequest, metric: _Metric) -> bool:
     return True
 
 
+def _busy(view: NodeView, atoms: Iterable[AtomSlot]) -> tuple[str, ...]:
+    return tuple(a.atom_id for a in atoms if a.atom_id in view.busy) if view.busy else ()
+
+
 def _fit(view: NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | None, str]:
     node = view.node
     if req.whole_node:
@@ -105,6 +114,7 @@ def _fit(view: NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | 
             tuple(sorted(node.capacity.items())),
             score=round(1.0 / (1 + len(node.atoms)), 6),
             victims=frozenset(whole_victims),
+            busy=_busy(view, node.atoms),
         )
         return pick, None, ""
     devices, index, reason = view.pick_devices(req)
@@ -122,12 +132,14 @@ def _fit(view: NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | 
         tuple((r, a) for r, a in req.resources if a > 0),
         score=round(1.0 / (1 + left), 6),
         victims=victims,
+        busy=_busy(view, devices),
     )
     return pick, None, ""
 
 
 def _rank(picks: Iterable[NodePick]) -> list[NodePick]:
-    return sorted(picks, key=lambda p: (-p.score, p.node_id))
+    # A node that fits without a GPU in unbooked use goes before any that needs one.
+    return sorted(picks, key=lambda p: (len(p.busy), -p.score, p.node_id))
 
 
 def place(
@@ -137,10 +149,11 @@ def place(
     ignore_spot: bool = False,
     limit: int = MAX_CANDIDATES,
     explain: bool = True,
+    busy: BusyUnits = frozenset(),
 ) -> Placement:
     """Where `req` goes in `snap`, or (`explain`) why it goes nowhere; without
     `explain` a placement that does not fit carries no shortfalls (a caller that only
-    asks whether it fits)."""
+    asks whether it fits). `busy`: GPUs in unbooked use, taken last."""
     short = _pool_short(req, snap)
     if short is not None:
         resource, free, asked = short
@@ -153,11 +166,11 @@ def place(
         )
     metric = _Metric(req)
     if req.gang_size == 1:
-        return _place_one(req, snap, metric, ignore_spot, limit, explain)
+        return _place_one(req, snap, metric, ignore_spot, limit, explain, busy)
     eligible = [n for n in snap.nodes if _eligible(n, req, metric)]
     picks = []
     for node in eligible:
-        pick, _, reason = _fit(NodeView(node, snap, ignore_spot), req)
+        pick, _, reason = _fit(NodeView(node, snap, ignore_spot, busy), req)
         if pick is None:
             metric.filtered[reason] += 1
         else:
@@ -172,8 +185,10 @@ def _place_one(
     ignore_spot: bool,
     limit: int,
     explain: bool,
+    busy: BusyUnits,
 ) -> Placement:
-    """One node: try nodes by packing score, stopping at `limit` fits. Each node is
+    """One node: try nodes by packing score, stopping at `limit` fits that take no GPU
+    in unbooked use (those that do are kept, ranked after them). Each node is
     judged once: a node turned away is recorded with its reason (and its view kept), so
     a request that fits nowhere is explained from what this pass saw."""
     counted: Iterable[tuple[int, str, NodeSlot]]
@@ -221,18 +236,20 @@ def _place_one(
             return low
 
     picks: list[NodePick] = []
+    idle = 0
     turned_away: list[tuple[NodeView, str]] = []
     for _, _, node in counted:
-        view = NodeView(node, snap, ignore_spot)
+        view = NodeView(node, snap, ignore_spot, busy)
         pick, _, reason = _fit(view, req)
         if pick is None:
             turned_away.append((view, reason))
             continue
         picks.append(pick)
-        if len(picks) == limit:
+        idle += not pick.busy
+        if idle == limit:
             break
     if picks:
-        ranked = _rank(picks)
+        ranked = _rank(picks)[:limit]
         filtered = metric.filtered + Counter(reason for _, reason in turned_away)
         return Placement(True, tuple(ranked), victims=ranked[0].victims, filtered=dict(filtered))
     if not explain:
@@ -244,7 +261,7 @@ def _place_one(
     tried = {view.node.node_id for view, _ in turned_away}
     for node in few_nodes():
         if node.node_id not in tried:
-            view = NodeView(node, snap, ignore_spot)
+            view = NodeView(node, snap, ignore_spot, busy)
             turned_away.append((view, _fit(view, req)[2]))
     # Refusals were counted as eligible nodes were found; these are the eligible ones.
     metric.eligible = len(turned_away)

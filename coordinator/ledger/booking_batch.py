@@ -91,7 +91,7 @@ class BookingBatch:
         self._decisions.append(decided)
         self._draft.record(decided)
         self._pool.add(list(decided.atoms), list(decided.scalars))
-        return Booked(decided.reservation, ())
+        return Booked(decided.reservation, (), decided.placement.warnings)
 
     async def write(self) -> None:
         """Write what the batch booked; the cache adopts the draft after the commit."""

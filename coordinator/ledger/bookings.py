@@ -36,6 +36,7 @@ from coordinator.domain.booking import (
     preview,
 )
 from coordinator.domain.commitments import Commitment
+from coordinator.domain.node_fit import BusyUnits, busy_allocatable
 from coordinator.domain.placement_model import PlacementRequest
 from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import quotas, schema
@@ -57,11 +58,28 @@ class BookingRepo:
         self._snapshots = snapshots
 
     async def preview(
-        self, pool_id: str, req: PlacementRequest, start: int, end: int, now: int, notice_ms: int
+        self,
+        pool_id: str,
+        req: PlacementRequest,
+        start: int,
+        end: int,
+        now: int,
+        notice_ms: int,
+        busy: BusyUnits = frozenset(),
     ) -> Preview:
         async with self._db.read() as conn:
             view = await self._snapshots.view(conn, pool_id, now)
-        return preview(view, req, start, end, now, notice_ms)
+        return preview(view, req, start, end, now, notice_ms, busy)
+
+    async def unbooked_busy(self, pool_id: str, busy: BusyUnits, now: int) -> int:
+        """How many allocatable GPUs of the pool are in unbooked use (`busy`)."""
+        node_ids = {node_id for node_id, _ in busy}
+        if not node_ids:
+            return 0
+        async with self._db.read() as conn:
+            view = await self._snapshots.view(conn, pool_id, now)
+        nodes = [view.cache.by_id[n] for n in sorted(node_ids) if n in view.cache.by_id]
+        return busy_allocatable(nodes, busy)
 
 
 async def load_draft(
@@ -135,7 +153,7 @@ class BookingWriter:
             atoms, scalars = list(decided.atoms), list(decided.scalars)
             self._after_commit(lambda: self._snapshots.committed(pool_id, version, atoms, scalars))
         # Otherwise the victims' bookings were cut short: the cache reloads.
-        return Booked(decided.reservation, noticed)
+        return Booked(decided.reservation, noticed, decided.placement.warnings)
 
 
 async def _notice(conn: AsyncConnection, decision: Decision, now: int) -> tuple[Reservation, ...]:

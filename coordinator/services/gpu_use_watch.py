@@ -11,6 +11,11 @@ in all. A node's use counts only while the node is reachable and its use is no o
 than `stale_ms`; the time between two passes is credited only up to `max_gap_ms`, so
 a coordinator that was away or a node that fell silent credits nothing for the gap.
 
+Every replica keeps `unbooked`, the units in unbooked use it last saw, which its placer
+takes last: the leader from its join, any other replica from its own `follow` loop (its
+book is as warm as the leader's: every replica hears every heartbeat; it reads the live
+bookings and judges nothing else).
+
 The join's marks (unbooked use said, idle clocks) live in memory: a new leader starts
 them afresh, so it may say an unbooked use again, and a reservation's idle clock starts
 at its first pass.
@@ -30,6 +35,7 @@ from coordinator.domain.gpu_use_join import (
     UnitLine,
     UseTransition,
     join,
+    unbooked_units,
     unit_lines,
 )
 from coordinator.domain.model import NewNodeEvent
@@ -85,6 +91,8 @@ class GpuUseWatch:
         self.book = GpuUseBook()
         self.state = JoinState()
         self.lines: tuple[UnitLine, ...] = ()
+        # (node, unit) in unbooked use as this replica last saw it (the placer's `busy`).
+        self.unbooked: frozenset[tuple[str, str]] = frozenset()
         self._accrued_at: dict[str, int] = {}
         # Accrued time not yet written: written every `flush_ms` (a leader that dies
         # loses at most that much accounting), with a pass's alerts at once.
@@ -140,6 +148,19 @@ class GpuUseWatch:
             if now - n.updated_at <= self.stale_ms and self.reachable(n.node_id)
         }
 
+    async def follow(self) -> None:
+        """On a replica that is not the leader: which units are in unbooked use now, from
+        its own book and the live bookings (no alerts, no accrual, no marks)."""
+        now = self.clock.now_ms()
+        # Only nodes running something can have a unit in unbooked use.
+        uses = {
+            node_id: devices
+            for node_id, devices in self._current(now).items()
+            if any(d.processes for d in devices.values())
+        }
+        holds = await self.ledger.gpu_use.holds(uses, now) if uses else []
+        self.unbooked = unbooked_units(uses, holds)
+
     async def tick(self) -> None:
         """One pass: join and accrue (off the event loop: a large fleet's pass takes a
         fraction of a second of CPU), write the alerts at once and the accrued time every
@@ -192,6 +213,7 @@ class GpuUseWatch:
         if flush:
             self._flushed_at = now
         self.state = state
+        self.unbooked = state.unbooked
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)
         await alerting.announce(self.alerts, alerts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from coordinator.domain.errors import (
     QuotaExceeded,
 )
 from coordinator.domain.idempotency import Recorded, Stored, body_hash, matching
+from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.placement_model import Placement, PlacementRequest
 from coordinator.domain.ports import AlertSink
 from coordinator.domain.reservation import Reservation
@@ -52,7 +54,7 @@ class ReservationAnswers(Protocol):
     """How the API words an outcome. The words are recorded with the booking, in the same
     unit of work, so that a replay is the first answer verbatim."""
 
-    def created(self, reservation: Reservation, now: int) -> Any: ...
+    def created(self, reservation: Reservation, now: int, warnings: Sequence[str] = ()) -> Any: ...
 
     def refused(self, error: CoordinatorError) -> Any: ...
 
@@ -79,6 +81,7 @@ class Created:
     victims: tuple[Reservation, ...]
     at: int
     notices: tuple[Alert, ...] = ()  # committed with the booking
+    warnings: tuple[str, ...] = ()  # GPUs in unbooked use it took
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,10 @@ def _group_commit() -> GroupCommit[_Pending, CreateOutcome | None]:
     return GroupCommit()
 
 
+def nothing_busy() -> BusyUnits:
+    return frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class Reservations:
     ledger: Ledger
@@ -178,6 +185,9 @@ class Reservations:
     # The creates waiting for a batch, per pool. One workflow serves the process; a copy
     # made with `dataclasses.replace` (other wording) shares it and batches with it.
     batches: GroupCommit[_Pending, CreateOutcome | None] = field(default_factory=_group_commit)
+    # The GPUs in unbooked use now (`GpuUseWatch.unbooked`), read as each request is
+    # decided: the placer takes them last.
+    busy: Callable[[], BusyUnits] = nothing_busy
 
     @property
     def batches_run(self) -> int:
@@ -290,8 +300,9 @@ class Reservations:
         req = item.req
         record = (req.tenant_id, req.idempotency_key, item.digest)
         if isinstance(decided, Booked):
-            answers.append((*record, Recorded(200, self.answers.created(decided.reservation, now))))
-            return Created(decided.reservation, (), now)
+            words = self.answers.created(decided.reservation, now, decided.warnings)
+            answers.append((*record, Recorded(200, words)))
+            return Created(decided.reservation, (), now, warnings=decided.warnings)
         error: CoordinatorError
         if isinstance(decided, NotPlaced):
             if item.deadline - asyncio.get_running_loop().time() > 0:
@@ -321,6 +332,7 @@ class Reservations:
             resources=req.resources,
             gang=req.gang,
             notice_ms=self.notice_ms,
+            busy=self.busy(),
         )
 
     async def _attempt(
@@ -342,12 +354,13 @@ class Reservations:
                 error: CoordinatorError = exc
             else:
                 if isinstance(out, Booked):
-                    answer = Recorded(200, self.answers.created(out.reservation, now))
+                    words = self.answers.created(out.reservation, now, out.warnings)
+                    answer = Recorded(200, words)
                     await uow.idempotency.store(req.tenant_id, ENDPOINT, key, digest, answer, now)
                     notices = notices_for(out.victims, now)
                     await uow.outbox.add(notices)
                     await uow.commit()
-                    return Created(out.reservation, out.victims, now, notices)
+                    return Created(out.reservation, out.victims, now, notices, out.warnings)
                 if deadline - asyncio.get_running_loop().time() > 0:
                     return None
                 error = not_available(out.placement, out.preemptible)

@@ -148,6 +148,10 @@ const dayHour = (ms) => new Date(ms).toLocaleString([], { weekday: "short", hour
 const badge = (word, cls = word) => h("span", { class: `badge ${cls}` }, word);
 const short = (id) => (id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id);
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+// Allocatable GPUs running a process no booking covers: free in the rows, placed last.
+const unbookedBusy = (pool) => pool.unbookedBusy ? h("p", { class: "hint unbooked-busy" },
+  `${plural(pool.unbookedBusy, "allocatable GPU")} in unbooked use (a process no booking covers): offered last`)
+  : null;
 // Element.append would write a left-out (null) part as the text "null".
 const put = (parent, ...kids) => parent.append(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
 // Tables may be wider than a phone: they scroll inside their card, never the page.
@@ -193,6 +197,7 @@ async function fleetView(view) {
       h("p", { class: "muted small" }, `${pool.gpuModel || "any GPU"} · owner ${pool.owner}`,
         pool.archived ? " · archived" : "", h("br"), h("span", { class: "id" }, pool.poolId)),
       gpu ? [h("h3", {}, `GPUs (${gpu.total})`), stateBar(gpu, "GPUs")] : h("p", {}, "No GPUs yet."),
+      unbookedBusy(pool),
       node ? h("p", {}, `${plural(node.total, "node")}, ${node.allocatable} allocatable`) : null));
   }
   put(view, grid);
@@ -223,7 +228,7 @@ async function poolView(view, poolId) {
   const gpu = rows.find((r) => r.resource === "gpu");
   const cols = ["total", "allocated", "reserved", "available", "unhealthy", "maintenance", "unreachable"];
   const capCard = h("section", { class: "card", "aria-labelledby": "cap-title" },
-    h("h2", { id: "cap-title" }, "Capacity"), gpu ? stateBar(gpu, "GPUs") : null,
+    h("h2", { id: "cap-title" }, "Capacity"), gpu ? stateBar(gpu, "GPUs") : null, unbookedBusy(pool),
     scroller(h("table", {}, h("caption", { class: "muted" }, "Units per resource and bucket"),
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "resource"),
         cols.map((c) => h("th", { scope: "col", class: "num" }, c)))),

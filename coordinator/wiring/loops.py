@@ -68,6 +68,8 @@ async def loops_context(
     add("node-bookings", 0.5, watch.bookings.tick, when=lead)
     add("use-requests", 0.25, use.request_reports, when=lead)
     add("use", settings.use_interval_s, fenced(use.tick), when=lead)
+    # Another replica's placer needs the GPUs in unbooked use too (reads only).
+    add("use-follow", settings.use_interval_s, use.follow, when=lambda: not lead())
     add("rebuild-rollup", settings.rebuild_interval_s, fenced(rebuild), when=lead)
     add("reservation-clock", settings.reservation_tick_s, fenced(clock_loop.tick), when=lead)
     purge = store.idempotency_purge

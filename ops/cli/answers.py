@@ -57,6 +57,9 @@ def _reservation(verb: str) -> Callable[[dict[str, Any], dict[str, Any], bool], 
             text += f", {format_time(a.get('start'), local)} → {format_time(a.get('end'), local)}"
         if a.get("leaseExpiresAt") is not None:
             text += f"; lease until {format_time(a['leaseExpiresAt'], local)}"
+        # A GPU in unbooked use it took (only when no idle one fitted): never hidden.
+        for warning in a.get("warnings") or ():
+            text += f"\nwarning: {warning}"
         return text
 
     return say

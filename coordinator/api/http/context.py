@@ -4,12 +4,14 @@ from the server so handlers never see aiohttp."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator.api.http.alert_feed import AlertFeed
 from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.domain.gpu_use_book import GpuUseBook
 from coordinator.domain.model import Pool, Principal
+from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.ports import AlertSink
 from coordinator.ledger import Ledger
 from coordinator.runtime.metrics import Metrics
@@ -17,7 +19,7 @@ from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
 from coordinator.services.pools import Pools
-from coordinator.services.reservations import Reservations
+from coordinator.services.reservations import Reservations, nothing_busy
 from coordinator.services.shapes import Shapes
 from coordinator.services.tenancy import Tenancy
 from shared.clock import Clock
@@ -40,6 +42,9 @@ class Services:
     feed: AlertFeed = field(default_factory=AlertFeed)
     # What each node's GPUs run (`services.gpu_use_watch`), for nodes.get and the console.
     gpu_use: GpuUseBook = field(default_factory=GpuUseBook)
+    # The GPUs in unbooked use now, as this replica last saw them (`GpuUseWatch.unbooked`):
+    # the placer takes them last.
+    busy: Callable[[], BusyUnits] = nothing_busy
 
     # One create workflow for the process: it owns the group commit of creates, which
     # the wiring drains on shutdown (`close`).
@@ -48,7 +53,7 @@ class Services:
     def __post_init__(self) -> None:
         reservations = Reservations(
             self.ledger, self.clock, self.alerts, self.capacity, RESERVATION_ANSWERS,
-            self.notice_ms,
+            self.notice_ms, busy=self.busy,
         )  # fmt: skip
         object.__setattr__(self, "reservations", reservations)
 

@@ -7,6 +7,7 @@ these words under idempotency keys through `RESERVATION_ANSWERS` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from coordinator.api.shapes import interval_outputs as iv_out
@@ -33,8 +34,8 @@ def rollup_row(row: RollupRow) -> out.RollupRowOut:
     )  # fmt: skip
 
 
-def reservation(res: Reservation, now: int) -> out.ReservationOut:
-    """A reservation with its state at `now`."""
+def reservation(res: Reservation, now: int, warnings: Sequence[str] = ()) -> out.ReservationOut:
+    """A reservation with its state at `now` (and, answering its create, `warnings`)."""
     risk = res.at_risk if res.live(now) else None
     return out.ReservationOut(
         reservation_id=res.reservation_id,
@@ -58,6 +59,7 @@ def reservation(res: Reservation, now: int) -> out.ReservationOut:
         at_risk=out.AtRisk(reason=risk.reason, since=risk.since, atoms=list(risk.atoms))
         if risk is not None
         else None,
+        warnings=list(warnings) or None,
     )
 
 
@@ -96,8 +98,8 @@ def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> iv_out.CapacityNotAv
 class ReservationWords:
     """The words workflows record (`ReservationAnswers` and `IntervalAnswers`)."""
 
-    def created(self, res: Reservation, now: int) -> Any:
-        return dump(reservation(res, now))
+    def created(self, res: Reservation, now: int, warnings: Sequence[str] = ()) -> Any:
+        return dump(reservation(res, now, warnings))
 
     def refused(self, error: CoordinatorError) -> Any:
         return error_body(error.code, error.message, error.details)

@@ -86,6 +86,7 @@ async def _pools_capacity(
             total=total.total, allocatable=total.allocatable, allocated=total.allocated,
             reserved=total.reserved, available=total.available,
         )  # fmt: skip
+    busy = await _unbooked_busy(ctx, [p.pool_id for p in pools])
     return out.CapacitySummary(
         tenant_id=tenant_id,
         pools=[
@@ -96,6 +97,7 @@ async def _pools_capacity(
                 owner=p.owner,
                 archived=p.archived,
                 capacity=[render.rollup_row(r) for r in rows[p.pool_id]],
+                unbooked_busy=busy.get(p.pool_id),
             )
             for p in pools
         ],
@@ -119,7 +121,28 @@ async def by_pool(ctx: CallContext, body: ByPoolInput) -> out.PoolRows:
     the tenant is not its owner."""
     pool = ctx.require_pool()
     rows = (await ctx.ledger.rollup([pool.pool_id]))[pool.pool_id]
-    return out.PoolRows(pool_id=pool.pool_id, rows=[render.rollup_row(r) for r in rows])
+    busy = await _unbooked_busy(ctx, [pool.pool_id])
+    return out.PoolRows(
+        pool_id=pool.pool_id,
+        rows=[render.rollup_row(r) for r in rows],
+        unbooked_busy=busy.get(pool.pool_id),
+    )
+
+
+async def _unbooked_busy(ctx: CallContext, pool_ids: list[str]) -> dict[str, int]:
+    """Pool → how many of its allocatable GPUs are in unbooked use, for the pools that
+    have any (only pools with a node in unbooked use are read)."""
+    busy = ctx.services.busy()
+    if not busy:
+        return {}
+    pool_of = {n.node_id: n.pool_id for n in ctx.services.gpu_use}
+    wanted = set(pool_ids)
+    out: dict[str, int] = {}
+    for pool_id in sorted({pool_of.get(node_id, "") for node_id, _ in busy} & wanted):
+        count = await ctx.ledger.bookings.unbooked_busy(pool_id, busy, ctx.now())
+        if count:
+            out[pool_id] = count
+    return out
 
 
 class TimelineInput(ApiInput):
@@ -162,7 +185,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> out.Preview:
     start = resolve_start(body.start, now)
     preview = await ctx.ledger.bookings.preview(
         body.pool_id, body.placement(), start, start + body.duration_ms, now,
-        ctx.services.notice_ms,
+        ctx.services.notice_ms, ctx.services.busy(),
     )  # fmt: skip
     placement, preemptible = preview.placement, preview.preemptible
     fits = placement.fits
@@ -175,6 +198,7 @@ async def preview(ctx: CallContext, body: PreviewInput) -> out.Preview:
         preemptible=out.Preemptible(count=preemptible.count, starts_at=preemptible.starts_at)
         if preemptible is not None
         else None,
+        warnings=list(preview.warnings) or None,
     )
 
 

@@ -94,7 +94,7 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> out.Reservat
     out = await ctx.services.reservations.create(create_request(body))
     if isinstance(out, Created):
         ctx.services.metrics.booked("reservation")
-        return render.reservation(out.reservation, out.at)
+        return render.reservation(out.reservation, out.at, out.warnings)
     if isinstance(out, Replayed):
         return Reply(out.status, out.body)
     ctx.services.metrics.refused("reservation", out.error.code)

@@ -92,6 +92,11 @@ class PoolCapacity(ApiOutput):
     owner: TenantId = Field(description="The tenant owning the pool.")
     archived: bool = Field(description="Archived pools show only to their owner.")
     capacity: list[RollupRowOut] = Field(description="The pool's rollup rows.")
+    unbooked_busy: int | None = optional(
+        description="How many of its allocatable GPUs run a process no booking covers"
+        " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
+        " row's available, but placed last. Left out when none.",
+    )
 
 
 class CapacitySummary(ApiOutput):
@@ -105,6 +110,11 @@ class CapacitySummary(ApiOutput):
 class PoolRows(ApiOutput):
     pool_id: PoolId = Field(description="The pool.")
     rows: list[RollupRowOut] = Field(description="One row per resource, by resource name.")
+    unbooked_busy: int | None = optional(
+        description="How many of its allocatable GPUs run a process no booking covers"
+        " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
+        " row's available, but placed last. Left out when none.",
+    )
 
 
 class CandidateAtom(ApiOutput):
@@ -148,6 +158,10 @@ class Preview(ApiOutput):
     filtered: dict[str, int] | None = optional(
         description="When it does not fit: how many nodes the placer turned away, by reason.",
         examples=[{"not allocatable": 1, "at most 2 free matching gpu on one node": 3}],
+    )
+    warnings: list[str] | None = optional(
+        description="What the best candidate would be told: each GPU in unbooked use (a process no"
+        " booking covers) it takes, taken only because no idle GPU fits.",
     )
 
 
@@ -222,6 +236,10 @@ class ReservationOut(ApiOutput):
     ended_at: EpochMs | None = optional(description="When it was ended early.")
     at_risk: AtRisk | None = optional(
         description="Present while a device it holds is unavailable (live reservations only).",
+    )
+    warnings: list[str] | None = optional(
+        description="In the answer to its create only: each GPU in unbooked use (a process no"
+        " booking covers) it takes, taken only because no idle GPU fits.",
     )
 
 

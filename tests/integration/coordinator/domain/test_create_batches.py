@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -167,10 +168,10 @@ class _FailingAnswers:
     """Words answers as the API does, but fails for a reservation with a 1313 s lease: an
     error while answering one request of a batch."""
 
-    def created(self, reservation: Reservation, now: int) -> Any:
+    def created(self, reservation: Reservation, now: int, warnings: Sequence[str] = ()) -> Any:
         if reservation.lease_seconds == 1313:
             raise RuntimeError("answering this one failed")
-        return RESERVATION_ANSWERS.created(reservation, now)
+        return RESERVATION_ANSWERS.created(reservation, now, warnings)
 
     def refused(self, error: CoordinatorError) -> Any:
         return RESERVATION_ANSWERS.refused(error)

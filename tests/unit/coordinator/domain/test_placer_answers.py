@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.domain import placer
 from coordinator.domain.free_index import FreeCounts
+from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,
@@ -306,9 +307,11 @@ def test_a_refusal_judges_each_node_once_and_answers_as_every_node_judged_would(
     views: Counter[str] = Counter()
 
     class Counted(placer.NodeView):
-        def __init__(self, n: NodeSlot, s: PoolSnapshot, ignore_spot: bool) -> None:
+        def __init__(
+            self, n: NodeSlot, s: PoolSnapshot, ignore_spot: bool, busy: BusyUnits = frozenset()
+        ) -> None:
             views[n.node_id] += 1
-            super().__init__(n, s, ignore_spot)
+            super().__init__(n, s, ignore_spot, busy)
 
     monkeypatch.setattr(placer, "NodeView", Counted)
     req = PlacementRequest(devices=(DeviceRequest("gpu", 3, topology="nvlink-all"),))

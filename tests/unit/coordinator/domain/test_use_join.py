@@ -8,7 +8,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from coordinator.domain.gpu_use_join import Hold, Idle, JoinState, Policy, UseTransition, join
+from coordinator.domain.gpu_use_join import (
+    Hold,
+    Idle,
+    JoinState,
+    Policy,
+    UseTransition,
+    join,
+    unbooked_units,
+)
 from shared.clock import FakeClock
 from shared.wire import DeviceUse, ProcessUse
 
@@ -46,6 +54,14 @@ def test_a_process_on_an_unbooked_gpu_is_said_once_and_again_after_it_cleared() 
     s, out = run(s, [use("GPU-0")], [], 2000)
     s, out = run(s, [use("GPU-0", proc(8))], [], 3000)
     assert [t.kind for t in out] == ["gpu.unbookedUse"]
+
+
+def test_a_replica_that_judges_nothing_finds_the_units_the_join_marks_unbooked() -> None:
+    devices = [use("GPU-0", proc(7, "pod-1", "pod")), use("GPU-1", proc(8, "r1")), use("GPU-2")]
+    holds = [hold("r1", "GPU-1")]
+    state, _ = run(JoinState(), devices, holds, 0)
+    found = unbooked_units({NODE: {d.device_id: d for d in devices}}, holds)
+    assert found == state.unbooked == {(NODE, "GPU-0")}
 
 
 def test_a_booking_of_the_node_or_a_mig_instance_covers_its_units() -> None:

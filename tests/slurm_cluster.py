@@ -22,6 +22,7 @@ before slurmctld starts; a test asking for it calls `require_slurmdbd()` first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -41,7 +42,17 @@ import pytest
 from ops.kit.embedded_nats import free_port
 from tests.slurm_accounting import SlurmDbd
 
-TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "scancel")
+TOOLS = (
+    "munged",
+    "mungekey",
+    "slurmctld",
+    "slurmd",
+    "scontrol",
+    "sinfo",
+    "srun",
+    "scancel",
+    "squeue",
+)
 NVIDIA_MAJOR = 195
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -470,6 +481,15 @@ class SlurmCluster:
         if ctld is not None and ctld.poll() is None:
             try:
                 self.run("scancel", "--full", "--quiet", "--user=root", check=False, timeout_s=5)
+                # scancel only asks: the controller tells each slurmd, whose slurmstepd ends
+                # the job's processes. Wait until no job is left (bounded), or a job's own
+                # process may outlive the daemons stopped below on a loaded machine.
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    left = self.run("squeue", "--noheader", check=False, timeout_s=5)
+                    if left.returncode != 0 or not left.stdout.strip():
+                        break
+                    time.sleep(0.2)
             except SlurmError:
                 pass
         order = [n for n in self.procs if n.startswith("slurmd-")]
@@ -479,6 +499,26 @@ class SlurmCluster:
             if proc is not None:
                 _stop_group(proc)
         self.procs.clear()
+        # A job's slurmstepd runs in a session of its own, out of slurmd's group: anything
+        # still working in this cluster's directory (steps, their jobs) goes too.
+        for pid in _working_in(self.root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _working_in(root: Path) -> list[int]:
+    """Processes whose working directory is `root` or below it."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == str(root) or cwd.startswith(f"{root}/"):
+            found.append(int(proc.name))
+    return found
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

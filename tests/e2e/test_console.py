@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ except ImportError:  # selenium is in the dev extra
         raise
     pytest.skip("selenium is not installed (the dev extra)", allow_module_level=True)
 from selenium.common.exceptions import (
+    ElementNotInteractableException,
     StaleElementReferenceException,
     TimeoutException,
 )
@@ -188,12 +190,13 @@ def _fetched_only_from(driver: WebDriver, origin: str) -> None:
 
 
 def _retry(action: Callable[[], T]) -> T:
-    """Run `action` again when a live redraw replaced the element it held."""
-    for _ in range(4):
+    """Run `action` again when a live redraw replaced the element it held, or held it
+    mid-redraw, not yet interactable."""
+    for _ in range(8):
         try:
             return action()
-        except StaleElementReferenceException:
-            continue
+        except (StaleElementReferenceException, ElementNotInteractableException):
+            time.sleep(0.1)
     return action()
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from coordinator.app import Coordinator, running_coordinator
 from shared.clock import FakeClock
-from tests.factories import make_inventory
 from tests.integration.conftest import Api, coordinator_settings
 from tests.integration.coordinator.services.test_use_alerts import Agent, gpu
 from tests.waiting import eventually
@@ -42,14 +41,8 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
     nc = await nats.connect(used.settings.nats_url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
-        await api.ok("tenants.create", {"tenantId": "acme"})
-        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
-        inv = make_inventory("n1", pool, gpus=2)
-        agent = Agent(used, nc, inv)
-        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
-        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
-        await agent.wait_for("node.registered")
-        await agent.beat()
+        agent = await Agent.registered(used, nc, api, gpus=2)
+        pool = agent.inv.pool_id
         where = {"tenantId": "acme", "poolId": pool}
         assert "unbookedBusy" not in await api.ok("capacity.byPool", where)
         # A pod nobody booked runs on GPU 0, the one the placer would take first.
@@ -113,15 +106,9 @@ async def test_a_replica_that_is_not_the_leader_places_a_busy_gpu_last_too(
         key = settings.bootstrap_operator_key
         assert key is not None
         api_b = Api(session, b.url, key)
-        await api_b.ok("tenants.create", {"tenantId": "acme"})
-        pool = (await api_b.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
         nc = await nats.connect(nats_url)
-        inv = make_inventory("n1", pool, gpus=2)
-        agent = Agent(a, nc, inv)
-        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
-        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
-        await agent.wait_for("node.registered")
-        await agent.beat()
+        agent = await Agent.registered(a, nc, api_b, gpus=2)
+        pool = agent.inv.pool_id
         await agent.report(gpu("GPU-n1-0", ("pod-7", "pod")), gpu("GPU-n1-1"))
         await agent.wait_for("gpu.unbookedUse")
         ask = {

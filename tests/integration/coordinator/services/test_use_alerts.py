@@ -47,6 +47,19 @@ class Agent:
         self.alerts: list[Alert] = []
         self.requests = 0
 
+    @classmethod
+    async def registered(cls, c: Coordinator, nc: nats.NATS, api: Api, gpus: int) -> Agent:
+        """Tenant acme, a pool, and node n1 with `gpus` GPUs in it: registered, beating."""
+        await api.ok("tenants.create", {"tenantId": "acme"})
+        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
+        inv = make_inventory("n1", pool, gpus=gpus)
+        agent = cls(c, nc, inv)
+        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
+        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
+        await agent.wait_for("node.registered")
+        await agent.beat()
+        return agent
+
     async def on_alert(self, msg: nats.aio.msg.Msg) -> None:
         self.alerts.append(Alert.from_json(msg.data))
 
@@ -270,14 +283,8 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
     nc = await nats.connect(used.settings.nats_url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
-        await api.ok("tenants.create", {"tenantId": "acme"})
-        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
-        inv = make_inventory("n1", pool, gpus=2)
-        agent = Agent(used, nc, inv)
-        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
-        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
-        await agent.wait_for("node.registered")
-        await agent.beat()
+        agent = await Agent.registered(used, nc, api, gpus=2)
+        pool = agent.inv.pool_id
         r = await api.ok(
             "reservations.create",
             {

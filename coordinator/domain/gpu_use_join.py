@@ -89,6 +89,7 @@ class Idle:
     pool_id: str = ""  # where its alerts go (its pool, its first node)
     node_id: str = ""
     judged: bool = True  # False: a unit of it runs a process with no utilization figure
+    tenant_id: str = ""  # whose: its alerts, the end included, name it
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,8 @@ def _foreign_use(
         "ownerTenantId": owner_tenant,
         "holders": ids,
         "holderTenantIds": holder_tenants,
+        # Which holder is whose: each tenant is shown only its own (`domain.disclosure`).
+        "holderTenants": {h.reservation_id: h.tenant_id for h in holders},
         # Known only for a reservation: a pod's or a job's tenant is not ours to say.
         "otherTenant": (owner_tenant is not None and owner_tenant not in holder_tenants)
         if is_reservation
@@ -365,7 +368,7 @@ def _idleness(
         }
         if True in states or None in states:
             judged = True in states
-            idle[rid] = Idle(None, False, first.pool_id, nodes[0], judged)
+            idle[rid] = Idle(None, False, first.pool_id, nodes[0], judged, first.tenant_id)
             if before.said:
                 reason = (
                     "its GPUs are in use again" if judged else
@@ -383,7 +386,9 @@ def _idleness(
             continue
         since = before.since if before.since is not None else now
         say = not before.said and now - since >= policy.idle_after_ms
-        idle[rid] = Idle(since, before.said or say, first.pool_id, nodes[0])
+        idle[rid] = Idle(
+            since, before.said or say, first.pool_id, nodes[0], tenant_id=first.tenant_id
+        )
         if say:
             out.append(
                 UseTransition(
@@ -405,7 +410,9 @@ def _idleness(
                 UseTransition(
                     "reservation.inUse", before.pool_id, before.node_id,
                     "the reservation ended", reservation_id=rid,
-                    details={"idleSince": before.since, "ended": True},
+                    details={
+                        "tenantId": before.tenant_id, "idleSince": before.since, "ended": True
+                    },
                 )
             )  # fmt: skip
     return idle, out

@@ -12,6 +12,7 @@ from aiohttp import web
 from coordinator.api.http.auth import authenticate, bearer_key
 from coordinator.api.http.context import Services
 from coordinator.api.http.render import shown_by
+from coordinator.domain.disclosure import alert_seen
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 # Only this origin: the page can neither load nor send anything elsewhere.
@@ -39,8 +40,8 @@ def add_console_routes(app: web.Application, services: Services) -> None:
 
     async def alerts(request: web.Request) -> web.Response:
         """Alerts seen since `after` (a sequence number from the previous answer); a
-        tenant's key sees its visible pools' alerts (who acted only as `operator`), an
-        operator's all of them."""
+        tenant's key sees its visible pools' alerts (who acted only as `operator`), of
+        other tenants' reservations and use nothing, an operator's all of them."""
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
         try:
@@ -48,20 +49,23 @@ def add_console_routes(app: web.Application, services: Services) -> None:
         except ValueError:
             after = 0
         items = services.feed.after(after)
-        if not principal.is_operator:
-            pools = await services.ledger.pools.list_visible(principal.tenant_id)
+        viewer = None if principal.is_operator else principal.tenant_id
+        if viewer is not None:
+            pools = await services.ledger.pools.list_visible(viewer)
             visible = {p.pool_id for p in pools}
             items = [i for i in items if i.alert.pool_id in visible]
+        # Another tenant's reservations and use are not shown (`domain.disclosure`).
+        seen = [(i.seq, a) for i in items if (a := alert_seen(i.alert, viewer)) is not None]
         operator = principal.is_operator
         return web.json_response(
             {
                 "last": services.feed.last_seq,
                 "alerts": [
-                    {"seq": i.seq}
-                    | msgspec.to_builtins(i.alert)
+                    {"seq": seq}
+                    | msgspec.to_builtins(alert)
                     # Who acted, as `maintenance.by` shows it: a tenant sees "operator".
-                    | {"by": shown_by(i.alert.by, operator)}
-                    for i in items
+                    | {"by": shown_by(alert.by, operator)}
+                    for seq, alert in seen
                 ],
             }
         )

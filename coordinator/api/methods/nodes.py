@@ -17,6 +17,7 @@ from coordinator.api.http.render import shown_by
 from coordinator.api.shapes import node_outputs as out
 from coordinator.api.shapes.base import ApiInput, Prebuilt, keys
 from coordinator.api.shapes.fields import PoolId, TenantId
+from coordinator.domain.disclosure import event_seen, use_seen
 from coordinator.domain.errors import NotFound
 from coordinator.domain.gpu_use_book import NodeUse
 from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
@@ -187,24 +188,23 @@ def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
 
 
 def _use(
-    use: NodeUse | None, unit: str, holder: dict[str, Any] | None, viewer: str | None
+    use: NodeUse | None, unit: str, holders: dict[str, str], viewer: str | None
 ) -> dict[str, Any] | None:
-    """What runs on a GPU unit now; a tenant sees who runs it only where it holds it."""
+    """What runs on a GPU unit now, as the viewer may see it (`domain.disclosure`):
+    `holders` are the reservations covering the unit (→ their tenants)."""
     device = use.devices.get(unit) if use is not None else None
     if use is None or device is None:
         return None
-    shown = viewer is None or (holder is not None and _OTHER.other not in holder)
+    seen = use_seen(device, holders, viewer)
     return {
-        _USE.in_use: bool(device.processes),
-        _USE.sm_util: device.sm_util,
-        _USE.memory_used_mib: device.memory_used_mib,
-        _USE.processes: len(device.processes) + device.processes_omitted,
+        _USE.in_use: seen.in_use,
+        _USE.sm_util: seen.sm_util,
+        _USE.memory_used_mib: seen.memory_used_mib,
+        _USE.processes: seen.processes,
         _USE.users: [
             {_USER.pid: p.pid, _USER.owner: p.owner, _USER.owner_kind: p.owner_kind}
-            for p in device.processes
-        ]
-        if shown
-        else [],
+            for p in seen.users
+        ],
         _USE.at: use.updated_at,
     }
 
@@ -219,6 +219,17 @@ def node_detail(
 ) -> dict[str, Any]:
     """A node (`NodeDetail`) with, per atom, its rollup bucket, the reservation holding
     it now and, for GPU classes, what runs there (`use`: the node's last use report)."""
+    # Who holds each GPU unit (several on a time-sliced GPU): what its use shows depends
+    # on them all, not on one slot's holder.
+    unit_holders: dict[str, dict[str, str]] = {}
+    whole: dict[str, str] = {}  # a whole-node booking covers every unit
+    for rec in node.atoms:
+        h = holders.get(rec.atom_id)
+        if rec.cls == "node" and h is not None:
+            whole[h.reservation_id] = h.tenant_id
+        elif rec.cls in GPU_CLASSES and h is not None:
+            unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
+            unit_holders.setdefault(unit, {})[h.reservation_id] = h.tenant_id
     atoms = []
     for rec in node.atoms:
         view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
@@ -236,7 +247,7 @@ def node_detail(
         }
         if rec.cls in GPU_CLASSES:
             unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
-            now_use = _use(use, unit, held, viewer)
+            now_use = _use(use, unit, whole | unit_holders.get(unit, {}), viewer)
             if now_use is not None:
                 atom[_ATOM.use] = now_use
         atoms.append(atom)
@@ -308,12 +319,14 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]
     input=NodeEventsInput, output=out.NodeEvents, phase="v0.2",
 )  # fmt: skip
 async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> out.NodeEvents:
-    """A node's recorded transitions, oldest first, after an event id."""
+    """A node's recorded transitions, oldest first, after an event id (a tenant sees
+    GPU use events in general words: their reasons name other tenants' reservations)."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
     operator = ctx.principal.is_operator
+    seen = [event_seen(e, body.tenant_id) for e in events]
     return out.NodeEvents(
-        node_id=body.node_id, events=[event_out(e, operator=operator) for e in events]
+        node_id=body.node_id, events=[event_out(e, operator=operator) for e in seen]
     )
 
 

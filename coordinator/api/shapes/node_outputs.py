@@ -104,14 +104,23 @@ class GpuUser(ApiOutput):
 
 
 class GpuUse(ApiOutput):
-    """What runs on a GPU or MIG instance, as its agent last reported it."""
+    """What runs on a GPU or MIG instance, as its agent last reported it. A tenant sees
+    it all where it alone holds the unit; on a unit it shares (time-slice slots) its own
+    reservations' processes only, their count, memory and utilization; on another
+    tenant's only `inUse`; on one nobody holds `inUse` and `processes`."""
 
     in_use: bool = Field(description="A compute process runs on it.")
-    sm_util: int | None = Field(description="SM utilization, % (null: NVML cannot say).")
-    memory_used_mib: int | None = Field(description="Memory used, MiB (null: unknown).")
-    processes: int = Field(description="How many compute processes.")
+    sm_util: int | None = Field(
+        description="SM utilization, % (null: NVML cannot say, or not the viewer's to see)."
+    )
+    memory_used_mib: int | None = Field(
+        description="Memory used, MiB (null: unknown, or not the viewer's to see)."
+    )
+    processes: int = Field(
+        description="How many compute processes (a tenant: its own, or on a unit nobody holds)."
+    )
     users: list[GpuUser] = Field(
-        description="Its processes and owners (a tenant sees them on what it holds only)."
+        description="Its processes and owners (a tenant: its own reservations' only)."
     )
     at: EpochMs = Field(description="When the coordinator last heard of it.")
 

@@ -200,7 +200,9 @@ def test_a_mig_instance_with_no_utilization_figure_is_not_judged_idle() -> None:
     unknown = [use("MIG-1", proc(1, "rsv-m", "reservation"), util=None)]
     s, _ = run(JoinState(), unknown, holds, 0)
     s, out = run(s, unknown, holds, 10 * 60_000)
-    assert out == [] and s.idle["rsv-m"] == Idle(None, False, POOL, NODE, judged=False)
+    assert out == [] and s.idle["rsv-m"] == Idle(
+        None, False, POOL, NODE, judged=False, tenant_id="acme"
+    )
     s, _ = run(s, [use("MIG-1")], holds, 11 * 60_000)
     s, out = run(s, [use("MIG-1")], holds, 12 * 60_000)
     assert [t.kind for t in out] == ["reservation.idle"]

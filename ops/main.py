@@ -22,6 +22,7 @@ from ops.demo.command import demo_cmd
 from ops.forwarder.command import forward_cmd
 from ops.kit.errors import OpsError
 from ops.kit.options import output_options
+from ops.kit.server_text import shown
 from ops.kit.session import Session
 from ops.natsauth.command import nats_auth_cmd
 from ops.slurm.command import slurm_group
@@ -63,7 +64,8 @@ for _command in (*ALERT_COMMANDS, forward_cmd):
 
 
 def _fail(text: str, code: int, prog: str = "gpufleet") -> int:
-    sys.stderr.write(f"{prog}: {text}\n")
+    # Errors quote what a server said: shown inert (`ops.kit.server_text`).
+    sys.stderr.write(f"{prog}: {shown(text)}\n")
     sys.stderr.flush()
     return code
 

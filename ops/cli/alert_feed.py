@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.kit.errors import OpsError
+from ops.kit.server_text import shown
 from procs.nats import CredentialsError, auth_options, split_servers
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -118,7 +119,13 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
 
 
 def alert_line(alert: dict[str, Any], when: str) -> str:
-    parts = [when, alert.get("kind", "?"), alert.get("nodeId", "-")]
+    """One alert as a line for a terminal; what its publisher said is shown inert
+    (`ops.kit.server_text`): owners and reasons come from agents and processes."""
+    return shown(_line(alert, when))
+
+
+def _line(alert: dict[str, Any], when: str) -> str:
+    parts = [when, str(alert.get("kind", "?")), str(alert.get("nodeId", "-"))]
     if alert.get("deviceId"):
         parts.append(f"device={alert['deviceId']}")
     if alert.get("reservationId"):

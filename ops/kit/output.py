@@ -3,7 +3,9 @@ a table, a wide table, JSON or CSV, with times in RFC 3339 (UTC, or local with -
 
 Table is the default on a terminal, JSON when stdout is piped; `-o` chooses. JSON is
 the API's answer with its epoch-millisecond times written as RFC 3339 strings; every
-other value is as the API sent it.
+other value is as the API sent it. Server strings are printed inert
+(`ops.kit.server_text`): control characters shown as `\\xNN` in tables and lines, never
+read as rich markup; CSV cells neutralised against formulas.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
+
+from ops.kit.server_text import csv_cell, shown
 
 Format = Literal["table", "wide", "json", "csv"]
 FORMATS: tuple[Format, ...] = ("table", "wide", "json", "csv")
@@ -92,6 +96,10 @@ class Printer:
     terminal: bool
 
     def cell(self, column: Column, value: Any) -> str:
+        """A table cell's text, with the server's control characters shown inert."""
+        return shown(self._cell(column, value))
+
+    def _cell(self, column: Column, value: Any) -> str:
         if value is None or value == "":
             return "-"
         if column.time and isinstance(value, int):
@@ -117,7 +125,7 @@ class Printer:
             self._csv(view.sections[-1] if view.sections else Section([], []))
         else:
             for line in view.lines:
-                self.text(line)
+                self.text(shown(line))
             for k, section in enumerate(view.sections):
                 if k or view.lines:
                     self.text("")
@@ -136,7 +144,7 @@ class Printer:
                 [
                     format_time(row.get(c.key), self.local)
                     if c.time and isinstance(row.get(c.key), int)
-                    else ("" if row.get(c.key) is None else row.get(c.key))
+                    else ("" if row.get(c.key) is None else csv_cell(row.get(c.key)))
                     for c in columns
                 ]
             )
@@ -144,9 +152,10 @@ class Printer:
     def _table(self, section: Section) -> None:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         if section.title:
-            self.text(section.title)
+            self.text(shown(section.title))  # it may name a pool
         if not section.rows:
             self.text(section.empty)
             return
@@ -155,7 +164,8 @@ class Printer:
         for c in columns:
             table.add_column(c.header, justify="right" if c.right else "left", overflow="fold")
         for row in section.rows:
-            table.add_row(*(self.cell(c, row.get(c.key)) for c in columns))
+            # Plain Text: a server string is never read as markup (`[link=…]`).
+            table.add_row(*(Text(self.cell(c, row.get(c.key))) for c in columns))
         buffer = io.StringIO()
         console = Console(
             file=buffer,

@@ -13,6 +13,7 @@ import click
 
 from ops.kit.client import ApiClient
 from ops.kit.output import Format, Printer, View, default_format
+from ops.kit.server_text import shown
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -90,10 +91,10 @@ class Session:
         self.printer.show(view)
 
     def say(self, line: str) -> None:
-        click.echo(line)
+        click.echo(shown(line))
 
     def warn(self, line: str) -> None:
-        click.echo(line, err=True)
+        click.echo(shown(line), err=True)
 
 
 def echo_err(text: str) -> None:

@@ -70,6 +70,14 @@ def piped(
 
 def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:
     """Run with stdout and stderr on a pseudo-terminal, as a person would."""
+    code, raw = terminal_bytes(world, *args, key=key)
+    text = ANSI.sub("", raw.decode(errors="replace")).replace("\r\n", "\n")
+    assert "Traceback" not in text, text
+    return Ran(code, text, "")
+
+
+def terminal_bytes(world: World, *args: str, key: str | None = None) -> tuple[int, bytes]:
+    """The exit status and every byte the terminal received, escapes included."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once
         os.execve(str(BIN / "gpufleet"), ["gpufleet", *args], world.env(key))
@@ -84,9 +92,7 @@ def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:
         chunks.append(chunk)
     os.close(fd)
     _, status = os.waitpid(pid, 0)
-    text = ANSI.sub("", b"".join(chunks).decode(errors="replace")).replace("\r\n", "\n")
-    assert "Traceback" not in text, text
-    return Ran(os.waitstatus_to_exitcode(status), text, "")
+    return os.waitstatus_to_exitcode(status), b"".join(chunks)
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +310,43 @@ def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -
     assert not re.search(r'"(lastSeen|since|at)": \d', line.out), line.out
     unknown = piped(world, "nodes", "--pool", "no-such-pool")
     assert unknown.code == 2 and "no pool named 'no-such-pool'" in unknown.err, unknown.err
+
+
+# What a process's environment or an agent may put in an owner or a reason (issue 32):
+# OSC 52 (write the clipboard), a screen clear, and rich markup for a hidden hyperlink.
+PAYLOAD = "\x1b]52;c;ZXZpbA==\x1b\\\x1b[2J[link=https://evil.example]rsv_ok[/link]"
+
+
+def test_server_strings_reach_the_terminal_inert(world: World) -> None:
+    """A reason carrying the payload, in every printer a terminal shows it through: the
+    terminal receives none of its escapes and no hyperlink, only its text, visibly."""
+    said = on_terminal(world, "maintenance", "h100-a", "--reason", PAYLOAD)
+    try:
+        assert said.code == 0, said.out
+        views = [
+            ["nodes"], ["nodes", "-o", "wide"], ["node", "h100-a"],
+            ["alerts", "watch", "--since", "-2m", "--pool", world.h100, "--count", "100",
+             "--idle", "3"],
+        ]  # fmt: skip
+        for args in views:
+            code, raw = terminal_bytes(world, *args)
+            assert code == 0, (args, raw)
+            # No OSC (clipboard, hyperlink, title), no string terminator, no clear.
+            for escape in (b"\x1b]", b"\x1b\\", b"\x1b[2J", b"\x07"):
+                assert escape not in raw, (args, escape, raw)
+            text = raw.decode()
+            assert "[link=https://evil.example]rsv_ok[/link]" in text, (args, text)
+            assert "\\x1b]52;c;ZXZpbA==" in text, (args, text)
+    finally:
+        piped(world, "maintenance", "h100-a", "--off")
+    # A reason a spreadsheet would run as a formula is text in CSV.
+    formula = '=HYPERLINK("https://evil.example","ok")'
+    piped(world, "maintenance", "h100-a", "--reason", formula)
+    try:
+        rows = list(csv.DictReader(io.StringIO(piped(world, "nodes", "-o", "csv").out)))
+        assert [r["why"] for r in rows] == ["'" + formula], rows
+    finally:
+        piped(world, "maintenance", "h100-a", "--off")
 
 
 def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:

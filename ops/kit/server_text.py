@@ -6,8 +6,9 @@ cell starting with `=` run a formula in a spreadsheet.
 
 - `shown`: every C0 and C1 control (newline, tab and ESC included) and DEL written
   visibly as `\\xNN`, so nothing a server says moves the cursor, ends a line or starts
-  an escape sequence. Rich markup is not escaped here: the table printer hands cells
-  to rich as plain `Text`, never as markup.
+  an escape sequence; bidi and line-separator format characters as `\\uNNNN`. Rich
+  markup is not escaped here: the table printer hands cells to rich as plain `Text`,
+  never as markup.
 - `csv_cell`: a string cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
   return prefixed with `'` (as OWASP advises against CSV injection), then `shown`;
   numbers are written as they are.
@@ -20,18 +21,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F).
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+# C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F); and the format characters
+# that reorder or break what follows (bidi marks, embeddings, overrides and isolates;
+# line and paragraph separators), which would make one string read as another.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 # Where a spreadsheet would start a formula (OWASP, "CSV Injection").
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _visible(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def shown(text: str) -> str:
-    """`text` with every control character written visibly as `\\xNN`."""
+    """`text` with every control character written visibly (`\\xNN`, `\\uNNNN`)."""
     return _CONTROLS.sub(_visible, text)
 
 

@@ -18,6 +18,8 @@ PAYLOAD = "\x1b]52;c;ZXZpbA==\x1b\\\x1b[2J[link=https://evil.example]rsv_ok[/lin
 def test_every_c0_and_c1_control_is_shown_visibly() -> None:
     assert shown("a\x1bb\nc\td\x7fe\x85f\x9bg") == "a\\x1bb\\x0ac\\x09d\\x7fe\\x85f\\x9bg"
     assert shown("plain — ünïcode") == "plain — ünïcode"
+    # Bidi overrides and line separators would make one string read as another.
+    assert shown("rsv_\u202eko\u2028x\u2066") == "rsv_\\u202eko\\u2028x\\u2066"
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ops.kit.output import format_time
+from ops.kit.server_text import shown_values
 from ops.kit.session import Session
 
 
@@ -121,7 +122,8 @@ def short_answer(method: str, body: dict[str, Any], answer: Any, local: bool = F
 
 
 def show_answer(session: Session, method: str, body: dict[str, Any], answer: Any) -> None:
-    text = short_answer(method, body, answer, session.local)
+    # The server's strings made inert before the line is composed of them.
+    text = short_answer(method, body, shown_values(answer), session.local)
     if text is not None and session.format in ("table", "wide"):
         session.say(text)
     else:

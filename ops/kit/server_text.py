@@ -39,6 +39,23 @@ def shown(text: str) -> str:
     return _CONTROLS.sub(_visible, text)
 
 
+def shown_lines(text: str) -> str:
+    """`text` the client composed of lines, each `shown`: its own newlines kept."""
+    return "\n".join(shown(line) for line in text.split("\n"))
+
+
+def shown_values(value: Any) -> Any:
+    """A server's answer with every string in it `shown`, before a client composes
+    lines of it."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {k: shown_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown_values(v) for v in value]
+    return value
+
+
 def csv_cell(value: Any) -> Any:
     """A CSV cell a spreadsheet reads as text: formulas neutralised, controls shown."""
     if not isinstance(value, str):

@@ -13,7 +13,7 @@ import click
 
 from ops.kit.client import ApiClient
 from ops.kit.output import Format, Printer, View, default_format
-from ops.kit.server_text import shown
+from ops.kit.server_text import shown_lines
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -91,10 +91,10 @@ class Session:
         self.printer.show(view)
 
     def say(self, line: str) -> None:
-        click.echo(shown(line))
+        click.echo(shown_lines(line))
 
     def warn(self, line: str) -> None:
-        click.echo(shown(line), err=True)
+        click.echo(shown_lines(line), err=True)
 
 
 def echo_err(text: str) -> None:

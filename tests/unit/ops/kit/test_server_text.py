@@ -9,8 +9,9 @@ import io
 import pytest
 
 from ops.cli.alert_feed import alert_line
+from ops.cli.answers import short_answer
 from ops.kit.output import Column, Format, Printer, Section, View
-from ops.kit.server_text import csv_cell, shown
+from ops.kit.server_text import csv_cell, shown, shown_lines, shown_values
 
 PAYLOAD = "\x1b]52;c;ZXZpbA==\x1b\\\x1b[2J[link=https://evil.example]rsv_ok[/link]\x9b31m\x07"
 
@@ -82,3 +83,10 @@ def test_an_alert_line_is_inert() -> None:
     line = alert_line(alert, "2026-12-01T00:00:00Z")
     assert "\x1b" not in line and "\x07" not in line and "\n" not in line
     assert "reservation=\\x1b]52;c;ZXZpbA==" in line
+
+
+def test_one_line_answers_keep_their_own_lines_and_show_the_server_s_inert() -> None:
+    answer = {"name": "train\n\x1b[2Jfake line", "offeredTo": ["globex"]}
+    said = shown_lines(short_answer("pools.offer", {}, shown_values(answer)) or "")
+    assert said == "pool train\\x0a\\x1b[2Jfake line offered to globex"
+    assert shown_lines("shown once:\ngpf_x\x07") == "shown once:\ngpf_x\\x07"

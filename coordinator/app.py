@@ -72,9 +72,10 @@ async def running_coordinator(
     # The bus is up before the node watch exists; a backlog before then has no one to tell.
     watching: list[Watch] = []
 
-    def on_behind() -> None:
+    def on_behind(subject: str) -> None:
         if watching:
             watching[0].nodes.fell_behind()
+            watching[0].ingest.lost(subject)
 
     async with AsyncExitStack() as stack:
         enter = stack.enter_async_context

@@ -6,14 +6,23 @@ while we are the ones cut off.
 
 A half-open link (TCP stalls without closing) closes nothing, so nobody tells us:
 `probe` (a named loop) round-trips a PING every second or so, and when no PONG comes
-within `probe_timeout_s` it calls the same down hook and has nats-py reconnect. With
-nats-py's own pings as the backstop, a dead link is noticed in about
-interval + timeout (3 s by default), well within a node's detection window.
+within `probe_timeout_s`, and nothing else came meanwhile, it calls the same down hook
+and has nats-py reconnect: a dead link is noticed in about interval + timeout (3 s by
+default), well within a node's detection window; nats-py's own pings are a slow
+backstop (`MAX_OUTSTANDING_PINGS`).
 
 Client errors are counted by kind in `errors` (slow consumer: messages the server
 had for us that we dropped; authorization and permissions violations) and logged at
-warning, at most once per kind per period. A slow consumer also calls `on_behind`:
-heartbeats were lost on our side, so liveness treats it as our own outage.
+warning, at most once per kind per period. A slow consumer also calls `on_behind` with
+the dropped message's subject: heartbeats were lost on our side, so liveness treats it
+as our own outage, and ingest counts the message as dropped (`slow_consumer`).
+
+A busy link is not a dead one: the probe's PONG queues behind every message the server
+holds for us, so on a starved or overloaded machine it may come late while messages
+keep arriving. A probe that times out while bytes arrived meanwhile (`stats["in_bytes"]`)
+is counted as late (`probe_late`, logged at warning) and reconnects nothing: dropping
+the link would drop everything the server holds for us, uncounted (issue 32). Only a
+link that delivers nothing is taken as dead.
 `backlog()` is how many messages wait unread in our subscriptions (ingest falling
 behind), and `auth_required` what the server said in its INFO (read at each connect):
 whether it lets anyone connect without credentials.
@@ -49,15 +58,24 @@ from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 log = logging.getLogger(__name__)
 
 Hook = Callable[[], None]
+# Called with the subject of each message the client dropped as a slow consumer.
+BehindHook = Callable[[str], None]
 MessageHandler = Callable[[Msg], Awaitable[None]]
 BatchHandler = Callable[[Msg], None]
 
 # Messages handled per turn of the event loop by `subscribe_batched`.
 BATCH = 64
 
-# nats-py's own stale-link detection: a PING every 2 s, the link dead after 2 unanswered.
+# nats-py's own stale-link detection, the backstop to `Bus.probe`: a PING every 2 s,
+# the link dead after 30 unanswered (about a minute). It cannot tell a dead link from a
+# busy one (a PONG queues behind every message the server holds for us), and it drops
+# the link silently, with all the server holds: on a starved machine a few seconds'
+# backlog made it do so (issue 32). The probe tells them apart.
 PING_INTERVAL_S = 2
-MAX_OUTSTANDING_PINGS = 2
+MAX_OUTSTANDING_PINGS = 30
+# How long a probe's PING may wait for its PONG in nats-py (see `Bus.probe`): only a
+# bound on the task; the probe itself judges the link every `probe_timeout_s`.
+PROBE_PATIENCE_S = 600
 # A first connect is retried only while no server answers: refused credentials are final.
 FIRST_CONNECT_ERRORS = (OSError, TimeoutError, nats.errors.NoServersError)
 # How long closing waits for a server's answer, per step (see `Bus.close`).
@@ -75,6 +93,12 @@ def error_kind(exc: Exception) -> str:
     return "other"
 
 
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """A probe's flush that ended unwatched (its link gone): its error is known."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Bus:
     def __init__(
         self,
@@ -83,7 +107,7 @@ class Bus:
         name: str = "gpufleet-coordinator",
         on_up: Hook | None = None,
         on_down: Hook | None = None,
-        on_behind: Hook | None = None,
+        on_behind: BehindHook | None = None,
         user_credentials: str | None = None,
         tls: ssl.SSLContext | None = None,
         probe_timeout_s: float = 2.0,
@@ -105,6 +129,9 @@ class Bus:
         # What the connected server says of itself in its INFO (`_read_server_info`).
         self.server_info: dict[str, Any] = {}
         self.probe_failures = 0
+        self.probe_late = 0  # probes answered late on a link that kept delivering
+        self._probing: asyncio.Future[None] | None = None
+        self._probe_bytes = 0
         self._throttle = LogThrottle(log)
 
     @property
@@ -191,6 +218,7 @@ class Bus:
             self._on_up()
 
     async def _disconnected(self) -> None:
+        self._probing = None  # its PONG would be the old link's
         log.warning("disconnected from NATS")
         if self._on_down:
             self._on_down()
@@ -206,36 +234,62 @@ class Bus:
 
     async def _error(self, exc: Exception) -> None:
         if isinstance(exc, nats.errors.SlowConsumerError):
-            detail = f"dropped a message on {exc.subject}"
-        else:
-            detail = str(exc) or type(exc).__name__
-        self._count(error_kind(exc), detail)
+            self._count("slow_consumer", f"dropped a message on {exc.subject}")
+            if self._on_behind:
+                self._on_behind(exc.subject)
+            return
+        self._count(error_kind(exc), str(exc) or type(exc).__name__)
 
     def _count(self, kind: str, detail: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
         self._throttle.warning(kind, "NATS client error (%s): %s", kind, detail)
-        if kind == "slow_consumer" and self._on_behind:
-            self._on_behind()
 
     async def probe(self) -> None:
-        """Round-trip a PING; no PONG in time means the link is dead even if TCP has
-        not said so: mark ourselves cut off and reconnect."""
+        """Round-trip a PING; no PONG in time, and nothing else arriving either, means
+        the link is dead even if TCP has not said so: mark ourselves cut off and
+        reconnect. A PONG still on its way is waited for by the next probe (one PING
+        out at a time)."""
         nc = self.nc
         if nc is None or not nc.is_connected:
             return
-        try:
-            await nc.flush(timeout=self._probe_timeout_s)  # type: ignore[arg-type]
-        except nats.errors.FlushTimeoutError:
-            if not nc.is_connected:
-                return  # nats-py noticed first and is already on it
-            self.probe_failures += 1
-            log.warning(
-                "no answer from NATS within %.1fs: link taken as dead; reconnecting",
+        if self._probing is None or self._probing.done():
+            self._probe_bytes = nc.stats["in_bytes"]
+            # nats-py cancels a PONG's future when flush's timeout passes, and a PONG
+            # that comes after that breaks its read loop (nats-py 2.16 `_process_pong`
+            # sets the cancelled future's result), dropping the link and all the server
+            # holds for us. So its timeout is a long one, and ours only stops waiting.
+            self._probing = asyncio.ensure_future(nc.flush(timeout=PROBE_PATIENCE_S))
+            self._probing.add_done_callback(_retrieve)
+        done, _ = await asyncio.wait({self._probing}, timeout=self._probe_timeout_s)
+        if done:
+            if self._probing.exception() is None:
+                return
+            # A flush that failed: the connection closed or reconnected meanwhile.
+            self._probing = None
+            return
+        if not nc.is_connected:
+            return  # nats-py noticed first and is already on it
+        received, self._probe_bytes = self._probe_bytes, nc.stats["in_bytes"]
+        if self._probe_bytes != received:
+            # Alive, and we are behind reading it: the PONG waits behind messages.
+            self.probe_late += 1
+            self._throttle.warning(
+                "probe_late",
+                "NATS answered no probe within %.1fs while messages kept arriving:"
+                " behind on reading, not cut off (%d waiting)",
                 self._probe_timeout_s,
+                self.backlog(),
             )
-            if self._on_down:
-                self._on_down()
-            await nc.force_reconnect()
+            return
+        self._probing = None  # its PONG will never come: the next link has its own
+        self.probe_failures += 1
+        log.warning(
+            "no answer from NATS within %.1fs: link taken as dead; reconnecting",
+            self._probe_timeout_s,
+        )
+        if self._on_down:
+            self._on_down()
+        await nc.force_reconnect()
 
     def _client(self) -> Client:
         if self.nc is None:

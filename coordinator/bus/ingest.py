@@ -9,7 +9,8 @@ limit (`coordinator.domain.rate_limit`): a flood on one node's subjects is dropp
 to the event loop every few messages, so a burst cannot starve the API, the sweep or
 the backlog check that tells liveness we are behind. Each drop is logged at warning
 with the node id when the subject names one, at most once per reason per period
-(`procs.log_throttle`); `dropped` has the exact counts for the metrics.
+(`procs.log_throttle`); `dropped` has the exact counts for the metrics, messages the
+NATS client dropped as a slow consumer included (`slow_consumer`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ class Ingest:
         self._throttle.warning(
             reason, "dropped a message from node %s on %s: %s %s", node, subject, reason, detail
         )
+
+    def lost(self, subject: str) -> None:
+        """The NATS client dropped a message on `subject` as a slow consumer (its queue
+        was full): one of ours is counted as dropped (`slow_consumer`), so what was
+        sent is what was processed or counted. The client logs it."""
+        parsed = self._parse(subject)
+        if parsed is not None and parsed[0] in _DECODERS:
+            self.dropped["slow_consumer"] += 1
 
     def on_message(self, msg: Msg) -> None:
         """One message; never raises (the bus calls it for a batch at a time, and one bad

@@ -7,15 +7,26 @@ A full `UseReport` replaces everything. A receiver that holds another version (o
 or another boot's) cannot apply a delta: it asks the agent for a full report. A
 heartbeat without use (`use_version` 0: an agent that does not report use) costs one
 comparison and changes nothing.
+
+Use is bounded by the inventory: a node's use is kept only for the units (GPU and MIG
+instance UUIDs) its recorded inventory has (`units`, `inventory_units`); a device any
+other id names is dropped and counted, so nothing a host sends grows the book, the
+ledger or the metrics past what its inventory allows. A node whose units change keeps
+only the devices it still has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
-from shared.wire import DeviceUse, Heartbeat, UseReport
+from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
+from shared.wire import DeviceUse, Heartbeat, Inventory, UseReport
+
+# An atom as `atom_units` reads it: (class, atom id, device id, attributes).
+AtomRow = tuple[str, str, str, Mapping[str, Any]]
 
 
 class Applied(Enum):
@@ -38,50 +49,106 @@ class NodeUse:
     devices: dict[str, DeviceUse] = field(default_factory=dict)
 
 
+def atom_units(atoms: Iterable[AtomRow]) -> frozenset[str]:
+    """The units GPU-carrying atoms stand for: each GPU's UUID (a MIG instance's atom
+    names its GPU as its device: the agent reports the GPU's memory there) and each MIG
+    instance's own."""
+    out: set[str] = set()
+    for cls, atom_id, device_id, attrs in atoms:
+        if cls not in GPU_CLASSES:
+            continue
+        if device_id:
+            out.add(device_id)
+        out.add(unit_of(cls, atom_id, device_id, attrs))
+    return frozenset(out)
+
+
+def inventory_units(inv: Inventory) -> frozenset[str]:
+    """The units a node's inventory has: its GPUs' and MIG instances' UUIDs."""
+    gpus = {g.uuid for g in inv.gpus} | {m.uuid for g in inv.gpus for m in g.mig_instances}
+    return atom_units((a.cls, a.atom_id, a.device_id, a.attrs) for a in inv.atoms) | gpus
+
+
 @dataclass(slots=True)
 class GpuUseBook:
     nodes: dict[str, NodeUse] = field(default_factory=dict)
+    # Node → the units its recorded inventory has; use of any other device is dropped.
+    units: dict[str, frozenset[str]] = field(default_factory=dict)
     # Reports and deltas applied, and deltas that could not be (counted for metrics).
     reports: int = 0
     deltas: int = 0
     mismatches: int = 0
+    # Device entries dropped because the node's inventory has no such unit.
+    unknown_devices: int = 0
 
-    def on_heartbeat(self, hb: Heartbeat, now: int) -> Applied:
+    def _known(self, node_id: str, devices: Iterable[DeviceUse]) -> tuple[list[DeviceUse], int]:
+        """The devices the node's inventory has, and how many others were named."""
+        allowed = self.units.get(node_id, frozenset())
+        kept: list[DeviceUse] = []
+        unknown = 0
+        for d in devices:
+            if d.device_id in allowed:
+                kept.append(d)
+            else:
+                unknown += 1
+        self.unknown_devices += unknown
+        return kept, unknown
+
+    def set_units(self, node_id: str, units: frozenset[str]) -> bool:
+        """The node's inventory as recorded now; True when its units changed (the use
+        held of a unit it no longer has is dropped)."""
+        if self.units.get(node_id) == units:
+            return False
+        self.units[node_id] = units
+        held = self.nodes.get(node_id)
+        if held is not None:
+            held.devices = {k: d for k, d in held.devices.items() if k in units}
+        return True
+
+    def on_heartbeat(self, hb: Heartbeat, now: int) -> tuple[Applied, int]:
+        """What the heartbeat's use did, and how many of its devices the node's
+        inventory does not have (dropped)."""
         if hb.use_version == 0:
-            return Applied.NONE
+            return Applied.NONE, 0
         held = self.nodes.get(hb.node_id)
         if held is not None and held.boot_id == hb.boot_id:
             if hb.use_version == held.version:
                 held.updated_at = now
-                return Applied.NONE
+                return Applied.NONE, 0
             if hb.use_base == held.version and hb.use_version > held.version:
-                for device in hb.use:
+                kept, unknown = self._known(hb.node_id, hb.use)
+                for device in kept:
                     held.devices[device.device_id] = device
                 held.version = hb.use_version
                 held.pool_id = hb.pool_id
                 held.updated_at = now
                 self.deltas += 1
-                return Applied.APPLIED
+                return Applied.APPLIED, unknown
         self.mismatches += 1
-        return Applied.NEEDS_REPORT
+        return Applied.NEEDS_REPORT, 0
 
-    def on_report(self, report: UseReport, now: int) -> None:
+    def on_report(self, report: UseReport, now: int) -> int:
+        """Apply a full report; how many of its devices the node's inventory does not
+        have (dropped)."""
         held = self.nodes.get(report.node_id)
         same_boot = held is not None and held.boot_id == report.boot_id
         if same_boot and held is not None and held.version > report.use_version:
-            return  # an older report overtaken by deltas already applied
+            return 0  # an older report overtaken by deltas already applied
+        kept, unknown = self._known(report.node_id, report.devices)
         self.nodes[report.node_id] = NodeUse(
             node_id=report.node_id,
             pool_id=report.pool_id,
             boot_id=report.boot_id,
             version=report.use_version,
             updated_at=now,
-            devices={d.device_id: d for d in report.devices},
+            devices={d.device_id: d for d in kept},
         )
         self.reports += 1
+        return unknown
 
     def forget(self, node_id: str) -> None:
         self.nodes.pop(node_id, None)
+        self.units.pop(node_id, None)
 
     def __iter__(self) -> Iterator[NodeUse]:
         return iter(self.nodes.values())

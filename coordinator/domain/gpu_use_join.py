@@ -118,6 +118,9 @@ class UnitLine:
 class Policy:
     idle_after_ms: int = 30 * 60_000
     idle_util_percent: int = IDLE_UTIL_PERCENT
+    # Use alerts one unit may say at once, and then one per period (`gpu_use_gate`).
+    unit_alert_burst: int = 4
+    unit_alert_every_ms: int = 5 * 60_000
 
 
 def unit_of(cls: str, atom_id: str, device_id: str, attrs: Mapping[str, Any]) -> str:

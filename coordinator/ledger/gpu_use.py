@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
+from coordinator.domain.gpu_use_book import AtomRow, atom_units
 from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.gpu_use_report import UseHour
 from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from coordinator.ledger.reservation_listing import state_condition
+from shared.reservation_states import LIVE_STATES
 from shared.wire import Alert
 
 
@@ -125,14 +128,36 @@ class GpuUseRepo:
                 out.setdefault(r.reservation_id, set()).add(r.node_id)
         return {k: frozenset(v) for k, v in out.items()}
 
-    async def tenants_of(self, reservation_ids: Iterable[str]) -> dict[str, str]:
+    async def units(self) -> dict[str, frozenset[str]]:
+        """Node → the units (GPU and MIG instance UUIDs) of its current atoms: the devices
+        its use may name."""
+        a = schema.atoms.c
+        rows: dict[str, list[AtomRow]] = {}
+        async with self._db.read() as conn:
+            result = await conn.execute(
+                select(a.node_id, a.atom_id, a["class"].label("cls"), a.device_id, a.attrs).where(
+                    a.retired.is_(False) & a["class"].in_(sorted(GPU_CLASSES))
+                )
+            )
+            for r in result.all():
+                rows.setdefault(r.node_id, []).append(
+                    (r.cls, r.atom_id, r.device_id, r.attrs or {})
+                )
+        return {node_id: atom_units(atoms) for node_id, atoms in rows.items()}
+
+    async def tenants_of(self, reservation_ids: Iterable[str], now: int) -> dict[str, str]:
+        """Reservation → tenant, of those of these that are live at `now` (scheduled,
+        active or noticed): an id that names no live reservation is absent."""
         ids = sorted(set(reservation_ids))
         if not ids:
             return {}
         rv = schema.reservations.c
+        live = or_(*(state_condition(state, now) for state in LIVE_STATES))
         async with self._db.read() as conn:
             rows = await conn.execute(
-                select(rv.reservation_id, rv.tenant_id).where(among(conn, rv.reservation_id, ids))
+                select(rv.reservation_id, rv.tenant_id).where(
+                    among(conn, rv.reservation_id, ids) & live
+                )
             )
             return {r.reservation_id: r.tenant_id for r in rows.all()}
 

@@ -99,6 +99,7 @@ class Sources:
     loop_failures: Mapping[str, int] = field(default_factory=dict)
     nats_errors: Mapping[str, int] = field(default_factory=dict)
     nats_probe_failures: Callable[[], int] = lambda: 0
+    nats_probe_late: Callable[[], int] = lambda: 0
     bus_connected: Callable[[], bool] = lambda: False
     is_leader: Callable[[], bool] = lambda: False
     outage_holds: Callable[[], int] = lambda: 0
@@ -318,6 +319,12 @@ def _liveness(s: Sources) -> Iterable[Metric]:
         "gpufleet_nats_probe_failures",
         "NATS round-trip probes unanswered in time (link taken as dead)",
         value=s.nats_probe_failures(),
+    )
+    yield CounterMetricFamily(
+        "gpufleet_nats_probe_late",
+        "NATS round-trip probes answered late while messages kept arriving (behind on"
+        " reading: the link kept)",
+        value=s.nats_probe_late(),
     )
     yield GaugeMetricFamily(
         "gpufleet_nats_connected",

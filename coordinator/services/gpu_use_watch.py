@@ -19,6 +19,12 @@ bookings and judges nothing else).
 The join's marks (unbooked use said, idle clocks) live in memory: a new leader starts
 them afresh, so it may say an unbooked use again, and a reservation's idle clock starts
 at its first pass.
+
+What a host sends is bounded (issue 32): its use counts only for the units its recorded
+inventory has (`domain.gpu_use_book`: others dropped, counted by the node watch as
+`unknown_device`); an owner is believed only when it names a live reservation, and a
+unit has a bounded number of owners (`domain.gpu_use_owners`); each unit's use alerts
+are rate limited, the held ones said as one (`domain.gpu_use_gate`).
 """
 
 from __future__ import annotations
@@ -28,16 +34,19 @@ import logging
 from collections.abc import Callable
 
 from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
-from coordinator.domain.gpu_use_book import Applied, GpuUseBook
+from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
+from coordinator.domain.gpu_use_gate import Gate, gate
 from coordinator.domain.gpu_use_join import (
     JoinState,
     Policy,
     UnitLine,
     UseTransition,
+    covers,
     join,
     unbooked_units,
     unit_lines,
 )
+from coordinator.domain.gpu_use_owners import reservation_owners, vetted
 from coordinator.domain.model import NewNodeEvent
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger
@@ -45,7 +54,7 @@ from coordinator.services import alerting
 from shared.clock import Clock
 from shared.ids import ulid
 from shared.subjects import Subjects
-from shared.wire import Alert, DeviceUse, Heartbeat, UseReport
+from shared.wire import Alert, DeviceUse, Heartbeat, Inventory, UseReport
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +99,7 @@ class GpuUseWatch:
         self.max_gap_ms = max_gap_ms
         self.book = GpuUseBook()
         self.state = JoinState()
+        self.gates: dict[tuple[str, str], Gate] = {}
         self.lines: tuple[UnitLine, ...] = ()
         # (node, unit) in unbooked use as this replica last saw it (the placer's `busy`).
         self.unbooked: frozenset[tuple[str, str]] = frozenset()
@@ -106,14 +116,33 @@ class GpuUseWatch:
 
     # -- ingest callbacks: memory only -----------------------------------------------
 
-    def on_heartbeat(self, hb: Heartbeat) -> None:
-        """A heartbeat the liveness tracker accepted, carrying use (`use_version` > 0)."""
-        if self.book.on_heartbeat(hb, self.clock.now_ms()) is Applied.NEEDS_REPORT:
+    def on_heartbeat(self, hb: Heartbeat) -> int:
+        """A heartbeat the liveness tracker accepted, carrying use (`use_version` > 0);
+        how many of its devices the node's inventory does not have (dropped)."""
+        applied, unknown = self.book.on_heartbeat(hb, self.clock.now_ms())
+        if applied is Applied.NEEDS_REPORT:
             self._wanted[hb.node_id] = hb.pool_id
+        return unknown
 
-    def on_report(self, report: UseReport) -> None:
-        self.book.on_report(report, self.clock.now_ms())
+    def on_report(self, report: UseReport) -> int:
+        """A full report of a known node; how many of its devices the node's inventory
+        does not have (dropped)."""
+        unknown = self.book.on_report(report, self.clock.now_ms())
         self._wanted.pop(report.node_id, None)
+        return unknown
+
+    def on_inventory(self, inv: Inventory) -> None:
+        """The node's inventory as recorded (or, on a follower, as heard): its units are
+        the devices its use may name. When they change, a full report is asked for: use
+        of a new unit that arrived before the inventory was recorded was dropped."""
+        changed = self.book.set_units(inv.node_id, inventory_units(inv))
+        if changed and inv.node_id in self.book.nodes:
+            self._wanted[inv.node_id] = inv.pool_id
+
+    async def load(self) -> None:
+        """Each node's units as the ledger has them (before the bus delivers any use)."""
+        for node_id, units in (await self.ledger.gpu_use.units()).items():
+            self.book.set_units(node_id, units)
 
     # -- loops -----------------------------------------------------------------------
 
@@ -179,25 +208,25 @@ class GpuUseWatch:
         spanned = await self.ledger.gpu_use.holds(uses, now, since)
         holds = [h for h in spanned if h.start <= now < h.end]
         held_ids = {h.reservation_id for h in holds}
-        owners = {
-            p.owner
-            for devices in uses.values()
-            for d in devices.values()
-            for p in d.processes
-            if p.owner_kind == "reservation" and p.owner and p.owner not in held_ids
-        }
-        tenant_of = await self.ledger.gpu_use.tenants_of(owners | held_ids)
+        owners = reservation_owners(uses) - held_ids
+        tenant_of = await self.ledger.gpu_use.tenants_of(owners | held_ids, now)
+        # Owners as believed: a process naming no live reservation is nobody's.
+        holders = {k: {h.reservation_id for h in hs} for k, hs in covers(holds).items()}
+        uses = vetted(uses, tenant_of.keys() | held_ids, holders)
         # Reservations with an idle clock that no current node holds: still live elsewhere,
         # or ended (which clears their idleness).
         spread = await self.ledger.gpu_use.spread(held_ids | set(self.state.idle), now)
 
-        def compute() -> tuple[JoinState, list[UseTransition], dict[AccrualKey, Accrued]]:
+        def compute() -> tuple[
+            JoinState, dict[tuple[str, str], Gate], list[UseTransition], dict[AccrualKey, Accrued]
+        ]:
             state, transitions = join(
                 self.state, uses, holds, pools, now, self.policy, tenant_of, spread
             )
-            return state, transitions, accrue(uses, spanned, pools, windows)
+            gates, said = gate(self.gates, transitions, now, self.policy)
+            return state, gates, said, accrue(uses, spanned, pools, windows)
 
-        state, transitions, accrued = await asyncio.to_thread(compute)
+        state, gates, transitions, accrued = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]
         events = [
             NewNodeEvent(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
@@ -213,6 +242,7 @@ class GpuUseWatch:
         if flush:
             self._flushed_at = now
         self.state = state
+        self.gates = gates
         self.unbooked = state.unbooked
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)

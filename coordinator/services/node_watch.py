@@ -74,11 +74,14 @@ V = TypeVar("V")
 
 
 class UseSink(Protocol):
-    """Where the use that heartbeats and reports carry goes (`services.gpu_use_watch`)."""
+    """Where the use that heartbeats and reports carry goes (`services.gpu_use_watch`):
+    each answers how many devices it dropped as not in the node's inventory."""
 
-    def on_heartbeat(self, hb: Heartbeat) -> None: ...
+    def on_heartbeat(self, hb: Heartbeat) -> int: ...
 
-    def on_report(self, report: UseReport) -> None: ...
+    def on_report(self, report: UseReport) -> int: ...
+
+    def on_inventory(self, inv: Inventory) -> None: ...
 
 
 def _keep(pending: dict[K, V], taken: dict[K, V]) -> None:
@@ -162,7 +165,7 @@ class NodeWatch:
             # The common case: only last-seen moved (and, from agents that report it,
             # what the GPUs run).
             if hb.use_version and self.use is not None:
-                self.use.on_heartbeat(hb)
+                self._use_heartbeat(hb)
             return
         if not outcome.known:
             self._note_unknown(hb)
@@ -190,7 +193,25 @@ class NodeWatch:
         if outcome.needs_inventory:
             self._note_unknown(hb)
         elif hb.use_version and self.use is not None:
-            self.use.on_heartbeat(hb)
+            self._use_heartbeat(hb)
+
+    def _use_heartbeat(self, hb: Heartbeat) -> None:
+        assert self.use is not None
+        unknown = self.use.on_heartbeat(hb)
+        if unknown:
+            subject = self.subjects.heartbeat(hb.pool_id, hb.node_id)
+            self._unknown_devices(hb.node_id, unknown, subject)
+
+    def _unknown_devices(self, node_id: str, count: int, subject: str) -> None:
+        """A message named devices its node's inventory does not have: they were dropped
+        (the rest of it applied); counted once per message, logged with the node."""
+        self._drop("unknown_device", subject)
+        self._throttle.warning(
+            "unknown_device",
+            "node %s: use of %d device(s) its inventory does not have, dropped",
+            node_id,
+            count,
+        )
 
     def on_use_report(self, report: UseReport) -> None:
         subject = self.subjects.use(report.pool_id, report.node_id)
@@ -202,7 +223,9 @@ class NodeWatch:
         if self.tracker.is_rival(report.node_id, report.boot_id, self.clock.now_ms()):
             self._drop("duplicate_id", subject)
             return
-        self.use.on_report(report)
+        unknown = self.use.on_report(report)
+        if unknown:
+            self._unknown_devices(report.node_id, unknown, subject)
 
     def _note_unknown(self, hb: Heartbeat) -> None:
         if hb.node_id in self._unknown or len(self._unknown) < MAX_UNKNOWN_PER_PASS:
@@ -246,6 +269,8 @@ class NodeWatch:
         node.devices = frozenset(inv.devices)
         node.provisioning = inv.provisioning
         node.last_seen = now
+        if self.use is not None:
+            self.use.on_inventory(inv)
 
     # -- loops -----------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ def _loopback(url: str) -> bool:
 @asynccontextmanager
 async def bus_context(
     settings: CoordinatorSettings, clock: Clock, subjects: Subjects, store: Store,
-    tracker: LivenessTracker, on_behind: Callable[[], None],
+    tracker: LivenessTracker, on_behind: Callable[[str], None],
 ) -> AsyncIterator[Wire]:  # fmt: skip
     bus = Bus(
         settings.nats_url,

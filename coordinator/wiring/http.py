@@ -48,6 +48,7 @@ def metrics_of(
             loop_failures=running.loops.failures,
             nats_errors=bus.errors,
             nats_probe_failures=lambda: bus.probe_failures,
+            nats_probe_late=lambda: bus.probe_late,
             bus_connected=lambda: tracker.bus_connected,
             is_leader=lambda: leadership.is_leader,
             outage_holds=lambda: nodes.outage_holds,

@@ -93,6 +93,7 @@ async def node_watch_context(
     ingest = Ingest(subjects, WithBookings(nodes, bookings), limiter)
     ingest_ref.append(ingest)
     await nodes.load()
+    await use.load()
     # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
     drift = await ledger.rebuild_all(clock.now_ms())
     if drift:

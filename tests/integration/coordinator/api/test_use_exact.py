@@ -28,11 +28,13 @@ MIN = 60 * S
 H = 60 * MIN
 
 
-def _watch(c: Coordinator, clock: FakeClock) -> GpuUseWatch:
-    return GpuUseWatch(
+async def _watch(c: Coordinator, clock: FakeClock) -> GpuUseWatch:
+    watch = GpuUseWatch(
         c.ledger, Subjects("t"), clock, RecordingPublisher(), RecordingAlerts(),
         reachable=lambda _: True, flush_ms=0,
     )  # fmt: skip
+    await watch.load()  # the units of the inventories recorded
+    return watch
 
 
 async def _run(
@@ -97,7 +99,7 @@ async def test_a_window_shorter_than_an_hour_counts_each_reservation_in_full(
     ]
     busy = (DeviceUse(device_id="GPU-n0-0", sm_util=80, processes=(ProcessUse(pid=7),)),)
     idle = (DeviceUse(device_id="GPU-n0-0"),)
-    watch = _watch(clocked, clock)
+    watch = await _watch(clocked, clock)
     await _run(watch, clock, "n0", pool, t + 130 * S,
                lambda now: busy if t + 10 * S <= now <= t + 125 * S else idle)  # fmt: skip
 
@@ -155,7 +157,7 @@ async def test_a_time_sliced_gpu_is_credited_to_the_holder_whose_process_ran(
     mine = ProcessUse(pid=9, owner=r0, owner_kind="reservation", sm_util=50)
     busy = (DeviceUse(device_id="GPU-s0-0", sm_util=50, processes=(mine,)),)
     idle = (DeviceUse(device_id="GPU-s0-0"),)
-    watch = _watch(clocked, clock)
+    watch = await _watch(clocked, clock)
     await _run(watch, clock, "s0", pool, t + 90 * S,
                lambda now: busy if t + 5 * S <= now <= t + 60 * S else idle)  # fmt: skip
 
@@ -181,7 +183,7 @@ async def test_a_mig_instance_without_a_utilization_figure_has_no_weighted_hours
     busy = tuple(
         DeviceUse(device_id=f"MIG-{i}", processes=(ProcessUse(pid=3 + i),)) for i in (0, 1)
     )
-    watch = _watch(clocked, clock)
+    watch = await _watch(clocked, clock)
     await _run(watch, clock, "k0", pool, t + 60 * S, lambda now: busy if now > t else ())
 
     got = await _by_reservation(capi, t, t + H)

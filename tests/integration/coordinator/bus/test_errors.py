@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+import nats
 import pytest
 from nats.aio.msg import Msg
 
@@ -83,8 +85,8 @@ async def test_a_batched_subscription_handles_or_counts_every_message(nats_url: 
     """The heartbeat subscription (`Bus.subscribe_batched`) is bounded: what does not fit
     is dropped, counted as a slow consumer and reported as falling behind; everything
     else reaches the handler, messages with a reply subject included."""
-    behind: list[int] = []
-    bus = Bus(nats_url, pending_msgs_limit=5, on_behind=lambda: behind.append(1))
+    behind: list[str] = []
+    bus = Bus(nats_url, pending_msgs_limit=5, on_behind=behind.append)
     await bus.connect(attempts=1)
     handled: list[tuple[str, bytes]] = []
     try:
@@ -101,8 +103,69 @@ async def test_a_batched_subscription_handles_or_counts_every_message(nats_url: 
         await eventually(all_accounted, within_s=10)
         assert bus.errors["slow_consumer"] > 0  # 2,000 at once into a queue of 5
         assert len(behind) == bus.errors["slow_consumer"]
+        assert all(subject.startswith("lane.") for subject in behind)
         assert ("lane.asks", b"question") in handled
         assert all(subject.startswith("lane.") for subject, _ in handled)
         assert bus.backlog() == 0
     finally:
+        await bus.close()
+
+
+def test_a_message_the_client_dropped_on_a_node_subject_is_an_ingest_drop() -> None:
+    subjects = Subjects("t")
+    ingest = Ingest(subjects, NullSink())
+    pool = new_pool_id()
+    ingest.lost(subjects.heartbeat(pool, "gpu-7"))
+    ingest.lost(subjects.use(pool, "gpu-7"))
+    ingest.lost("t.alert.x.y.z")  # not ingest's: the NATS error counter has it
+    assert ingest.dropped == {"slow_consumer": 2}
+
+
+async def test_a_busy_link_is_not_taken_as_dead_and_loses_nothing(nats_url: str) -> None:
+    """Issue 32: on a starved machine the probe's PONG queues behind every message the
+    server holds for us. A probe that times out while messages keep arriving is late,
+    not a dead link: no reconnect (which would lose what the server holds, uncounted),
+    and every message is handled."""
+    downs: list[int] = []
+    bus = Bus(nats_url, probe_timeout_s=0.3, on_down=lambda: downs.append(1))
+    await bus.connect(attempts=1)
+    handled = [0]
+    starving = asyncio.Event()
+    starving.set()
+
+    async def hog() -> None:
+        # Each turn of the event loop costs 50 ms: the socket is read slowly.
+        while starving.is_set():
+            time.sleep(0.05)  # noqa: ASYNC251 - blocking is the point: a starved loop
+            await asyncio.sleep(0)
+
+    count = 20_000
+    sender = await nats.connect(nats_url)
+    try:
+        await bus.subscribe_batched("busy.>", lambda _: handled.__setitem__(0, handled[0] + 1))
+        await bus.flush()
+        payload = b"x" * 300
+        for i in range(count):
+            await sender.publish(f"busy.{i % 50}", payload)
+        await sender.flush()
+        task = asyncio.create_task(hog())
+        await bus.probe()
+        starving.clear()
+        await task
+        assert (bus.probe_late, bus.probe_failures, downs) == (1, 0, [])
+
+        async def all_handled() -> bool:
+            return handled[0] == count
+
+        await eventually(all_handled, within_s=30)
+        # The late PONG came and went: the link still reads what comes next.
+        for i in range(1000):
+            await sender.publish(f"busy.{i % 50}", payload)
+        await sender.flush()
+        count += 1000
+        await eventually(all_handled, within_s=10)
+        assert bus.errors == {} and downs == []
+    finally:
+        starving.clear()
+        await sender.close()
         await bus.close()

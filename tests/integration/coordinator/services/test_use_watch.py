@@ -14,6 +14,7 @@ from coordinator.services.gpu_use_watch import GpuUseWatch
 from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import DeviceUse, ProcessUse, UseReport
+from tests.factories import make_inventory
 from tests.fakes import RecordingAlerts, RecordingPublisher
 
 T0 = 1000 * HOUR_MS
@@ -35,7 +36,8 @@ async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) ->
         ledger, Subjects("t"), clock, RecordingPublisher(), alerts, reachable=lambda _: True,
         max_gap_ms=60_000, flush_ms=60_000,
     )  # fmt: skip
-    busy = DeviceUse(device_id="GPU-0", sm_util=50, processes=(ProcessUse(pid=1),))
+    watch.on_inventory(make_inventory("n1", "p1", gpus=1))
+    busy = DeviceUse(device_id="GPU-n1-0", sm_util=50, processes=(ProcessUse(pid=1),))
     watch.on_report(
         UseReport(
             node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1, devices=(busy,)

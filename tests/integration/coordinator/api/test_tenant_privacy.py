@@ -133,7 +133,9 @@ async def _populate(api: Api, ledger: Ledger, clock: FakeClock, watch: GpuUseWat
         await api.ok("tenants.create", {"tenantId": tenant})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "shared"}))["poolId"]
     await api.ok("pools.offer", {"tenantId": "acme", "poolId": pool, "offerTo": "globex"})
-    await record_inventory(ledger, _inventory(pool), 1)
+    inventory = _inventory(pool)
+    await record_inventory(ledger, inventory, 1)
+    watch.on_inventory(inventory)  # use counts only for the units a node's inventory has
     keys = {t: (await api.ok("apiKeys.create", {"tenantId": t}))["key"] for t in ("acme", "globex")}
     t = clock.now_ms()
     rsv: dict[str, str] = {}

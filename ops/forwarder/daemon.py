@@ -42,6 +42,7 @@ from ops.forwarder.targets import (
 )
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
+from ops.kit.stream_reader import StoredMsg
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
@@ -113,13 +114,13 @@ class AlertForwarder:
         try:
             stream = stream_name(self.s.subject_prefix)
             source = self.source = AlertSource(
-                nc.jetstream(timeout=10),
+                nc,
                 ConsumerSpec(
                     stream=stream, subject=self.subjects.all_alerts, durable=self.s.durable,
                     ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
                     max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
-                wait_s=self.s.fetch_wait_s, history_js=nc.jetstream(timeout=4),
+                wait_s=self.s.fetch_wait_s, history_timeout_s=4,
             )  # fmt: skip
             source.resume_from = self._resume_from
             await source.bind()
@@ -161,7 +162,7 @@ class AlertForwarder:
             return min(self._inflight)
         return self._last_seq + 1 if self._last_seq else None
 
-    def _replay(self, msg: Msg) -> None:
+    def _replay(self, msg: StoredMsg) -> None:
         with contextlib.suppress(msgspec.DecodeError):
             self.conditions.apply(Alert.from_json(msg.data))
 

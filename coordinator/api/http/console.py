@@ -48,7 +48,7 @@ def add_console_routes(app: web.Application, services: Services) -> None:
         except ValueError:
             after = 0
         items = services.feed.after(after)
-        if not principal.is_operator:
+        if not principal.reads_every_tenant:
             pools = await services.ledger.pools.list_visible(principal.tenant_id)
             visible = {p.pool_id for p in pools}
             items = [i for i in items if i.alert.pool_id in visible]

@@ -274,7 +274,7 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> Prebuilt[out.Node
     found = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
     nodes, counts = found.nodes, found.atom_counts
     page, more = nodes[: body.limit], len(nodes) > body.limit
-    operator = ctx.principal.is_operator
+    operator = ctx.principal.reads_every_tenant
     return Prebuilt(
         out.NodePage,
         {
@@ -297,7 +297,7 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]
     node = await _visible_node(ctx, body.tenant_id, body.node_id)
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
     detail = node_detail(
-        node, holders, body.tenant_id, operator=ctx.principal.is_operator,
+        node, holders, body.tenant_id, operator=ctx.principal.reads_every_tenant,
         use=ctx.services.gpu_use.nodes.get(node.node_id),
     )  # fmt: skip
     return Prebuilt(out.NodeDetail, detail)
@@ -311,7 +311,7 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> out.NodeEvent
     """A node's recorded transitions, oldest first, after an event id."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
-    operator = ctx.principal.is_operator
+    operator = ctx.principal.reads_every_tenant
     return out.NodeEvents(
         node_id=body.node_id, events=[event_out(e, operator=operator) for e in events]
     )

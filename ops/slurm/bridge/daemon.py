@@ -208,7 +208,8 @@ class SlurmBridge:
                     self.metrics_port = await stack.enter_async_context(
                         self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
                     )
-                view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key)
+                view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
+                                  insecure_http=self.s.insecure_http)  # fmt: skip
                 await self._follow(nc, view, notify_socket)
         finally:
             with contextlib.suppress(Exception):

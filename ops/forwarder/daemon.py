@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ops.forwarder.conditions import Conditions
+from ops.forwarder.metrics import ForwarderMetrics
 from ops.forwarder.payloads import webhook_payload
 from ops.forwarder.settings import ForwarderSettings
 from ops.forwarder.targets import (
@@ -89,6 +90,15 @@ class AlertForwarder:
         self._inflight: dict[int, Pending] = {}
         self._last_seq = 0
         self._auth = auth_options(settings.nats_credentials)
+        self.metrics = ForwarderMetrics()
+        self.metrics_port: int | None = None  # once serving (metrics_port 0: a free one)
+        m = self.metrics
+        m.watch("gpufleet_alerts_delivered", "Alerts every target is done with",
+                lambda: self.delivered)  # fmt: skip
+        m.watch("gpufleet_alerts_refused", "Deliveries a target refused (retried)",
+                lambda: self.refused)  # fmt: skip
+        m.watch("gpufleet_alerts_dropped", "Alerts dropped from a full target queue",
+                lambda: self.dropped)  # fmt: skip
 
     @property
     def refused(self) -> int:
@@ -109,7 +119,16 @@ class AlertForwarder:
         return await connect(self._servers, options, log=log)
 
     async def run(self, notify_socket: str | None = None) -> None:
-        """Forward until cancelled; messages not yet acknowledged are redelivered later."""
+        """Forward until cancelled; messages not yet acknowledged are redelivered later.
+        `/metrics` is served meanwhile when `metrics_port` is set."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self.s.metrics_port is not None:
+                self.metrics_port = await stack.enter_async_context(
+                    self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
+                )
+            await self._forward(notify_socket)
+
+    async def _forward(self, notify_socket: str | None) -> None:
         nc = await self._connect()
         try:
             stream = stream_name(self.s.subject_prefix)
@@ -121,6 +140,7 @@ class AlertForwarder:
                     max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
                 wait_s=self.s.fetch_wait_s, history_timeout_s=4,
+                on_mismatch=self.metrics.consumer_mismatches.inc,
             )  # fmt: skip
             source.resume_from = self._resume_from
             await source.bind()

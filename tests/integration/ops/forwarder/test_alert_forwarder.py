@@ -460,8 +460,8 @@ async def test_a_consumer_rewritten_behind_its_back_is_found_logged_counted_and_
     """Issue 32: someone rewrote the forwarder's durable (a filter matching nothing, a
     ten-year inactivity threshold); `gpufleet-alerts` then delivered none of the next
     alerts and logged nothing. Now its periodic check finds the change, says it at ERROR,
-    counts it and sets the consumer back, and the next alerts are delivered."""
-    settings = replace(_settings(nats_url, publisher, receiver), webhooks=())
+    counts it (`/metrics`) and sets the consumer back, and the next alerts are delivered."""
+    settings = replace(_settings(nats_url, publisher, receiver), webhooks=(), metrics_port=0)
     async with forwarding(settings) as forwarder:
         await publisher.publish(_alert("node.registered", 1))
 
@@ -488,6 +488,11 @@ async def test_a_consumer_rewritten_behind_its_back_is_found_logged_counted_and_
 
             await eventually(second, within_s=15)
         assert source.mismatches == 1
+        url = f"http://127.0.0.1:{forwarder.metrics_port}/metrics"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            text = await resp.text()
+        assert "gpufleet_alerts_consumer_mismatches_total 1.0" in text
+        assert "gpufleet_alerts_delivered 2.0" in text
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert errors and "changed behind our back" in errors[0].getMessage()
         assert "filter_subject" in errors[0].getMessage()

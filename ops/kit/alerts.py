@@ -157,6 +157,8 @@ class AlertSource:
             ("inactive_threshold", have.inactive_threshold or None, None),
             ("max_deliver", have.max_deliver if (have.max_deliver or -1) > 0 else None, None),
             ("sample_freq", have.sample_freq or None, None),
+            # Bodiless messages would read as "not an alert" and be acknowledged away.
+            ("headers_only", bool(have.headers_only), False),
         ]
         return [f"{name}={got!r} (want {want!r})" for name, got, want in wanted if got != want]
 

@@ -63,7 +63,11 @@ class Bridge:
             "--resync-interval-s", "1", "--fetch-wait-s", "0.2",
             "--metrics-port", str(self.metrics_port),
         ]  # fmt: skip
-        self.env = {**os.environ, "GPUFLEET_SLURM_BRIDGE_KEY": fleet.operator_key}
+        # An observer key, as docs/operator.md gives the bridge: it reads, never writes.
+        observer = fleet.operator().call(
+            "apiKeys.create", {"tenantId": "operator", "roles": ["observer"], "label": "bridge"}
+        )
+        self.env = {**os.environ, "GPUFLEET_SLURM_BRIDGE_KEY": observer["key"]}
         self.log = open(workdir / "bridge.log", "ab")
         self.proc: subprocess.Popen[bytes] | None = None
 

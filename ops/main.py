@@ -47,6 +47,7 @@ def cli(ctx: click.Context) -> None:
     session = ctx.ensure_object(Session)
     settings = settings_from(ctx, CliSettings, session.env)
     session.url, session.key, session.timeout_s = settings.url, settings.key, settings.timeout_s
+    session.insecure_http = settings.insecure_http
 
 
 @cli.group("alerts")

@@ -47,7 +47,15 @@ def connect_options(text: str, path: str, where: str) -> dict[str, Any]:
     if JWT_CREDS_MARKER in text:
         return {"user_credentials": path}
     user, password = parse_credentials(text, where)
-    return {"user": user, "password": password}
+    options: dict[str, Any] = {"user": user, "password": password}
+    # A user allowed replies only under a prefix of its own (`gpufleet nats-auth`
+    # writes it for readers and forwarders) must ask for them there.
+    prefix = tomllib.loads(text).get("inbox_prefix")
+    if prefix is not None:
+        if not isinstance(prefix, str) or not re.fullmatch(r"[^\s.*>]+", prefix):
+            raise CredentialsError(f"{where}: inbox_prefix must be one subject token")
+        options["inbox_prefix"] = prefix
+    return options
 
 
 def auth_options(path: str | None, where: str = "nats_credentials") -> dict[str, Any]:

@@ -77,6 +77,9 @@ class AlertStream:
             max_age=self._max_age_s,
             num_replicas=replicas,
             duplicate_window=DUPLICATE_WINDOW_S,
+            # Readers and forwarders read its history by (batched) direct get: their NATS
+            # users may create no consumer but their own named one.
+            allow_direct=True,
         )
 
     async def setup(self) -> None:
@@ -93,8 +96,8 @@ class AlertStream:
             if self._replicas is None and want < have:
                 want = have  # never scale down on a guess; only a setting does that
             c = info.config
-            if (have, c.max_msgs, c.max_age, c.duplicate_window) != (
-                want, self._max_msgs, self._max_age_s, DUPLICATE_WINDOW_S,
+            if (have, c.max_msgs, c.max_age, c.duplicate_window, bool(c.allow_direct)) != (
+                want, self._max_msgs, self._max_age_s, DUPLICATE_WINDOW_S, True,
             ):  # fmt: skip
                 info = await js.update_stream(self._config(want))
                 log.info("alert stream %s updated: %d replicas (was %d)", self.name, want, have)

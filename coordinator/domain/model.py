@@ -65,6 +65,15 @@ class Principal:
     def is_operator(self) -> bool:
         return "operator" in self.roles
 
+    @property
+    def is_observer(self) -> bool:
+        """Read-only, every tenant's (the Slurm bridge, dashboards, scrapers)."""
+        return "observer" in self.roles
+
+    @property
+    def reads_every_tenant(self) -> bool:
+        return self.is_operator or self.is_observer
+
 
 @dataclass(frozen=True, slots=True)
 class Pool:

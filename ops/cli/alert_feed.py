@@ -8,7 +8,6 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ops.kit.errors import OpsError
@@ -74,39 +73,53 @@ async def _connect(feed: Feed) -> Any:
 
 
 async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
-    """Print alerts until `count` or `idle_s` says stop; returns how many were shown."""
-    from nats.js.api import ConsumerConfig, DeliverPolicy
+    """Print alerts until `count` or `idle_s` says stop; returns how many were shown.
+
+    Live alerts come on core NATS, and those since `since_ms` from the stream by direct
+    get (a reader's NATS user may create no consumer): the live subscription starts
+    first, so none falls between the two, and an alert read from the stream is not shown
+    again when it also arrives live."""
+    import nats.errors
+
+    from ops.kit.stream_reader import read_stream
 
     nc = await _connect(feed)
     try:
-        js = nc.jetstream(timeout=5)
         stream = stream_name(feed.subject_prefix)
-        if feed.since_ms is None:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
-        else:
-            start = datetime.fromtimestamp(feed.since_ms / 1000, tz=UTC)
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_TIME,
-                opt_start_time=start,
-            )
+        live = await nc.subscribe(feed.subject)
         try:
-            sub = await js.subscribe(
-                feed.subject, stream=stream, ordered_consumer=True, config=config
-            )
+            info = await nc.jetstream(timeout=5).stream_info(stream)
         except Exception as exc:
             raise FeedError(
                 f"{feed.nats_url}: no alert stream {stream} ({exc or type(exc).__name__}); "
                 "is --subject-prefix the coordinator's?"
             ) from None
         shown = 0
+        stored: set[str] = set()  # alert ids shown from the stream
+        if feed.since_ms is not None:
+            try:
+                async for msg in read_stream(
+                    nc, stream, feed.subject, start_time_ms=feed.since_ms,
+                    upto_seq=info.state.last_seq,
+                ):  # fmt: skip
+                    if feed.count is not None and shown >= feed.count:
+                        return shown
+                    alert = _alert(msg.data)
+                    if alert is not None:
+                        stored.add(str(alert.get("alertId")))
+                        show(alert)
+                        shown += 1
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise FeedError(
+                    f"{feed.nats_url}: cannot read {stream} ({exc or type(exc).__name__})"
+                ) from None
         while feed.count is None or shown < feed.count:
             try:
-                msg = await asyncio.wait_for(sub.next_msg(timeout=None), feed.idle_s)
+                live_msg = await asyncio.wait_for(live.next_msg(timeout=None), feed.idle_s)
             except TimeoutError:
                 break
-            try:
-                alert = json.loads(msg.data)
-            except ValueError:
+            alert = _alert(live_msg.data)
+            if alert is None or str(alert.get("alertId")) in stored:
                 continue
             show(alert)
             shown += 1
@@ -116,6 +129,14 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
             await asyncio.wait_for(nc.close(), 5)
         except Exception:  # closing a dead connection: nothing left to release
             pass
+
+
+def _alert(data: bytes) -> dict[str, Any] | None:
+    try:
+        alert = json.loads(data)
+    except ValueError:
+        return None
+    return alert if isinstance(alert, dict) else None
 
 
 def alert_line(alert: dict[str, Any], when: str) -> str:

@@ -280,7 +280,7 @@ def tenant_create_cmd(session: Session, tenant_id: str, name: str | None) -> Non
 
 @click.command("key-create")
 @click.argument("tenant_id", metavar="TENANT_ID")
-@click.option("--role", multiple=True, type=click.Choice(("tenant", "operator")))
+@click.option("--role", multiple=True, type=click.Choice(("tenant", "operator", "observer")))
 @click.option("--label", default="")
 @output_options
 @pass_session

@@ -37,6 +37,13 @@ class CliSettings(SettingsModel, frozen=True):
     timeout_s: Annotated[
         float, Meta(gt=0, le=3600, description="seconds per call"), Option(flag="--timeout")
     ] = 30.0
+    insecure_http: Annotated[
+        bool,
+        Meta(
+            description="allow plain http:// to a coordinator off this machine (the key"
+            " then crosses the network in clear)"
+        ),
+    ] = False
     # `alerts watch` only; its flags are on that command. The names are the daemons'.
     nats_url: Annotated[
         str, Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed")
@@ -45,7 +52,7 @@ class CliSettings(SettingsModel, frozen=True):
     subject_prefix: SubjectPrefix = DEFAULT_PREFIX
 
     # Which flags go on the top-level command, and which on `alerts watch`.
-    API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s")
+    API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s", "insecure_http")
     NATS_FLAGS: ClassVar[tuple[str, ...]] = ("nats_url", "nats_credentials", "subject_prefix")
 
 

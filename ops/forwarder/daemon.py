@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ops.forwarder.conditions import Conditions
+from ops.forwarder.metrics import ForwarderMetrics
 from ops.forwarder.payloads import webhook_payload
 from ops.forwarder.settings import ForwarderSettings
 from ops.forwarder.targets import (
@@ -42,6 +43,7 @@ from ops.forwarder.targets import (
 )
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
+from ops.kit.stream_reader import StoredMsg
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
@@ -88,6 +90,15 @@ class AlertForwarder:
         self._inflight: dict[int, Pending] = {}
         self._last_seq = 0
         self._auth = auth_options(settings.nats_credentials)
+        self.metrics = ForwarderMetrics()
+        self.metrics_port: int | None = None  # once serving (metrics_port 0: a free one)
+        m = self.metrics
+        m.watch("gpufleet_alerts_delivered", "Alerts every target is done with",
+                lambda: self.delivered)  # fmt: skip
+        m.watch("gpufleet_alerts_refused", "Deliveries a target refused (retried)",
+                lambda: self.refused)  # fmt: skip
+        m.watch("gpufleet_alerts_dropped", "Alerts dropped from a full target queue",
+                lambda: self.dropped)  # fmt: skip
 
     @property
     def refused(self) -> int:
@@ -108,18 +119,28 @@ class AlertForwarder:
         return await connect(self._servers, options, log=log)
 
     async def run(self, notify_socket: str | None = None) -> None:
-        """Forward until cancelled; messages not yet acknowledged are redelivered later."""
+        """Forward until cancelled; messages not yet acknowledged are redelivered later.
+        `/metrics` is served meanwhile when `metrics_port` is set."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self.s.metrics_port is not None:
+                self.metrics_port = await stack.enter_async_context(
+                    self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
+                )
+            await self._forward(notify_socket)
+
+    async def _forward(self, notify_socket: str | None) -> None:
         nc = await self._connect()
         try:
             stream = stream_name(self.s.subject_prefix)
             source = self.source = AlertSource(
-                nc.jetstream(timeout=10),
+                nc,
                 ConsumerSpec(
                     stream=stream, subject=self.subjects.all_alerts, durable=self.s.durable,
                     ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
                     max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
-                wait_s=self.s.fetch_wait_s, history_js=nc.jetstream(timeout=4),
+                wait_s=self.s.fetch_wait_s, history_timeout_s=4,
+                on_mismatch=self.metrics.consumer_mismatches.inc,
             )  # fmt: skip
             source.resume_from = self._resume_from
             await source.bind()
@@ -161,7 +182,7 @@ class AlertForwarder:
             return min(self._inflight)
         return self._last_seq + 1 if self._last_seq else None
 
-    def _replay(self, msg: Msg) -> None:
+    def _replay(self, msg: StoredMsg) -> None:
         with contextlib.suppress(msgspec.DecodeError):
             self.conditions.apply(Alert.from_json(msg.data))
 

@@ -107,6 +107,11 @@ class ForwarderSettings(SettingsModel, frozen=True):
         Meta(description="extra labels on every Alertmanager alert (an `[alerts.labels]` table)"),
         Option(flag="--label", metavar="K=V", item=_label),
     ] = msgspec.field(default_factory=dict)
+    metrics_host: Annotated[str, Meta(description="address of the /metrics listener")] = "127.0.0.1"
+    metrics_port: Annotated[
+        Annotated[int, Meta(ge=0, le=65535)] | None,
+        Meta(description="port of /metrics (unset: none; 0: any free one)"),
+    ] = None
     log_level: LogLevel = "INFO"
 
     def check(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 import msgspec
 
-from ops.kit.client import Unreachable, api_error, method_path
+from ops.kit.client import Unreachable, api_error, method_path, require_tls
 
 __all__ = ["AsyncApiClient"]
 
@@ -26,7 +26,10 @@ P = TypeVar("P", bound=Page)
 
 
 class AsyncApiClient:
-    def __init__(self, http: aiohttp.ClientSession, base_url: str, key: str) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, base_url: str, key: str, *, insecure_http: bool = False
+    ) -> None:
+        require_tls(base_url, insecure_http)  # InsecureHttp: before any connection
         self.http = http
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {key}"}

@@ -5,11 +5,17 @@ Every failure is one exception naming the URL it tried: `ApiError` for the API's
 envelope (code, message, the failing fields), `Unreachable` for anything that kept the
 request from getting an API answer (refused, timed out, not HTTP — a NATS port answers
 `INFO {…}` —, not JSON).
+
+Both clients refuse a plain `http://` URL to a host that is not loopback before any
+connection (`InsecureHttp`): the API key would cross the network in clear. The caller
+says `insecure_http=True` (`--insecure-http`) to allow it, say behind a TLS-terminating
+tunnel it trusts.
 """
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import socket
 import urllib.error
@@ -58,6 +64,34 @@ class ApiError(ClientError):
         )
 
 
+class InsecureHttp(ClientError):
+    """A plain http:// URL to a host off this machine, not allowed (exit 2)."""
+
+    exit_code = 2
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address, as written (no name is looked up)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_tls(base_url: str, insecure_http: bool = False) -> None:
+    """Raise InsecureHttp for `http://` to a non-loopback host unless `insecure_http`."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme != "http" or insecure_http:
+        return
+    if not is_loopback_host(parts.hostname or ""):
+        raise InsecureHttp(
+            f"{base_url}: plain http:// to another host would send the API key in clear;"
+            " use https://, or allow it with --insecure-http (insecure_http = true)"
+        )
+
+
 def method_path(method: str) -> str:
     module, _, name = method.partition(".")
     if not module or not name or "/" in method or " " in method:
@@ -66,7 +100,10 @@ def method_path(method: str) -> str:
 
 
 class ApiClient:
-    def __init__(self, base_url: str, key: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, key: str, timeout_s: float = 10.0, *, insecure_http: bool = False
+    ) -> None:
+        require_tls(base_url, insecure_http)
         self.base_url = base_url.rstrip("/")
         self.key = key
         self.timeout_s = timeout_s

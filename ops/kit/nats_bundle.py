@@ -24,7 +24,6 @@ from ops.kit.nats_server_config import (
 )
 from ops.kit.nats_users import (
     COORDINATOR_USER,
-    DEFAULT_FORWARDER_DURABLE,
     AgentNode,
     NatsAuthError,
     NatsUser,
@@ -61,7 +60,8 @@ class AuthBundle:
         return self.server_configs[SERVER_CONFIG]
 
     def credentials(self, user: str) -> str:
-        return credentials_text(user, self.passwords[user])
+        found = next(u for u in self.users if u.name == user)
+        return credentials_text(user, self.passwords[user], found.permissions.inbox_prefix)
 
 
 def build(
@@ -97,14 +97,14 @@ def build(
             raise NatsAuthError(f"node id {node.node_id!r} is listed in more than one pool")
         seen.add(node.node_id)
         users.append(NatsUser(agent_user(node), "agent", agent_permissions(subjects, node), node))
-    durables = sorted(set(forwarders))
-    protected = {DEFAULT_FORWARDER_DURABLE, *durables}
     for name in sorted(set(readers)):
-        perms = reader_permissions(subjects, alert_stream, protected)
-        users.append(NatsUser(reader_user(name), "reader", perms))
-    for durable in durables:
-        perms = forwarder_permissions(alert_stream, durable, protected)
-        users.append(NatsUser(forwarder_user(durable), "forwarder", perms))
+        reader = reader_user(name)
+        perms = reader_permissions(subjects, alert_stream, reader)
+        users.append(NatsUser(reader, "reader", perms))
+    for durable in sorted(set(forwarders)):
+        forwarder = forwarder_user(durable)
+        perms = forwarder_permissions(alert_stream, durable, forwarder)
+        users.append(NatsUser(forwarder, "forwarder", perms))
     names = {u.name for u in users}
     unknown = set(rotate) - names - {"all"}
     if unknown:

@@ -230,9 +230,14 @@ def render_cluster_configs(
     return configs
 
 
-def credentials_text(user: str, password: str) -> str:
-    return (
+def credentials_text(user: str, password: str, inbox_prefix: str | None = None) -> str:
+    """The TOML `procs.nats.auth_options` reads; `inbox_prefix`: where the user's
+    replies must arrive (its permissions allow no other inbox)."""
+    text = (
         "# NATS credentials for gpufleet (written by `gpufleet nats-auth`); keep secret.\n"
         f"user = {_quote(user)}\n"
         f"password = {_quote(password)}\n"
     )
+    if inbox_prefix is not None:
+        text += f"inbox_prefix = {_quote(inbox_prefix)}\n"
+    return text

@@ -6,11 +6,13 @@ node's bookings (in any pool, so a node moved between pools still hears them; an
 node's bookings name other tenants' reservations), so a compromised host cannot speak
 for another nor read what others hold. The coordinator may read every heartbeat and inventory,
 ask for inventories, publish and read alerts (its console feed) and use JetStream.
-Optional reader users (monitoring) may read alerts, live or from the JetStream stream
-through ephemeral consumers, and nothing else: they can neither create nor delete a
-durable consumer, nor pull or acknowledge the forwarders' ones. Each alert forwarder
-gets its own user, which may create, read and recreate its own durable consumer and
-nothing else.
+Optional reader users (monitoring) may read alerts, live on core NATS or from the
+JetStream stream by direct get, and nothing else: no consumer at all, so none can
+rewrite, take over or pre-create a forwarder's, nor push the stream onto an agent's
+subjects. Each alert forwarder (the Slurm bridge is one) gets its own user, which may
+create, update and read the one consumer named after it and nothing else. Readers and
+forwarders each get replies only under an inbox prefix of their own (written into their
+credentials file), never `_INBOX.>`.
 
 Passwords are random (192 bits) and reach nats-server only as bcrypt hashes. Because
 they are random, not chosen by people, a low bcrypt cost loses nothing against guessing
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,6 +72,8 @@ class Permissions:
     # Lets an agent answer a request on its reply subject without a publish grant on
     # anyone's inbox.
     allow_responses: bool = False
+    # Its replies' subject prefix (nats-py `inbox_prefix`), when not the shared `_INBOX`.
+    inbox_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,75 +139,56 @@ def coordinator_permissions(subjects: Subjects) -> Permissions:
     )
 
 
-def reader_permissions(
-    subjects: Subjects,
-    alert_stream: str,
-    protected: Collection[str] = (DEFAULT_FORWARDER_DURABLE,),
-) -> Permissions:
-    """Live alerts on core NATS, and the alert stream through ephemeral consumers (push or
-    pull), but no stream management, no publishing, and no durable consumers.
+def inbox_prefix(user: str) -> str:
+    """The subject prefix of a user's reply inboxes (nats-py's `inbox_prefix`), written
+    into its credentials file: one token of its own, so no user may read another's
+    replies. Dots (in reader names) are escaped as in node subjects, so reader `a`'s
+    prefix never covers reader `a.b`'s."""
+    return "_INBOX_" + user.replace("%", "%25").replace(".", "%2E")
 
-    Only the legacy create subject `$JS.API.CONSUMER.CREATE.<stream>` is granted:
-    nats-server refuses a durable there (the consumer is named by the server), whereas
-    `…CREATE.<stream>.<name>` makes a durable whenever the body names one. So a reader
-    creates its consumer unnamed (nats-py: `subscribe`, or `add_consumer` without a name
-    then `pull_subscribe_bind`). Delete is not granted at all; an ephemeral consumer goes
-    away by itself once idle. Consumer names are not known in advance, so `protected`
-    durables (the forwarders') are denied by name: a reader pulling or acknowledging on
-    one would take alerts away from it."""
+
+def reader_permissions(subjects: Subjects, alert_stream: str, user: str) -> Permissions:
+    """Live alerts on core NATS, and the alert stream's history by direct get (batched),
+    and nothing else: no consumer of any kind, so a reader can neither create, update
+    nor read anyone's consumer, nor point a push consumer at another user's subjects.
+    Replies reach it only under its own inbox prefix."""
     s = alert_stream
     return Permissions(
         publish=(
             "$JS.API.INFO",
-            "$JS.API.STREAM.NAMES",
             f"$JS.API.STREAM.INFO.{s}",
             f"$JS.API.STREAM.MSG.GET.{s}",
             f"$JS.API.DIRECT.GET.{s}",
             f"$JS.API.DIRECT.GET.{s}.>",
-            f"$JS.API.CONSUMER.CREATE.{s}",
-            f"$JS.API.CONSUMER.INFO.{s}.*",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
-            f"$JS.API.CONSUMER.NAMES.{s}",
-            f"$JS.API.CONSUMER.LIST.{s}",
-            f"$JS.ACK.{s}.>",
-            f"$JS.FC.{s}.>",
         ),
-        subscribe=(subjects.all_alerts, "_INBOX.>"),
-        publish_deny=tuple(
-            subject
-            for durable in sorted(set(protected))
-            for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{s}.{durable}", f"$JS.ACK.{s}.{durable}.>")
-        ),
+        subscribe=(subjects.all_alerts, f"{inbox_prefix(user)}.>"),
+        inbox_prefix=inbox_prefix(user),
     )
 
 
-def forwarder_permissions(
-    alert_stream: str, durable: str, protected: Collection[str] = ()
-) -> Permissions:
-    """Its own durable consumer on the alert stream, by any of the three create subjects
-    nats-py uses (each names the consumer, so it can be no other): create it, recreate it
-    when someone deleted it, read its info, pull and acknowledge. At start it reads the
-    stream's history through an unnamed (ephemeral, unacknowledged) consumer, as a reader
-    may, to rebuild which conditions fire; the other `protected` durables are denied by
-    name, so it can take no other forwarder's alerts. It may not delete any consumer nor
-    touch the stream, and it publishes nothing else."""
+def forwarder_permissions(alert_stream: str, durable: str, user: str) -> Permissions:
+    """Its own durable consumer on the alert stream and no other: create or update it
+    (`$JS.API.CONSUMER.CREATE.<stream>.<durable>[.<filter>]`, the only create subjects
+    that name the consumer in the subject, so the server refuses any other name), read
+    its info, pull and acknowledge. The stream's history, read at start to rebuild which
+    conditions fire, comes by direct get, as a reader's. It may not delete a consumer
+    nor touch the stream, and it publishes nothing else; replies reach it only under its
+    own inbox prefix."""
     s, d = alert_stream, durable
     return Permissions(
         publish=(
             "$JS.API.INFO",
             f"$JS.API.STREAM.INFO.{s}",
-            f"$JS.API.CONSUMER.CREATE.{s}",
+            f"$JS.API.STREAM.MSG.GET.{s}",
+            f"$JS.API.DIRECT.GET.{s}",
             f"$JS.API.CONSUMER.CREATE.{s}.{d}",
             f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}",
             f"$JS.API.CONSUMER.INFO.{s}.{d}",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}",
             f"$JS.ACK.{s}.{d}.>",
         ),
-        subscribe=("_INBOX.>",),
-        publish_deny=tuple(
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{other}" for other in sorted(set(protected) - {d})
-        ),
+        subscribe=(f"{inbox_prefix(user)}.>",),
+        inbox_prefix=inbox_prefix(user),
     )
 
 

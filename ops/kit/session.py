@@ -23,6 +23,7 @@ class Session:
     url: str = DEFAULT_URL
     key: str | None = None
     timeout_s: float = 30.0
+    insecure_http: bool = False
     fmt: Format | None = None
     local: bool = False
     # Where `GPUFLEET_*` settings are read from: the process's, or what `ops.main.run` is given.
@@ -43,7 +44,9 @@ class Session:
         if not self.key:
             raise click.UsageError("an API key is needed: --key or GPUFLEET_KEY")
         if self._client is None:
-            self._client = ApiClient(self.url, self.key, self.timeout_s)
+            self._client = ApiClient(
+                self.url, self.key, self.timeout_s, insecure_http=self.insecure_http
+            )
         return self._client
 
     def call(self, method: str, body: dict[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -83,10 +84,14 @@ class Fleet:
     def operator(self) -> ApiClient:
         return ApiClient(self.url, self.operator_key, timeout_s=30)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")
         self._logs.append(log)
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
 
     def start_coordinator(self, *extra: str) -> None:
         self.coordinator = self._spawn(
@@ -96,10 +101,11 @@ class Fleet:
                 "--state-dir", str(self.workdir),
                 "--nats-url", self.nats_url,
                 "--port", str(self.port),
-                "--bootstrap-operator-key", self.operator_key,
                 "--insecure-bus",  # the test nats-server has no users
                 *extra,
             ],
+            # In the environment, never on a command line (`ps` shows those).
+            env={"GPUFLEET_BOOTSTRAP_OPERATOR_KEY": self.operator_key},
         )  # fmt: skip
         wait_for(self.operator().healthy, what="coordinator healthy")
 

@@ -42,16 +42,18 @@ def test_agent_to_coordinator_to_capacity_summary_over_http(
         "--state-dir", str(tmp_path),
         "--nats-url", nats_proc.url,
         "--port", str(port),
-        "--bootstrap-operator-key", operator_key,
     ]  # fmt: skip
+    # The key in the environment, never on a command line (`ps` shows those).
+    env = {**os.environ, "GPUFLEET_BOOTSTRAP_OPERATOR_KEY": operator_key}
     # This nats-server has no users: the coordinator refuses it unless told (exit 2).
-    refused = subprocess.run(argv, capture_output=True, timeout=60)
+    refused = subprocess.run(argv, capture_output=True, timeout=60, env=env)
     assert refused.returncode == 2, refused.stderr
     assert b"--insecure-bus" in refused.stderr
     coordinator = subprocess.Popen(
         [*argv, "--insecure-bus"],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
     )  # fmt: skip
     agent: subprocess.Popen[bytes] | None = None
     try:

@@ -138,12 +138,12 @@ def live(
             "--database-url", database_url,
             "--nats-url", server.url,
             "--port", str(port),
-            "--bootstrap-operator-key", operator_key,
             "--subject-prefix", PREFIX,
             "--insecure-bus",  # the test nats-server has no users
             "--misses", "5",
         ],
         stdout=logs, stderr=subprocess.STDOUT,
+        env={**os.environ, "GPUFLEET_BOOTSTRAP_OPERATOR_KEY": operator_key},  # not in argv
     )  # fmt: skip
     agent: subprocess.Popen[bytes] | None = None
     try:

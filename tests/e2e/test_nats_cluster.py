@@ -11,6 +11,7 @@ the next one."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -47,10 +48,14 @@ class Procs:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")
         self._logs.append(log)
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         return self.procs[name]
 
     def log(self, name: str) -> str:
@@ -136,7 +141,6 @@ async def test_losing_a_nats_server_loses_no_alert_and_no_booking(
                     "--database-url", database_url,
                     "--nats-url", seeds,
                     "--port", str(port),
-                    "--bootstrap-operator-key", key,
                     "--subject-prefix", PREFIX,
                     "--misses", "3",
                     "--recovery-hold-s", "0.5",
@@ -144,6 +148,7 @@ async def test_losing_a_nats_server_loses_no_alert_and_no_booking(
                     "--state-dir", str(procs.workdir),
                     "--insecure-bus",  # the test cluster has no users
                 ],
+                env={"GPUFLEET_BOOTSTRAP_OPERATOR_KEY": key},  # never on a command line
             )  # fmt: skip
         apis = {n: ApiClient(f"http://127.0.0.1:{p}", key, timeout_s=30) for n, p in ports.items()}
         for api in apis.values():

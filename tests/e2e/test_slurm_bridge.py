@@ -63,11 +63,18 @@ class Bridge:
             "--resync-interval-s", "1", "--fetch-wait-s", "0.2",
             "--metrics-port", str(self.metrics_port),
         ]  # fmt: skip
-        self.env = {**os.environ, "GPUFLEET_SLURM_BRIDGE_KEY": fleet.operator_key}
+        self.fleet = fleet
+        self.env = dict(os.environ)
         self.log = open(workdir / "bridge.log", "ab")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        if "GPUFLEET_SLURM_BRIDGE_KEY" not in self.env:
+            # An observer key, as docs/operator.md gives the bridge: it reads, never writes.
+            observer = self.fleet.operator().call(
+                "apiKeys.create", {"tenantId": "operator", "roles": ["observer"], "label": "bridge"}
+            )
+            self.env["GPUFLEET_SLURM_BRIDGE_KEY"] = observer["key"]
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
         )

@@ -1,7 +1,10 @@
 """Roles, permissions and the `permission @ scope` decision of the seed.
 
 A pool the tenant cannot see is NOT_FOUND (never a hint that it exists); a tenantId the
-key may not act for is PERMISSION_DENIED. Operators act for any tenant.
+key may not act for is PERMISSION_DENIED. Operators act for any tenant. Observers (the
+Slurm bridge, dashboards, scrapers) read what any tenant may read, for every tenant,
+and write nothing: their role grants no write permission, and reading every tenant's
+never lets a key write for another tenant.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ TENANT_PERMISSIONS = frozenset(
         "compute:nodes:read",
     }
 )
+OBSERVER_PERMISSIONS = frozenset(p for p in TENANT_PERMISSIONS if p.endswith(":read"))
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "tenant": TENANT_PERMISSIONS,
     "operator": TENANT_PERMISSIONS | {"platform:admin"},
+    "observer": OBSERVER_PERMISSIONS,
 }
 
 
@@ -50,8 +55,11 @@ def has_permission(principal: Principal, permission: str) -> bool:
     return any(permission in ROLE_PERMISSIONS.get(role, frozenset()) for role in principal.roles)
 
 
-def may_act_for(principal: Principal, tenant_id: str) -> bool:
-    return principal.is_operator or principal.tenant_id == tenant_id
+def may_act_for(principal: Principal, tenant_id: str, kind: str = "write") -> bool:
+    """Whether the key may call a method of `kind` ("read"/"write") for `tenant_id`."""
+    if principal.is_operator or principal.tenant_id == tenant_id:
+        return True
+    return kind == "read" and principal.is_observer
 
 
 async def authorize(
@@ -66,10 +74,12 @@ async def authorize(
     tenant_id: str | None = getattr(body, "tenant_id")  # noqa: B009 - tenant-scoped inputs have it
     if tenant_id is None:
         # Where an input lets tenantId be left out, that means every tenant's.
-        if not principal.is_operator:
-            raise PermissionDenied("tenantId is required (only an operator key may leave it out)")
+        if not (principal.is_operator or (method.kind == "read" and principal.is_observer)):
+            raise PermissionDenied(
+                "tenantId is required (only an operator or observer key may leave it out)"
+            )
         return None
-    if not may_act_for(principal, tenant_id):
+    if not may_act_for(principal, tenant_id, method.kind):
         raise PermissionDenied(f"this key may not act for tenant {tenant_id!r}")
     if method.scope == "compute-tenant":
         return None

@@ -49,7 +49,7 @@ def add_console_routes(app: web.Application, services: Services) -> None:
         except ValueError:
             after = 0
         items = services.feed.after(after)
-        viewer = None if principal.is_operator else principal.tenant_id
+        viewer = None if principal.reads_every_tenant else principal.tenant_id
         if viewer is not None:
             pools = await services.ledger.pools.list_visible(viewer)
             visible = {p.pool_id for p in pools}

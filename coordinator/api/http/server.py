@@ -321,11 +321,13 @@ def _metrics_handler(
                 given = None
             allowed = given is not None and (
                 (token is not None and hmac.compare_digest(given.encode(), token.encode()))
-                or _is_operator(await services.ledger.keys.authenticate(given))
+                or _reads_metrics(await services.ledger.keys.authenticate(given))
             )
             if not allowed:
                 return web.json_response(
-                    error_body("UNAUTHENTICATED", "/metrics needs its token or an operator key"),
+                    error_body(
+                        "UNAUTHENTICATED", "/metrics needs its token or an operator/observer key"
+                    ),
                     status=401,
                     headers={"WWW-Authenticate": "Bearer"},
                 )
@@ -339,8 +341,8 @@ def _metrics_handler(
     return metrics
 
 
-def _is_operator(principal: Principal | None) -> bool:
-    return principal is not None and principal.is_operator
+def _reads_metrics(principal: Principal | None) -> bool:
+    return principal is not None and principal.reads_every_tenant
 
 
 def metrics_app(services: Services, limits: HttpLimits) -> web.Application:

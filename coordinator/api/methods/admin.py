@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from coordinator.api.http.context import CallContext
 from coordinator.api.http.registry import REGISTRY
@@ -14,7 +14,7 @@ from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import RESOURCES, ApiKey, Quota
 
-Role = Literal["tenant", "operator"]
+Role = Literal["tenant", "operator", "observer"]
 
 
 def _default_roles() -> list[Role]:
@@ -32,11 +32,22 @@ class TenantCreateInput(ApiInput):
 class ApiKeyCreateInput(ApiInput):
     tenant_id: TenantId = Field(description="The tenant the key acts for.")
     roles: Annotated[list[Role], Field(min_length=1, max_length=2)] = Field(
-        default_factory=_default_roles, description="Its roles (operator: every tenant)."
+        default_factory=_default_roles,
+        description="Its roles (operator: every tenant; observer: reads every tenant's,"
+        " writes nothing, and goes alone).",
     )
     label: Annotated[str, Field(max_length=256)] = Field(
         default="", description="A label to recognise it by."
     )
+
+    @field_validator("roles")
+    @classmethod
+    def _observer_alone(cls, roles: list[Role]) -> list[Role]:
+        # Read-only means nothing else: tenant + observer would write for its own
+        # tenant while reading everyone's, which no service needs.
+        if "observer" in roles and len(set(roles)) > 1:
+            raise ValueError("an observer key has no other role")
+        return roles
 
 
 class QuotaSetInput(ApiInput):

@@ -285,7 +285,7 @@ async def nodes_list(ctx: CallContext, body: NodeListInput) -> Prebuilt[out.Node
     found = await ctx.ledger.catalog.nodes(pools, after, body.limit + 1)
     nodes, counts = found.nodes, found.atom_counts
     page, more = nodes[: body.limit], len(nodes) > body.limit
-    operator = ctx.principal.is_operator
+    operator = ctx.principal.reads_every_tenant
     return Prebuilt(
         out.NodePage,
         {
@@ -308,7 +308,7 @@ async def nodes_get(ctx: CallContext, body: NodeRef) -> Prebuilt[out.NodeDetail]
     node = await _visible_node(ctx, body.tenant_id, body.node_id)
     holders = await ctx.ledger.catalog.holders(node.node_id, ctx.now())
     detail = node_detail(
-        node, holders, body.tenant_id, operator=ctx.principal.is_operator,
+        node, holders, body.tenant_id, operator=ctx.principal.reads_every_tenant,
         use=ctx.services.gpu_use.nodes.get(node.node_id),
     )  # fmt: skip
     return Prebuilt(out.NodeDetail, detail)
@@ -323,8 +323,8 @@ async def nodes_events(ctx: CallContext, body: NodeEventsInput) -> out.NodeEvent
     GPU use events in general words: their reasons name other tenants' reservations)."""
     await _visible_node(ctx, body.tenant_id, body.node_id)
     events = await ctx.ledger.catalog.events(body.node_id, body.after, body.limit)
-    operator = ctx.principal.is_operator
-    seen = [event_seen(e, body.tenant_id) for e in events]
+    operator = ctx.principal.reads_every_tenant
+    seen = [event_seen(e, None if operator else body.tenant_id) for e in events]
     return out.NodeEvents(
         node_id=body.node_id, events=[event_out(e, operator=operator) for e in seen]
     )

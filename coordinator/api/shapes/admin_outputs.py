@@ -9,7 +9,7 @@ from pydantic import Field
 from coordinator.api.shapes.base import ApiOutput
 from coordinator.api.shapes.fields import EpochMs, PoolId, TenantId
 
-Role = Literal["tenant", "operator"]
+Role = Literal["tenant", "operator", "observer"]
 KeyId = Annotated[str, Field(examples=["k0123456789abcde"])]
 
 

@@ -208,7 +208,8 @@ class SlurmBridge:
                     self.metrics_port = await stack.enter_async_context(
                         self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
                     )
-                view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key)
+                view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
+                                  insecure_http=self.s.insecure_http)  # fmt: skip
                 await self._follow(nc, view, notify_socket)
         finally:
             with contextlib.suppress(Exception):
@@ -217,12 +218,12 @@ class SlurmBridge:
     def source(self, nc: Client) -> AlertSource:
         """Its durable consumer on the alert stream (not yet bound)."""
         return AlertSource(
-            nc.jetstream(timeout=10),
+            nc,
             ConsumerSpec(
                 stream=stream_name(self.s.subject_prefix), subject=self.subjects.all_alerts,
                 durable=self.s.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=10_000,
             ),
-            wait_s=self.s.fetch_wait_s,
+            wait_s=self.s.fetch_wait_s, on_mismatch=self.metrics.consumer_mismatches.inc,
         )  # fmt: skip
 
     async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:

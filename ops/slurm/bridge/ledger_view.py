@@ -111,9 +111,10 @@ class LedgerView:
     """Reads fail with `ops.kit.client.ClientError` (unreachable, refused, not its answer)."""
 
     def __init__(
-        self, http: aiohttp.ClientSession, base_url: str, key: str, page: int = 200
-    ) -> None:
-        self.api = AsyncApiClient(http, base_url, key)
+        self, http: aiohttp.ClientSession, base_url: str, key: str, page: int = 200,
+        *, insecure_http: bool = False,
+    ) -> None:  # fmt: skip
+        self.api = AsyncApiClient(http, base_url, key, insecure_http=insecure_http)
         self.page = page  # reservations a call (nodes: five times as many)
 
     async def _mig_profiles(self, nodes: set[str]) -> dict[str, str]:

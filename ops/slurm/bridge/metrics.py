@@ -44,6 +44,11 @@ class BridgeMetrics:
             "gpufleet_slurm_bridge_events_total", "Alert-stream events that triggered one",
             registry=r,
         )  # fmt: skip
+        self.consumer_mismatches = Counter(
+            "gpufleet_slurm_bridge_consumer_mismatches_total",
+            "Times its alert-stream consumer was found changed behind its back (set back,"
+            " or the bridge stops)", registry=r,
+        )  # fmt: skip
         self.unknown_nodes = Gauge(
             "gpufleet_slurm_bridge_unknown_nodes",
             "Nodes the ledger wants reserved or drained that Slurm does not know", registry=r,

@@ -14,6 +14,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from ops.kit.client import InsecureHttp, require_tls
 from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
 from ops.slurm.bridge.planner import Policy
 from procs.logs import LogLevel
@@ -46,9 +47,15 @@ class BridgeSettings(SettingsModel, frozen=True):
     coordinator_url: Annotated[
         str, Meta(description="the coordinator's HTTP API (a load balancer over replicas)")
     ] = "http://127.0.0.1:8080"
+    insecure_http: Annotated[
+        bool, Meta(description="allow plain http:// to a coordinator off this machine")
+    ] = False
     coordinator_key: Annotated[
         str,
-        Meta(description="an operator API key (secret: give it in the environment)"),
+        Meta(
+            description="an observer API key (read-only, every tenant: `gpufleet key-create"
+            " TENANT --role observer`; secret: give it in the environment)"
+        ),
         Option(env="GPUFLEET_SLURM_BRIDGE_KEY", default_doc="none (required)"),
     ] = ""
     nats_url: Annotated[
@@ -135,8 +142,12 @@ class BridgeSettings(SettingsModel, frozen=True):
     def check(self) -> None:
         if not self.coordinator_url.startswith(("http://", "https://")):
             raise ConfigError("coordinator_url", "must be an http(s) URL")
+        try:
+            require_tls(self.coordinator_url, self.insecure_http)
+        except InsecureHttp as exc:
+            raise ConfigError("coordinator_url", str(exc)) from None
         if not self.coordinator_key:
-            raise ConfigError("coordinator_key", "an operator key is required "
+            raise ConfigError("coordinator_key", "an observer key is required "
                               "(GPUFLEET_SLURM_BRIDGE_KEY)")  # fmt: skip
 
     def policy(self) -> Policy:

@@ -12,7 +12,7 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.client import JetStreamContext
 
 from agent.config import Settings
 from agent.main import run as run_agent
@@ -33,7 +32,9 @@ from coordinator.services.node_records import record_inventory
 from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster, find_nats_server, free_port
 from ops.kit.nats_bundle import AuthBundle, build, write_bundle
 from ops.kit.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
+from ops.kit.stream_reader import read_stream
 from ops.main import run as cli_run
+from procs.nats import auth_options
 from shared.ids import new_pool_id
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -49,6 +50,7 @@ NODE_A = AgentNode(POOL, "gpu-a.rack1")  # a dot: encoded as %2E in its subjects
 NODE_B = AgentNode(POOL, "gpu-b")
 STREAM = stream_name(PREFIX)
 FORWARDER = "alert-forwarder"
+BRIDGE = "slurm-bridge"  # the Slurm bridge's consumer, as docs/operator.md names it
 
 
 @dataclass
@@ -65,10 +67,10 @@ class Secured:
             if errors is not None:
                 errors.append(str(exc))
 
+        # As every gpufleet process connects: with the options its credentials file gives.
         return await nats.connect(
             self.server.url,
-            user=user,
-            password=self.bundle.passwords[user],
+            **auth_options(str(self.creds_file(user))),
             error_cb=on_error,
             allow_reconnect=False,
         )
@@ -82,7 +84,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         alert_stream=stream_name(PREFIX),
         prefix=PREFIX,
         readers=["monitoring"],
-        forwarders=[FORWARDER],
+        forwarders=[FORWARDER, BRIDGE],
         hash_password=bcrypt_hasher(4),  # real bcrypt, as nats-server must check it
         store_dir=None,  # EmbeddedNats passes its own
     )
@@ -104,20 +106,6 @@ def denied(errors: list[str], what: str) -> set[str]:
 
 def lower(*subjects: str) -> set[str]:
     return {s.lower() for s in subjects}
-
-
-async def ephemeral_pull(js: JetStreamContext) -> JetStreamContext.PullSubscription:
-    """A reader's pull consumer: created unnamed (the server names it), then bound."""
-    info = await js.add_consumer(
-        STREAM,
-        ConsumerConfig(
-            filter_subject=SUBJECTS.all_alerts,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-        ),
-    )
-    assert info.config.durable_name is None
-    return await js.pull_subscribe_bind(info.name, stream=STREAM)
 
 
 class Collector:
@@ -260,20 +248,22 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
 
             js = reader.jetstream(timeout=5)
             stream = stream_name(PREFIX)
-            # An ephemeral pull consumer, as docs/operator.md shows monitoring systems.
-            sub = await ephemeral_pull(js)
-            # The node's registration came first, then the operator's act.
-            # Published from the outbox just after the commit: fetch until both are in.
-            msgs = await sub.fetch(2, timeout=5)
-            while len(msgs) < 2:
-                msgs += await sub.fetch(2 - len(msgs), timeout=5)
-            alerts = [Alert.from_json(m.data) for m in msgs]
+            # By direct get, as docs/operator.md shows monitoring systems (no consumer).
+            # Published from the outbox just after the commit: read until both are in.
+
+            alerts: list[Alert] = []
+
+            async def both_stored() -> bool:
+                alerts[:] = [
+                    Alert.from_json(m.data) async for m in read_stream(reader, stream, ">")
+                ]
+                return len(alerts) >= 2
+
+            await eventually(both_stored)
             assert [(a.kind, a.node_id) for a in alerts] == [
                 ("node.registered", NODE_A.node_id),
                 ("node.maintenance", NODE_A.node_id),
             ]
-            for m in msgs:
-                await m.ack()
 
             async def live_alert_arrived() -> bool:
                 return bool(live.subjects)
@@ -477,146 +467,202 @@ async def alert_id(secured: Secured) -> AsyncIterator[str]:
         await bus.close()
 
 
-async def until_alert(next_msgs: Callable[[], Awaitable[list[Msg]]], alert_id: str) -> Msg:
-    """Read a consumer from the stream's start until the alert with `alert_id`."""
-    for _ in range(1000):
-        for msg in await next_msgs():
-            if Alert.from_json(msg.data).alert_id == alert_id:
-                return msg
-    raise AssertionError(f"alert {alert_id} not read")
-
-
-async def consumer_names(secured: Secured) -> list[str]:
+async def consumers(secured: Secured) -> dict[str, ConsumerConfig]:
     admin = await secured.connect("coordinator")
     try:
-        return [c.name for c in await admin.jetstream(timeout=5).consumers_info(STREAM)]
+        infos = await admin.jetstream(timeout=5).consumers_info(STREAM)
+        return {c.name: c.config for c in infos}
     finally:
         await admin.close()
 
 
-async def test_a_reader_reads_the_alert_stream_only_through_ephemeral_consumers(
+async def refused_request(nc: Client, subject: str, body: dict[str, object]) -> None:
+    """A request nats-server refuses to pass on: no answer (the error comes to the
+    client's error callback, which the test reads afterwards)."""
+    with pytest.raises(nats.errors.TimeoutError):
+        await nc.request(subject, json.dumps(body).encode(), timeout=1)
+
+
+def create_body(name: str | None, **config: object) -> dict[str, object]:
+    return {"stream_name": STREAM, "config": ({"name": name} if name else {}) | config}
+
+
+TEN_YEARS_NS = 10 * 365 * 86400 * 10**9
+NOTHING = f"{PREFIX}.alert.nothing.nothing.nothing"
+
+
+async def test_a_reader_reads_alerts_without_any_consumer_and_every_attack_is_refused(
     secured: Secured, alert_id: str
 ) -> None:
-    """Readers could delete the forwarder's durable consumer (forwarding then stopped for
-    good) and create durables of their own. Now they read through ephemeral consumers,
-    push and pull, and every way to a durable, or to the forwarder's one, is refused."""
+    """Issue 32: as `reader:monitoring`, the legacy create subject with `config.name`
+    rewrote the forwarder's durable (it then forwarded nothing); the same route made a
+    consumer under a forwarder's name before it existed, a push consumer delivering onto
+    an agent's bookings subject, and `_INBOX.>` read every reply in the account. Now a
+    reader reads the stream by direct get and live alerts on core NATS, and each of
+    those is refused, the forwarder's consumer left as it was."""
     errors: list[str] = []
     reader = await secured.connect(reader_user("monitoring"), errors)
     forwarder = await secured.connect(forwarder_user(FORWARDER))
+    agent = await secured.connect(agent_user(NODE_A))
     try:
-        js = reader.jetstream(timeout=5)
-        push = await js.subscribe(SUBJECTS.all_alerts, stream=STREAM)
+        # What a reader may do: the history by direct get, one message by sequence.
+        stored = [m async for m in read_stream(reader, STREAM, SUBJECTS.all_alerts)]
+        found = [m for m in stored if Alert.from_json(m.data).alert_id == alert_id]
+        assert found
+        one = await reader.jetstream(timeout=5).get_msg(STREAM, found[0].seq)
+        assert one.data == found[0].data
 
-        async def next_pushed() -> list[Msg]:
-            return [await push.next_msg(timeout=5)]
+        # The forwarder's durable, made by its own user as gpufleet-alerts makes it.
+        own = ConsumerConfig(
+            name=FORWARDER, durable_name=FORWARDER, ack_policy=AckPolicy.EXPLICIT,
+            filter_subject=SUBJECTS.all_alerts, ack_wait=30,
+        )  # fmt: skip
+        await forwarder.jetstream(timeout=5).add_consumer(STREAM, own)
+        before = (await consumers(secured))[FORWARDER]
+        bookings = SUBJECTS.bookings(POOL, NODE_A.node_id)
+        heard = Collector()
+        await agent.subscribe(bookings, cb=heard.add)
+        await agent.flush()
 
-        await (await until_alert(next_pushed, alert_id)).ack()
-        # As `gpufleet alerts watch` reads it.
-        ordered = await js.subscribe(SUBJECTS.all_alerts, stream=STREAM, ordered_consumer=True)
-
-        async def next_in_order() -> list[Msg]:
-            return [await ordered.next_msg(timeout=5)]
-
-        await until_alert(next_in_order, alert_id)
-        pull = await ephemeral_pull(js)
-
-        async def next_pulled() -> list[Msg]:
-            return await pull.fetch(10, timeout=5)
-
-        await (await until_alert(next_pulled, alert_id)).ack()
-
-        # The forwarder's durable, made by its own user; then the reader goes for it.
-        await forwarder.jetstream(timeout=5).add_consumer(
-            STREAM, ConsumerConfig(durable_name=FORWARDER, ack_policy=AckPolicy.EXPLICIT)
+        legacy = f"$JS.API.CONSUMER.CREATE.{STREAM}"
+        # The issue's reproduction: rewrite the forwarder's durable by `config.name`.
+        rewrite = create_body(FORWARDER, filter_subject=NOTHING, ack_policy="explicit")
+        await refused_request(reader, legacy, rewrite)
+        await refused_request(reader, f"{legacy}.{FORWARDER}", rewrite)
+        await refused_request(reader, f"{legacy}.{FORWARDER}.{NOTHING}", rewrite)
+        # A consumer under another forwarder's name before it exists, kept ten years.
+        squat = create_body("slurm-bridge", durable_name="slurm-bridge",
+                            inactive_threshold=TEN_YEARS_NS)  # fmt: skip
+        await refused_request(reader, legacy, squat)
+        await refused_request(reader, f"{legacy}.slurm-bridge", squat)
+        await refused_request(
+            reader, f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.slurm-bridge", squat
         )
-        refused = reader.jetstream(timeout=2)
-        with pytest.raises(nats.errors.Error):
-            await refused.delete_consumer(STREAM, FORWARDER)
-        with pytest.raises(nats.errors.Error):  # a durable, the legacy way
-            await refused.add_consumer(STREAM, ConsumerConfig(durable_name="mine"))
-        with pytest.raises(nats.errors.Error):  # a durable, named in the subject
-            await refused.add_consumer(STREAM, ConsumerConfig(name="mine", durable_name="mine"))
-        with pytest.raises(nats.errors.Error):  # pulling (and so acking) the forwarder's
-            await reader.request(
-                f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}", b'{"batch": 1}', timeout=2
-            )
-        # The one create subject a reader has makes no durable, whatever the body says.
-        body = {"stream_name": STREAM, "config": {"durable_name": "mine", "ack_policy": "explicit"}}
-        answer = await reader.request(
-            f"$JS.API.CONSUMER.CREATE.{STREAM}", json.dumps(body).encode(), timeout=5
-        )
-        assert "error" in json.loads(answer.data), answer.data
+        # A push consumer delivering the alert stream onto agent A's bookings subject.
+        push = create_body(None, deliver_subject=bookings, deliver_policy="all")
+        await refused_request(reader, legacy, push)
+        await refused_request(reader, f"{legacy}.pusher", create_body("pusher", **push["config"]))  # type: ignore[arg-type]
+        # Reading, pulling, acknowledging and deleting the forwarder's.
+        await refused_request(reader, f"$JS.API.CONSUMER.INFO.{STREAM}.{FORWARDER}", {})
+        await refused_request(reader, f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}",
+                              {"batch": 1})  # fmt: skip
+        await refused_request(reader, f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}", {})
+        await refused_request(reader, f"$JS.API.CONSUMER.NAMES.{STREAM}", {})
+        # Every reply in the account, and the forwarder's replies.
+        await reader.subscribe("_INBOX.>")
+        await reader.subscribe("_INBOX_forwarder:alert-forwarder.>")
+        await reader.flush()
 
-        names = await consumer_names(secured)
-        assert FORWARDER in names and "mine" not in names
+        async def all_refused() -> bool:
+            return len(denied(errors, "publish")) >= 8 and len(denied(errors, "subscription")) == 2
+
+        await eventually(all_refused)
         assert denied(errors, "publish") == lower(
-            f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.mine",
-            f"$JS.API.CONSUMER.CREATE.{STREAM}.mine",
+            legacy,
+            f"{legacy}.{FORWARDER}",
+            f"{legacy}.{FORWARDER}.{NOTHING}",
+            f"{legacy}.slurm-bridge",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.slurm-bridge",
+            f"{legacy}.pusher",
+            f"$JS.API.CONSUMER.INFO.{STREAM}.{FORWARDER}",
             f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.NAMES.{STREAM}",
         )
+        assert denied(errors, "subscription") == lower(
+            "_INBOX.>", "_INBOX_forwarder:alert-forwarder.>"
+        )
+        after = await consumers(secured)
+        assert after[FORWARDER] == before
+        assert not {"slurm-bridge", "pusher"} & set(after)
+        assert heard.subjects == []
     finally:
+        await agent.close()
         await forwarder.close()
         await reader.close()
 
 
-async def test_a_forwarder_recreates_its_own_durable_and_touches_no_other(
+async def test_a_forwarder_user_uses_the_consumer_named_after_it_and_no_other(
     secured: Secured, alert_id: str
 ) -> None:
-    """`forwarder:<durable>` creates its durable consumer, reads and acknowledges, and
-    creates it again after someone deleted it; it may not delete a consumer, nor create
-    one under another name."""
+    """`forwarder:<durable>` creates, updates, reads, pulls and acknowledges its own
+    durable, and creates it again after someone deleted it; as the Slurm bridge's user
+    it may neither rewrite, read nor pull another forwarder's, by any create subject,
+    nor delete any consumer, nor read others' replies."""
     errors: list[str] = []
-    forwarder = await secured.connect(forwarder_user(FORWARDER), errors)
+    bridge = await secured.connect(forwarder_user(BRIDGE), errors)
+    forwarder = await secured.connect(forwarder_user(FORWARDER))
     admin = await secured.connect("coordinator")
     try:
-        js = forwarder.jetstream(timeout=5)
-        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL)
+        js = bridge.jetstream(timeout=5)
+        config = ConsumerConfig(
+            name=BRIDGE, durable_name=BRIDGE, ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL, filter_subject=SUBJECTS.all_alerts,
+        )  # fmt: skip
         for _ in range(2):
-            # As gpufleet-alerts subscribes: info, then create under its name (with a filter).
-            sub = await js.pull_subscribe(
-                SUBJECTS.all_alerts, durable=FORWARDER, stream=STREAM, config=config
-            )
-
-            async def next_pulled() -> list[Msg]:
-                return await sub.fetch(10, timeout=5)  # noqa: B023 - used in this iteration
-
-            await (await until_alert(next_pulled, alert_id)).ack()
-            assert (await js.consumer_info(STREAM, FORWARDER)).config.durable_name == FORWARDER
+            await js.add_consumer(STREAM, config)
+            sub = await js.pull_subscribe_bind(BRIDGE, STREAM)
+            for _ in range(1000):
+                msgs = await sub.fetch(10, timeout=5)
+                for msg in msgs:
+                    await msg.ack()
+                if any(Alert.from_json(m.data).alert_id == alert_id for m in msgs):
+                    break
+            else:
+                raise AssertionError(f"alert {alert_id} not read")
             await sub.unsubscribe()
-            await admin.jetstream(timeout=5).delete_consumer(STREAM, FORWARDER)
-        # The legacy durable create, and the name-only create, work as well.
-        await js.add_consumer(STREAM, ConsumerConfig(durable_name=FORWARDER))
-        await admin.jetstream(timeout=5).delete_consumer(STREAM, FORWARDER)
-        await js.add_consumer(STREAM, ConsumerConfig(name=FORWARDER, durable_name=FORWARDER))
+            await admin.jetstream(timeout=5).delete_consumer(STREAM, BRIDGE)
+        # Updating its own: allowed (the forwarder sets back a changed consumer so).
+        await js.add_consumer(STREAM, config)
+        updated = await js.add_consumer(STREAM, config.evolve(max_ack_pending=77))
+        assert updated.config.max_ack_pending == 77
+        assert (await js.consumer_info(STREAM, BRIDGE)).config.max_ack_pending == 77
 
-        await admin.jetstream(timeout=5).add_consumer(
-            STREAM, ConsumerConfig(durable_name="someone-else")
+        await forwarder.jetstream(timeout=5).add_consumer(
+            STREAM,
+            ConsumerConfig(
+                name=FORWARDER, durable_name=FORWARDER, filter_subject=SUBJECTS.all_alerts
+            ),
         )
-        refused = forwarder.jetstream(timeout=2)
-        with pytest.raises(nats.errors.Error):
-            await refused.delete_consumer(STREAM, "someone-else")
-        with pytest.raises(nats.errors.Error):
-            await refused.delete_consumer(STREAM, FORWARDER)
-        with pytest.raises(nats.errors.Error):
-            await refused.add_consumer(STREAM, ConsumerConfig(durable_name="other"))
-        with pytest.raises(nats.errors.Error):
-            await refused.add_consumer(STREAM, ConsumerConfig(name="other", durable_name="other"))
-        # An unnamed (ephemeral) consumer is allowed: its history read at start.
-        history = await refused.add_consumer(STREAM, ConsumerConfig())
-        assert history.name not in (FORWARDER, "someone-else")
-        names = await consumer_names(secured)
-        assert {FORWARDER, "someone-else"} <= set(names) and "other" not in names
+        before = (await consumers(secured))[FORWARDER]
+        legacy = f"$JS.API.CONSUMER.CREATE.{STREAM}"
+        rewrite = create_body(FORWARDER, filter_subject=NOTHING, ack_policy="explicit")
+        await refused_request(bridge, legacy, rewrite)
+        await refused_request(bridge, f"{legacy}.{FORWARDER}", rewrite)
+        await refused_request(bridge, f"{legacy}.{FORWARDER}.{NOTHING}", rewrite)
+        await refused_request(
+            bridge, f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{FORWARDER}", rewrite
+        )
+        await refused_request(bridge, legacy, create_body(None))  # no unnamed ones either
+        await refused_request(bridge, f"$JS.API.CONSUMER.INFO.{STREAM}.{FORWARDER}", {})
+        await refused_request(bridge, f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}",
+                              {"batch": 1})  # fmt: skip
+        await refused_request(bridge, f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}", {})
+        await refused_request(bridge, f"$JS.API.CONSUMER.DELETE.{STREAM}.{BRIDGE}", {})
+        await bridge.subscribe("_INBOX.>")
+        await bridge.flush()
+
+        async def all_refused() -> bool:
+            return len(denied(errors, "publish")) >= 8 and len(denied(errors, "subscription")) == 1
+
+        await eventually(all_refused)
         assert denied(errors, "publish") == lower(
-            f"$JS.API.CONSUMER.DELETE.{STREAM}.someone-else",
+            legacy,
+            f"{legacy}.{FORWARDER}",
+            f"{legacy}.{FORWARDER}.{NOTHING}",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.INFO.{STREAM}.{FORWARDER}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{FORWARDER}",
             f"$JS.API.CONSUMER.DELETE.{STREAM}.{FORWARDER}",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.other",
-            f"$JS.API.CONSUMER.CREATE.{STREAM}.other",
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{BRIDGE}",
         )
+        assert denied(errors, "subscription") == lower("_INBOX.>")
+        assert (await consumers(secured))[FORWARDER] == before
     finally:
-        await admin.jetstream(timeout=5).delete_consumer(STREAM, "someone-else")
+        await admin.jetstream(timeout=5).delete_consumer(STREAM, BRIDGE)
         await admin.close()
         await forwarder.close()
+        await bridge.close()
 
 
 async def test_the_written_cluster_configs_form_a_jetstream_cluster(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ async def gpufleet(coordinator: Coordinator, *args: str) -> Ran:
     key = coordinator.settings.bootstrap_operator_key
     assert key
     proc = await asyncio.create_subprocess_exec(
-        str(BIN / "gpufleet"), "--url", coordinator.url, "--key", key, *args,
+        str(BIN / "gpufleet"), "--url", coordinator.url, *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "GPUFLEET_KEY": key},  # never on a command line: `ps` shows it
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None

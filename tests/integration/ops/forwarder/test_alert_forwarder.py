@@ -25,13 +25,16 @@ import msgspec
 import pytest
 from aiohttp import web
 from msgspec.structs import replace
+from nats.js.api import ConsumerConfig
 
 from coordinator.bus.alerts import AlertStream
 from coordinator.bus.connection import Bus
 from ops.forwarder.conditions import rfc3339
 from ops.forwarder.daemon import AlertForwarder, ForwarderSettings
 from ops.forwarder.payloads import fingerprint
+from ops.kit.alerts import ConsumerConflict
 from ops.kit.embedded_nats import EmbeddedNats, free_port
+from ops.kit.nats_users import forwarder_permissions
 from ops.main import run
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -386,25 +389,16 @@ async def test_a_deleted_consumer_is_recreated_and_forwarding_resumes_where_it_w
     assert any("recreated" in r.getMessage() for r in caplog.records)
 
 
-def _durable_grants(stream: str, durable: str, *, ephemeral: bool) -> list[str]:
-    """What a forwarder's own NATS user may publish: its durable consumer only (as
-    `gpufleet nats-auth --forwarder` grants), plus, with `ephemeral`, an unnamed
-    ephemeral consumer to read the history through (as a reader may)."""
-    s, d = stream, durable
-    grants = [
-        "$JS.API.INFO", f"$JS.API.STREAM.INFO.{s}",
-        f"$JS.API.CONSUMER.CREATE.{s}.{d}", f"$JS.API.CONSUMER.CREATE.{s}.{d}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.{d}", f"$JS.API.CONSUMER.INFO.{s}.{d}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{s}.{d}", f"$JS.ACK.{s}.{d}.>",
-    ]  # fmt: skip
-    if ephemeral:
-        grants += [f"$JS.API.CONSUMER.CREATE.{s}", f"$JS.API.CONSUMER.MSG.NEXT.{s}.*"]
-    return grants
+def _durable_grants(stream: str, durable: str, *, history: bool) -> list[str]:
+    """What a forwarder's own NATS user may publish (as `gpufleet nats-auth --forwarder`
+    grants): its own durable consumer, and with `history` the stream by direct get."""
+    grants = forwarder_permissions(stream, durable, f"forwarder:{durable}").publish
+    return [g for g in grants if history or ".GET." not in g]
 
 
-@pytest.mark.parametrize("ephemeral", [True, False], ids=["with-history", "without"])
+@pytest.mark.parametrize("history", [True, False], ids=["with-history", "without"])
 async def test_a_forwarder_limited_to_its_own_durable_forwards_and_recreates_it(
-    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture, ephemeral: bool
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture, history: bool
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpufleet.alerts")
     prefix = f"t{secrets.token_hex(4)}"
@@ -415,7 +409,7 @@ async def test_a_forwarder_limited_to_its_own_durable_forwards_and_recreates_it(
             "user": "fwd",
             "password": "f",
             "permissions": {
-                "publish": {"allow": _durable_grants(stream, "fwd", ephemeral=ephemeral)},
+                "publish": {"allow": _durable_grants(stream, "fwd", history=history)},
                 "subscribe": {"allow": ["_INBOX.>"]},
             },
         },
@@ -452,12 +446,84 @@ async def test_a_forwarder_limited_to_its_own_durable_forwards_and_recreates_it(
         finally:
             await bus.close()
     assert forwarder.source is not None and forwarder.source.recreated == 1
-    history = [r.getMessage() for r in caplog.records if "history" in r.getMessage()]
-    if ephemeral:
-        assert any("after 1 alerts of history" in m for m in history), history
+    said = [r.getMessage() for r in caplog.records if "history" in r.getMessage()]
+    if history:
+        assert any("after 1 alerts of history" in m for m in said), said
     else:
-        assert any("going on without it" in m for m in history), history
+        assert any("going on without it" in m for m in said), said
     assert "fwd:f@" not in caplog.text
+
+
+async def test_a_consumer_rewritten_behind_its_back_is_found_logged_counted_and_set_back(
+    nats_url: str, publisher: AlertStream, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32: someone rewrote the forwarder's durable (a filter matching nothing, a
+    ten-year inactivity threshold); `gpufleet-alerts` then delivered none of the next
+    alerts and logged nothing. Now its periodic check finds the change, says it at ERROR,
+    counts it (`/metrics`) and sets the consumer back, and the next alerts are delivered."""
+    settings = replace(_settings(nats_url, publisher, receiver), webhooks=(), metrics_port=0)
+    async with forwarding(settings) as forwarder:
+        await publisher.publish(_alert("node.registered", 1))
+
+        async def first() -> bool:
+            return len(receiver.am) >= 1
+
+        await eventually(first, within_s=10)
+        source = forwarder.source
+        assert source is not None and source.mismatches == 0
+        stream = publisher.name
+        js = publisher.bus.jetstream(timeout_s=5)
+        have = (await js.consumer_info(stream, settings.durable)).config
+        nothing = f"{publisher.subjects.prefix}.alert.nothing.nothing.nothing"
+        rewritten = await js.add_consumer(
+            stream, have.evolve(filter_subject=nothing, inactive_threshold=10 * 365 * 86400.0)
+        )
+        assert rewritten.config.filter_subject == nothing
+        source.check_every_s = 0.2
+        with caplog.at_level(logging.ERROR, logger="gpufleet.alerts"):
+            await publisher.publish(_alert("node.unreachable", 2))
+
+            async def second() -> bool:
+                return len(receiver.am) >= 2
+
+            await eventually(second, within_s=15)
+        assert source.mismatches == 1
+        url = f"http://127.0.0.1:{forwarder.metrics_port}/metrics"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            text = await resp.text()
+        assert "gpufleet_alerts_consumer_mismatches_total 1.0" in text
+        assert "gpufleet_alerts_delivered 2.0" in text
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert errors and "changed behind our back" in errors[0].getMessage()
+        assert "filter_subject" in errors[0].getMessage()
+        fixed = (await js.consumer_info(stream, settings.durable)).config
+        assert fixed.filter_subject == publisher.subjects.all_alerts
+        assert not fixed.inactive_threshold
+
+
+async def test_a_consumer_made_a_push_consumer_stops_the_forwarder_loudly(
+    nats_url: str, publisher: AlertStream, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer under its name that cannot be set back (pushing elsewhere) is not
+    used: the forwarder stops with ConsumerConflict after an ERROR, rather than forward
+    nothing."""
+    settings = replace(_settings(nats_url, publisher, receiver), webhooks=())
+    js = publisher.bus.jetstream(timeout_s=5)
+    await js.add_consumer(
+        publisher.name,
+        ConsumerConfig(
+            name=settings.durable, durable_name=settings.durable,
+            deliver_subject=f"{publisher.subjects.prefix}.bookings.elsewhere",
+        ),
+    )  # fmt: skip
+    forwarder = AlertForwarder(settings)
+    with pytest.raises(ConsumerConflict, match="cannot be updated"):
+        await asyncio.wait_for(forwarder.run(), timeout=20)
+    assert forwarder.source is not None and forwarder.source.mismatches == 1
+    assert any(
+        r.levelno == logging.ERROR and "changed behind our back" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 class Failing:

@@ -20,11 +20,18 @@ from tests.integration.conftest import Served
 async def _fleet(served: Served) -> str:
     api = served.api
     await api.ok("tenants.create", {"tenantId": "acme"})
+    await api.ok("tenants.create", {"tenantId": "platform"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
     for node in ("n0", "n1"):
         inv = make_inventory(node, pool, gpus=8, nics=2, mig=2)
         await record_inventory(served.ledger, inv, served.clock.now_ms())
     return str(pool)
+
+
+async def _observer_key(served: Served) -> str:
+    """The bridge's key as docs/operator.md makes it: read-only, every tenant's."""
+    body = {"tenantId": "platform", "roles": ["observer"], "label": "slurm-bridge"}
+    return str((await served.api.ok("apiKeys.create", body))["key"])
 
 
 async def _book(served: Served, pool: str, key: str, devices: list[dict[str, object]]) -> str:
@@ -45,9 +52,10 @@ async def test_the_ledger_as_the_bridge_reads_it(served: Served) -> None:
     await served.api.ok(
         "nodes.setMaintenance", {"nodeId": "n1", "maintenance": True, "reason": "swap PSU"}
     )
+    key = await _observer_key(served)
     async with aiohttp.ClientSession() as http:
         # One item a page: every cursor is followed.
-        ledger = await LedgerView(http, served.api.base, served.api.operator_key, page=1).read()
+        ledger = await LedgerView(http, served.api.base, key, page=1).read()
     by_id = {r.reservation_id: r for r in ledger.reservations}
     assert set(by_id) == {gpus, nics, migs}
     (mig_node,) = by_id[migs].nodes
@@ -65,6 +73,7 @@ async def test_the_ledger_as_the_bridge_reads_it(served: Served) -> None:
 
 async def test_an_unreadable_ledger_or_slurm_is_a_counted_failure(served: Served) -> None:
     await _fleet(served)
+    key = await _observer_key(served)
     bridge = SlurmBridge(BridgeSettings(coordinator_key="unused", scontrol="/nonexistent/scontrol"))
 
     def failures(kind: str) -> float | None:
@@ -79,10 +88,10 @@ async def test_an_unreadable_ledger_or_slurm_is_a_counted_failure(served: Served
             assert exc.status == 401
         else:
             raise AssertionError("a wrong key read the ledger")
-        dead = LedgerView(http, f"http://127.0.0.1:{free_port()}", served.api.operator_key)
+        dead = LedgerView(http, f"http://127.0.0.1:{free_port()}", key)
         assert await bridge.reconcile(dead) is False
         assert failures("ledger.read") == 1
-        live = LedgerView(http, served.api.base, served.api.operator_key)
+        live = LedgerView(http, served.api.base, key)
         assert await bridge.reconcile(live) is False  # no scontrol: Slurm unread
         assert failures("slurm.read") == 1 and failures("ledger.read") == 1
     assert bridge.metrics.synced_at == 0.0

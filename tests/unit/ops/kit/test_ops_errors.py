@@ -44,7 +44,7 @@ def test_a_tools_error_is_one_line_and_its_exit_status(
     err = capsys.readouterr().err
     assert err == "gpufleet nats-auth: --tls-cert and --tls-key go together\n"
     # The API client: nothing listening is exit 1, naming the URL.
-    assert run(["--url", "http://127.0.0.1:9", "--key", "gpf_x", "pools"]) == 1
+    assert run(["--url", "http://127.0.0.1:9", "pools"], {"GPUFLEET_KEY": "gpf_x"}) == 1
     err = capsys.readouterr().err
     assert err.startswith("gpufleet: cannot reach the coordinator at http://127.0.0.1:9/")
     assert err.count("\n") == 1

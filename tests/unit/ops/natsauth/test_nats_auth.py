@@ -21,7 +21,7 @@ from ops.kit.nats_server_config import credentials_text, parse_server_arg
 from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
 from ops.main import run as cli_run
 from ops.natsauth.command import nodes_from_json
-from procs.nats import CredentialsError, auth_options, parse_credentials
+from procs.nats import CredentialsError, auth_options, connect_options, parse_credentials
 from procs.settings import ConfigError
 from shared.clock import FakeClock
 from shared.ids import new_pool_id
@@ -114,41 +114,47 @@ def test_bad_input_is_refused_with_the_node_named() -> None:
         build([], alert_stream="T_ALERTS", hash_password=fake_hash, forwarders=["a.b"])
 
 
-def test_readers_get_no_durable_consumers_and_a_forwarder_only_its_own() -> None:
+def test_readers_get_no_consumers_and_a_forwarder_only_the_one_named_after_it() -> None:
     """What a reader's and a forwarder's permissions name; the integration test shows
-    nats-server holding them to it."""
+    nats-server holding them to it. No legacy `CONSUMER.CREATE.<stream>` anywhere: the
+    server takes the consumer's name from the body there, and updates one that exists."""
     bundle = build(
         [],
         alert_stream="T_ALERTS",
         prefix="t",
         hash_password=fake_hash,
-        readers=["prom"],
+        readers=["prom", "prom.b"],
         forwarders=["fwd-b"],
     )
     users = {u.name: u for u in bundle.users}
     reader = users["reader:prom"].permissions
-    assert not [p for p in reader.publish if ".DELETE." in p or "DURABLE" in p]
-    # The only create subject is the one that cannot make a durable.
-    assert [p for p in reader.publish if ".CREATE." in p] == ["$JS.API.CONSUMER.CREATE.T_ALERTS"]
-    # Both the default forwarder's consumer and the one named here are out of its reach.
-    assert set(reader.publish_deny) == {
-        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder",
-        "$JS.ACK.T_ALERTS.alert-forwarder.>",
-        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.fwd-b",
-        "$JS.ACK.T_ALERTS.fwd-b.>",
-    }
+    assert not [p for p in reader.publish if "CONSUMER" in p or "$JS.ACK" in p]
+    assert reader.subscribe == ("t.alert.>", "_INBOX_reader:prom.>")
+    assert reader.inbox_prefix == "_INBOX_reader:prom"
+    # A dot in a reader's name does not make its prefix another's subtree.
+    assert users["reader:prom.b"].permissions.inbox_prefix == "_INBOX_reader:prom%2Eb"
     fwd = users["forwarder:fwd-b"]
     assert fwd.role == "forwarder" and fwd.creds_filename == "forwarder-fwd-b.creds"
     consumer_subjects = [p for p in fwd.permissions.publish if "CONSUMER" in p or "ACK" in p]
-    # Its own durable by name; the history through an unnamed (ephemeral) consumer, with
-    # every other forwarder's durable denied by name.
-    shared = {"$JS.API.CONSUMER.CREATE.T_ALERTS", "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.*"}
-    assert all(".T_ALERTS.fwd-b" in p for p in set(consumer_subjects) - shared)
-    assert shared <= set(consumer_subjects)
-    assert fwd.permissions.publish_deny == ("$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder",)
-    assert not [p for p in fwd.permissions.publish if ".DELETE." in p]
+    assert consumer_subjects == [
+        "$JS.API.CONSUMER.CREATE.T_ALERTS.fwd-b",
+        "$JS.API.CONSUMER.CREATE.T_ALERTS.fwd-b.>",
+        "$JS.API.CONSUMER.INFO.T_ALERTS.fwd-b",
+        "$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.fwd-b",
+        "$JS.ACK.T_ALERTS.fwd-b.>",
+    ]
+    assert fwd.permissions.subscribe == ("_INBOX_forwarder:fwd-b.>",)
     assert "t.alert.>" not in fwd.permissions.publish
-    assert 'deny: ["$JS.API.CONSUMER.MSG.NEXT.T_ALERTS.alert-forwarder"' in bundle.authorization
+    assert "_INBOX.>" not in bundle.authorization.replace('"_INBOX.>"]', "", 1)  # coordinator's
+    # Each one's credentials file says where its replies must arrive.
+    assert auth_options_of(bundle.credentials("forwarder:fwd-b"))["inbox_prefix"] == (
+        "_INBOX_forwarder:fwd-b"
+    )
+    assert "inbox_prefix" not in auth_options_of(bundle.credentials("coordinator"))
+
+
+def auth_options_of(text: str) -> dict[str, object]:
+    return connect_options(text, "x.creds", "nats_credentials")
 
 
 def test_every_process_reads_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:

@@ -30,14 +30,14 @@ def test_operator_docs_bridge_table_is_the_model() -> None:
 def test_file_env_flags_and_the_policy_they_make(tmp_path: Path) -> None:
     cfg = tmp_path / "slurm-bridge.toml"
     cfg.write_text(
-        '[slurm_bridge]\ncoordinator_url = "http://c:8080"\ngpu_tres = "count"\n'
+        '[slurm_bridge]\ncoordinator_url = "https://c:8080"\ngpu_tres = "count"\n'
         'drain_on = ["maintenance"]\n'
         '[slurm_bridge.accounts]\nacme = "acme-a, acme-b"\n'
         '[slurm_bridge.users]\nglobex = "alice"\n'
     )
     env = {"GPUFLEET_SLURM_BRIDGE_CONFIG": str(cfg), "GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
     s = from_sources(BridgeSettings, {}, env)
-    assert s.coordinator_url == "http://c:8080" and s.coordinator_key == "gpf_x"
+    assert s.coordinator_url == "https://c:8080" and s.coordinator_key == "gpf_x"
     policy = s.policy()
     assert policy.accounts == {"acme": ("acme-a", "acme-b")}
     assert policy.users == {"globex": ("alice",)}
@@ -81,7 +81,7 @@ def test_gpufleet_slurm_bridge_is_the_same_command() -> None:
 
 def test_auto_is_the_default_and_plans_gpu_tres_until_slurm_refuses() -> None:
     env = {"GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
-    s = from_sources(BridgeSettings, {"coordinator_url": "http://c:8080"}, env)
+    s = from_sources(BridgeSettings, {"coordinator_url": "https://c:8080"}, env)
     assert s.gpu_tres == "auto" and s.policy().gpu_tres == "typed"
     bridge = SlurmBridge(s)
     mode = "gpufleet_slurm_bridge_gpu_tres_mode"
@@ -101,7 +101,7 @@ def test_auto_is_the_default_and_plans_gpu_tres_until_slurm_refuses() -> None:
 
 def test_an_explicit_mode_never_falls_back() -> None:
     env = {"GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
-    s = from_sources(BridgeSettings, {"coordinator_url": "http://c", "gpu_tres": "typed"}, env)
+    s = from_sources(BridgeSettings, {"coordinator_url": "https://c", "gpu_tres": "typed"}, env)
     bridge = SlurmBridge(s)
     assert not bridge._fall_back("TRES type 'gres/gpu' not supported with reservations")  # noqa: SLF001
     assert bridge.policy.gpu_tres == "typed"

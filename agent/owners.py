@@ -22,6 +22,7 @@ same process (pid and start time) lives.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -119,9 +120,12 @@ class ProcOwners:
         self._denied = False
 
     def owner(self, pid: int) -> Owner:
-        base = self._root / str(pid)
+        # A string path: pathlib would intern each pid, an interned name made and dropped
+        # every poll, which grows CPython's table of them (bench/agent_bench.py).
+        base = os.path.join(self._root, str(pid))
         try:
-            start = _start_time((base / "stat").read_text())
+            with open(os.path.join(base, "stat")) as f:
+                start = _start_time(f.read())
         except (OSError, ValueError):
             return UNKNOWN  # gone already, or in another PID namespace
         cached = self._cache.get(pid)
@@ -137,9 +141,9 @@ class ProcOwners:
         for pid in [p for p in self._cache if p not in alive]:
             del self._cache[pid]
 
-    def _read(self, base: Path) -> Owner:
+    def _read(self, base: str) -> Owner:
         try:
-            with (base / "environ").open("rb") as f:
+            with open(os.path.join(base, "environ"), "rb") as f:
                 owner = owner_from_environ(f.read(MAX_ENVIRON))
             if owner is not None:
                 return owner
@@ -152,7 +156,8 @@ class ProcOwners:
         except OSError:
             pass
         try:
-            owner = owner_from_cgroup((base / "cgroup").read_text(errors="replace"))
+            with open(os.path.join(base, "cgroup"), errors="replace") as f:
+                owner = owner_from_cgroup(f.read())
         except OSError:
             return UNKNOWN
         return owner or UNKNOWN

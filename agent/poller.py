@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,12 +202,24 @@ class Poller:
                 pass
 
     async def run(self, interval_s: float, sink: Callable[[AgentState], None]) -> None:
+        # Polls run one at a time on a thread of their own. asyncio's default executor
+        # starts another worker (its stack, its malloc arena) whenever a job comes before
+        # the last worker has marked itself idle, and keeps every one it started.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-poll")
+        try:
+            await self._run(interval_s, sink, pool)
+        finally:
+            pool.shutdown(wait=False)
+
+    async def _run(
+        self, interval_s: float, sink: Callable[[AgentState], None], pool: ThreadPoolExecutor
+    ) -> None:
         loop = asyncio.get_running_loop()
         self._loop, self._wake = loop, asyncio.Event()
         next_tick = loop.time()
         while True:
             try:
-                sink(await asyncio.to_thread(self.poll_once))
+                sink(await loop.run_in_executor(pool, self.poll_once))
             except Exception:  # one bad poll must not end monitoring
                 log.exception("poll failed")
             next_tick += interval_s

@@ -55,11 +55,15 @@ def read_ports(root: Path, nics: tuple[NicReading, ...]) -> dict[str, tuple[str,
     working link, so it is not); an InfiniBand port under the same PCI function in any
     state but ACTIVE is down (INIT/ARMED: no subnet manager has configured it yet).
     """
-    ib = _ib_ports(root)
+    # Plain string paths every poll: pathlib interns each name it parses, and interned
+    # names made and dropped every poll grow CPython's table of them (~0.5 MB of the
+    # agent's steady memory, bench/agent_bench.py).
+    ib = _ib_ports(os.path.join(root, "sys/class/infiniband"))
+    net = os.path.join(root, "sys/class/net")
     out: dict[str, tuple[str, ...]] = {}
     for nic in nics:
         why: list[str] = []
-        state = _read(root / "sys/class/net" / nic.name / "operstate")
+        state = _read(os.path.join(net, nic.name, "operstate"))
         if state in ("down", "lowerlayerdown"):
             why.append(f"{nic.name}: link {state}")
         for port, text in ib.get(nic.pci_address or "", ()):
@@ -69,30 +73,29 @@ def read_ports(root: Path, nics: tuple[NicReading, ...]) -> dict[str, tuple[str,
     return out
 
 
-def _ib_ports(root: Path) -> dict[str, list[tuple[str, str]]]:
-    base = root / "sys/class/infiniband"
+def _ib_ports(base: str) -> dict[str, list[tuple[str, str]]]:
     try:
         devices = sorted(os.listdir(base))
     except OSError:
         return {}
     out: dict[str, list[tuple[str, str]]] = {}
     for dev in devices:
-        pci = _pci_function(base / dev / "device")
+        pci = _pci_function(os.path.join(base, dev, "device"))
         try:
-            ports = sorted(os.listdir(base / dev / "ports"))
+            ports = sorted(os.listdir(os.path.join(base, dev, "ports")))
         except OSError:
             continue
         for port in ports:
-            state = _read(base / dev / "ports" / port / "state")
+            state = _read(os.path.join(base, dev, "ports", port, "state"))
             if pci and state is not None:
                 out.setdefault(pci, []).append((f"{dev}/{port}", state))
     return out
 
 
-def _pci_function(device: Path) -> str | None:
+def _pci_function(device: str | Path) -> str | None:
     """The PCI address a `device` link resolves to, or the nearest PCI function above it
     (virtio: `.../0000:00:03.0/virtio2` → `0000:00:03.0`)."""
-    if not device.exists():
+    if not os.path.exists(device):
         return None
     path = os.path.realpath(device)
     while path and path != os.path.dirname(path):
@@ -153,9 +156,10 @@ def _lower_devices(root: Path, names: set[str]) -> set[str]:
     return out
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str | Path) -> str | None:
     try:
-        return path.read_text().strip()
+        with open(path) as f:
+            return f.read().strip()
     except OSError:
         return None
 

@@ -26,7 +26,7 @@ from ops.kit.server_text import shown
 from ops.kit.session import Session
 from ops.natsauth.command import nats_auth_cmd
 from ops.slurm.command import slurm_group
-from procs.settings import settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -17,7 +17,7 @@ from ops.cli.settings import CliSettings
 from ops.kit.keys import new_key
 from ops.kit.options import output_options, pass_session, tenant_option
 from ops.kit.session import Session
-from procs.settings import settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
 from shared.reservation_states import LIVE_STATES, RESERVATION_STATES
 
 STATES = (*RESERVATION_STATES, "live")

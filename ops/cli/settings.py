@@ -2,7 +2,7 @@
 to wait, and the NATS server `alerts watch` follows. The same mechanism as the daemons'
 (`procs.settings`): the `[cli]` table (or top-level keys) of the TOML file named by
 `--config` or `GPUFLEET_CLI_CONFIG`, then `GPUFLEET_*` env, then flags; the flags are
-generated from the model (as click options, `procs.settings.settings_options`) and so
+generated from the model (as click options, `procs.settings.commands.settings_options`) and so
 is the table in docs/operator.md.
 
 `python -m ops.cli.settings docs/operator.md` rewrites that table; a test fails when the

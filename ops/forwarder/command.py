@@ -10,7 +10,7 @@ import click
 
 from ops.forwarder.settings import ForwarderSettings
 from ops.kit.redact import redact
-from procs.settings import settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
 
 __all__ = ["alerts_cli", "forward_cmd"]
 

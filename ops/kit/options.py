@@ -1,6 +1,6 @@
 """The options every `gpufleet` command shares: `-o/--local` accepted before or after
 the command, `-t/--tenant`, and the session passed to each command. (The click options
-of a settings model are `procs.settings`': `settings_options`, `settings_from`.)"""
+of a settings model are `procs.settings.commands`': `settings_options`, `settings_from`.)"""
 
 from __future__ import annotations
 

@@ -1,20 +1,14 @@
 """Settings from a model, the same way for every gpufleet process, split by concern:
 `model` (the declaration, `build`, `ConfigError`), `sources` (file, env and flags in
-precedence), `flags` (the click command line) and `docs` (the docs' settings table).
-The names every process uses are here."""
+precedence), `flags` (the command line, parsed without click where it can be),
+`commands` (the flags as click options: `settings_options`, `settings_from`, a daemon's
+`command`) and `docs` (the docs' settings table). The names every process uses are
+here, none of them click's: a daemon that starts normally never loads click."""
 
 from __future__ import annotations
 
 from procs.settings.docs import DocTable, markdown_table, with_table
-from procs.settings.flags import (
-    FlagSpec,
-    command,
-    config_help,
-    flag_specs,
-    given_flags,
-    parse_flags,
-    settings_options,
-)
+from procs.settings.flags import FlagSpec, config_help, flag_specs, parse_flags
 from procs.settings.model import (
     CONFIG_ENV,
     ENV_PREFIX,
@@ -27,7 +21,7 @@ from procs.settings.model import (
     fields,
     flag_names,
 )
-from procs.settings.sources import from_sources, load, settings_from
+from procs.settings.sources import from_sources, load
 
 __all__ = [
     "CONFIG_ENV",
@@ -39,18 +33,14 @@ __all__ = [
     "Option",
     "SettingsModel",
     "build",
-    "command",
     "config_help",
     "env_name",
     "fields",
     "flag_names",
     "flag_specs",
     "from_sources",
-    "given_flags",
     "load",
     "markdown_table",
     "parse_flags",
-    "settings_from",
-    "settings_options",
     "with_table",
 ]

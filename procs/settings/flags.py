@@ -1,17 +1,19 @@
-"""A settings model's command line, click's for the daemons as for `gpufleet`: one
-flag per field (name, type, help, choices) and `--config`; `settings_options` adds them
-to a command and `given_flags` reads the ones given, `parse_flags` parses a daemon's
-own argv. Unset flags are never recorded, so they never hide an env or file value."""
+"""A settings model's command line: one flag per field (name, type, help, choices) and
+`--config`, described once as `FlagSpec`s. `parse_flags` parses a daemon's own argv
+without click when every argument is a plain, valid flag (the daemon's steady memory:
+click is about 1 MB of it, bench/agent_bench.py); anything else — `-h`, an unknown flag,
+a bad choice, a missing value — is handed to click (`procs.settings.commands`), which
+parses it, or prints its help or usage message and exits: the answer is click's either
+way (tests/unit/procs/test_flags.py). Unset flags are never recorded, so they never hide
+an env or file value."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-import click
 
 from procs.settings.model import (
     SettingsModel,
@@ -68,100 +70,63 @@ def config_help(model: type[SettingsModel]) -> str:
     return f"TOML settings file{table}; env {model.config_env}"
 
 
-# click's ctx.meta (shared by a command and its subcommands): the settings flags given, by
-# model, then by field name; `gpufleet --config A alerts forward --config B` reads A for
-# the CLI's settings and B for the forwarder's.
-_GIVEN = "gpufleet.settings-flags"
-
-
 HELP_OPTIONS = ("-h", "--help")
-
-
-def _keep(
-    model: type[SettingsModel], dest: str
-) -> Callable[[click.Context, click.Parameter, Any], None]:
-    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> None:
-        if value is not None and value != ():
-            ctx.meta.setdefault(_GIVEN, {}).setdefault(model, {})[dest] = value
-
-    return callback
-
-
-def _option_args(model: type[SettingsModel], spec: FlagSpec) -> tuple[list[str], dict[str, Any]]:
-    names = list(spec.names)
-    kwargs: dict[str, Any] = {
-        "help": spec.help, "default": None, "expose_value": False,
-        "callback": _keep(model, spec.dest),
-    }  # fmt: skip
-    if spec.style == "switch":
-        names = [f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:]]
-    elif spec.style == "repeat":
-        kwargs |= {"multiple": True, "metavar": spec.metavar}
-    elif spec.style == "choice":
-        kwargs["type"] = click.Choice(spec.choices, case_sensitive=False)
-    else:
-        kwargs["metavar"] = spec.metavar
-    return names, kwargs
-
-
-def _options_args(
-    model: type[SettingsModel], only: tuple[str, ...] | None, config: bool
-) -> list[tuple[list[str], dict[str, Any]]]:
-    """(names, keywords) of each click option, in the order `--help` lists them."""
-    out = [_option_args(model, s) for s in flag_specs(model) if only is None or s.dest in only]
-    if config:
-        config_kwargs: dict[str, Any] = {
-            "metavar": "PATH", "help": config_help(model), "expose_value": False,
-            "callback": _keep(model, "config"),
-        }  # fmt: skip
-        out.insert(0, (["--config"], config_kwargs))
-    return out
-
-
-def settings_options(
-    model: type[SettingsModel], only: tuple[str, ...] | None = None, config: bool = True
-) -> Callable[[Any], Any]:
-    """A decorator adding the flags of `model` (those named in `only`) and `--config` to
-    a click command; unset flags are not recorded, so they never hide an env or file
-    value (`given_flags` has the ones given)."""
-
-    def decorate(f: Any) -> Any:
-        for names, kwargs in reversed(_options_args(model, only, config)):
-            f = click.option(*names, **kwargs)(f)
-        return f
-
-    return decorate
-
-
-def given_flags(ctx: click.Context, model: type[SettingsModel]) -> dict[str, Any]:
-    """The flags of `model` given on this command line, by field name (and `config`)."""
-    given: dict[Any, dict[str, Any]] = ctx.meta.get(_GIVEN, {})
-    return dict(given.get(model, {}))
-
-
-def command(model: type[SettingsModel]) -> click.Command:
-    """The daemon's command: its flags, `-h`, and nothing to run (`parse_flags`)."""
-    return click.Command(
-        model.prog,
-        params=[click.Option(n, **k) for n, k in _options_args(model, None, config=True)],
-        help=model.summary,
-        context_settings={"help_option_names": list(HELP_OPTIONS), "max_content_width": 100},
-    )
+CONFIG_SPEC = FlagSpec("config", ("--config",), "", "value", metavar="PATH")
 
 
 def parse_flags(model: type[SettingsModel], argv: Sequence[str] | None) -> dict[str, Any]:
     """The flags given in `argv` (default: the process's), by field name. `-h` prints the
     help and exits 0; a flag that does not parse exits 2 with click's usage message."""
     args = list(sys.argv[1:] if argv is None else argv)
-    cmd = command(model)
-    try:
-        with cmd.make_context(model.prog, args) as ctx:
-            return given_flags(ctx, model)
-    except click.exceptions.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
+    given = plain_flags(model, args)
+    if given is not None:
+        return given
+    # Help, or something only click may judge and word. Only then is click loaded.
+    from procs.settings.commands import parse_with_click
+
+    return parse_with_click(model, args)
+
+
+def plain_flags(model: type[SettingsModel], args: Sequence[str]) -> dict[str, Any] | None:
+    """`args` read as click reads them where each is a known flag (`--x v`, `--x=v`, a
+    switch, a choice in any case, a repeated item); None for anything else (help, an
+    unknown or misspelt flag, a missing value, a value that looks like a flag, a choice
+    not offered, `--`, a positional argument), which only click answers."""
+    by_name: dict[str, tuple[FlagSpec, bool]] = {}
+    for spec in (CONFIG_SPEC, *flag_specs(model)):
+        for name in spec.names:
+            by_name[name] = (spec, True)
+        if spec.style == "switch":
+            by_name["--no-" + spec.names[0].removeprefix("--")] = (spec, False)
+    given: dict[str, Any] = {}
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=")
+        if not name.startswith("--") or name not in by_name:
+            return None
+        spec, on = by_name[name]
+        if spec.style == "switch":
+            if eq:
+                return None
+            given[spec.dest] = on
+            continue
+        if eq:
+            value = inline
+        elif rest and not rest[0].startswith("-"):
+            value = rest.pop(0)
+        else:
+            return None
+        if spec.style == "choice":
+            picked = next((c for c in spec.choices if c.casefold() == value.casefold()), None)
+            if picked is None:
+                return None
+            value = picked
+        if spec.style == "repeat":
+            given[spec.dest] = (*given.get(spec.dest, ()), value)
+        else:
+            given[spec.dest] = value
+    return given
 
 
 def _metavar(kind: Any) -> str:

@@ -11,9 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_origin
 
-import click
-
-from procs.settings.flags import given_flags, parse_flags
+from procs.settings.flags import parse_flags
 from procs.settings.model import (
     ENV_PREFIX,
     NESTED,
@@ -50,8 +48,9 @@ def from_sources(
     env: Mapping[str, str],
     defaults: Mapping[str, Any] | None = None,
 ) -> M:
-    """The settings from flags already parsed (`parse_flags`, `given_flags`): `flags`
-    holds the given ones by field name, and `config` for the file."""
+    """The settings from flags already parsed (`parse_flags`, or click's
+    `commands.given_flags`): `flags` holds the given ones by field name, and `config`
+    for the file."""
     args = dict(flags)
     config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
@@ -64,16 +63,6 @@ def from_sources(
     for layer in layers:
         merged = _merge(merged, layer)
     return build(model, merged)
-
-
-def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) -> M:
-    """The settings of a click command that has `settings_options(model)`: the TOML
-    file, then `env`, then the flags given; a bad value is a usage error (exit 2)
-    naming the field."""
-    try:
-        return from_sources(model, given_flags(ctx, model), env)
-    except ConfigError as exc:
-        raise click.UsageError(f"config error: {exc}") from None
 
 
 def read_toml(path: Path, model: type[SettingsModel]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import os
 import click
 
 from ops.slurm.bridge.settings import BridgeSettings
-from procs.settings import settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
 
 __all__ = ["bridge_cmd"]
 

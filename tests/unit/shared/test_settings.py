@@ -12,7 +12,8 @@ from agent import config as agent_config
 from agent.config import Settings
 from coordinator import config as coordinator_config
 from coordinator.config import CoordinatorSettings
-from procs.settings import ConfigError, SettingsModel, command, fields, flag_names, load
+from procs.settings import ConfigError, SettingsModel, fields, flag_names, load
+from procs.settings.commands import command
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 MODELS: list[type[SettingsModel]] = [Settings, CoordinatorSettings]

@@ -4,7 +4,7 @@ number of digits (SPEC §5: off the grid means rejected, never truncated)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -73,7 +73,11 @@ def test_any_digit_string_is_accepted_exactly_when_it_is_whole_milliseconds(
 
 @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(6000, 1, 1)))
 def test_every_millisecond_written_out_reads_back(moment: datetime) -> None:
-    ms = int(moment.replace(tzinfo=UTC).timestamp()) * 1000 + moment.microsecond // 1000
+    # Exact: `timestamp()` is a float, which rounds .999999 s up to the next second in
+    # far years (4148-01-01T00:00:00.999999 read back one second late).
+    ms = (moment.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+        milliseconds=1
+    )
     text = moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{moment.microsecond // 1000:03d}Z"
     assert parse_ms(text) == ms
 

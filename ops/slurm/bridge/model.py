@@ -128,6 +128,15 @@ class DeleteReservation:
 
 
 @dataclass(frozen=True)
+class EndReservation:
+    """Not planned: how the adapter deletes a reservation jobs still run in (its
+    EndTime moved to now, which ends those jobs)."""
+
+    name: str
+    kind: str = "reservation.delete"
+
+
+@dataclass(frozen=True)
 class Drain:
     node: str
     reason: str
@@ -140,7 +149,7 @@ class Resume:
     kind: str = "node.resume"
 
 
-Action = CreateReservation | UpdateReservation | DeleteReservation | Drain | Resume
+Action = CreateReservation | UpdateReservation | DeleteReservation | EndReservation | Drain | Resume
 ACTION_KINDS: tuple[str, ...] = (
     "reservation.create",
     "reservation.update",

@@ -22,6 +22,7 @@ from ops.slurm.bridge.model import (
     CreateReservation,
     DeleteReservation,
     Drain,
+    EndReservation,
     Resume,
     SlurmNode,
     SlurmReservation,
@@ -33,6 +34,10 @@ _FIELD = re.compile(r"(\w+)=(\S*)")
 # `Reason=why [user@2026-12-01T06:15:27]`: the last field of `show node -o`.
 _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]]*@[^\]]*\])?\s*$")
 _NULL = "(null)"
+# scontrol's refusal to delete a reservation jobs run in.
+_IN_USE = "reservation is in use"
+# …and to delete one it does not have (22.05 says "invalid").
+_GONE = re.compile(r"not found|reservation is invalid")
 _TIME = "%Y-%m-%dT%H:%M:%S"
 
 
@@ -145,12 +150,17 @@ def action_argv(action: Action, now_s: int) -> list[str]:
         args = [a for a in args if not a.endswith("=")]  # an empty Users/Accounts
         # OVERLAP: gpufleet's own reservations share nodes (the ledger already keeps
         # their GPUs apart); without it Slurm refuses a second one on a node.
-        return ["create", "reservation", f"ReservationName={w.name}", *args, "Flags=OVERLAP"]
+        # IGNORE_JOBS: a booking is made now, whatever runs there; without it Slurm
+        # refuses ("Requested nodes are busy") until every job on the node has ended.
+        flags = "Flags=OVERLAP,IGNORE_JOBS"
+        return ["create", "reservation", f"ReservationName={w.name}", *args, flags]
     if isinstance(action, UpdateReservation):
         fields = _reservation_fields(action.want, action.changed, now_s)
         return ["update", f"ReservationName={action.want.name}", *fields]
     if isinstance(action, DeleteReservation):
         return ["delete", f"ReservationName={action.name}"]
+    if isinstance(action, EndReservation):
+        return ["update", f"ReservationName={action.name}", "EndTime=now"]
     if isinstance(action, Drain):
         return ["update", f"NodeName={action.node}", "State=DRAIN", f"Reason={action.reason}"]
     return ["update", f"NodeName={action.node}", "State=RESUME"]
@@ -220,6 +230,12 @@ class Scontrol:
         try:
             await self.run(*action_argv(action, now_s))
         except SlurmError as exc:
-            if isinstance(action, DeleteReservation) and "not found" in str(exc).lower():
+            text = str(exc).lower()
+            if isinstance(action, DeleteReservation) and _GONE.search(text):
                 return  # already gone
+            if isinstance(action, DeleteReservation) and _IN_USE in text:
+                # Jobs run in it: Slurm deletes none such, but ends one at its EndTime,
+                # ending its jobs (after ResvOverRun, 0 by default), then purges it.
+                await self.run(*action_argv(EndReservation(action.name), now_s))
+                return
             raise

@@ -89,7 +89,7 @@ def test_argv_of_each_action() -> None:
     assert action_argv(CreateReservation(want), now) == [
         "create", "reservation", "ReservationName=gpufleet-rsv_1", "StartTime=now",
         "EndTime=2026-12-01T07:00:00", "Nodes=a,b", "TRES=gres/gpu:h100=4", "Users=root",
-        "Flags=OVERLAP",
+        "Flags=OVERLAP,IGNORE_JOBS",
     ]  # fmt: skip
     assert action_argv(UpdateReservation(want, ("end", "users")), now) == [
         "update", "ReservationName=gpufleet-rsv_1", "EndTime=2026-12-01T07:00:00",

@@ -99,6 +99,8 @@ class SlurmBridge:
         self._last_pass = 0.0
         self._unknown: frozenset[str] = frozenset()
         self._unmapped: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
+        self._recheck_at: int | None = None  # epoch ms: an unreachable node's grace ends
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
         self._auth = auth_options(settings.nats_credentials)
@@ -133,6 +135,8 @@ class SlurmBridge:
             return False
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
+        self._note_kept(p.desired.kept)
+        self._recheck_at = p.desired.recheck_at_ms
         failed = 0
         now_s = ledger.at_ms // 1000
         for action in p.actions:
@@ -181,6 +185,15 @@ class SlurmBridge:
             log.warning("reservations left out, no Slurm user or account for their tenant: %s",
                         ", ".join(sorted(unmapped)))  # fmt: skip
         self._unknown, self._unmapped = unknown, unmapped
+
+    def _note_kept(self, kept: frozenset[str]) -> None:
+        """A warning naming each reservation newly kept because a node of it left
+        Slurm's listing (it is neither changed nor deleted until the node is back)."""
+        if kept - self._kept:
+            log.warning("reservations kept as they are in Slurm, a node of theirs is missing "
+                        "from Slurm's node list (renamed? a node_names typo?): %s",
+                        ", ".join(sorted(kept - self._kept)))  # fmt: skip
+        self._kept = kept
 
     def _take(self, msgs: list[Msg]) -> None:
         for msg in msgs:
@@ -232,6 +245,8 @@ class SlurmBridge:
             while True:
                 raise_if_cancelled()
                 due = time.monotonic() - self._last_pass >= self.s.resync_interval_s
+                graced = self._recheck_at is not None and time.time() * 1000 >= self._recheck_at
+                due = due or graced
                 if self._dirty or due:
                     self._dirty = False
                     ok = await self.reconcile(view)

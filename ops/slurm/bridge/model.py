@@ -54,6 +54,10 @@ class LedgerReservation:
 
 @dataclass(frozen=True)
 class LedgerNode:
+    """`unhealthy_gpus`: one text per unhealthy GPU, `GPU<index> <why>` (a node whose
+    health is only `degraded` may have some); `reachable_since_ms`: when reachability
+    last changed (None: not said)."""
+
     node_id: str
     pool_id: str
     reachable: bool = True
@@ -61,6 +65,8 @@ class LedgerNode:
     health_reasons: tuple[str, ...] = ()
     maintenance: bool = False
     maintenance_reason: str = ""
+    unhealthy_gpus: tuple[str, ...] = ()
+    reachable_since_ms: int | None = None
 
 
 @dataclass(frozen=True)

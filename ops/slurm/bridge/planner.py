@@ -13,6 +13,7 @@ Slurm shows it, never what Slurm adds (cpu counts, flags).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -43,6 +44,12 @@ SLURM_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot", "node"})
 # Slurm keeps a node's reason in a fixed buffer; longer ones are cut by the bridge, so
 # what it compares is what Slurm stores.
 MAX_REASON = 200
+# C0 and C1 control characters (and DEL): never in what the bridge hands Slurm, whatever
+# an agent or operator wrote (Slurm shows reasons in sinfo and logs).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# An agent restart or a rolling upgrade makes a node unreachable for a few heartbeats:
+# that drains nothing; a node still unreachable after this is drained.
+UNREACHABLE_GRACE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Policy:
     node_names: Mapping[str, str] = field(default_factory=dict)
     drain_on: Collection[DrainCause] = DRAIN_CAUSES
     pools: Collection[str] = ()  # empty: every pool
+    unreachable_grace_s: float = UNREACHABLE_GRACE_S
 
     def slurm_node(self, node_id: str) -> str:
         return self.node_names.get(node_id, node_id)
@@ -71,6 +79,12 @@ class Desired:
     drains: Mapping[str, str]  # Slurm node -> reason
     unknown_nodes: frozenset[str]  # nodes the ledger wants something of, Slurm lacks
     unmapped: frozenset[str]  # reservations left out: their tenant has no user/account
+    # Reservations kept as Slurm has them: a node of theirs is missing from Slurm's
+    # listing (a renamed node, a node_names typo); deleting would drop the protection.
+    kept: frozenset[str] = frozenset()
+    # When a node now unreachable within its grace period would be drained (epoch ms):
+    # the bridge passes again then, whether or not anything else happens.
+    recheck_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,19 +98,31 @@ def reservation_name(reservation_id: str) -> str:
     return RESERVATION_PREFIX + reservation_id
 
 
-def drain_reason(node: LedgerNode, drain_on: Collection[DrainCause]) -> str | None:
+def drain_reason(
+    node: LedgerNode,
+    drain_on: Collection[DrainCause],
+    now_ms: int = 0,
+    unreachable_grace_s: float = 0.0,
+) -> str | None:
     """`gpufleet: <cause>[: <why>]`, the strongest cause first as in the rollup
-    (unreachable > maintenance > unhealthy); None when the node should run jobs."""
+    (unreachable > maintenance > unhealthy); None when the node should run jobs.
+
+    Unhealthy is a node unhealthy or unmonitored, or one with any unhealthy GPU (its
+    health then `degraded`: Slurm 22.05 cannot take one GPU out of a node, so the node
+    goes). Unreachable counts once it has lasted `unreachable_grace_s`."""
     causes: list[tuple[DrainCause, str]] = []
-    if not node.reachable:
+    since = node.reachable_since_ms
+    if not node.reachable and (since is None or now_ms - since >= unreachable_grace_s * 1000):
         causes.append(("unreachable", ""))
     if node.maintenance:
         causes.append(("maintenance", node.maintenance_reason))
-    if node.health in ("unhealthy", "unmonitored"):
+    if node.unhealthy_gpus and node.health != "unmonitored":
+        causes.append(("unhealthy", ", ".join(node.unhealthy_gpus)))
+    elif node.health in ("unhealthy", "unmonitored"):
         causes.append(("unhealthy", ", ".join(node.health_reasons) or node.health))
     for cause, why in causes:
         if cause in drain_on:
-            text = f"{DRAIN_PREFIX} {cause}" + (f": {why}" if why else "")
+            text = _CONTROL.sub(" ", f"{DRAIN_PREFIX} {cause}" + (f": {why}" if why else ""))
             return " ".join(text.split())[:MAX_REASON]  # one line, as Slurm keeps it
     return None
 
@@ -142,6 +168,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
     now_s = ledger.at_ms // 1000
     unknown: set[str] = set()
     unmapped: set[str] = set()
+    kept: set[str] = set()
     reservations: dict[str, SlurmReservation] = {}
     for rsv in ledger.reservations:
         if rsv.state not in LIVE_STATES or not policy.follows(rsv.pool_id):
@@ -152,9 +179,14 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
         if end_s <= now_s:
             continue
         nodes: set[str] = set()
+        missing: set[str] = set()
         for node_id in rsv.nodes:
             name = policy.slurm_node(node_id)
-            (nodes if name in state.nodes else unknown).add(name)
+            (nodes if name in state.nodes else missing).add(name)
+        unknown |= missing
+        if missing and reservation_name(rsv.reservation_id) in state.reservations:
+            kept.add(reservation_name(rsv.reservation_id))
+            continue
         if not nodes:
             continue
         users = policy.users.get(rsv.tenant_id, policy.default_users)
@@ -173,10 +205,15 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             accounts=frozenset(accounts),
         )
     drains: dict[str, str] = {}
+    grace_ms = int(policy.unreachable_grace_s * 1000)
+    recheck: list[int] = []
     for node in ledger.nodes:
         if not policy.follows(node.pool_id):
             continue
-        reason = drain_reason(node, policy.drain_on)
+        since = node.reachable_since_ms
+        if not node.reachable and since is not None and since + grace_ms > ledger.at_ms:
+            recheck.append(since + grace_ms)
+        reason = drain_reason(node, policy.drain_on, ledger.at_ms, policy.unreachable_grace_s)
         if reason is None:
             continue
         name = policy.slurm_node(node.node_id)
@@ -184,7 +221,10 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             drains[name] = reason
         else:
             unknown.add(name)
-    return Desired(reservations, drains, frozenset(unknown), frozenset(unmapped))
+    return Desired(
+        reservations, drains, frozenset(unknown), frozenset(unmapped), frozenset(kept),
+        min(recheck, default=None),
+    )  # fmt: skip
 
 
 def _changes(want: SlurmReservation, have: SlurmReservation, now_s: int) -> tuple[str, ...]:
@@ -231,7 +271,8 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
         elif not node.drained or node.reason != reason:
             actions.append(Drain(node_name, reason))
     for name in sorted(state.reservations):
-        if state.reservations[name].owned and name not in want.reservations:
+        wanted = name in want.reservations or name in want.kept
+        if state.reservations[name].owned and not wanted:
             actions.append(DeleteReservation(name))
     for node_name in sorted(state.nodes):
         if state.nodes[node_name].drained_by_gpufleet and node_name not in want.drains:

@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
-from ops.slurm.bridge.planner import Policy
+from ops.slurm.bridge.planner import UNREACHABLE_GRACE_S, Policy
 from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
@@ -101,9 +101,18 @@ class BridgeSettings(SettingsModel, frozen=True):
     ] = msgspec.field(default_factory=dict)
     drain_on: Annotated[
         tuple[DrainCause, ...],
-        Meta(description="node states drained in Slurm"),
+        Meta(
+            description=("node states drained in Slurm (`unhealthy`: the node, or any of its GPUs)")
+        ),
         Option(metavar="CAUSE", item=str, default_doc="`maintenance,unhealthy,unreachable`"),
     ] = DRAIN_CAUSES
+    unreachable_grace_s: Annotated[
+        float,
+        Meta(ge=0, le=86400, description=(
+            "seconds a node stays unreachable before it is drained (longer than an agent "
+            "restart, so a rolling upgrade drains nothing)"
+        )),
+    ] = UNREACHABLE_GRACE_S  # fmt: skip
     pools: Annotated[
         tuple[str, ...],
         Meta(description="pools followed (empty: every pool)"),
@@ -149,6 +158,7 @@ class BridgeSettings(SettingsModel, frozen=True):
             node_names=dict(self.node_names),
             drain_on=frozenset(self.drain_on),
             pools=frozenset(self.pools),
+            unreachable_grace_s=self.unreachable_grace_s,
         )
 
 

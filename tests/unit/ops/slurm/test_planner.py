@@ -159,6 +159,61 @@ def test_drains_follow_maintenance_unhealthy_unreachable_and_their_end() -> None
     assert drain_reason(nodes[1], only.drain_on) is None
 
 
+def test_a_node_with_any_unhealthy_gpu_is_drained_and_resumed_when_cleared() -> None:
+    """Slurm 22.05 cannot take one GPU out of a node: a degraded node with an unhealthy
+    GPU (XID 79) is drained, the GPU named; a degraded one whose GPUs are all healthy
+    (a slowdown) is not. What the agent wrote reaches Slurm without control characters."""
+    xid = LedgerNode("gpu-a", "pool_a", health="degraded",
+                     health_reasons=("GPU-1234: unhealthy: xid 79",),
+                     unhealthy_gpus=("GPU3 xid 79\x1b[31m fell off\x85the bus\n",))  # fmt: skip
+    slow = LedgerNode("gpu-b", "pool_a", health="degraded", health_reasons=("thermal",))
+    state = _slurm(_node("gpu-a"), _node("gpu-b"))
+    p = plan(Ledger((), (xid, slow), NOW_MS), state, POLICY)
+    assert p.actions == (Drain("gpu-a", "gpufleet: unhealthy: GPU3 xid 79 [31m fell off the bus"),)
+    cleared = (replace(xid, health="healthy", unhealthy_gpus=()), slow)
+    assert plan(Ledger((), cleared, NOW_MS), apply(state, p.actions), POLICY).actions == (
+        Resume("gpu-a"),
+    )
+    assert plan(Ledger((), (xid,), NOW_MS), state, replace(POLICY, drain_on=())).actions == ()
+
+
+def test_unreachable_drains_only_after_its_grace_period() -> None:
+    """An agent restart or rolling upgrade (unreachable for a few heartbeats) drains
+    nothing; a node still unreachable after `unreachable_grace_s` is drained."""
+    policy = replace(POLICY, unreachable_grace_s=120)
+    state = _slurm(_node("gpu-a"))
+
+    def ledger(since_ms: int) -> Ledger:
+        node = LedgerNode("gpu-a", "pool_a", reachable=False, reachable_since_ms=since_ms)
+        return Ledger((), (node,), NOW_MS)
+
+    early = plan(ledger(NOW_MS - 30_000), state, policy)
+    assert early.actions == ()
+    assert early.desired.recheck_at_ms == NOW_MS + 90_000  # the bridge passes again then
+    assert plan(ledger(NOW_MS - 119_999), state, policy).actions == ()
+    assert plan(ledger(NOW_MS - 120_000), state, policy).actions == (
+        Drain("gpu-a", "gpufleet: unreachable"),
+    )
+
+
+def test_a_node_missing_from_slurm_keeps_its_reservation() -> None:
+    """A node that leaves Slurm's listing (renamed, a node_names typo) keeps the
+    reservation it had, unchanged and named in `kept`; released, it goes."""
+    rsv = _rsv("rsv_1", {"gpu-a": 2, "gpu-b": 1})
+    held = SlurmReservation(
+        "gpufleet-rsv_1", frozenset({"gpu-a", "gpu-b"}), NOW_S - 3600, NOW_S + 3600,
+        accounts=frozenset({"acme-acct"}),
+    )  # fmt: skip
+    state = _slurm(_node("gpu-a"), rsvs=(held,))  # gpu-b is gone from Slurm's listing
+    p = plan(Ledger((rsv,), (), NOW_MS), state, POLICY)
+    assert p.actions == ()
+    assert p.desired.kept == {"gpufleet-rsv_1"} and p.desired.unknown_nodes == {"gpu-b"}
+    released = replace(rsv, state="released")
+    assert plan(Ledger((released,), (), NOW_MS), state, POLICY).actions == (
+        DeleteReservation("gpufleet-rsv_1"),
+    )
+
+
 def test_hand_made_reservations_and_drains_survive() -> None:
     theirs = SlurmReservation("maint-window", frozenset({"gpu-a"}), NOW_S, NOW_S + 60)
     state = _slurm(_node("gpu-a", True, "bad fan"), _node("gpu-b"), rsvs=(theirs,))
@@ -303,5 +358,7 @@ def test_any_plan_converges_and_touches_only_gpufleet_objects(
     after = apply(state, first.actions)
     assert plan(ledger, after, policy).actions == ()
     assert _foreign(after) == _foreign(state)
-    # The owned reservations are exactly the ledger's live ones on known nodes.
-    assert {n for n, r in after.reservations.items() if r.owned} == set(first.desired.reservations)
+    # The owned reservations are exactly the ledger's live ones on known nodes, and those
+    # kept as they were because a node of theirs left Slurm's listing.
+    owned = {n for n, r in after.reservations.items() if r.owned}
+    assert owned == set(first.desired.reservations) | first.desired.kept

@@ -24,11 +24,12 @@ from functools import partial
 
 import aiohttp
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
-from ops.kit.client import ClientError
+from ops.kit.client import ApiError, ClientError
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
 from ops.slurm.bridge.planner import plan
@@ -36,7 +37,7 @@ from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, acti
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
-from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -66,6 +67,23 @@ def gpu_tres_refused(refusal: str) -> str | None:
         if words in refusal:
             return why
     return None
+
+
+# What a NATS refusal means for the bridge, and what to do.
+_NATS_FIX = (
+    "its NATS user must create and read the durable consumer {durable} on the alert "
+    "stream (`gpufleet nats-auth ... --forwarder {durable}`); until it may, events "
+    "trigger nothing and Slurm follows the ledger only every {resync:g} s"
+)
+
+
+def _nats_refusal(exc: BaseException) -> bool:
+    """A NATS error that says the bridge's user is not allowed (wrong credentials,
+    or a permission its user lacks), as nats-py reports them."""
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return "permissions violation" in text or "authorization violation" in text
 
 
 def _hint(refusal: str) -> str:
@@ -103,20 +121,45 @@ class SlurmBridge:
         self._recheck_at: int | None = None  # epoch ms: an unreachable node's grace ends
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
+        self._denials = LogThrottle(log, every_s=60.0)
         self._auth = auth_options(settings.nats_credentials)
 
-    async def connect(self) -> Client:
-        async def on_error(exc: Exception) -> None:
+    def _refused(self, by: str, what: str, exc: BaseException) -> None:
+        """Credentials or permissions refused: counted, and an ERROR (once a minute
+        while it lasts), for it needs a person, not a retry."""
+        self.metrics.refused.labels(by).inc()
+        self._denials.error(by, "%s refused the bridge (%s): %s", by, exc, what)
+
+    async def on_nats_error(self, exc: Exception) -> None:
+        if _nats_refusal(exc):
+            self._refused("nats", _NATS_FIX.format(durable=self.s.durable,
+                          resync=self.s.resync_interval_s), exc)  # fmt: skip
+        else:
             log.warning("NATS: %s", exc)
+
+    async def connect(self) -> Client:
+        """Connected to NATS, retried until it is; a refused user is an ERROR."""
+        while True:
+            try:
+                return await connect(self._servers, self._options(), retry=ONCE)
+            except CONNECT_ERRORS as exc:
+                if _nats_refusal(exc):
+                    self._refused("nats", "check nats_credentials; retrying", exc)
+                else:
+                    self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
+                                          ",".join(self._servers), exc)  # fmt: skip
+            await asyncio.sleep(_RETRY_S)
+
+    def _options(self) -> dict[str, object]:
+        on_error = self.on_nats_error
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
 
-        options = dict(
+        return dict(
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
             connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
         )  # fmt: skip
-        return await connect(self._servers, options, log=log)
 
     async def reconcile(self, view: LedgerView) -> bool:
         """One pass; False when the ledger or Slurm could not be read (nothing done)."""
@@ -125,7 +168,12 @@ class SlurmBridge:
             ledger = await view.read()
         except ClientError as exc:
             self.metrics.failures.labels("ledger.read").inc()
-            self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
+            if isinstance(exc, ApiError) and exc.status in (401, 403):
+                self._refused("coordinator", "coordinator_key (GPUFLEET_SLURM_BRIDGE_KEY) "
+                              "must be a key that may list every reservation and node; "
+                              "nothing in Slurm changes until it is", exc)  # fmt: skip
+            else:
+                self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
             return False
         try:
             state = await self.scontrol.state()
@@ -212,20 +260,21 @@ class SlurmBridge:
                 await (msg.ack() if ok else msg.in_progress())
 
     async def run(self, notify_socket: str | None = None) -> None:
-        nc = await self.connect()
         timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
-        try:
-            async with contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:
+            # /metrics first: a NATS user refused at connect shows there too.
+            if self.s.metrics_port is not None:
+                self.metrics_port = await stack.enter_async_context(
+                    self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
+                )
+            nc = await self.connect()
+            try:
                 http = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
-                if self.s.metrics_port is not None:
-                    self.metrics_port = await stack.enter_async_context(
-                        self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
-                    )
                 view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key)
                 await self._follow(nc, view, notify_socket)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), timeout=5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.close(), timeout=5)
 
     def source(self, nc: Client) -> AlertSource:
         """Its durable consumer on the alert stream (not yet bound)."""
@@ -240,7 +289,9 @@ class SlurmBridge:
 
     async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
         source = self.source(nc)
-        await source.bind()
+        # Bound beside the passes: a NATS user refused the consumer (an ERROR, counted)
+        # leaves the bridge on its resync, still keeping Slurm in step.
+        bound = asyncio.create_task(source.bind())
         try:
             while True:
                 raise_if_cancelled()
@@ -261,12 +312,18 @@ class SlurmBridge:
                         self.ready.set()
                 if not self.ready.is_set():
                     continue
+                if not bound.done():
+                    await asyncio.wait({bound}, timeout=self.s.fetch_wait_s)
+                    continue
                 msgs = await source.fetch(500)
                 if msgs:
                     self._take(msgs)
         except asyncio.CancelledError:
+            bound.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bound
             # Stopping: what was not covered by a pass comes back at once to the next.
-            for msg in self._held + await source.hand_back(500):
+            for msg in self._held + await source.hand_back(500):  # none when never bound
                 with contextlib.suppress(Exception):
                     await msg.nak()
             with contextlib.suppress(Exception):

@@ -104,10 +104,15 @@ async def test_an_unreadable_ledger_or_slurm_is_a_counted_failure(served: Served
             assert exc.status == 401
         else:
             raise AssertionError("a wrong key read the ledger")
+        assert await bridge.reconcile(wrong_key) is False
+        refused = bridge.metrics.registry.get_sample_value(
+            "gpufleet_slurm_bridge_refused_total", {"by": "coordinator"}
+        )
+        assert refused == 1 and failures("ledger.read") == 1
         dead = LedgerView(http, f"http://127.0.0.1:{free_port()}", served.api.operator_key)
         assert await bridge.reconcile(dead) is False
-        assert failures("ledger.read") == 1
+        assert failures("ledger.read") == 2
         live = LedgerView(http, served.api.base, served.api.operator_key)
         assert await bridge.reconcile(live) is False  # no scontrol: Slurm unread
-        assert failures("slurm.read") == 1 and failures("ledger.read") == 1
+        assert failures("slurm.read") == 1 and failures("ledger.read") == 2
     assert bridge.metrics.synced_at == 0.0

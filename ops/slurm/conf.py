@@ -1,4 +1,4 @@
-"""Slurm's view of one pool, from the hardware its agents reported (`nodes.inventories`):
+"""Slurm's view of one or more pools, from the hardware its agents reported (`nodes.inventories`):
 gres.conf lines, the `NodeName` lines for slurm.conf, and a topology.conf.
 
 - gres.conf: per whole GPU `Name=gpu Type=<short model> File=<dev>/nvidia<index>`, its
@@ -9,7 +9,8 @@ gres.conf lines, the `NodeName` lines for slurm.conf, and a topology.conf.
   (the pool, each GPU model, `nvlink<N>` for the largest NVLink clique, the multi-node
   fabric clique), `NodeHostname=` when it is not the node id.
 - topology.conf: a leaf switch per value of a node label (`rack` by default, or the
-  label gangs are placed by), under one top switch for the pool.
+  label gangs are placed by), under one top switch: the pool's, or `gpufleet` when
+  several pools share one set of files (Slurm's tree wants one root).
 
 Pure and deterministic (no clock, no I/O): the same inventories give the same bytes, so
 the files can be regenerated and diffed. `gpufleet slurm conf` fetches and writes.
@@ -286,41 +287,71 @@ def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Opti
     return " ".join(parts)
 
 
-def _topology(pool_name: str, nodes: Sequence[Node], key: str) -> list[str]:
+def _leaves(nodes: Sequence[Node], key: str) -> dict[str, list[str]]:
     leaves: dict[str, list[str]] = {}
     for node in nodes:
         value = node.labels.get(key)
         leaf = token(value) if value else f"no-{token(key)}"
         leaves.setdefault(leaf, []).append(node.node_id)
+    return leaves
+
+
+def _topology(root: str, nodes: Sequence[Node], key: str) -> list[str]:
+    """A leaf switch per label value (a rack holds nodes of any pool), all under one
+    root: Slurm's tree plugin wants exactly one."""
+    leaves = _leaves(nodes, key)
     lines = [f"SwitchName={leaf} Nodes={','.join(ids)}" for leaf, ids in sorted(leaves.items())]
     if leaves:
-        lines.append(f"SwitchName=pool-{token(pool_name)} Switches={','.join(sorted(leaves))}")
+        lines.append(f"SwitchName={root} Switches={','.join(sorted(leaves))}")
     return lines
 
 
 def render(pool_name: str, nodes: Iterable[Node], opts: Options = Options()) -> SlurmConf:
     """The three files for one pool's nodes."""
+    return render_pools([(pool_name, nodes)], opts)
+
+
+# The topology root when several pools share one set of files.
+MULTI_POOL_ROOT = "gpufleet"
+
+
+def render_pools(
+    pools: Sequence[tuple[str, Iterable[Node]]], opts: Options = Options()
+) -> SlurmConf:
+    """The three files for several pools' nodes (one Slurm cluster running them all):
+    every node once, in pool order, and one topology root (`pool-<name>` for one pool,
+    `gpufleet` for several)."""
     if opts.threads_per_core < 1:
         raise SlurmConfError("threads per core must be at least 1")
-    head = f"# gpufleet slurm conf: pool {pool_name}; generated, do not edit"
+    if not pools:
+        raise SlurmConfError("no pool given")
+    names = ", ".join(name for name, _ in pools)
+    plural = "s" if len(pools) > 1 else ""
+    head = f"# gpufleet slurm conf: pool{plural} {names}; generated, do not edit"
     gres_out = [head]
     node_out = [head, "# In slurm.conf: GresTypes=gpu, then Include this file."]
     topo_out = [head, f"# Leaf switches: the node label {opts.topology_key!r}."]
     listed: list[Node] = []
-    for node in sorted(nodes, key=lambda n: n.node_id):
-        if not node.reported:
-            note = f"# {node.node_id}: no inventory on record yet, left out"
-            gres_out.append(note)
-            node_out.append(note)
-            continue
-        gres = _gres_lines(node, opts)
-        left_out = [g.index for g in node.gpus if g.missing]
-        if left_out:
-            gres_out.append(f"# {node.node_id}: GPU {ranges(left_out)} unreadable, left out")
-        gres_out += [g.text for g in gres]
-        node_out.append(_node_line(pool_name, node, gres, opts))
-        listed.append(node)
-    topo_out += _topology(pool_name, listed, opts.topology_key)
+    seen: set[str] = set()
+    for pool_name, nodes in pools:
+        for node in sorted(nodes, key=lambda n: n.node_id):
+            if node.node_id in seen:
+                raise SlurmConfError(f"node {node.node_id} is in two of the pools given")
+            seen.add(node.node_id)
+            if not node.reported:
+                note = f"# {node.node_id}: no inventory on record yet, left out"
+                gres_out.append(note)
+                node_out.append(note)
+                continue
+            gres = _gres_lines(node, opts)
+            left_out = [g.index for g in node.gpus if g.missing]
+            if left_out:
+                gres_out.append(f"# {node.node_id}: GPU {ranges(left_out)} unreadable, left out")
+            gres_out += [g.text for g in gres]
+            node_out.append(_node_line(pool_name, node, gres, opts))
+            listed.append(node)
+    root = f"pool-{token(pools[0][0])}" if len(pools) == 1 else MULTI_POOL_ROOT
+    topo_out += _topology(root, listed, opts.topology_key)
     return SlurmConf(
         gres="\n".join(gres_out) + "\n",
         nodes="\n".join(node_out) + "\n",

@@ -24,6 +24,7 @@ from ops.slurm.conf import (
     links,
     nodes_from_api,
     render,
+    render_pools,
     short_model,
 )
 from shared.wire import Inventory
@@ -111,6 +112,26 @@ def test_topology_has_a_leaf_per_label_value_under_the_pool(tmp_path: Path) -> N
     ]
     by_switch = render("train", nodes, Options(topology_key="switch")).topology
     assert "SwitchName=no-switch Nodes=n1,n2,n3,n4" in by_switch
+
+
+def test_several_pools_are_one_set_of_files_with_one_topology_root(tmp_path: Path) -> None:
+    """A Slurm cluster running two pools gets every node once and one root switch (its
+    tree plugin refuses two); racks hold nodes of either pool."""
+    inv = [inventory_of("l40s-pcie-4", tmp_path, n) for n in ("a1", "a2", "b1")]
+    racks = [{"rack": "r1"}, {"rack": "r2"}, {"rack": "r1"}]
+    nodes = nodes_from_api([api_node(i, r) for i, r in zip(inv, racks, strict=True)])
+    conf = render_pools([("train", nodes[:2]), ("infer", nodes[2:])])
+    assert conf.topology.splitlines()[2:] == [
+        "SwitchName=r1 Nodes=a1,b1",
+        "SwitchName=r2 Nodes=a2",
+        "SwitchName=gpufleet Switches=r1,r2",
+    ]
+    lines = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
+    assert [x.split()[0] for x in lines] == ["NodeName=a1", "NodeName=a2", "NodeName=b1"]
+    assert "Features=pool-infer," in lines[2] and "Features=pool-train," in lines[0]
+    assert len(gres_of(conf.gres, "b1")) == 4
+    with pytest.raises(SlurmConfError, match="a1 is in two"):
+        render_pools([("train", nodes[:1]), ("infer", nodes[:1])])
 
 
 def test_unreadable_gpus_and_unreported_nodes_are_left_out() -> None:

@@ -48,13 +48,18 @@ slurm_group.add_command(bridge_cmd, "bridge")
     help="SMT threads per core on the pool's hosts (for Cores= and ThreadsPerCore=)",
 )  # fmt: skip
 @click.option(
+    "--socket-per-gpu", is_flag=True,
+    help="give each GPU a Slurm socket of its own cores (Sockets= the GPU count, disjoint "
+    "Cores=): core-bound reservations then hold single GPUs on Slurm before 23.11",
+)  # fmt: skip
+@click.option(
     "--dev-dir", default="/dev", show_default=True, metavar="DIR",
     help="where the hosts' nvidia device files are",
 )  # fmt: skip
 @pass_session
 def conf_cmd(
     session: Session, pools: tuple[str, ...], only: str | None, out_dir: Path | None,
-    topology_key: str, threads_per_core: int, dev_dir: str,
+    topology_key: str, threads_per_core: int, socket_per_gpu: bool, dev_dir: str,
 ) -> None:  # fmt: skip
     """Generate gres.conf (a line per GPU and MIG instance: type, file, cores, NVLinks),
     the NodeName lines for slurm.conf (CPUs, RealMemory, Gres, Features: pool, model,
@@ -66,7 +71,10 @@ def conf_cmd(
         pool_id = session.pool_id(None, pool)
         assert pool_id is not None
         fetched.append(_inventories(session, pool_id))
-    opts = Options(dev_dir=dev_dir, topology_key=topology_key, threads_per_core=threads_per_core)
+    opts = Options(
+        dev_dir=dev_dir, topology_key=topology_key, threads_per_core=threads_per_core,
+        socket_per_gpu=socket_per_gpu,
+    )  # fmt: skip
     try:
         conf = render_pools([(name, nodes_from_api(items)) for name, items in fetched], opts)
     except SlurmConfError as exc:

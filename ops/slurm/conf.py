@@ -75,6 +75,9 @@ class Options:
     dev_dir: str = "/dev"
     topology_key: str = "rack"
     threads_per_core: int = 1
+    # A Slurm socket per whole GPU (its own block of cores): what lets a core-bound
+    # reservation on Slurm before 23.11 hold single GPUs (gres binding is per socket).
+    socket_per_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,29 @@ def largest_clique(gpus: Sequence[Gpu]) -> int:
 # --- the three files ------------------------------------------------------------------
 
 
+def gpu_blocks(node: Node, threads_per_core: int) -> dict[int, str]:
+    """GPU index → a block of cores of its own (`--socket-per-gpu`): the node's cores cut
+    into as many equal blocks as it has GPUs, given in the order of the GPUs' CPU
+    affinity (so each block lies where its GPU's does, as far as they go). Empty when
+    the node has MIG or unreadable GPUs, or its cores do not divide evenly."""
+    gpus = list(node.gpus)
+    if not gpus or any(g.mig_enabled or g.missing for g in gpus) or node.vcpu <= 0:
+        return {}
+    if node.vcpu % threads_per_core:
+        return {}
+    n_cores = node.vcpu // threads_per_core
+    if n_cores % len(gpus):
+        return {}
+    per = n_cores // len(gpus)
+
+    def near(g: Gpu) -> tuple[int, int]:
+        cpus = parse_cpulist(g.cpu_affinity) if g.cpu_affinity else []
+        return (min((c % n_cores for c in cpus), default=0), g.index)
+
+    ordered = sorted(gpus, key=near)
+    return {g.index: ranges(range(k * per, (k + 1) * per)) for k, g in enumerate(ordered)}
+
+
 @dataclass(frozen=True)
 class _GresLine:
     gres_type: str
@@ -234,9 +260,10 @@ def _gres_lines(node: Node, opts: Options) -> list[_GresLine]:
     link_rows = links(whole) if whole and len(whole) == len(usable) else {}
     dev = opts.dev_dir.rstrip("/")
     out: list[_GresLine] = []
+    blocks = gpu_blocks(node, opts.threads_per_core) if opts.socket_per_gpu else {}
     for gpu in sorted(usable, key=lambda g: g.index):
         model = short_model(gpu.name)
-        where = cores(gpu, node.vcpu, opts.threads_per_core)
+        where = blocks.get(gpu.index) or cores(gpu, node.vcpu, opts.threads_per_core)
         tail = f" Cores={where}" if where else ""
         if not gpu.mig_enabled:
             has_links = any(n > 0 for n in map(int, link_rows.get(gpu.index, "0").split(",")))
@@ -272,9 +299,13 @@ def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Opti
     parts = [f"NodeName={node.node_id}"]
     if node.hostname and node.hostname != node.node_id:
         parts.append(f"NodeHostname={node.hostname}")
+    blocks = gpu_blocks(node, opts.threads_per_core) if opts.socket_per_gpu else {}
     if node.vcpu:
         parts.append(f"CPUs={node.vcpu}")
-        if opts.threads_per_core > 1:
+        if blocks:
+            per = node.vcpu // opts.threads_per_core // len(blocks)
+            parts.append(f"Sockets={len(blocks)} CoresPerSocket={per}")
+        if blocks or opts.threads_per_core > 1:
             parts.append(f"ThreadsPerCore={opts.threads_per_core}")
     if node.memory_gib:
         parts.append(f"RealMemory={node.memory_gib * 1024}")

@@ -279,7 +279,7 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="reservation.update") > 0
         assert math.isnan(bridge.metric("gpufleet_slurm_bridge_lag_seconds"))
         # …and the log says what to do about it.
-        assert 'set gpu_tres = "off"' in (tmp_path / "bridge.log").read_text()
+        assert 'or "off" (whole nodes)' in (tmp_path / "bridge.log").read_text()
         op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "ev"})
         _eventually(lambda: _drained(cluster, "sim-a", "gpufleet: maintenance: ev"), "event drain")
         # Unreachable outranks maintenance, as in the rollup: its event changes the reason.

@@ -32,6 +32,7 @@ from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.client import ApiError, ClientError
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
+from ops.slurm.bridge.model import GpuTres, SlurmState
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
@@ -86,10 +87,24 @@ def _nats_refusal(exc: BaseException) -> bool:
     return "permissions violation" in text or "authorization violation" in text
 
 
+# What each mode holds, as the log says it.
+_MECHANISMS: dict[GpuTres, str] = {
+    "typed": "the booked GPUs by type (GRES TRES)",
+    "count": "the booked GPU count (GRES TRES)",
+    "cores": "the booked GPUs' cores (CoreCnt; enforce-binding via job_submit.lua) on "
+    "nodes with a socket per GPU, other booked nodes whole",
+    "off": "booked nodes whole",
+}
+
+
 def _hint(refusal: str) -> str:
     """What to change, for a refusal of GPU TRES; empty for any other."""
     why = gpu_tres_refused(refusal)
-    return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole' if why else ""
+    return (
+        f'; {why}: else set gpu_tres = "cores" (a socket per GPU) or "off" (whole nodes)'
+        if why
+        else ""
+    )
 
 
 class SlurmBridge:
@@ -110,6 +125,8 @@ class SlurmBridge:
         # (say after upgrading Slurm) tries GPU TRES again.
         self._auto = settings.gpu_tres == "auto"
         self.metrics.set_gpu_tres_mode(self.policy.gpu_tres)
+        until = " (auto: until Slurm refuses GRES in reservations)" if self._auto else ""
+        log.info("reserving %s%s", _MECHANISMS[self.policy.gpu_tres], until)
         self.ready = asyncio.Event()  # set after the first full pass at start
         self.metrics_port: int | None = None
         self._dirty = True  # start: reconcile at once
@@ -193,7 +210,7 @@ class SlurmBridge:
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
-                if self._fall_back(str(exc)):
+                if self._fall_back(str(exc), state):
                     break  # the rest was planned with GPU TRES: plan again at once
                 # A refusal Slurm repeats every pass is logged once a throttle period.
                 self._refusals.warning(
@@ -209,17 +226,20 @@ class SlurmBridge:
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
-    def _fall_back(self, refusal: str) -> bool:
-        """In auto mode, switch to whole-node reservations when Slurm refuses GPU TRES
-        in a reservation; True when it did (the next pass plans with it)."""
+    def _fall_back(self, refusal: str, state: SlurmState) -> bool:
+        """In auto mode, when Slurm refuses GPU TRES in a reservation: reserve the booked
+        GPUs' cores where slurm.conf gives each GPU a socket of its own (`cores`), else
+        booked nodes whole (`off`); True when it switched (the next pass plans so)."""
         why = gpu_tres_refused(refusal)
-        if not self._auto or why is None or self.policy.gpu_tres == "off":
+        if not self._auto or why is None or self.policy.gpu_tres in ("off", "cores"):
             return False
-        self.policy = replace(self.policy, gpu_tres="off")
-        self.metrics.set_gpu_tres_mode("off")
+        per_gpu = any(n.cores_per_gpu for n in state.nodes.values())
+        mode: GpuTres = "cores" if per_gpu else "off"
+        self.policy = replace(self.policy, gpu_tres=mode)
+        self.metrics.set_gpu_tres_mode(mode)
         self._dirty = True
         log.warning('gpu_tres = "auto": Slurm refused GPUs in a reservation (%s: %s); '
-                    "reserving booked nodes whole until restarted", why, refusal)  # fmt: skip
+                    "reserving %s until restarted", why, refusal, _MECHANISMS[mode])  # fmt: skip
         return True
 
     def _note(self, unknown: frozenset[str], unmapped: frozenset[str], left_alone: int) -> None:

@@ -17,11 +17,15 @@ DRAIN_PREFIX = "gpufleet:"
 DrainCause = Literal["maintenance", "unhealthy", "unreachable"]
 DRAIN_CAUSES: tuple[DrainCause, ...] = ("maintenance", "unhealthy", "unreachable")
 # How the planner puts GPUs in a reservation (its input: a mode, never "auto").
-GpuTres = Literal["typed", "count", "off"]
-GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "off")
-# What an operator sets: "auto" tries "typed" and falls back to "off" when Slurm
+# "cores": Slurm before 23.11 — the booked GPUs' cores (`CoreCnt`), on nodes whose
+# slurm.conf gives each GPU a socket of its own (`gpufleet slurm conf --socket-per-gpu`);
+# with job_submit.lua forcing --gres-flags=enforce-binding a job gets only the GPUs of
+# the cores it may use. Other nodes are reserved whole.
+GpuTres = Literal["typed", "count", "cores", "off"]
+GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "cores", "off")
+# What an operator sets: "auto" tries "typed" and falls back to "cores" when Slurm
 # refuses GRES in reservations (before 23.11, or no AccountingStorageTRES for them).
-GpuTresSetting = Literal["auto", "typed", "count", "off"]
+GpuTresSetting = Literal["auto", "typed", "count", "cores", "off"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,10 @@ class SlurmReservation:
     tres: str = ""
     users: frozenset[str] = frozenset()
     accounts: frozenset[str] = frozenset()
+    # Cores reserved per node ("cores" mode; empty: whole nodes or TRES). Slurm shows
+    # only their total, which is what is compared (`core_total`).
+    cores: tuple[tuple[str, int], ...] = ()
+    core_total: int = 0
 
     @property
     def owned(self) -> bool:
@@ -102,6 +110,9 @@ class SlurmNode:
     drained: bool = False
     reason: str = ""
     gpu_types: tuple[str, ...] = ()  # from its Gres, in order (`gpu:h100:8` -> h100)
+    # Cores per GPU where slurm.conf gives each whole GPU a socket of its own (Sockets=
+    # the GPU count): "cores" mode reserves n GPUs as n times this; 0 otherwise.
+    cores_per_gpu: int = 0
 
     @property
     def drained_by_gpufleet(self) -> bool:

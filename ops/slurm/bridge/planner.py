@@ -132,7 +132,7 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
     instances by the type `gpufleet slurm conf` gives their profile on that node
     (`<model>_<profile>`); empty for whole nodes (binding node, no GPUs, or TRES off),
     which Slurm then reserves entirely."""
-    if policy.gpu_tres == "off" or rsv.binding == "node":
+    if policy.gpu_tres in ("off", "cores") or rsv.binding == "node":
         return ""
     per_type: dict[str, int] = {}
     for node_id, count in rsv.gpus.items():
@@ -156,6 +156,24 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
             key = "gres/gpu" if policy.gpu_tres == "count" else f"gres/gpu:{kind}"
             per_type[key] = per_type.get(key, 0) + count
     return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
+
+
+def _cores(
+    rsv: LedgerReservation, nodes: Collection[str], policy: Policy, state: SlurmState
+) -> tuple[tuple[str, int], ...]:
+    """ "cores" mode: per Slurm node, the cores of the booked GPUs (their count times the
+    node's cores per GPU); empty (the nodes whole) when any node lacks a socket per GPU,
+    or the booking holds MIG instances or the whole node."""
+    if policy.gpu_tres != "cores" or rsv.binding == "node" or rsv.mig:
+        return ()
+    per_node: dict[str, int] = {}
+    for node_id, count in rsv.gpus.items():
+        name = policy.slurm_node(node_id)
+        if name in nodes and count > 0:
+            per_node[name] = per_node.get(name, 0) + count * state.nodes[name].cores_per_gpu
+    if set(per_node) != set(nodes) or not all(per_node.values()):
+        return ()
+    return tuple(sorted(per_node.items()))
 
 
 def normalise_tres(tres: str) -> str:
@@ -195,6 +213,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             unmapped.add(rsv.reservation_id)
             continue
         name = reservation_name(rsv.reservation_id)
+        cores = _cores(rsv, nodes, policy, state)
         reservations[name] = SlurmReservation(
             name=name,
             nodes=frozenset(nodes),
@@ -203,6 +222,8 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             tres=_tres(rsv, policy, state),
             users=frozenset(users),
             accounts=frozenset(accounts),
+            cores=cores,
+            core_total=sum(n for _, n in cores),
         )
     drains: dict[str, str] = {}
     grace_ms = int(policy.unreachable_grace_s * 1000)
@@ -239,6 +260,10 @@ def _changes(want: SlurmReservation, have: SlurmReservation, now_s: int) -> tupl
         changed.append("end")
     if want.tres != normalise_tres(have.tres):
         changed.append("tres")
+    # Slurm shows a reservation's core total (a whole node's too): compared when cores
+    # are what is reserved.
+    if want.core_total and want.core_total != have.core_total:
+        changed.append("cores")
     if want.users != have.users:
         changed.append("users")
     if want.accounts != have.accounts:
@@ -258,8 +283,13 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
         if have is None:
             actions.append(CreateReservation(rsv))
         elif changed := _changes(rsv, have, now_s):
-            if "tres" in changed and not rsv.tres:
-                # Slurm cannot drop a reservation's TRES: it is made again, whole nodes.
+            if (
+                ("tres" in changed and not rsv.tres)
+                or "cores" in changed
+                or ("nodes" in changed and rsv.cores)
+            ):
+                # Slurm cannot drop a reservation's TRES, nor be told which cores: it is
+                # made again.
                 actions += [DeleteReservation(name), CreateReservation(rsv)]
             else:
                 actions.append(UpdateReservation(rsv, changed))

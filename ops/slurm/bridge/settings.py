@@ -89,9 +89,11 @@ class BridgeSettings(SettingsModel, frozen=True):
     gpu_tres: Annotated[
         GpuTresSetting,
         Meta(description=(
-            "GPUs in a reservation: `auto` as `typed`, or whole nodes (`off`) once Slurm "
-            "refuses GRES in reservations; `typed` TRES=gres/gpu:<type>=n (the node's gres "
-            "type), `count` gres/gpu=n, `off` whole nodes (Slurm before 23.11, or no slurmdbd)"
+            "how a booking's GPUs are reserved: `typed` TRES=gres/gpu:<type>=n and `count` "
+            "gres/gpu=n (Slurm 23.11+ with slurmdbd), `cores` the GPUs' cores (before 23.11: "
+            "`slurm conf --socket-per-gpu` and job_submit.lua), `off` whole nodes; `auto` "
+            "as `typed` until Slurm refuses GRES in reservations, then `cores` (where nodes "
+            "have a socket per GPU) or `off`"
         )),
     ] = "auto"  # fmt: skip
     node_names: Annotated[

@@ -134,6 +134,25 @@ def test_several_pools_are_one_set_of_files_with_one_topology_root(tmp_path: Pat
         render_pools([("train", nodes[:1]), ("infer", nodes[:1])])
 
 
+def test_a_socket_per_gpu_gives_each_gpu_its_own_cores() -> None:
+    """`--socket-per-gpu`: Sockets= the GPU count, and each GPU's Cores= a block of its
+    own within its affinity's socket, all blocks disjoint and on the host's cores."""
+    gpus = tuple(
+        Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0",
+            cpu_affinity="0-55,112-167" if i < 4 else "56-111,168-223")
+        for i in range(8)
+    )  # fmt: skip
+    node = Node("h", vcpu=224, memory_gib=1, gpus=gpus)
+    conf = render("p", [node], Options(threads_per_core=2, socket_per_gpu=True))
+    assert "CPUs=224 Sockets=8 CoresPerSocket=14 ThreadsPerCore=2 " in conf.nodes
+    got = [line.split("Cores=")[1].split()[0] for line in gres_of(conf.gres, "h")]
+    assert got == ["0-13", "14-27", "28-41", "42-55", "56-69", "70-83", "84-97", "98-111"]
+    plain = render("p", [node], Options(threads_per_core=2))
+    assert "Sockets=" not in plain.nodes and "nvidia0 Cores=0-55\n" in plain.gres
+    odd = Node("o", vcpu=10, gpus=gpus[:3])  # 10 cores do not split in 3: as before
+    assert "Sockets=" not in render("p", [odd], Options(socket_per_gpu=True)).nodes
+
+
 def test_unreadable_gpus_and_unreported_nodes_are_left_out() -> None:
     gpus = tuple(Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:0{i}:00.0") for i in range(3))
     held = (gpus[0], Gpu(1, gpus[1].name, gpus[1].pci_bus_id, missing="xid 79"), gpus[2])

@@ -26,7 +26,8 @@ from ops.slurm.bridge.model import (
     SlurmState,
     UpdateReservation,
 )
-from ops.slurm.bridge.planner import Policy, drain_reason, plan
+from ops.slurm.bridge.planner import Policy, desired, drain_reason, plan
+from ops.slurm.bridge.scontrol import action_argv
 
 NOW_MS = 1_800_000_000_000
 NOW_S = NOW_MS // 1000
@@ -214,6 +215,38 @@ def test_a_node_missing_from_slurm_keeps_its_reservation() -> None:
     )
 
 
+def test_cores_mode_reserves_the_booked_gpus_cores_per_node() -> None:
+    """Slurm before 23.11 (`cores`): on nodes with a socket per GPU a booking is its
+    GPUs' cores (`CoreCnt` per node, no OVERLAP: Slurm gives each its own cores); a
+    node without that layout, a MIG or whole-node booking is the nodes whole."""
+    policy = replace(POLICY, gpu_tres="cores")
+    state = _slurm(
+        SlurmNode("gpu-a", gpu_types=("h100",), cores_per_gpu=14),
+        SlurmNode("gpu-b", gpu_types=("h100",), cores_per_gpu=14),
+        SlurmNode("gpu-c", gpu_types=("h100",)),
+    )  # fmt: skip
+    ledger = Ledger(
+        (_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}), _rsv("rsv_2", {"gpu-a": 1, "gpu-c": 1}),
+         _rsv("rsv_3", {"gpu-a": 2}, binding="node")),
+        (), NOW_MS,
+    )  # fmt: skip
+    want = desired(ledger, state, policy).reservations
+    assert want["gpufleet-rsv_1"].cores == (("gpu-a", 56), ("gpu-b", 28))
+    assert want["gpufleet-rsv_1"].core_total == 84 and want["gpufleet-rsv_1"].tres == ""
+    assert want["gpufleet-rsv_2"].cores == () and want["gpufleet-rsv_3"].cores == ()
+    argv = action_argv(CreateReservation(want["gpufleet-rsv_1"]), NOW_S)
+    assert "Nodes=gpu-a,gpu-b" in argv and "CoreCnt=56,28" in argv
+    assert argv[-1] == "Flags=IGNORE_JOBS"
+    assert action_argv(CreateReservation(want["gpufleet-rsv_2"]), NOW_S)[-1] == (
+        "Flags=OVERLAP,IGNORE_JOBS"
+    )
+    # A booking that grows is made again: Slurm cannot be told which cores to add.
+    grown = Ledger((_rsv("rsv_1", {"gpu-a": 5, "gpu-b": 2}),), (), NOW_MS)
+    held = replace(want["gpufleet-rsv_1"], start_s=NOW_S - 3600)
+    p = plan(grown, _slurm(*state.nodes.values(), rsvs=(held,)), policy)
+    assert [a.kind for a in p.actions] == ["reservation.delete", "reservation.create"]
+
+
 def test_hand_made_reservations_and_drains_survive() -> None:
     theirs = SlurmReservation("maint-window", frozenset({"gpu-a"}), NOW_S, NOW_S + 60)
     state = _slurm(_node("gpu-a", True, "bad fan"), _node("gpu-b"), rsvs=(theirs,))
@@ -298,6 +331,7 @@ _slurm_node = st.builds(
     drained=st.booleans(),
     reason=st.sampled_from(["", "gpufleet: unreachable", "gpufleet: maintenance: x", "fan"]),
     gpu_types=st.sampled_from([(), ("h100",)]),
+    cores_per_gpu=st.sampled_from([0, 2]),
 )
 _ledger_rsv = st.builds(
     _rsv,
@@ -335,7 +369,7 @@ def _foreign(state: SlurmState) -> tuple[object, ...]:
     slurm_nodes=st.lists(_slurm_node, max_size=5),
     ledger_rsvs=st.lists(_ledger_rsv, max_size=4, unique_by=lambda r: r.reservation_id),
     ledger_nodes=st.lists(_ledger_node, max_size=5, unique_by=lambda n: n.node_id),
-    tres=st.sampled_from(["typed", "count", "off"]),
+    tres=st.sampled_from(["typed", "count", "cores", "off"]),
 )
 def test_any_plan_converges_and_touches_only_gpufleet_objects(
     slurm_rsvs: list[SlurmReservation],

@@ -68,6 +68,12 @@ class Node:
     memory_gib: int = 0
     reported: bool = True
     gpus: tuple[Gpu, ...] = ()
+    # (sockets, cores per socket, threads per core) as the agent read sysfs; None: not said
+    topology: tuple[int, int, int] | None = None
+
+    def threads(self, default: int) -> int:
+        """Threads per core: the host's when its agent said, else `default`."""
+        return self.topology[2] if self.topology else default
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,7 @@ def _node(item: Mapping[str, Any]) -> Node:
         vcpu=int(res["vcpu"]),
         memory_gib=int(res["memoryGiB"]),
         reported=bool(item.get("reported", True)),
+        topology=_cpu_topology(item.get("cpuTopology")),
         gpus=tuple(
             Gpu(
                 index=int(g["index"]),
@@ -124,6 +131,12 @@ def _node(item: Mapping[str, Any]) -> Node:
             for g in item.get("gpus", ())
         ),
     )
+
+
+def _cpu_topology(item: Mapping[str, Any] | None) -> tuple[int, int, int] | None:
+    if not item:
+        return None
+    return int(item["sockets"]), int(item["coresPerSocket"]), int(item["threadsPerCore"])
 
 
 # --- small pieces ---------------------------------------------------------------------
@@ -260,10 +273,11 @@ def _gres_lines(node: Node, opts: Options) -> list[_GresLine]:
     link_rows = links(whole) if whole and len(whole) == len(usable) else {}
     dev = opts.dev_dir.rstrip("/")
     out: list[_GresLine] = []
-    blocks = gpu_blocks(node, opts.threads_per_core) if opts.socket_per_gpu else {}
+    threads = node.threads(opts.threads_per_core)
+    blocks = gpu_blocks(node, threads) if opts.socket_per_gpu else {}
     for gpu in sorted(usable, key=lambda g: g.index):
         model = short_model(gpu.name)
-        where = blocks.get(gpu.index) or cores(gpu, node.vcpu, opts.threads_per_core)
+        where = blocks.get(gpu.index) or cores(gpu, node.vcpu, threads)
         tail = f" Cores={where}" if where else ""
         if not gpu.mig_enabled:
             has_links = any(n > 0 for n in map(int, link_rows.get(gpu.index, "0").split(",")))
@@ -299,14 +313,18 @@ def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Opti
     parts = [f"NodeName={node.node_id}"]
     if node.hostname and node.hostname != node.node_id:
         parts.append(f"NodeHostname={node.hostname}")
-    blocks = gpu_blocks(node, opts.threads_per_core) if opts.socket_per_gpu else {}
+    threads = node.threads(opts.threads_per_core)
+    blocks = gpu_blocks(node, threads) if opts.socket_per_gpu else {}
     if node.vcpu:
         parts.append(f"CPUs={node.vcpu}")
         if blocks:
-            per = node.vcpu // opts.threads_per_core // len(blocks)
+            per = node.vcpu // threads // len(blocks)
             parts.append(f"Sockets={len(blocks)} CoresPerSocket={per}")
-        if blocks or opts.threads_per_core > 1:
-            parts.append(f"ThreadsPerCore={opts.threads_per_core}")
+        elif node.topology and node.topology[0] * node.topology[1] * threads == node.vcpu:
+            # As `slurmd -C` prints it: slurmd finds the host as configured.
+            parts.append(f"Sockets={node.topology[0]} CoresPerSocket={node.topology[1]}")
+        if blocks or node.topology or threads > 1:
+            parts.append(f"ThreadsPerCore={threads}")
     if node.memory_gib:
         parts.append(f"RealMemory={node.memory_gib * 1024}")
     counts: dict[str, int] = {}

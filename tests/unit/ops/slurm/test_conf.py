@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.api.methods.hardware import gpu_out
+from coordinator.api.methods.hardware import gpu_out, topology_out
 from coordinator.api.shapes.base import dump
 from ops.slurm.conf import (
     Gpu,
@@ -44,6 +44,7 @@ def api_node(inv: Inventory, labels: dict[str, str] | None = None) -> dict[str, 
         },
         "reported": True,
         "gpus": [dump(gpu_out(g)) for g in inv.gpus],
+        "cpuTopology": dump(t) if (t := topology_out(inv.cpu_topology)) else None,
     }
 
 
@@ -52,19 +53,23 @@ def gres_of(text: str, node: str) -> list[str]:
 
 
 def test_h100_gpus_with_files_cores_links_and_the_node_line(tmp_path: Path) -> None:
+    """The simulated HGX host is 2 sockets x 56 cores x 2 threads, as sysfs lays it out:
+    the node line says so as `slurmd -C` would, and each GPU's Cores= are the cores of
+    its socket (its affinity 0-55,112-167 folded to cores), none past the host's 112."""
     nodes = nodes_from_api([api_node(inventory_of("h100-sxm-8", tmp_path, "h100-a"))])
+    assert nodes[0].topology == (2, 56, 2)
     conf = render("train", nodes)
     lines = gres_of(conf.gres, "h100-a")
     assert len(lines) == 8
     four = "4,4,4,4,4,4,4"  # every pair reaches the same 4 NVSwitches
     assert lines[0] == (
-        f"NodeName=h100-a Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-111 Links=-1,{four}"
+        f"NodeName=h100-a Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55 Links=-1,{four}"
     )
-    assert lines[5].endswith("File=/dev/nvidia5 Cores=112-223 Links=4,4,4,4,4,-1,4,4")
+    assert lines[5].endswith("File=/dev/nvidia5 Cores=56-111 Links=4,4,4,4,4,-1,4,4")
     (node_line,) = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
     assert node_line == (
-        "NodeName=h100-a CPUs=224 RealMemory=2097152 Gres=gpu:h100:8 "
-        "Features=pool-train,h100,nvlink8"
+        "NodeName=h100-a CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
+        "RealMemory=2097152 Gres=gpu:h100:8 Features=pool-train,h100,nvlink8"
     )
 
 

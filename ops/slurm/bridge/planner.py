@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ops.slurm.bridge.model import (
     DRAIN_CAUSES,
@@ -158,6 +158,33 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
     return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
 
 
+def node_reservation_name(reservation_id: str, slurm_node: str) -> str:
+    """One node's part of a booking reserved node by node (`_per_node_tres`)."""
+    return f"{reservation_name(reservation_id)}--{slurm_node}"
+
+
+def _per_node_tres(
+    rsv: LedgerReservation, nodes: Collection[str], policy: Policy, state: SlurmState
+) -> dict[str, str]:
+    """GRES TRES on several nodes that differ per node (4 GPUs on one, 2 on another):
+    Slurm would spread one total its own way, so each node gets a reservation of its
+    own with its own TRES; {} when one reservation holds it as booked."""
+    if policy.gpu_tres not in ("typed", "count") or rsv.binding == "node" or len(nodes) < 2:
+        return {}
+    per_node: dict[str, str] = {}
+    for node_id in sorted(rsv.nodes):
+        name = policy.slurm_node(node_id)
+        if name not in nodes:
+            continue
+        gpus = {k: v for k, v in rsv.gpus.items() if k == node_id}
+        mig = {k: v for k, v in rsv.mig.items() if k == node_id}
+        one = replace(rsv, nodes=frozenset({node_id}), gpus=gpus, mig=mig)
+        per_node[name] = _tres(one, policy, state)
+    if len(set(per_node.values())) < 2:
+        return {}
+    return per_node
+
+
 def _cores(
     rsv: LedgerReservation, nodes: Collection[str], policy: Policy, state: SlurmState
 ) -> tuple[tuple[str, int], ...]:
@@ -202,8 +229,10 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             name = policy.slurm_node(node_id)
             (nodes if name in state.nodes else missing).add(name)
         unknown |= missing
-        if missing and reservation_name(rsv.reservation_id) in state.reservations:
-            kept.add(reservation_name(rsv.reservation_id))
+        base_name = reservation_name(rsv.reservation_id)
+        mine = {n for n in state.reservations if n == base_name or n.startswith(base_name + "--")}
+        if missing and mine:
+            kept |= mine
             continue
         if not nodes:
             continue
@@ -214,7 +243,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             continue
         name = reservation_name(rsv.reservation_id)
         cores = _cores(rsv, nodes, policy, state)
-        reservations[name] = SlurmReservation(
+        base = SlurmReservation(
             name=name,
             nodes=frozenset(nodes),
             start_s=rsv.start_ms // 1000,
@@ -225,6 +254,12 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             cores=cores,
             core_total=sum(n for _, n in cores),
         )
+        split = _per_node_tres(rsv, nodes, policy, state)
+        if not split:
+            reservations[name] = base
+        for node_name, tres in split.items():
+            part = node_reservation_name(rsv.reservation_id, node_name)
+            reservations[part] = replace(base, name=part, nodes=frozenset({node_name}), tres=tres)
     drains: dict[str, str] = {}
     grace_ms = int(policy.unreachable_grace_s * 1000)
     recheck: list[int] = []

@@ -104,10 +104,12 @@ def test_tres_modes_and_whole_node_bookings() -> None:
     mixed = plan(Ledger((_rsv("rsv_3", {"gpu-a": 2}),), (), NOW_MS), _slurm(mig), POLICY)
     assert mixed.desired.reservations["gpufleet-rsv_3"].tres == "gres/gpu:a100=2"
     want = plan(ledger, state, POLICY).desired.reservations
-    assert want["gpufleet-rsv_1"].tres == "gres/gpu:h100=2,gres/gpu=3"
+    # Uneven over two nodes: a reservation per node (its type, or untyped where none).
+    assert want["gpufleet-rsv_1--gpu-a"].tres == "gres/gpu:h100=2"
+    assert want["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=3"
     assert want["gpufleet-rsv_2"].tres == ""  # binding node: the whole node
     counted = plan(ledger, state, replace(POLICY, gpu_tres="count")).desired.reservations
-    assert counted["gpufleet-rsv_1"].tres == "gres/gpu=5"
+    assert counted["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=3"
     off = plan(ledger, state, replace(POLICY, gpu_tres="off")).desired.reservations
     assert off["gpufleet-rsv_1"].tres == ""
 
@@ -396,3 +398,29 @@ def test_any_plan_converges_and_touches_only_gpufleet_objects(
     # kept as they were because a node of theirs left Slurm's listing.
     owned = {n for n, r in after.reservations.items() if r.owned}
     assert owned == set(first.desired.reservations) | first.desired.kept
+
+
+def test_an_uneven_multi_node_booking_is_a_reservation_per_node() -> None:
+    """GRES TRES (Slurm 23.11+): a booking of 4 GPUs on one node and 2 on another would
+    be one total Slurm spreads its own way (F8), so each node gets a reservation of its
+    own, `gpufleet-<id>--<node>`, with its count; an even one stays one reservation.
+    Released, every part goes."""
+    state = _slurm(_node("gpu-a"), _node("gpu-b"))
+    uneven = Ledger((_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}),), (), NOW_MS)
+    want = plan(uneven, state, POLICY).desired.reservations
+    assert {n: (r.nodes, r.tres) for n, r in want.items()} == {
+        "gpufleet-rsv_1--gpu-a": ({"gpu-a"}, "gres/gpu:h100=4"),
+        "gpufleet-rsv_1--gpu-b": ({"gpu-b"}, "gres/gpu:h100=2"),
+    }
+    counted = plan(uneven, state, replace(POLICY, gpu_tres="count")).desired.reservations
+    assert counted["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=2"
+    even = Ledger((_rsv("rsv_1", {"gpu-a": 3, "gpu-b": 3}),), (), NOW_MS)
+    (one,) = plan(even, state, POLICY).desired.reservations.values()
+    assert one.name == "gpufleet-rsv_1" and one.tres == "gres/gpu:h100=6"
+    whole = plan(uneven, state, replace(POLICY, gpu_tres="off")).desired.reservations
+    assert set(whole) == {"gpufleet-rsv_1"}
+    made = apply(state, plan(uneven, state, POLICY).actions)
+    assert plan(uneven, made, POLICY).actions == ()
+    released = Ledger((_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}, state="released"),), (), NOW_MS)
+    assert {a.kind for a in plan(released, made, POLICY).actions} == {"reservation.delete"}
+    assert len(plan(released, made, POLICY).actions) == 2

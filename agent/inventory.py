@@ -30,6 +30,7 @@ from shared.wire import (
     ATOM_CLASSES,
     Atom,
     AttrValue,
+    CpuTopology,
     DeviceHealth,
     DiskInfo,
     GpuInfo,
@@ -121,6 +122,13 @@ def _gpu_info(gpu: GpuReading, clique: str | None, rule: SharingRule | None) -> 
         # stand-in for one never read says so here, as it has nothing else to say.
         missing=gpu.missing if gpu.uuid.startswith(MISSING_PREFIX) else None,
     )
+
+
+def _topology(layout: tuple[int, int, int] | None) -> CpuTopology | None:
+    if layout is None:
+        return None
+    sockets, cores, threads = layout
+    return CpuTopology(sockets=sockets, cores_per_socket=cores, threads_per_core=threads)
 
 
 def _gpu_atoms(node_id: str, gpu: GpuInfo) -> list[Atom]:
@@ -341,6 +349,7 @@ def build_inventory(
             for d in host.disks
         ),
         scalars=scalars,
+        cpu_topology=_topology(host.cpu_topology),
         atoms=tuple(atoms),
         health=health or NodeHealth(status="healthy"),
         devices=devices,

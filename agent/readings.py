@@ -131,6 +131,9 @@ class HostReading:
     """What sysfs and procfs say about the host outside the GPUs."""
 
     vcpu: int = 0
+    # (sockets, cores per socket, threads per core) from sysfs topology; None when the
+    # kernel does not say or the layout is uneven.
+    cpu_topology: tuple[int, int, int] | None = None
     memory_bytes: int = 0
     hugepages_1gi: int = 0
     nics: tuple[NicReading, ...] = ()

@@ -37,6 +37,7 @@ def read_host(root: Path, management_nics: tuple[str, ...] = ()) -> HostReading:
     mgmt = set(management_nics) or _default_route_nics(root)
     return HostReading(
         vcpu=_vcpus(root, problems),
+        cpu_topology=cpu_topology(root),
         memory_bytes=_meminfo_kib(root, "MemTotal", problems) * 1024,
         hugepages_1gi=_int_file(
             root / "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages", 0
@@ -186,6 +187,39 @@ def _vcpus(root: Path, problems: list[str]) -> int:
             problems.append(f"cpu: bad cpu list {text!r}")
             return 0
     return total
+
+
+def _cpu_list(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def cpu_topology(root: Path) -> tuple[int, int, int] | None:
+    """(sockets, cores per socket, threads per core) of the online CPUs, from each
+    one's `topology/physical_package_id` and `core_id`; None when unreadable or uneven
+    (Slurm's node line cannot say it then)."""
+    online = _read(root / "sys/devices/system/cpu/online")
+    try:
+        cpus = _cpu_list(online) if online else []
+    except ValueError:
+        return None
+    cores: set[tuple[int, int]] = set()
+    for cpu in cpus:
+        where = root / f"sys/devices/system/cpu/cpu{cpu}/topology"
+        package, core = (
+            _int_file(where / "physical_package_id", -1),
+            _int_file(where / "core_id", -1),
+        )
+        if package < 0 or core < 0:
+            return None
+        cores.add((package, core))
+    sockets = len({p for p, _ in cores})
+    if not cores or len(cpus) % len(cores) or len(cores) % sockets:
+        return None
+    return sockets, len(cores) // sockets, len(cpus) // len(cores)
 
 
 def _meminfo_kib(root: Path, key: str, problems: list[str]) -> int:

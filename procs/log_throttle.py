@@ -28,6 +28,13 @@ class LogThrottle:
         self._held: dict[str, int] = {}
 
     def warning(self, key: str, msg: str, *args: object) -> None:
+        self._emit(logging.WARNING, key, msg, *args)
+
+    def error(self, key: str, msg: str, *args: object) -> None:
+        """For what needs a person (refused credentials): the same throttle, at ERROR."""
+        self._emit(logging.ERROR, key, msg, *args)
+
+    def _emit(self, level: int, key: str, msg: str, *args: object) -> None:
         now = self._monotonic()
         last = self._last.get(key)
         if last is not None and now - last < self._every_s:
@@ -37,4 +44,4 @@ class LogThrottle:
         held = self._held.pop(key, 0)
         if held:
             msg, args = msg + " (and %d more like it since)", (*args, held)
-        self._log.warning(msg, *args)
+        self._log.log(level, msg, *args)

@@ -178,6 +178,15 @@ class Scalars(Wire, frozen=True, kw_only=True):
     hugepages_1gi: Annotated[int, Meta(ge=0, le=1 << 30)] = field(default=0, name="hugepages1Gi")
 
 
+class CpuTopology(Wire, frozen=True, kw_only=True):
+    """The host's CPUs as sysfs lays them out (what `slurmd -C` prints): sockets, cores
+    in each, hardware threads per core."""
+
+    sockets: Annotated[int, Meta(ge=1, le=1 << 12)]
+    cores_per_socket: Annotated[int, Meta(ge=1, le=1 << 16)]
+    threads_per_core: Annotated[int, Meta(ge=1, le=64)]
+
+
 class Inventory(Wire, frozen=True, kw_only=True):
     """The full picture of one host, published at start, on change and on request."""
 
@@ -199,6 +208,7 @@ class Inventory(Wire, frozen=True, kw_only=True):
     nics: Annotated[tuple[NicInfo, ...], Meta(max_length=MAX_DEVICES)] = ()
     disks: Annotated[tuple[DiskInfo, ...], Meta(max_length=MAX_DEVICES)] = ()
     scalars: Scalars = Scalars()
+    cpu_topology: CpuTopology | None = None  # None: an agent that does not say
     atoms: Annotated[tuple[Atom, ...], Meta(max_length=MAX_ATOMS)] = ()
     health: NodeHealth = NodeHealth(status="healthy")
     devices: Annotated[tuple[DeviceHealth, ...], Meta(max_length=MAX_DEVICES)] = ()

@@ -185,9 +185,8 @@ class SimulatedNvml:
 
     def nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
         numa = self._whole(handle).spec.numa_node
-        per_node = self.profile.vcpu // self.profile.numa_nodes
         words = [0] * cpuSetSize
-        for cpu in range(numa * per_node, (numa + 1) * per_node):
+        for cpu in self.profile.socket_cpus(numa):
             if cpu // 64 < cpuSetSize:
                 words[cpu // 64] |= 1 << (cpu % 64)
         return words

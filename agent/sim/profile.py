@@ -80,6 +80,16 @@ class HostProfile:
     nics: tuple[NicSpec, ...]
     disks: tuple[DiskSpec, ...]
     expected: tuple[tuple[str, int], ...] = ()  # (atom class, count)
+    # A socket per NUMA node, this many threads per core, numbered as Linux does: CPU c
+    # is core c mod (vcpu / threads_per_core), so the first thread of every core first.
+    threads_per_core: int = 1
+
+    def socket_cpus(self, socket: int) -> list[int]:
+        """The CPUs of one socket (NUMA node), every thread of its cores."""
+        cores = self.vcpu // self.threads_per_core
+        per = cores // self.numa_nodes
+        return [t * cores + c for t in range(self.threads_per_core)
+                for c in range(socket * per, (socket + 1) * per)]  # fmt: skip
 
 
 def shipped_profiles() -> list[str]:
@@ -154,6 +164,7 @@ def parse_profile(data: dict[str, Any]) -> HostProfile:
         memory_gib=_int(node, "node.memory_gib", "memory_gib", 0),
         hugepages_1gi=_int(node, "node.hugepages_1gi", "hugepages_1gi", 0),
         numa_nodes=max(1, _int(node, "node.numa_nodes", "numa_nodes", 1)),
+        threads_per_core=max(1, _int(node, "node.threads_per_core", "threads_per_core", 1)),
         gpus=gpus,
         nvswitch_pci=tuple(switches),
         nics=tuple(_nics(data)),

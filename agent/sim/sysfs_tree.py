@@ -36,6 +36,11 @@ def vf_address(pf: str, k: int) -> str:
 
 def build_tree(root: Path, profile: HostProfile) -> Path:
     _write(root / "sys/devices/system/cpu/online", f"0-{max(profile.vcpu, 1) - 1}")
+    for socket in range(profile.numa_nodes):
+        for cpu in profile.socket_cpus(socket):
+            topology = root / f"sys/devices/system/cpu/cpu{cpu}/topology"
+            _write(topology / "physical_package_id", str(socket))
+            _write(topology / "core_id", str(cpu % (profile.vcpu // profile.threads_per_core)))
     _write(root / "proc/sys/kernel/random/boot_id", str(uuid.uuid4()))
     kib = profile.memory_gib * 1024 * 1024
     _write(root / "proc/meminfo", f"MemTotal: {kib} kB\nMemFree: {kib // 2} kB\n")

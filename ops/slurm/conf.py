@@ -1,4 +1,4 @@
-"""Slurm's view of one pool, from the hardware its agents reported (`nodes.inventories`):
+"""Slurm's view of one or more pools, from the hardware its agents reported (`nodes.inventories`):
 gres.conf lines, the `NodeName` lines for slurm.conf, and a topology.conf.
 
 - gres.conf: per whole GPU `Name=gpu Type=<short model> File=<dev>/nvidia<index>`, its
@@ -9,7 +9,8 @@ gres.conf lines, the `NodeName` lines for slurm.conf, and a topology.conf.
   (the pool, each GPU model, `nvlink<N>` for the largest NVLink clique, the multi-node
   fabric clique), `NodeHostname=` when it is not the node id.
 - topology.conf: a leaf switch per value of a node label (`rack` by default, or the
-  label gangs are placed by), under one top switch for the pool.
+  label gangs are placed by), under one top switch: the pool's, or `gpufleet` when
+  several pools share one set of files (Slurm's tree wants one root).
 
 Pure and deterministic (no clock, no I/O): the same inventories give the same bytes, so
 the files can be regenerated and diffed. `gpufleet slurm conf` fetches and writes.
@@ -67,6 +68,12 @@ class Node:
     memory_gib: int = 0
     reported: bool = True
     gpus: tuple[Gpu, ...] = ()
+    # (sockets, cores per socket, threads per core) as the agent read sysfs; None: not said
+    topology: tuple[int, int, int] | None = None
+
+    def threads(self, default: int) -> int:
+        """Threads per core: the host's when its agent said, else `default`."""
+        return self.topology[2] if self.topology else default
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class Options:
     dev_dir: str = "/dev"
     topology_key: str = "rack"
     threads_per_core: int = 1
+    # A Slurm socket per whole GPU (its own block of cores): what lets a core-bound
+    # reservation on Slurm before 23.11 hold single GPUs (gres binding is per socket).
+    socket_per_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ def _node(item: Mapping[str, Any]) -> Node:
         vcpu=int(res["vcpu"]),
         memory_gib=int(res["memoryGiB"]),
         reported=bool(item.get("reported", True)),
+        topology=_cpu_topology(item.get("cpuTopology")),
         gpus=tuple(
             Gpu(
                 index=int(g["index"]),
@@ -120,6 +131,12 @@ def _node(item: Mapping[str, Any]) -> Node:
             for g in item.get("gpus", ())
         ),
     )
+
+
+def _cpu_topology(item: Mapping[str, Any] | None) -> tuple[int, int, int] | None:
+    if not item:
+        return None
+    return int(item["sockets"]), int(item["coresPerSocket"]), int(item["threadsPerCore"])
 
 
 # --- small pieces ---------------------------------------------------------------------
@@ -219,6 +236,29 @@ def largest_clique(gpus: Sequence[Gpu]) -> int:
 # --- the three files ------------------------------------------------------------------
 
 
+def gpu_blocks(node: Node, threads_per_core: int) -> dict[int, str]:
+    """GPU index → a block of cores of its own (`--socket-per-gpu`): the node's cores cut
+    into as many equal blocks as it has GPUs, given in the order of the GPUs' CPU
+    affinity (so each block lies where its GPU's does, as far as they go). Empty when
+    the node has MIG or unreadable GPUs, or its cores do not divide evenly."""
+    gpus = list(node.gpus)
+    if not gpus or any(g.mig_enabled or g.missing for g in gpus) or node.vcpu <= 0:
+        return {}
+    if node.vcpu % threads_per_core:
+        return {}
+    n_cores = node.vcpu // threads_per_core
+    if n_cores % len(gpus):
+        return {}
+    per = n_cores // len(gpus)
+
+    def near(g: Gpu) -> tuple[int, int]:
+        cpus = parse_cpulist(g.cpu_affinity) if g.cpu_affinity else []
+        return (min((c % n_cores for c in cpus), default=0), g.index)
+
+    ordered = sorted(gpus, key=near)
+    return {g.index: ranges(range(k * per, (k + 1) * per)) for k, g in enumerate(ordered)}
+
+
 @dataclass(frozen=True)
 class _GresLine:
     gres_type: str
@@ -233,9 +273,11 @@ def _gres_lines(node: Node, opts: Options) -> list[_GresLine]:
     link_rows = links(whole) if whole and len(whole) == len(usable) else {}
     dev = opts.dev_dir.rstrip("/")
     out: list[_GresLine] = []
+    threads = node.threads(opts.threads_per_core)
+    blocks = gpu_blocks(node, threads) if opts.socket_per_gpu else {}
     for gpu in sorted(usable, key=lambda g: g.index):
         model = short_model(gpu.name)
-        where = cores(gpu, node.vcpu, opts.threads_per_core)
+        where = blocks.get(gpu.index) or cores(gpu, node.vcpu, threads)
         tail = f" Cores={where}" if where else ""
         if not gpu.mig_enabled:
             has_links = any(n > 0 for n in map(int, link_rows.get(gpu.index, "0").split(",")))
@@ -271,10 +313,18 @@ def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Opti
     parts = [f"NodeName={node.node_id}"]
     if node.hostname and node.hostname != node.node_id:
         parts.append(f"NodeHostname={node.hostname}")
+    threads = node.threads(opts.threads_per_core)
+    blocks = gpu_blocks(node, threads) if opts.socket_per_gpu else {}
     if node.vcpu:
         parts.append(f"CPUs={node.vcpu}")
-        if opts.threads_per_core > 1:
-            parts.append(f"ThreadsPerCore={opts.threads_per_core}")
+        if blocks:
+            per = node.vcpu // threads // len(blocks)
+            parts.append(f"Sockets={len(blocks)} CoresPerSocket={per}")
+        elif node.topology and node.topology[0] * node.topology[1] * threads == node.vcpu:
+            # As `slurmd -C` prints it: slurmd finds the host as configured.
+            parts.append(f"Sockets={node.topology[0]} CoresPerSocket={node.topology[1]}")
+        if blocks or node.topology or threads > 1:
+            parts.append(f"ThreadsPerCore={threads}")
     if node.memory_gib:
         parts.append(f"RealMemory={node.memory_gib * 1024}")
     counts: dict[str, int] = {}
@@ -286,41 +336,71 @@ def _node_line(pool_name: str, node: Node, gres: Sequence[_GresLine], opts: Opti
     return " ".join(parts)
 
 
-def _topology(pool_name: str, nodes: Sequence[Node], key: str) -> list[str]:
+def _leaves(nodes: Sequence[Node], key: str) -> dict[str, list[str]]:
     leaves: dict[str, list[str]] = {}
     for node in nodes:
         value = node.labels.get(key)
         leaf = token(value) if value else f"no-{token(key)}"
         leaves.setdefault(leaf, []).append(node.node_id)
+    return leaves
+
+
+def _topology(root: str, nodes: Sequence[Node], key: str) -> list[str]:
+    """A leaf switch per label value (a rack holds nodes of any pool), all under one
+    root: Slurm's tree plugin wants exactly one."""
+    leaves = _leaves(nodes, key)
     lines = [f"SwitchName={leaf} Nodes={','.join(ids)}" for leaf, ids in sorted(leaves.items())]
     if leaves:
-        lines.append(f"SwitchName=pool-{token(pool_name)} Switches={','.join(sorted(leaves))}")
+        lines.append(f"SwitchName={root} Switches={','.join(sorted(leaves))}")
     return lines
 
 
 def render(pool_name: str, nodes: Iterable[Node], opts: Options = Options()) -> SlurmConf:
     """The three files for one pool's nodes."""
+    return render_pools([(pool_name, nodes)], opts)
+
+
+# The topology root when several pools share one set of files.
+MULTI_POOL_ROOT = "gpufleet"
+
+
+def render_pools(
+    pools: Sequence[tuple[str, Iterable[Node]]], opts: Options = Options()
+) -> SlurmConf:
+    """The three files for several pools' nodes (one Slurm cluster running them all):
+    every node once, in pool order, and one topology root (`pool-<name>` for one pool,
+    `gpufleet` for several)."""
     if opts.threads_per_core < 1:
         raise SlurmConfError("threads per core must be at least 1")
-    head = f"# gpufleet slurm conf: pool {pool_name}; generated, do not edit"
+    if not pools:
+        raise SlurmConfError("no pool given")
+    names = ", ".join(name for name, _ in pools)
+    plural = "s" if len(pools) > 1 else ""
+    head = f"# gpufleet slurm conf: pool{plural} {names}; generated, do not edit"
     gres_out = [head]
     node_out = [head, "# In slurm.conf: GresTypes=gpu, then Include this file."]
     topo_out = [head, f"# Leaf switches: the node label {opts.topology_key!r}."]
     listed: list[Node] = []
-    for node in sorted(nodes, key=lambda n: n.node_id):
-        if not node.reported:
-            note = f"# {node.node_id}: no inventory on record yet, left out"
-            gres_out.append(note)
-            node_out.append(note)
-            continue
-        gres = _gres_lines(node, opts)
-        left_out = [g.index for g in node.gpus if g.missing]
-        if left_out:
-            gres_out.append(f"# {node.node_id}: GPU {ranges(left_out)} unreadable, left out")
-        gres_out += [g.text for g in gres]
-        node_out.append(_node_line(pool_name, node, gres, opts))
-        listed.append(node)
-    topo_out += _topology(pool_name, listed, opts.topology_key)
+    seen: set[str] = set()
+    for pool_name, nodes in pools:
+        for node in sorted(nodes, key=lambda n: n.node_id):
+            if node.node_id in seen:
+                raise SlurmConfError(f"node {node.node_id} is in two of the pools given")
+            seen.add(node.node_id)
+            if not node.reported:
+                note = f"# {node.node_id}: no inventory on record yet, left out"
+                gres_out.append(note)
+                node_out.append(note)
+                continue
+            gres = _gres_lines(node, opts)
+            left_out = [g.index for g in node.gpus if g.missing]
+            if left_out:
+                gres_out.append(f"# {node.node_id}: GPU {ranges(left_out)} unreadable, left out")
+            gres_out += [g.text for g in gres]
+            node_out.append(_node_line(pool_name, node, gres, opts))
+            listed.append(node)
+    root = f"pool-{token(pools[0][0])}" if len(pools) == 1 else MULTI_POOL_ROOT
+    topo_out += _topology(root, listed, opts.topology_key)
     return SlurmConf(
         gres="\n".join(gres_out) + "\n",
         nodes="\n".join(node_out) + "\n",

@@ -61,7 +61,7 @@ class Bridge:
             "--coordinator-url", fleet.url, "--nats-url", fleet.nats_url,
             "--slurm-conf", str(cluster.conf_path), "--user", "acme=root",
             "--resync-interval-s", "1", "--fetch-wait-s", "0.2",
-            "--metrics-port", str(self.metrics_port),
+            "--metrics-port", str(self.metrics_port), "--unreachable-grace-s", "1",
         ]  # fmt: skip
         self.fleet = fleet
         self.env = dict(os.environ)
@@ -173,7 +173,10 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         other_pool = op.call("pools.create", {"tenantId": "acme", "name": "q"})["poolId"]
         fleet.start_agent("ghost", other_pool, "h100-sxm-8", 1.0)
         fleet.start_agent("sim-a", pool_id, "h100-sxm-8", 1.0)
-        fleet.start_agent("sim-b", pool_id, "h100-sxm-8", 1.0, "--fault-file", str(faults))
+        agent_conf = tmp_path / "agent-sim-b.toml"
+        agent_conf.write_text("[health]\nrecover_after_s = 0.5\n")  # a reset clears at once
+        fleet.start_agent("sim-b", pool_id, "h100-sxm-8", 1.0, "--fault-file", str(faults),
+                          "--config", str(agent_conf))  # fmt: skip
         wait_for(lambda: len(op.call("nodes.list", {})["nodes"]) == 3, what="3 nodes")
 
         # Before the bridge starts: a booking, stale gpufleet objects, hand-made ones.
@@ -244,6 +247,14 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: unhealthy"), "unhealthy drain")
         write_faults(faults, [])
         _eventually(lambda: _open(cluster, "sim-b"), "resume after recovery", within_s=30)
+        # One dead GPU (XID 79: the node only degraded) drains the node, the GPU named;
+        # a reset clears it and the node is resumed.
+        write_faults(faults, [{"kind": "xid", "gpu": 3, "xid": 79}])
+        _eventually(lambda: _drained(cluster, "sim-b", "gpufleet: unhealthy: GPU3 xid 79"),
+                    "drain on one unhealthy GPU")  # fmt: skip
+        write_faults(faults, [{"kind": "reset", "gpu": 3}])
+        _eventually(lambda: _open(cluster, "sim-b"), "resume after the reset", within_s=30)
+        write_faults(faults, [])
 
         # Killed mid-stream: events and bookings while it is down are neither lost nor doubled.
         op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "k"})
@@ -275,7 +286,7 @@ def test_bridge_keeps_slurm_in_step_with_the_ledger(
         assert bridge.metric("gpufleet_slurm_bridge_failures_total", kind="reservation.update") > 0
         assert math.isnan(bridge.metric("gpufleet_slurm_bridge_lag_seconds"))
         # …and the log says what to do about it.
-        assert 'set gpu_tres = "off"' in (tmp_path / "bridge.log").read_text()
+        assert 'or "off" (whole nodes)' in (tmp_path / "bridge.log").read_text()
         op.call("nodes.setMaintenance", {"nodeId": "sim-a", "maintenance": True, "reason": "ev"})
         _eventually(lambda: _drained(cluster, "sim-a", "gpufleet: maintenance: ev"), "event drain")
         # Unreachable outranks maintenance, as in the rollup: its event changes the reason.

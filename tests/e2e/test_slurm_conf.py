@@ -96,9 +96,11 @@ def test_slurm_accepts_the_generated_conf(
     }  # fmt: skip
     # slurmd's own reading of gres.conf: each GPU's cores (its NUMA node's) and links.
     gpu5 = next(g for g in cluster.node_gres("h100-a") if g["File"].endswith("/nvidia5"))
-    assert (gpu5["Cores"], gpu5["Links"]) == ("112-223", "4,4,4,4,4,-1,4,4")
+    # Cores are Slurm's core indices: the host is 2 sockets x 56 cores x 2 threads.
+    assert (gpu5["Cores"], gpu5["Links"]) == ("56-111", "4,4,4,4,4,-1,4,4")
+    assert (h100["Sockets"], h100["CoresPerSocket"], h100["ThreadsPerCore"]) == ("2", "56", "2")
     mig = [g for g in cluster.node_gres("a100-m") if g["Type"] == "a100_3g.40gb"]
-    assert len(mig) == 1 and mig[0]["File"].count(",") == 2 and mig[0]["Cores"] == "0-127"
+    assert len(mig) == 1 and mig[0]["File"].count(",") == 2 and mig[0]["Cores"] == "0-63"
     gres_col = dict(
         line.split(" ", 1) for line in cluster.sinfo("-h", "-N", "-o", "%N %G").splitlines()
     )

@@ -20,7 +20,7 @@ from coordinator.api.shapes.node_outputs import NodeResources
 from coordinator.api.shapes.outputs import Cursor
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import NodeRecord
-from shared.wire import GpuInfo, Inventory, Sharing
+from shared.wire import CpuTopology, GpuInfo, Inventory, Sharing
 
 
 class InventoriesInput(ApiInput):
@@ -61,12 +61,22 @@ class GpuOut(ApiOutput):
     missing: str | None = Field(description="Why NVML cannot read it (held unhealthy).")
 
 
+class CpuTopologyOut(ApiOutput):
+    sockets: int = Field(description="CPU sockets.")
+    cores_per_socket: int = Field(description="Cores in each socket.")
+    threads_per_core: int = Field(description="Hardware threads per core (SMT).")
+
+
 class NodeHardware(ApiOutput):
     node_id: str = Field(description="The node.", examples=["gpu-host-01"])
     hostname: str = Field(description="Its host name.")
     labels: dict[str, str] = Field(description="Its labels (rack, zone, derived ones).")
     resources: NodeResources = Field(description="Its scalar resources.")
     reported: bool = Field(description="False when no full inventory is on record yet.")
+    cpu_topology: CpuTopologyOut | None = Field(
+        default=None,
+        description="Its CPUs as sysfs lays them out (null: not reported by its agent).",
+    )
     gpus: list[GpuOut] = Field(description="Its GPUs by index (empty when not reported).")
 
 
@@ -106,6 +116,14 @@ def gpu_out(gpu: GpuInfo) -> GpuOut:
     )
 
 
+def topology_out(t: CpuTopology | None) -> CpuTopologyOut | None:
+    if t is None:
+        return None
+    return CpuTopologyOut(
+        sockets=t.sockets, cores_per_socket=t.cores_per_socket, threads_per_core=t.threads_per_core
+    )
+
+
 def hardware_out(node: NodeRecord, inv: Inventory | None) -> NodeHardware:
     return NodeHardware(
         node_id=node.node_id,
@@ -115,6 +133,7 @@ def hardware_out(node: NodeRecord, inv: Inventory | None) -> NodeHardware:
             vcpu=node.vcpu, memory_gib=node.memory_gib, hugepages1_gi=node.hugepages_1gi
         ),
         reported=inv is not None,
+        cpu_topology=topology_out(inv.cpu_topology) if inv is not None else None,
         gpus=[gpu_out(g) for g in sorted(inv.gpus, key=lambda g: g.index)] if inv else [],
     )
 

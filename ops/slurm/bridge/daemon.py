@@ -24,19 +24,21 @@ from functools import partial
 
 import aiohttp
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
-from ops.kit.client import ClientError
+from ops.kit.client import ApiError, ClientError
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
+from ops.slurm.bridge.model import GpuTres, SlurmState
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
-from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -68,10 +70,41 @@ def gpu_tres_refused(refusal: str) -> str | None:
     return None
 
 
+# What a NATS refusal means for the bridge, and what to do.
+_NATS_FIX = (
+    "its NATS user must create and read the durable consumer {durable} on the alert "
+    "stream (`gpufleet nats-auth ... --forwarder {durable}`); until it may, events "
+    "trigger nothing and Slurm follows the ledger only every {resync:g} s"
+)
+
+
+def _nats_refusal(exc: BaseException) -> bool:
+    """A NATS error that says the bridge's user is not allowed (wrong credentials,
+    or a permission its user lacks), as nats-py reports them."""
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return "permissions violation" in text or "authorization violation" in text
+
+
+# What each mode holds, as the log says it.
+_MECHANISMS: dict[GpuTres, str] = {
+    "typed": "the booked GPUs by type (GRES TRES)",
+    "count": "the booked GPU count (GRES TRES)",
+    "cores": "the booked GPUs' cores (CoreCnt; enforce-binding via job_submit.lua) on "
+    "nodes with a socket per GPU, other booked nodes whole",
+    "off": "booked nodes whole",
+}
+
+
 def _hint(refusal: str) -> str:
     """What to change, for a refusal of GPU TRES; empty for any other."""
     why = gpu_tres_refused(refusal)
-    return f'; {why}: else set gpu_tres = "off" to reserve booked nodes whole' if why else ""
+    return (
+        f'; {why}: else set gpu_tres = "cores" (a socket per GPU) or "off" (whole nodes)'
+        if why
+        else ""
+    )
 
 
 class SlurmBridge:
@@ -92,6 +125,8 @@ class SlurmBridge:
         # (say after upgrading Slurm) tries GPU TRES again.
         self._auto = settings.gpu_tres == "auto"
         self.metrics.set_gpu_tres_mode(self.policy.gpu_tres)
+        until = " (auto: until Slurm refuses GRES in reservations)" if self._auto else ""
+        log.info("reserving %s%s", _MECHANISMS[self.policy.gpu_tres], until)
         self.ready = asyncio.Event()  # set after the first full pass at start
         self.metrics_port: int | None = None
         self._dirty = True  # start: reconcile at once
@@ -99,22 +134,49 @@ class SlurmBridge:
         self._last_pass = 0.0
         self._unknown: frozenset[str] = frozenset()
         self._unmapped: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
+        self._recheck_at: int | None = None  # epoch ms: an unreachable node's grace ends
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
+        self._denials = LogThrottle(log, every_s=60.0)
         self._auth = auth_options(settings.nats_credentials)
 
-    async def connect(self) -> Client:
-        async def on_error(exc: Exception) -> None:
+    def _refused(self, by: str, what: str, exc: BaseException) -> None:
+        """Credentials or permissions refused: counted, and an ERROR (once a minute
+        while it lasts), for it needs a person, not a retry."""
+        self.metrics.refused.labels(by).inc()
+        self._denials.error(by, "%s refused the bridge (%s): %s", by, exc, what)
+
+    async def on_nats_error(self, exc: Exception) -> None:
+        if _nats_refusal(exc):
+            self._refused("nats", _NATS_FIX.format(durable=self.s.durable,
+                          resync=self.s.resync_interval_s), exc)  # fmt: skip
+        else:
             log.warning("NATS: %s", exc)
+
+    async def connect(self) -> Client:
+        """Connected to NATS, retried until it is; a refused user is an ERROR."""
+        while True:
+            try:
+                return await connect(self._servers, self._options(), retry=ONCE)
+            except CONNECT_ERRORS as exc:
+                if _nats_refusal(exc):
+                    self._refused("nats", "check nats_credentials; retrying", exc)
+                else:
+                    self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
+                                          ",".join(self._servers), exc)  # fmt: skip
+            await asyncio.sleep(_RETRY_S)
+
+    def _options(self) -> dict[str, object]:
+        on_error = self.on_nats_error
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
 
-        options = dict(
+        return dict(
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
             connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
         )  # fmt: skip
-        return await connect(self._servers, options, log=log)
 
     async def reconcile(self, view: LedgerView) -> bool:
         """One pass; False when the ledger or Slurm could not be read (nothing done)."""
@@ -123,7 +185,12 @@ class SlurmBridge:
             ledger = await view.read()
         except ClientError as exc:
             self.metrics.failures.labels("ledger.read").inc()
-            self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
+            if isinstance(exc, ApiError) and exc.status in (401, 403):
+                self._refused("coordinator", "coordinator_key (GPUFLEET_SLURM_BRIDGE_KEY) "
+                              "must be a key that may list every reservation and node; "
+                              "nothing in Slurm changes until it is", exc)  # fmt: skip
+            else:
+                self._outages.warning("ledger", "reading the ledger failed (%s); retrying", exc)
             return False
         try:
             state = await self.scontrol.state()
@@ -133,6 +200,8 @@ class SlurmBridge:
             return False
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
+        self._note_kept(p.desired.kept)
+        self._recheck_at = p.desired.recheck_at_ms
         failed = 0
         now_s = ledger.at_ms // 1000
         for action in p.actions:
@@ -141,7 +210,7 @@ class SlurmBridge:
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
-                if self._fall_back(str(exc)):
+                if self._fall_back(str(exc), state):
                     break  # the rest was planned with GPU TRES: plan again at once
                 # A refusal Slurm repeats every pass is logged once a throttle period.
                 self._refusals.warning(
@@ -157,17 +226,20 @@ class SlurmBridge:
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
-    def _fall_back(self, refusal: str) -> bool:
-        """In auto mode, switch to whole-node reservations when Slurm refuses GPU TRES
-        in a reservation; True when it did (the next pass plans with it)."""
+    def _fall_back(self, refusal: str, state: SlurmState) -> bool:
+        """In auto mode, when Slurm refuses GPU TRES in a reservation: reserve the booked
+        GPUs' cores where slurm.conf gives each GPU a socket of its own (`cores`), else
+        booked nodes whole (`off`); True when it switched (the next pass plans so)."""
         why = gpu_tres_refused(refusal)
-        if not self._auto or why is None or self.policy.gpu_tres == "off":
+        if not self._auto or why is None or self.policy.gpu_tres in ("off", "cores"):
             return False
-        self.policy = replace(self.policy, gpu_tres="off")
-        self.metrics.set_gpu_tres_mode("off")
+        per_gpu = any(n.cores_per_gpu for n in state.nodes.values())
+        mode: GpuTres = "cores" if per_gpu else "off"
+        self.policy = replace(self.policy, gpu_tres=mode)
+        self.metrics.set_gpu_tres_mode(mode)
         self._dirty = True
         log.warning('gpu_tres = "auto": Slurm refused GPUs in a reservation (%s: %s); '
-                    "reserving booked nodes whole until restarted", why, refusal)  # fmt: skip
+                    "reserving %s until restarted", why, refusal, _MECHANISMS[mode])  # fmt: skip
         return True
 
     def _note(self, unknown: frozenset[str], unmapped: frozenset[str], left_alone: int) -> None:
@@ -181,6 +253,15 @@ class SlurmBridge:
             log.warning("reservations left out, no Slurm user or account for their tenant: %s",
                         ", ".join(sorted(unmapped)))  # fmt: skip
         self._unknown, self._unmapped = unknown, unmapped
+
+    def _note_kept(self, kept: frozenset[str]) -> None:
+        """A warning naming each reservation newly kept because a node of it left
+        Slurm's listing (it is neither changed nor deleted until the node is back)."""
+        if kept - self._kept:
+            log.warning("reservations kept as they are in Slurm, a node of theirs is missing "
+                        "from Slurm's node list (renamed? a node_names typo?): %s",
+                        ", ".join(sorted(kept - self._kept)))  # fmt: skip
+        self._kept = kept
 
     def _take(self, msgs: list[Msg]) -> None:
         for msg in msgs:
@@ -199,21 +280,22 @@ class SlurmBridge:
                 await (msg.ack() if ok else msg.in_progress())
 
     async def run(self, notify_socket: str | None = None) -> None:
-        nc = await self.connect()
         timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
-        try:
-            async with contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:
+            # /metrics first: a NATS user refused at connect shows there too.
+            if self.s.metrics_port is not None:
+                self.metrics_port = await stack.enter_async_context(
+                    self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
+                )
+            nc = await self.connect()
+            try:
                 http = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
-                if self.s.metrics_port is not None:
-                    self.metrics_port = await stack.enter_async_context(
-                        self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
-                    )
                 view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
                                   insecure_http=self.s.insecure_http)  # fmt: skip
                 await self._follow(nc, view, notify_socket)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), timeout=5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.close(), timeout=5)
 
     def source(self, nc: Client) -> AlertSource:
         """Its durable consumer on the alert stream (not yet bound)."""
@@ -228,11 +310,15 @@ class SlurmBridge:
 
     async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
         source = self.source(nc)
-        await source.bind()
+        # Bound beside the passes: a NATS user refused the consumer (an ERROR, counted)
+        # leaves the bridge on its resync, still keeping Slurm in step.
+        bound = asyncio.create_task(source.bind())
         try:
             while True:
                 raise_if_cancelled()
                 due = time.monotonic() - self._last_pass >= self.s.resync_interval_s
+                graced = self._recheck_at is not None and time.time() * 1000 >= self._recheck_at
+                due = due or graced
                 if self._dirty or due:
                     self._dirty = False
                     ok = await self.reconcile(view)
@@ -247,12 +333,18 @@ class SlurmBridge:
                         self.ready.set()
                 if not self.ready.is_set():
                     continue
+                if not bound.done():
+                    await asyncio.wait({bound}, timeout=self.s.fetch_wait_s)
+                    continue
                 msgs = await source.fetch(500)
                 if msgs:
                     self._take(msgs)
         except asyncio.CancelledError:
+            bound.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bound
             # Stopping: what was not covered by a pass comes back at once to the next.
-            for msg in self._held + await source.hand_back(500):
+            for msg in self._held + await source.hand_back(500):  # none when never bound
                 with contextlib.suppress(Exception):
                     await msg.nak()
             with contextlib.suppress(Exception):

@@ -1,5 +1,6 @@
 """The ledger as the bridge reads it: every live or scheduled reservation
-(`reservations.list`) and every node with its state flags (`nodes.list`), over the
+(`reservations.list`) and every node with its state flags (`nodes.list`; for a degraded
+or unhealthy one also which of its GPUs are unhealthy, from `nodes.get`), over the
 coordinator's HTTP API with an operator key (it names no tenant, so it sees them all),
 a page at a time. The answers are decoded by msgspec models of just the fields used;
 anything else in them is ignored, so a newer coordinator reads the same."""
@@ -19,6 +20,7 @@ from shared.reservation_states import LIVE_STATES
 
 _GPU = "gpu"
 _MIG = "gpu.mig"
+_MAY_HAVE_UNHEALTHY_GPUS = ("degraded", "unhealthy")
 
 
 class _Atom(msgspec.Struct, rename="camel"):
@@ -31,6 +33,9 @@ class _AtomDetail(msgspec.Struct, rename="camel"):
     atom_id: str
     cls: str = msgspec.field(name="class")
     attrs: dict[str, Any] = msgspec.field(default_factory=dict)
+    device_id: str = ""
+    health: str = "healthy"
+    health_reasons: list[str] = msgspec.field(default_factory=list)
 
 
 class _NodeDetail(msgspec.Struct, rename="camel"):
@@ -59,6 +64,7 @@ class _Flag(msgspec.Struct):
     value: Any
     reason: str = ""
     reasons: list[str] = msgspec.field(default_factory=list)
+    since: int | None = None
 
 
 class _Flags(msgspec.Struct):
@@ -98,13 +104,29 @@ def reservation(r: _Reservation, profiles: Mapping[str, str]) -> LedgerReservati
     )  # fmt: skip
 
 
-def node(n: _Node) -> LedgerNode:
+def node(n: _Node, unhealthy_gpus: tuple[str, ...] = ()) -> LedgerNode:
     s = n.state
     return LedgerNode(
         node_id=n.node_id, pool_id=n.pool_id, reachable=bool(s.reachable.value),
         health=str(s.health.value), health_reasons=tuple(s.health.reasons),
         maintenance=bool(s.maintenance.value), maintenance_reason=s.maintenance.reason,
+        unhealthy_gpus=unhealthy_gpus, reachable_since_ms=s.reachable.since,
     )  # fmt: skip
+
+
+def unhealthy_gpus(atoms: list[_AtomDetail]) -> tuple[str, ...]:
+    """`GPU<index> <first reason>` per unhealthy GPU (its MIG instances and time-slice
+    slots are one GPU), by index."""
+    out: dict[tuple[int, str], str] = {}
+    for atom in atoms:
+        if not atom.cls.startswith(_GPU) or atom.health != "unhealthy":
+            continue
+        index = atom.attrs.get("gpuIndex", atom.attrs.get("index"))
+        key = (index, "") if isinstance(index, int) else (1 << 30, atom.device_id)
+        name = f"GPU{index}" if isinstance(index, int) else f"GPU {atom.device_id}"
+        why = atom.health_reasons[0] if atom.health_reasons else "unhealthy"
+        out.setdefault(key, f"{name} {why}")
+    return tuple(out[k] for k in sorted(out))
 
 
 class LedgerView:
@@ -140,5 +162,13 @@ class LedgerView:
                                              if a.cls == _MIG})  # fmt: skip
         reservations = tuple(reservation(r, profiles) for r in listed)
         node_pages = await self.api.pages("nodes.list", {"limit": 5 * self.page}, _NodePage)
-        nodes = tuple(node(n) for p in node_pages for n in p.nodes)
-        return Ledger(reservations, nodes, at_ms)
+        listed_nodes = [n for p in node_pages for n in p.nodes]
+        nodes = []
+        for n in listed_nodes:
+            gpus: tuple[str, ...] = ()
+            if n.state.health.value in _MAY_HAVE_UNHEALTHY_GPUS:
+                # Only a node's detail says which GPUs are unhealthy: few nodes at a time.
+                detail = await self.api.call("nodes.get", {"nodeId": n.node_id}, _NodeDetail)
+                gpus = unhealthy_gpus(detail.atoms)
+            nodes.append(node(n, gpus))
+        return Ledger(reservations, tuple(nodes), at_ms)

@@ -22,6 +22,8 @@ prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # What can fail besides an action: reading the ledger, reading Slurm.
 READ_KINDS = ("ledger.read", "slurm.read")
+# Who may refuse the bridge's credentials.
+REFUSERS = ("nats", "coordinator")
 
 
 class BridgeMetrics:
@@ -37,6 +39,13 @@ class BridgeMetrics:
             "Slurm actions refused or timed out, and failed reads of the ledger or Slurm",
             ["kind"], registry=r,
         )  # fmt: skip
+        self.refused = Counter(
+            "gpufleet_slurm_bridge_refused_total",
+            "Requests refused for the bridge's credentials or permissions, by who refused "
+            "(nats: its NATS user; coordinator: its API key)", ["by"], registry=r,
+        )  # fmt: skip
+        for by in REFUSERS:
+            self.refused.labels(by)
         self.reconciles = Counter(
             "gpufleet_slurm_bridge_reconciles_total", "Ledger-to-Slurm passes", registry=r
         )

@@ -17,11 +17,15 @@ DRAIN_PREFIX = "gpufleet:"
 DrainCause = Literal["maintenance", "unhealthy", "unreachable"]
 DRAIN_CAUSES: tuple[DrainCause, ...] = ("maintenance", "unhealthy", "unreachable")
 # How the planner puts GPUs in a reservation (its input: a mode, never "auto").
-GpuTres = Literal["typed", "count", "off"]
-GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "off")
-# What an operator sets: "auto" tries "typed" and falls back to "off" when Slurm
+# "cores": Slurm before 23.11 — the booked GPUs' cores (`CoreCnt`), on nodes whose
+# slurm.conf gives each GPU a socket of its own (`gpufleet slurm conf --socket-per-gpu`);
+# with job_submit.lua forcing --gres-flags=enforce-binding a job gets only the GPUs of
+# the cores it may use. Other nodes are reserved whole.
+GpuTres = Literal["typed", "count", "cores", "off"]
+GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "cores", "off")
+# What an operator sets: "auto" tries "typed" and falls back to "cores" when Slurm
 # refuses GRES in reservations (before 23.11, or no AccountingStorageTRES for them).
-GpuTresSetting = Literal["auto", "typed", "count", "off"]
+GpuTresSetting = Literal["auto", "typed", "count", "cores", "off"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,10 @@ class LedgerReservation:
 
 @dataclass(frozen=True)
 class LedgerNode:
+    """`unhealthy_gpus`: one text per unhealthy GPU, `GPU<index> <why>` (a node whose
+    health is only `degraded` may have some); `reachable_since_ms`: when reachability
+    last changed (None: not said)."""
+
     node_id: str
     pool_id: str
     reachable: bool = True
@@ -61,6 +69,8 @@ class LedgerNode:
     health_reasons: tuple[str, ...] = ()
     maintenance: bool = False
     maintenance_reason: str = ""
+    unhealthy_gpus: tuple[str, ...] = ()
+    reachable_since_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,10 @@ class SlurmReservation:
     tres: str = ""
     users: frozenset[str] = frozenset()
     accounts: frozenset[str] = frozenset()
+    # Cores reserved per node ("cores" mode; empty: whole nodes or TRES). Slurm shows
+    # only their total, which is what is compared (`core_total`).
+    cores: tuple[tuple[str, int], ...] = ()
+    core_total: int = 0
 
     @property
     def owned(self) -> bool:
@@ -96,6 +110,9 @@ class SlurmNode:
     drained: bool = False
     reason: str = ""
     gpu_types: tuple[str, ...] = ()  # from its Gres, in order (`gpu:h100:8` -> h100)
+    # Cores per GPU where slurm.conf gives each whole GPU a socket of its own (Sockets=
+    # the GPU count): "cores" mode reserves n GPUs as n times this; 0 otherwise.
+    cores_per_gpu: int = 0
 
     @property
     def drained_by_gpufleet(self) -> bool:
@@ -128,6 +145,15 @@ class DeleteReservation:
 
 
 @dataclass(frozen=True)
+class EndReservation:
+    """Not planned: how the adapter deletes a reservation jobs still run in (its
+    EndTime moved to now, which ends those jobs)."""
+
+    name: str
+    kind: str = "reservation.delete"
+
+
+@dataclass(frozen=True)
 class Drain:
     node: str
     reason: str
@@ -140,7 +166,7 @@ class Resume:
     kind: str = "node.resume"
 
 
-Action = CreateReservation | UpdateReservation | DeleteReservation | Drain | Resume
+Action = CreateReservation | UpdateReservation | DeleteReservation | EndReservation | Drain | Resume
 ACTION_KINDS: tuple[str, ...] = (
     "reservation.create",
     "reservation.update",

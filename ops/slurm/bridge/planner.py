@@ -13,8 +13,9 @@ Slurm shows it, never what Slurm adds (cpu counts, flags).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ops.slurm.bridge.model import (
     DRAIN_CAUSES,
@@ -43,6 +44,12 @@ SLURM_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot", "node"})
 # Slurm keeps a node's reason in a fixed buffer; longer ones are cut by the bridge, so
 # what it compares is what Slurm stores.
 MAX_REASON = 200
+# C0 and C1 control characters (and DEL): never in what the bridge hands Slurm, whatever
+# an agent or operator wrote (Slurm shows reasons in sinfo and logs).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# An agent restart or a rolling upgrade makes a node unreachable for a few heartbeats:
+# that drains nothing; a node still unreachable after this is drained.
+UNREACHABLE_GRACE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Policy:
     node_names: Mapping[str, str] = field(default_factory=dict)
     drain_on: Collection[DrainCause] = DRAIN_CAUSES
     pools: Collection[str] = ()  # empty: every pool
+    unreachable_grace_s: float = UNREACHABLE_GRACE_S
 
     def slurm_node(self, node_id: str) -> str:
         return self.node_names.get(node_id, node_id)
@@ -71,6 +79,12 @@ class Desired:
     drains: Mapping[str, str]  # Slurm node -> reason
     unknown_nodes: frozenset[str]  # nodes the ledger wants something of, Slurm lacks
     unmapped: frozenset[str]  # reservations left out: their tenant has no user/account
+    # Reservations kept as Slurm has them: a node of theirs is missing from Slurm's
+    # listing (a renamed node, a node_names typo); deleting would drop the protection.
+    kept: frozenset[str] = frozenset()
+    # When a node now unreachable within its grace period would be drained (epoch ms):
+    # the bridge passes again then, whether or not anything else happens.
+    recheck_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,19 +98,31 @@ def reservation_name(reservation_id: str) -> str:
     return RESERVATION_PREFIX + reservation_id
 
 
-def drain_reason(node: LedgerNode, drain_on: Collection[DrainCause]) -> str | None:
+def drain_reason(
+    node: LedgerNode,
+    drain_on: Collection[DrainCause],
+    now_ms: int = 0,
+    unreachable_grace_s: float = 0.0,
+) -> str | None:
     """`gpufleet: <cause>[: <why>]`, the strongest cause first as in the rollup
-    (unreachable > maintenance > unhealthy); None when the node should run jobs."""
+    (unreachable > maintenance > unhealthy); None when the node should run jobs.
+
+    Unhealthy is a node unhealthy or unmonitored, or one with any unhealthy GPU (its
+    health then `degraded`: Slurm 22.05 cannot take one GPU out of a node, so the node
+    goes). Unreachable counts once it has lasted `unreachable_grace_s`."""
     causes: list[tuple[DrainCause, str]] = []
-    if not node.reachable:
+    since = node.reachable_since_ms
+    if not node.reachable and (since is None or now_ms - since >= unreachable_grace_s * 1000):
         causes.append(("unreachable", ""))
     if node.maintenance:
         causes.append(("maintenance", node.maintenance_reason))
-    if node.health in ("unhealthy", "unmonitored"):
+    if node.unhealthy_gpus and node.health != "unmonitored":
+        causes.append(("unhealthy", ", ".join(node.unhealthy_gpus)))
+    elif node.health in ("unhealthy", "unmonitored"):
         causes.append(("unhealthy", ", ".join(node.health_reasons) or node.health))
     for cause, why in causes:
         if cause in drain_on:
-            text = f"{DRAIN_PREFIX} {cause}" + (f": {why}" if why else "")
+            text = _CONTROL.sub(" ", f"{DRAIN_PREFIX} {cause}" + (f": {why}" if why else ""))
             return " ".join(text.split())[:MAX_REASON]  # one line, as Slurm keeps it
     return None
 
@@ -106,7 +132,7 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
     instances by the type `gpufleet slurm conf` gives their profile on that node
     (`<model>_<profile>`); empty for whole nodes (binding node, no GPUs, or TRES off),
     which Slurm then reserves entirely."""
-    if policy.gpu_tres == "off" or rsv.binding == "node":
+    if policy.gpu_tres in ("off", "cores") or rsv.binding == "node":
         return ""
     per_type: dict[str, int] = {}
     for node_id, count in rsv.gpus.items():
@@ -132,6 +158,51 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
     return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
 
 
+def node_reservation_name(reservation_id: str, slurm_node: str) -> str:
+    """One node's part of a booking reserved node by node (`_per_node_tres`)."""
+    return f"{reservation_name(reservation_id)}--{slurm_node}"
+
+
+def _per_node_tres(
+    rsv: LedgerReservation, nodes: Collection[str], policy: Policy, state: SlurmState
+) -> dict[str, str]:
+    """GRES TRES on several nodes that differ per node (4 GPUs on one, 2 on another):
+    Slurm would spread one total its own way, so each node gets a reservation of its
+    own with its own TRES; {} when one reservation holds it as booked."""
+    if policy.gpu_tres not in ("typed", "count") or rsv.binding == "node" or len(nodes) < 2:
+        return {}
+    per_node: dict[str, str] = {}
+    for node_id in sorted(rsv.nodes):
+        name = policy.slurm_node(node_id)
+        if name not in nodes:
+            continue
+        gpus = {k: v for k, v in rsv.gpus.items() if k == node_id}
+        mig = {k: v for k, v in rsv.mig.items() if k == node_id}
+        one = replace(rsv, nodes=frozenset({node_id}), gpus=gpus, mig=mig)
+        per_node[name] = _tres(one, policy, state)
+    if len(set(per_node.values())) < 2:
+        return {}
+    return per_node
+
+
+def _cores(
+    rsv: LedgerReservation, nodes: Collection[str], policy: Policy, state: SlurmState
+) -> tuple[tuple[str, int], ...]:
+    """ "cores" mode: per Slurm node, the cores of the booked GPUs (their count times the
+    node's cores per GPU); empty (the nodes whole) when any node lacks a socket per GPU,
+    or the booking holds MIG instances or the whole node."""
+    if policy.gpu_tres != "cores" or rsv.binding == "node" or rsv.mig:
+        return ()
+    per_node: dict[str, int] = {}
+    for node_id, count in rsv.gpus.items():
+        name = policy.slurm_node(node_id)
+        if name in nodes and count > 0:
+            per_node[name] = per_node.get(name, 0) + count * state.nodes[name].cores_per_gpu
+    if set(per_node) != set(nodes) or not all(per_node.values()):
+        return ()
+    return tuple(sorted(per_node.items()))
+
+
 def normalise_tres(tres: str) -> str:
     """The gres items of a TRES string, lower case, sorted (`cpu=…` dropped)."""
     items = [t.strip().lower() for t in tres.split(",") if t.strip()]
@@ -142,6 +213,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
     now_s = ledger.at_ms // 1000
     unknown: set[str] = set()
     unmapped: set[str] = set()
+    kept: set[str] = set()
     reservations: dict[str, SlurmReservation] = {}
     for rsv in ledger.reservations:
         if rsv.state not in LIVE_STATES or not policy.follows(rsv.pool_id):
@@ -152,9 +224,16 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
         if end_s <= now_s:
             continue
         nodes: set[str] = set()
+        missing: set[str] = set()
         for node_id in rsv.nodes:
             name = policy.slurm_node(node_id)
-            (nodes if name in state.nodes else unknown).add(name)
+            (nodes if name in state.nodes else missing).add(name)
+        unknown |= missing
+        base_name = reservation_name(rsv.reservation_id)
+        mine = {n for n in state.reservations if n == base_name or n.startswith(base_name + "--")}
+        if missing and mine:
+            kept |= mine
+            continue
         if not nodes:
             continue
         users = policy.users.get(rsv.tenant_id, policy.default_users)
@@ -163,7 +242,8 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             unmapped.add(rsv.reservation_id)
             continue
         name = reservation_name(rsv.reservation_id)
-        reservations[name] = SlurmReservation(
+        cores = _cores(rsv, nodes, policy, state)
+        base = SlurmReservation(
             name=name,
             nodes=frozenset(nodes),
             start_s=rsv.start_ms // 1000,
@@ -171,12 +251,25 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             tres=_tres(rsv, policy, state),
             users=frozenset(users),
             accounts=frozenset(accounts),
+            cores=cores,
+            core_total=sum(n for _, n in cores),
         )
+        split = _per_node_tres(rsv, nodes, policy, state)
+        if not split:
+            reservations[name] = base
+        for node_name, tres in split.items():
+            part = node_reservation_name(rsv.reservation_id, node_name)
+            reservations[part] = replace(base, name=part, nodes=frozenset({node_name}), tres=tres)
     drains: dict[str, str] = {}
+    grace_ms = int(policy.unreachable_grace_s * 1000)
+    recheck: list[int] = []
     for node in ledger.nodes:
         if not policy.follows(node.pool_id):
             continue
-        reason = drain_reason(node, policy.drain_on)
+        since = node.reachable_since_ms
+        if not node.reachable and since is not None and since + grace_ms > ledger.at_ms:
+            recheck.append(since + grace_ms)
+        reason = drain_reason(node, policy.drain_on, ledger.at_ms, policy.unreachable_grace_s)
         if reason is None:
             continue
         name = policy.slurm_node(node.node_id)
@@ -184,7 +277,10 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             drains[name] = reason
         else:
             unknown.add(name)
-    return Desired(reservations, drains, frozenset(unknown), frozenset(unmapped))
+    return Desired(
+        reservations, drains, frozenset(unknown), frozenset(unmapped), frozenset(kept),
+        min(recheck, default=None),
+    )  # fmt: skip
 
 
 def _changes(want: SlurmReservation, have: SlurmReservation, now_s: int) -> tuple[str, ...]:
@@ -199,6 +295,10 @@ def _changes(want: SlurmReservation, have: SlurmReservation, now_s: int) -> tupl
         changed.append("end")
     if want.tres != normalise_tres(have.tres):
         changed.append("tres")
+    # Slurm shows a reservation's core total (a whole node's too): compared when cores
+    # are what is reserved.
+    if want.core_total and want.core_total != have.core_total:
+        changed.append("cores")
     if want.users != have.users:
         changed.append("users")
     if want.accounts != have.accounts:
@@ -218,8 +318,13 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
         if have is None:
             actions.append(CreateReservation(rsv))
         elif changed := _changes(rsv, have, now_s):
-            if "tres" in changed and not rsv.tres:
-                # Slurm cannot drop a reservation's TRES: it is made again, whole nodes.
+            if (
+                ("tres" in changed and not rsv.tres)
+                or "cores" in changed
+                or ("nodes" in changed and rsv.cores)
+            ):
+                # Slurm cannot drop a reservation's TRES, nor be told which cores: it is
+                # made again.
                 actions += [DeleteReservation(name), CreateReservation(rsv)]
             else:
                 actions.append(UpdateReservation(rsv, changed))
@@ -231,7 +336,8 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
         elif not node.drained or node.reason != reason:
             actions.append(Drain(node_name, reason))
     for name in sorted(state.reservations):
-        if state.reservations[name].owned and name not in want.reservations:
+        wanted = name in want.reservations or name in want.kept
+        if state.reservations[name].owned and not wanted:
             actions.append(DeleteReservation(name))
     for node_name in sorted(state.nodes):
         if state.nodes[node_name].drained_by_gpufleet and node_name not in want.drains:

@@ -22,6 +22,7 @@ from ops.slurm.bridge.model import (
     CreateReservation,
     DeleteReservation,
     Drain,
+    EndReservation,
     Resume,
     SlurmNode,
     SlurmReservation,
@@ -33,6 +34,10 @@ _FIELD = re.compile(r"(\w+)=(\S*)")
 # `Reason=why [user@2026-12-01T06:15:27]`: the last field of `show node -o`.
 _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]]*@[^\]]*\])?\s*$")
 _NULL = "(null)"
+# scontrol's refusal to delete a reservation jobs run in.
+_IN_USE = "reservation is in use"
+# …and to delete one it does not have (22.05 says "invalid").
+_GONE = re.compile(r"not found|reservation is invalid")
 _TIME = "%Y-%m-%dT%H:%M:%S"
 
 
@@ -97,8 +102,25 @@ def parse_reservations(text: str) -> dict[str, SlurmReservation]:
             tres=f.get("TRES", ""),
             users=_set(f.get("Users", "")),
             accounts=_set(f.get("Accounts", "")),
+            core_total=int(f["CoreCnt"]) if f.get("CoreCnt", "").isdigit() else 0,
         )
     return out
+
+
+def cores_per_gpu(fields: dict[str, str]) -> int:
+    """CoresPerSocket when the node has a socket per whole GPU (Sockets= their count,
+    as `gpufleet slurm conf --socket-per-gpu` writes it); else 0."""
+    gres = re.sub(r"\([^)]*\)", "", fields.get("Gres", ""))
+    whole = 0
+    for item in gres.split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+            if len(parts) == 2 or "_" not in parts[1]:
+                whole += int(parts[-1])
+    sockets, per = fields.get("Sockets", ""), fields.get("CoresPerSocket", "")
+    if whole and sockets.isdigit() and per.isdigit() and int(sockets) == whole:
+        return int(per)
+    return 0
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:
@@ -114,6 +136,7 @@ def parse_nodes(text: str) -> dict[str, SlurmNode]:
             drained="DRAIN" in f.get("State", "").upper().replace("+", " ").split(),
             reason=reason.group(1).strip() if reason else "",
             gpu_types=gpu_types(f.get("Gres", "")),
+            cores_per_gpu=cores_per_gpu(f),
         )
     return out
 
@@ -126,6 +149,9 @@ def _reservation_fields(want: SlurmReservation, fields: Sequence[str], now_s: in
         args.append("EndTime=" + format_time(want.end_s))
     if "nodes" in fields:
         args.append("Nodes=" + ",".join(sorted(want.nodes)))
+        if want.cores:  # per node, in the order of Nodes=
+            by_node = dict(want.cores)
+            args.append("CoreCnt=" + ",".join(str(by_node[n]) for n in sorted(want.nodes)))
     if "tres" in fields and want.tres:
         args.append("TRES=" + want.tres)
     if "users" in fields or "accounts" in fields:
@@ -143,14 +169,20 @@ def action_argv(action: Action, now_s: int) -> list[str]:
         fields += [k for k, v in (("users", w.users), ("accounts", w.accounts)) if v]
         args = _reservation_fields(w, fields, now_s)
         args = [a for a in args if not a.endswith("=")]  # an empty Users/Accounts
-        # OVERLAP: gpufleet's own reservations share nodes (the ledger already keeps
-        # their GPUs apart); without it Slurm refuses a second one on a node.
-        return ["create", "reservation", f"ReservationName={w.name}", *args, "Flags=OVERLAP"]
+        # IGNORE_JOBS: a booking is made now, whatever runs there; without it Slurm
+        # refuses ("Requested nodes are busy") until every job on the node has ended.
+        # OVERLAP: gpufleet's whole-node and TRES reservations share nodes (the ledger
+        # keeps their GPUs apart); without it Slurm refuses a second one on a node.
+        # Core reservations go without: Slurm then gives each cores of its own.
+        flags = "Flags=IGNORE_JOBS" if w.cores else "Flags=OVERLAP,IGNORE_JOBS"
+        return ["create", "reservation", f"ReservationName={w.name}", *args, flags]
     if isinstance(action, UpdateReservation):
         fields = _reservation_fields(action.want, action.changed, now_s)
         return ["update", f"ReservationName={action.want.name}", *fields]
     if isinstance(action, DeleteReservation):
         return ["delete", f"ReservationName={action.name}"]
+    if isinstance(action, EndReservation):
+        return ["update", f"ReservationName={action.name}", "EndTime=now"]
     if isinstance(action, Drain):
         return ["update", f"NodeName={action.node}", "State=DRAIN", f"Reason={action.reason}"]
     return ["update", f"NodeName={action.node}", "State=RESUME"]
@@ -220,6 +252,12 @@ class Scontrol:
         try:
             await self.run(*action_argv(action, now_s))
         except SlurmError as exc:
-            if isinstance(action, DeleteReservation) and "not found" in str(exc).lower():
+            text = str(exc).lower()
+            if isinstance(action, DeleteReservation) and _GONE.search(text):
                 return  # already gone
+            if isinstance(action, DeleteReservation) and _IN_USE in text:
+                # Jobs run in it: Slurm deletes none such, but ends one at its EndTime,
+                # ending its jobs (after ResvOverRun, 0 by default), then purges it.
+                await self.run(*action_argv(EndReservation(action.name), now_s))
+                return
             raise

@@ -16,7 +16,7 @@ from msgspec import Meta
 
 from ops.kit.client import InsecureHttp, require_tls
 from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
-from ops.slurm.bridge.planner import Policy
+from ops.slurm.bridge.planner import UNREACHABLE_GRACE_S, Policy
 from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
@@ -96,9 +96,11 @@ class BridgeSettings(SettingsModel, frozen=True):
     gpu_tres: Annotated[
         GpuTresSetting,
         Meta(description=(
-            "GPUs in a reservation: `auto` as `typed`, or whole nodes (`off`) once Slurm "
-            "refuses GRES in reservations; `typed` TRES=gres/gpu:<type>=n (the node's gres "
-            "type), `count` gres/gpu=n, `off` whole nodes (Slurm before 23.11, or no slurmdbd)"
+            "how a booking's GPUs are reserved: `typed` TRES=gres/gpu:<type>=n and `count` "
+            "gres/gpu=n (Slurm 23.11+ with slurmdbd), `cores` the GPUs' cores (before 23.11: "
+            "`slurm conf --socket-per-gpu` and job_submit.lua), `off` whole nodes; `auto` "
+            "as `typed` until Slurm refuses GRES in reservations, then `cores` (where nodes "
+            "have a socket per GPU) or `off`"
         )),
     ] = "auto"  # fmt: skip
     node_names: Annotated[
@@ -108,9 +110,18 @@ class BridgeSettings(SettingsModel, frozen=True):
     ] = msgspec.field(default_factory=dict)
     drain_on: Annotated[
         tuple[DrainCause, ...],
-        Meta(description="node states drained in Slurm"),
+        Meta(
+            description=("node states drained in Slurm (`unhealthy`: the node, or any of its GPUs)")
+        ),
         Option(metavar="CAUSE", item=str, default_doc="`maintenance,unhealthy,unreachable`"),
     ] = DRAIN_CAUSES
+    unreachable_grace_s: Annotated[
+        float,
+        Meta(ge=0, le=86400, description=(
+            "seconds a node stays unreachable before it is drained (longer than an agent "
+            "restart, so a rolling upgrade drains nothing)"
+        )),
+    ] = UNREACHABLE_GRACE_S  # fmt: skip
     pools: Annotated[
         tuple[str, ...],
         Meta(description="pools followed (empty: every pool)"),
@@ -160,6 +171,7 @@ class BridgeSettings(SettingsModel, frozen=True):
             node_names=dict(self.node_names),
             drain_on=frozenset(self.drain_on),
             pools=frozenset(self.pools),
+            unreachable_grace_s=self.unreachable_grace_s,
         )
 
 

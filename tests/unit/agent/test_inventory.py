@@ -16,7 +16,7 @@ from agent.sim.profile import load_profile
 from agent.sim.sysfs_tree import build_tree
 from agent.sysfs import read_host
 from shared.ids import new_pool_id
-from shared.wire import Inventory, NodeHealth
+from shared.wire import CpuTopology, Inventory, NodeHealth
 
 POOL = new_pool_id()
 
@@ -51,7 +51,10 @@ def test_h100_atoms_and_attributes(tmp_path: Path) -> None:
     assert gpu.attrs["nvlinkClique"] == "nvl0"
     assert gpu.attrs["computeCapability"] == "9.0"
     info = inv.gpus[5]
-    assert info.cpu_affinity == "112-223"
+    # Two sockets of 56 cores, two threads each, numbered as Linux does: socket 1 is
+    # cores 56-111, its second threads CPUs 168-223.
+    assert info.cpu_affinity == "56-111,168-223"
+    assert inv.cpu_topology == CpuTopology(sockets=2, cores_per_socket=56, threads_per_core=2)
     assert info.nvlink_peers == ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0")
     assert inv.driver_version == "550.54.15" and inv.cuda_version == "12.4"
     assert inv.labels["gpu.model"] == "NVIDIA H100 80GB HBM3"

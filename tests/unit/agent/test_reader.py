@@ -44,7 +44,7 @@ def test_reads_every_gpu_with_pci_in_sysfs_form() -> None:
     assert snap.error is None and snap.problems == ()
     assert [g.index for g in snap.gpus] == list(range(8))
     assert snap.gpus[0].pci_bus_id == "0000:18:00.0"
-    assert snap.gpus[4].cpu_affinity == "112-223"
+    assert snap.gpus[4].cpu_affinity == "56-111,168-223"  # socket 1: both threads
     assert len(snap.gpus[0].nvlink_active) == 18
     assert len(snap.counters) == 8 and not any(c.lost for c in snap.counters)
     # H100 uses row remapping: retired pages are "not supported", which is no problem.

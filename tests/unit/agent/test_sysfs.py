@@ -162,3 +162,23 @@ def test_management_nic_behind_a_bond_and_by_configuration(tmp_path: Path) -> No
 def test_gpus_on_the_pci_bus_exclude_nvswitches(tmp_path: Path) -> None:
     host = read_host(build_tree(tmp_path, load_profile("h100-sxm-8")))
     assert len(host.gpu_pci) == 8 and "0000:05:00.0" not in host.gpu_pci
+
+
+def test_cpu_topology_from_sysfs(tmp_path: Path) -> None:
+    """Sockets, cores per socket and threads per core as `slurmd -C` reports them, from
+    each online CPU's package and core ids; an uneven or unreadable layout is None."""
+    assert read_host(build_tree(tmp_path / "h", load_profile("h100-sxm-8"))).cpu_topology == (
+        2, 56, 2,
+    )  # fmt: skip
+    assert read_host(build_tree(tmp_path / "l", load_profile("l40s-pcie-4"))).cpu_topology == (
+        1, 32, 2,
+    )  # fmt: skip
+    cpu = tmp_path / "odd/sys/devices/system/cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text("0-2\n")
+    for n, (package, core) in enumerate([(0, 0), (0, 1), (1, 0)]):
+        (cpu / f"cpu{n}/topology").mkdir(parents=True)
+        (cpu / f"cpu{n}/topology/physical_package_id").write_text(f"{package}\n")
+        (cpu / f"cpu{n}/topology/core_id").write_text(f"{core}\n")
+    assert read_host(tmp_path / "odd").cpu_topology is None  # 2 + 1 cores: uneven
+    assert read_host(tmp_path / "missing").cpu_topology is None

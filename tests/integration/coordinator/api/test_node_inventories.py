@@ -31,13 +31,16 @@ async def test_a_pools_nodes_come_with_their_gpus_hardware(served: Served, tmp_p
     assert node["resources"] == {"vcpu": 256, "memoryGiB": 1024, "hugepages1Gi": 256}
     gpus = node["gpus"]
     assert [g["index"] for g in gpus] == list(range(8))
-    assert gpus[4]["cpuAffinity"] == "128-255" and gpus[4]["numaNode"] == 1
+    assert gpus[4]["cpuAffinity"] == "64-127,192-255" and gpus[4]["numaNode"] == 1
+    # The CPUs as sysfs lays them out (for Slurm's Sockets=, CoresPerSocket=, ...).
+    assert node["cpuTopology"] == {"sockets": 2, "coresPerSocket": 64, "threadsPerCore": 2}
     assert len(gpus[4]["nvlinkPeers"]) == 6  # the six NVSwitches
     assert gpus[1]["migEnabled"] and len(gpus[1]["migInstances"]) == 7
     assert gpus[1]["migInstances"][0]["profile"] == "1g.10gb"
 
     rest = await api.ok("nodes.inventories", {"poolId": pool, "cursor": first["nextCursor"]})
     assert [n["nodeId"] for n in rest["nodes"]] == ["b-node"] and rest["nextCursor"] is None
+    assert rest["nodes"][0]["cpuTopology"] is None  # its agent did not say
 
 
 async def test_tenants_may_not_and_an_unknown_pool_is_not_found(served: Served) -> None:

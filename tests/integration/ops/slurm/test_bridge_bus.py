@@ -6,9 +6,12 @@ violation; and it cannot take the alert forwarder's consumer."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,3 +144,71 @@ async def test_the_bridge_user_may_make_no_other_durable(secured: Secured) -> No
             )
     finally:
         await nc.close()
+
+
+def _refused(bridge: SlurmBridge) -> float:
+    value = bridge.metrics.registry.get_sample_value(
+        "gpufleet_slurm_bridge_refused_total", {"by": "nats"}
+    )
+    return value or 0.0
+
+
+def _refused_twice(bridge: SlurmBridge) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return _refused(bridge) >= 2
+
+    return check
+
+
+async def test_wrong_credentials_are_a_counted_error(
+    secured: Secured, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A password NATS refuses: the bridge keeps trying, and says so at ERROR (once a
+    minute, not every try) and in gpufleet_slurm_bridge_refused_total{by="nats"}."""
+    user = forwarder_user(DURABLE)
+    good = secured.creds_file(user).read_text()
+    wrong = tmp_path / "wrong.creds"
+    wrong.write_text(good.replace(secured.bundle.passwords[user], "not-the-password"))
+    bridge = SlurmBridge(
+        BridgeSettings(
+            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
+            nats_credentials=str(wrong), coordinator_key="unused",
+        )
+    )  # fmt: skip
+    task = asyncio.create_task(bridge.connect())
+    try:
+        await eventually(_refused_twice(bridge), within_s=15)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "nats refused the bridge" in errors[0].getMessage(), errors
+
+
+async def test_a_consumer_its_user_may_not_use_is_a_counted_error(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bridge given another forwarder's user (its durable is not that user's):
+    every refusal is counted and logged at ERROR with what to change, never a WARNING
+    a second."""
+    other = forwarder_user(DEFAULT_FORWARDER_DURABLE)
+    bridge = SlurmBridge(
+        BridgeSettings(
+            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
+            nats_credentials=str(secured.creds_file(other)), coordinator_key="unused",
+        )
+    )  # fmt: skip
+    nc = await bridge.connect()
+    bind = asyncio.create_task(bridge.source(nc).bind())
+    try:
+        await eventually(_refused_twice(bridge), within_s=30)
+    finally:
+        bind.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await bind
+        await nc.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and f"--forwarder {DURABLE}" in errors[0], errors
+    noise = [r for r in caplog.records if "violation" in r.getMessage().lower()]
+    assert all(r.levelno == logging.ERROR for r in noise), noise

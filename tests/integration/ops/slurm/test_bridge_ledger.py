@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import aiohttp
 
-from coordinator.services.node_records import record_inventory
+from coordinator.services.node_records import (
+    record_heartbeat,
+    record_inventory,
+    record_reachability,
+)
 from ops.kit.client import ApiError
 from ops.kit.embedded_nats import free_port
 from ops.slurm.bridge.daemon import SlurmBridge
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.settings import BridgeSettings
-from tests.factories import make_inventory
+from shared.wire import DeviceHealth
+from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Served
 
 
@@ -69,6 +74,26 @@ async def test_the_ledger_as_the_bridge_reads_it(served: Served) -> None:
     assert set(nodes) == {"n0", "n1"}
     assert nodes["n1"].maintenance and nodes["n1"].maintenance_reason == "swap PSU"
     assert not nodes["n0"].maintenance
+    assert nodes["n0"].unhealthy_gpus == ()
+
+
+async def test_unhealthy_gpus_by_index_and_since_when_unreachable(served: Served) -> None:
+    """A degraded node's unhealthy GPUs are read by index with their first reason (the
+    drain reason names them); an unreachable node says since when (its grace period)."""
+    pool = await _fleet(served)
+    inv = make_inventory("n0", pool, gpus=8, nics=2, mig=2)
+    xid = DeviceHealth(device_id="GPU-n0-3", status="unhealthy", reasons=("xid 79 off the bus",))
+    hb = make_heartbeat(inv, 2, health="degraded", devices=(xid,))
+    await record_heartbeat(served.ledger, hb, served.clock.now_ms())
+    lost_at = served.clock.now_ms()
+    await record_reachability(served.ledger, ["n1"], False, lost_at)
+    async with aiohttp.ClientSession() as http:
+        ledger = await LedgerView(http, served.api.base, served.api.operator_key).read()
+    nodes = {n.node_id: n for n in ledger.nodes}
+    assert nodes["n0"].health == "degraded"
+    assert nodes["n0"].unhealthy_gpus == ("GPU3 xid 79 off the bus",)
+    assert not nodes["n1"].reachable and nodes["n1"].reachable_since_ms == lost_at
+    assert nodes["n0"].reachable
 
 
 async def test_an_unreadable_ledger_or_slurm_is_a_counted_failure(served: Served) -> None:
@@ -88,10 +113,15 @@ async def test_an_unreadable_ledger_or_slurm_is_a_counted_failure(served: Served
             assert exc.status == 401
         else:
             raise AssertionError("a wrong key read the ledger")
+        assert await bridge.reconcile(wrong_key) is False
+        refused = bridge.metrics.registry.get_sample_value(
+            "gpufleet_slurm_bridge_refused_total", {"by": "coordinator"}
+        )
+        assert refused == 1 and failures("ledger.read") == 1
         dead = LedgerView(http, f"http://127.0.0.1:{free_port()}", key)
         assert await bridge.reconcile(dead) is False
-        assert failures("ledger.read") == 1
+        assert failures("ledger.read") == 2
         live = LedgerView(http, served.api.base, key)
         assert await bridge.reconcile(live) is False  # no scontrol: Slurm unread
-        assert failures("slurm.read") == 1 and failures("ledger.read") == 1
+        assert failures("slurm.read") == 1 and failures("ledger.read") == 2
     assert bridge.metrics.synced_at == 0.0

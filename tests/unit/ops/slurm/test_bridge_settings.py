@@ -13,6 +13,7 @@ import pytest
 
 from ops.slurm.bridge import settings as bridge_settings
 from ops.slurm.bridge.daemon import SlurmBridge, gpu_tres_refused
+from ops.slurm.bridge.model import SlurmNode, SlurmState
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.settings import ConfigError, from_sources
 
@@ -87,21 +88,30 @@ def test_auto_is_the_default_and_plans_gpu_tres_until_slurm_refuses() -> None:
     mode = "gpufleet_slurm_bridge_gpu_tres_mode"
     assert f'{mode}{{mode="typed"}} 1.0' in bridge.metrics.text().decode()
     # Any other refusal changes nothing.
-    assert not bridge._fall_back("Invalid node name specified")  # noqa: SLF001
+    whole = SlurmState({}, {"a": SlurmNode("a", gpu_types=("h100",))})
+    assert not bridge._fall_back("Invalid node name specified", whole)  # noqa: SLF001
     assert bridge.policy.gpu_tres == "typed"
     # Slurm 22.05's answer, and "no such TRES" without AccountingStorageTRES: whole nodes.
-    assert bridge._fall_back(  # noqa: SLF001
+    refusal = (
         "Error creating the reservation: TRES type 'gres/gpu:h100' not supported with reservations"
     )
+    assert bridge._fall_back(refusal, whole)  # noqa: SLF001
     assert bridge.policy.gpu_tres == "off"
     text = bridge.metrics.text().decode()
     assert f'{mode}{{mode="off"}} 1.0' in text and f'{mode}{{mode="typed"}} 0.0' in text
     assert gpu_tres_refused("couldn't identify configured TRES 'gres/gpu:h100'")
+    # Where slurm.conf gives each GPU a socket of its own: the booked GPUs' cores.
+    again = SlurmBridge(s)
+    per_gpu = SlurmState({}, {"a": SlurmNode("a", gpu_types=("h100",), cores_per_gpu=14)})
+    assert again._fall_back(refusal, per_gpu)  # noqa: SLF001
+    assert again.policy.gpu_tres == "cores"
+    assert f'{mode}{{mode="cores"}} 1.0' in again.metrics.text().decode()
 
 
 def test_an_explicit_mode_never_falls_back() -> None:
     env = {"GPUFLEET_SLURM_BRIDGE_KEY": "gpf_x"}
     s = from_sources(BridgeSettings, {"coordinator_url": "https://c", "gpu_tres": "typed"}, env)
     bridge = SlurmBridge(s)
-    assert not bridge._fall_back("TRES type 'gres/gpu' not supported with reservations")  # noqa: SLF001
+    refusal = "TRES type 'gres/gpu' not supported with reservations"
+    assert not bridge._fall_back(refusal, SlurmState({}, {}))  # noqa: SLF001
     assert bridge.policy.gpu_tres == "typed"

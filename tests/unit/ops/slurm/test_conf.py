@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.api.methods.hardware import gpu_out
+from coordinator.api.methods.hardware import gpu_out, topology_out
 from coordinator.api.shapes.base import dump
 from ops.slurm.conf import (
     Gpu,
@@ -24,6 +24,7 @@ from ops.slurm.conf import (
     links,
     nodes_from_api,
     render,
+    render_pools,
     short_model,
 )
 from shared.wire import Inventory
@@ -43,6 +44,7 @@ def api_node(inv: Inventory, labels: dict[str, str] | None = None) -> dict[str, 
         },
         "reported": True,
         "gpus": [dump(gpu_out(g)) for g in inv.gpus],
+        "cpuTopology": dump(t) if (t := topology_out(inv.cpu_topology)) else None,
     }
 
 
@@ -51,19 +53,23 @@ def gres_of(text: str, node: str) -> list[str]:
 
 
 def test_h100_gpus_with_files_cores_links_and_the_node_line(tmp_path: Path) -> None:
+    """The simulated HGX host is 2 sockets x 56 cores x 2 threads, as sysfs lays it out:
+    the node line says so as `slurmd -C` would, and each GPU's Cores= are the cores of
+    its socket (its affinity 0-55,112-167 folded to cores), none past the host's 112."""
     nodes = nodes_from_api([api_node(inventory_of("h100-sxm-8", tmp_path, "h100-a"))])
+    assert nodes[0].topology == (2, 56, 2)
     conf = render("train", nodes)
     lines = gres_of(conf.gres, "h100-a")
     assert len(lines) == 8
     four = "4,4,4,4,4,4,4"  # every pair reaches the same 4 NVSwitches
     assert lines[0] == (
-        f"NodeName=h100-a Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-111 Links=-1,{four}"
+        f"NodeName=h100-a Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55 Links=-1,{four}"
     )
-    assert lines[5].endswith("File=/dev/nvidia5 Cores=112-223 Links=4,4,4,4,4,-1,4,4")
+    assert lines[5].endswith("File=/dev/nvidia5 Cores=56-111 Links=4,4,4,4,4,-1,4,4")
     (node_line,) = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
     assert node_line == (
-        "NodeName=h100-a CPUs=224 RealMemory=2097152 Gres=gpu:h100:8 "
-        "Features=pool-train,h100,nvlink8"
+        "NodeName=h100-a CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
+        "RealMemory=2097152 Gres=gpu:h100:8 Features=pool-train,h100,nvlink8"
     )
 
 
@@ -111,6 +117,45 @@ def test_topology_has_a_leaf_per_label_value_under_the_pool(tmp_path: Path) -> N
     ]
     by_switch = render("train", nodes, Options(topology_key="switch")).topology
     assert "SwitchName=no-switch Nodes=n1,n2,n3,n4" in by_switch
+
+
+def test_several_pools_are_one_set_of_files_with_one_topology_root(tmp_path: Path) -> None:
+    """A Slurm cluster running two pools gets every node once and one root switch (its
+    tree plugin refuses two); racks hold nodes of either pool."""
+    inv = [inventory_of("l40s-pcie-4", tmp_path, n) for n in ("a1", "a2", "b1")]
+    racks = [{"rack": "r1"}, {"rack": "r2"}, {"rack": "r1"}]
+    nodes = nodes_from_api([api_node(i, r) for i, r in zip(inv, racks, strict=True)])
+    conf = render_pools([("train", nodes[:2]), ("infer", nodes[2:])])
+    assert conf.topology.splitlines()[2:] == [
+        "SwitchName=r1 Nodes=a1,b1",
+        "SwitchName=r2 Nodes=a2",
+        "SwitchName=gpufleet Switches=r1,r2",
+    ]
+    lines = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
+    assert [x.split()[0] for x in lines] == ["NodeName=a1", "NodeName=a2", "NodeName=b1"]
+    assert "Features=pool-infer," in lines[2] and "Features=pool-train," in lines[0]
+    assert len(gres_of(conf.gres, "b1")) == 4
+    with pytest.raises(SlurmConfError, match="a1 is in two"):
+        render_pools([("train", nodes[:1]), ("infer", nodes[:1])])
+
+
+def test_a_socket_per_gpu_gives_each_gpu_its_own_cores() -> None:
+    """`--socket-per-gpu`: Sockets= the GPU count, and each GPU's Cores= a block of its
+    own within its affinity's socket, all blocks disjoint and on the host's cores."""
+    gpus = tuple(
+        Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0",
+            cpu_affinity="0-55,112-167" if i < 4 else "56-111,168-223")
+        for i in range(8)
+    )  # fmt: skip
+    node = Node("h", vcpu=224, memory_gib=1, gpus=gpus)
+    conf = render("p", [node], Options(threads_per_core=2, socket_per_gpu=True))
+    assert "CPUs=224 Sockets=8 CoresPerSocket=14 ThreadsPerCore=2 " in conf.nodes
+    got = [line.split("Cores=")[1].split()[0] for line in gres_of(conf.gres, "h")]
+    assert got == ["0-13", "14-27", "28-41", "42-55", "56-69", "70-83", "84-97", "98-111"]
+    plain = render("p", [node], Options(threads_per_core=2))
+    assert "Sockets=" not in plain.nodes and "nvidia0 Cores=0-55\n" in plain.gres
+    odd = Node("o", vcpu=10, gpus=gpus[:3])  # 10 cores do not split in 3: as before
+    assert "Sockets=" not in render("p", [odd], Options(socket_per_gpu=True)).nodes
 
 
 def test_unreadable_gpus_and_unreported_nodes_are_left_out() -> None:

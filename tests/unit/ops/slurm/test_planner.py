@@ -26,7 +26,8 @@ from ops.slurm.bridge.model import (
     SlurmState,
     UpdateReservation,
 )
-from ops.slurm.bridge.planner import Policy, drain_reason, plan
+from ops.slurm.bridge.planner import Policy, desired, drain_reason, plan
+from ops.slurm.bridge.scontrol import action_argv
 
 NOW_MS = 1_800_000_000_000
 NOW_S = NOW_MS // 1000
@@ -103,10 +104,12 @@ def test_tres_modes_and_whole_node_bookings() -> None:
     mixed = plan(Ledger((_rsv("rsv_3", {"gpu-a": 2}),), (), NOW_MS), _slurm(mig), POLICY)
     assert mixed.desired.reservations["gpufleet-rsv_3"].tres == "gres/gpu:a100=2"
     want = plan(ledger, state, POLICY).desired.reservations
-    assert want["gpufleet-rsv_1"].tres == "gres/gpu:h100=2,gres/gpu=3"
+    # Uneven over two nodes: a reservation per node (its type, or untyped where none).
+    assert want["gpufleet-rsv_1--gpu-a"].tres == "gres/gpu:h100=2"
+    assert want["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=3"
     assert want["gpufleet-rsv_2"].tres == ""  # binding node: the whole node
     counted = plan(ledger, state, replace(POLICY, gpu_tres="count")).desired.reservations
-    assert counted["gpufleet-rsv_1"].tres == "gres/gpu=5"
+    assert counted["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=3"
     off = plan(ledger, state, replace(POLICY, gpu_tres="off")).desired.reservations
     assert off["gpufleet-rsv_1"].tres == ""
 
@@ -157,6 +160,93 @@ def test_drains_follow_maintenance_unhealthy_unreachable_and_their_end() -> None
     )  # fmt: skip
     only = replace(POLICY, drain_on=("maintenance",))
     assert drain_reason(nodes[1], only.drain_on) is None
+
+
+def test_a_node_with_any_unhealthy_gpu_is_drained_and_resumed_when_cleared() -> None:
+    """Slurm 22.05 cannot take one GPU out of a node: a degraded node with an unhealthy
+    GPU (XID 79) is drained, the GPU named; a degraded one whose GPUs are all healthy
+    (a slowdown) is not. What the agent wrote reaches Slurm without control characters."""
+    xid = LedgerNode("gpu-a", "pool_a", health="degraded",
+                     health_reasons=("GPU-1234: unhealthy: xid 79",),
+                     unhealthy_gpus=("GPU3 xid 79\x1b[31m fell off\x85the bus\n",))  # fmt: skip
+    slow = LedgerNode("gpu-b", "pool_a", health="degraded", health_reasons=("thermal",))
+    state = _slurm(_node("gpu-a"), _node("gpu-b"))
+    p = plan(Ledger((), (xid, slow), NOW_MS), state, POLICY)
+    assert p.actions == (Drain("gpu-a", "gpufleet: unhealthy: GPU3 xid 79 [31m fell off the bus"),)
+    cleared = (replace(xid, health="healthy", unhealthy_gpus=()), slow)
+    assert plan(Ledger((), cleared, NOW_MS), apply(state, p.actions), POLICY).actions == (
+        Resume("gpu-a"),
+    )
+    assert plan(Ledger((), (xid,), NOW_MS), state, replace(POLICY, drain_on=())).actions == ()
+
+
+def test_unreachable_drains_only_after_its_grace_period() -> None:
+    """An agent restart or rolling upgrade (unreachable for a few heartbeats) drains
+    nothing; a node still unreachable after `unreachable_grace_s` is drained."""
+    policy = replace(POLICY, unreachable_grace_s=120)
+    state = _slurm(_node("gpu-a"))
+
+    def ledger(since_ms: int) -> Ledger:
+        node = LedgerNode("gpu-a", "pool_a", reachable=False, reachable_since_ms=since_ms)
+        return Ledger((), (node,), NOW_MS)
+
+    early = plan(ledger(NOW_MS - 30_000), state, policy)
+    assert early.actions == ()
+    assert early.desired.recheck_at_ms == NOW_MS + 90_000  # the bridge passes again then
+    assert plan(ledger(NOW_MS - 119_999), state, policy).actions == ()
+    assert plan(ledger(NOW_MS - 120_000), state, policy).actions == (
+        Drain("gpu-a", "gpufleet: unreachable"),
+    )
+
+
+def test_a_node_missing_from_slurm_keeps_its_reservation() -> None:
+    """A node that leaves Slurm's listing (renamed, a node_names typo) keeps the
+    reservation it had, unchanged and named in `kept`; released, it goes."""
+    rsv = _rsv("rsv_1", {"gpu-a": 2, "gpu-b": 1})
+    held = SlurmReservation(
+        "gpufleet-rsv_1", frozenset({"gpu-a", "gpu-b"}), NOW_S - 3600, NOW_S + 3600,
+        accounts=frozenset({"acme-acct"}),
+    )  # fmt: skip
+    state = _slurm(_node("gpu-a"), rsvs=(held,))  # gpu-b is gone from Slurm's listing
+    p = plan(Ledger((rsv,), (), NOW_MS), state, POLICY)
+    assert p.actions == ()
+    assert p.desired.kept == {"gpufleet-rsv_1"} and p.desired.unknown_nodes == {"gpu-b"}
+    released = replace(rsv, state="released")
+    assert plan(Ledger((released,), (), NOW_MS), state, POLICY).actions == (
+        DeleteReservation("gpufleet-rsv_1"),
+    )
+
+
+def test_cores_mode_reserves_the_booked_gpus_cores_per_node() -> None:
+    """Slurm before 23.11 (`cores`): on nodes with a socket per GPU a booking is its
+    GPUs' cores (`CoreCnt` per node, no OVERLAP: Slurm gives each its own cores); a
+    node without that layout, a MIG or whole-node booking is the nodes whole."""
+    policy = replace(POLICY, gpu_tres="cores")
+    state = _slurm(
+        SlurmNode("gpu-a", gpu_types=("h100",), cores_per_gpu=14),
+        SlurmNode("gpu-b", gpu_types=("h100",), cores_per_gpu=14),
+        SlurmNode("gpu-c", gpu_types=("h100",)),
+    )  # fmt: skip
+    ledger = Ledger(
+        (_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}), _rsv("rsv_2", {"gpu-a": 1, "gpu-c": 1}),
+         _rsv("rsv_3", {"gpu-a": 2}, binding="node")),
+        (), NOW_MS,
+    )  # fmt: skip
+    want = desired(ledger, state, policy).reservations
+    assert want["gpufleet-rsv_1"].cores == (("gpu-a", 56), ("gpu-b", 28))
+    assert want["gpufleet-rsv_1"].core_total == 84 and want["gpufleet-rsv_1"].tres == ""
+    assert want["gpufleet-rsv_2"].cores == () and want["gpufleet-rsv_3"].cores == ()
+    argv = action_argv(CreateReservation(want["gpufleet-rsv_1"]), NOW_S)
+    assert "Nodes=gpu-a,gpu-b" in argv and "CoreCnt=56,28" in argv
+    assert argv[-1] == "Flags=IGNORE_JOBS"
+    assert action_argv(CreateReservation(want["gpufleet-rsv_2"]), NOW_S)[-1] == (
+        "Flags=OVERLAP,IGNORE_JOBS"
+    )
+    # A booking that grows is made again: Slurm cannot be told which cores to add.
+    grown = Ledger((_rsv("rsv_1", {"gpu-a": 5, "gpu-b": 2}),), (), NOW_MS)
+    held = replace(want["gpufleet-rsv_1"], start_s=NOW_S - 3600)
+    p = plan(grown, _slurm(*state.nodes.values(), rsvs=(held,)), policy)
+    assert [a.kind for a in p.actions] == ["reservation.delete", "reservation.create"]
 
 
 def test_hand_made_reservations_and_drains_survive() -> None:
@@ -243,6 +333,7 @@ _slurm_node = st.builds(
     drained=st.booleans(),
     reason=st.sampled_from(["", "gpufleet: unreachable", "gpufleet: maintenance: x", "fan"]),
     gpu_types=st.sampled_from([(), ("h100",)]),
+    cores_per_gpu=st.sampled_from([0, 2]),
 )
 _ledger_rsv = st.builds(
     _rsv,
@@ -280,7 +371,7 @@ def _foreign(state: SlurmState) -> tuple[object, ...]:
     slurm_nodes=st.lists(_slurm_node, max_size=5),
     ledger_rsvs=st.lists(_ledger_rsv, max_size=4, unique_by=lambda r: r.reservation_id),
     ledger_nodes=st.lists(_ledger_node, max_size=5, unique_by=lambda n: n.node_id),
-    tres=st.sampled_from(["typed", "count", "off"]),
+    tres=st.sampled_from(["typed", "count", "cores", "off"]),
 )
 def test_any_plan_converges_and_touches_only_gpufleet_objects(
     slurm_rsvs: list[SlurmReservation],
@@ -303,5 +394,33 @@ def test_any_plan_converges_and_touches_only_gpufleet_objects(
     after = apply(state, first.actions)
     assert plan(ledger, after, policy).actions == ()
     assert _foreign(after) == _foreign(state)
-    # The owned reservations are exactly the ledger's live ones on known nodes.
-    assert {n for n, r in after.reservations.items() if r.owned} == set(first.desired.reservations)
+    # The owned reservations are exactly the ledger's live ones on known nodes, and those
+    # kept as they were because a node of theirs left Slurm's listing.
+    owned = {n for n, r in after.reservations.items() if r.owned}
+    assert owned == set(first.desired.reservations) | first.desired.kept
+
+
+def test_an_uneven_multi_node_booking_is_a_reservation_per_node() -> None:
+    """GRES TRES (Slurm 23.11+): a booking of 4 GPUs on one node and 2 on another would
+    be one total Slurm spreads its own way (F8), so each node gets a reservation of its
+    own, `gpufleet-<id>--<node>`, with its count; an even one stays one reservation.
+    Released, every part goes."""
+    state = _slurm(_node("gpu-a"), _node("gpu-b"))
+    uneven = Ledger((_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}),), (), NOW_MS)
+    want = plan(uneven, state, POLICY).desired.reservations
+    assert {n: (r.nodes, r.tres) for n, r in want.items()} == {
+        "gpufleet-rsv_1--gpu-a": ({"gpu-a"}, "gres/gpu:h100=4"),
+        "gpufleet-rsv_1--gpu-b": ({"gpu-b"}, "gres/gpu:h100=2"),
+    }
+    counted = plan(uneven, state, replace(POLICY, gpu_tres="count")).desired.reservations
+    assert counted["gpufleet-rsv_1--gpu-b"].tres == "gres/gpu=2"
+    even = Ledger((_rsv("rsv_1", {"gpu-a": 3, "gpu-b": 3}),), (), NOW_MS)
+    (one,) = plan(even, state, POLICY).desired.reservations.values()
+    assert one.name == "gpufleet-rsv_1" and one.tres == "gres/gpu:h100=6"
+    whole = plan(uneven, state, replace(POLICY, gpu_tres="off")).desired.reservations
+    assert set(whole) == {"gpufleet-rsv_1"}
+    made = apply(state, plan(uneven, state, POLICY).actions)
+    assert plan(uneven, made, POLICY).actions == ()
+    released = Ledger((_rsv("rsv_1", {"gpu-a": 4, "gpu-b": 2}, state="released"),), (), NOW_MS)
+    assert {a.kind for a in plan(released, made, POLICY).actions} == {"reservation.delete"}
+    assert len(plan(released, made, POLICY).actions) == 2

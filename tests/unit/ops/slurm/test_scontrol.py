@@ -53,6 +53,18 @@ def test_nodes_with_their_drain_reason_and_gpu_types() -> None:
     assert not b.drained and b.reason == "" and b.gpu_types == ()
 
 
+def test_a_socket_per_gpu_gives_cores_per_gpu() -> None:
+    """`slurm conf --socket-per-gpu` nodes (Sockets= the whole-GPU count) are what the
+    `cores` mode reserves by; any other layout is 0 (reserved whole)."""
+    line = ("NodeName=n CoresPerSocket={per} Gres=gpu:h100:6(S:0-7),gpu:h100_1g.10gb:7 "
+            "Sockets={sockets} State=IDLE")  # fmt: skip
+    assert parse_nodes(line.format(per=14, sockets=6))["n"].cores_per_gpu == 14
+    assert parse_nodes(line.format(per=56, sockets=2))["n"].cores_per_gpu == 0
+    assert parse_nodes(IDLE)["node-b"].cores_per_gpu == 0
+    (r,) = parse_reservations(RESERVATION).values()
+    assert r.core_total == 2
+
+
 def test_reservations() -> None:
     (r,) = parse_reservations(RESERVATION).values()
     assert r.name == "gpufleet-rsv_d" and r.owned
@@ -89,7 +101,7 @@ def test_argv_of_each_action() -> None:
     assert action_argv(CreateReservation(want), now) == [
         "create", "reservation", "ReservationName=gpufleet-rsv_1", "StartTime=now",
         "EndTime=2026-12-01T07:00:00", "Nodes=a,b", "TRES=gres/gpu:h100=4", "Users=root",
-        "Flags=OVERLAP",
+        "Flags=OVERLAP,IGNORE_JOBS",
     ]  # fmt: skip
     assert action_argv(UpdateReservation(want, ("end", "users")), now) == [
         "update", "ReservationName=gpufleet-rsv_1", "EndTime=2026-12-01T07:00:00",

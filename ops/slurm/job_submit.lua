@@ -1,0 +1,48 @@
+--[[
+gpufleet's job_submit.lua for Slurm before 23.11 (job_submit/lua, Lua 5.1).
+
+Every job that asks for GPUs gets --gres-flags=enforce-binding: it may use only GPUs
+bound to the cores it was given. With `gpufleet slurm conf --socket-per-gpu` (a socket
+of its own cores per GPU) and the bridge in `cores` mode (a booking reserves its GPUs'
+cores), a job in a booking's reservation then gets at most the booked GPUs, and a job
+outside gets only GPUs whose cores no booking holds.
+
+Install: copy to the directory of slurm.conf as job_submit.lua and set
+JobSubmitPlugins=lua (see docs/operator.md, "Slurm").
+]]
+
+local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
+
+local function wants_gpu(job_desc)
+  for _, name in ipairs(GPU_FIELDS) do
+    local value = job_desc[name]
+    if value ~= nil and string.find(value, "gpu", 1, true) then
+      return true
+    end
+  end
+  return false
+end
+
+-- Lua 5.1 has no bit operators: add the flag unless its bit is already set.
+local function with_flag(bits, flag)
+  if math.floor(bits / flag) % 2 == 1 then
+    return bits
+  end
+  return bits + flag
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if wants_gpu(job_desc) then
+    job_desc.bitflags = with_flag(job_desc.bitflags or 0, slurm.GRES_ENFORCE_BIND)
+  end
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if wants_gpu(job_desc) then
+    job_desc.bitflags = with_flag(job_desc.bitflags or 0, slurm.GRES_ENFORCE_BIND)
+  end
+  return slurm.SUCCESS
+end
+
+return slurm.SUCCESS

@@ -1,0 +1,99 @@
+"""The bridge's Slurm adapter (`ops.slurm.bridge.scontrol.Scontrol`) against a real Slurm
+with jobs running (tests/slurm_cluster.py): a booking is reserved at once on a node a job
+already runs on (`IGNORE_JOBS`), and a released booking ends in Slurm although a job
+runs in it: Slurm ends the reservation and that job, and leaves the job outside alone.
+The shipped TaskProlog gives a task in a booking's reservation its
+GPUFLEET_RESERVATION_ID and leaves the GPUs Slurm chose as they are."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from ops.slurm.bridge.model import CreateReservation, DeleteReservation, SlurmReservation
+from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
+from tests.e2e.fleet_procs import wait_for
+from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+NAME = "gpufleet-rsv_jobs"
+
+
+PROLOG = Path(__file__).parents[2] / "ops" / "slurm" / "task_prolog.sh"
+
+
+def _start(cluster: SlurmCluster, *extra: str) -> SlurmCluster:
+    dev = cluster.dev_dir
+    return cluster.start(
+        SlurmConfig(
+            nodes=[node_line("sim-a", gres="gpu:h100:8", cpus=4)],
+            gres_conf=f"NodeName=sim-a Name=gpu Type=h100 File={dev}/nvidia[0-7]\n",
+            extra=extra,
+        )
+    )
+
+
+def _batch(cluster: SlurmCluster, *args: str) -> str:
+    """A job sleeping until cancelled; its id."""
+    out = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--mem=100", *args,
+                      "--wrap", "sleep 600").stdout  # fmt: skip
+    return out.strip().split(";")[0]
+
+
+def _state(cluster: SlurmCluster, job: str) -> str:
+    """squeue's state of a job; empty once it has left the queue."""
+    return cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+
+
+def test_create_ignores_running_jobs_and_release_ends_the_jobs_in_it(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    cluster = _start(slurm_cluster)
+    scontrol = Scontrol(ScontrolConfig("scontrol", str(cluster.conf_path)))
+    outside = _batch(cluster, "-w", "sim-a", "--gres=gpu:h100:1")
+    wait_for(lambda: _state(cluster, outside) == "RUNNING", timeout=30, what="a job running")
+
+    now_s = int(time.time())
+    want = SlurmReservation(
+        name=NAME, nodes=frozenset({"sim-a"}), start_s=now_s, end_s=now_s + 3600,
+        users=frozenset({"root"}),
+    )  # fmt: skip
+    # Without IGNORE_JOBS Slurm refuses this ("Requested nodes are busy") until the job ends.
+    asyncio.run(scontrol.apply(CreateReservation(want), now_s))
+    assert NAME in cluster.reservations()
+
+    inside = _batch(cluster, f"--reservation={NAME}", "--gres=gpu:h100:1")
+    wait_for(lambda: _state(cluster, inside) == "RUNNING", timeout=30, what="a job inside")
+
+    # Slurm refuses to delete a reservation in use; the release still ends it.
+    asyncio.run(scontrol.apply(DeleteReservation(NAME), int(time.time())))
+    wait_for(lambda: NAME not in cluster.reservations(), timeout=30, what="the reservation gone")
+    wait_for(lambda: _state(cluster, inside) in ("", "COMPLETING", "CANCELLED", "TIMEOUT"),
+             timeout=30, what="the job inside ended")  # fmt: skip
+    assert _state(cluster, outside) == "RUNNING"
+    # A second delete (the next pass, had it seen it) is success: it is gone.
+    asyncio.run(scontrol.apply(DeleteReservation(NAME), int(time.time())))
+
+
+def test_the_task_prolog_names_the_booking_and_keeps_slurms_gpus(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    cluster = _start(slurm_cluster, f"TaskProlog={PROLOG}")
+    show = "echo $GPUFLEET_RESERVATION_ID $CUDA_VISIBLE_DEVICES"
+    outside = cluster.srun("--mem=100", "--gres=gpu:h100:1", "sh", "-c", show)
+    assert outside.returncode == 0, outside.stderr
+    assert outside.stdout.split() == ["0"]  # no booking: nothing set, Slurm's GPU kept
+    now_s = int(time.time())
+    want = SlurmReservation(
+        name="gpufleet-rsv_01prolog--sim-a", nodes=frozenset({"sim-a"}), start_s=now_s,
+        end_s=now_s + 3600, users=frozenset({"root"}),
+    )  # fmt: skip
+    scontrol = Scontrol(ScontrolConfig("scontrol", str(cluster.conf_path)))
+    asyncio.run(scontrol.apply(CreateReservation(want), now_s))
+    inside = cluster.srun("--mem=100", f"--reservation={want.name}", "--gres=gpu:h100:2",
+                          "sh", "-c", show)  # fmt: skip
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.split() == ["rsv_01prolog", "0,1"]

@@ -111,6 +111,22 @@ nodes = Table(
     # it is not), and the atom counts per class an operator accepted (`domain.shapes`).
     Column("shape_hold", Text, nullable=True),
     Column("accepted_shape", JSON, nullable=True),
+    # r0008: why the node is held in provisioning because another node holds one of its
+    # physical devices, or an operator replaced it (null: it is not; `domain.physical_ids`).
+    Column("duplicate_hold", Text, nullable=True),
+)
+
+# r0008: the one node that holds each physical device that is one device wherever it
+# shows (GPU and MIG UUIDs, disk WWNs and serials; `domain.physical_ids`). The primary
+# key settles two replicas registering one host under two node ids.
+device_identities = Table(
+    "device_identities",
+    metadata,
+    Column("identity", String(160), primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("device_id", String(128), nullable=False),
+    Column("since", BigInteger, nullable=False),
+    Index("ix_device_identities_node", "node_id"),
 )
 
 atoms = Table(

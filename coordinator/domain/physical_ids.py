@@ -51,6 +51,17 @@ def identities_of(inv: Inventory) -> dict[str, str]:
     return out
 
 
+# How a claim's device reads when it is one device wherever it shows: a GPU UUID as NVML
+# writes it (MIG instances and time-slice slots claim their GPU), a disk's WWN or serial.
+_PHYSICAL_DEVICES = ("GPU-", *_DISK_IDENTITIES)
+
+
+def is_physical_device(device: str) -> bool:
+    """Does a claim on `device` compare with claims on it under any node id? (The
+    database refuses two such claims of two nodes for overlapping time.)"""
+    return device.startswith(_PHYSICAL_DEVICES)
+
+
 @dataclass(frozen=True, slots=True)
 class Collision:
     """A device of the node's inventory that `holder` holds."""

@@ -70,10 +70,11 @@ async def move_bookings(
         old, new, held, new_atoms, await _held(conn, new, now),
         same_pool=pools[0] == pools[1], also=await _scalar_only(conn, old, now),
     )  # fmt: skip
-    if found.moves:
-        await _move(conn, old, new, found, now)
     if found.ends:
         await _end(conn, list(found.ends), now)
+    if found.moves:
+        await _unmark_past(conn, (old, new), now)
+        await _move(conn, old, new, found, now)
     if found.moves or found.ends:
         await bump(conn, set(pools), bookings=True)
         for pool_id in sorted(set(pools)):
@@ -108,20 +109,23 @@ async def _move(conn: AsyncConnection, old: str, new: str, found: Plan, now: int
     )
     old_forms, new_forms = await _forms(conn, old), await _forms(conn, new)
     claims = await conn.execute(
-        select(d.claim_id, d.device, d.form).where((d.node_id == old) & d.reservation_id.in_(moved))
+        select(d.claim_id, d.device, d.form, d.physical).where(
+            (d.node_id == old) & d.reservation_id.in_(moved)
+        )
     )
     changed = [
         {"b_id": claim_id, "b_form": new_forms.get(device, form)
-         if old_forms.get(device) == form else form}
-        for claim_id, device, form in claims.all()
+         if old_forms.get(device) == form else form, "b_physical": physical}
+        for claim_id, device, form, physical in claims.all()
     ]  # fmt: skip
     if changed:
-        await conn.execute(
-            update(schema.device_claims)
-            .where(d.claim_id == bindparam("b_id"))
-            .values(node_id=new, form=bindparam("b_form")),
-            changed,
-        )
+        # Moved one row at a time, a reservation's claim would meet its own siblings
+        # still on `old` (two MIG parts of one GPU): the cross-node check is off for the
+        # moved rows while they move, and on again once all of them are on `new`.
+        moving = update(schema.device_claims).where(d.claim_id == bindparam("b_id"))
+        await conn.execute(moving.values(physical=False), changed)
+        await conn.execute(moving.values(node_id=new, form=bindparam("b_form")), changed)
+        await conn.execute(moving.values(physical=bindparam("b_physical")), changed)
     stored = await conn.execute(
         select(rv.reservation_id, rv.atoms).where(rv.reservation_id.in_(moved))
     )
@@ -147,3 +151,14 @@ async def _end(conn: AsyncConnection, ids: Sequence[str], now: int) -> None:
         .values(state="preempted", ended_at=now, updated_at=now)
     )
     await end_bookings(conn, list(ids), now)
+
+
+async def _unmark_past(conn: AsyncConnection, node_ids: Sequence[str], now: int) -> None:
+    """Claims that ended (now, or before) hold no time anyone can book: they need no
+    comparing across nodes, and their past would otherwise meet the moved claims'."""
+    d = schema.device_claims.c
+    await conn.execute(
+        update(schema.device_claims)
+        .where(d.node_id.in_(list(node_ids)) & (d.end <= now) & d.physical)
+        .values(physical=False)
+    )

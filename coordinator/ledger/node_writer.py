@@ -245,8 +245,12 @@ class NodeWriter:
         return await identities.claim(self._conn, self._now, wanted)
 
     async def transfer_identities(self, old: str, new: str) -> None:
-        """What `old` holds becomes `new`'s."""
+        """What `old` holds becomes `new`'s, and `old`'s atoms are retired: its devices
+        leave the rollup's totals (its agent publishing again brings them back, held)."""
         await identities.transfer(self._conn, old, new, self._now)
+        a = schema.atoms.c
+        await self._conn.execute(update(schema.atoms).where(a.node_id == old).values(retired=True))
+        self.changed = True
 
     async def move_bookings(self, old: str, new: str) -> Plan:
         """Move `old`'s bookings that have not ended to `new` where `new` shows the same

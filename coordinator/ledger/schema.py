@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -255,6 +256,10 @@ device_claims = Table(
     Column("form", String(64), nullable=False),
     Column("start", BigInteger, nullable=False),
     Column("end", BigInteger, nullable=False),
+    # r0008: the device is one device wherever it shows (`physical_ids`): a claim of
+    # another node on it for overlapping time is refused too (a PostgreSQL exclusion
+    # constraint, an SQLite trigger).
+    Column("physical", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 scalar_bookings = Table(

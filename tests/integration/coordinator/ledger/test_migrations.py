@@ -198,6 +198,7 @@ async def test_a_fresh_and_an_upgraded_database_have_the_same_schema(
             "bookings_no_overlap",
             "device_claims_exclusive",
             "device_claims_one_form",
+            "device_claims_physical",  # r0008: one GPU under two node ids
             "device_claims_shared",
         ]
         assert "btree_gist" in fresh["<extensions>"]

@@ -9,9 +9,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
+from coordinator.domain.claims import Claim, claim_rows, form_of, merged_rows
 from coordinator.domain.errors import InvalidInput, NotFound
-from coordinator.ledger import Ledger
+from coordinator.ledger import Database, Ledger, WriteRaced
+from coordinator.ledger.device_claims import insert_claims
 from coordinator.services.node_records import (
     record_heartbeat,
     record_inventories,
@@ -181,7 +185,8 @@ async def test_replace_moves_the_old_nodes_bookings_and_lets_the_new_one_go(
     assert {x.node_id for x in moved.atoms} == {"b"}
     assert sorted(x.atom_id for x in moved.atoms) == sorted(f"b:gpu:GPU-a-{i}" for i in range(8))
     gpu = await rig.row(pool, "gpu")
-    assert (gpu.allocatable, gpu.provisioning, gpu.available) == (8, 8, 0)
+    # The retired node's GPUs leave the totals: 8 physical GPUs, 8 GPUs counted.
+    assert (gpu.total, gpu.allocatable, gpu.provisioning, gpu.available) == (8, 8, 0, 0)
     # The moved booking holds the kept node's GPUs: nothing more fits in its window.
     assert isinstance(await rig.reservations.create(rig.request(pool, "k2")), Refused)
     # The retired node's agent publishing again stays held, as replaced.
@@ -279,3 +284,92 @@ async def test_operators_see_the_hold_and_replace_over_http(served: Served) -> N
     ]
     assert events["events"][-1]["by"].startswith("operator/")
     assert events["events"][-1]["reason"] == "replaced by node a"
+
+
+async def test_claims_compare_physical_devices_across_node_ids(database_url: str) -> None:
+    """Defence in depth behind the hold: whatever wrote them, two claims on one GPU
+    UUID (or disk serial) under two node ids for overlapping time are refused by the
+    database, on both backends; NIC addresses, which repeat on every host, are not."""
+    db = Database(database_url)
+    await db.migrate()
+    gpu = Claim("GPU-a-0")
+
+    async def write(rid: str, node_id: str, c: Claim, start: int = 0, end: int = 10) -> None:
+        async with db.transaction() as conn:
+            rows = merged_rows(claim_rows(c, form_of([f"{node_id}:gpu:{c.device}"])))
+            await insert_claims(conn, rid, start, end, {node_id: rows})
+
+    try:
+        await write("r1", "a", gpu)
+        with pytest.raises(IntegrityError):
+            await write("r2", "b", gpu, 5, 15)
+        with pytest.raises(IntegrityError):
+            await write("r2", "b", Claim("GPU-a-0", "b:gpu.mig:MIG-1"), 5, 15)
+        await write("r3", "b", gpu, 10, 20)  # after it: fine
+        await write("r4", "a", Claim("serial:S1"))
+        with pytest.raises(IntegrityError):
+            await write("r5", "b", Claim("serial:S1"))
+        await write("r6", "a", Claim("0000:17:00.0"))
+        await write("r7", "b", Claim("0000:17:00.0"))
+        async with db.read() as conn:
+            rids = await conn.execute(text("SELECT DISTINCT reservation_id FROM device_claims"))
+            assert sorted(rids.scalars()) == ["r1", "r3", "r4", "r6", "r7"]
+    finally:
+        await db.dispose()
+
+
+async def test_replace_moves_two_bookings_of_one_gpus_mig_instances(ledger: Ledger) -> None:
+    """Both parts of one GPU move together: the database's cross-node check never sees
+    one of them on the new node while its sibling is still on the old one."""
+    rig = await Rig.open(ledger)
+    pool = await rig.pool(nodes=0)
+    now = rig.clock.now_ms()
+    a = make_inventory("a", pool, gpus=0, mig=2)
+    await record_inventory(ledger, a, now)
+    mig = [{"class": "gpu.mig", "count": 1}]
+    rids = []
+    for key in ("m1", "m2"):
+        made = await rig.reservations.create(rig.request(pool, key, devices=mig))
+        assert isinstance(made, Created), made
+        rids.append(made.reservation.reservation_id)
+    await record_inventory(ledger, renamed(a, "b"), now)
+
+    done = await replace_node(ledger, "a", "b", "ops", now)
+
+    assert (sorted(done.moved), done.ended) == (sorted(rids), ())
+    assert isinstance(await rig.reservations.create(rig.request(pool, "m3", devices=mig)), Refused)
+    assert await ledger.rebuild_all(now) == 0
+
+
+async def test_a_booking_of_a_gpu_another_node_id_has_booked_is_not_made(
+    ledger: Ledger, database_url: str
+) -> None:
+    """Defence in depth: two node ids of one host both admitted (as a ledger upgraded
+    while both were registered could have them until the next inventory): a GPU booked
+    under one id is not booked again under the other."""
+    rig = await Rig.open(ledger)
+    pool = await rig.pool(nodes=0)
+    now = rig.clock.now_ms()
+    a = make_inventory("a", pool, gpus=2)
+    await record_inventory(ledger, a, now)
+    await record_inventory(ledger, renamed(a, "b"), now)
+    db = Database(database_url)
+    try:
+        async with db.transaction() as conn:  # as if both were admitted
+            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
+    finally:
+        await db.dispose()
+    await ledger.rebuild_all(now)
+    promised: list[str] = []
+    refused = 0
+    for k in range(4):
+        try:
+            made = await rig.reservations.create(rig.request(pool, f"k{k}"))
+        except WriteRaced:  # the database refused the second claim of one GPU
+            refused += 1
+            continue
+        if isinstance(made, Created):
+            promised += [x.atom_id.split(":gpu:")[1] for x in made.reservation.atoms]
+
+    assert sorted(promised) == sorted(set(promised)) and len(promised) <= 2, promised
+    assert refused + len(promised) >= 2

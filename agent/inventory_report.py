@@ -212,7 +212,8 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
             inv = read_once(settings, settings.sysfs_root, expected)
         else:
             with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
-                inv = read_once(settings, build_tree(Path(tmp), profile), expected)
+                root = build_tree(Path(tmp), profile, settings.node_id)
+                inv = read_once(settings, root, expected)
     if fmt == "json":
         data = msgspec.to_builtins(inv)
         if data["poolId"] == PLACEHOLDER_POOL:

@@ -99,7 +99,7 @@ def _host_sources(settings: Settings) -> Iterator[tuple[NvmlLike, HostProfile | 
         yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
         return
     with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
-        root = build_tree(Path(tmp), profile)
+        root = build_tree(Path(tmp), profile, settings.node_id)
         # The workloads' /proc/<pid> entries go in the fake tree the agent reads.
         yield SimulatedNvml(profile, settings.node_id, faults, root / "proc"), profile, root
 

@@ -350,7 +350,9 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
 # Every kind of alert, the one list (SPEC §4): every transition the ledger records is
 # one of these, and `coordinator.services.alerting` decides which are published (all).
 # The SPEC's kinds, plus the ends of the one-sided flags it names (`node.provisioned`,
-# `node.maintenanceEnded`), a node's first inventory (`node.registered`) and a device
+# `node.maintenanceEnded`), a node's first inventory (`node.registered`), physical
+# devices another node holds (`node.duplicateDevice`, issue 31) and the operator's
+# answer (`node.replaced`), and a device
 # that turned `degraded` (a warning, like `node.degraded`). Promise against use (SPEC §10):
 # `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle` and its end `reservation.inUse`.
 AlertKind = Literal[
@@ -366,6 +368,8 @@ AlertKind = Literal[
     "node.maintenance",
     "node.maintenanceEnded",
     "node.duplicateId",
+    "node.duplicateDevice",
+    "node.replaced",
     "node.poolChangePending",
     "node.poolChanged",
     "device.unhealthy",

@@ -73,7 +73,8 @@ def make_inventory(
                 atom_id=f"{node_id}:gpu.mig:MIG-{i}",
                 cls="gpu.mig",
                 device_id=f"GPU-{node_id}-mig",
-                attrs={"profile": "3g.40gb", "uuid": f"MIG-{i}"},
+                # MIG UUIDs are as unique as GPU UUIDs: the ledger compares them fleet-wide.
+                attrs={"profile": "3g.40gb", "uuid": f"MIG-{node_id}-{i}"},
             )
         )
     for i in range(nics):
@@ -99,6 +100,18 @@ def make_inventory(
             devices=devices,
         )
     )
+
+
+def renamed(inv: Inventory, node_id: str, **changes: Any) -> Inventory:
+    """The same host's inventory published under another node id (a renamed or reimaged
+    host, a second agent on it): the same physical devices, atom ids of `node_id`."""
+    own = f"{inv.node_id}:"
+    atoms = tuple(
+        msgspec.structs.replace(a, atom_id=f"{node_id}:{a.atom_id.removeprefix(own)}")
+        for a in inv.atoms
+    )
+    fields: dict[str, Any] = {"node_id": node_id, "hostname": node_id, "atoms": atoms}
+    return msgspec.structs.replace(inv, **(fields | changes))
 
 
 def backed(inv: Inventory) -> Inventory:

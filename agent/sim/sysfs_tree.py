@@ -34,7 +34,9 @@ def vf_address(pf: str, k: int) -> str:
     return f"{domain}:{bus}:{n // 8:02x}.{n % 8}"
 
 
-def build_tree(root: Path, profile: HostProfile) -> Path:
+def build_tree(root: Path, profile: HostProfile, host: str = "") -> Path:
+    """The tree of `profile`. `host` (the node id) seeds disk WWIDs and serials: like
+    GPU UUIDs, they are one disk's wherever it shows, so two simulated hosts differ."""
     _write(root / "sys/devices/system/cpu/online", f"0-{max(profile.vcpu, 1) - 1}")
     for socket in range(profile.numa_nodes):
         for cpu in profile.socket_cpus(socket):
@@ -64,19 +66,20 @@ def build_tree(root: Path, profile: HostProfile) -> Path:
     _write(root / "proc/net/route", "\n".join(routes))
     mounts: list[str] = []
     for k, disk in enumerate(profile.disks):
-        _disk(root, disk, k, mounts)
+        _disk(root, disk, k, mounts, host)
     _write(root / "proc/self/mountinfo", "\n".join(mounts))
     _write(root / "sys/block/loop0/size", "2097152")
     _write(root / "sys/block/ram0/size", "131072")
     return root
 
 
-def _disk(root: Path, disk: DiskSpec, k: int, mounts: list[str]) -> None:
+def _disk(root: Path, disk: DiskSpec, k: int, mounts: list[str], host: str) -> None:
     base = root / "sys/block" / disk.name
     _write(base / "size", str(disk.size_bytes // 512))
     _write(base / "queue/rotational", "1" if disk.rotational else "0")
     _write(base / "device/model", disk.model)
-    digest = hashlib.sha256(f"{disk.model}/{disk.name}".encode()).hexdigest()
+    seed = f"{host}/{disk.model}/{disk.name}" if host else f"{disk.model}/{disk.name}"
+    digest = hashlib.sha256(seed.encode()).hexdigest()
     if disk.name.startswith("nvme"):
         _write(base / "wwid", f"eui.{digest[:16]}")
         _write(base / "device/serial", digest[16:30].upper())

@@ -210,6 +210,9 @@ class NodeRecord:
     atoms: tuple[AtomRecord, ...] = ()
     # Why the coordinator holds it in provisioning (an expected shape exceeded), or "".
     shape_hold: str = ""
+    # Why it is held because another node holds one of its physical devices, or it was
+    # replaced (`physical_ids`), or "".
+    duplicate_hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

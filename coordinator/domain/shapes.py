@@ -67,5 +67,7 @@ def hold_reason(counts: Shape, shapes: Iterable[Shape], accepted: Shape | None) 
 
 def judged(flags: NodeFlags, reason: str) -> NodeFlags:
     """The flags with the hold `reason` applied, `flags.provisioning` being what the
-    agent said last: provisioning while held, else as the agent says."""
-    return replace(flags, shape_hold=reason, provisioning=flags.provisioning or bool(reason))
+    agent said last: provisioning while held (for its shape or a duplicate device), else
+    as the agent says."""
+    held = bool(reason) or bool(flags.duplicate_hold)
+    return replace(flags, shape_hold=reason, provisioning=flags.provisioning or held)

@@ -77,6 +77,9 @@ class NodeFlags:
     # Why the node is held in provisioning for exceeding an expected shape ("": it is
     # not); see `shapes`. `provisioning` includes the hold.
     shape_hold: str = ""
+    # Why the node is held in provisioning because another node holds one of its
+    # physical devices, or it was replaced ("": it is not); see `physical_ids`.
+    duplicate_hold: str = ""
 
     def device(self, device_id: str) -> DeviceFlags:
         return self.devices.get(device_id, HEALTHY_DEVICE)
@@ -189,6 +192,49 @@ class DuplicateIdSeen:
     @property
     def details(self) -> dict[str, Any]:
         return {"bootId": self.boot_id, "otherBootId": self.other_boot_id}
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateDevice:
+    """The node's inventory names physical devices that other nodes hold (live, or with
+    a booking not ended): it is held in provisioning until an operator says which node
+    is real. The alert names both nodes and every device."""
+
+    reason: str
+    other_node_ids: tuple[str, ...]
+    devices: tuple[str, ...]
+    kind: ClassVar[AlertKind] = "node.duplicateDevice"
+    by: ClassVar[str] = COORDINATOR
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"otherNodeIds": list(self.other_node_ids), "devices": list(self.devices)}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReplaced:
+    """An operator said `new_node_id` is the host this node was (`nodes.replace`): its
+    devices are the new node's, its bookings moved there or ended, and it stays held."""
+
+    new_node_id: str
+    by: str
+    moved: tuple[str, ...] = ()
+    ended: tuple[str, ...] = ()
+    kind: ClassVar[AlertKind] = "node.replaced"
+    device_id: ClassVar[str | None] = None
+
+    @property
+    def reason(self) -> str:
+        return f"replaced by node {self.new_node_id}"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {
+            "newNodeId": self.new_node_id,
+            "moved": list(self.moved),
+            "ended": list(self.ended),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +354,8 @@ Transition = (
     | PoolChanged
     | PoolChangePending
     | DuplicateIdSeen
+    | DuplicateDevice
+    | NodeReplaced
     | ReachabilityChanged
     | MaintenanceChanged
     | ProvisioningChanged
@@ -355,7 +403,9 @@ def node_transitions(
         reason = cause.reason or after.maintenance_reason
         out.append(MaintenanceChanged(after.maintenance, reason, cause.by))
     if before.provisioning != after.provisioning:
-        out.append(ProvisioningChanged(after.provisioning, after.shape_hold))
+        out.append(
+            ProvisioningChanged(after.provisioning, after.duplicate_hold or after.shape_hold)
+        )
     if before.health != after.health:
         out.append(HealthChanged(after.health, after.health_reasons))
     for device_id in sorted(after.devices):

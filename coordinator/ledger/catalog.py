@@ -60,6 +60,7 @@ def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
         hugepages_1gi=row.hugepages_1gi,
         atoms=atoms,
         shape_hold=row.shape_hold or "",
+        duplicate_hold=row.duplicate_hold or "",
     )
 
 

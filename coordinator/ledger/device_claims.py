@@ -5,6 +5,11 @@ On PostgreSQL the table's exclusion constraints refuse a row that overlaps anoth
 the same device's capacity, whatever wrote it; the booking writer then raises through
 the unit of work as `WriteRaced`. SQLite has one writer at a time and relies on the
 placer, which reads the same rule from the snapshot.
+
+Claims on a device that is one device wherever it shows (`physical`: a GPU UUID, a disk
+WWN or serial) are also compared across node ids (issue 31): one host registered under
+two ids must not be promised twice. PostgreSQL refuses such a pair with an exclusion
+constraint, SQLite with a trigger (revision 0008); either surfaces as `WriteRaced`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
+from coordinator.domain.physical_ids import is_physical_device
 from coordinator.domain.placement_model import AtomSlot, NodeSlot
 from coordinator.ledger import schema
 
@@ -40,6 +46,7 @@ def claim_values(
             "part": row.part,
             "exclusive": row.exclusive,
             "form": row.form,
+            "physical": is_physical_device(row.device),
             "start": start,
             "end": end,
         }

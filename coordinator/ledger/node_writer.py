@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain import shapes
 from coordinator.domain.errors import Conflict, CoordinatorError, UnknownPool
 from coordinator.domain.model import AtomView, NodeState, NodeView
+from coordinator.domain.node_replacement import Plan
+from coordinator.domain.physical_ids import Collision
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     HEALTHY_DEVICE,
@@ -26,7 +28,7 @@ from coordinator.domain.transitions import (
     Transition,
     forms_of,
 )
-from coordinator.ledger import pool_memory, schema
+from coordinator.ledger import identities, node_moves, pool_memory, schema
 from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool
 from coordinator.ledger.outbox import OutboxWriter
@@ -152,6 +154,7 @@ class NodeWriter:
                 "maintenance_by": after.maintenance_by,
                 "maintenance_since": now if after.maintenance else None,
                 "shape_hold": after.shape_hold or None,
+                "duplicate_hold": after.duplicate_hold or None,
                 "created_at": now,
             }
         )
@@ -232,6 +235,31 @@ class NodeWriter:
         """Serialise with the pools' booking writers until the end (sorted)."""
         for pool_id in sorted(set(pool_ids)):
             await lock_pool(self._conn, pool_id)
+
+    async def claim_identities(
+        self, wanted: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, list[Collision]]:
+        """Record the physical identities each node's inventory shows (nodeId →
+        {identity: deviceId}); per node, those another node holds and keeps
+        (`coordinator.ledger.identities`)."""
+        return await identities.claim(self._conn, self._now, wanted)
+
+    async def transfer_identities(self, old: str, new: str) -> None:
+        """What `old` holds becomes `new`'s, and `old`'s atoms are retired: its devices
+        leave the rollup's totals (its agent publishing again brings them back, held)."""
+        await identities.transfer(self._conn, old, new, self._now)
+        a = schema.atoms.c
+        await self._conn.execute(update(schema.atoms).where(a.node_id == old).values(retired=True))
+        self.changed = True
+
+    async def move_bookings(self, old: str, new: str) -> Plan:
+        """Move `old`'s bookings that have not ended to `new` where `new` shows the same
+        devices, end the others (`coordinator.ledger.node_moves`); call `lock_pools`
+        on both nodes' pools first."""
+        pools = (self._current[old].pool_id, self._current[new].pool_id)
+        found = await node_moves.move_bookings(self._conn, old, new, pools, self._now)
+        self.changed = self.changed or bool(found.moves or found.ends)
+        return found
 
     async def holds_bookings(self, node_id: str) -> bool:
         """Has the node a live or future booking (of an atom or of its resources), or
@@ -424,6 +452,8 @@ class NodeWriter:
             values["pending_pool_id"] = after.pending_pool
         if cur.shape_hold != after.shape_hold:
             values["shape_hold"] = after.shape_hold or None
+        if cur.duplicate_hold != after.duplicate_hold:
+            values["duplicate_hold"] = after.duplicate_hold or None
         if cur.pool_id != after.pool_id:
             # A pending move done: the node and its atoms join the new pool together.
             values["pool_id"] = after.pool_id

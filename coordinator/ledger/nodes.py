@@ -50,6 +50,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
     columns = (
         n.node_id, n.pool_id, n.reachable, n.health, n.health_reasons, n.provisioning,
         n.maintenance, n.maintenance_reason, n.maintenance_by, n.pending_pool_id, n.shape_hold,
+        n.duplicate_hold,
     )  # fmt: skip
     node_rows = (
         await conn.execute(
@@ -83,6 +84,7 @@ async def _load_flags(conn: AsyncConnection, node_ids: list[str]) -> dict[str, N
             pending_pool=row.pending_pool_id,
             forms={d: frozenset(ids) for d, ids in forms[row.node_id].items()},
             shape_hold=row.shape_hold or "",
+            duplicate_hold=row.duplicate_hold or "",
         )
         for row in node_rows
     }

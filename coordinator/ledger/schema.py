@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -111,6 +112,22 @@ nodes = Table(
     # it is not), and the atom counts per class an operator accepted (`domain.shapes`).
     Column("shape_hold", Text, nullable=True),
     Column("accepted_shape", JSON, nullable=True),
+    # r0008: why the node is held in provisioning because another node holds one of its
+    # physical devices, or an operator replaced it (null: it is not; `domain.physical_ids`).
+    Column("duplicate_hold", Text, nullable=True),
+)
+
+# r0008: the one node that holds each physical device that is one device wherever it
+# shows (GPU and MIG UUIDs, disk WWNs and serials; `domain.physical_ids`). The primary
+# key settles two replicas registering one host under two node ids.
+device_identities = Table(
+    "device_identities",
+    metadata,
+    Column("identity", String(160), primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("device_id", String(128), nullable=False),
+    Column("since", BigInteger, nullable=False),
+    Index("ix_device_identities_node", "node_id"),
 )
 
 atoms = Table(
@@ -239,6 +256,10 @@ device_claims = Table(
     Column("form", String(64), nullable=False),
     Column("start", BigInteger, nullable=False),
     Column("end", BigInteger, nullable=False),
+    # r0008: the device is one device wherever it shows (`physical_ids`): a claim of
+    # another node on it for overlapping time is refused too (a PostgreSQL exclusion
+    # constraint, an SQLite trigger).
+    Column("physical", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 scalar_bookings = Table(

@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
-from coordinator.domain import pool_moves, shapes
+from coordinator.domain import physical_ids, pool_moves, shapes
 from coordinator.domain.errors import CoordinatorError, InvalidInput, NotFound
 from coordinator.domain.inventory_truth import UntrueReason, untrue
 from coordinator.domain.risk import RiskChange
 from coordinator.domain.transitions import (
     Cause,
     DuplicateIdSeen,
+    NodeReplaced,
     Transition,
     after_heartbeat,
     after_inventory,
@@ -117,11 +118,18 @@ async def _put_inventory(change: NodeWriter, inv: Inventory) -> tuple[str, tuple
         membership = pool_moves.reported(before, inv.pool_id, held)
     pool_id = membership.pool_id if membership is not None else inv.pool_id
     await change.put_inventory(inv, pool_id)
+    wanted = {inv.node_id: physical_ids.identities_of(inv)}
+    collisions = (await change.claim_identities(wanted)).get(inv.node_id, [])
     after = replace(after_inventory(membership, inv), pool_id=pool_id)
+    hold = physical_ids.kept(before, physical_ids.hold_reason(collisions))
+    after = physical_ids.judged(after, hold)
     after = shapes.judged(after, await _shape_hold(change, inv, pool_id))
-    transitions = node_transitions(before, after, hostname=inv.hostname)
+    transitions = (
+        *node_transitions(before, after, hostname=inv.hostname),
+        *physical_ids.duplicate_device(before, after, collisions),
+    )
     await change.save(inv.node_id, after, transitions)
-    return pool_id, tuple(transitions)
+    return pool_id, transitions
 
 
 async def _shape_hold(change: NodeWriter, inv: Inventory, pool_id: str) -> str:
@@ -161,7 +169,11 @@ async def rejudge_shapes(ledger: Ledger, node_ids: Sequence[str], now: int) -> l
             if inv is None:
                 continue
             # A held node's flag is the hold's; the agent's own word is its inventory's.
-            agent = inv.provisioning if before.shape_hold else before.provisioning
+            agent = (
+                inv.provisioning
+                if before.shape_hold or before.duplicate_hold
+                else before.provisioning
+            )
             hold = await _shape_hold(change, inv, before.pool_id)
             after = shapes.judged(replace(before, provisioning=agent), hold)
             transitions = node_transitions(before, after)
@@ -219,14 +231,24 @@ async def record_inventories(
     async with _changing(ledger, latest, now) as change:
         new = [inv for inv in latest.values() if inv.node_id not in change.before]
         refused = await change.admit(new)
+        admitted = [inv for inv in new if inv.node_id not in refused]
+        found = await change.claim_identities(
+            {inv.node_id: physical_ids.identities_of(inv) for inv in admitted}
+        )
         for inv in new:
             error = refused.get(inv.node_id)
             if error is not None:
                 out[inv.node_id] = NotRecorded(inv.node_id, inv.pool_id, error)
                 continue
-            after = after_inventory(None, inv)
+            collisions = found.get(inv.node_id, [])
+            after = physical_ids.judged(
+                after_inventory(None, inv), physical_ids.hold_reason(collisions)
+            )
             after = shapes.judged(after, await _shape_hold(change, inv, inv.pool_id))
-            transitions = node_transitions(None, after, hostname=inv.hostname)
+            transitions = (
+                *node_transitions(None, after, hostname=inv.hostname),
+                *physical_ids.duplicate_device(None, after, collisions),
+            )
             change.register(inv, after, transitions)
             out[inv.node_id] = NodeOutcome(inv.node_id, inv.pool_id, transitions)
         for inv in latest.values():
@@ -305,3 +327,57 @@ async def record_maintenance(
         if after != before:
             await change.save(node_id, after, transitions)
     return _one(change, node_id, before.pool_id, transitions)
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """`old` retired in favour of `new` (an operator's `nodes.replace`): each node's
+    change, and the reservations of `old` that moved to `new` or ended."""
+
+    old: NodeOutcome
+    new: NodeOutcome
+    moved: tuple[str, ...]
+    ended: tuple[str, ...]
+
+
+async def replace_node(ledger: Ledger, old: str, new: str, by: str, now: int) -> Replaced:
+    """An operator says `new` is the host `old` was (NotFound for a node the ledger
+    lacks, InvalidInput for one node twice): `old`'s bookings that have not ended move to
+    `new` where it shows the same devices, the others end; what `old` held is `new`'s;
+    `old` is held in provisioning as replaced, and `new`'s duplicate-device hold ends
+    (unless a third node still holds one of its devices)."""
+    if old == new:
+        raise InvalidInput("a node cannot replace itself")
+    async with _changing(ledger, [old, new], now) as change:
+        b_old, b_new = change.before.get(old), change.before.get(new)
+        for node_id, flags in ((old, b_old), (new, b_new)):
+            if flags is None:
+                raise NotFound(f"node {node_id} not found")
+        assert b_old is not None and b_new is not None
+        await change.lock_pools([b_old.pool_id, b_new.pool_id])
+        found = await change.move_bookings(old, new)
+        await change.transfer_identities(old, new)
+        inv = await change.stored_inventory(new)
+        collisions = []
+        if inv is not None:
+            wanted = {new: physical_ids.identities_of(inv)}
+            collisions = (await change.claim_identities(wanted)).get(new, [])
+        # The agent's own word on provisioning is its last inventory's.
+        agent = inv.provisioning if inv is not None else b_new.provisioning
+        after_new = physical_ids.judged(
+            replace(b_new, provisioning=agent), physical_ids.hold_reason(collisions)
+        )
+        after_new = shapes.judged(after_new, b_new.shape_hold)
+        after_old = physical_ids.judged(b_old, physical_ids.replaced_reason(new))
+        cause = Cause(by, f"node {new} replaces node {old}")
+        replaced = NodeReplaced(new, by, tuple(sorted(found.moves)), found.ends)
+        t_old = (replaced, *node_transitions(b_old, after_old, cause))
+        t_new = node_transitions(b_new, after_new, cause)
+        await change.save(old, after_old, t_old)
+        await change.save(new, after_new, t_new)
+    out = _with_risks(
+        [NodeOutcome(old, after_old.pool_id, t_old), NodeOutcome(new, after_new.pool_id, t_new)],
+        change,
+    )
+    by_node = {o.node_id: o for o in out}
+    return Replaced(by_node[old], by_node[new], tuple(sorted(found.moves)), found.ends)

@@ -83,6 +83,13 @@ def _accepted(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
     return f"{a['nodeId']} accepted → {a['status']}"
 
 
+def _replaced(b: dict[str, Any], a: dict[str, Any], _: bool) -> str:
+    return (
+        f"{a['newNodeId']} replaces {a['oldNodeId']} ({a['status']}); reservations moved:"
+        f" {', '.join(a['moved']) or 'none'}; ended: {', '.join(a['ended']) or 'none'}"
+    )
+
+
 _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
     "tenants.create": lambda b, a, _: f"tenant {a['tenantId']} created ({a.get('name')})",
     "apiKeys.create": lambda b, a, _: (
@@ -100,6 +107,7 @@ _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
     "nodes.setMaintenance": _maintenance,
     "nodes.setExpectedShape": _shape,
     "nodes.acceptShape": _accepted,
+    "nodes.replace": _replaced,
     "quotas.set": _quota,
     "reservations.create": _reservation(""),
     "reservations.release": _reservation("→ "),

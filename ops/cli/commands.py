@@ -268,6 +268,18 @@ def accept_shape_cmd(session: Session, node_id: str) -> None:
     _write(session, "nodes.acceptShape", {"nodeId": node_id})
 
 
+@click.command("replace-node")
+@click.argument("old_node_id", metavar="OLD")
+@click.argument("new_node_id", metavar="NEW")
+@output_options
+@pass_session
+def replace_node_cmd(session: Session, old_node_id: str, new_node_id: str) -> None:
+    """Say NEW is the host OLD was (operator): OLD's bookings move to NEW where it shows
+    the same devices (the others end), OLD is retired, NEW's duplicate hold ends. To keep
+    OLD, replace NEW by it: `replace-node NEW OLD`."""
+    _write(session, "nodes.replace", {"oldNodeId": old_node_id, "newNodeId": new_node_id})
+
+
 @click.command("tenant-create")
 @click.argument("tenant_id", metavar="TENANT_ID")
 @click.option("--name")
@@ -340,7 +352,7 @@ def completion_cmd(shell: str) -> None:
 COMMANDS: tuple[click.Command, ...] = (
     pools_cmd, summary_cmd, nodes_cmd, node_cmd, reservations_cmd, reservation_cmd,
     tenants_cmd, keys_cmd, usage_cmd, watch_cmd, maintenance_cmd, expected_shape_cmd,
-    accept_shape_cmd, tenant_create_cmd, key_create_cmd, pool_create_cmd, pool_offer_cmd,
-    api_group, call_cmd, new_key_cmd, completion_cmd,
+    accept_shape_cmd, replace_node_cmd, tenant_create_cmd, key_create_cmd, pool_create_cmd,
+    pool_offer_cmd, api_group, call_cmd, new_key_cmd, completion_cmd,
 )  # fmt: skip
 ALERT_COMMANDS: tuple[click.Command, ...] = (alerts_watch_cmd,)

@@ -18,6 +18,7 @@ from coordinator.runtime.metrics import Metrics
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.intervals import IntervalBookings
 from coordinator.services.maintenance import Maintenance
+from coordinator.services.node_identity import NodeIdentity
 from coordinator.services.pools import Pools
 from coordinator.services.reservations import Reservations, nothing_busy
 from coordinator.services.shapes import Shapes
@@ -72,6 +73,10 @@ class Services:
     @property
     def shapes(self) -> Shapes:
         return Shapes(self.ledger, self.clock, self.alerts, self.capacity)
+
+    @property
+    def node_identity(self) -> NodeIdentity:
+        return NodeIdentity(self.ledger, self.clock, self.alerts, self.capacity)
 
     @property
     def tenancy(self) -> Tenancy:

@@ -1,4 +1,5 @@
-"""nodes.list/get/events/setMaintenance (the last calls `services/maintenance.py`).
+"""nodes.list/get/events/setMaintenance (the last calls `services/maintenance.py`),
+the expected shapes and `nodes.replace` (`services/node_identity.py`).
 
 A node is visible to a tenant exactly when its pool is; anything else is NOT_FOUND.
 Maintenance is an operator's act and is recorded with its reason and author.
@@ -102,6 +103,21 @@ class ExpectedShapeInput(ApiInput):
         return self
 
 
+class NodeReplaceInput(ApiInput):
+    old_node_id: NodeId = Field(
+        description="The node that is not (or no longer) the real host.", examples=["gpu-host-01"]
+    )
+    new_node_id: NodeId = Field(
+        description="The node that is that host now.", examples=["gpu-host-01b"]
+    )
+
+    @model_validator(mode="after")
+    def _two_nodes(self) -> NodeReplaceInput:
+        if self.old_node_id == self.new_node_id:
+            raise ValueError("oldNodeId and newNodeId must differ")
+        return self
+
+
 class ShapeAcceptInput(ApiInput):
     node_id: NodeId = Field(description="The node held for exceeding its expected shape.")
 
@@ -142,7 +158,10 @@ def _node(node: NodeRecord, atoms: object, operator: bool) -> dict[str, Any]:
                 _MAINT.by: shown_by(node.maintenance_by, operator),
                 _MAINT.since: node.maintenance_since,
             },
-            _FLAGS.provisioning: {_PROV.value: s.provisioning, _PROV.reason: node.shape_hold},
+            _FLAGS.provisioning: {
+                _PROV.value: s.provisioning,
+                _PROV.reason: node.duplicate_hold or node.shape_hold,
+            },
         },
         _NODE.last_seen: node.last_seen,
         _NODE.interval_ms: node.interval_ms,
@@ -399,4 +418,28 @@ async def nodes_accept_shape(ctx: CallContext, body: ShapeAcceptInput) -> out.Sh
         status=node_status(node.state),
         provisioning=node.state.provisioning,
         changed=bool(changes.transitions),
+    )
+
+
+@REGISTRY.method(
+    "nodes.replace", kind="write", permission="platform:admin", scope="platform",
+    input=NodeReplaceInput, output=out.NodeReplaced, phase="v0.3",
+)  # fmt: skip
+async def nodes_replace(ctx: CallContext, body: NodeReplaceInput) -> out.NodeReplaced:
+    """Say which of two nodes showing the same physical devices is the real host
+    (operator): the new node takes the old one's devices, the old node's bookings that
+    have not ended move to it where it shows the same devices (else they end, and the
+    answer lists which), the old node is held in provisioning as replaced, and the new
+    node's duplicate-device hold ends. To keep the node that was there first, replace
+    the newcomer by it."""
+    by = f"{ctx.principal.tenant_id}/{ctx.principal.key_id}"
+    done = await ctx.services.node_identity.replace(body.old_node_id, body.new_node_id, by)
+    node = await ctx.ledger.catalog.node(body.new_node_id, with_atoms=False)
+    assert node is not None
+    return out.NodeReplaced(
+        old_node_id=body.old_node_id,
+        new_node_id=body.new_node_id,
+        status=node_status(node.state),
+        moved=list(done.moved),
+        ended=list(done.ended),
     )

@@ -185,6 +185,21 @@ class ExpectedShapeSet(ApiOutput):
     updated_at: EpochMs = Field(description="When it was set.")
 
 
+class NodeReplaced(ApiOutput):
+    """The answer to `nodes.replace`: what became of the old node's bookings."""
+
+    old_node_id: str = Field(description="The node retired: held in provisioning as replaced.")
+    new_node_id: str = Field(description="The node kept, with the old node's devices.")
+    status: NodeStatus = Field(description="The kept node's status now.")
+    moved: list[str] = Field(
+        description="Reservations of the old node that moved to the kept node (same ids)."
+    )
+    ended: list[str] = Field(
+        description="Reservations of the old node that ended now (preempted): the kept node "
+        "does not show a device they held, or is in another pool, or is booked then."
+    )
+
+
 class ShapeAccepted(ApiOutput):
     """The answer to `nodes.acceptShape` (`nodes.get` has the whole node)."""
 

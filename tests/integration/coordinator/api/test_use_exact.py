@@ -181,7 +181,7 @@ async def test_a_mig_instance_without_a_utilization_figure_has_no_weighted_hours
     ]
     # Both instances busy: whichever it holds, the other's use is unbooked.
     busy = tuple(
-        DeviceUse(device_id=f"MIG-{i}", processes=(ProcessUse(pid=3 + i),)) for i in (0, 1)
+        DeviceUse(device_id=f"MIG-k0-{i}", processes=(ProcessUse(pid=3 + i),)) for i in (0, 1)
     )
     watch = await _watch(clocked, clock)
     await _run(watch, clock, "k0", pool, t + 60 * S, lambda now: busy if now > t else ())

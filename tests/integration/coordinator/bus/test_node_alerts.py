@@ -18,7 +18,7 @@ from coordinator.app import Coordinator
 from shared.clock import FakeClock
 from shared.subjects import Subjects
 from shared.wire import ALERT_KINDS, USE_KINDS, Alert, Atom, DeviceHealth, Heartbeat, Inventory
-from tests.factories import backed, make_heartbeat, make_inventory
+from tests.factories import backed, make_heartbeat, make_inventory, renamed
 from tests.integration.conftest import Api
 from tests.waiting import eventually
 
@@ -127,13 +127,18 @@ async def test_every_node_and_device_transition_reaches_a_nats_subscriber(
     # first host speaks again: two boots interleave.
     await on.heartbeat(make_heartbeat(moved, 1, boot_id="boot-2"))
     await on.heartbeat(on.beat(moved), "node.duplicateId")
+    # The same host under a second node id: held, and the operator keeps the first.
+    await on.inventory(renamed(moved, "n2"), "node.duplicateDevice")
+    await capi.ok("nodes.replace", {"oldNodeId": "n2", "newNodeId": "n1"})
+    await on.wait_for("node.replaced")
 
     assert {a.kind for a in on.alerts} == set(ALERT_KINDS) - WITH_BOOKINGS - set(USE_KINDS)
     # One alert per recorded transition, in the order the ledger recorded them.
-    events = await clocked.ledger.catalog.events("n1")
-    assert [(e.kind, e.device_id, e.reason) for e in events] == [
-        (a.kind, a.device_id, a.reason) for a in on.alerts
-    ]
+    for node_id in ("n1", "n2"):
+        events = await clocked.ledger.catalog.events(node_id)
+        assert [(e.kind, e.device_id, e.reason) for e in events] == [
+            (a.kind, a.device_id, a.reason) for a in on.alerts if a.node_id == node_id
+        ]
     maintenance = [a for a in on.alerts if a.kind.startswith("node.maintenance")]
     assert [a.details["maintenance"] for a in maintenance] == [True, False]
     assert all(a.by.startswith("operator/") for a in maintenance)

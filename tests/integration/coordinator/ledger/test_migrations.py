@@ -41,7 +41,7 @@ TABLES_AT[5] = ALL_TABLES
 LATER = ["0002"]
 # Columns later revisions added to the numbered tables (null in adopted rows).
 ADDED = {
-    "nodes": {"pending_pool_id", "shape_hold", "accepted_shape"},
+    "nodes": {"pending_pool_id", "shape_hold", "accepted_shape", "duplicate_hold"},
     "reservations": {"at_risk"},
     "interval_reservations": {"at_risk"},
 }
@@ -198,6 +198,7 @@ async def test_a_fresh_and_an_upgraded_database_have_the_same_schema(
             "bookings_no_overlap",
             "device_claims_exclusive",
             "device_claims_one_form",
+            "device_claims_physical",  # r0008: one GPU under two node ids
             "device_claims_shared",
         ]
         assert "btree_gist" in fresh["<extensions>"]
@@ -454,7 +455,7 @@ async def test_0005_adds_memory_risk_and_shapes_to_a_filled_database_at_0004(
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
         for table, added in (
             ("interval_reservations", {"at_risk"}),
-            ("nodes", {"shape_hold", "accepted_shape"}),
+            ("nodes", {"shape_hold", "accepted_shape", "duplicate_hold"}),
         ):
             for row in after[table]:
                 assert {c: row.pop(c) for c in added} == dict.fromkeys(added), table
@@ -490,6 +491,8 @@ async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
             assert (await conn.execute(ledger_schema.gpu_use.select())).all() == []
+        for row in after["nodes"]:
+            assert row.pop("duplicate_hold") is None  # r0008
         assert after == before
         ledger = Ledger(db)
         key = AccrualKey(0, "rsv_1", "n1", "GPU-1", "gpu")
@@ -499,5 +502,37 @@ async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
             )
         (bucket,) = await ledger.gpu_use.buckets(0, 3_600_000)
         assert (bucket.reservation_id, bucket.used_ms, bucket.weighted_ms) == ("rsv_1", 2000, 1000)
+    finally:
+        await db.dispose()
+
+
+async def test_0008_records_who_holds_each_physical_device_of_a_filled_database(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Physical identity (issue 31): every row kept, no node held, and each current GPU
+    of a node held by it, so that a second node id showing it is held at once."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0007"))
+        assert (await db.migrate())[-1] == "0007"
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        monkeypatch.undo()
+        assert await db.migrate() == CHAIN[CHAIN.index("0008") :]
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+            held = (
+                await conn.execute(
+                    select(
+                        ledger_schema.device_identities.c.identity,
+                        ledger_schema.device_identities.c.node_id,
+                    ).order_by(ledger_schema.device_identities.c.identity)
+                )
+            ).all()
+        for row in after["nodes"]:
+            assert row.pop("duplicate_hold") is None
+        assert after == before
+        # The retired GPU-2 is nobody's.
+        assert [tuple(r) for r in held] == [("gpu:GPU-0", "n1"), ("gpu:GPU-1", "n1")]
     finally:
         await db.dispose()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from coordinator.app import Coordinator
 from coordinator.services.node_records import record_inventory
-from tests.factories import make_inventory
+from tests.factories import make_inventory, renamed
 
 BIN = Path(sys.executable).parent
 
@@ -145,3 +145,20 @@ async def test_an_operator_sets_a_shape_and_accepts_a_held_node_through_the_cli(
     assert held["state"]["provisioning"]["reason"].endswith("gpu 9 > 8")
     accepted = await gpufleet(c, "accept-shape", "big", "-o", "table")
     assert accepted.stdout.strip() == "big accepted → ready", accepted
+
+
+async def test_an_operator_replaces_a_node_through_the_cli(coordinator: Coordinator) -> None:
+    c = coordinator
+    await gpufleet(c, "tenant-create", "acme")
+    pool = json.loads((await gpufleet(c, "pool-create", "acme", "east")).stdout)["poolId"]
+    a = make_inventory("old", pool, gpus=2)
+    await record_inventory(c.ledger, a, 1)
+    await record_inventory(c.ledger, renamed(a, "new"), 1)
+
+    said = await gpufleet(c, "replace-node", "old", "new", "-o", "table")
+
+    assert said.stdout.strip() == (
+        "new replaces old (ready); reservations moved: none; ended: none"
+    ), said
+    held = json.loads((await gpufleet(c, "call", "nodes.get", '{"nodeId": "old"}')).stdout)
+    assert held["state"]["provisioning"]["reason"] == "replaced by node new"

@@ -11,6 +11,9 @@ import os
 import time
 
 CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+# Every 10-bit value as its two characters, and where each pair sits in a ULID's 130 bits.
+_PAIRS = [a + b for a in CROCKFORD for b in CROCKFORD]
+_SHIFTS = range(120, -1, -10)
 
 TENANT_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 NODE_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
@@ -29,11 +32,8 @@ def ulid(now_ms: int | None = None, randomness: bytes | None = None) -> str:
     if len(rnd) != 10:
         raise ValueError("ULID randomness must be 10 bytes")
     value = (ms << 80) | int.from_bytes(rnd, "big")
-    chars = []
-    for _ in range(26):
-        chars.append(CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    # 26 characters of 5 bits, most significant first, looked up two at a time.
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_pool_id() -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
+from coordinator.domain.claims import ClaimRow, claim_rows, merged_rows
 from coordinator.domain.commitments import Commitment, peak
 from coordinator.domain.model import Quota
 from coordinator.domain.node_fit import BusyUnits
@@ -377,6 +377,5 @@ def rows_for(node: NodeSlot, atoms: Iterable[AtomSlot]) -> list[ClaimRow]:
     rows: list[ClaimRow] = []
     for atom in atoms:
         claim = atom.claim
-        forms = node.by_device.get(claim.device or "", ())
-        rows.extend(claim_rows(claim, form_of(a.atom_id for a in forms)))
+        rows.extend(claim_rows(claim, node.form(claim.device or "")))
     return merged_rows(rows)

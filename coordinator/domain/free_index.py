@@ -20,6 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from heapq import heappop, heappush, merge
 
@@ -104,7 +105,7 @@ class FreeCounts:
                 insort(index.order, (new, node_id))
                 index.free[node_id] = new
 
-    def window(self, irregular: frozenset[str], start: int, end: int) -> WindowOrder:
+    def window(self, irregular: AbstractSet[str], start: int, end: int) -> WindowOrder:
         return WindowOrder(self, irregular, start, end)
 
     def counted_in(self, key: Key, start: int, end: int) -> dict[str, int]:
@@ -124,7 +125,9 @@ class FreeCounts:
 class WindowOrder:
     """The kept counts seen from one window: `irregular` nodes are recounted."""
 
-    def __init__(self, counts: FreeCounts, irregular: frozenset[str], start: int, end: int) -> None:
+    def __init__(
+        self, counts: FreeCounts, irregular: AbstractSet[str], start: int, end: int
+    ) -> None:
         self._counts, self._irregular = counts, irregular
         self._start, self._end = start, end
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Set
+from operator import attrgetter
 
 from coordinator.domain.claims import Claim, conflicts
 from coordinator.domain.gpu_use_join import unit_of
@@ -38,6 +39,7 @@ from coordinator.domain.states import node_bucket
 from shared.cliques import bits, maximal_cliques
 
 _NONE: frozenset[str] = frozenset()
+_ATOM_ID = attrgetter("atom_id")
 # (node, unit UUID) pairs in unbooked use: what the placer is told is busy.
 BusyUnits = Set[tuple[str, str]]
 
@@ -57,6 +59,8 @@ def busy_atoms(node: NodeSlot, busy: BusyUnits) -> frozenset[str]:
 def matches(atom: AtomSlot, d: DeviceRequest) -> bool:
     if atom.cls != d.cls:
         return False
+    if not d.selector and d.cls != "gpu.slot":
+        return True
     if d.cls == "gpu.slot" and d.sharing in ("timeslice", "mps"):
         if atom.attrs.get("sharing") not in (None, d.sharing):
             return False
@@ -156,7 +160,13 @@ class NodeView:
         # Free scalars once every spot holder we may preempt is gone, and those holders.
         self.scalar_free: dict[str, int] = {}
         self.scalar_spot: dict[str, dict[str, int]] = {}
-        scalars = snap.scalar_holders.get(node.node_id, {})
+        scalars = snap.scalar_holders.get(node.node_id)
+        if not scalars:
+            # Nothing holds the node's scalars in the window (the usual case).
+            for resource, capacity in node.capacity.items():
+                self.scalar_free[resource] = max(0, capacity)
+                self.scalar_spot[resource] = {}
+            return
         for resource, capacity in node.capacity.items():
             used = 0
             spot_amounts: dict[str, int] = {}
@@ -186,17 +196,21 @@ class NodeView:
         """`count` atoms of `pool` that do not collide with each other: small cliques
         first, atoms in unbooked use last; when preempting, atoms that notice the fewest
         new spot holders first."""
-        sizes = Counter(a.clique for a in pool)
         busy = self.busy
-        ordered = sorted(
-            pool,
-            key=lambda a: (
-                a.atom_id in busy,
-                sizes[a.clique] if a.clique else 0,
-                a.clique or "",
-                a.atom_id,
-            ),
-        )
+        if not busy and len({a.clique for a in pool}) < 2:
+            # One clique (or none) and nothing busy: the order below is by atom id.
+            ordered = sorted(pool, key=_ATOM_ID)
+        else:
+            sizes = Counter(a.clique for a in pool)
+            ordered = sorted(
+                pool,
+                key=lambda a: (
+                    a.atom_id in busy,
+                    sizes[a.clique] if a.clique else 0,
+                    a.clique or "",
+                    a.atom_id,
+                ),
+            )
         chosen: list[AtomSlot] = []
         noticed: set[str] = set()
         while len(chosen) < count:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from coordinator.domain.claims import Claim, claim_of
+from coordinator.domain.claims import Claim, claim_of, form_of
 from coordinator.domain.model import NodeState
 
 Topology = Literal["any", "nvlink-all"]
@@ -89,6 +89,8 @@ class NodeSlot:
     healthy_by_class: dict[str, int] | None = None
     # Device → its current atoms (forms), for finding what a held claim covers.
     by_device: dict[str, tuple[AtomSlot, ...]] = field(init=False, compare=False)
+    # Device → its current partition (`form`), named when first asked for.
+    _forms: dict[str, str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         index: dict[str, list[AtomSlot]] = {}
@@ -96,6 +98,15 @@ class NodeSlot:
             if atom.claim.device is not None:
                 index.setdefault(atom.claim.device, []).append(atom)
         object.__setattr__(self, "by_device", {d: tuple(a) for d, a in index.items()})
+        object.__setattr__(self, "_forms", {})
+
+    def form(self, device: str) -> str:
+        """The device's current partition (`claims.form_of` of its current atoms): a
+        digest, computed once per device and node as loaded (nodes are immutable)."""
+        found = self._forms.get(device)
+        if found is None:
+            found = self._forms[device] = form_of(a.atom_id for a in self.by_device.get(device, ()))
+        return found
 
     def healthy(self, classes: set[str]) -> int:
         if self.healthy_by_class is not None:

@@ -28,6 +28,8 @@ from coordinator.domain.placement_model import (
 # Up to this many new bookings are inserted into the sorted bounds one by one (a
 # booking's few atoms: each batch member indexes its own); more are sorted in.
 _INSERT_IN_PLACE = 64
+# Windows whose irregular nodes are kept (`PoolCache.outside`).
+_KEPT_WINDOWS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +59,31 @@ class HeldScalar:
     end: int
 
 
+_Row = tuple[int, int, str, HeldClaim]  # (start, end, reservationId, claim)
+
+
 @dataclass(frozen=True, slots=True)
 class _NodeClaims:
-    rows: tuple[tuple[int, int, str, HeldClaim], ...]  # (start, end, reservationId, claim)
+    rows: tuple[_Row, ...]
     claims: tuple[HeldClaim, ...]
     latest_start: int
     earliest_end: int
+
+    def extended(self, rows: list[_Row]) -> _NodeClaims:
+        """These claims and `rows` after them."""
+        if not rows:
+            return self
+        starts = [r[0] for r in rows]
+        ends = [r[1] for r in rows]
+        if self.rows:
+            starts.append(self.latest_start)
+            ends.append(self.earliest_end)
+        return _NodeClaims(
+            self.rows + tuple(rows),
+            self.claims + tuple(r[3] for r in rows),
+            max(starts),
+            min(ends),
+        )
 
     def window(self, start: int, end: int, ignore: frozenset[str]) -> tuple[HeldClaim, ...]:
         if not ignore and self.latest_start < end and self.earliest_end > start:
@@ -72,6 +93,9 @@ class _NodeClaims:
             for s, e, rid, held in self.rows
             if s < end and e > start and not (ignore and rid in ignore)
         )
+
+
+_NO_CLAIMS = _NodeClaims((), (), 0, 0)
 
 
 @dataclass
@@ -85,7 +109,7 @@ class PoolCache:
     capacity_memory: int = 0
     by_node: dict[str, list[HeldAtom]] = field(default_factory=dict)
     # nodeId → its bookings' claims, resolved against the current atoms when first asked
-    # for; dropped whenever atoms or bookings change.
+    # for; extended as bookings are added, dropped when nodes or bookings are reloaded.
     resolved: dict[str, _NodeClaims] = field(default_factory=dict)
     atoms: list[HeldAtom] = field(default_factory=list)
     scalars: list[HeldScalar] = field(default_factory=list)
@@ -96,43 +120,83 @@ class PoolCache:
     # Per-node free counts under all bookings (`free_index`); None until first asked for
     # after nodes or bookings were (re)loaded.
     counts: FreeCounts | None = None
+    # Copy on write: a fork shares the lists above with the cache it was forked from
+    # until either adds to them. `owned` names the nodes whose `by_node` list this cache
+    # made itself since the last fork; `owns_lists`, whether `atoms`, `scalars`, `ends`
+    # and `starts` are its own.
+    owned: set[str] = field(default_factory=set)
+    owns_lists: bool = True
+    # (start, end) → the nodes with a booking outside that window (`irregular`), for
+    # the windows asked about since the last reload or fork, kept up to date as
+    # bookings are added: a batch's requests come back to the same few windows, and
+    # collecting them from every booking of the pool for each request cost more than
+    # placing it. Each cache's own (a fork starts without).
+    outside: dict[tuple[int, int], set[str]] = field(default_factory=dict)
 
     def fork(self) -> PoolCache:
-        """A copy whose bookings can grow without touching this one (nodes are shared:
-        they are immutable)."""
+        """A copy whose bookings can grow without touching this one, nor this one's
+        later growth touching it (nodes are shared: they are immutable). Nothing is
+        copied up front: each side copies a list the first time it adds to it, so a
+        batch of bookings copies the lists of the few nodes it books, not the pool's."""
+        self.owned = set()
+        self.owns_lists = False
         fork = replace(
             self,
-            by_node={node: list(held) for node, held in self.by_node.items()},
+            by_node=dict(self.by_node),
             resolved=dict(self.resolved),
-            atoms=list(self.atoms),
-            scalars=list(self.scalars),
-            ends=list(self.ends),
-            starts=list(self.starts),
             counts=None,
+            owned=set(),
+            owns_lists=False,
+            outside={},
         )
         if self.counts is not None:
             fork.counts = self.counts.fork(fork.all_claims)
         return fork
 
+    def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
+        """New bookings of this process's (pinned to their devices, `pinned`)."""
+        if not self.owns_lists:
+            self.atoms, self.scalars = list(self.atoms), list(self.scalars)
+            self.ends, self.starts = list(self.ends), list(self.starts)
+            self.owns_lists = True
+        pinned = [self.pinned(h) for h in atoms]
+        self.atoms.extend(pinned)
+        self.index(pinned)
+        self.scalars.extend(scalars)
+
     def index(self, atoms: Iterable[HeldAtom]) -> None:
-        touched = set()
+        """Index bookings added to `atoms` (all of them after a reload, when nothing is
+        shared with another cache: `add` copies what is)."""
+        touched: dict[str, list[HeldAtom]] = {}
         held = list(atoms)
         # A few new bookings (one reservation of a batch) go in place; a reload sorts.
         few = len(held) <= _INSERT_IN_PLACE
         for h in held:
-            self.by_node.setdefault(h.node_id, []).append(h)
-            self.resolved.pop(h.node_id, None)
+            touched.setdefault(h.node_id, []).append(h)
             if few:
                 insort(self.ends, (h.end, h.node_id))
                 insort(self.starts, (h.start, h.node_id))
             else:
                 self.ends.append((h.end, h.node_id))
                 self.starts.append((h.start, h.node_id))
-            touched.add(h.node_id)
+        for node_id, new in touched.items():
+            mine = self.by_node.get(node_id)
+            if mine is None or node_id not in self.owned:
+                mine = self.by_node[node_id] = [*(mine or ()), *new]
+                self.owned.add(node_id)
+            else:
+                mine.extend(new)
+            # The node's resolved claims, if any, gain the new ones' rows: resolving all
+            # of them again would give the same rows, in the same order.
+            found = self.resolved.get(node_id)
+            if found is not None:
+                self.resolved[node_id] = found.extended(self._rows(new))
         if not few:
             # Sorted runs plus a new one: timsort merges them.
             self.ends.sort()
             self.starts.sort()
+        for (start, end), outside in self.outside.items():
+            outside.update(h.node_id for h in held if h.end <= start or h.start >= end)
         if self.counts is not None:
             self.counts.touch(touched)
 
@@ -144,26 +208,30 @@ class PoolCache:
             return h
         node_id, atom = self.current[h.atom_id]
         node = self.by_id.get(node_id)
-        atoms = node.by_device.get(atom.device_id, ()) if node is not None else ()
-        form = form_of(a.atom_id for a in atoms) if atom.device_id else ""
-        return replace(h, device_id=atom.device_id, form=form)
+        device = atom.device_id
+        if not device:
+            form = ""
+        elif node is not None:
+            form = node.form(device)
+        else:
+            form = form_of(())
+        return HeldAtom(
+            h.atom_id, h.node_id, h.cls, h.reservation_id, h.spot, h.start, h.end, device, form
+        )
 
-    def _same_form(self, h: HeldAtom, forms: dict[str, str]) -> bool:
-        """Whether `h` was booked on its device's current partition (`forms` caches the
-        node's current ones by device)."""
+    def _same_form(self, h: HeldAtom) -> bool:
+        """Whether `h` was booked on its device's current partition."""
         if not h.form or not h.device_id:
             return True
-        current = forms.get(h.device_id)
-        if current is None:
-            node = self.by_id.get(h.node_id)
-            atoms = node.by_device.get(h.device_id, ()) if node is not None else ()
-            current = forms[h.device_id] = form_of(a.atom_id for a in atoms)
+        node = self.by_id.get(h.node_id)
+        current = node.form(h.device_id) if node is not None else form_of(())
         return current == h.form
 
     def reset(self) -> None:
         """Nodes or bookings were reloaded: every resolved claim and count is stale."""
         self.resolved = {}
         self.counts = None
+        self.outside = {}
 
     def all_claims(self, node_id: str) -> tuple[HeldClaim, ...]:
         return self.claims(node_id).claims if node_id in self.by_node else ()
@@ -173,11 +241,17 @@ class PoolCache:
             self.counts = FreeCounts(self.nodes, self.all_claims)
         return self.counts
 
-    def irregular(self, start: int, end: int) -> frozenset[str]:
-        """Nodes with a booking the window [start, end) does not overlap."""
-        ended = self.ends[: bisect_left(self.ends, (start + 1,))]
-        later = self.starts[bisect_left(self.starts, (end,)) :]
-        return frozenset(n for _, n in ended) | frozenset(n for _, n in later)
+    def irregular(self, start: int, end: int) -> AbstractSet[str]:
+        """Nodes with a booking the window [start, end) does not overlap (as the cache
+        holds them until a booking is added: read it before adding one)."""
+        found = self.outside.get((start, end))
+        if found is None:
+            if len(self.outside) >= _KEPT_WINDOWS:
+                del self.outside[next(iter(self.outside))]
+            ended = self.ends[: bisect_left(self.ends, (start + 1,))]
+            later = self.starts[bisect_left(self.starts, (end,)) :]
+            found = self.outside[(start, end)] = {n for _, n in ended} | {n for _, n in later}
+        return found
 
     def claims(self, node_id: str) -> _NodeClaims:
         """A booking on a current atom claims what that atom is; one on an atom that left
@@ -186,23 +260,28 @@ class PoolCache:
         device, as the database's claim rows do (one partition of a device at a time)."""
         found = self.resolved.get(node_id)
         if found is None:
-            rows = []
-            forms: dict[str, str] = {}
-            for h in self.by_node.get(node_id, ()):
-                atom = self.current.get(h.atom_id)
-                if atom is not None and atom[0] == h.node_id and self._same_form(h, forms):
-                    claim = atom[1].claim
-                else:
-                    claim = stale_claim(h.atom_id, h.cls, h.device_id)
-                held = HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot))
-                rows.append((h.start, h.end, h.reservation_id, held))
-            found = self.resolved[node_id] = _NodeClaims(
-                tuple(rows),
-                tuple(r[3] for r in rows),
-                max((r[0] for r in rows), default=0),
-                min((r[1] for r in rows), default=0),
+            found = self.resolved[node_id] = _NO_CLAIMS.extended(
+                self._rows(self.by_node.get(node_id, ()))
             )
         return found
+
+    def _rows(self, held: Iterable[HeldAtom]) -> list[_Row]:
+        rows = []
+        for h in held:
+            atom = self.current.get(h.atom_id)
+            if atom is not None and atom[0] == h.node_id and self._same_form(h):
+                claim = atom[1].claim
+            else:
+                claim = stale_claim(h.atom_id, h.cls, h.device_id)
+            rows.append(
+                (
+                    h.start,
+                    h.end,
+                    h.reservation_id,
+                    HeldClaim(h.atom_id, claim, Holder(h.reservation_id, h.spot)),
+                )
+            )
+        return rows
 
 
 class PoolView:
@@ -251,11 +330,7 @@ class SnapshotDraft(PoolView):
     each booking of the batch decided so far (none of it visible to anyone else)."""
 
     def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
-        cache = self.cache
-        atoms = [cache.pinned(h) for h in atoms]
-        cache.atoms.extend(atoms)
-        cache.index(atoms)
-        cache.scalars.extend(scalars)
+        self.cache.add(atoms, scalars)
 
 
 class WindowClaims(Mapping[str, tuple[HeldClaim, ...]]):

@@ -40,6 +40,7 @@ from coordinator.domain.node_fit import BusyUnits, busy_allocatable
 from coordinator.domain.placement_model import PlacementRequest
 from coordinator.domain.reservation import LIVE, Reservation
 from coordinator.ledger import quotas, schema
+from coordinator.ledger.bulk import insert_many
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.device_claims import claim_values, write_claims
 from coordinator.ledger.quotas import QuotaLockMissed, TenantLocks
@@ -257,9 +258,6 @@ class BookingRows:
         ]
 
     async def write(self, conn: AsyncConnection) -> None:
-        if self.reservations:
-            await conn.execute(schema.reservations.insert(), self.reservations)
-        if self.bookings:
-            await conn.execute(schema.bookings.insert(), self.bookings)
-        if self.scalars:
-            await conn.execute(schema.scalar_bookings.insert(), self.scalars)
+        await insert_many(conn, schema.reservations, self.reservations)
+        await insert_many(conn, schema.bookings, self.bookings)
+        await insert_many(conn, schema.scalar_bookings, self.scalars)

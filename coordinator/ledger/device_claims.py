@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.claims import ClaimRow, claim_rows, form_of, merged_rows
+from coordinator.domain.claims import ClaimRow, claim_rows, merged_rows
 from coordinator.domain.physical_ids import is_physical_device
 from coordinator.domain.placement_model import AtomSlot, NodeSlot
 from coordinator.ledger import schema
+from coordinator.ledger.bulk import insert_many
 
 
 def rows_for(node: NodeSlot, atoms: Iterable[AtomSlot]) -> list[ClaimRow]:
@@ -29,8 +30,7 @@ def rows_for(node: NodeSlot, atoms: Iterable[AtomSlot]) -> list[ClaimRow]:
     rows: list[ClaimRow] = []
     for atom in atoms:
         claim = atom.claim
-        forms = node.by_device.get(claim.device or "", ())
-        rows.extend(claim_rows(claim, form_of(a.atom_id for a in forms)))
+        rows.extend(claim_rows(claim, node.form(claim.device or "")))
     return merged_rows(rows)
 
 
@@ -57,8 +57,7 @@ def claim_values(
 
 async def write_claims(conn: AsyncConnection, values: list[dict[str, object]]) -> None:
     """Write claim rows (of one reservation or of a batch of them) in one statement."""
-    if values:
-        await conn.execute(schema.device_claims.insert(), values)
+    await insert_many(conn, schema.device_claims, values)
 
 
 async def insert_claims(

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.idempotency import Recorded, Stored, matching
 from coordinator.ledger import schema
+from coordinator.ledger.bulk import insert_many
 from coordinator.ledger.database import Database
 
 
@@ -104,8 +105,7 @@ async def store_many(
         }
         for tenant_id, key, digest, answer in answers
     ]
-    if rows:
-        await conn.execute(schema.idempotency.insert(), rows)
+    await insert_many(conn, schema.idempotency, rows)
 
 
 async def recorded(

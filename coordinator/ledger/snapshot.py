@@ -96,12 +96,9 @@ class SnapshotCache:
         add its bookings instead of reloading them all."""
         cache = self._pools.get(pool_id)
         if cache is not None and cache.bookings_version == bookings_version - 1:
-            # Remember each atom's device now: should the atom be retired later, its
-            # booking still claims the device.
-            atoms = [cache.pinned(h) for h in atoms]
-            cache.atoms.extend(atoms)
-            cache.index(atoms)
-            cache.scalars.extend(scalars)
+            # Each atom's device is remembered now (`PoolCache.pinned`): should the atom
+            # be retired later, its booking still claims the device.
+            cache.add(atoms, scalars)
             cache.bookings_version = bookings_version
 
     def adopt(self, pool_id: str, draft: SnapshotDraft, booked: bool) -> None:

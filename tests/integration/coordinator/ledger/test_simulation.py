@@ -13,7 +13,11 @@ CAPACITY_NOT_AVAILABLE and every interval `insufficient_capacity` is one the ref
 deciding fit on its own code (`tests/simulation/reference_fit.py`: NVLink cliques from
 the link matrix, spot holders a regular request may preempt), also refuses; what
 preview says fits, a create at once books; an `nvlink-all` booking's GPUs are pairwise
-linked.
+linked. Issue 31 added creates straight after a change (maintenance, a pool move, a
+device's new form) with no read between, on this ledger or a second replica's; GPU use
+passes through the real use service, each reservation credited only the use its own
+booked time covers (and all of it where it was a unit's only holder); and the converse
+pool-move check: a node that leaves a pool leaves its interval promises covered.
 
 A seed replays exactly (issue 29): every name and choice in a sequence comes from
 hypothesis' draws and the sequence's place in its search, so a seed gives the same steps
@@ -24,11 +28,15 @@ one. Every search is bounded in steps, never in seconds:
 - the clean ledger: `GPUFLEET_SIM_EXAMPLES` sequences (default 12) of
   `GPUFLEET_SIM_STEPS` steps (default 30) per database, from one fixed seed: 361 steps
   on either database.
-- the planted bugs (`tests/simulation/planted.py`, A–E): each from a fixed seed that
+- the planted bugs (`tests/simulation/planted.py`, A–E, and issue 31's 31c draft
+  without its version check, 31d use credited to the next holder, 31e a pool move that
+  counts the leaving node's memory): each from a fixed seed that
   catches it at a measured step, written beside the seed, of a budget of 10 sequences
   of 30 steps; a search that does not catch it fails with the plant, the seed and the
   steps tried, and one that catches it at another step than measured says so.
-- the concurrent writers: 4 writers of `GPUFLEET_SIM_OPERATIONS` operations (40).
+- the concurrent writers: 4 writers of `GPUFLEET_SIM_OPERATIONS` operations (40); a
+  503 fails the test unless it is a write that lost every try to another writer (a
+  tenant's quota lock, an idempotency key recorded first).
 
 Measured on the shared 2-core machine (2026-12-01, load average 5-8 from other
 engineers' tests), seconds per test, SQLite / PostgreSQL:
@@ -114,7 +122,7 @@ def test_random_sequences_keep_the_ledger_true(database_url: str) -> None:
         assert g.stats["violations"] == 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_the_simulation_catches_planted_bugs(
     database_url: str, plant: str, monkeypatch: pytest.MonkeyPatch

@@ -3,10 +3,11 @@ tests/integration/coordinator/ledger/test_simulation.py run for much longer than
 sequences of fleet changes, bookings and clock moves through the real services and
 ledger, the reference model checked after every step — on SQLite and, when reachable,
 PostgreSQL, plus rounds of the concurrent variant (writers and two replicas on
-PostgreSQL); and searches for every planted bug (`tests/simulation/planted.py`, A–E)
-from fresh seeds, each within a budget of sequences, which must catch it. Reports
-sequences and steps run, invariant violations found (each with the seed that replays
-it) and the steps each plant took to catch, as a table and bench/results/simulation.json.
+PostgreSQL); and searches for every planted bug (`tests/simulation/planted.py`, A–E and
+issue 31's 31c–31e) from fresh seeds, each within a budget of sequences, which must
+catch it. Reports sequences and steps run, invariant violations found (each with the
+seed that replays it) and the steps each plant took to catch, as a table and
+bench/results/simulation.json.
 
     .venv/bin/python bench/simulation_soak.py [--sequences 500] [--batch 25] [--steps 40]
         [--plants A,B,...] [--planted-searches 3] [--planted-budget 30]
@@ -200,7 +201,7 @@ def main() -> None:
     p.add_argument("--sequences", type=int, default=500, help="per database")
     p.add_argument("--batch", type=int, default=25)
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--plants", default="", help="first letters, e.g. A,E; default all")
+    p.add_argument("--plants", default="", help="name prefixes, e.g. A,E,31c; default all")
     p.add_argument("--planted-searches", type=int, default=3)
     p.add_argument("--planted-budget", type=int, default=30, help="sequences per search")
     p.add_argument("--concurrent-rounds", type=int, default=5)
@@ -213,7 +214,9 @@ def main() -> None:
         kinds.remove("postgresql")
 
     wanted = [w.strip().upper() for w in args.plants.split(",") if w.strip()]
-    plants = [p for n, p in sorted(PLANTS.items()) if not wanted or n[0] in wanted]
+    plants = [
+        p for n, p in sorted(PLANTS.items()) if not wanted or n.split("-")[0].upper() in wanted
+    ]
 
     runs: dict[str, Any] = {}
     for kind in kinds:

@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 import itertools
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -82,6 +82,9 @@ class Glue:
     stats: Counter[str] = field(default_factory=Counter)
     namespace: str = "sim"
     trace: list[str] = field(default_factory=list)
+    # A second coordinator replica's ledger on the same database (its own snapshot
+    # cache), for the creates a sequence sends it (`straight_rules`).
+    replica: Ledger | None = None
 
     def run(self, work: Awaitable[T]) -> T:
         return self.runner.run(work)  # type: ignore[arg-type]
@@ -115,6 +118,10 @@ class MachineBase(RuleBasedStateMachine):
         self.reservations = Reservations(
             self.ledger, self.clock, self.alerts, self.capacity, RESERVATION_ANSWERS, NOTICE_MS
         )
+        self.replica = Reservations(
+            g.replica or self.ledger, self.clock, self.alerts, self.capacity,
+            RESERVATION_ANSWERS, NOTICE_MS,
+        )  # fmt: skip
         self.intervals = IntervalBookings(self.ledger, self.clock, self.capacity, INTERVAL_ANSWERS)
         self.maintenance = Maintenance(self.ledger, self.clock, self.alerts, self.capacity)
         self.res_clock = ReservationClock(self.ledger, self.clock, self.capacity, self.alerts)
@@ -133,6 +140,7 @@ class MachineBase(RuleBasedStateMachine):
         # The forms each booked atom's device had when it was booked (`fit.fits`).
         self.booked_forms: fit.BookedForms = {}
         self.bodies: dict[str, dict[str, Any]] = {}  # reservationId → its create's body
+        self.placed: dict[str, str] = {}  # nodeId → its pool after the last step
 
     # -- glue -----------------------------------------------------------------------------
 
@@ -193,11 +201,17 @@ class MachineBase(RuleBasedStateMachine):
         refused = [o for o in outcomes if isinstance(o, NotRecorded)]
         self.fail([f"{o.node_id}: inventory not recorded: {o.error}" for o in refused], "a batch")
         await self._publish([o for o in outcomes if isinstance(o, NodeOutcome)])
-        await self._where_reported(hosts, "a batch of inventories")
+        # Nodes new in the batch may be recorded after the known ones: a known node's
+        # move may be judged without their memory.
+        fresh = frozenset(h.node_id for h in hosts) - self.placed.keys()
+        await self._where_reported(hosts, "a batch of inventories", fresh)
 
-    async def _where_reported(self, hosts: list[SimHost], step: str) -> None:
+    async def _where_reported(
+        self, hosts: list[SimHost], step: str, fresh: frozenset[str] = frozenset()
+    ) -> None:
         """SPEC §5 pool moves: without bookings still to run, a node is where its agent
-        says."""
+        says (or held for its pool's memory, counting or not the nodes `fresh` in the
+        same change)."""
         held = (await self._held_devices())[0]
         view = await self.view()
         nodes = view.nodes
@@ -209,6 +223,7 @@ class MachineBase(RuleBasedStateMachine):
                 if h.node_id not in held
                 and (h.node_id not in nodes or nodes[h.node_id].pool_id != h.pool_id)
                 and not _needed_for_pool_memory(view, h.node_id, self.now)
+                and not _needed_for_pool_memory(view, h.node_id, self.now, fresh)
             ],
             step,
         )
@@ -257,9 +272,39 @@ class MachineBase(RuleBasedStateMachine):
         return pick(self._devices(self.run(self._held_devices())[1], kind), i)
 
     async def _book_forms(
-        self, host: SimHost, dev: SimGpu | SimNic, count: int, *, spot: bool, later: int | None
+        self,
+        host: SimHost,
+        dev: SimGpu | SimNic,
+        count: int,
+        *,
+        spot: bool,
+        later: int | None,
+        straight: bool = False,
     ) -> None:
         """Book forms of one device (`booking_rules.BookingRules`)."""
+        raise NotImplementedError
+
+    async def _create(
+        self,
+        body: dict[str, Any],
+        shape: str,
+        *,
+        straight: bool = False,
+        via: Reservations | None = None,
+    ) -> None:
+        """Create, and judge the answer (`booking_rules.BookingRules`)."""
+        raise NotImplementedError
+
+    async def _intervals(self, tenant_id: str, body: dict[str, Any], pool_id: str) -> None:
+        """Book intervals, and judge the answer (`booking_rules.BookingRules`)."""
+        raise NotImplementedError
+
+    async def _pool_move(self, host: SimHost) -> None:
+        """The host's agent reports the other pool (`fleet_rules.FleetRules`)."""
+        raise NotImplementedError
+
+    async def _maintenance(self, node_id: str, on: bool) -> None:
+        """`nodes.setMaintenance` (`fleet_rules.FleetRules`)."""
         raise NotImplementedError
 
 
@@ -272,7 +317,9 @@ def _in_service(node: NodeRow) -> bool:
     )
 
 
-def _needed_for_pool_memory(view: LedgerView, node_id: str, now: int) -> bool:
+def _needed_for_pool_memory(
+    view: LedgerView, node_id: str, now: int, absent: frozenset[str] = frozenset()
+) -> bool:
     """The reference's own reading of interval memory under a pool move (docs/api.md):
     a node stays in its pool while the pool's memory commitments from now on — the
     interval API's pool-wide reservations plus memory booked on its other nodes — peak
@@ -284,7 +331,11 @@ def _needed_for_pool_memory(view: LedgerView, node_id: str, now: int) -> bool:
     memory = [s for s in view.scalars if s.pool_id == pool and s.resource == "memoryGiB"]
     if not any(s.node_id == "" and s.end > now for s in memory):
         return False
-    others = [n for n in view.nodes.values() if n.pool_id == pool and n.node_id != node_id]
+    others = [
+        n
+        for n in view.nodes.values()
+        if n.pool_id == pool and n.node_id != node_id and n.node_id not in absent
+    ]
     have = sum(n.scalars.get("memoryGiB", 0) for n in others if _in_service(n))
     spans = [
         (max(s.start, now), s.end, s.amount) for s in memory if s.end > now and s.node_id != node_id
@@ -292,3 +343,38 @@ def _needed_for_pool_memory(view: LedgerView, node_id: str, now: int) -> bool:
     points = sorted({start for start, _, _ in spans})
     peak = max((sum(a for b, e, a in spans if b <= t < e) for t in points), default=0)
     return peak > have
+
+
+def left_short(before: Mapping[str, str], view: LedgerView, now: int) -> list[str]:
+    """The converse of `_needed_for_pool_memory` (issue 31): a node that left a pool since
+    `before` (node → pool) left it able to keep what its interval reservations promise —
+    the pool's memory commitments from now on (pool-wide, and node-level on its nodes in
+    service) peak at most at what its nodes in service have, the node's own memory no
+    longer counted."""
+    problems = []
+    for node_id, pool in sorted(before.items()):
+        node = view.nodes.get(node_id)
+        if node is None or node.pool_id == pool:
+            continue
+        memory = [
+            s
+            for s in view.scalars
+            if s.pool_id == pool and s.resource == "memoryGiB" and s.end > now and s.end > s.start
+        ]
+        if not any(s.node_id == "" for s in memory):
+            continue
+        members = {n.node_id: n for n in view.nodes.values() if n.pool_id == pool}
+        have = sum(n.scalars.get("memoryGiB", 0) for n in members.values() if _in_service(n))
+        spans = [
+            (max(s.start, now), s.end, s.amount)
+            for s in memory
+            if s.node_id == "" or (s.node_id in members and _in_service(members[s.node_id]))
+        ]
+        points = sorted({start for start, _, _ in spans})
+        peak = max((sum(a for b, e, a in spans if b <= t < e) for t in points), default=0)
+        if peak > have:
+            problems.append(
+                f"{node_id} left {pool}, whose memory commitments peak at {peak} GiB, above "
+                f"the {have} GiB its nodes in service have without it"
+            )
+    return problems

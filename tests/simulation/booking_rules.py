@@ -18,7 +18,7 @@ from coordinator.domain.intervals import parse_time
 from coordinator.domain.reservation import Reservation
 from coordinator.services.idempotent import Replayed
 from coordinator.services.intervals import IntervalsBooked, IntervalsRefused
-from coordinator.services.reservations import Created, Refused, resolve_start
+from coordinator.services.reservations import Created, Refused, Reservations, resolve_start
 from tests.simulation import reference as ref
 from tests.simulation import reference_fit as fit
 from tests.simulation.base import (
@@ -144,7 +144,14 @@ class BookingRules(MachineBase):
         self.run(self._create(body, f"clique of {count} on {host.links}"))
 
     async def _book_forms(
-        self, host: SimHost, dev: SimGpu | SimNic, count: int, *, spot: bool, later: int | None
+        self,
+        host: SimHost,
+        dev: SimGpu | SimNic,
+        count: int,
+        *,
+        spot: bool,
+        later: int | None,
+        straight: bool = False,
     ) -> None:
         entry, forms = host.form(dev)
         body = (
@@ -158,21 +165,34 @@ class BookingRules(MachineBase):
             | ({"spot": True} if spot else {})
             | ({"start": self.now + later} if later else {})
         )
-        await self._create(body, f"device {entry['class']}")
+        await self._create(body, f"device {entry['class']}", straight=straight)
 
-    async def _create(self, body: dict[str, Any], shape: str) -> None:
+    async def _create(
+        self,
+        body: dict[str, Any],
+        shape: str,
+        *,
+        straight: bool = False,
+        via: Reservations | None = None,
+    ) -> None:
+        """Create `body` through this sequence's ledger (or `via` another replica's
+        reservations), after a preview — or `straight`, with no read of the pool in
+        between since the last change (issue 31: a create must not need a read before it
+        to see what changed)."""
         now = self.now
         request = create_request(body)
-        # Preview first: what it says fits, the create at once must book (SPEC §5:
-        # nothing changed in between; a quota may still refuse, preview checks none).
-        start = resolve_start(request.start, now)
-        preview = await self.ledger.bookings.preview(
-            request.pool_id, request.placement, start, start + request.duration_ms, now,
-            NOTICE_MS,
-        )  # fmt: skip
-        would = preview.placement.fits or preview.preemptible is not None
+        would = False
+        if not straight:
+            # Preview first: what it says fits, the create at once must book (SPEC §5:
+            # nothing changed in between; a quota may still refuse, preview checks none).
+            start = resolve_start(request.start, now)
+            preview = await self.ledger.bookings.preview(
+                request.pool_id, request.placement, start, start + request.duration_ms, now,
+                NOTICE_MS,
+            )  # fmt: skip
+            would = preview.placement.fits or preview.preemptible is not None
         try:
-            out = await self.reservations.create(request)
+            out = await (via or self.reservations).create(request)
         except Unavailable as exc:
             # One writer, nothing to race: the placer offered what the database refuses.
             raise InvariantViolation(

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
+
 from coordinator.api.http.render import INTERVAL_ANSWERS, RESERVATION_ANSWERS
 from coordinator.domain.errors import InvalidInput, Unavailable
 from coordinator.domain.model import Quota
-from coordinator.ledger import Database, Ledger, ReservationFilter
+from coordinator.ledger import Database, Ledger, ReservationFilter, WriteRaced
 from coordinator.ledger.database import lock_pool
+from coordinator.ledger.quotas import QuotaLockMissed
 from coordinator.ledger.rollups import rebuild_pool
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.idempotent import Replayed
@@ -130,9 +134,42 @@ async def _writer(sh: _Shared, k: int, operations: int) -> None:
                 await _renew(sh, replica, rng)
             else:
                 await _release(sh, replica, rng)
-        except Unavailable:
-            sh.count("503 too busy")
+        except Unavailable as exc:
+            why = retryable(exc)
+            if why is None:
+                sh.outcome.violations.append(f"an unexplained 503: {_chain(exc)}")
+            sh.count(f"503 {why or 'unexplained'}")
         await asyncio.sleep(0)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in out:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
+
+
+def _chain(exc: BaseException) -> str:
+    return " <- ".join(f"{type(e).__name__}: {e}"[:300] for e in _causes(exc))
+
+
+def retryable(exc: Unavailable) -> str | None:
+    """Why a 503 is one a writer among others may get (issue 31), or None: a write that
+    lost every try to another writer — on a tenant's quota lock, or on an idempotency
+    key another writer recorded first. Any other 503 — a claim or booking constraint
+    refusing what the placer offered (a device promised twice), the database away, a
+    replica fenced — says something is wrong."""
+    if not isinstance(exc, WriteRaced):
+        return None
+    causes = _causes(exc)[1:]
+    if any(isinstance(c, QuotaLockMissed) for c in causes):
+        return "quota lock raced"
+    text = " ".join(str(c) for c in causes if isinstance(c, IntegrityError))
+    if "idempotency" in text and not re.search(r"device_claims|bookings_no_overlap", text):
+        return "idempotency key raced"
+    return None
 
 
 async def _create(sh: _Shared, replica: Replica, rng: random.Random) -> None:

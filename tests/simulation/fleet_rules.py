@@ -22,6 +22,7 @@ from tests.simulation.base import (
     pick,
 )
 from tests.simulation.fleet import Health, Links, SimGpu, SimHost, SimNic
+from tests.simulation.requests import interval_body
 
 
 class FleetRules(MachineBase):
@@ -186,9 +187,17 @@ class FleetRules(MachineBase):
         self.count("inventories batched" + (" (pool move)" if move else ""))
 
     @precondition(lambda self: self.ready)
-    @rule(h=st.integers(0, 9))
-    def pool_move(self, h: int) -> None:
-        self.run(self._pool_move(self.host(h)))
+    @rule(h=st.integers(0, 9), promised=st.booleans())
+    def pool_move(self, h: int, promised: bool) -> None:
+        """A node's agent reports the other pool; with `promised`, its pool's interval
+        reservations were just promised as much memory as the node has (issue 31: the
+        pool it leaves must not count the node's own memory, so a pool whose other
+        nodes cannot cover that keeps it)."""
+        host = self.host(h)
+        if promised:
+            body = interval_body(self.now, 0, 2, host.memory_gib)
+            self.run(self._intervals(self.tenants[0], body, host.pool_id))
+        self.run(self._pool_move(host))
 
     async def _pool_move(self, host: SimHost) -> None:
         holding = host.node_id in (await self._held_devices())[0]

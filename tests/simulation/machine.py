@@ -22,11 +22,14 @@ from tests.simulation.base import (
     Glue,
     InvariantViolation,
     MachineBase,
+    left_short,
 )
 from tests.simulation.booking_rules import BookingRules
 from tests.simulation.fleet import Links, SimHost
 from tests.simulation.fleet_rules import FleetRules
 from tests.simulation.ledger_view import LedgerView, read_outbox
+from tests.simulation.straight_rules import StraightRules
+from tests.simulation.use_rules import UseRules
 
 __all__ = [
     "NOTICE_MS",
@@ -38,7 +41,7 @@ __all__ = [
 ]
 
 
-class LedgerMachine(FleetRules, BookingRules):
+class LedgerMachine(FleetRules, BookingRules, StraightRules, UseRules):
     # -- setup ----------------------------------------------------------------------------
 
     @initialize(
@@ -141,6 +144,9 @@ class LedgerMachine(FleetRules, BookingRules):
             now,
         )
         problems += await self._truth_under_change(view, shown, now)
+        # Issue 31: a node that left a pool did not leave its promises short.
+        problems += left_short(self.placed, view, now)
+        self.placed = {n.node_id: n.pool_id for n in view.nodes.values()}
         self.fail(problems, "the step")
 
     @precondition(lambda self: self.ready)

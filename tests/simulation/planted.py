@@ -20,17 +20,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain import booking, claims
+from coordinator.domain import booking, claims, gpu_use_accrual
+from coordinator.domain.gpu_use_join import Hold
 from coordinator.domain.placement_model import AtomSlot, HeldClaim, PoolSnapshot
 from coordinator.domain.pool_cache import PoolCache
 from coordinator.ledger import Database, Ledger
 from coordinator.ledger.bookings import BookingRepo
-from coordinator.ledger.snapshot import PoolView, SnapshotCache
+from coordinator.ledger.pool_memory import PoolMemory
+from coordinator.ledger.snapshot import PoolView, SnapshotCache, SnapshotDraft
 from tests.simulation.base import InvariantViolation
 from tests.simulation.search import Searched, glue, options, search
 
@@ -144,6 +147,54 @@ def _nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """E: nothing patched; the ledger is `PlantedLedger`."""
 
 
+def _draft_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """31c: a batch of creates drafts on the pool as this replica last cached it, without
+    comparing the database's version counters (`SnapshotCache.draft`): a change no read
+    reloaded since — a node put in maintenance or moved away, a device's new form, what
+    another replica booked — is not seen by the create that follows it."""
+    checked = SnapshotCache.draft
+
+    async def unchecked(
+        self: SnapshotCache, conn: AsyncConnection, pool_id: str, now: int
+    ) -> SnapshotDraft:
+        cached = self._pools.get(pool_id)
+        if cached is None:
+            return await checked(self, conn, pool_id, now)
+        return SnapshotDraft(cached.fork())
+
+    monkeypatch.setattr(SnapshotCache, "draft", unchecked)
+
+
+def _use_to_next_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """31d: a use pass credits each stretch of its window to the bookings live at the
+    stretch's end (`gpu_use_accrual._stretches`): a reservation's last used time on a
+    GPU goes to the next reservation on it, and a booking ending at the pass gets none."""
+
+    def at_end(
+        holders: tuple[Hold, ...], start: int, end: int
+    ) -> Iterator[tuple[int, int, tuple[Hold, ...]]]:
+        cuts = sorted(
+            {start, end} | {t for h in holders for t in (h.start, h.end) if start < t < end}
+        )
+        for lo, hi in pairwise(cuts):
+            present = tuple(h for h in holders if h.start <= hi < h.end)
+            if present:
+                yield lo, hi, present
+
+    monkeypatch.setattr(gpu_use_accrual, "_stretches", at_end)
+
+
+def _move_counts_own_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """31e: whether a pool still needs a node about to leave it counts the node's own
+    memory among what the pool keeps (`PoolMemory.memory` ignores `without`): a node
+    leaves a pool its interval reservations need, and their memory is promised twice."""
+
+    def memory(self: PoolMemory, without: str | None = None) -> int:
+        return sum(self.in_service.values())
+
+    monkeypatch.setattr(PoolMemory, "memory", memory)
+
+
 @dataclass(frozen=True)
 class Plant:
     name: str
@@ -164,28 +215,28 @@ PLANTS = {
             _claims_ignore_partitions,
             "same physical device",
             seed=4,
-            steps={"sqlite": 67, "postgresql": 67},
+            steps={"sqlite": 62, "postgresql": 62},
         ),
         Plant(
             "B-counts-kept-over-reloads",
             _counts_kept_over_reloads,
             "CAPACITY_NOT_AVAILABLE, but it fits",
-            seed=6,
-            steps={"sqlite": 72, "postgresql": 72},
+            seed=1,
+            steps={"sqlite": 186, "postgresql": 186},
         ),
         Plant(
             "C-components-as-cliques",
             _components_as_cliques,
             "not pairwise NVLinked",
             seed=9,
-            steps={"sqlite": 74, "postgresql": 74},
+            steps={"sqlite": 162, "postgresql": 162},
         ),
         Plant(
             "D-never-preempts",
             _never_preempts,
             "but it fits by preempting spot holders",
             seed=7,
-            steps={"sqlite": 80, "postgresql": 80},
+            steps={"sqlite": 74, "postgresql": 74},
         ),
         # Caught as a booking over a held device (on PostgreSQL, whose claim constraint
         # refuses it, as a 503 with no other writer), or earlier, as a preview that
@@ -194,9 +245,31 @@ PLANTS = {
             "E-forgets-old-forms",
             _nothing,
             r"same physical device|preview said",
-            seed=15,
-            steps={"sqlite": 114, "postgresql": 114},
+            seed=4,
+            steps={"sqlite": 62, "postgresql": 62},
             ledger=PlantedLedger,
+        ),
+        # Issue 31's plants: each escaped the simulation before its rules were added.
+        Plant(
+            "31c-draft-skips-version-check",
+            _draft_unchecked,
+            r"on a node that is|booked .* of pool|not a current atom|same physical|but it fits",
+            seed=1,
+            steps={"sqlite": 81, "postgresql": 81},
+        ),
+        Plant(
+            "31d-use-credited-to-next-holder",
+            _use_to_next_holder,
+            r"credited \d+ ms of use",
+            seed=8,
+            steps={"sqlite": 253, "postgresql": 253},
+        ),
+        Plant(
+            "31e-pool-move-counts-own-memory",
+            _move_counts_own_memory,
+            r"left .*, whose memory commitments peak",
+            seed=4,
+            steps={"sqlite": 85, "postgresql": 85},
         ),
     )
 }

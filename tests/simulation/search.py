@@ -55,14 +55,17 @@ def options(sequences: int, steps: int, *, shrink: bool = False) -> settings:
 
 @contextmanager
 def glue(url: str, ledger_class: type[Ledger] = Ledger, namespace: str = "sim") -> Iterator[Glue]:
-    """A loop and a ledger of `ledger_class` on `url` for a search's machines."""
+    """A loop and a ledger of `ledger_class` on `url` for a search's machines, and a
+    second one on the same database: another coordinator replica."""
     with asyncio.Runner() as runner:
         ledger = runner.run(ledger_class.open(url))
+        replica = runner.run(ledger_class.open(url))
         db = Database(url)
         try:
-            yield Glue(runner, ledger, db, namespace=namespace)
+            yield Glue(runner, ledger, db, namespace=namespace, replica=replica)
         finally:
             runner.run(db.dispose())
+            runner.run(replica.close())
             runner.run(ledger.close())
 
 

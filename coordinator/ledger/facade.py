@@ -24,6 +24,7 @@ from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
 from coordinator.ledger.pool_memory import PoolMemoryRisk
 from coordinator.ledger.pools import PoolRepo
+from coordinator.ledger.projects import ProjectRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
 from coordinator.ledger.reservations import ReservationRepo
@@ -39,6 +40,7 @@ class Ledger:
         self._db = db
         self.tenants = TenantRepo(db)
         self.keys = ApiKeyRepo(db)
+        self.projects = ProjectRepo(db)
         self.pools = PoolRepo(db)
         self.nodes = NodeRepo(db)
         self.catalog = Catalog(db)

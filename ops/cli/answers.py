@@ -97,6 +97,9 @@ _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
         f" (offered to: {body_or(a.get('offeredTo'))})"
     ),
     "pools.archive": lambda b, a, _: f"pool {a['name']} archived",
+    "projects.create": lambda b, a, _: (
+        f"project {a['name']} created for {a['tenantId']}: {a['projectId']}"
+    ),
     "nodes.setMaintenance": _maintenance,
     "nodes.setExpectedShape": _shape,
     "nodes.acceptShape": _accepted,

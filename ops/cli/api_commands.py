@@ -42,6 +42,8 @@ def _method_command(spec: MethodSpec) -> click.Command:
                 body["tenantId"] = who
         if isinstance(body.get("poolId"), str):  # a pool's name, as the tables show it
             body["poolId"] = session.pool_id(body.get("tenantId"), body["poolId"])
+        if isinstance(body.get("projectId"), str) and spec.name != "projects.create":
+            body["projectId"] = session.project_id(body.get("tenantId"), body["projectId"])
         if spec.kind == "read" and spec.param("idempotencyKey") and "idempotencyKey" not in body:
             # A read (capacity.preview) books nothing, yet its input is create's, key
             # included: a fresh key spares the user inventing one.

@@ -113,7 +113,7 @@ def node_cmd(session: Session, node_id: str, tenant: str | None) -> None:
     help=f"only these states now (repeatable; live: {', '.join(LIVE_STATES)})",
 )  # fmt: skip
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
-@click.option("--project", metavar="PROJECT_ID")
+@click.option("--project", metavar="PROJECT", help="a project's name or id")
 @click.option("--from", "from_", metavar="TIME", help="overlapping this window (e.g. -7d)")
 @click.option("--to", metavar="TIME")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
@@ -131,6 +131,7 @@ def reservations_cmd(
     body: dict[str, Any] = {"state": sorted(set(states))}
     who = session.tenant(tenant, required=False)
     pool = session.pool_id(who, pool)
+    project = session.project_id(who, project)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -174,7 +175,7 @@ def keys_cmd(session: Session, tenant: str | None, revoked: bool) -> None:
 @click.option("--from", "from_", metavar="TIME", help="window start (default: 30 days before --to)")
 @click.option("--to", metavar="TIME", help="window end (default: now)")
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
-@click.option("--project", metavar="PROJECT_ID")
+@click.option("--project", metavar="PROJECT", help="a project's name or id")
 @click.option(
     "--by-reservation", is_flag=True, help="one row per reservation (booked, used, weighted)"
 )
@@ -191,6 +192,7 @@ def usage_cmd(
     body: dict[str, Any] = {"byReservation": True} if by_reservation else {}
     who = session.tenant(tenant, required=False)
     pool = session.pool_id(who, pool)
+    project = session.project_id(who, project)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -249,6 +251,33 @@ def alerts_watch_cmd(
         printer.out.flush()
 
     asyncio.run(follow(feed, show))
+
+
+@click.group("projects")
+def projects_group() -> None:
+    """A tenant's projects: `prj_` ids with names, given to `reserve --project` (a name
+    is taken wherever a project id is asked)."""
+
+
+@projects_group.command("create")
+@click.argument("name", metavar="NAME")
+@tenant_option
+@output_options
+@pass_session
+def project_create_cmd(session: Session, name: str, tenant: str | None) -> None:
+    """Create a project of the tenant; prints its id."""
+    body = {"tenantId": session.tenant(tenant), "name": name}
+    show_answer(session, "projects.create", body, session.call("projects.create", body))
+
+
+@projects_group.command("list")
+@tenant_option
+@output_options
+@pass_session
+def project_list_cmd(session: Session, tenant: str | None) -> None:
+    """The tenant's projects (operators: every tenant's unless --tenant)."""
+    who = session.tenant(tenant, required=False)
+    session.show(views.projects(session, who))
 
 
 # --- writes -------------------------------------------------------------------------
@@ -370,6 +399,6 @@ COMMANDS: tuple[click.Command, ...] = (
     pools_cmd, summary_cmd, nodes_cmd, node_cmd, reservations_cmd, reservation_cmd,
     tenants_cmd, keys_cmd, usage_cmd, watch_cmd, gpus_cmd, *daily.COMMANDS, expected_shape_cmd,
     accept_shape_cmd, tenant_create_cmd, key_create_cmd, pool_create_cmd, pool_offer_cmd,
-    api_group, call_cmd, new_key_cmd, completion_cmd,
+    projects_group, api_group, call_cmd, new_key_cmd, completion_cmd,
 )  # fmt: skip
 ALERT_COMMANDS: tuple[click.Command, ...] = (alerts_watch_cmd,)

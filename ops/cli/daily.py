@@ -46,7 +46,7 @@ def _owner(session: Session, tenant: str | None, reservation_id: str) -> str:
 @click.option("--start", metavar="TIME", help="when it starts (default: now; e.g. +1h, RFC 3339)")
 @click.option("--end", metavar="TIME", help="when it ends (or give --duration)")
 @click.option("-d", "--duration", metavar="DURATION", help=_DURATION_HELP)
-@click.option("--project", metavar="PROJECT_ID", help="book under this project")
+@click.option("--project", metavar="PROJECT", help="book under this project (name or id)")
 @click.option("--lease", type=click.IntRange(30, 86400), metavar="SECONDS",
               help="a lease: it lapses unless renewed (gpufleet extend) in time")  # fmt: skip
 @click.option("--spot", is_flag=True, help="preemptible, at a notice")
@@ -91,6 +91,7 @@ def reserve_cmd(
         if seconds <= 0 or rest:
             raise click.BadParameter("must be whole seconds after the start", param_hint="--end")
         body["duration"] = seconds
+    project = session.project_id(who, project)
     for key, value in (("projectId", project), ("leaseSeconds", lease)):
         if value is not None:
             body[key] = value

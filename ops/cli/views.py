@@ -308,6 +308,15 @@ def tenants(session: Session) -> View:
     return View(data["tenants"], [Section(columns, data["tenants"], empty="no tenants")])
 
 
+def projects(session: Session, tenant: str | None) -> View:
+    data = session.call("projects.list", {"tenantId": tenant} if tenant else {})
+    columns = [
+        Column("name", "PROJECT"), Column("projectId", "ID"), Column("tenantId", "TENANT"),
+        Column("createdAt", "CREATED", time=True),
+    ]  # fmt: skip
+    return View(data["projects"], [Section(columns, data["projects"], empty="no projects")])
+
+
 def keys(session: Session, tenant: str | None, revoked: bool) -> View:
     body: dict[str, Any] = {"includeRevoked": revoked} | ({"tenantId": tenant} if tenant else {})
     data = session.call("apiKeys.list", body)

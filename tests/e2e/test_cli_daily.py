@@ -190,3 +190,30 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
         assert json.loads(piped(day, "nodes", "-s", "maintenance").out) == []
     finally:
         write_faults(Path(day.tmp) / "faults.json", [])
+
+
+def test_projects_are_issued_and_named_wherever_an_id_is_asked(day: World) -> None:
+    key = day.acme_key
+    made = on_terminal(day, "projects", "create", "llm", key=key)
+    assert re.fullmatch(r"project llm created for acme: prj_\w{26}", made.out.strip()), made.out
+    pid = made.out.split()[-1]
+    listed = json.loads(piped(day, "projects", "list", key=key).out)
+    assert [(p["name"], p["projectId"]) for p in listed] == [("llm", pid)]
+    table = on_terminal(day, "projects", "list")  # operator: every tenant's
+    assert re.search(rf"^llm\s+{pid}\s+acme\b", table.out, re.M), table.out
+    dup = piped(day, "projects", "create", "llm", key=key)
+    assert dup.code == 1 and "ALREADY_EXISTS" in dup.err, dup.err
+
+    booked = json.loads(
+        piped(day, "reserve", "-p", "h100-east", "-d", "30m", "--project", "llm", key=key).out
+    )
+    assert booked["projectId"] == pid, booked
+    for args in (["reservations", "--project", "llm"],
+                 ["api", "reservations.list", "--project-id", "llm"]):  # fmt: skip
+        found = json.loads(piped(day, *args, key=key).out)
+        rows = found["reservations"] if isinstance(found, dict) else found
+        assert [r["reservationId"] for r in rows] == [booked["reservationId"]], (args, found)
+    assert piped(day, "usage", "--project", "llm", key=key).code == 0
+    unknown = piped(day, "reserve", "-p", "h100-east", "-d", "1h", "--project", "nope", key=key)
+    assert unknown.code == 2 and "no project named 'nope'" in unknown.err, unknown.err
+    piped(day, "release", booked["reservationId"], key=key)

@@ -19,6 +19,7 @@ from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.model_totals import gpu_model_totals
 from coordinator.ledger.node_bookings import NodeBookingRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
@@ -91,6 +92,13 @@ class Ledger:
     async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
         async with self._db.read() as conn:
             return await read_rollup(conn, pool_ids)
+
+    async def gpu_models(
+        self, pool_ids: Iterable[str], now: int
+    ) -> dict[str, dict[str, dict[str, int]]]:
+        """Per pool, whole GPUs per reported model (`ledger.model_totals`)."""
+        async with self._db.read() as conn:
+            return {p: await gpu_model_totals(conn, p, now) for p in pool_ids}
 
     async def census(self, now: int) -> Census:
         """Pools, rollup, nodes and whole GPUs with their holders at `now` (for metrics)."""

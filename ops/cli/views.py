@@ -62,6 +62,16 @@ def summary(session: Session, tenant: str | None) -> View:
         shown = [r for r in p["capacity"] if r["total"] or r["resource"] in ("gpu", "node")]
         sections.append(Section(columns, shown, title=title))
     models = [{"model": m} | cols for m, cols in data["byGpuModel"].items()]
+    # Pools without a model (`other`): their GPUs by the model their agents report.
+    mixed: dict[str, dict[str, int]] = {}
+    for p in data["pools"]:
+        for model, cols in (p.get("gpuModels") or {}).items():
+            into = mixed.setdefault(model, {})
+            for c, n in cols.items():
+                into[c] = into.get(c, 0) + n
+    if any("gpuModels" in p for p in data["pools"]):
+        models = [m for m in models if m["model"] != "other"]
+        models += [{"model": f"other: {m}"} | cols for m, cols in sorted(mixed.items())]
     columns = [Column("model", "GPU MODEL")] + [
         Column(c, SHORT_HEADERS.get(c, c.upper()), right=True)
         for c in ("total", "allocatable", "allocated", "reserved", "available")

@@ -66,9 +66,15 @@ def test_summary_operator_shows_the_whole_fleet(day: World) -> None:
     data = json.loads(piped(day, "summary", "operator").out)
     assert {p["name"] for p in data["pools"]} == {"h100-east", "mixed"}, data
     assert data["byGpuModel"]["H100"]["total"] == 8, data
+    # The mixed pool's A100s and L40S each have their totals, not one `other`.
+    mixed = next(p for p in data["pools"] if p["name"] == "mixed")
+    l40s = {m: c for m, c in mixed["gpuModels"].items() if "L40S" in m}
+    assert [c["total"] for c in l40s.values()] == [4], mixed["gpuModels"]
     shown = on_terminal(day, "summary", "operator")
     assert shown.code == 0 and "no GPUs" not in shown.out, shown.out
     assert "pool h100-east" in shown.out and "pool mixed" in shown.out, shown.out
+    (row,) = [x for x in shown.out.splitlines() if x.startswith("other: ") and "L40S" in x]
+    assert row.split()[-5:] == ["4", "4", "0", "0", "4"], row
     # A tenant named is still that tenant's view.
     globex = json.loads(piped(day, "summary", "globex").out)
     assert [p["name"] for p in globex["pools"]] == ["mixed"]

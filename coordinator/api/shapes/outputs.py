@@ -97,6 +97,11 @@ class PoolCapacity(ApiOutput):
         " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
         " row's available, but placed last. Left out when none.",
     )
+    gpu_models: dict[str, ModelTotals] | None = optional(
+        description="capacity.fleet, a pool that declares no GPU model (byGpuModel counts"
+        " it under `other`): its whole GPUs per model its agents report (`other`: none"
+        " reported). Left out elsewhere.",
+    )
 
 
 class CapacitySummary(ApiOutput):

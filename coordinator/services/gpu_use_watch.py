@@ -106,6 +106,12 @@ class GpuUseWatch:
 
     # -- ingest callbacks: memory only -----------------------------------------------
 
+    def idle_since(self, reservation_id: str) -> int | None:
+        """Since when every unit the reservation holds has been idle, as this replica's
+        last join saw it (the leader's; None elsewhere, while in use, or not judged)."""
+        idle = self.state.idle.get(reservation_id)
+        return idle.since if idle is not None and idle.judged else None
+
     def on_heartbeat(self, hb: Heartbeat) -> None:
         """A heartbeat the liveness tracker accepted, carrying use (`use_version` > 0)."""
         if self.book.on_heartbeat(hb, self.clock.now_ms()) is Applied.NEEDS_REPORT:

@@ -138,6 +138,24 @@ def test_maintenance_dry_run_lists_what_it_would_put_at_risk(day: World) -> None
     assert "would put 0 reservations at risk" in empty.out and "no bookings on it" in empty.out
 
 
+def _reservation(day: World, rid: str) -> dict[str, Any]:
+    return dict(json.loads(piped(day, "reservation", rid).out))
+
+
+def test_reservations_show_since_when_a_booking_is_idle(day: World) -> None:
+    """The fixture's booking runs nothing (until the next test runs a process on it)."""
+    wait_for(lambda: "idleSince" in _reservation(day, day.reservation), timeout=30,
+             what="the booking judged idle")  # fmt: skip
+    since = _reservation(day, day.reservation)["idleSince"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", since), since
+    table = on_terminal(day, "reservations", "--state", "live")
+    assert re.search(r"NODES\s+IDLE SINCE\s+AT RISK", table.out), table.out
+    (row,) = [x for x in table.out.splitlines() if day.reservation in x]
+    assert since[:19] in row, (since, row)
+    listed = json.loads(piped(day, "reservations", "--state", "live").out)
+    assert {r["reservationId"]: r.get("idleSince") for r in listed}[day.reservation] == since
+
+
 def _node(day: World, node_id: str) -> dict[str, Any]:
     return dict(json.loads(piped(day, "node", node_id).out))
 
@@ -160,6 +178,9 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
 
     wait_for(lambda: users(free["atomId"]) == [POD] and users(held["atomId"]) != [],
              timeout=60, what="both processes seen")  # fmt: skip
+    # In use now: no longer idle.
+    wait_for(lambda: "idleSince" not in _reservation(day, day.reservation), timeout=30,
+             what="the booking in use")  # fmt: skip
     try:
         node = on_terminal(day, "node", "h100-a")
         header = next(x for x in node.out.splitlines() if x.startswith("CLASS"))

@@ -113,7 +113,8 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> out.Reservat
 async def get(ctx: CallContext, body: ReservationLookup) -> out.ReservationOut:
     """One of the tenant's reservations, with its state now (operators: any tenant's)."""
     res = await ctx.ledger.reservations.get(body.reservation_id, body.tenant_id)
-    return render.reservation(res, ctx.now())
+    idle = ctx.services.idle_since(res.reservation_id)
+    return render.reservation(res, ctx.now(), idle_since=idle)
 
 
 @REGISTRY.method(
@@ -138,7 +139,10 @@ async def list_(ctx: CallContext, body: ListInput) -> out.ReservationPage:
     more = len(page) > body.limit
     page = page[: body.limit]
     return out.ReservationPage(
-        reservations=[render.reservation(r, now) for r in page],
+        reservations=[
+            render.reservation(r, now, idle_since=ctx.services.idle_since(r.reservation_id))
+            for r in page
+        ],
         next_cursor=encode_cursor([page[-1].created_at, page[-1].reservation_id])
         if more and page
         else None,

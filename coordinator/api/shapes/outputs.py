@@ -246,6 +246,11 @@ class ReservationOut(ApiOutput):
         description="In the answer to its create only: each GPU in unbooked use (a process no"
         " booking covers) it takes, taken only because no idle GPU fits.",
     )
+    idle_since: EpochMs | None = optional(
+        description="While it runs and none of its GPUs runs a process (or all stay under the"
+        " idle utilization): since when, as the leader's use join sees it (`reservation.idle`"
+        " follows after `idle_after_s`). Left out otherwise, and on other replicas.",
+    )
 
 
 class ReservationPage(ApiOutput):

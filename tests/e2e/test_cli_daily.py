@@ -244,3 +244,24 @@ def test_projects_are_issued_and_named_wherever_an_id_is_asked(day: World) -> No
     unknown = piped(day, "reserve", "-p", "h100-east", "-d", "1h", "--project", "nope", key=key)
     assert unknown.code == 2 and "no project named 'nope'" in unknown.err, unknown.err
     piped(day, "release", booked["reservationId"], key=key)
+
+
+def test_api_takes_pool_names_and_prints_tables_and_help_names_no_files(day: World) -> None:
+    rows = on_terminal(day, "api", "capacity.byPool", "--tenant-id", "acme",
+                       "--pool-id", "h100-east", "-o", "table")  # fmt: skip
+    assert rows.code == 0 and not rows.out.lstrip().startswith("{"), rows.out
+    assert re.search(r"^RESOURCE\s+TOTAL\s+ALLOCATABLE", rows.out, re.M), rows.out
+    assert f"poolId: {day.h100}" in rows.out
+    piped_json = json.loads(piped(day, "api", "capacity.byPool", "--tenant-id", "acme",
+                                  "--pool-id", "h100-east").out)  # fmt: skip
+    assert piped_json["poolId"] == day.h100
+    csv_out = piped(day, "api", "nodes.list", "-o", "csv").out.splitlines()
+    assert csv_out[0].startswith("nodeId,") and len(csv_out) == 4, csv_out
+    raw = on_terminal(day, "-o", "table", "call", "tenants.list")
+    assert re.search(r"^TENANTID\s+NAME", raw.out, re.M), raw.out
+    unknown = piped(day, "api", "capacity.byPool", "--tenant-id", "acme", "--pool-id", "nope")
+    assert unknown.code == 2 and "no pool named 'nope'" in unknown.err, unknown.err
+    shown = piped(day, "--help").out
+    assert "reserve" in shown and "gpus" in shown, shown
+    for internal in ("ops/", "ops.", ".json", ".py"):
+        assert internal not in shown, (internal, shown)

@@ -1,12 +1,14 @@
 """`gpufleet`: the operator and tenant command line.
 
-Read commands (`pools`, `nodes`, `node`, `reservations`, `reservation`, `tenants`,
-`keys`, `usage`, `summary`, `watch`, `alerts watch`) print tables on a terminal and JSON
-when piped (`-o table|wide|json|csv`); writes answer in one line. Every API method is
-also a command under `gpufleet api`, its flags generated from the method's input schema
-(`ops/cli/openapi.json`, see `ops.cli.api_spec`); `gpufleet call METHOD JSON` sends a raw body.
-A tenant key acts for its own tenant without naming it. Errors are one line naming the
-URL, the code and the failing field; exit 1 (API or connection), 2 (usage).
+Read commands (`pools`, `nodes`, `node`, `gpus`, `reservations`, `reservation`,
+`tenants`, `keys`, `usage`, `summary`, `watch`, `alerts watch`) print tables on a
+terminal and JSON when piped (`-o table|wide|json|csv`); pools go by name (`-o wide`
+adds their ids). The daily verbs `reserve`, `extend`, `release` and `maintenance`
+(`--dry-run` first) answer in one line. Every API method is also a command under
+`gpufleet api`, its flags made from the method's input; `gpufleet call METHOD JSON`
+sends a raw body. A tenant key acts for its own tenant without naming it. Errors are
+one line naming the URL, the code and the failing field; exit 1 (API or connection),
+2 (usage).
 """
 
 import os

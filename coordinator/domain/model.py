@@ -34,6 +34,16 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
+class Project:
+    """A tenant's own grouping of reservations; its name is unique within the tenant."""
+
+    project_id: str
+    tenant_id: str
+    name: str
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class ApiKey:
     """A key as listings show it: never its secret nor its hash."""
 

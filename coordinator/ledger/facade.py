@@ -19,11 +19,13 @@ from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.model_totals import gpu_model_totals
 from coordinator.ledger.node_bookings import NodeBookingRepo
 from coordinator.ledger.nodes import NodeRepo
 from coordinator.ledger.outbox import OutboxRepo
 from coordinator.ledger.pool_memory import PoolMemoryRisk
 from coordinator.ledger.pools import PoolRepo
+from coordinator.ledger.projects import ProjectRepo
 from coordinator.ledger.quotas import QuotaRepo
 from coordinator.ledger.reservation_listing import ReservationListing
 from coordinator.ledger.reservations import ReservationRepo
@@ -39,6 +41,7 @@ class Ledger:
         self._db = db
         self.tenants = TenantRepo(db)
         self.keys = ApiKeyRepo(db)
+        self.projects = ProjectRepo(db)
         self.pools = PoolRepo(db)
         self.nodes = NodeRepo(db)
         self.catalog = Catalog(db)
@@ -89,6 +92,13 @@ class Ledger:
     async def rollup(self, pool_ids: Iterable[str]) -> dict[str, list[RollupRow]]:
         async with self._db.read() as conn:
             return await read_rollup(conn, pool_ids)
+
+    async def gpu_models(
+        self, pool_ids: Iterable[str], now: int
+    ) -> dict[str, dict[str, dict[str, int]]]:
+        """Per pool, whole GPUs per reported model (`ledger.model_totals`)."""
+        async with self._db.read() as conn:
+            return {p: await gpu_model_totals(conn, p, now) for p in pool_ids}
 
     async def census(self, now: int) -> Census:
         """Pools, rollup, nodes and whole GPUs with their holders at `now` (for metrics)."""

@@ -1,5 +1,5 @@
 """Reservations as listings see them: a page, newest first, filtered by tenant (or every
-tenant, for an operator), pool, project, state at `now` and a time window.
+tenant, for an operator), pool, project, node, state at `now` and a time window.
 
 Only terminal states are stored; scheduled, active, noticed and completed (and a
 preemption or lease expiry the clock has not persisted yet) are derived from the clock
@@ -25,6 +25,7 @@ class ReservationFilter:
     tenant_id: str | None = None  # None: every tenant
     pool_id: str | None = None
     project_id: str | None = None
+    node_id: str | None = None  # only those with a booking on this node
     states: Collection[ReservationState] = ()  # empty: every state
     start: int | None = None  # overlapping [start, end) of the window
     end: int | None = None
@@ -70,6 +71,11 @@ class ReservationListing:
             cond &= rv.pool_id == f.pool_id
         if f.project_id:
             cond &= rv.project_id == f.project_id
+        if f.node_id:
+            b = schema.bookings.c
+            cond &= rv.reservation_id.in_(
+                select(b.reservation_id).where(b.node_id == f.node_id).distinct()
+            )
         if f.states:
             cond &= or_(false(), *(state_condition(s, now) for s in sorted(set(f.states))))
         if f.end is not None:

@@ -116,7 +116,7 @@ async def load_node_views(
     ]
 
 
-async def _allocatable_scope(conn: AsyncConnection, pool_id: str) -> tuple[list[str], list[str]]:
+async def allocatable_scope(conn: AsyncConnection, pool_id: str) -> tuple[list[str], list[str]]:
     """The pool's allocatable nodes, and the atoms on them that are not allocatable (a
     device fault, a retired form): bookings outside that scope are not counted in the
     booked columns — their reservations are at risk instead (SPEC §2)."""
@@ -162,7 +162,7 @@ async def booked_units(
     future bookings that never overlap do not add up). Only bookings on allocatable
     atoms and nodes count; pool-level bookings (interval reservations) always do."""
     wanted = set(RESOURCES if resources is None else resources)
-    nodes, excluded = await _allocatable_scope(conn, pool_id)
+    nodes, excluded = await allocatable_scope(conn, pool_id)
     b, s = schema.bookings.c, schema.scalar_bookings.c
     allocated: dict[str, int] = {}
     reserved: dict[str, int] = {}

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     false,
 )
 
@@ -41,6 +42,18 @@ tenants = Table(
     Column("tenant_id", String(128), primary_key=True),
     Column("name", String(256), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+)
+
+# A tenant's own grouping of reservations (`prj_` + ULID), issued by `projects.create`;
+# its name is unique within the tenant, so the CLI may take it for the id.
+projects = Table(
+    "projects",
+    metadata,
+    Column("project_id", String(56), primary_key=True),
+    Column("tenant_id", String(128), ForeignKey("tenants.tenant_id"), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("tenant_id", "name", name="uq_projects_tenant_name"),
 )
 
 api_keys = Table(

@@ -116,6 +116,12 @@ class GpuUseWatch:
 
     # -- ingest callbacks: memory only -----------------------------------------------
 
+    def idle_since(self, reservation_id: str) -> int | None:
+        """Since when every unit the reservation holds has been idle, as this replica's
+        last join saw it (the leader's; None elsewhere, while in use, or not judged)."""
+        idle = self.state.idle.get(reservation_id)
+        return idle.since if idle is not None and idle.judged else None
+
     def on_heartbeat(self, hb: Heartbeat) -> int:
         """A heartbeat the liveness tracker accepted, carrying use (`use_version` > 0);
         how many of its devices the node's inventory does not have (dropped)."""

@@ -1,15 +1,16 @@
-"""Tenancy as operator workflows: create a tenant, issue or revoke an API key, set a
-quota. Each is one write; what it names (the tenant, the pool) must exist first, or the
-call is NOT_FOUND and nothing is written."""
+"""Tenancy as workflows: an operator's (create a tenant, issue or revoke an API key, set
+a quota) and a tenant's own (create a project). Each is one write; what it names (the
+tenant, the pool) must exist first, or the call is NOT_FOUND and nothing is written."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from coordinator.domain.errors import NotFound
-from coordinator.domain.model import IssuedKey, Quota, Tenant
+from coordinator.domain.model import IssuedKey, Project, Quota, Tenant
 from coordinator.ledger import Ledger
 from shared.clock import Clock
+from shared.ids import ulid
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,13 @@ class Tenancy:
             raise NotFound(f"pool {quota.pool_id} not found")
         await self.ledger.quotas.set(quota, self.clock.now_ms())
         return await self.ledger.quotas.for_tenant(quota.tenant_id)
+
+    async def create_project(self, tenant_id: str, name: str) -> Project:
+        """A new project of the tenant, `prj_` + ULID (ALREADY_EXISTS for a name it has)."""
+        await self._require_tenant(tenant_id)
+        now = self.clock.now_ms()
+        project = Project("prj_" + ulid(now), tenant_id, name, now)
+        return await self.ledger.projects.create(project)
 
     async def _require_tenant(self, tenant_id: str) -> None:
         if await self.ledger.tenants.get(tenant_id) is None:

@@ -70,7 +70,7 @@ async def http_context(
     services = Services(
         store.ledger, clock, wire.relay, capacity, notice_ms=int(settings.notice_s * 1000),
         metrics=metrics, feed=wire.feed, gpu_use=watch.gpu_use.book,
-        busy=lambda: watch.gpu_use.unbooked,
+        busy=lambda: watch.gpu_use.unbooked, idle_since=watch.gpu_use.idle_since,
     )  # fmt: skip
     limits = HttpLimits(
         idle_timeout_s=settings.http_idle_timeout_s,

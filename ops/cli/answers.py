@@ -11,7 +11,7 @@ from ops.kit.server_text import shown_values
 from ops.kit.session import Session
 
 
-def _count(n: int, what: str) -> str:
+def count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
@@ -45,7 +45,7 @@ def _maintenance(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
         text += "; no change, it already was"
     risk = at_risk(a)
     if risk is not None:
-        text += f"; {_count(risk, 'reservation')} at risk"
+        text += f"; {count(risk, 'reservation')} at risk"
     return text
 
 
@@ -104,6 +104,9 @@ _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
         f" (offered to: {body_or(a.get('offeredTo'))})"
     ),
     "pools.archive": lambda b, a, _: f"pool {a['name']} archived",
+    "projects.create": lambda b, a, _: (
+        f"project {a['name']} created for {a['tenantId']}: {a['projectId']}"
+    ),
     "nodes.setMaintenance": _maintenance,
     "nodes.setExpectedShape": _shape,
     "nodes.acceptShape": _accepted,
@@ -130,9 +133,15 @@ def short_answer(method: str, body: dict[str, Any], answer: Any, local: bool = F
 
 
 def show_answer(session: Session, method: str, body: dict[str, Any], answer: Any) -> None:
+    """A write's one line on a terminal; any other answer as a table (`-o table|wide`),
+    CSV, or the API's JSON (piped, `-o json`)."""
+    from ops.cli.generic import generic_view
+
     # The server's strings made inert before the line is composed of them.
     text = short_answer(method, body, shown_values(answer), session.local)
     if text is not None and session.format in ("table", "wide"):
         session.say(text)
-    else:
+    elif session.format == "json":
         session.printer.json(answer)
+    else:
+        session.show(generic_view(answer, session.local))

@@ -40,6 +40,10 @@ def _method_command(spec: MethodSpec) -> click.Command:
             who = session.tenant(None, required=False)
             if who is not None:
                 body["tenantId"] = who
+        if isinstance(body.get("poolId"), str):  # a pool's name, as the tables show it
+            body["poolId"] = session.pool_id(body.get("tenantId"), body["poolId"])
+        if isinstance(body.get("projectId"), str) and spec.name != "projects.create":
+            body["projectId"] = session.project_id(body.get("tenantId"), body["projectId"])
         if spec.kind == "read" and spec.param("idempotencyKey") and "idempotencyKey" not in body:
             # A read (capacity.preview) books nothing, yet its input is create's, key
             # included: a fresh key spares the user inventing one.
@@ -92,10 +96,11 @@ def api_group() -> None:
 @click.command("call")
 @click.argument("method", required=False)
 @click.argument("body", required=False, default="{}")
+@output_options
 @pass_session
 def call_cmd(session: Session, method: str | None, body: str) -> None:
-    """Call a method with a raw JSON body and print its answer as is; no METHOD: list
-    the methods."""
+    """Call a method with a raw JSON body and print its answer as is (or as a table with
+    `-o table`); no METHOD: list the methods."""
     if method is None:
         for spec in methods().values():
             click.echo(f"{spec.name:<24} {spec.kind:<5} {spec.summary}")
@@ -108,4 +113,9 @@ def call_cmd(session: Session, method: str | None, body: str) -> None:
             f"{method!r} is not a method; try {', '.join(close[:6])} (gpufleet call lists them)"
         ) from None
     answer = session.call(method, _json_arg(body))
-    click.echo(json.dumps(answer, indent=2))
+    if session.fmt in ("table", "wide", "csv"):  # asked for: else the answer as is
+        from ops.cli.generic import generic_view
+
+        session.show(generic_view(answer, session.local))
+    else:
+        click.echo(json.dumps(answer, indent=2))

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
-from ops.cli import views
+from ops.cli import daily, views
 from ops.cli.answers import show_answer
 from ops.cli.api_commands import api_group, call_cmd
 from ops.cli.flags import parse_when
+from ops.cli.fleet_views import GPU_STATES, USE_STATES, labels_option, parse_labels
 from ops.cli.settings import CliSettings
 from ops.kit.keys import new_key
 from ops.kit.options import output_options, pass_session, tenant_option
@@ -40,19 +41,59 @@ def pools_cmd(session: Session, tenant: str | None) -> None:
 @output_options
 @pass_session
 def summary_cmd(session: Session, tenant: str | None) -> None:
-    """Capacity per pool and resource, in every bucket (operators: the whole fleet)."""
-    session.show(views.summary(session, session.tenant(tenant, required=False)))
+    """Capacity per pool and resource, in every bucket (operators: the whole fleet, also
+    as `summary operator`, the operator key's own tenant)."""
+    who = session.tenant(tenant, required=False)
+    if who is not None and session.operator and who == session.me().get("tenantId"):
+        who = None  # the operator's own tenant owns no pools: it means the whole fleet
+    session.show(views.summary(session, who))
 
 
 @click.command("nodes")
 @click.option("-p", "--pool", metavar="POOL", help="one pool's nodes (its name or id)")
+@click.option(
+    "-s", "--state", multiple=True, metavar="STATUS",
+    help="only nodes in this status, as the STATUS column shows it (repeatable)",
+)  # fmt: skip
+@labels_option
 @tenant_option
 @output_options
 @pass_session
-def nodes_cmd(session: Session, pool: str | None, tenant: str | None) -> None:
-    """Nodes with their status, health and GPUs (every pool the key sees, or one)."""
+def nodes_cmd(
+    session: Session, pool: str | None, state: tuple[str, ...], labels: tuple[str, ...],
+    tenant: str | None,
+) -> None:  # fmt: skip
+    """Nodes with their status, health and GPUs: how many, held (USED), free to book
+    (FREE) and running a process (BUSY); every pool the key sees, or one."""
+    wanted = parse_labels(labels)
     who = session.tenant(tenant, required=False)
-    session.show(views.nodes(session, who, session.pool_id(who, pool)))
+    session.show(views.nodes(session, who, session.pool_id(who, pool), state, wanted))
+
+
+@click.command("gpus")
+@click.option("-p", "--pool", metavar="POOL", help="one pool's GPUs (its name or id)")
+@click.option("-m", "--model", multiple=True, metavar="MODEL",
+              help="only this GPU model (repeatable; any case)")  # fmt: skip
+@click.option(
+    "-s", "--state", multiple=True, type=click.Choice(GPU_STATES + USE_STATES),
+    help="only GPUs in these states (repeatable): free, held or a hold; busy, idle, "
+    "or unbooked (busy without a booking)",
+)  # fmt: skip
+@labels_option
+@tenant_option
+@output_options
+@pass_session
+def gpus_cmd(
+    session: Session, pool: str | None, model: tuple[str, ...], state: tuple[str, ...],
+    labels: tuple[str, ...], tenant: str | None,
+) -> None:  # fmt: skip
+    """Every GPU and MIG instance in the fleet (or a pool): its state, holder and what
+    runs on it (USE, SM %, MEMORY and USERS, as nvidia-smi shows processes)."""
+    from ops.cli.fleet_views import gpus
+
+    wanted = parse_labels(labels)
+    who = session.tenant(tenant, required=False)
+    session.show(gpus(session, who, session.pool_id(who, pool), model, state, wanted))
 
 
 @click.command("node")
@@ -72,7 +113,7 @@ def node_cmd(session: Session, node_id: str, tenant: str | None) -> None:
     help=f"only these states now (repeatable; live: {', '.join(LIVE_STATES)})",
 )  # fmt: skip
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
-@click.option("--project", metavar="PROJECT_ID")
+@click.option("--project", metavar="PROJECT", help="a project's name or id")
 @click.option("--from", "from_", metavar="TIME", help="overlapping this window (e.g. -7d)")
 @click.option("--to", metavar="TIME")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
@@ -90,6 +131,7 @@ def reservations_cmd(
     body: dict[str, Any] = {"state": sorted(set(states))}
     who = session.tenant(tenant, required=False)
     pool = session.pool_id(who, pool)
+    project = session.project_id(who, project)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -133,7 +175,7 @@ def keys_cmd(session: Session, tenant: str | None, revoked: bool) -> None:
 @click.option("--from", "from_", metavar="TIME", help="window start (default: 30 days before --to)")
 @click.option("--to", metavar="TIME", help="window end (default: now)")
 @click.option("-p", "--pool", metavar="POOL", help="a pool's name or id")
-@click.option("--project", metavar="PROJECT_ID")
+@click.option("--project", metavar="PROJECT", help="a project's name or id")
 @click.option(
     "--by-reservation", is_flag=True, help="one row per reservation (booked, used, weighted)"
 )
@@ -150,6 +192,7 @@ def usage_cmd(
     body: dict[str, Any] = {"byReservation": True} if by_reservation else {}
     who = session.tenant(tenant, required=False)
     pool = session.pool_id(who, pool)
+    project = session.project_id(who, project)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
         if value:
             body[key] = value
@@ -210,23 +253,38 @@ def alerts_watch_cmd(
     asyncio.run(follow(feed, show))
 
 
+@click.group("projects")
+def projects_group() -> None:
+    """A tenant's projects: `prj_` ids with names, given to `reserve --project` (a name
+    is taken wherever a project id is asked)."""
+
+
+@projects_group.command("create")
+@click.argument("name", metavar="NAME")
+@tenant_option
+@output_options
+@pass_session
+def project_create_cmd(session: Session, name: str, tenant: str | None) -> None:
+    """Create a project of the tenant; prints its id."""
+    body = {"tenantId": session.tenant(tenant), "name": name}
+    show_answer(session, "projects.create", body, session.call("projects.create", body))
+
+
+@projects_group.command("list")
+@tenant_option
+@output_options
+@pass_session
+def project_list_cmd(session: Session, tenant: str | None) -> None:
+    """The tenant's projects (operators: every tenant's unless --tenant)."""
+    who = session.tenant(tenant, required=False)
+    session.show(views.projects(session, who))
+
+
 # --- writes -------------------------------------------------------------------------
 
 
 def _write(session: Session, method: str, body: dict[str, Any]) -> None:
     show_answer(session, method, body, session.call(method, body))
-
-
-@click.command("maintenance")
-@click.argument("node_id", metavar="NODE_ID")
-@click.option("--off", is_flag=True, help="end maintenance")
-@click.option("--reason", default="", help="why (required to enter maintenance)")
-@output_options
-@pass_session
-def maintenance_cmd(session: Session, node_id: str, off: bool, reason: str) -> None:
-    """Put a node in or out of maintenance (operator)."""
-    _write(session, "nodes.setMaintenance",
-           {"nodeId": node_id, "maintenance": not off, "reason": reason})  # fmt: skip
 
 
 @click.command("expected-shape")
@@ -351,8 +409,8 @@ def completion_cmd(shell: str) -> None:
 # What `ops.main` mounts: the top-level commands, and `alerts watch` under `alerts`.
 COMMANDS: tuple[click.Command, ...] = (
     pools_cmd, summary_cmd, nodes_cmd, node_cmd, reservations_cmd, reservation_cmd,
-    tenants_cmd, keys_cmd, usage_cmd, watch_cmd, maintenance_cmd, expected_shape_cmd,
+    tenants_cmd, keys_cmd, usage_cmd, watch_cmd, gpus_cmd, *daily.COMMANDS, expected_shape_cmd,
     accept_shape_cmd, replace_node_cmd, tenant_create_cmd, key_create_cmd, pool_create_cmd,
-    pool_offer_cmd, api_group, call_cmd, new_key_cmd, completion_cmd,
+    pool_offer_cmd, projects_group, api_group, call_cmd, new_key_cmd, completion_cmd,
 )  # fmt: skip
 ALERT_COMMANDS: tuple[click.Command, ...] = (alerts_watch_cmd,)

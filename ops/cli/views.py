@@ -34,7 +34,7 @@ def pools(session: Session, tenant: str | None) -> View:
             }
         )  # fmt: skip
     columns = [
-        Column("name", "POOL"), Column("poolId", "ID"), Column("owner", "OWNER"),
+        Column("name", "POOL"), Column("poolId", "ID", wide=True), Column("owner", "OWNER"),
         Column("gpuModel", "GPU MODEL"), Column("nodes", "NODES", right=True),
         Column("gpus", "GPUS", right=True), Column("allocatable", "ALLOC'BLE", right=True),
         Column("available", "AVAILABLE", right=True),
@@ -47,11 +47,13 @@ def pools(session: Session, tenant: str | None) -> View:
 
 def summary(session: Session, tenant: str | None) -> View:
     data = session.capacity(tenant)
+    ids = session.format == "wide"
     sections = []
     for p in data["pools"]:
         archived = " (archived)" if p["archived"] else ""
+        pool_id = f" [{p['poolId']}]" if ids else ""
         title = (
-            f"pool {p['name']} [{p['poolId']}] owner={p['owner']} "
+            f"pool {p['name']}{pool_id} owner={p['owner']} "
             f"gpuModel={p['gpuModel'] or '-'}{archived}"
         )
         columns = [Column("resource", "RESOURCE")] + [
@@ -60,6 +62,16 @@ def summary(session: Session, tenant: str | None) -> View:
         shown = [r for r in p["capacity"] if r["total"] or r["resource"] in ("gpu", "node")]
         sections.append(Section(columns, shown, title=title))
     models = [{"model": m} | cols for m, cols in data["byGpuModel"].items()]
+    # Pools without a model (`other`): their GPUs by the model their agents report.
+    mixed: dict[str, dict[str, int]] = {}
+    for p in data["pools"]:
+        for model, cols in (p.get("gpuModels") or {}).items():
+            into = mixed.setdefault(model, {})
+            for c, n in cols.items():
+                into[c] = into.get(c, 0) + n
+    if any("gpuModels" in p for p in data["pools"]):
+        models = [m for m in models if m["model"] != "other"]
+        models += [{"model": f"other: {m}"} | cols for m, cols in sorted(mixed.items())]
     columns = [Column("model", "GPU MODEL")] + [
         Column(c, SHORT_HEADERS.get(c, c.upper()), right=True)
         for c in ("total", "allocatable", "allocated", "reserved", "available")
@@ -68,7 +80,7 @@ def summary(session: Session, tenant: str | None) -> View:
     return View(data, sections)
 
 
-def _pool_names(session: Session, tenant: str | None) -> dict[str, str]:
+def pool_names(session: Session, tenant: str | None) -> dict[str, str]:
     return {p["poolId"]: p["name"] for p in session.capacity(tenant)["pools"]}
 
 
@@ -87,20 +99,21 @@ def _why(n: dict[str, Any]) -> str:
     return "; ".join([*maintenance, *s["health"]["reasons"]])
 
 
-def nodes(session: Session, tenant: str | None, pool: str | None) -> View:
-    body: dict[str, Any] = {"limit": 1000}
-    if tenant:
-        body["tenantId"] = tenant
-    if pool:
-        body["poolId"] = pool
-    found: list[dict[str, Any]] = []
-    while True:
-        page = session.call("nodes.list", body)
-        found += page["nodes"]
-        if not page.get("nextCursor"):
-            break
-        body["cursor"] = page["nextCursor"]
-    names = _pool_names(session, tenant)
+def nodes(
+    session: Session, tenant: str | None, pool: str | None, states: tuple[str, ...] = (),
+    labels: dict[str, str] | None = None,
+) -> View:  # fmt: skip
+    from ops.cli import fleet_views
+
+    found = [
+        n for n in fleet_views.list_nodes(session, tenant, pool)
+        if (not states or n["status"] in states) and fleet_views.has_labels(n, labels or {})
+    ]  # fmt: skip
+    counts = [
+        fleet_views.gpu_counts(d)
+        for d in fleet_views.details(session, tenant, (n["nodeId"] for n in found))
+    ]
+    names = pool_names(session, tenant)
     rows = [
         {
             "nodeId": n["nodeId"], "pool": names.get(n["poolId"], n["poolId"]),
@@ -111,21 +124,24 @@ def nodes(session: Session, tenant: str | None, pool: str | None) -> View:
             "profile": n["profileId"],
             "why": _why(n),
         }
-        for n in found
+        | c
+        for n, c in zip(found, counts, strict=True)
     ]  # fmt: skip
     columns = [
         Column("nodeId", "NODE"), Column("pool", "POOL"), Column("status", "STATUS"),
         Column("health", "HEALTH"), Column("gpus", "GPUS", right=True),
+        Column("used", "USED", right=True), Column("free", "FREE", right=True),
+        Column("busy", "BUSY", right=True),
         Column("nics", "NICS", right=True, wide=True),
         Column("disks", "DISKS", right=True, wide=True),
         Column("lastSeen", "LAST SEEN", time=True), Column("hostname", "HOSTNAME", wide=True),
-        Column("profile", "PROFILE", wide=True), Column("poolId", "POOL ID", wide=True),
-        Column("why", "WHY"),
+        Column("profile", "PROFILE", wide=True),
+        Column("poolId", "POOL ID", wide=True), Column("why", "WHY"),
     ]  # fmt: skip
     return View(found, [Section(columns, rows, empty="no nodes")])
 
 
-def _device(atom: dict[str, Any]) -> str:
+def device_name(atom: dict[str, Any]) -> str:
     a, cls = atom["attrs"], atom["class"]
     if cls == "node":
         return "node"
@@ -159,7 +175,7 @@ def _what(atom: dict[str, Any]) -> str:
 _CLASS_ORDER = ("node", *(c for c in ATOM_CLASSES if c != "node"))
 
 
-def _atom_order(atom: dict[str, Any]) -> tuple[int, int, str, int, str]:
+def atom_order(atom: dict[str, Any]) -> tuple[int, int, str, int, str]:
     a = atom["attrs"]
     index = a.get("gpuIndex")
     sub_index = a.get("replica", a.get("vfIndex", a.get("gpuInstanceId", 0)))
@@ -173,7 +189,32 @@ def _atom_order(atom: dict[str, Any]) -> tuple[int, int, str, int, str]:
     )
 
 
-def _holder(atom: dict[str, Any]) -> str:
+USE_COLUMNS = [
+    Column("use", "USE"), Column("sm", "SM %", right=True),
+    Column("memory", "MEMORY", right=True), Column("users", "USERS"),
+]  # fmt: skip
+
+
+def use_cells(use: dict[str, Any] | None) -> dict[str, Any]:
+    """A GPU's use as nvidia-smi would show it: busy or idle, SM %, memory, and each
+    process as `pid kind:owner` (`-` where the agent reports none or it is not the
+    viewer's to see)."""
+    if not use:
+        return {}
+    memory = use.get("memoryUsedMib")
+    users = [f"{u['pid']} {u['ownerKind']}:{u['owner']}" for u in use.get("users") or ()]
+    hidden = use.get("processes", 0) - len(users)
+    if hidden > 0:
+        users.append(f"+{hidden} more")
+    return {
+        "use": "busy" if use.get("inUse") else "idle",
+        "sm": use.get("smUtil"),
+        "memory": None if memory is None else f"{memory} MiB",
+        "users": ", ".join(users),
+    }
+
+
+def holder_text(atom: dict[str, Any]) -> str:
     held = atom.get("heldBy")
     if not held:
         return ""
@@ -186,8 +227,9 @@ def node(session: Session, node_id: str, tenant: str | None) -> View:
     body = {"nodeId": node_id} | ({"tenantId": tenant} if tenant else {})
     n = session.call("nodes.get", body)
     s = n["state"]
+    pool = pool_names(session, tenant).get(n["poolId"], n["poolId"])
     lines = [
-        f"node {n['nodeId']}  pool {n['poolId']}  host {n['hostname'] or '-'}  "
+        f"node {n['nodeId']}  pool {pool}  host {n['hostname'] or '-'}  "
         f"profile {n['profileId'] or '-'}",
         f"status {n['status']}  reachable {'yes' if s['reachable']['value'] else 'no'}  "
         f"health {s['health']['value']}"
@@ -199,37 +241,41 @@ def node(session: Session, node_id: str, tenant: str | None) -> View:
     lines.append(f"vcpu {r['vcpu']}  memory {r['memoryGiB']} GiB  hugepages {r['hugepages1Gi']}")
     rows = [
         {
-            "class": a["class"], "device": _device(a), "what": _what(a), "health": a["health"],
-            "bucket": a.get("bucket"), "heldBy": _holder(a),
+            "class": a["class"], "device": device_name(a), "what": _what(a), "health": a["health"],
+            "bucket": a.get("bucket"), "heldBy": holder_text(a),
             "until": (a.get("heldBy") or {}).get("until"),
             "reasons": "; ".join(a["healthReasons"]), "atomId": a["atomId"],
         }
-        for a in sorted(n["atoms"], key=_atom_order)
+        | use_cells(a.get("use"))
+        for a in sorted(n["atoms"], key=atom_order)
     ]  # fmt: skip
     columns = [
         Column("class", "CLASS"), Column("device", "DEVICE"), Column("what", "WHAT"),
         Column("health", "HEALTH"), Column("bucket", "BUCKET"), Column("heldBy", "HELD BY"),
-        Column("until", "UNTIL", time=True, wide=True), Column("reasons", "REASONS"),
-        Column("atomId", "ATOM", wide=True),
+        Column("until", "UNTIL", time=True, wide=True), *USE_COLUMNS,
+        Column("reasons", "REASONS"), Column("atomId", "ATOM", wide=True),
     ]  # fmt: skip
     return View(n, [Section(columns, rows, empty="no atoms")], lines)
 
 
 RESERVATION_COLUMNS = [
     Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
-    Column("poolId", "POOL", wide=True), Column("projectId", "PROJECT", wide=True),
+    Column("pool", "POOL", wide=True), Column("projectId", "PROJECT", wide=True),
     Column("state", "STATE"), Column("start", "START", time=True), Column("end", "END", time=True),
-    Column("what", "ATOMS"), Column("nodes", "NODES"), Column("risk", "AT RISK"),
+    Column("what", "ATOMS"), Column("nodes", "NODES"),
+    Column("idleSince", "IDLE SINCE", time=True), Column("risk", "AT RISK"),
     Column("spot", "SPOT", wide=True),
     Column("leaseExpiresAt", "LEASE UNTIL", time=True, wide=True),
+    Column("poolId", "POOL ID", wide=True),
 ]  # fmt: skip
 
 
-def _reservation_row(r: dict[str, Any]) -> dict[str, Any]:
+def reservation_row(r: dict[str, Any], names: dict[str, str] | None = None) -> dict[str, Any]:
     nodes_ = sorted({a["nodeId"] for a in r["atoms"]})
     risk = r.get("atRisk") or {}
     return r | {"what": atoms_text(r["atoms"]), "nodes": ",".join(nodes_),
-                "risk": risk.get("reason")}  # fmt: skip
+                "risk": risk.get("reason"),
+                "pool": (names or {}).get(r["poolId"], r["poolId"])}  # fmt: skip
 
 
 def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
@@ -242,21 +288,23 @@ def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
             break
         query["cursor"] = page["nextCursor"]
     found = found[:limit]
-    rows = [_reservation_row(r) for r in found]
+    names = pool_names(session, body.get("tenantId")) if found else {}
+    rows = [reservation_row(r, names) for r in found]
     return View(found, [Section(RESERVATION_COLUMNS, rows, empty="no reservations")])
 
 
 def reservation(session: Session, reservation_id: str, tenant: str | None) -> View:
     body = {"reservationId": reservation_id} | ({"tenantId": tenant} if tenant else {})
     r = session.call("reservations.get", body)
+    names = pool_names(session, tenant)
     lines = [
-        f"{r['reservationId']}  tenant {r['tenantId']}  pool {r['poolId']}"
+        f"{r['reservationId']}  tenant {r['tenantId']}  pool {names.get(r['poolId'], r['poolId'])}"
         + (f"  project {r['projectId']}" if r.get("projectId") else ""),
     ]
     atoms = [{k: a[k] for k in ("atomId", "nodeId", "class")} for a in r["atoms"]]
     head = Section(
         [c for c in RESERVATION_COLUMNS if c.key not in ("reservationId", "tenantId")],
-        [_reservation_row(r)],
+        [reservation_row(r, names)],
     )
     columns = [Column("class", "CLASS"), Column("nodeId", "NODE"), Column("atomId", "ATOM")]
     return View(r, [head, Section(columns, atoms, empty="no atoms")], lines)
@@ -269,6 +317,15 @@ def tenants(session: Session) -> View:
         Column("keys", "KEYS", right=True), Column("createdAt", "CREATED", time=True),
     ]  # fmt: skip
     return View(data["tenants"], [Section(columns, data["tenants"], empty="no tenants")])
+
+
+def projects(session: Session, tenant: str | None) -> View:
+    data = session.call("projects.list", {"tenantId": tenant} if tenant else {})
+    columns = [
+        Column("name", "PROJECT"), Column("projectId", "ID"), Column("tenantId", "TENANT"),
+        Column("createdAt", "CREATED", time=True),
+    ]  # fmt: skip
+    return View(data["projects"], [Section(columns, data["projects"], empty="no projects")])
 
 
 def keys(session: Session, tenant: str | None, revoked: bool) -> View:
@@ -295,8 +352,10 @@ def usage(session: Session, body: dict[str, Any]) -> View:
         Column("usedHours", "USED", right=True), Column("weightedHours", "WEIGHTED", right=True),
         Column("efficiency", "EFFICIENCY", right=True),
     ]  # fmt: skip
+    names = pool_names(session, body.get("tenantId"))
+    pool_cols = [Column("pool", "POOL"), Column("poolId", "POOL ID", wide=True)]
     columns = [
-        Column("tenantId", "TENANT"), Column("poolId", "POOL"), Column("projectId", "PROJECT"),
+        Column("tenantId", "TENANT"), *pool_cols, Column("projectId", "PROJECT"),
         Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
         Column("reservations", "RESERVATIONS", right=True),
     ]  # fmt: skip
@@ -308,23 +367,30 @@ def usage(session: Session, body: dict[str, Any]) -> View:
     total_cols = [Column("resource", "RESOURCE"), Column("hours", "TOTAL HOURS", right=True), *used]
     sections = [
         Section(total_cols, totals, title="totals:", empty="nothing ran in this window"),
-        Section(columns, data["rows"], title="by tenant, pool and project:"),
+        Section(columns, _named(data["rows"], names), title="by tenant, pool and project:"),
     ]
     if data.get("unbooked"):
         free = [
-            Column("poolId", "POOL"), Column("usedHours", "USED GPU-HOURS", right=True),
+            *pool_cols, Column("usedHours", "USED GPU-HOURS", right=True),
             Column("weightedHours", "WEIGHTED", right=True),
         ]  # fmt: skip
-        sections.insert(1, Section(free, data["unbooked"], title="used with no booking:"))
+        unbooked = _named(data["unbooked"], names)
+        sections.insert(1, Section(free, unbooked, title="used with no booking:"))
     if data.get("byReservation"):
         per = [
             Column("reservationId", "RESERVATION"), Column("tenantId", "TENANT"),
-            Column("poolId", "POOL"), Column("projectId", "PROJECT"),
+            *pool_cols, Column("projectId", "PROJECT"),
             Column("resource", "RESOURCE"), Column("hours", "HOURS", right=True), *used,
         ]  # fmt: skip
         # The last section is the CSV one: per reservation when asked for.
-        sections.append(Section(per, data["byReservation"], title="by reservation:"))
+        per_rows = _named(data["byReservation"], names)
+        sections.append(Section(per, per_rows, title="by reservation:"))
     return View(data, sections, lines)
+
+
+def _named(rows: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, Any]]:
+    """Rows with their pool's name beside its id."""
+    return [r | {"pool": names.get(r.get("poolId") or "", r.get("poolId"))} for r in rows]
 
 
 def _use_of(used: float | None, weighted: float | None, booked: float) -> dict[str, Any]:

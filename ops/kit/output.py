@@ -27,8 +27,9 @@ FORMATS: tuple[Format, ...] = ("table", "wide", "json", "csv")
 # Keys whose integer values are epoch milliseconds in the API's answers.
 TIME_KEYS = frozenset(
     {
-        "asOf", "at", "createdAt", "end", "endedAt", "from", "lastSeen", "leaseExpiresAt",
-        "preemptAt", "revokedAt", "since", "start", "startsAt", "to", "until", "updatedAt",
+        "asOf", "at", "createdAt", "end", "endedAt", "from", "idleSince", "lastSeen",
+        "leaseExpiresAt", "preemptAt", "revokedAt", "since", "start", "startsAt", "to",
+        "until", "updatedAt",
     }
 )  # fmt: skip
 _EPOCH_MS_FLOOR = 100_000_000_000  # 1973: smaller integers under these keys are not times

@@ -90,6 +90,19 @@ class Session:
             raise click.UsageError(f"{len(named)} pools are named {given!r}: give one's id")
         raise click.UsageError(f"no pool named {given!r} (gpufleet pools lists them)")
 
+    def project_id(self, tenant: str | None, given: str | None) -> str | None:
+        """A --project value as a project id: an id as given, a name looked up among the
+        tenant's projects (an operator naming no tenant: every tenant's)."""
+        if not given or given.startswith("prj_"):
+            return given
+        body = {"tenantId": tenant} if tenant else {}
+        named = [p for p in self.call("projects.list", body)["projects"] if p["name"] == given]
+        if len(named) == 1:
+            return str(named[0]["projectId"])
+        if named:
+            raise click.UsageError(f"{len(named)} tenants have a project {given!r}: add --tenant")
+        raise click.UsageError(f"no project named {given!r} (gpufleet projects list lists them)")
+
     def show(self, view: View) -> None:
         self.printer.show(view)
 

@@ -27,6 +27,10 @@ from shared.clock import Clock
 from shared.wire import Alert
 
 
+def _never_idle(reservation_id: str) -> int | None:
+    return None
+
+
 class _NoAlerts:
     async def publish(self, alert: Alert) -> None:
         return None
@@ -46,6 +50,9 @@ class Services:
     # The GPUs in unbooked use now, as this replica last saw them (`GpuUseWatch.unbooked`):
     # the placer takes them last.
     busy: Callable[[], BusyUnits] = nothing_busy
+    # Since when a reservation's GPUs all idle, as this replica's use join last saw it
+    # (`GpuUseWatch.idle_since`; the leader's), for reservations.get/list.
+    idle_since: Callable[[str], int | None] = _never_idle
 
     # One create workflow for the process: it owns the group commit of creates, which
     # the wiring drains on shutdown (`close`).

@@ -34,8 +34,11 @@ def rollup_row(row: RollupRow) -> out.RollupRowOut:
     )  # fmt: skip
 
 
-def reservation(res: Reservation, now: int, warnings: Sequence[str] = ()) -> out.ReservationOut:
-    """A reservation with its state at `now` (and, answering its create, `warnings`)."""
+def reservation(
+    res: Reservation, now: int, warnings: Sequence[str] = (), idle_since: int | None = None
+) -> out.ReservationOut:
+    """A reservation with its state at `now` (and, answering its create, `warnings`; in
+    reads, since when it is idle)."""
     risk = res.at_risk if res.live(now) else None
     return out.ReservationOut(
         reservation_id=res.reservation_id,
@@ -60,6 +63,7 @@ def reservation(res: Reservation, now: int, warnings: Sequence[str] = ()) -> out
         if risk is not None
         else None,
         warnings=list(warnings) or None,
+        idle_since=idle_since if res.live(now) else None,
     )
 
 

@@ -11,6 +11,7 @@ from coordinator.api.methods import (
     intervals,
     nodes,
     pools,
+    projects,
     reservations,
     usage,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "intervals",
     "nodes",
     "pools",
+    "projects",
     "reservations",
     "usage",
 ]

@@ -1,7 +1,9 @@
 """capacity.summary, byPool, preview and timeline, exactly as seed 000 describes them.
 
 Both read the stored per-pool rollup. `byGpuModel` sums only each pool's `gpu` row, and
-pools without a GPU model count under `other`.
+pools without a GPU model count under `other`; in capacity.fleet such a pool's own
+`gpuModels` splits its GPUs by the model its agents report (read from its atoms and
+bookings at the time, so only the operator's fleet view pays for it).
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ async def summary(ctx: CallContext, body: SummaryInput) -> out.CapacitySummary:
 )  # fmt: skip
 async def fleet(ctx: CallContext, body: FleetInput) -> out.CapacitySummary:
     """capacity.summary over every pool of every tenant, archived ones included (operator)."""
-    return await _pools_capacity(ctx, None, await ctx.ledger.pools.list_all())
+    return await _pools_capacity(ctx, None, await ctx.ledger.pools.list_all(), per_model=True)
 
 
 async def _pools_capacity(
-    ctx: CallContext, tenant_id: str | None, pools: list[Pool]
+    ctx: CallContext, tenant_id: str | None, pools: list[Pool], per_model: bool = False
 ) -> out.CapacitySummary:
     rows = await ctx.ledger.rollup(p.pool_id for p in pools)
     gpu_rows: dict[str, list[RollupRow]] = {}
@@ -87,6 +89,11 @@ async def _pools_capacity(
             reserved=total.reserved, available=total.available,
         )  # fmt: skip
     busy = await _unbooked_busy(ctx, [p.pool_id for p in pools])
+    # The fleet view (an operator's): a mixed pool's GPUs per reported model, an A100
+    # and an L40S not one `other`. Read from atoms and bookings, not the stored rollup,
+    # so the tenants' hot capacity.summary leaves it out.
+    split = [p.pool_id for p in pools if not p.gpu_model] if per_model else []
+    mixed = await ctx.ledger.gpu_models(split, ctx.now())
     return out.CapacitySummary(
         tenant_id=tenant_id,
         pools=[
@@ -98,6 +105,9 @@ async def _pools_capacity(
                 archived=p.archived,
                 capacity=[render.rollup_row(r) for r in rows[p.pool_id]],
                 unbooked_busy=busy.get(p.pool_id),
+                gpu_models=None
+                if p.pool_id not in mixed
+                else {m: out.ModelTotals(**cols) for m, cols in mixed[p.pool_id].items()},
             )
             for p in pools
         ],

@@ -24,10 +24,11 @@ from coordinator.domain.errors import NotFound
 from coordinator.ledger import ReservationFilter
 from coordinator.services.idempotent import Replayed
 from coordinator.services.reservations import Created, CreateRequest
-from shared.ids import RESERVATION_ID_PATTERN
+from shared.ids import NODE_ID_PATTERN, RESERVATION_ID_PATTERN
 from shared.reservation_states import RESERVATION_STATES, ReservationState
 
 ReservationId = Annotated[str, Field(max_length=57, pattern=RESERVATION_ID_PATTERN)]
+NodeId = Annotated[str, Field(max_length=128, pattern=NODE_ID_PATTERN)]
 
 
 class ReservationRef(ApiInput):
@@ -62,6 +63,10 @@ class ListInput(ApiInput):
     )
     pool_id: PoolId | None = Field(default=None, description="Only this pool's.")
     project_id: ProjectId | None = Field(default=None, description="Only this project's.")
+    node_id: NodeId | None = Field(
+        default=None,
+        description="Only those booked on this node (what maintenance of it would put at risk).",
+    )
     state: Annotated[list[ReservationState], Field(max_length=len(RESERVATION_STATES))] = Field(
         default_factory=list, description="Any of these states, as of now (empty: every state)."
     )
@@ -108,7 +113,8 @@ async def create(ctx: CallContext, body: ReservationCreateInput) -> out.Reservat
 async def get(ctx: CallContext, body: ReservationLookup) -> out.ReservationOut:
     """One of the tenant's reservations, with its state now (operators: any tenant's)."""
     res = await ctx.ledger.reservations.get(body.reservation_id, body.tenant_id)
-    return render.reservation(res, ctx.now())
+    idle = ctx.services.idle_since(res.reservation_id)
+    return render.reservation(res, ctx.now(), idle_since=idle)
 
 
 @REGISTRY.method(
@@ -117,8 +123,8 @@ async def get(ctx: CallContext, body: ReservationLookup) -> out.ReservationOut:
 )  # fmt: skip
 async def list_(ctx: CallContext, body: ListInput) -> out.ReservationPage:
     """The tenant's reservations, newest first, a page at a time (opaque cursor);
-    filtered by pool, project, state now and a time window; operators may leave out
-    tenantId for every tenant's."""
+    filtered by pool, project, node, state now and a time window; operators may leave
+    out tenantId for every tenant's."""
     if body.pool_id is not None and body.tenant_id is not None:
         pool = await ctx.ledger.pools.get(body.pool_id)
         if pool is None or not pool.visible_to(body.tenant_id):
@@ -127,13 +133,16 @@ async def list_(ctx: CallContext, body: ListInput) -> out.ReservationPage:
     now = ctx.now()
     wanted = ReservationFilter(
         tenant_id=body.tenant_id, pool_id=body.pool_id, project_id=body.project_id,
-        states=tuple(body.state), start=body.from_, end=body.to,
+        node_id=body.node_id, states=tuple(body.state), start=body.from_, end=body.to,
     )  # fmt: skip
     page = await ctx.ledger.listing.page(wanted, before, body.limit + 1, now)
     more = len(page) > body.limit
     page = page[: body.limit]
     return out.ReservationPage(
-        reservations=[render.reservation(r, now) for r in page],
+        reservations=[
+            render.reservation(r, now, idle_since=ctx.services.idle_since(r.reservation_id))
+            for r in page
+        ],
         next_cursor=encode_cursor([page[-1].created_at, page[-1].reservation_id])
         if more and page
         else None,

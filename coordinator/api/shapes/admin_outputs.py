@@ -1,4 +1,4 @@
-"""Output models of the operator methods: tenants, API keys and quotas."""
+"""Output models of the operator methods (tenants, API keys, quotas) and of projects."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from coordinator.api.shapes.base import ApiOutput
-from coordinator.api.shapes.fields import EpochMs, PoolId, TenantId
+from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 
 Role = Literal["tenant", "operator", "observer"]
 KeyId = Annotated[str, Field(examples=["k0123456789abcde"])]
@@ -73,3 +73,14 @@ class QuotaOut(ApiOutput):
 class Quotas(ApiOutput):
     tenant_id: TenantId = Field(description="The tenant.")
     quotas: list[QuotaOut] = Field(description="Every limit it has now.")
+
+
+class ProjectOut(ApiOutput):
+    project_id: ProjectId = Field(description="The project (`prj_` + ULID).")
+    tenant_id: TenantId = Field(description="Its tenant.")
+    name: str = Field(description="Its name, unique within its tenant.")
+    created_at: EpochMs = Field(description="When it was created.")
+
+
+class ProjectList(ApiOutput):
+    projects: list[ProjectOut] = Field(description="By tenant, then name.")

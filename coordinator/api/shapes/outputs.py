@@ -97,6 +97,11 @@ class PoolCapacity(ApiOutput):
         " (gpu.unbookedUse, as the leader's use join last saw it): counted in the gpu"
         " row's available, but placed last. Left out when none.",
     )
+    gpu_models: dict[str, ModelTotals] | None = optional(
+        description="capacity.fleet, a pool that declares no GPU model (byGpuModel counts"
+        " it under `other`): its whole GPUs per model its agents report (`other`: none"
+        " reported). Left out elsewhere.",
+    )
 
 
 class CapacitySummary(ApiOutput):
@@ -240,6 +245,11 @@ class ReservationOut(ApiOutput):
     warnings: list[str] | None = optional(
         description="In the answer to its create only: each GPU in unbooked use (a process no"
         " booking covers) it takes, taken only because no idle GPU fits.",
+    )
+    idle_since: EpochMs | None = optional(
+        description="While it runs and none of its GPUs runs a process (or all stay under the"
+        " idle utilization): since when, as the leader's use join sees it (`reservation.idle`"
+        " follows after `idle_after_s`). Left out otherwise, and on other replicas.",
     )
 
 

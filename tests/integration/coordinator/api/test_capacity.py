@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from coordinator.api.methods import REGISTRY
 from coordinator.domain.model import RESOURCES
 from coordinator.ledger import Ledger
@@ -209,3 +211,49 @@ async def test_openapi_is_generated_from_the_registry(served: Served) -> None:
     post = doc["paths"]["/api/capacity/reservations"]["post"]
     assert ("Idempotency-Key", "header") in {(p["name"], p["in"]) for p in post["parameters"]}
     assert "text/plain" in post["responses"]["400"]["content"]
+
+
+def _of_model(inv: Any, model: str) -> Any:
+    """The inventory with its GPUs reporting `model`."""
+    atoms = [
+        msgspec.structs.replace(a, attrs=a.attrs | {"model": model}) if a.cls == "gpu" else a
+        for a in inv.atoms
+    ]
+    return msgspec.structs.replace(inv, atoms=atoms)
+
+
+async def test_a_mixed_pool_counts_its_gpus_per_reported_model(served: Served) -> None:
+    """byGpuModel keeps a pool without a model under `other` (seed 000); in the fleet
+    view the pool's own gpuModels splits it by the models its agents report, booked now
+    and later."""
+    api, ledger = served.api, served.ledger
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    mixed = (await api.ok("pools.create", {"tenantId": "acme", "name": "mixed"}))["poolId"]
+    h100 = await api.ok("pools.create", {"tenantId": "acme", "name": "h", "gpuModel": "H100"})
+    await record_inventory(ledger, _of_model(make_inventory("a1", mixed, gpus=4), "A100"), 1)
+    await record_inventory(ledger, _of_model(make_inventory("l1", mixed, gpus=2), "L40S"), 1)
+    await record_inventory(ledger, make_inventory("h1", h100["poolId"], gpus=2), 1)
+
+    def book(model: str, key: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "tenantId": "acme", "poolId": mixed, "duration": "1h", "idempotencyKey": key,
+            "devices": [{"class": "gpu", "count": 1, "selector": {"model": model}}],
+        } | extra  # fmt: skip
+
+    await api.ok("reservations.create", book("A100", "now"))
+    later = 2**41  # 2039: well after now
+    await api.ok("reservations.create", book("L40S", "later", start=later))
+
+    summary = await api.ok("capacity.fleet", {})
+    pools = {p["name"]: p for p in summary["pools"]}
+    assert pools["mixed"]["gpuModels"] == {
+        "A100": {"total": 4, "allocatable": 4, "allocated": 1, "reserved": 0, "available": 3},
+        "L40S": {"total": 2, "allocatable": 2, "allocated": 0, "reserved": 1, "available": 1},
+    }
+    assert "gpuModels" not in pools["h"]
+    other = summary["byGpuModel"]["other"]
+    assert (other["total"], other["allocated"], other["reserved"]) == (6, 1, 1)
+    # A tenant's summary (the hot read) keeps the seed's shape, stored rollup only.
+    tenant = await api.ok("capacity.summary", {"tenantId": "acme"})
+    assert all(p.get("gpuModels") is None for p in tenant["pools"]), tenant["pools"]
+    assert tenant["byGpuModel"]["other"] == other

@@ -78,6 +78,9 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.call("apiKeys.revoke", {"keyId": spare["keyId"]})
     await a.call("apiKeys.list", {"tenantId": "acme", "includeRevoked": True})
     await a.call("apiKeys.self", {}, acme)
+    await a.call("projects.create", {"tenantId": "acme", "name": "llm"}, acme)
+    await a.call("projects.create", {"tenantId": "acme", "name": "llm"}, acme, want=409)
+    await a.call("projects.list", {"tenantId": "acme"}, acme)
     pool = (await a.call("pools.create", {"tenantId": "acme", "name": "a", "gpuModel": "H100"}))[
         "poolId"
     ]

@@ -148,3 +148,33 @@ async def test_usage_counts_mig_vf_and_scalar_hours_by_resource(
     report = await capi.ok("usage.report", {"tenantId": "acme", "from": T0, "to": T0 + 240 * MIN})
     # Half an hour so far: 2 MIG instances, 1 VF, 8 vCPU; nothing counted for what is to come.
     assert report["totals"] == pytest.approx({"gpu.mig": 1.0, "nic.vf": 0.5, "vcpu": 4.0})
+
+
+async def test_listing_by_node_finds_what_maintenance_would_put_at_risk(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    """`nodeId`: the reservations booked on a node (`gpufleet maintenance --dry-run`),
+    a tenant's own only; reading them changes nothing."""
+    pool, _ = await _fleet(capi, clocked)
+    await record_inventory(clocked.ledger, make_inventory("n1", pool, gpus=8), 1)
+    on_n0 = await capi.ok("reservations.create", _req(pool, "n0", 8, "1h"))
+    later = await capi.ok("reservations.create", _req(pool, "later", 8, "1h", start=T0 + 120 * MIN))
+    on_n1 = await capi.ok("reservations.create", _req(pool, "n1", 2, "1h"))
+    node_of = {r["reservationId"]: r["atoms"][0]["nodeId"] for r in (on_n0, later, on_n1)}
+    n0 = [rid for rid, node in node_of.items() if node == "n0"]
+    assert n0 and len(n0) < 3
+
+    live = ["scheduled", "active", "noticed"]
+    found = await capi.ok("reservations.list", {"nodeId": "n0", "state": live})
+    assert sorted(r["reservationId"] for r in found["reservations"]) == sorted(n0)
+    mine = await capi.ok("reservations.list", {"tenantId": "globex", "nodeId": "n0"})
+    assert mine["reservations"] == []
+    status, err = await capi.call("reservations.list", {"nodeId": "no such node!"})
+    assert status == 400 and "nodeId" in str(err)
+    # Ended: no longer live, still found without a state filter.
+    clock.advance(61 * MIN)
+    now_live = await capi.ok("reservations.list", {"nodeId": "n0", "state": live})
+    assert [r["reservationId"] for r in now_live["reservations"]] == [
+        rid for rid in n0 if rid == later["reservationId"]
+    ]
+    assert {r.get("atRisk") for r in found["reservations"]} == {None}

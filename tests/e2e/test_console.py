@@ -3,7 +3,10 @@ against a real coordinator and a simulated agent in a tenant's pool: an operator
 in by keyboard acting for that tenant, sees the whole fleet, walks fleet → pool → node,
 watches an injected XID turn a GPU unhealthy (and the alert arrive), books GPUs now and
 later and sees them on a timeline scaled to them, uses the tenant's calendar, and sees a
-lost connection in the page; then an operator as itself, a tenant, and the phone width.
+lost connection in the page; then an operator as itself, a tenant, and the phone width;
+then use (issue 34): idle bookings and GPUs busy without one counted on the cards, idle
+and at-risk bookings marked on the timeline, times in UTC with the local time on hover,
+at 1440 and 390 px.
 Labels, keyboard use and contrast are checked. Screenshots go to tmp/artifacts/console/
 (the path is printed)."""
 
@@ -737,6 +740,7 @@ def test_console_counts_idle_and_unbooked_use_and_marks_the_timeline(
     d.get(procs.url + "/#/")
     WebDriverWait(d, 20).until(lambda _: count("idle") == "1")
     assert d.execute_script("return document.documentElement.scrollWidth") <= 390
+    d.execute_script("window.scrollTo(0, 0)")
     _shot(d, "23-use-fleet-390")
     assert _png_width(ARTIFACTS / "22-use-pool-390.png") == 390
 

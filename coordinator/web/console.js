@@ -655,6 +655,10 @@ function signOut(err = null) {
   store.removeItem("gpufleet.tenant");
   state.key = state.tenant = state.shown = null;
   state.operator = false;
+  // The next key sees only what it may: nothing the last key was shown stays.
+  state.idle = new Map();
+  state.lastAlert = 0;
+  $("#alert-list").replaceChildren();
   // The next key starts at the fleet (no hashchange: nothing renders signed out).
   history.replaceState(null, "", "#/");
   clearInterval(state.timer);

@@ -489,7 +489,10 @@ def test_console_operator_as_itself_tenant_and_phone_width(
     assert "Not booked" in said and "not found" in said and "{" not in said, said
     _accessible(d)
     _shot(d, "10-operator-refused")
+    _wait(d, "#alert-list li")  # the operator's feed (gpu-a registered)
     _retry(lambda: d.find_element(By.ID, "signout").click())
+    # The next key, a tenant's, is shown nothing of the operator's feed.
+    assert d.execute_script("return document.querySelectorAll('#alert-list li').length") == 0
 
     # The tenant field refuses what the API would: its pattern is valid under `v`.
     tenant_re = re.compile(TENANT_ID_PATTERN)

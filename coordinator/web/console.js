@@ -4,9 +4,14 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const store = window.sessionStorage;
 const state = { key: store.getItem("gpufleet.key"), tenant: store.getItem("gpufleet.tenant"),
-  operator: false, lastAlert: 0, timer: null, refresh: null, renders: 0, shown: null };
-const STATES = ["allocated", "reserved", "available", "provisioning", "unhealthy",
+  operator: false, lastAlert: 0, timer: null, refresh: null, renders: 0, shown: null,
+  // The bookings idle now (their open reservation.idle), by reservation id.
+  idle: new Map() };
+const STATES = ["allocated", "reserved", "unbooked", "available", "provisioning", "unhealthy",
   "maintenance", "unreachable"];
+// How a bar's part is named where its key would not say it.
+const STATE_NAMES = { unbooked: "busy without a booking" };
+const stateName = (s) => STATE_NAMES[s] || s;
 const LIVE = ["scheduled", "active", "noticed"];
 const MIN = 60_000, HOUR = 60 * MIN, DAY = 24 * HOUR;
 
@@ -142,9 +147,16 @@ async function poolById(poolId) {
   return pool;
 }
 
-const time = (ms) => new Date(ms).toLocaleString([], { dateStyle: "short", timeStyle: "short" });
-const hhmm = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-const dayHour = (ms) => new Date(ms).toLocaleString([], { weekday: "short", hour: "2-digit", minute: "2-digit" });
+// Times are written in UTC (what the API, the CLI and the logs say); each <time> has the
+// viewer's local time as its title, shown on hover.
+const pad = (n) => String(n).padStart(2, "0");
+const WEEKDAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+const hhmm = (ms) => { const d = new Date(ms); return `${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}`; };
+const dayHour = (ms) => `${WEEKDAYS[new Date(ms).getUTCDay()]} ${hhmm(ms)}`;
+const utc = (ms) => `${new Date(ms).toISOString().slice(0, 10)} ${hhmm(ms)} UTC`;
+const local = (ms) => new Date(ms).toLocaleString([], { year: "numeric", month: "short", day: "numeric",
+  hour: "2-digit", minute: "2-digit", timeZoneName: "short" });
+const at = (ms, text = utc(ms)) => h("time", { datetime: new Date(ms).toISOString(), title: `local time: ${local(ms)}` }, text);
 const badge = (word, cls = word) => h("span", { class: `badge ${cls}` }, word);
 const short = (id) => (id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id);
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
@@ -157,30 +169,53 @@ const put = (parent, ...kids) => parent.append(...kids.flat().filter((k) => k !=
 // Tables may be wider than a phone: they scroll inside their card, never the page.
 const scroller = (table) => h("div", { class: "scroll" }, table);
 
-function parts(row) {
+// A GPU in unbooked use is bookable (the API counts it available) but not free: the
+// bar shows it apart, as busy without a booking.
+function parts(row, busy = 0) {
   const allocated = Math.min(row.allocated, row.allocatable);
   const reserved = Math.min(row.reserved, row.allocatable - allocated);
-  return { allocated, reserved, available: row.allocatable - allocated - reserved,
+  const unbooked = Math.min(busy, row.allocatable - allocated - reserved);
+  return { allocated, reserved, unbooked, available: row.allocatable - allocated - reserved - unbooked,
     provisioning: row.provisioning, unhealthy: row.unhealthy, maintenance: row.maintenance,
     unreachable: row.unreachable };
 }
 
-function stateBar(row, label) {
-  const p = parts(row);
+function stateBar(row, label, busy = 0) {
+  const p = parts(row, busy);
   const total = Math.max(1, row.total);
-  const text = STATES.filter((s) => p[s]).map((s) => `${p[s]} ${s}`).join(", ") || "none";
+  const text = STATES.filter((s) => p[s]).map((s) => `${p[s]} ${stateName(s)}`).join(", ") || "none";
   return h("div", {},
     h("div", { class: "bar", role: "img", "aria-label": `${label}: ${text} of ${row.total}` },
       STATES.filter((s) => p[s]).map((s) =>
-        h("span", { class: `s-${s}`, style: `width:${(100 * p[s]) / total}%`, title: `${s}: ${p[s]}` }))),
+        h("span", { class: `s-${s}`, style: `width:${(100 * p[s]) / total}%`, title: `${stateName(s)}: ${p[s]}` }))),
     h("ul", { class: "legend" }, STATES.filter((s) => p[s]).map((s) =>
-      h("li", {}, h("i", { class: `s-${s}`, "aria-hidden": "true" }), `${s} ${p[s]}`))));
+      h("li", {}, h("i", { class: `s-${s}`, "aria-hidden": "true" }), `${stateName(s)} ${p[s]}`))));
+}
+
+// The bookings idle now, as this key may see them (the console feed's `idle`: its own
+// tenant's only, every tenant's for an operator). Kept as it was if the feed is away.
+async function refreshIdle() {
+  try {
+    const data = await get(`/api/console/alerts?after=${Number.MAX_SAFE_INTEGER}`);
+    state.idle = new Map((data.idle || []).map((i) => [i.reservationId, i]));
+  } catch { /* the view's own calls say what is wrong */ }
+}
+
+// What a pool's card counts beside its bar: idle bookings and GPUs busy without one.
+function useCounts(pool) {
+  const idle = [...state.idle.values()].filter((i) => i.poolId === pool.poolId).length;
+  const busy = pool.unbookedBusy || 0;
+  return h("ul", { class: "counts" },
+    h("li", { class: idle ? "count warn" : "count", "data-count": "idle" },
+      h("strong", {}, String(idle)), ` idle ${idle === 1 ? "booking" : "bookings"}`),
+    h("li", { class: busy ? "count bad" : "count", "data-count": "unbooked-busy" },
+      h("strong", {}, String(busy)), ` ${busy === 1 ? "GPU" : "GPUs"} busy without a booking`));
 }
 
 // ---- views ---------------------------------------------------------------------------
 
 async function fleetView(view) {
-  const pools = await visiblePools();
+  const [pools] = await Promise.all([visiblePools(), refreshIdle()]);
   if (state.operator) {
     put(view, h("h1", {}, "Whole fleet"), h("p", { class: "muted" },
       `Every tenant's pools (an operator's key). Bookings and the calendar act for tenant ${state.tenant}.`));
@@ -196,8 +231,8 @@ async function fleetView(view) {
       h("h2", { id: `p-${pool.poolId}` }, h("a", { href: `#/pool/${pool.poolId}` }, pool.name)),
       h("p", { class: "muted small" }, `${pool.gpuModel || "any GPU"} · owner ${pool.owner}`,
         pool.archived ? " · archived" : "", h("br"), h("span", { class: "id" }, pool.poolId)),
-      gpu ? [h("h3", {}, `GPUs (${gpu.total})`), stateBar(gpu, "GPUs")] : h("p", {}, "No GPUs yet."),
-      unbookedBusy(pool),
+      gpu ? [h("h3", {}, `GPUs (${gpu.total})`), stateBar(gpu, "GPUs", pool.unbookedBusy)] : h("p", {}, "No GPUs yet."),
+      useCounts(pool), unbookedBusy(pool),
       node ? h("p", {}, `${plural(node.total, "node")}, ${node.allocatable} allocatable`) : null));
   }
   put(view, grid);
@@ -216,6 +251,7 @@ async function poolView(view, poolId) {
     poolById(poolId),
     call("nodes.list", { ...asTenant(), poolId, limit: 500 }),
     liveBookings(poolId, now),
+    refreshIdle(),
   ]);
   const win = timelineWindow(bookings, now);
   const timeline = await call("capacity.timeline", { ...asOwner(pool), poolId,
@@ -226,14 +262,19 @@ async function poolView(view, poolId) {
       h("span", { class: "id" }, pool.poolId)));
   const rows = pool.capacity;
   const gpu = rows.find((r) => r.resource === "gpu");
-  const cols = ["total", "allocated", "reserved", "available", "unhealthy", "maintenance", "unreachable"];
+  const cols = ["total", "allocated", "reserved", "busy unbooked", "available", "unhealthy", "maintenance", "unreachable"];
+  // The gpu row's GPUs in unbooked use, out of its available (as the bar shows them).
+  const busy = (r) => (r.resource === "gpu" ? parts(r, pool.unbookedBusy).unbooked : 0);
+  const cell = (r, c) => (c === "busy unbooked" ? (r.resource === "gpu" ? busy(r) : "—")
+    : c === "available" ? r.available - busy(r) : r[c]);
   const capCard = h("section", { class: "card", "aria-labelledby": "cap-title" },
-    h("h2", { id: "cap-title" }, "Capacity"), gpu ? stateBar(gpu, "GPUs") : null, unbookedBusy(pool),
+    h("h2", { id: "cap-title" }, "Capacity"), gpu ? stateBar(gpu, "GPUs", pool.unbookedBusy) : null,
+    useCounts(pool), unbookedBusy(pool),
     scroller(h("table", {}, h("caption", { class: "muted" }, "Units per resource and bucket"),
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "resource"),
         cols.map((c) => h("th", { scope: "col", class: "num" }, c)))),
       h("tbody", {}, rows.map((r) => h("tr", {}, h("th", { scope: "row" }, r.resource),
-        cols.map((c) => h("td", { class: "num" }, r[c]))))))));
+        cols.map((c) => h("td", { class: "num" }, cell(r, c)))))))));
   const nodeCard = h("section", { class: "card", "aria-labelledby": "nodes-title" },
     h("h2", { id: "nodes-title" }, `Nodes (${nodes.nodes.length})`),
     scroller(h("table", {}, h("thead", {}, h("tr", {}, ["node", "hostname", "status", "health", "last seen"]
@@ -241,7 +282,7 @@ async function poolView(view, poolId) {
       h("tbody", {}, nodes.nodes.map((n) => h("tr", {},
         h("th", { scope: "row" }, h("a", { href: `#/node/${encodeURIComponent(n.nodeId)}` }, n.nodeId)),
         h("td", {}, n.hostname), h("td", {}, badge(n.status)),
-        h("td", {}, badge(n.state.health.value)), h("td", {}, time(n.lastSeen))))))));
+        h("td", {}, badge(n.state.health.value)), h("td", {}, at(n.lastSeen))))))));
   put(view, capCard, ganttCard(timeline, bookings, now), bookCard(pool), nodeCard);
 }
 
@@ -274,34 +315,44 @@ function ganttCard(tl, bookings, now) {
   const shown = bookings.filter((r) => r.end > tl.from && r.start < tl.to)
     .sort((a, b) => a.start - b.start || (a.reservationId < b.reservationId ? -1 : 1));
   const label = span > DAY ? dayHour : hhmm;
-  // At most 5 ticks, on bucket edges, so they neither crowd nor overlap on a phone.
+  // At most 5 ticks, on bucket edges; a phone shows every other one (`minor` hidden), so
+  // they neither crowd nor overlap. The last one is set right of its mark, inside the box.
   const every = Math.ceil(tl.buckets.length / 5);
-  const ticks = tl.buckets.filter((_, i) => i % every === 0)
-    .map((b) => h("span", { style: `left:${pos(b.start)}` }, label(b.start)));
+  const marks = tl.buckets.filter((_, i) => i % every === 0);
+  const ticks = marks.map((b, i) => h("span", { class: [i % 2 ? "minor" : "", i && i === marks.length - 1 ? "last" : ""].join(" ").trim() || null,
+    style: `left:${pos(b.start)}` }, label(b.start)));
   const rowOf = (r) => {
     const gpus = r.atoms.filter((a) => a.class === "gpu").length;
-    const what = `${plural(gpus, "GPU")} · ${r.state}`;
-    const when = `${label(r.start)}–${label(r.end)}`;
+    const idle = LIVE.includes(r.state) && r.start <= now ? state.idle.get(r.reservationId) : undefined;
+    const risk = r.atRisk;
+    // An idle booking reads idle, not active: it holds GPUs nothing uses.
+    const what = `${plural(gpus, "GPU")} · ${idle ? "idle" : r.state}${risk ? " · at risk" : ""}`;
     const whose = state.operator ? ` · ${r.tenantId}` : "";
-    const text = `${r.reservationId}: ${what}, ${when}${whose}`;
+    const text = `${r.reservationId}: ${what}, ${utc(r.start)} to ${utc(r.end)}${whose}`
+      + (idle ? `; idle since ${utc(idle.idleSince)}` : "") + (risk ? `; at risk (${risk.reason}) since ${utc(risk.since)}` : "");
+    const cls = ["booking", r.state, r.spot ? "spot" : "", idle ? "idle" : "", risk ? "at-risk" : ""].filter(Boolean).join(" ");
     return h("div", { class: "rowwrap" },
-      h("span", { class: "rowlabel", title: r.reservationId }, short(r.reservationId),
-        h("span", { class: "muted when" }, `${when}${whose}`)),
+      h("div", { class: "rowlabel" },
+        h("span", { class: "rid", title: r.reservationId }, short(r.reservationId)), " ",
+        h("span", { class: "what" }, what), " ",
+        idle ? h("span", { class: "badge idle mark", "data-mark": "idle" }, "idle since ", at(idle.idleSince, label(idle.idleSince))) : null, " ",
+        risk ? h("span", { class: "badge risk mark", "data-mark": "at-risk", title: `since ${utc(risk.since)}` }, `at risk: ${risk.reason}`) : null,
+        h("span", { class: "muted when" }, at(r.start, label(r.start)), "–", at(r.end, label(r.end)), whose)),
       h("div", { class: "row" },
-        h("div", { class: `booking ${r.state}${r.spot ? " spot" : ""}`, "data-reservation": r.reservationId,
-          role: "img", "aria-label": text, title: text,
-          style: `left:${pos(r.start)};width:calc(${pos(r.end)} - ${pos(r.start)})` }, what),
+        h("div", { class: cls, "data-reservation": r.reservationId, "data-idle": idle ? "true" : null,
+          "data-at-risk": risk ? "true" : null, role: "img", "aria-label": text, title: text,
+          style: `left:${pos(r.start)};width:calc(${pos(r.end)} - ${pos(r.start)})` }, h("span", { class: "what" }, what)),
         now > tl.from && now < tl.to ? h("span", { class: "now", style: `left:${pos(now)}`, "aria-hidden": "true" }) : null));
   };
   return h("section", { class: "card", "aria-labelledby": "tl-title" },
     h("h2", { id: "tl-title" }, "Reservation timeline"),
-    h("p", { class: "muted" }, `${time(tl.from)} to ${time(tl.to)}, ${tl.allocatable} allocatable GPUs; `,
+    h("p", { class: "muted" }, at(tl.from), " to ", at(tl.to), ` (times in UTC, local time on hover), ${tl.allocatable} allocatable GPUs; `,
       `the strip shows free whole GPUs per ${tl.stepMinutes >= 60 ? plural(tl.stepMinutes / 60, "hour") : `${tl.stepMinutes} min`}.`),
     h("div", { class: "gantt", id: "gantt" },
       h("div", { class: "axis", "aria-hidden": "true" }, ticks),
       h("div", { class: "free", role: "list", "aria-label": "Free GPUs per time bucket" },
         tl.buckets.map((b) => h("span", { role: "listitem", class: b.free ? "" : "full",
-          "aria-label": `${label(b.start)}: ${b.free} free, ${b.booked} booked`, title: `${label(b.start)}: ${b.free} free` },
+          "aria-label": `${label(b.start)} UTC: ${b.free} free, ${b.booked} booked`, title: `${label(b.start)} UTC (local ${local(b.start)}): ${b.free} free` },
           b.free))),
       shown.length ? null : h("p", { class: "muted" }, "No reservations in this window."),
       shown.map(rowOf)));
@@ -353,10 +404,10 @@ async function nodeView(view, nodeId) {
     h("h2", { id: "state-title" }, "State"),
     h("table", {}, h("tbody", {},
       h("tr", {}, h("th", { scope: "row" }, "hostname"), h("td", {}, node.hostname)),
-      h("tr", {}, h("th", { scope: "row" }, "reachable"), h("td", {}, badge(s.reachable.value ? "reachable" : "unreachable", s.reachable.value ? "ok" : "bad"), ` since ${time(s.reachable.since)}`)),
+      h("tr", {}, h("th", { scope: "row" }, "reachable"), h("td", {}, badge(s.reachable.value ? "reachable" : "unreachable", s.reachable.value ? "ok" : "bad"), " since ", at(s.reachable.since))),
       h("tr", {}, h("th", { scope: "row" }, "health"), h("td", {}, badge(s.health.value), " ", s.health.reasons.join("; "))),
       h("tr", {}, h("th", { scope: "row" }, "maintenance"), h("td", {}, s.maintenance.value ? [badge("maintenance"), ` ${s.maintenance.reason} (by ${s.maintenance.by})`] : "no")),
-      h("tr", {}, h("th", { scope: "row" }, "last seen"), h("td", {}, time(node.lastSeen))),
+      h("tr", {}, h("th", { scope: "row" }, "last seen"), h("td", {}, at(node.lastSeen))),
       h("tr", {}, h("th", { scope: "row" }, "resources"), h("td", {}, `${node.resources.vcpu} vCPU, ${node.resources.memoryGiB} GiB`))))),
   state.operator ? maintenanceCard(node) : null);
   const gpus = node.atoms.filter((a) => a.class === "gpu")
@@ -375,7 +426,7 @@ async function nodeView(view, nodeId) {
         h("dt", {}, "holder"), h("dd", {}, holderBadge(held)),
         a.use ? [h("dt", {}, "use"), h("dd", { class: "use" }, useText(a.use))] : null,
         a.use && a.use.users.length ? [h("dt", {}, "users"), h("dd", { class: "users" }, usersOf(a.use, held))] : null,
-        later ? [h("dt", {}, "next"), h("dd", {}, badge(`${short(later.reservationId)} (${later.tenantId}) from ${time(later.start)}`, "next"))] : null,
+        later ? [h("dt", {}, "next"), h("dd", {}, h("span", { class: "badge next" }, `${short(later.reservationId)} (${later.tenantId}) from `, at(later.start)))] : null,
         a.healthReasons.length ? [h("dt", {}, "reasons"), h("dd", {}, a.healthReasons.join("; "))] : null));
   }));
   put(view, h("section", { class: "card", "aria-labelledby": "dev-title" },
@@ -453,7 +504,7 @@ function otherCard(atoms, next) {
         const later = next.get(a.atomId);
         return h("tr", {}, h("td", { title: a.atomId }, deviceName(a)), h("td", {}, a.class),
           h("td", {}, badge(a.health)),
-          h("td", {}, holderBadge(a.heldBy), later ? [" ", badge(`next ${short(later.reservationId)} from ${time(later.start)}`, "next")] : null));
+          h("td", {}, holderBadge(a.heldBy), later ? [" ", h("span", { class: "badge next" }, `next ${short(later.reservationId)} from `, at(later.start))] : null));
       })))));
 }
 
@@ -557,12 +608,13 @@ async function render(force = false) {
 async function pollAlerts() {
   try {
     const data = await get(`/api/console/alerts?after=${state.lastAlert}`);
+    if (data.idle) state.idle = new Map(data.idle.map((i) => [i.reservationId, i]));
     const list = $("#alert-list");
     for (const a of data.alerts) {
       state.lastAlert = Math.max(state.lastAlert, a.seq);
       const bad = /unhealthy|unreachable|atRisk|missing|unmonitored|unbookedUse|foreignUse/.test(a.kind);
       list.prepend(h("li", { "data-kind": a.kind },
-        h("time", { datetime: new Date(a.at).toISOString() }, time(a.at)),
+        at(a.at),
         badge(a.kind, bad ? "bad" : "info"), " ",
         h("a", { href: `#/node/${encodeURIComponent(a.nodeId)}` }, a.nodeId),
         a.deviceId ? ` · ${a.deviceId}` : "", a.reason ? ` — ${a.reason}` : ""));
@@ -603,6 +655,10 @@ function signOut(err = null) {
   store.removeItem("gpufleet.tenant");
   state.key = state.tenant = state.shown = null;
   state.operator = false;
+  // The next key sees only what it may: nothing the last key was shown stays.
+  state.idle = new Map();
+  state.lastAlert = 0;
+  $("#alert-list").replaceChildren();
   // The next key starts at the fleet (no hashchange: nothing renders signed out).
   history.replaceState(null, "", "#/");
   clearInterval(state.timer);

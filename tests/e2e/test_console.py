@@ -3,7 +3,10 @@ against a real coordinator and a simulated agent in a tenant's pool: an operator
 in by keyboard acting for that tenant, sees the whole fleet, walks fleet → pool → node,
 watches an injected XID turn a GPU unhealthy (and the alert arrive), books GPUs now and
 later and sees them on a timeline scaled to them, uses the tenant's calendar, and sees a
-lost connection in the page; then an operator as itself, a tenant, and the phone width.
+lost connection in the page; then an operator as itself, a tenant, and the phone width;
+then use (issue 34): idle bookings and GPUs busy without one counted on the cards, idle
+and at-risk bookings marked on the timeline, times in UTC with the local time on hover,
+at 1440 and 390 px.
 Labels, keyboard use and contrast are checked. Screenshots go to tmp/artifacts/console/
 (the path is printed)."""
 
@@ -18,8 +21,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import nats
 import pytest
@@ -77,10 +82,11 @@ class World:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, nats_url: str) -> Iterator[World]:
+def fleet(request: pytest.FixtureRequest, tmp_path: Path, nats_url: str) -> Iterator[World]:
+    """`indirect` parameters, if any, are the coordinator's extra flags."""
     procs = Fleet(tmp_path, nats_url)
     try:
-        procs.start_coordinator()
+        procs.start_coordinator(*getattr(request, "param", ()))
         op = procs.operator()
         for tenant in (TENANT, "globex"):
             op.call("tenants.create", {"tenantId": tenant})
@@ -483,7 +489,10 @@ def test_console_operator_as_itself_tenant_and_phone_width(
     assert "Not booked" in said and "not found" in said and "{" not in said, said
     _accessible(d)
     _shot(d, "10-operator-refused")
+    _wait(d, "#alert-list li")  # the operator's feed (gpu-a registered)
     _retry(lambda: d.find_element(By.ID, "signout").click())
+    # The next key, a tenant's, is shown nothing of the operator's feed.
+    assert d.execute_script("return document.querySelectorAll('#alert-list li').length") == 0
 
     # The tenant field refuses what the API would: its pattern is valid under `v`.
     tenant_re = re.compile(TENANT_ID_PATTERN)
@@ -588,3 +597,156 @@ def test_console_pages_load_nothing_from_elsewhere(fleet: World) -> None:
     for asset in ("console.js", "console.css", "reference.js"):
         text = (REPO / "coordinator" / "web" / asset).read_text()
         assert "http://" not in text and "https://" not in text, asset
+
+
+# Pairs of visible elements matching a selector whose boxes overlap (touching is fine).
+OVERLAPS = """
+const boxes = [...document.querySelectorAll(arguments[0])]
+  .filter(e => e.offsetParent !== null && e.getClientRects().length)
+  .map(e => [e.textContent.trim().slice(0, 40), e.getBoundingClientRect()]);
+const out = [];
+for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+  const [ta, a] = boxes[i], [tb, b] = boxes[j];
+  const x = a.left < b.right - 0.5 && b.left < a.right - 0.5;
+  if (x && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5) out.push([ta, tb]);
+}
+return out;
+"""
+# Every <time> in the page: its text, its instant and its title.
+TIMES = """
+return [...document.querySelectorAll(arguments[0] + ' time')].map(t => ({text: t.textContent,
+  datetime: t.getAttribute('datetime'), title: t.getAttribute('title')}));
+"""
+# A browser far from UTC, so its local time differs from the page's UTC.
+LOCAL_ZONE = "Asia/Kolkata"
+
+
+def _png_width(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], "big")
+
+
+@pytest.mark.parametrize(
+    "fleet", [("--use-interval-s", "0.5", "--idle-after-s", "2")], indirect=True
+)
+def test_console_counts_idle_and_unbooked_use_and_marks_the_timeline(
+    fleet: World, browser: WebDriver
+) -> None:
+    """Issue 34: an idle booking, a working one put at risk by an XID, one later, and a
+    process on a GPU nobody booked. The fleet and pool cards count 1 idle booking and 1
+    GPU busy without a booking (not available); the timeline marks the idle and the
+    at-risk booking, in UTC with the local time on hover; at 390 px its labels do not
+    overlap and its bars are not slivers. Screenshots at 1440 and 390 px."""
+    procs, pool, faults = fleet.procs, fleet.pool, fleet.faults
+    op = procs.operator()
+
+    def book(key: str, start_in_min: int = 0) -> dict[str, Any]:
+        body = {"tenantId": TENANT, "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+                "duration": "1h", "idempotencyKey": key}  # fmt: skip
+        if start_in_min:
+            body["start"] = int(time.time() * 1000) + start_in_min * 60_000
+        return op.call("reservations.create", body)
+
+    idle, working, later = book("idle"), book("working"), book("later", 120)
+    atoms = {a["atomId"]: a for a in op.call("nodes.get", {"nodeId": "gpu-a"})["atoms"]}
+    index = {
+        r["reservationId"]: atoms[r["atoms"][0]["atomId"]]["attrs"]["gpuIndex"]
+        for r in (idle, working, later)
+    }
+    free = min(set(range(8)) - set(index.values()))
+    work = index[working["reservationId"]]
+    faults.write_text(json.dumps({"faults": [
+        {"kind": "process", "pid": 4242, "gpus": [work], "memory_mib": 1024,
+         "env": {"GPUFLEET_RESERVATION_ID": working["reservationId"]},
+         "util": {"shape": "constant", "level": 85}},
+        {"kind": "process", "pid": 777, "gpu": free, "memory_mib": 2048},
+        {"kind": "xid", "gpu": work, "xid": 79},
+    ]}))  # fmt: skip
+
+    def settled() -> bool:
+        (row,) = [p for p in op.call("capacity.fleet", {})["pools"] if p["poolId"] == pool]
+        res = op.call("reservations.get", {"reservationId": working["reservationId"]})
+        return row.get("unbookedBusy") == 1 and res.get("atRisk") is not None
+
+    wait_for(settled, timeout=60, what="unbooked use and the XID seen")
+
+    d = browser
+    d.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": LOCAL_ZONE})
+    d.set_window_size(1440, 1000)
+    d.get(procs.url + "/")
+    _sign_in(d, fleet.tenant_key, TENANT)
+    card = f"section.pool-card:has(a[href='#/pool/{pool}'])"
+
+    def count(which: str) -> str:
+        return str(_retry(lambda: d.find_element(
+            By.CSS_SELECTOR, f"{card} [data-count='{which}'] strong").text))  # fmt: skip
+
+    WebDriverWait(d, 40).until(lambda _: count("idle") == "1")
+    assert count("unbooked-busy") == "1"
+    legend = _retry(lambda: d.find_element(By.CSS_SELECTOR, f"{card} .legend").text)
+    # The busy GPU is not available: 8 = 1 idle, 1 later, 1 unhealthy, 1 busy, 4 free.
+    assert "busy without a booking 1" in legend and "available 4" in legend, legend
+    _accessible(d)
+    _shot(d, "20-use-fleet-1440")
+
+    d.get(f"{procs.url}/#/pool/{pool}")
+    bar = "#gantt .booking[data-reservation='{}']"
+    _wait(d, bar.format(later["reservationId"]))
+    idle_bar = _wait(d, bar.format(idle["reservationId"]) + "[data-idle]")
+    assert _retry(lambda: idle_bar.text) == "1 GPU · idle"
+    risky = _wait(d, bar.format(working["reservationId"]) + "[data-at-risk]")
+    assert "active · at risk" in str(risky.text) and risky.get_attribute("data-idle") is None
+    later_bar = d.find_element(By.CSS_SELECTOR, bar.format(later["reservationId"]))
+    assert later_bar.get_attribute("data-idle") is None
+    assert later_bar.get_attribute("data-at-risk") is None
+    marks = {m.get_attribute("data-mark") for m in d.find_elements(By.CSS_SELECTOR, "#gantt .mark")}
+    assert marks == {"idle", "at-risk"}, marks
+    assert count_text(d, "#view [data-count='idle'] strong") == "1"
+    assert count_text(d, "#view [data-count='unbooked-busy'] strong") == "1"
+    # Times in UTC, the browser's local time (UTC+05:30) on hover.
+    times = _retry(lambda: d.execute_script(TIMES, "#view"))
+    assert len(times) >= 8, times
+    for t in times:
+        instant = datetime.fromisoformat(t["datetime"].replace("Z", "+00:00"))
+        assert instant.strftime("%H:%M") in t["text"], t
+        there = instant.astimezone(ZoneInfo(LOCAL_ZONE))
+        title = t["title"]
+        assert title.startswith("local time: ") and instant.strftime("%H:%M") not in title, t
+        assert there.strftime("%H:%M") in title or there.strftime("%I:%M") in title, t
+    _accessible(d)
+    d.execute_script("document.getElementById('tl-title').scrollIntoView()")
+    _shot(d, "21-use-pool-1440")
+    assert _png_width(ARTIFACTS / "21-use-pool-1440.png") == 1440
+
+    d.set_window_size(390, 844)
+    d.get(f"{procs.url}/#/pool/{pool}")
+    _wait(d, bar.format(idle["reservationId"]) + "[data-idle]")
+    assert d.execute_script("return document.documentElement.scrollWidth") <= 390
+    for sel in (
+        "#gantt .axis span",
+        "#gantt .rowlabel > *, #gantt .row",
+        "#gantt .mark, #gantt .what",
+    ):
+        assert _retry(lambda sel=sel: d.execute_script(OVERLAPS, sel)) == [], sel
+    widths = _retry(lambda: d.execute_script(
+        "return [...document.querySelectorAll('#gantt .row, #gantt .booking')]"
+        ".map(e => [e.className, e.getBoundingClientRect().width])"))  # fmt: skip
+    rows = [w for c, w in widths if c == "row"]
+    assert rows and min(rows) > 300, widths  # the strip has the card's width
+    assert all(w >= 6 for c, w in widths if c.startswith("booking")), widths
+    shown = _retry(
+        lambda: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#gantt .rowlabel .what")]
+    )
+    assert "1 GPU · idle" in shown, shown
+    _accessible(d)
+    d.execute_script("document.getElementById('tl-title').scrollIntoView()")
+    _shot(d, "22-use-pool-390")
+    d.get(procs.url + "/#/")
+    WebDriverWait(d, 20).until(lambda _: count("idle") == "1")
+    assert d.execute_script("return document.documentElement.scrollWidth") <= 390
+    d.execute_script("window.scrollTo(0, 0)")
+    _shot(d, "23-use-fleet-390")
+    assert _png_width(ARTIFACTS / "22-use-pool-390.png") == 390
+
+
+def count_text(driver: WebDriver, css: str) -> str:
+    return str(_retry(lambda: _wait(driver, css).text))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from coordinator.api.http.idle_book import IdleBook
 from shared.wire import USE_KINDS, Alert
 
 # Of each answer's `limit`, at most this many use alerts (the rest is other kinds'
@@ -31,11 +32,14 @@ class AlertFeed:
         self._items: deque[FedAlert] = deque(maxlen=keep)
         self._use: deque[FedAlert] = deque(maxlen=keep_use)
         self._seq = 0
+        # The open idle conditions, whatever the ring above has dropped (issue 34).
+        self.idle = IdleBook()
 
     def add(self, alert: Alert) -> None:
         self._seq += 1
         kept = self._use if alert.kind in USE_KINDS else self._items
         kept.append(FedAlert(self._seq, alert))
+        self.idle.note(alert)
 
     @property
     def last_seq(self) -> int:

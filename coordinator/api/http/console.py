@@ -13,6 +13,7 @@ from coordinator.api.http.auth import authenticate, bearer_key
 from coordinator.api.http.context import Services
 from coordinator.api.http.render import shown_by
 from coordinator.domain.disclosure import alert_seen
+from shared.wire import Alert
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 # Only this origin: the page can neither load nor send anything elsewhere.
@@ -41,21 +42,27 @@ def add_console_routes(app: web.Application, services: Services) -> None:
     async def alerts(request: web.Request) -> web.Response:
         """Alerts seen since `after` (a sequence number from the previous answer); a
         tenant's key sees its visible pools' alerts (who acted only as `operator`), of
-        other tenants' reservations and use nothing, an operator's all of them."""
+        other tenants' reservations and use nothing, an operator's all of them. `idle`:
+        the reservations idle now (their open `reservation.idle`), under the same rule."""
         key = bearer_key(request.headers.get("Authorization"), request.headers.get("X-API-Key"))
         principal = await authenticate(services.ledger, key)
         try:
             after = max(0, int(request.query.get("after", "0")))
         except ValueError:
             after = 0
-        items = services.feed.after(after)
         viewer = None if principal.reads_every_tenant else principal.tenant_id
+        visible: set[str] | None = None
         if viewer is not None:
-            pools = await services.ledger.pools.list_visible(viewer)
-            visible = {p.pool_id for p in pools}
-            items = [i for i in items if i.alert.pool_id in visible]
-        # Another tenant's reservations and use are not shown (`domain.disclosure`).
-        seen = [(i.seq, a) for i in items if (a := alert_seen(i.alert, viewer)) is not None]
+            visible = {p.pool_id for p in await services.ledger.pools.list_visible(viewer)}
+
+        def seen(alert: Alert) -> Alert | None:
+            if visible is not None and alert.pool_id not in visible:
+                return None
+            # Another tenant's reservations and use are not shown (`domain.disclosure`).
+            return alert_seen(alert, viewer)
+
+        fed = [(i.seq, a) for i in services.feed.after(after) if (a := seen(i.alert)) is not None]
+        idle = [a for a in services.feed.idle.open() if seen(a) is not None]
         operator = principal.is_operator
         return web.json_response(
             {
@@ -65,7 +72,15 @@ def add_console_routes(app: web.Application, services: Services) -> None:
                     | msgspec.to_builtins(alert)
                     # Who acted, as `maintenance.by` shows it: a tenant sees "operator".
                     | {"by": shown_by(alert.by, operator)}
-                    for seq, alert in seen
+                    for seq, alert in fed
+                ],
+                "idle": [
+                    {
+                        "reservationId": a.reservation_id,
+                        "poolId": a.pool_id,
+                        "idleSince": a.details.get("idleSince", a.since),
+                    }
+                    for a in idle
                 ],
             }
         )

@@ -69,6 +69,16 @@ class Shared:
             assert resp.status == 200
             return list((await resp.json())["alerts"])
 
+    async def idle(self, who: str) -> list[dict[str, Any]]:
+        """The console feed's idle reservations (issue 34) as `who` reads them."""
+        key = self.keys.get(who) or self.api.operator_key
+        headers = {"Authorization": f"Bearer {key}"}
+        async with self.api.session.get(
+            f"{self.api.base}/api/console/alerts", headers=headers
+        ) as resp:
+            assert resp.status == 200
+            return list((await resp.json())["idle"])
+
 
 def _inventory(pool: str) -> Inventory:
     """Four GPUs, the first time-sliced into two slots."""
@@ -200,6 +210,17 @@ async def test_the_console_feed_shows_a_tenant_only_its_own_reservations_and_use
     on_held = [a for a in acme if a["kind"] == "gpu.foreignUse"]
     assert sorted(a["details"]["ownerKind"] for a in on_held) == ["pod", "reservation"]
     assert all(a["details"]["holders"] == [shared.rsv["acme-held"]] for a in on_held)
+
+
+async def test_the_console_counts_idle_bookings_of_the_viewer_only(shared: Shared) -> None:
+    """The fleet cards' idle count (issue 34) comes from the feed's `idle`: acme's idle
+    booking for acme and the operator, nothing of it for globex."""
+    idle = shared.rsv["acme-idle"]
+    for who in ("operator", "acme"):
+        rows = await shared.idle(who)
+        assert [r["reservationId"] for r in rows] == [idle], who
+        assert rows[0]["poolId"] and isinstance(rows[0]["idleSince"], int)
+    assert await shared.idle("globex") == []
 
 
 async def test_node_events_name_no_reservation_or_owner_to_a_tenant(shared: Shared) -> None:

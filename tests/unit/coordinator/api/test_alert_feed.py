@@ -40,3 +40,30 @@ def test_use_alerts_keep_a_share_when_other_kinds_abound() -> None:
     small.add(_alert("gpu.unbookedUse"))
     small.add(_alert("device.unhealthy"))
     assert [i.seq for i in small.after(0)] == [1, 2]
+
+
+def _use(kind: str, rid: str, i: int) -> Alert:
+    return Alert(
+        alert_id=f"u{kind}{rid}{i}", kind=kind, pool_id="p", node_id="n", at=i,  # type: ignore[arg-type]
+        reservation_id=rid, details={"tenantId": "acme", "idleSince": i - 5},
+    )  # fmt: skip
+
+
+def test_the_idle_reservations_stay_known_after_the_ring_dropped_their_alert() -> None:
+    """The console counts idle bookings from the open `reservation.idle` conditions
+    (issue 34): opened by `reservation.idle`, closed by `reservation.inUse`, kept
+    whatever number of later use alerts pushed the alert itself out of the feed."""
+    feed = AlertFeed()
+    feed.add(_use("reservation.idle", "r1", 10))
+    feed.add(_use("reservation.idle", "r2", 11))
+    feed.add(_use("reservation.idle", "r3", 12))
+    feed.add(_use("reservation.inUse", "r2", 13))
+    for i in range(500):
+        feed.add(_alert("gpu.foreignUse", i))
+    assert not [i for i in feed.after(0) if i.alert.kind == "reservation.idle"]
+    assert [(a.reservation_id, a.details["idleSince"]) for a in feed.idle.open()] == [
+        ("r1", 5),
+        ("r3", 7),
+    ]
+    feed.add(_use("reservation.inUse", "r1", 600))  # e.g. it ended while idle
+    assert [a.reservation_id for a in feed.idle.open()] == ["r3"]

@@ -342,7 +342,8 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
 # The SPEC's kinds, plus the ends of the one-sided flags it names (`node.provisioned`,
 # `node.maintenanceEnded`), a node's first inventory (`node.registered`) and a device
 # that turned `degraded` (a warning, like `node.degraded`). Promise against use (SPEC §10):
-# `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle` and its end `reservation.inUse`.
+# `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle`, each a condition with its end
+# (`gpu.unbookedUseEnded`, `gpu.foreignUseEnded`, `reservation.inUse`).
 AlertKind = Literal[
     "node.registered",
     "node.unreachable",
@@ -370,6 +371,8 @@ AlertKind = Literal[
     "gpu.foreignUse",
     "reservation.idle",
     "reservation.inUse",
+    "gpu.unbookedUseEnded",
+    "gpu.foreignUseEnded",
 ]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
 # The kinds the join of bookings and use produces (`coordinator.domain.gpu_use_join`).
@@ -378,6 +381,8 @@ USE_KINDS: tuple[AlertKind, ...] = (
     "gpu.foreignUse",
     "reservation.idle",
     "reservation.inUse",
+    "gpu.unbookedUseEnded",
+    "gpu.foreignUseEnded",
 )
 
 

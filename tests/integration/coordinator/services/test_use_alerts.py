@@ -195,7 +195,6 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         await eventually(in_use_again, within_s=30)
         (back,) = await agent.wait_for("reservation.inUse")
         assert back.reservation_id == rid2
-        assert {a.kind for a in agent.alerts} >= set(USE_KINDS)
         assert all(
             a.reservation_id != rid1 for a in agent.alerts if a.kind.startswith("reservation.")
         )
@@ -268,6 +267,24 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             base, UUID=free, reservation="", user="pod-7", user_kind="pod", match="unbooked"
         )
         assert series[("gpufleet_gpu_user_info", pod)] == 1
+
+        # Use is a condition (issue 34): the pod stops and r2 leaves r1's GPU; each
+        # ends once, with the labels it started with.
+        await agent.report(
+            gpu(g1, (rid1, "reservation")), gpu(free), gpu(g2, (rid2, "reservation"))
+        )
+        (ended,) = await agent.wait_for("gpu.unbookedUseEnded")
+        assert (ended.device_id, ended.node_id, ended.pool_id) == (free, "n1", pool)
+        (gone,) = await agent.wait_for("gpu.foreignUseEnded")
+        assert (gone.device_id, gone.reservation_id) == (g1, rid2)
+        assert gone.details["ownerKind"] == "reservation"
+        assert {a.kind for a in agent.alerts} >= set(USE_KINDS)
+        events = await used.ledger.catalog.events("n1")
+        assert [(e.kind, e.device_id) for e in events if e.kind.startswith("gpu.")] == [
+            ("gpu.unbookedUse", free), ("gpu.foreignUse", g1),
+            ("gpu.unbookedUseEnded", free), ("gpu.foreignUseEnded", g1),
+        ]  # fmt: skip
+        assert await used.ledger.gpu_use.conditions() == []
     await nc.close()
 
 
@@ -329,4 +346,17 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
         assert matches == {
             ("reservation", rid): "holder", ("pod", "pod-7"): "foreign", ("slurm", "42"): "foreign",
         }  # fmt: skip
+        # The nobody-owned process left g1 at the delta: ended, once. The pod and the job
+        # stop: each ends once.
+        (nobody,) = await agent.wait_for("gpu.foreignUseEnded")
+        assert (nobody.device_id, nobody.details["ownerKind"]) == (g1, "unknown")
+        await agent.delta(gpu(g0, own), gpu(g1, own))
+        ended = await agent.wait_for("gpu.foreignUseEnded", 3)
+        assert {(a.details["ownerKind"], a.details["owner"]) for a in ended} == {
+            ("unknown", ""), ("pod", "pod-7"), ("slurm", "42"),
+        }  # fmt: skip
+        for _ in range(3):
+            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await asyncio.sleep(0.1)
+        assert [a.kind for a in agent.alerts].count("gpu.foreignUseEnded") == 3
     await nc.close()

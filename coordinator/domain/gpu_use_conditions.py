@@ -27,6 +27,25 @@ STARTS = frozenset(ENDS.values())
 
 
 @dataclass(frozen=True, slots=True)
+class IdleLine:
+    """A reservation said idle and not in use since (for the metrics)."""
+
+    reservation_id: str
+    tenant_id: str
+    pool_id: str
+    node_id: str
+    since: int
+
+
+def idle_lines(state: JoinState) -> tuple[IdleLine, ...]:
+    return tuple(
+        IdleLine(rid, i.tenant_id, i.pool_id, i.node_id, i.since)
+        for rid, i in sorted(state.idle.items())
+        if i.said and i.since is not None
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class OpenCondition:
     key: str
     kind: str  # a start kind

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
 from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
-from coordinator.domain.gpu_use_conditions import changes, state_of
+from coordinator.domain.gpu_use_conditions import IdleLine, changes, idle_lines, state_of
 from coordinator.domain.gpu_use_gate import Gate, gate
 from coordinator.domain.gpu_use_join import (
     JoinState,
@@ -114,6 +114,7 @@ class GpuUseWatch:
         self.state = JoinState()
         self.gates: dict[tuple[str, str], Gate] = {}
         self.lines: tuple[UnitLine, ...] = ()
+        self.idle: tuple[IdleLine, ...] = ()  # reservations said idle (the metrics)
         # (node, unit) in unbooked use as this replica last saw it (the placer's `busy`).
         self.unbooked: frozenset[tuple[str, str]] = frozenset()
         self._accrued_at: dict[str, int] = {}
@@ -267,4 +268,5 @@ class GpuUseWatch:
         self.unbooked = state.unbooked
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)
+        self.idle = idle_lines(state)
         await alerting.announce(self.alerts, alerts)

@@ -103,6 +103,18 @@ def gpu(uuid: str, *owners: tuple[str, str], util: int = 80) -> DeviceUse:
     return DeviceUse(device_id=uuid, sm_util=util if procs else 0, processes=procs)
 
 
+async def _scrape(
+    session: aiohttp.ClientSession, c: Coordinator, key: str
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with session.get(f"{c.url}/metrics", headers={"Authorization": f"Bearer {key}"}) as r:
+        text = await r.text()
+    return {
+        (m.name, tuple(sorted(s.labels.items()))): s.value
+        for m in text_string_to_metric_families(text)
+        for s in m.samples
+    }
+
+
 def _labels(base: dict[str, str], **more: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((base | more).items()))
 
@@ -182,6 +194,11 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             await agent.beat(use_base=agent.version, use_version=agent.version)
         (idle,) = await agent.wait_for("reservation.idle")
         assert (idle.reservation_id, idle.details["tenantId"]) == (rid2, "acme")
+        # While it lasts the metrics say it too (the shipped rule fires on it).
+        idle_series = ("reservation", rid2), ("tenant", "acme"), ("pool", pool), ("node", "n1")
+        scraped = await _scrape(session, used, key)
+        since = scraped[("gpufleet_reservation_idle_since_seconds", tuple(sorted(idle_series)))]
+        assert since == idle.details["idleSince"] / 1000
         await agent.delta(gpu(g2, (rid2, "reservation"), util=90))
 
         async def in_use_again() -> bool:
@@ -267,6 +284,8 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             base, UUID=free, reservation="", user="pod-7", user_kind="pod", match="unbooked"
         )
         assert series[("gpufleet_gpu_user_info", pod)] == 1
+        # r2 works again: no longer idle.
+        assert not any(name == "gpufleet_reservation_idle_since_seconds" for name, _ in series)
 
         # Use is a condition (issue 34): the pod stops and r2 leaves r1's GPU; each
         # ends once, with the labels it started with.

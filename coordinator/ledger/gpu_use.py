@@ -25,6 +25,7 @@ from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from coordinator.ledger.outbox import with_pool_names
 from coordinator.ledger.reservation_listing import state_condition
 from shared.reservation_states import LIVE_STATES
 from shared.wire import Alert
@@ -191,6 +192,7 @@ class GpuUseRepo:
                     ],
                 )  # fmt: skip
             if alerts:
+                alerts = await with_pool_names(conn, alerts)
                 await conn.execute(
                     schema.alert_outbox.insert(),
                     [

@@ -66,7 +66,7 @@ PAGING_RISKS = frozenset({"unhealthy", "unreachable"})
 # Labels that tell the operator more but not which condition it is: an end resolves the
 # condition it matches on the others, whatever these said when it fired (a foreign
 # use's holders, and so its tenant, may have changed by its end).
-INFO_LABELS = frozenset({"severity", "tenant", "owner_kind", "owner_name"})
+INFO_LABELS = frozenset({"severity", "tenant", "pool_name", "owner_kind", "owner_name"})
 
 
 def alert_name(kind: str) -> str:
@@ -168,7 +168,8 @@ class Conditions:
     @staticmethod
     def _annotations(alert: Alert) -> dict[str, str]:
         return {
-            "summary": f"{alert.kind} on node {alert.node_id} (pool {alert.pool_id})",
+            "summary": f"{alert.kind} on node {alert.node_id}"
+            f" (pool {alert.details.get('poolName') or alert.pool_id})",
             "description": _described(alert),
             "kind": alert.kind,
             "by": alert.by,
@@ -220,11 +221,14 @@ class Conditions:
 
 
 def _info(alert: Alert) -> dict[str, str]:
-    """Who it concerns, to route on: `tenant` (a reservation's, or the tenants holding a
-    GPU used against its booking), and for use the owner's kind (`owner_kind`) and, on
-    a GPU nobody booked, the first owner (`owner_name`, e.g. `pod:<ns>/<name>`)."""
+    """Who it concerns, to route on: the pool's name (`pool_name`), `tenant` (a
+    reservation's, or the tenants holding a GPU used against its booking), and for use
+    the owner's kind (`owner_kind`) and, on a GPU nobody booked, the first owner
+    (`owner_name`, e.g. `pod:<uid>`)."""
     d = alert.details
     out: dict[str, str] = {}
+    if isinstance(d.get("poolName"), str):
+        out["pool_name"] = d["poolName"]
     tenants = d.get("holderTenantIds")
     if isinstance(d.get("tenantId"), str) and d["tenantId"]:
         out["tenant"] = d["tenantId"]

@@ -294,6 +294,8 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         )
         (ended,) = await agent.wait_for("gpu.unbookedUseEnded")
         assert (ended.device_id, ended.node_id, ended.pool_id) == (free, "n1", pool)
+        # Each names its pool by name too (to route on): the start and its end.
+        assert unbooked.details["poolName"] == ended.details["poolName"] == "a"
         (gone,) = await agent.wait_for("gpu.foreignUseEnded")
         assert (gone.device_id, gone.reservation_id) == (g1, rid2)
         assert gone.details["ownerKind"] == "reservation"

@@ -222,10 +222,15 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
     c = Conditions()
     start = msgspec.structs.replace(
         _alert("gpu.foreignUse", 1000), device_id="GPU-0",
-        details={"ownerKind": "pod", "owner": "ml/train-0", "holderTenantIds": ["acme"]},
+        details={
+            "ownerKind": "pod", "owner": "ml/train-0", "holderTenantIds": ["acme"],
+            "poolName": "training",
+        },
     )  # fmt: skip
     (fired,) = c.apply(start).alertmanager
     assert fired.labels["tenant"] == "acme" and fired.labels["owner_kind"] == "pod"
+    assert fired.labels["pool_name"] == "training" and fired.labels["pool"] == "p"
+    assert "(pool training)" in fired.annotations["summary"]
     assert fired.labels["owner"] == "pod:ml/train-0"
     # The holder released its GPU meanwhile: the end names no tenant, and still resolves.
     end = msgspec.structs.replace(

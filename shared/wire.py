@@ -240,6 +240,9 @@ class ProcessUse(Wire, frozen=True, kw_only=True, gc=False):
     owner: Text256 = ""  # the reservation id, pod UID, job id, unit or container id
     owner_kind: OwnerKind = "unknown"
     sm_util: Percent | None = None  # nvmlDeviceGetProcessUtilization, where supported
+    # A readable name for the owner where /proc gives it cheaply ("" otherwise): a pod's
+    # `<namespace>/<name>`, a Slurm job's user.
+    owner_name: Text256 = ""
 
 
 class DeviceUse(Wire, frozen=True, kw_only=True, gc=False):

@@ -251,6 +251,10 @@ def _foreign_use(
         else None,
         "pids": [p.pid for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)],
     }
+    mine = [p for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)]
+    names = sorted({p.owner_name for p in mine} - {""})
+    if names:
+        details["ownerName"] = names[0]  # a pod's namespace/name, a job's user
     reason = f"a process of {who} on a GPU held by {', '.join(ids)}"
     return reason, owner if is_reservation else None, details
 
@@ -359,7 +363,11 @@ def _foreign_end(
 
 
 def _owner_list(use: DeviceUse) -> list[dict[str, Any]]:
-    return [{"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind} for p in use.processes]
+    return [
+        {"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind}
+        | ({"ownerName": p.owner_name} if p.owner_name else {})
+        for p in use.processes
+    ]
 
 
 def _busy_for(

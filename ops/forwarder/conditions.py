@@ -223,8 +223,9 @@ class Conditions:
 def _info(alert: Alert) -> dict[str, str]:
     """Who it concerns, to route on: the pool's name (`pool_name`), `tenant` (a
     reservation's, or the tenants holding a GPU used against its booking), and for use
-    the owner's kind (`owner_kind`) and, on a GPU nobody booked, the first owner
-    (`owner_name`, e.g. `pod:<uid>`)."""
+    the owner's kind (`owner_kind`) and its readable name where the agent read one
+    (`owner_name`, e.g. `pod:ml/train-0`, `slurm:alice`; on a GPU nobody booked, the
+    first process's owner, its id where it has no name)."""
     d = alert.details
     out: dict[str, str] = {}
     if isinstance(d.get("poolName"), str):
@@ -236,12 +237,14 @@ def _info(alert: Alert) -> dict[str, str]:
         out["tenant"] = ",".join(str(t) for t in tenants)
     if alert.kind.startswith("gpu.foreignUse") and d.get("ownerKind"):
         out["owner_kind"] = str(d["ownerKind"])
+        if d.get("ownerName"):
+            out["owner_name"] = f"{d['ownerKind']}:{d['ownerName']}"
     owners = d.get("owners")
     if alert.kind == "gpu.unbookedUse" and isinstance(owners, list) and owners:
         first = owners[0] if isinstance(owners[0], dict) else {}
         kinds = sorted({str(o.get("ownerKind", "")) for o in owners if isinstance(o, dict)})
         out["owner_kind"] = ",".join(k for k in kinds if k)
-        name = str(first.get("owner", ""))
+        name = str(first.get("ownerName") or first.get("owner", ""))
         out["owner_name"] = f"{first.get('ownerKind', '')}:{name}" if name else "unknown"
     return {k: v for k, v in out.items() if v}
 
@@ -252,7 +255,8 @@ def _described(alert: Alert) -> str:
     owners = alert.details.get("owners")
     if isinstance(owners, list) and owners:
         procs = [
-            f"pid {o.get('pid')} ({o.get('ownerKind', 'unknown')} {o.get('owner') or '?'})"
+            f"pid {o.get('pid')} ({o.get('ownerKind', 'unknown')}"
+            f" {o.get('ownerName') or o.get('owner') or '?'})"
             for o in owners[:8]
             if isinstance(o, dict)
         ]
@@ -260,6 +264,7 @@ def _described(alert: Alert) -> str:
         text = f"{text}: {', '.join(procs)}{more}"
     elif alert.kind.startswith("gpu.foreignUse") and alert.details.get("ownerKind"):
         pids = alert.details.get("pids")
-        owner = f"{alert.details['ownerKind']} {alert.details.get('owner') or '?'}"
+        who = alert.details.get("ownerName") or alert.details.get("owner") or "?"
+        owner = f"{alert.details['ownerKind']} {who}"
         text = f"{text} (owner {owner}" + (f", pids {pids})" if pids else ")")
     return text

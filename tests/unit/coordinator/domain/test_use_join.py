@@ -376,3 +376,18 @@ class JoinMachine(RuleBasedStateMachine):
 
 JoinMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_join_machine = JoinMachine.TestCase
+
+
+def test_use_alerts_carry_the_owner_s_readable_name_where_the_agent_read_one() -> None:
+    pod = ProcessUse(pid=7, owner="uid-1", owner_kind="pod", owner_name="ml/train-0")
+    job = ProcessUse(pid=8, owner="42", owner_kind="slurm", owner_name="alice")
+    _, out = run(
+        JoinState(), [use("GPU-0", pod), use("GPU-1", proc(9, rid := "rsv-1", "reservation"), job)],
+        [hold(rid, "GPU-1")], 0,
+    )  # fmt: skip
+    by_kind = {t.kind: t for t in out}
+    assert by_kind["gpu.unbookedUse"].details["owners"] == [
+        {"pid": 7, "owner": "uid-1", "ownerKind": "pod", "ownerName": "ml/train-0"}
+    ]
+    foreign = by_kind["gpu.foreignUse"]
+    assert (foreign.details["owner"], foreign.details["ownerName"]) == ("42", "alice")

@@ -246,6 +246,15 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
     (fired,) = c.apply(unbooked).alertmanager
     assert (fired.labels["owner_kind"], fired.labels["owner_name"]) == ("slurm", "slurm:42")
     assert "pid 7 (slurm 42)" in fired.annotations["description"]
+    # Where the agent read a name (a pod's namespace/name), it is the one shown.
+    named = msgspec.structs.replace(
+        unbooked, device_id="GPU-3",
+        details={"owners": [{"pid": 8, "owner": "uid-9", "ownerKind": "pod",
+                             "ownerName": "ml/train-1"}]},
+    )  # fmt: skip
+    (fired,) = c.apply(named).alertmanager
+    assert fired.labels["owner_name"] == "pod:ml/train-1"
+    assert "pid 8 (pod ml/train-1)" in fired.annotations["description"]
 
 
 def test_a_reservation_at_risk_for_a_fault_of_its_gpu_pages() -> None:

@@ -75,11 +75,17 @@ NODE_EVENT_KINDS = frozenset(
 _UNLOADED = object()
 
 
+# A GPU use start → the kind that ends it, named in its alert (`details.ends`): a
+# subscriber tells these conditions from the one-shot use events of older coordinators.
+ENDED_BY = {"gpu.unbookedUse": "gpu.unbookedUseEnded", "gpu.foreignUse": "gpu.foreignUseEnded"}
+
+
 def alert_of(t: UseTransition, now: int) -> Alert:
+    ends = {"ends": ENDED_BY[t.kind]} if t.kind in ENDED_BY else {}
     return Alert(
         alert_id=ulid(now), kind=t.kind, pool_id=t.pool_id, node_id=t.node_id, at=now,
         reason=t.reason, since=now, device_id=t.device_id, reservation_id=t.reservation_id,
-        details=dict(t.details),
+        details=dict(t.details) | ends,
     )  # fmt: skip
 
 

@@ -58,6 +58,9 @@ ENDS: dict[str, tuple[str, ...]] = {
     "gpu.unbookedUseEnded": ("gpu.unbookedUse",),
     "gpu.foreignUseEnded": ("gpu.foreignUse",),
 }
+# Use kinds a coordinator before issue 34 said as one-shot events (no `details.ends`):
+# still in the stream's history after an upgrade, they must not fire for good.
+ONE_SHOT_BEFORE: dict[str, str] = {"gpu.unbookedUse": "warning", "gpu.foreignUse": "warning"}
 # One-shot kinds more pressing than news (default `info`).
 EVENT_SEVERITY: dict[str, str] = {}
 # A reservation at risk for a fault of what it holds (an XID taking its GPU, its node
@@ -201,7 +204,8 @@ class Conditions:
                 self._states[ended.key()] = _State(alert.at, state.starts_ms, None)
                 to_am.append(ended)
             return Outcome(tuple(to_am), tuple(to_am) or tuple(mapped), "resolved")
-        if alert.kind in CONDITIONS:
+        legacy = alert.kind in ONE_SHOT_BEFORE and "ends" not in alert.details
+        if alert.kind in CONDITIONS and not legacy:
             labels = base | {
                 "alertname": alert_name(alert.kind), "severity": self._severity(alert, alert.kind)
             }  # fmt: skip
@@ -214,7 +218,7 @@ class Conditions:
                 fired = AmAlert(labels, annotations, state.firing.starts_ms, None)
             self._states[fired.key()] = _State(alert.at, fired.starts_ms, fired)
             return Outcome((fired,), (fired,), "firing")
-        severity = EVENT_SEVERITY.get(alert.kind, "info")
+        severity = ONE_SHOT_BEFORE.get(alert.kind) or EVENT_SEVERITY.get(alert.kind, "info")
         labels = base | {"alertname": alert_name(alert.kind), "severity": severity}
         event = AmAlert(labels, annotations, alert.at, alert.at + self.event_ttl_ms)
         return Outcome((event,), (event,), "firing")

@@ -296,6 +296,9 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         assert (ended.device_id, ended.node_id, ended.pool_id) == (free, "n1", pool)
         # Each names its pool by name too (to route on): the start and its end.
         assert unbooked.details["poolName"] == ended.details["poolName"] == "a"
+        # A start names its end: a subscriber tells it from an older one-shot event.
+        assert unbooked.details["ends"] == "gpu.unbookedUseEnded"
+        assert foreign.details["ends"] == "gpu.foreignUseEnded"
         (gone,) = await agent.wait_for("gpu.foreignUseEnded")
         assert (gone.device_id, gone.reservation_id) == (g1, rid2)
         assert gone.details["ownerKind"] == "reservation"

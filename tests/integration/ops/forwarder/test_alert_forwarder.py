@@ -721,12 +721,16 @@ async def test_unbooked_use_stays_firing_past_the_event_ttl_and_an_alertmanager_
     async with forwarding(settings):
         now = int(time.time() * 1000)
         unbooked = _alert(
-            "gpu.unbookedUse", 1, device_id="GPU-1", details={"pids": [7], "owners": owners}
+            "gpu.unbookedUse",
+            1,
+            device_id="GPU-1",
+            details={"pids": [7], "owners": owners, "ends": "gpu.unbookedUseEnded"},
         )
         foreign = _alert(
             "gpu.foreignUse", 2, device_id="GPU-2",
             details={"ownerKind": "slurm", "owner": "42", "pids": [9],
-                     "holders": ["rsv_1"], "holderTenantIds": ["acme"]},
+                     "holders": ["rsv_1"], "holderTenantIds": ["acme"],
+                     "ends": "gpu.foreignUseEnded"},
         )  # fmt: skip
         for a in (unbooked, foreign):
             await publisher.publish(msgspec.structs.replace(a, at=now))

@@ -208,7 +208,12 @@ def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_cond
         ("gpu.unbookedUse", "GpufleetEventGpuUnbookedUse"),
         ("gpu.foreignUse", "GpufleetEventGpuForeignUse"),
     ):
-        (event,) = c.apply(_alert(kind, 3000)).alertmanager
+        # A coordinator before issue 34 said it as a one-shot event (no `details.ends`):
+        # replayed from the stream's history after an upgrade, it still expires.
+        (old,) = c.apply(_alert(kind, 2500, node="n0")).alertmanager
+        assert old.ends_ms == 2500 + c.event_ttl_ms and old.labels["severity"] == "warning"
+        start = msgspec.structs.replace(_alert(kind, 3000), details={"ends": kind + "Ended"})
+        (event,) = c.apply(start).alertmanager
         assert (event.labels["alertname"], event.labels["severity"]) == (name, "warning")
         # A condition (issue 34): firing, re-sent, until its end arrives; never expiring.
         assert event.ends_ms is None
@@ -224,7 +229,7 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
         _alert("gpu.foreignUse", 1000), device_id="GPU-0",
         details={
             "ownerKind": "pod", "owner": "ml/train-0", "holderTenantIds": ["acme"],
-            "poolName": "training",
+            "poolName": "training", "ends": "gpu.foreignUseEnded",
         },
     )  # fmt: skip
     (fired,) = c.apply(start).alertmanager
@@ -241,7 +246,10 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
     assert (resolved.labels, resolved.ends_ms) == (fired.labels, 2000)
     unbooked = msgspec.structs.replace(
         _alert("gpu.unbookedUse", 3000), device_id="GPU-1",
-        details={"pids": [7], "owners": [{"pid": 7, "owner": "42", "ownerKind": "slurm"}]},
+        details={
+            "pids": [7], "owners": [{"pid": 7, "owner": "42", "ownerKind": "slurm"}],
+            "ends": "gpu.unbookedUseEnded",
+        },
     )  # fmt: skip
     (fired,) = c.apply(unbooked).alertmanager
     assert (fired.labels["owner_kind"], fired.labels["owner_name"]) == ("slurm", "slurm:42")
@@ -250,7 +258,7 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
     named = msgspec.structs.replace(
         unbooked, device_id="GPU-3",
         details={"owners": [{"pid": 8, "owner": "uid-9", "ownerKind": "pod",
-                             "ownerName": "ml/train-1"}]},
+                             "ownerName": "ml/train-1"}], "ends": "gpu.unbookedUseEnded"},
     )  # fmt: skip
     (fired,) = c.apply(named).alertmanager
     assert fired.labels["owner_name"] == "pod:ml/train-1"

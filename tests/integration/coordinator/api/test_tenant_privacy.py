@@ -134,6 +134,8 @@ async def _populate(api: Api, ledger: Ledger, clock: FakeClock, watch: GpuUseWat
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "shared"}))["poolId"]
     await api.ok("pools.offer", {"tenantId": "acme", "poolId": pool, "offerTo": "globex"})
     await record_inventory(ledger, _inventory(pool), 1)
+    # The use watch counts use only on the units of the inventory it knows (issue 32).
+    watch.on_inventory(_inventory(pool))
     keys = {t: (await api.ok("apiKeys.create", {"tenantId": t}))["key"] for t in ("acme", "globex")}
     t = clock.now_ms()
     rsv: dict[str, str] = {}

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.gpu_use_accrual import AccrualKey, AccrualWho, Accrued
+from coordinator.domain.gpu_use_conditions import OpenCondition
 from coordinator.ledger import Database, Ledger, migrations
 from coordinator.ledger import schema as ledger_schema
 from coordinator.ledger.migrations import (
@@ -499,5 +500,36 @@ async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
             )
         (bucket,) = await ledger.gpu_use.buckets(0, 3_600_000)
         assert (bucket.reservation_id, bucket.used_ms, bucket.weighted_ms) == ("rsv_1", 2000, 1000)
+    finally:
+        await db.dispose()
+
+
+async def test_0014_adds_use_conditions_to_a_filled_database_at_0007(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Use conditions (issue 34): every row kept, `use_conditions` empty, and a condition
+    opened, read back and closed on either database."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0007"))
+        assert (await db.migrate())[-1] == "0007"
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        monkeypatch.undo()
+        assert await db.migrate() == CHAIN[CHAIN.index("0007") + 1 :]  # 0014 among them
+        assert "0014" in CHAIN
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        assert after == before
+        ledger = Ledger(db)
+        assert await ledger.gpu_use.conditions() == []
+        opened = OpenCondition(
+            "gpu.foreignUse|n1|GPU-1|pod|" + "u" * 256, "gpu.foreignUse", "p1", "n1", "GPU-1",
+            "pod", "u" * 256, since=5,
+        )  # fmt: skip
+        await ledger.gpu_use.record({}, [], [], [opened], [])
+        assert await ledger.gpu_use.conditions() == [opened]
+        await ledger.gpu_use.record({}, [], [], [], [opened.key])
+        assert await ledger.gpu_use.conditions() == []
     finally:
         await db.dispose()

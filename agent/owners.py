@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shared.wire import OwnerKind
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 RESERVATION_ENV = b"GPUFLEET_RESERVATION_ID="
 MAX_OWNER = 256  # ProcessUse.owner's bound
 MAX_ENVIRON = 1 << 20  # read no more of a process's environment than this
+# In a pod's containers: the namespace of its service account (the pod's namespace).
+SERVICE_ACCOUNT_NAMESPACE = "var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 _HEX = "[0-9a-f]"
 _POD = re.compile(
@@ -50,6 +53,7 @@ _UNIT = re.compile(r"^([^/]{1,250}\.service)$")
 class Owner:
     kind: OwnerKind
     id: str = ""
+    name: str = ""  # readable, where cheap: a pod's `<namespace>/<name>`, a job's user
 
 
 UNKNOWN = Owner("unknown")
@@ -112,7 +116,7 @@ def _best(found: list[Owner], innermost: bool) -> Owner | None:
 class ProcOwners:
     """Reads owners from `<proc_root>/<pid>/…`. An owner is cached for its process: the
     same pid with the same start time (`stat` field 22) is the same process, so its
-    environment and cgroup are read once, not every poll."""
+    environment and cgroup (and a pod's or job's name) are read once, not every poll."""
 
     def __init__(self, proc_root: Path) -> None:
         self._root = proc_root
@@ -160,7 +164,31 @@ class ProcOwners:
                 owner = owner_from_cgroup(f.read())
         except OSError:
             return UNKNOWN
-        return owner or UNKNOWN
+        if owner is None:
+            return UNKNOWN
+        return replace(owner, name=_name_of(base, owner)[:MAX_OWNER])
+
+
+def _name_of(base: Path, owner: Owner) -> str:
+    """A pod's `<namespace>/<name>`: its name is the container's hostname (`HOSTNAME`,
+    which the runtime sets to the pod's name), its namespace the service account's
+    file in the container's root, both read through /proc (as root); a Slurm job's
+    user, from the process's uid. "" where any of it cannot be read."""
+    try:
+        if owner.kind == "pod":
+            with (base / "environ").open("rb") as f:
+                env = f.read(MAX_ENVIRON).split(b"\0")
+            host = next((e[9:] for e in env if e.startswith(b"HOSTNAME=")), b"")
+            ns = (base / "root" / SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
+            name = host.decode("utf-8", "replace").strip()
+            return f"{ns}/{name}" if ns and name else ""
+        if owner.kind == "slurm":
+            status = (base / "status").read_text()
+            uid = next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("Uid:"))
+            return pwd.getpwuid(uid).pw_name
+    except (OSError, ValueError, KeyError, StopIteration, IndexError):
+        pass
+    return ""
 
 
 def _start_time(stat: str) -> str:

@@ -156,6 +156,7 @@ class UsageReader:
                     used_memory_mib=None if memory is None else memory // MIB,
                     owner=owner.id,
                     owner_kind=owner.kind,
+                    owner_name=owner.name,
                     sm_util=None if samples is None else samples.get(pid, 0),
                 )
             )

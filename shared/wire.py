@@ -250,6 +250,9 @@ class ProcessUse(Wire, frozen=True, kw_only=True, gc=False):
     owner: Text256 = ""  # the reservation id, pod UID, job id, unit or container id
     owner_kind: OwnerKind = "unknown"
     sm_util: Percent | None = None  # nvmlDeviceGetProcessUtilization, where supported
+    # A readable name for the owner where /proc gives it cheaply ("" otherwise): a pod's
+    # `<namespace>/<name>`, a Slurm job's user.
+    owner_name: Text256 = ""
 
 
 class DeviceUse(Wire, frozen=True, kw_only=True, gc=False):
@@ -354,7 +357,8 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
 # devices another node holds (`node.duplicateDevice`, issue 31) and the operator's
 # answer (`node.replaced`), and a device
 # that turned `degraded` (a warning, like `node.degraded`). Promise against use (SPEC §10):
-# `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle` and its end `reservation.inUse`.
+# `gpu.unbookedUse`, `gpu.foreignUse`, `reservation.idle`, each a condition with its end
+# (`gpu.unbookedUseEnded`, `gpu.foreignUseEnded`, `reservation.inUse`).
 AlertKind = Literal[
     "node.registered",
     "node.unreachable",
@@ -384,6 +388,8 @@ AlertKind = Literal[
     "gpu.foreignUse",
     "reservation.idle",
     "reservation.inUse",
+    "gpu.unbookedUseEnded",
+    "gpu.foreignUseEnded",
 ]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
 # The kinds the join of bookings and use produces (`coordinator.domain.gpu_use_join`).
@@ -392,6 +398,8 @@ USE_KINDS: tuple[AlertKind, ...] = (
     "gpu.foreignUse",
     "reservation.idle",
     "reservation.inUse",
+    "gpu.unbookedUseEnded",
+    "gpu.foreignUseEnded",
 )
 
 

@@ -11,9 +11,9 @@ UIDs, job ids), process lists, utilization or memory to another.
   and utilization; on another tenant's unit only whether it is in use — what placement
   needs, beside the holder shown as `{"other": true}`; on a unit nobody holds whether it
   is in use and how many processes run there (as `gpu.unbookedUse` says), not whose.
-- `gpu.foreignUse` reaches only the tenants it concerns (a holder of the unit, or the
-  tenant whose reservation the process names), naming only that tenant's reservations;
-  `gpu.unbookedUse` says how many processes, not whose.
+- `gpu.foreignUse` (and its end) reaches only the tenants it concerns (a holder of the
+  unit, or the tenant whose reservation the process names), naming only that tenant's
+  reservations; `gpu.unbookedUse` says how many processes, not whose, its end nothing.
 - A use event in a node's history (`nodes.events`) is said in general words: its
   reason, written for operators, names reservations.
 
@@ -49,6 +49,8 @@ RESERVATION_KINDS = frozenset(
 _EVENT_REASONS = {
     "gpu.unbookedUse": "process(es) on a GPU no live booking covers",
     "gpu.foreignUse": "a process not of its holders on a booked GPU",
+    "gpu.unbookedUseEnded": "no more process(es) on a GPU no live booking covers",
+    "gpu.foreignUseEnded": "no more process not of its holders on a booked GPU",
 }
 
 
@@ -62,7 +64,9 @@ def alert_seen(alert: Alert, viewer: Viewer) -> Alert | None:
         pids = alert.details.get("pids")
         count = len(pids) if isinstance(pids, list) else 0
         return msgspec.structs.replace(alert, details={"processes": count})
-    if alert.kind == "gpu.foreignUse":
+    if alert.kind == "gpu.unbookedUseEnded":
+        return msgspec.structs.replace(alert, details={})
+    if alert.kind in ("gpu.foreignUse", "gpu.foreignUseEnded"):
         return _foreign_seen(alert, viewer)
     return alert
 
@@ -89,7 +93,8 @@ def _foreign_seen(alert: Alert, viewer: str) -> Alert | None:
     }
     return msgspec.structs.replace(
         alert,
-        reason=f"a process of {who} on a GPU held by {held}",
+        reason=("ended: " if alert.kind == "gpu.foreignUseEnded" else "")
+        + f"a process of {who} on a GPU held by {held}",
         reservation_id=alert.reservation_id if own_process else None,
         details=details,
     )

@@ -8,16 +8,18 @@ slots (`gpu.slot`: every slot's holder shares the GPU), the MIG instance (`gpu.m
 the whole node (`node`: every unit on it).
 
 - `gpu.unbookedUse`: a unit has a process and no live booking covers it; said when it
-  starts, again only after it cleared.
+  starts, `gpu.unbookedUseEnded` when it clears (its node judged and the unit without a
+  process, or covered), said again only after that.
 - `gpu.foreignUse`: a process on a unit live bookings cover is not one of theirs: it
   names another reservation (`GPUFLEET_RESERVATION_ID`), or none — its owner is a pod,
   a Slurm job, a container or a systemd unit (from its cgroup), or unknown. Said once
-  per (unit, owner kind, owner) while it lasts: every process with no known owner on a
-  unit is one owner. Its details name the owner and its kind, and for a reservation
-  whether it is another tenant's. A holder's process is known by its environment only:
-  a Slurm job in the bridge's reservation for a booking is that booking's when the
-  TaskProlog exported `GPUFLEET_RESERVATION_ID` (the agent reads a job's id from its
-  cgroup, not its Slurm reservation).
+  per (unit, owner kind, owner) while it lasts, `gpu.foreignUseEnded` when it ends:
+  every process with no known owner on a unit is one owner. Its details name the
+  owner and its kind, and for a reservation whether it is another tenant's. A
+  holder's process is known by its environment only: a Slurm job in the bridge's
+  reservation for a booking is that booking's when the TaskProlog exported
+  `GPUFLEET_RESERVATION_ID` (the agent reads a job's id from its cgroup, not its
+  Slurm reservation).
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms` (on a unit several reservations
   hold at once, its own processes: another slot holder's work is not its own);
@@ -249,6 +251,10 @@ def _foreign_use(
         else None,
         "pids": [p.pid for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)],
     }
+    mine = [p for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)]
+    names = sorted({p.owner_name for p in mine} - {""})
+    if names:
+        details["ownerName"] = names[0]  # a pod's namespace/name, a job's user
     reason = f"a process of {who} on a GPU held by {', '.join(ids)}"
     return reason, owner if is_reservation else None, details
 
@@ -306,8 +312,21 @@ def join(
                         device_id=unit, reservation_id=rid, details=details,
                     )
                 )  # fmt: skip
-    # Marks of nodes not judged this pass stay as they were.
+    # Marks of nodes not judged this pass stay as they were; a judged node's marks that
+    # no longer hold end (a condition, not an event: its end is said once, like it).
     judged = set(uses)
+    for node_id, unit in sorted(state.unbooked - unbooked):
+        if node_id in judged:
+            out.append(
+                UseTransition(
+                    "gpu.unbookedUseEnded", pools.get(node_id, ""), node_id,
+                    "no process on the GPU any more, or a live booking covers it now",
+                    device_id=unit,
+                )
+            )  # fmt: skip
+    for node_id, unit, kind, owner in sorted(state.foreign - foreign):
+        if node_id in judged:
+            out.append(_foreign_end(node_id, unit, kind, owner, pools, covered, tenant_of))
     unbooked |= {k for k in state.unbooked if k[0] not in judged}
     foreign |= {k for k in state.foreign if k[0] not in judged}
     idle, said = _idleness(state, uses, holds, now, policy, spread or {})
@@ -315,8 +334,40 @@ def join(
     return JoinState(frozenset(unbooked), frozenset(foreign), idle), out
 
 
+def _foreign_end(
+    node_id: str,
+    unit: str,
+    kind: str,
+    owner: str,
+    pools: Mapping[str, str],
+    covered: Mapping[tuple[str, str], tuple[Hold, ...]],
+    tenant_of: Mapping[str, str],
+) -> UseTransition:
+    """The end of one stranger's use of a unit: the same owner (and so the same
+    Alertmanager labels) as its start; the unit's holders now, for who may see it."""
+    holders = covered.get((node_id, unit), ())
+    is_reservation = kind == "reservation"
+    details: dict[str, Any] = {
+        "owner": owner,
+        "ownerKind": kind,
+        "ownerTenantId": tenant_of.get(owner) if is_reservation else None,
+        "holders": sorted({h.reservation_id for h in holders}),
+        "holderTenantIds": sorted({h.tenant_id for h in holders}),
+        "holderTenants": {h.reservation_id: h.tenant_id for h in holders},
+    }
+    return UseTransition(
+        "gpu.foreignUseEnded", pools.get(node_id, ""), node_id,
+        "the process no longer runs on the GPU, or its holders changed",
+        device_id=unit, reservation_id=owner if is_reservation else None, details=details,
+    )  # fmt: skip
+
+
 def _owner_list(use: DeviceUse) -> list[dict[str, Any]]:
-    return [{"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind} for p in use.processes]
+    return [
+        {"pid": p.pid, "owner": p.owner, "ownerKind": p.owner_kind}
+        | ({"ownerName": p.owner_name} if p.owner_name else {})
+        for p in use.processes
+    ]
 
 
 def _busy_for(

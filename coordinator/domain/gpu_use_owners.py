@@ -83,7 +83,8 @@ def _vet(use: DeviceUse, live: Collection[str], holders: Collection[str]) -> Dev
         if owner not in kept:
             owner = NOBODY
         if owner != (p.owner_kind, p.owner):
-            p = msgspec.structs.replace(p, owner_kind=owner[0], owner=owner[1])
+            # Not who it said: nor is the name it gave.
+            p = msgspec.structs.replace(p, owner_kind=owner[0], owner=owner[1], owner_name="")
             changed = True
         processes.append(p)
     return msgspec.structs.replace(use, processes=tuple(processes)) if changed else use

@@ -18,12 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
 from coordinator.domain.gpu_use_book import AtomRow, atom_units
+from coordinator.domain.gpu_use_conditions import OpenCondition
 from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.gpu_use_report import UseHour
 from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from coordinator.ledger.outbox import with_pool_names
 from coordinator.ledger.reservation_listing import state_condition
 from shared.reservation_states import LIVE_STATES
 from shared.wire import Alert
@@ -166,13 +168,17 @@ class GpuUseRepo:
         accrued: Mapping[AccrualKey, Accrued],
         events: Sequence[NewNodeEvent],
         alerts: Sequence[Alert],
+        opened: Sequence[OpenCondition] = (),
+        closed: Sequence[str] = (),
     ) -> None:
-        """One pass's buckets, node events and alerts, in one transaction (none when
-        there is nothing to write: a fleet without use costs no write every pass)."""
-        if not (accrued or events or alerts):
+        """One pass's buckets, node events and alerts, and the use conditions they open
+        and close, in one transaction (none when there is nothing to write: a fleet
+        without use costs no write every pass)."""
+        if not (accrued or events or alerts or opened or closed):
             return
         async with self._db.transaction() as conn:
             await _add_buckets(conn, accrued)
+            await _set_conditions(conn, opened, closed)
             if events:
                 await conn.execute(
                     schema.node_events.insert(),
@@ -186,6 +192,7 @@ class GpuUseRepo:
                     ],
                 )  # fmt: skip
             if alerts:
+                alerts = await with_pool_names(conn, alerts)
                 await conn.execute(
                     schema.alert_outbox.insert(),
                     [
@@ -196,6 +203,19 @@ class GpuUseRepo:
                         for a in alerts
                     ],
                 )  # fmt: skip
+
+    async def conditions(self) -> list[OpenCondition]:
+        """The use conditions said and not yet ended."""
+        c = schema.use_conditions.c
+        async with self._db.read() as conn:
+            rows = (await conn.execute(select(schema.use_conditions).order_by(c.key))).all()
+        return [
+            OpenCondition(
+                r.key, r.kind, r.pool_id, r.node_id, r.device_id, r.owner_kind, r.owner,
+                r.reservation_id, r.tenant_id, r.since,
+            )
+            for r in rows
+        ]  # fmt: skip
 
     async def buckets(
         self,
@@ -303,6 +323,28 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
         },
     )
     await conn.execute(stmt, rows)
+
+
+async def _set_conditions(
+    conn: AsyncConnection, opened: Sequence[OpenCondition], closed: Sequence[str]
+) -> None:
+    keys = sorted({c.key for c in opened} | set(closed))
+    c = schema.use_conditions.c
+    for i in range(0, len(keys), 500):
+        await conn.execute(schema.use_conditions.delete().where(c.key.in_(keys[i : i + 500])))
+    if opened:
+        await conn.execute(
+            schema.use_conditions.insert(),
+            [
+                {
+                    "key": o.key, "kind": o.kind, "pool_id": o.pool_id, "node_id": o.node_id,
+                    "device_id": o.device_id, "owner_kind": o.owner_kind, "owner": o.owner,
+                    "reservation_id": o.reservation_id, "tenant_id": o.tenant_id,
+                    "since": o.since,
+                }
+                for o in opened
+            ],
+        )  # fmt: skip
 
 
 def _order(k: AccrualKey) -> tuple[int, str, str, str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -51,10 +52,29 @@ class OutboxWriter:
                 "created_at": a.at,
                 "attempts": 0,
             }
-            for a in alerts
+            for a in await with_pool_names(self._conn, alerts)
         ]
         if rows:
             await self._conn.execute(schema.alert_outbox.insert(), rows)
+
+
+async def with_pool_names(conn: AsyncConnection, alerts: Iterable[Alert]) -> list[Alert]:
+    """The alerts with their pool's name in `details.poolName` (issue 34: an operator
+    routes on names, not ids), read in the transaction that writes them; an alert of a
+    pool the ledger does not know is left as it is."""
+    out = list(alerts)
+    ids = sorted({a.pool_id for a in out if a.pool_id})
+    if not ids:
+        return out
+    p = schema.pools.c
+    rows = await conn.execute(select(p.pool_id, p.name).where(p.pool_id.in_(ids)))
+    names = {r.pool_id: r.name for r in rows.all()}
+    return [
+        msgspec.structs.replace(a, details={**a.details, "poolName": names[a.pool_id]})
+        if a.pool_id in names and "poolName" not in a.details
+        else a
+        for a in out
+    ]
 
 
 class OutboxRepo:

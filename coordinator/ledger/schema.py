@@ -365,6 +365,23 @@ gpu_use = Table(
     Index("ix_gpu_use_reservation", "reservation_id"),
 )
 
+# r0011: the use conditions said and not yet ended (`coordinator.domain.gpu_use_conditions`),
+# so a new leader goes on from them: one row per condition, by its key.
+use_conditions = Table(
+    "use_conditions",
+    metadata,
+    Column("key", String(640), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("pool_id", String(57), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("device_id", String(128), nullable=False),
+    Column("owner_kind", String(16), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("reservation_id", String(57), nullable=False),
+    Column("tenant_id", String(128), nullable=False),
+    Column("since", BigInteger, nullable=False),
+)
+
 alert_outbox = Table(
     "alert_outbox",
     metadata,

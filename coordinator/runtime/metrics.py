@@ -35,6 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
+from coordinator.domain.gpu_use_conditions import IdleLine
 from coordinator.domain.gpu_use_join import UnitLine
 from coordinator.domain.model import NODE_STATUSES, RollupRow
 from shared.counts import COUNT_COLUMNS
@@ -113,6 +114,8 @@ class Sources:
     fenced_refusals: Callable[[], int] = lambda: 0
     # Each GPU or MIG unit as the last use pass saw it (`services.gpu_use_watch`).
     gpu_use: Callable[[], Sequence[UnitLine]] = tuple
+    # The reservations said idle and not in use since (`services.gpu_use_watch`).
+    idle: Callable[[], Sequence[IdleLine]] = tuple
 
 
 def _census(census: Census) -> Iterable[Metric]:
@@ -212,6 +215,20 @@ def _use(lines: Sequence[UnitLine]) -> Iterable[Metric]:
     yield users
 
 
+def _idle(lines: Sequence[IdleLine]) -> Metric:
+    idle = GaugeMetricFamily(
+        "gpufleet_reservation_idle_since_seconds",
+        "When a reservation said idle (`reservation.idle`) became idle, in Unix seconds:"
+        " one series per idle reservation, gone when it works again or ends",
+        labels=["reservation", "tenant", "pool", "node"],
+    )
+    for line in lines:
+        idle.add_metric(
+            [line.reservation_id, line.tenant_id, line.pool_id, line.node_id], line.since / 1000
+        )
+    return idle
+
+
 def _buckets(ages: list[float]) -> list[tuple[str, float]]:
     out = [(str(float(le)), float(sum(1 for a in ages if a <= le))) for le in HEARTBEAT_AGE_BUCKETS]
     return [*out, ("+Inf", float(len(ages)))]
@@ -221,6 +238,7 @@ def _fleet(census: Census, s: Sources) -> Iterable[Metric]:
     """The leader's series: what the fleet is, not what this process did."""
     yield from _census(census)
     yield from _use(s.gpu_use())
+    yield _idle(s.idle())
     ages = s.heartbeat_ages_s()
     yield GaugeHistogramMetricFamily(
         "gpufleet_heartbeat_age_seconds",

@@ -16,9 +16,13 @@ takes last: the leader from its join, any other replica from its own `follow` lo
 book is as warm as the leader's: every replica hears every heartbeat; it reads the live
 bookings and judges nothing else).
 
-The join's marks (unbooked use said, idle clocks) live in memory: a new leader starts
-them afresh, so it may say an unbooked use again, and a reservation's idle clock starts
-at its first pass.
+Use is a condition (issue 34): `gpu.unbookedUse`, `gpu.foreignUse` and
+`reservation.idle` are said when they start and ended (`gpu.unbookedUseEnded`,
+`gpu.foreignUseEnded`, `reservation.inUse`) when they stop. The ones said and not ended
+are kept in the ledger with the alerts that say them (`domain.gpu_use_conditions`); a
+replica that starts leading (a new leader term) takes its marks from there before its
+first pass, so across a leader change each condition is said once and ended once. Idle
+clocks not yet said live in memory only: a new leader starts them at its first pass.
 
 What a host sends is bounded (issue 32): its use counts only for the units its recorded
 inventory has (`domain.gpu_use_book`: others dropped, counted by the node watch as
@@ -35,6 +39,7 @@ from collections.abc import Callable
 
 from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
 from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
+from coordinator.domain.gpu_use_conditions import IdleLine, changes, idle_lines, state_of
 from coordinator.domain.gpu_use_gate import Gate, gate
 from coordinator.domain.gpu_use_join import (
     JoinState,
@@ -63,14 +68,24 @@ USE_REQUESTS_PER_S = 200
 # Accrued keys kept in memory before they are written whatever the time.
 MAX_PENDING = 200_000
 # Kinds also recorded as the node's events (the reservation kinds are the holder's).
-NODE_EVENT_KINDS = frozenset({"gpu.unbookedUse", "gpu.foreignUse"})
+NODE_EVENT_KINDS = frozenset(
+    {"gpu.unbookedUse", "gpu.foreignUse", "gpu.unbookedUseEnded", "gpu.foreignUseEnded"}
+)
+# Not yet taken from the ledger (any term, None included, differs from it).
+_UNLOADED = object()
+
+
+# A GPU use start → the kind that ends it, named in its alert (`details.ends`): a
+# subscriber tells these conditions from the one-shot use events of older coordinators.
+ENDED_BY = {"gpu.unbookedUse": "gpu.unbookedUseEnded", "gpu.foreignUse": "gpu.foreignUseEnded"}
 
 
 def alert_of(t: UseTransition, now: int) -> Alert:
+    ends = {"ends": ENDED_BY[t.kind]} if t.kind in ENDED_BY else {}
     return Alert(
         alert_id=ulid(now), kind=t.kind, pool_id=t.pool_id, node_id=t.node_id, at=now,
         reason=t.reason, since=now, device_id=t.device_id, reservation_id=t.reservation_id,
-        details=dict(t.details),
+        details=dict(t.details) | ends,
     )  # fmt: skip
 
 
@@ -87,8 +102,12 @@ class GpuUseWatch:
         stale_ms: int = 60_000,
         max_gap_ms: int = 60_000,
         flush_ms: int = 60_000,
+        term: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.ledger = ledger
+        # The leader term this replica's marks were taken from the ledger in.
+        self.term = term
+        self._term: object = _UNLOADED
         self.subjects = subjects
         self.clock = clock
         self.bus = bus
@@ -101,6 +120,7 @@ class GpuUseWatch:
         self.state = JoinState()
         self.gates: dict[tuple[str, str], Gate] = {}
         self.lines: tuple[UnitLine, ...] = ()
+        self.idle: tuple[IdleLine, ...] = ()  # reservations said idle (the metrics)
         # (node, unit) in unbooked use as this replica last saw it (the placer's `busy`).
         self.unbooked: frozenset[tuple[str, str]] = frozenset()
         self._accrued_at: dict[str, int] = {}
@@ -201,6 +221,13 @@ class GpuUseWatch:
         fraction of a second of CPU), write the alerts at once and the accrued time every
         `flush_ms`, then announce the alerts."""
         now = self.clock.now_ms()
+        term = self.term()
+        if term != self._term:
+            # Leading in a new term: go on from the conditions said (by whichever leader),
+            # not from what this replica remembers of an older term.
+            self.state = state_of(await self.ledger.gpu_use.conditions())
+            self.gates = {}
+            self._term = term
         uses = self._current(now)
         pools = {n.node_id: n.pool_id for n in self.book}
         windows = {}
@@ -242,7 +269,8 @@ class GpuUseWatch:
         pending = dict(self._pending)
         merge(pending, accrued)
         flush = now - self._flushed_at >= self.flush_ms or len(pending) > MAX_PENDING
-        await self.ledger.gpu_use.record(pending if flush else {}, events, alerts)
+        opened, closed = changes(transitions, now)
+        await self.ledger.gpu_use.record(pending if flush else {}, events, alerts, opened, closed)
         # Committed: only now does memory move on.
         self._pending = {} if flush else pending
         if flush:
@@ -252,4 +280,5 @@ class GpuUseWatch:
         self.unbooked = state.unbooked
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)
+        self.idle = idle_lines(state)
         await alerting.announce(self.alerts, alerts)

@@ -612,7 +612,8 @@ async function pollAlerts() {
     const list = $("#alert-list");
     for (const a of data.alerts) {
       state.lastAlert = Math.max(state.lastAlert, a.seq);
-      const bad = /unhealthy|unreachable|atRisk|missing|unmonitored|unbookedUse|foreignUse/.test(a.kind);
+      // A use condition's end (`...Ended`) is good news, not bad.
+      const bad = /unhealthy|unreachable|atRisk|missing|unmonitored|unbookedUse$|foreignUse$/.test(a.kind);
       list.prepend(h("li", { "data-kind": a.kind },
         at(a.at),
         badge(a.kind, bad ? "bad" : "info"), " ",

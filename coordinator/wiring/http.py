@@ -58,6 +58,7 @@ def metrics_of(
             alert_publish_failures=lambda: relay.failures,
             fenced_refusals=lambda: leadership.fenced_refusals,
             gpu_use=lambda: watch.gpu_use.lines,
+            idle=lambda: watch.gpu_use.idle,
         )
     )
 

@@ -78,7 +78,7 @@ async def node_watch_context(
         Policy(int(settings.idle_after_s * 1000), settings.idle_util_percent),
         # Use older than a few passes (or a minute) is no longer what runs.
         stale_ms=max(4 * use_ms, 60_000), max_gap_ms=max(4 * use_ms, 60_000),
-        flush_ms=int(settings.use_flush_s * 1000),
+        flush_ms=int(settings.use_flush_s * 1000), term=lambda: store.leadership.epoch,
     )  # fmt: skip
     # The node watch and ingest refer to each other only through the drop counter.
     ingest_ref: list[Ingest] = []

@@ -42,6 +42,9 @@ CONDITIONS: dict[str, str] = {
     "node.provisioning": "info",
     "reservation.atRisk": "warning",
     "reservation.idle": "info",
+    # Use is a condition too (issue 34): firing while it lasts, re-sent until it ends.
+    "gpu.unbookedUse": "warning",
+    "gpu.foreignUse": "warning",
 }
 # kind -> the condition kinds it ends.
 ENDS: dict[str, tuple[str, ...]] = {
@@ -52,13 +55,21 @@ ENDS: dict[str, tuple[str, ...]] = {
     "node.provisioned": ("node.provisioning",),
     "reservation.recovered": ("reservation.atRisk",),
     "reservation.inUse": ("reservation.idle",),
+    "gpu.unbookedUseEnded": ("gpu.unbookedUse",),
+    "gpu.foreignUseEnded": ("gpu.foreignUse",),
 }
-# One-shot kinds more pressing than news (default `info`): a GPU used without, or
-# against, its booking.
-EVENT_SEVERITY: dict[str, str] = {
-    "gpu.unbookedUse": "warning",
-    "gpu.foreignUse": "warning",
-}
+# Use kinds a coordinator before issue 34 said as one-shot events (no `details.ends`):
+# still in the stream's history after an upgrade, they must not fire for good.
+ONE_SHOT_BEFORE: dict[str, str] = {"gpu.unbookedUse": "warning", "gpu.foreignUse": "warning"}
+# One-shot kinds more pressing than news (default `info`).
+EVENT_SEVERITY: dict[str, str] = {}
+# A reservation at risk for a fault of what it holds (an XID taking its GPU, its node
+# lost) pages: docs/operator.md tells operators to route on `severity`.
+PAGING_RISKS = frozenset({"unhealthy", "unreachable"})
+# Labels that tell the operator more but not which condition it is: an end resolves the
+# condition it matches on the others, whatever these said when it fired (a foreign
+# use's holders, and so its tenant, may have changed by its end).
+INFO_LABELS = frozenset({"severity", "tenant", "pool_name", "owner_kind", "owner_name"})
 
 
 def alert_name(kind: str) -> str:
@@ -80,7 +91,8 @@ class AmAlert:
     ends_ms: int | None
 
     def key(self) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted(self.labels.items()))
+        """Which condition it is: its labels but the informational ones."""
+        return tuple(sorted((k, v) for k, v in self.labels.items() if k not in INFO_LABELS))
 
     def resolved(self, now_ms: int) -> bool:
         return self.ends_ms is not None and self.ends_ms <= now_ms
@@ -143,18 +155,25 @@ class Conditions:
             base["device"] = alert.device_id
         if alert.reservation_id:
             base["reservation"] = alert.reservation_id
-        elif alert.kind == "gpu.foreignUse" and (kind := alert.details.get("ownerKind")):
+        elif alert.kind.startswith("gpu.foreignUse") and (kind := alert.details.get("ownerKind")):
             # A pod, job, container or unit (or nobody) on a booked GPU: its owner tells
             # two of them on one GPU apart, as a reservation's label does for its own.
             owner = alert.details.get("owner")
             base["owner"] = f"{kind}:{owner}" if owner else str(kind)
-        return base
+        return base | _info(alert)
+
+    @staticmethod
+    def _severity(alert: Alert, kind: str) -> str:
+        if kind == "reservation.atRisk" and alert.details.get("reason") in PAGING_RISKS:
+            return "critical"
+        return CONDITIONS[kind]
 
     @staticmethod
     def _annotations(alert: Alert) -> dict[str, str]:
         return {
-            "summary": f"{alert.kind} on node {alert.node_id} (pool {alert.pool_id})",
-            "description": alert.reason or alert.kind,
+            "summary": f"{alert.kind} on node {alert.node_id}"
+            f" (pool {alert.details.get('poolName') or alert.pool_id})",
+            "description": _described(alert),
             "kind": alert.kind,
             "by": alert.by,
             "alertId": alert.alert_id,
@@ -178,13 +197,17 @@ class Conditions:
                     continue  # never fired as far as the stream tells, or a stale end
                 if state.firing is None and state.at < alert.at:
                     continue  # ended before; nothing to tell Alertmanager again
+                if state.firing is not None:
+                    # Alertmanager resolves the label set it was sent.
+                    labels = dict(state.firing.labels)
                 ended = AmAlert(labels, annotations, state.starts_ms, alert.at)
                 self._states[ended.key()] = _State(alert.at, state.starts_ms, None)
                 to_am.append(ended)
             return Outcome(tuple(to_am), tuple(to_am) or tuple(mapped), "resolved")
-        if alert.kind in CONDITIONS:
+        legacy = alert.kind in ONE_SHOT_BEFORE and "ends" not in alert.details
+        if alert.kind in CONDITIONS and not legacy:
             labels = base | {
-                "alertname": alert_name(alert.kind), "severity": CONDITIONS[alert.kind]
+                "alertname": alert_name(alert.kind), "severity": self._severity(alert, alert.kind)
             }  # fmt: skip
             fired = AmAlert(labels, annotations, alert.since or alert.at, None)
             state = self._states.get(fired.key())
@@ -195,7 +218,57 @@ class Conditions:
                 fired = AmAlert(labels, annotations, state.firing.starts_ms, None)
             self._states[fired.key()] = _State(alert.at, fired.starts_ms, fired)
             return Outcome((fired,), (fired,), "firing")
-        severity = EVENT_SEVERITY.get(alert.kind, "info")
+        severity = ONE_SHOT_BEFORE.get(alert.kind) or EVENT_SEVERITY.get(alert.kind, "info")
         labels = base | {"alertname": alert_name(alert.kind), "severity": severity}
         event = AmAlert(labels, annotations, alert.at, alert.at + self.event_ttl_ms)
         return Outcome((event,), (event,), "firing")
+
+
+def _info(alert: Alert) -> dict[str, str]:
+    """Who it concerns, to route on: the pool's name (`pool_name`), `tenant` (a
+    reservation's, or the tenants holding a GPU used against its booking), and for use
+    the owner's kind (`owner_kind`) and its readable name where the agent read one
+    (`owner_name`, e.g. `pod:ml/train-0`, `slurm:alice`; on a GPU nobody booked, the
+    first process's owner, its id where it has no name)."""
+    d = alert.details
+    out: dict[str, str] = {}
+    if isinstance(d.get("poolName"), str):
+        out["pool_name"] = d["poolName"]
+    tenants = d.get("holderTenantIds")
+    if isinstance(d.get("tenantId"), str) and d["tenantId"]:
+        out["tenant"] = d["tenantId"]
+    elif isinstance(tenants, list) and tenants:
+        out["tenant"] = ",".join(str(t) for t in tenants)
+    if alert.kind.startswith("gpu.foreignUse") and d.get("ownerKind"):
+        out["owner_kind"] = str(d["ownerKind"])
+        if d.get("ownerName"):
+            out["owner_name"] = f"{d['ownerKind']}:{d['ownerName']}"
+    owners = d.get("owners")
+    if alert.kind == "gpu.unbookedUse" and isinstance(owners, list) and owners:
+        first = owners[0] if isinstance(owners[0], dict) else {}
+        kinds = sorted({str(o.get("ownerKind", "")) for o in owners if isinstance(o, dict)})
+        out["owner_kind"] = ",".join(k for k in kinds if k)
+        name = str(first.get("ownerName") or first.get("owner", ""))
+        out["owner_name"] = f"{first.get('ownerKind', '')}:{name}" if name else "unknown"
+    return {k: v for k, v in out.items() if v}
+
+
+def _described(alert: Alert) -> str:
+    """The reason, and for use the processes and their owners (`details.owners`)."""
+    text = alert.reason or alert.kind
+    owners = alert.details.get("owners")
+    if isinstance(owners, list) and owners:
+        procs = [
+            f"pid {o.get('pid')} ({o.get('ownerKind', 'unknown')}"
+            f" {o.get('ownerName') or o.get('owner') or '?'})"
+            for o in owners[:8]
+            if isinstance(o, dict)
+        ]
+        more = f" and {len(owners) - 8} more" if len(owners) > 8 else ""
+        text = f"{text}: {', '.join(procs)}{more}"
+    elif alert.kind.startswith("gpu.foreignUse") and alert.details.get("ownerKind"):
+        pids = alert.details.get("pids")
+        who = alert.details.get("ownerName") or alert.details.get("owner") or "?"
+        owner = f"{alert.details['ownerKind']} {who}"
+        text = f"{text} (owner {owner}" + (f", pids {pids})" if pids else ")")
+    return text

@@ -4,6 +4,7 @@ cgroup (pod, Slurm job, container, systemd unit), on real-looking v1 and v2 line
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,25 @@ def test_an_unreadable_environment_falls_back_to_the_cgroup(tmp_path: Path) -> N
 def test_the_fake_tree_refuses_the_hosts_proc() -> None:
     with pytest.raises(ValueError, match="host's /proc"):
         FakeProcs(Path("/proc"))
+
+
+def test_a_pod_is_named_by_namespace_and_name_and_a_job_by_its_user(tmp_path: Path) -> None:
+    """Names where /proc gives them (issue 34): a pod's container has its name as
+    `HOSTNAME` and its namespace in the service account's file under its root; a Slurm
+    job's process has its user's uid. The id stays what it was (the pod UID, the job)."""
+    env = (("HOSTNAME", "train-0"), ("PATH", "/usr/bin"))
+    job = Workload(pid=31, gpus=(0,), cgroup=V2_SLURM)
+    FakeProcs(tmp_path).sync((Workload(pid=30, gpus=(0,), cgroup=V2_KUBE_SYSTEMD, env=env), job))
+    secrets = tmp_path / "30" / "root" / "var/run/secrets/kubernetes.io/serviceaccount"
+    secrets.mkdir(parents=True)
+    (secrets / "namespace").write_text("ml\n")
+    (tmp_path / "31" / "status").write_text(f"Name:\tpython\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    owners = ProcOwners(tmp_path)
+    assert owners.owner(30) == Owner("pod", POD, "ml/train-0")
+    assert owners.owner(31) == Owner("slurm", "4242", pwd.getpwuid(os.getuid()).pw_name)
+
+
+def test_a_pod_with_no_readable_namespace_has_no_name(tmp_path: Path) -> None:
+    env = (("HOSTNAME", "train-0"),)
+    FakeProcs(tmp_path).sync((Workload(pid=30, gpus=(0,), cgroup=V2_KUBE_SYSTEMD, env=env),))
+    assert ProcOwners(tmp_path).owner(30) == Owner("pod", POD)

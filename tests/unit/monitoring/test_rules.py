@@ -30,7 +30,7 @@ def test_promtool_accepts_the_rules() -> None:
         cwd=RULES, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 9 rules found" in out.stdout
+    assert "SUCCESS: 13 rules found" in out.stdout
 
 
 def test_promtool_unit_tests_of_the_rules_pass() -> None:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.gpu_use_accrual import AccrualKey, AccrualWho, Accrued
+from coordinator.domain.gpu_use_conditions import OpenCondition
 from coordinator.ledger import Database, Ledger, migrations
 from coordinator.ledger import schema as ledger_schema
 from coordinator.ledger.migrations import (
@@ -534,5 +535,36 @@ async def test_0008_records_who_holds_each_physical_device_of_a_filled_database(
         assert after == before
         # The retired GPU-2 is nobody's.
         assert [tuple(r) for r in held] == [("gpu:GPU-0", "n1"), ("gpu:GPU-1", "n1")]
+    finally:
+        await db.dispose()
+
+
+async def test_0011_adds_use_conditions_to_a_filled_database_at_0007(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Use conditions (issue 34): every row kept, `use_conditions` empty, and a condition
+    opened, read back and closed on either database."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0007"))
+        assert (await db.migrate())[-1] == "0007"
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        monkeypatch.undo()
+        assert await db.migrate() == CHAIN[CHAIN.index("0007") + 1 :]  # 0011 among them
+        assert "0011" in CHAIN
+        async with db.read() as conn:
+            after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        assert after == before
+        ledger = Ledger(db)
+        assert await ledger.gpu_use.conditions() == []
+        opened = OpenCondition(
+            "gpu.foreignUse|n1|GPU-1|pod|" + "u" * 256, "gpu.foreignUse", "p1", "n1", "GPU-1",
+            "pod", "u" * 256, since=5,
+        )  # fmt: skip
+        await ledger.gpu_use.record({}, [], [], [opened], [])
+        assert await ledger.gpu_use.conditions() == [opened]
+        await ledger.gpu_use.record({}, [], [], [], [opened.key])
+        assert await ledger.gpu_use.conditions() == []
     finally:
         await db.dispose()

@@ -103,6 +103,18 @@ def gpu(uuid: str, *owners: tuple[str, str], util: int = 80) -> DeviceUse:
     return DeviceUse(device_id=uuid, sm_util=util if procs else 0, processes=procs)
 
 
+async def _scrape(
+    session: aiohttp.ClientSession, c: Coordinator, key: str
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with session.get(f"{c.url}/metrics", headers={"Authorization": f"Bearer {key}"}) as r:
+        text = await r.text()
+    return {
+        (m.name, tuple(sorted(s.labels.items()))): s.value
+        for m in text_string_to_metric_families(text)
+        for s in m.samples
+    }
+
+
 def _labels(base: dict[str, str], **more: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((base | more).items()))
 
@@ -182,6 +194,11 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             await agent.beat(use_base=agent.version, use_version=agent.version)
         (idle,) = await agent.wait_for("reservation.idle")
         assert (idle.reservation_id, idle.details["tenantId"]) == (rid2, "acme")
+        # While it lasts the metrics say it too (the shipped rule fires on it).
+        idle_series = ("reservation", rid2), ("tenant", "acme"), ("pool", pool), ("node", "n1")
+        scraped = await _scrape(session, used, key)
+        since = scraped[("gpufleet_reservation_idle_since_seconds", tuple(sorted(idle_series)))]
+        assert since == idle.details["idleSince"] / 1000
         await agent.delta(gpu(g2, (rid2, "reservation"), util=90))
 
         async def in_use_again() -> bool:
@@ -195,7 +212,6 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         await eventually(in_use_again, within_s=30)
         (back,) = await agent.wait_for("reservation.inUse")
         assert back.reservation_id == rid2
-        assert {a.kind for a in agent.alerts} >= set(USE_KINDS)
         assert all(
             a.reservation_id != rid1 for a in agent.alerts if a.kind.startswith("reservation.")
         )
@@ -268,6 +284,31 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             base, UUID=free, reservation="", user="pod-7", user_kind="pod", match="unbooked"
         )
         assert series[("gpufleet_gpu_user_info", pod)] == 1
+        # r2 works again: no longer idle.
+        assert not any(name == "gpufleet_reservation_idle_since_seconds" for name, _ in series)
+
+        # Use is a condition (issue 34): the pod stops and r2 leaves r1's GPU; each
+        # ends once, with the labels it started with.
+        await agent.report(
+            gpu(g1, (rid1, "reservation")), gpu(free), gpu(g2, (rid2, "reservation"))
+        )
+        (ended,) = await agent.wait_for("gpu.unbookedUseEnded")
+        assert (ended.device_id, ended.node_id, ended.pool_id) == (free, "n1", pool)
+        # Each names its pool by name too (to route on): the start and its end.
+        assert unbooked.details["poolName"] == ended.details["poolName"] == "a"
+        # A start names its end: a subscriber tells it from an older one-shot event.
+        assert unbooked.details["ends"] == "gpu.unbookedUseEnded"
+        assert foreign.details["ends"] == "gpu.foreignUseEnded"
+        (gone,) = await agent.wait_for("gpu.foreignUseEnded")
+        assert (gone.device_id, gone.reservation_id) == (g1, rid2)
+        assert gone.details["ownerKind"] == "reservation"
+        assert {a.kind for a in agent.alerts} >= set(USE_KINDS)
+        events = await used.ledger.catalog.events("n1")
+        assert [(e.kind, e.device_id) for e in events if e.kind.startswith("gpu.")] == [
+            ("gpu.unbookedUse", free), ("gpu.foreignUse", g1),
+            ("gpu.unbookedUseEnded", free), ("gpu.foreignUseEnded", g1),
+        ]  # fmt: skip
+        assert await used.ledger.gpu_use.conditions() == []
     await nc.close()
 
 
@@ -329,4 +370,17 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
         assert matches == {
             ("reservation", rid): "holder", ("pod", "pod-7"): "foreign", ("slurm", "42"): "foreign",
         }  # fmt: skip
+        # The nobody-owned process left g1 at the delta: ended, once. The pod and the job
+        # stop: each ends once.
+        (nobody,) = await agent.wait_for("gpu.foreignUseEnded")
+        assert (nobody.device_id, nobody.details["ownerKind"]) == (g1, "unknown")
+        await agent.delta(gpu(g0, own), gpu(g1, own))
+        ended = await agent.wait_for("gpu.foreignUseEnded", 3)
+        assert {(a.details["ownerKind"], a.details["owner"]) for a in ended} == {
+            ("unknown", ""), ("pod", "pod-7"), ("slurm", "42"),
+        }  # fmt: skip
+        for _ in range(3):
+            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await asyncio.sleep(0.1)
+        assert [a.kind for a in agent.alerts].count("gpu.foreignUseEnded") == 3
     await nc.close()

@@ -766,3 +766,72 @@ async def test_a_condition_reaches_alertmanager_once_outlives_its_restart_and_re
         await asyncio.sleep(1.5)
         assert await alertmanager.alerts(http) == []
         assert forwarder.webhooks[0].delivered == 0
+
+
+async def test_unbooked_use_stays_firing_past_the_event_ttl_and_an_alertmanager_restart(
+    nats_url: str,
+    publisher: AlertStream,
+    alertmanager: Alertmanager,
+    http: aiohttp.ClientSession,
+) -> None:
+    """Use is a condition (issue 34): a pod on a GPU nobody booked fires until its end,
+    re-sent like the health conditions, so neither the event TTL nor an Alertmanager
+    restart loses it while the pod runs; it carries its owner and the holder's tenant."""
+    await alertmanager.ready(http)
+    settings = ForwarderSettings(
+        nats_url=nats_url, subject_prefix=publisher.subjects.prefix,
+        alertmanager=(alertmanager.url,), resend_interval_s=0.5, event_ttl_s=1,
+        backoff_initial_s=0.2, backoff_max_s=0.5,
+    )  # fmt: skip
+    owners = [{"pid": 7, "owner": "ml/train-0", "ownerKind": "pod"}]
+    async with forwarding(settings):
+        now = int(time.time() * 1000)
+        unbooked = _alert(
+            "gpu.unbookedUse",
+            1,
+            device_id="GPU-1",
+            details={"pids": [7], "owners": owners, "ends": "gpu.unbookedUseEnded"},
+        )
+        foreign = _alert(
+            "gpu.foreignUse", 2, device_id="GPU-2",
+            details={"ownerKind": "slurm", "owner": "42", "pids": [9],
+                     "holders": ["rsv_1"], "holderTenantIds": ["acme"],
+                     "ends": "gpu.foreignUseEnded"},
+        )  # fmt: skip
+        for a in (unbooked, foreign):
+            await publisher.publish(msgspec.structs.replace(a, at=now))
+
+        async def names() -> set[str]:
+            return {a["labels"]["alertname"] for a in await alertmanager.alerts(http)}
+
+        async def both() -> bool:
+            return await names() == {"GpufleetEventGpuUnbookedUse", "GpufleetEventGpuForeignUse"}
+
+        await eventually(both, within_s=10)
+        await asyncio.sleep(2.5)  # past the event TTL (1 s): still firing
+        assert await both()
+        by_name = {a["labels"]["alertname"]: a for a in await alertmanager.alerts(http)}
+        pod = by_name["GpufleetEventGpuUnbookedUse"]
+        assert pod["labels"]["owner_kind"] == "pod"
+        assert pod["labels"]["owner_name"] == "pod:ml/train-0"
+        assert "pid 7 (pod ml/train-0)" in pod["annotations"]["description"]
+        job = by_name["GpufleetEventGpuForeignUse"]
+        assert (job["labels"]["owner"], job["labels"]["tenant"]) == ("slurm:42", "acme")
+
+        alertmanager.stop()
+        alertmanager.start()
+        await alertmanager.ready(http)
+        await eventually(both, within_s=15)  # the resend brings both back
+
+        for n, a in enumerate((unbooked, foreign), start=3):
+            end = msgspec.structs.replace(
+                a, alert_id=f"a{n:03d}", kind=a.kind + "Ended", at=int(time.time() * 1000)
+            )
+            await publisher.publish(end)
+
+        async def resolved() -> bool:
+            return await alertmanager.alerts(http) == []
+
+        await eventually(resolved, within_s=10)
+        await asyncio.sleep(1.5)
+        assert await alertmanager.alerts(http) == []

@@ -80,3 +80,22 @@ def test_a_shared_unit_shows_each_holder_its_own_processes() -> None:
     )  # fmt: skip
     alone = use_seen(use, {"rsv_a": "acme"}, "acme")
     assert alone.sm_util == 70 and len(alone.users) == 2
+
+
+def test_the_end_of_a_use_condition_is_seen_as_its_start_is() -> None:
+    """Use is a condition (issue 34): its end reaches whom its start reached, saying no
+    more; a foreign use's end to its holder says it ended, naming no one else."""
+    gone = _alert(
+        "gpu.foreignUseEnded", owner="rsv_g", ownerKind="reservation", ownerTenantId="globex",
+        holders=["rsv_a"], holderTenantIds=["acme"], holderTenants={"rsv_a": "acme"},
+        ownerName="x",
+    )  # fmt: skip
+    holder = alert_seen(gone, "acme")
+    assert holder is not None and holder.reason.startswith("ended: ")
+    assert "rsv_g" not in holder.reason and "ownerName" not in holder.details
+    assert alert_seen(gone, "initech") is None
+    unbooked = _alert("gpu.unbookedUseEnded", poolName="p")
+    seen = alert_seen(unbooked, "acme")
+    assert seen is not None and seen.details == {}
+    event = NodeEvent(3, "n0", "p", "gpu.foreignUseEnded", "… rsv_a", "coordinator", 1, "G0")
+    assert "rsv_a" not in event_seen(event, "acme").reason

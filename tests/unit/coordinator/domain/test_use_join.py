@@ -8,6 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from coordinator.domain.gpu_use_conditions import changes, key_of, state_of
 from coordinator.domain.gpu_use_join import (
     Hold,
     Idle,
@@ -305,6 +306,8 @@ class JoinMachine(RuleBasedStateMachine):
         want: list[tuple[str, str | None, str | None]] = []
         unbooked = {u for u in UNITS if self.procs[u] and u not in self.holders}
         want += [("gpu.unbookedUse", u, None) for u in sorted(unbooked - self.said_unbooked)]
+        # A condition: what no longer holds ends.
+        want += [("gpu.unbookedUseEnded", u, None) for u in sorted(self.said_unbooked - unbooked)]
         self.said_unbooked = unbooked
         foreign = {
             (u, o)
@@ -316,6 +319,10 @@ class JoinMachine(RuleBasedStateMachine):
         want += [
             ("gpu.foreignUse", u, o if o.startswith("rsv") else None)
             for u, o in sorted(foreign - self.said_foreign)
+        ]
+        want += [
+            ("gpu.foreignUseEnded", u, o if o.startswith("rsv") else None)
+            for u, o in sorted(self.said_foreign - foreign)
         ]
         self.said_foreign = foreign
         for rid in sorted(by_rid):
@@ -340,6 +347,23 @@ class JoinMachine(RuleBasedStateMachine):
         got = [(t.kind, t.device_id, t.reservation_id) for t in out]
         assert sorted(got, key=str) == sorted(want, key=str)
 
+    @rule()
+    def leader_change(self) -> None:
+        """A new leader goes on from the conditions said and not ended, as the ledger
+        keeps them (`gpu_use_conditions`): it says none of them again and ends each once;
+        idle clocks not yet said start afresh."""
+        opened, _ = changes(self.log, self.clock.now_ms())
+        self.state = state_of(opened)
+        self.idle_since = {r: t for r, t in self.idle_since.items() if r in self.said_idle}
+
+    @invariant()
+    def starts_and_ends_alternate(self) -> None:
+        last: dict[str, str] = {}
+        for t in self.log:
+            key = key_of(t)
+            assert last.get(key) != t.kind, t
+            last[key] = t.kind
+
     @invariant()
     def idle_and_in_use_alternate(self) -> None:
         last: dict[str, str] = {}
@@ -352,3 +376,18 @@ class JoinMachine(RuleBasedStateMachine):
 
 JoinMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_join_machine = JoinMachine.TestCase
+
+
+def test_use_alerts_carry_the_owner_s_readable_name_where_the_agent_read_one() -> None:
+    pod = ProcessUse(pid=7, owner="uid-1", owner_kind="pod", owner_name="ml/train-0")
+    job = ProcessUse(pid=8, owner="42", owner_kind="slurm", owner_name="alice")
+    _, out = run(
+        JoinState(), [use("GPU-0", pod), use("GPU-1", proc(9, rid := "rsv-1", "reservation"), job)],
+        [hold(rid, "GPU-1")], 0,
+    )  # fmt: skip
+    by_kind = {t.kind: t for t in out}
+    assert by_kind["gpu.unbookedUse"].details["owners"] == [
+        {"pid": 7, "owner": "uid-1", "ownerKind": "pod", "ownerName": "ml/train-0"}
+    ]
+    foreign = by_kind["gpu.foreignUse"]
+    assert (foreign.details["owner"], foreign.details["ownerName"]) == ("42", "alice")

@@ -68,3 +68,13 @@ def test_a_unit_has_a_bounded_number_of_owners_its_holders_first() -> None:
     assert len(owners) == MAX_OWNERS_PER_UNIT
     assert {("reservation", HOLDER), ("reservation", OTHER), ("unknown", "")} <= owners
     assert len(out["n1"]["GPU-0"].processes) == len(use.processes)
+
+
+def test_an_owner_not_believed_loses_the_name_it_gave_too() -> None:
+    liar = ProcessUse(pid=1, owner=_made_up(1), owner_kind="reservation", owner_name="boss")
+    pod = ProcessUse(pid=2, owner="uid-1", owner_kind="pod", owner_name="ml/train-0")
+    use = DeviceUse(device_id="GPU-0", processes=(liar, pod))
+    out = vetted({"n1": {"GPU-0": use}}, set(), {})["n1"]["GPU-0"]
+    assert [(p.owner_kind, p.owner, p.owner_name) for p in out.processes] == [
+        ("unknown", "", ""), ("pod", "uid-1", "ml/train-0"),
+    ]  # fmt: skip

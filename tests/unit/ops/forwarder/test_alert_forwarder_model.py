@@ -191,7 +191,7 @@ def test_ended_conditions_are_forgotten_once_no_replay_can_be_older() -> None:
     assert _firing(c) == [("GpufleetEventNodeUnreachable", "still-down", 1000)]
 
 
-def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_event() -> None:
+def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_condition() -> None:
     c = Conditions()
     idle = msgspec.structs.replace(_alert("reservation.idle", 1000), reservation_id="rsv_1")
     fired = c.apply(idle)
@@ -208,9 +208,79 @@ def test_an_idle_reservation_fires_until_in_use_and_gpu_misuse_is_a_warning_even
         ("gpu.unbookedUse", "GpufleetEventGpuUnbookedUse"),
         ("gpu.foreignUse", "GpufleetEventGpuForeignUse"),
     ):
-        (event,) = c.apply(_alert(kind, 3000)).alertmanager
+        # A coordinator before issue 34 said it as a one-shot event (no `details.ends`):
+        # replayed from the stream's history after an upgrade, it still expires.
+        (old,) = c.apply(_alert(kind, 2500, node="n0")).alertmanager
+        assert old.ends_ms == 2500 + c.event_ttl_ms and old.labels["severity"] == "warning"
+        start = msgspec.structs.replace(_alert(kind, 3000), details={"ends": kind + "Ended"})
+        (event,) = c.apply(start).alertmanager
         assert (event.labels["alertname"], event.labels["severity"]) == (name, "warning")
-        assert event.ends_ms == 3000 + c.event_ttl_ms
+        # A condition (issue 34): firing, re-sent, until its end arrives; never expiring.
+        assert event.ends_ms is None
+        assert name in [a.labels["alertname"] for a in c.firing()]
+        (ended,) = c.apply(_alert(kind + "Ended", 4000)).alertmanager
+        assert (ended.labels, ended.starts_ms, ended.ends_ms) == (event.labels, 3000, 4000)
+        assert name not in [a.labels["alertname"] for a in c.firing()]
+
+
+def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became() -> None:
+    c = Conditions()
+    start = msgspec.structs.replace(
+        _alert("gpu.foreignUse", 1000), device_id="GPU-0",
+        details={
+            "ownerKind": "pod", "owner": "ml/train-0", "holderTenantIds": ["acme"],
+            "poolName": "training", "ends": "gpu.foreignUseEnded",
+        },
+    )  # fmt: skip
+    (fired,) = c.apply(start).alertmanager
+    assert fired.labels["tenant"] == "acme" and fired.labels["owner_kind"] == "pod"
+    assert fired.labels["pool_name"] == "training" and fired.labels["pool"] == "p"
+    assert "(pool training)" in fired.annotations["summary"]
+    assert fired.labels["owner"] == "pod:ml/train-0"
+    # The holder released its GPU meanwhile: the end names no tenant, and still resolves.
+    end = msgspec.structs.replace(
+        _alert("gpu.foreignUseEnded", 2000), device_id="GPU-0",
+        details={"ownerKind": "pod", "owner": "ml/train-0", "holderTenantIds": []},
+    )  # fmt: skip
+    (resolved,) = c.apply(end).alertmanager
+    assert (resolved.labels, resolved.ends_ms) == (fired.labels, 2000)
+    unbooked = msgspec.structs.replace(
+        _alert("gpu.unbookedUse", 3000), device_id="GPU-1",
+        details={
+            "pids": [7], "owners": [{"pid": 7, "owner": "42", "ownerKind": "slurm"}],
+            "ends": "gpu.unbookedUseEnded",
+        },
+    )  # fmt: skip
+    (fired,) = c.apply(unbooked).alertmanager
+    assert (fired.labels["owner_kind"], fired.labels["owner_name"]) == ("slurm", "slurm:42")
+    assert "pid 7 (slurm 42)" in fired.annotations["description"]
+    # Where the agent read a name (a pod's namespace/name), it is the one shown.
+    named = msgspec.structs.replace(
+        unbooked, device_id="GPU-3",
+        details={"owners": [{"pid": 8, "owner": "uid-9", "ownerKind": "pod",
+                             "ownerName": "ml/train-1"}], "ends": "gpu.unbookedUseEnded"},
+    )  # fmt: skip
+    (fired,) = c.apply(named).alertmanager
+    assert fired.labels["owner_name"] == "pod:ml/train-1"
+    assert "pid 8 (pod ml/train-1)" in fired.annotations["description"]
+
+
+def test_a_reservation_at_risk_for_a_fault_of_its_gpu_pages() -> None:
+    c = Conditions()
+
+    def risk(rid: str, reason: str) -> Alert:
+        return msgspec.structs.replace(
+            _alert("reservation.atRisk", 1000), reservation_id=rid,
+            details={"tenantId": "acme", "reason": reason},
+        )  # fmt: skip
+
+    (xid,) = c.apply(risk("rsv_1", "unhealthy")).alertmanager
+    (drain,) = c.apply(risk("rsv_2", "maintenance")).alertmanager
+    assert (xid.labels["severity"], drain.labels["severity"]) == ("critical", "warning")
+    assert xid.labels["tenant"] == "acme"
+    back = msgspec.structs.replace(_alert("reservation.recovered", 2000), reservation_id="rsv_1")
+    (resolved,) = c.apply(back).alertmanager
+    assert (resolved.labels["severity"], resolved.ends_ms) == ("critical", 2000)
 
 
 def test_foreign_use_by_owners_with_no_reservation_stays_apart_in_alertmanager() -> None:

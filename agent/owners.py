@@ -169,21 +169,23 @@ class ProcOwners:
         return replace(owner, name=_name_of(base, owner)[:MAX_OWNER])
 
 
-def _name_of(base: Path, owner: Owner) -> str:
+def _name_of(base: str, owner: Owner) -> str:
     """A pod's `<namespace>/<name>`: its name is the container's hostname (`HOSTNAME`,
     which the runtime sets to the pod's name), its namespace the service account's
     file in the container's root, both read through /proc (as root); a Slurm job's
     user, from the process's uid. "" where any of it cannot be read."""
     try:
         if owner.kind == "pod":
-            with (base / "environ").open("rb") as f:
+            with open(os.path.join(base, "environ"), "rb") as f:
                 env = f.read(MAX_ENVIRON).split(b"\0")
             host = next((e[9:] for e in env if e.startswith(b"HOSTNAME=")), b"")
-            ns = (base / "root" / SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
+            with open(os.path.join(base, "root", SERVICE_ACCOUNT_NAMESPACE)) as f:
+                ns = f.read().strip()
             name = host.decode("utf-8", "replace").strip()
             return f"{ns}/{name}" if ns and name else ""
         if owner.kind == "slurm":
-            status = (base / "status").read_text()
+            with open(os.path.join(base, "status")) as f:
+                status = f.read()
             uid = next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("Uid:"))
             return pwd.getpwuid(uid).pw_name
     except (OSError, ValueError, KeyError, StopIteration, IndexError):

@@ -15,9 +15,9 @@ the whole node (`node`: every unit on it).
   per (unit, owner kind, owner) while it lasts: every process with no known owner on a
   unit is one owner. Its details name the owner and its kind, and for a reservation
   whether it is another tenant's. A holder's process is known by its environment only:
-  a Slurm job in the bridge's reservation for a booking is that booking's when the
-  TaskProlog exported `GPUFLEET_RESERVATION_ID` (the agent reads a job's id from its
-  cgroup, not its Slurm reservation).
+  a Slurm job in the bridge's reservation for a booking is that booking's (the agent
+  reads `GPUFLEET_RESERVATION_ID`, which the TaskProlog exports, else the booking the
+  job's `SLURM_JOB_RESERVATION` names; from a cgroup alone it knows only a job id).
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms` (on a unit several reservations
   hold at once, its own processes: another slot holder's work is not its own);

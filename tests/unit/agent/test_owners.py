@@ -172,3 +172,19 @@ def test_an_unreadable_environment_falls_back_to_the_cgroup(tmp_path: Path) -> N
 def test_the_fake_tree_refuses_the_hosts_proc() -> None:
     with pytest.raises(ValueError, match="host's /proc"):
         FakeProcs(Path("/proc"))
+
+
+def test_a_slurm_job_in_a_bookings_reservation_is_that_bookings() -> None:
+    """Without the TaskProlog's GPUFLEET_RESERVATION_ID, the bridge's reservation name
+    in SLURM_JOB_RESERVATION (whole booking, per node, or among others) names it."""
+    env = b"PATH=/bin\0SLURM_JOB_ID=42\0SLURM_JOB_RESERVATION=gpufleet-rsv_01jabc\0"
+    assert owner_from_environ(env) == Owner("reservation", "rsv_01jabc")
+    per_node = b"SLURM_JOB_RESERVATION=maint,gpufleet-rsv_01jabc--h100-b\0"
+    assert owner_from_environ(per_node) == Owner("reservation", "rsv_01jabc")
+    # The variable the TaskProlog exported wins; a reservation gpufleet did not make,
+    # or a name no bridge makes, names nothing (the cgroup decides).
+    both = b"SLURM_JOB_RESERVATION=gpufleet-rsv_a\0GPUFLEET_RESERVATION_ID=rsv_b\0"
+    assert owner_from_environ(both) == Owner("reservation", "rsv_b")
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=maint\0") is None
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=gpufleet-a b\0") is None
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=gpufleet-\0") is None

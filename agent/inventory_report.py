@@ -186,34 +186,38 @@ def render(inv: Inventory) -> str:
     return "\n".join(out)
 
 
+def read_settings(settings: Settings) -> Inventory:
+    """This host's inventory as the agent with these settings would publish it (a
+    simulated profile gets a sysfs tree of its own for the read)."""
+    expected: dict[str, int] = {str(cls): n for cls, n in settings.expected.items()}
+    if settings.simulate is None:
+        return read_once(settings, settings.sysfs_root, expected)
+    import tempfile
+
+    from agent.sim.profile import load_profile
+    from agent.sim.sysfs_tree import build_tree
+
+    profile = load_profile(settings.simulate)
+    expected = expected or dict(profile.expected)
+    settings = msgspec.structs.replace(
+        settings,
+        profile_id=settings.profile_id or profile.id,
+        profile_version=settings.profile_version or profile.version,
+    )
+    if settings.sysfs_root != Path("/"):
+        return read_once(settings, settings.sysfs_root, expected)
+    with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
+        root = build_tree(Path(tmp), profile, settings.node_id)
+        return read_once(settings, root, expected)
+
+
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     try:
         fmt, rest = _output(argv)
         settings = load(Settings, rest, env, defaults={"pool_id": PLACEHOLDER_POOL})
     except ConfigError as exc:
         return exit_status(exc, "inventory", hint=USAGE)
-    expected: dict[str, int] = {str(cls): n for cls, n in settings.expected.items()}
-    if settings.simulate is None:
-        inv = read_once(settings, settings.sysfs_root, expected)
-    else:
-        import tempfile
-
-        from agent.sim.profile import load_profile
-        from agent.sim.sysfs_tree import build_tree
-
-        profile = load_profile(settings.simulate)
-        expected = expected or dict(profile.expected)
-        settings = msgspec.structs.replace(
-            settings,
-            profile_id=settings.profile_id or profile.id,
-            profile_version=settings.profile_version or profile.version,
-        )
-        if settings.sysfs_root != Path("/"):
-            inv = read_once(settings, settings.sysfs_root, expected)
-        else:
-            with tempfile.TemporaryDirectory(prefix="gpufleet-sysfs-") as tmp:
-                root = build_tree(Path(tmp), profile, settings.node_id)
-                inv = read_once(settings, root, expected)
+    inv = read_settings(settings)
     if fmt == "json":
         data = msgspec.to_builtins(inv)
         if data["poolId"] == PLACEHOLDER_POOL:

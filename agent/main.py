@@ -60,6 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What NVML could not read is in the report itself (health, NVML line).
         logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
         return inventory_report.main(args[1:], os.environ)
+    if args[:1] == ["gres-uuids"]:
+        from agent import gres_command  # one-shot, for Slurm's TaskProlog
+
+        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+        return gres_command.main(args, os.environ)
     if args[:1] in (["bookings"], ["env"]):
         from agent import bookings_command  # one-shot: reads the state file, no NATS
 

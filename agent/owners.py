@@ -2,7 +2,10 @@
 
 The owner is `GPUFLEET_RESERVATION_ID` from the process's environment when it is set
 (`/proc/<pid>/environ`, NUL-separated; unreadable for another user's process unless the
-agent runs as root, in which case the cgroup is used). Otherwise the cgroup names it
+agent runs as root, in which case the cgroup is used), else the booking a Slurm job's
+`SLURM_JOB_RESERVATION` names (`gpufleet-<id>` or `gpufleet-<id>--<node>`, the Slurm
+bridge's names, as the shipped TaskProlog reads them): a job in a booking's reservation
+is that booking's even where the TaskProlog is not installed. Otherwise the cgroup names it
 (`/proc/<pid>/cgroup`, cgroup v1 lines `N:controllers:/path` or the v2 line `0::/path`):
 
 - a Kubernetes pod UID: `…/kubepods-burstable-pod<uid>.slice/…` (systemd driver, the
@@ -34,6 +37,8 @@ from shared.wire import OwnerKind
 log = logging.getLogger(__name__)
 
 RESERVATION_ENV = b"GPUFLEET_RESERVATION_ID="
+SLURM_RESERVATION_ENV = b"SLURM_JOB_RESERVATION="
+_BRIDGE_ID = re.compile(r"^gpufleet-([A-Za-z0-9_-]+?)(?:--.*)?$")
 MAX_OWNER = 256  # ProcessUse.owner's bound
 MAX_ENVIRON = 1 << 20  # read no more of a process's environment than this
 # In a pod's containers: the namespace of its service account (the pod's namespace).
@@ -63,14 +68,30 @@ _RANK: dict[OwnerKind, int] = {"pod": 0, "slurm": 1, "container": 2, "systemd": 
 
 def owner_from_environ(environ: bytes) -> Owner | None:
     """The reservation named by `GPUFLEET_RESERVATION_ID` in a NUL-separated environment,
-    or None when it is absent or empty. The value is kept as given (trimmed, within the
-    wire's bounds): a process naming a reservation it does not hold is for the
-    coordinator to flag, not for the agent to hide."""
+    else by a gpufleet Slurm reservation in `SLURM_JOB_RESERVATION`; None when neither
+    names one. The value is kept as given (trimmed, within the wire's bounds): a process
+    naming a reservation it does not hold is for the coordinator to flag, not for the
+    agent to hide."""
+    slurm: Owner | None = None
     for entry in environ.split(b"\0"):
         if entry.startswith(RESERVATION_ENV):
             text = entry[len(RESERVATION_ENV) :].decode("utf-8", "replace").strip()
             if text:
                 return Owner("reservation", text[:MAX_OWNER])
+        elif entry.startswith(SLURM_RESERVATION_ENV) and slurm is None:
+            slurm = owner_from_slurm_reservation(
+                entry[len(SLURM_RESERVATION_ENV) :].decode("utf-8", "replace")
+            )
+    return slurm
+
+
+def owner_from_slurm_reservation(names: str) -> Owner | None:
+    """The booking the first gpufleet one of a job's Slurm reservations (comma-separated)
+    is for, or None."""
+    for name in names.split(","):
+        found = _BRIDGE_ID.match(name.strip())
+        if found is not None and len(found.group(1)) <= MAX_OWNER:
+            return Owner("reservation", found.group(1))
     return None
 
 

@@ -15,11 +15,16 @@ the whole node (`node`: every unit on it).
   a Slurm job, a container or a systemd unit (from its cgroup), or unknown. Said once
   per (unit, owner kind, owner) while it lasts, `gpu.foreignUseEnded` when it ends:
   every process with no known owner on a unit is one owner. Its details name the
-  owner and its kind, and for a reservation whether it is another tenant's. A
-  holder's process is known by its environment only: a Slurm job in the bridge's
-  reservation for a booking is that booking's when the TaskProlog exported
-  `GPUFLEET_RESERVATION_ID` (the agent reads a job's id from its cgroup, not its
-  Slurm reservation).
+  owner and its kind, and for a reservation whether it is another tenant's. A holder's
+  process is known by its environment only: a Slurm job in the bridge's reservation for
+  a booking is that booking's (the agent reads `GPUFLEET_RESERVATION_ID`, which the
+  TaskProlog exports, else the booking the job's `SLURM_JOB_RESERVATION` names; from a
+  cgroup alone it knows only a job id).
+- *Slurm's choice*: inside a booking's Slurm reservation Slurm picks which of the node's
+  GPUs a job gets (the counts hold, not the ledger's indexes), so a unit no booking
+  covers whose processes all name one reservation holding GPUs on that node is that
+  booking's (`slurm_chosen`): no `gpu.unbookedUse`, and its use counts toward the
+  booking's idleness. It still counts as busy for placement (`JoinState.chosen`).
 - `reservation.idle`: every unit a live reservation holds has had no process, or
   utilization under the threshold, for `idle_after_ms` (on a unit several reservations
   hold at once, its own processes: another slot holder's work is not its own);
@@ -100,6 +105,8 @@ class JoinState:
     # (node, unit, owner kind, owner) said
     foreign: frozenset[tuple[str, str, str, str]] = frozenset()
     idle: Mapping[str, Idle] = field(default_factory=dict)  # by reservation id
+    # (node, unit) no booking covers that a booking's own processes use (Slurm's choice)
+    chosen: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,28 @@ def unbooked_units(
         for unit, use in devices.items()
         if use.processes and (node_id, unit) not in covered
     )
+
+
+def slurm_chosen(
+    uses: Mapping[str, Mapping[str, DeviceUse]], holds: Iterable[Hold]
+) -> dict[tuple[str, str], str]:
+    """(node, unit) → reservation: units no live booking covers whose every process names
+    one reservation that holds GPUs on the same node — the GPU Slurm chose for that
+    booking's job inside its reservation, not the one the ledger numbered."""
+    holds = list(holds)
+    covered = covers(holds)
+    on_node = {(h.node_id, h.reservation_id) for h in holds}
+    out: dict[tuple[str, str], str] = {}
+    for node_id, devices in uses.items():
+        for unit, use in devices.items():
+            if not use.processes or (node_id, unit) in covered:
+                continue
+            owners = {(p.owner_kind, p.owner) for p in use.processes}
+            if len(owners) == 1:
+                kind, rid = next(iter(owners))
+                if kind == "reservation" and (node_id, rid) in on_node:
+                    out[(node_id, unit)] = rid
+    return out
 
 
 def utilization(use: DeviceUse) -> int | None:
@@ -276,8 +305,10 @@ def join(
     tenant's)."""
     tenant_of = tenant_of or {}
     covered = covers(holds)
+    by_slurm = slurm_chosen(uses, holds)
     out: list[UseTransition] = []
     unbooked: set[tuple[str, str]] = set()
+    chosen: set[tuple[str, str]] = set()
     foreign: set[tuple[str, str, str, str]] = set()
     for node_id, devices in sorted(uses.items()):
         pool_id = pools.get(node_id, "")
@@ -287,6 +318,9 @@ def join(
                 continue
             holders = covered.get(key, ())
             pids = [p.pid for p in use.processes]
+            if key in by_slurm:
+                chosen.add(key)
+                continue
             if not holders:
                 unbooked.add(key)
                 if key not in state.unbooked:
@@ -329,9 +363,10 @@ def join(
             out.append(_foreign_end(node_id, unit, kind, owner, pools, covered, tenant_of))
     unbooked |= {k for k in state.unbooked if k[0] not in judged}
     foreign |= {k for k in state.foreign if k[0] not in judged}
-    idle, said = _idleness(state, uses, holds, now, policy, spread or {})
+    chosen |= {k for k in state.chosen if k[0] not in judged}
+    idle, said = _idleness(state, uses, holds, now, policy, spread or {}, by_slurm)
     out.extend(said)
-    return JoinState(frozenset(unbooked), frozenset(foreign), idle), out
+    return JoinState(frozenset(unbooked), frozenset(foreign), idle, frozenset(chosen)), out
 
 
 def _foreign_end(
@@ -397,6 +432,7 @@ def _idleness(
     now: int,
     policy: Policy,
     spread: Mapping[str, frozenset[str]],
+    by_slurm: Mapping[tuple[str, str], str],
 ) -> tuple[dict[str, Idle], list[UseTransition]]:
     by_reservation: dict[str, list[Hold]] = {}
     for hold in holds:
@@ -414,6 +450,7 @@ def _idleness(
         states = {
             _busy_for(rid, h.node_id, u, uses, covered, policy) for h in rholds for u in h.units
         }
+        states |= {busy(uses[n].get(u), policy) for (n, u), r in by_slurm.items() if r == rid}
         first = rholds[0]
         base = {
             "tenantId": first.tenant_id,

@@ -277,7 +277,7 @@ class GpuUseWatch:
             self._flushed_at = now
         self.state = state
         self.gates = gates
-        self.unbooked = state.unbooked
+        self.unbooked = state.unbooked | state.chosen  # in use either way, for placement
         self._accrued_at = dict.fromkeys(uses, now)
         self.lines = unit_lines(uses, holds, pools)
         self.idle = idle_lines(state)

@@ -18,7 +18,6 @@ the files can be regenerated and diffed. `gpufleet slurm conf` fetches and write
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +25,8 @@ from typing import Any
 from ops.kit.errors import OpsError
 from shared.cliques import maximal_cliques, peer_sets
 from shared.ids import normalize_pci
+from shared.slurm_gres import GresGpu, GresMig, gres_devices, short_model, token
 
-# Words in NVML's model names that say nothing about the GPU (NVIDIA H100 80GB HBM3).
-_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
-_SERIES_WORDS = frozenset({"rtx", "gtx"})
-_NOT_TOKEN = re.compile(r"[^A-Za-z0-9_.-]+")
 # /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU
 # instances of 9 minors each (the instance's access, then its 8 compute instances').
 _MIG_FIRST, _MIG_PER_GPU, _MIG_PER_GI = 3, 15 * 9, 9
@@ -140,23 +136,6 @@ def _cpu_topology(item: Mapping[str, Any] | None) -> tuple[int, int, int] | None
 
 
 # --- small pieces ---------------------------------------------------------------------
-
-
-def token(text: str) -> str:
-    """A word Slurm takes in Features=, Type= and switch names."""
-    return _NOT_TOKEN.sub("-", text.strip()).strip("-") or "unnamed"
-
-
-def short_model(name: str) -> str:
-    """NVML's model name as a gres type: `NVIDIA H100 80GB HBM3` → h100,
-    `NVIDIA A100-SXM4-80GB` → a100, `NVIDIA GeForce RTX 4090` → rtx4090."""
-    words = [w for w in re.split(r"[\s_-]+", name.lower()) if w and w not in _VENDOR_WORDS]
-    if not words:
-        return "gpu"
-    first = words[0]
-    if first in _SERIES_WORDS and len(words) > 1:
-        first += words[1]
-    return token(first).lower()
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -275,24 +254,32 @@ def _gres_lines(node: Node, opts: Options) -> list[_GresLine]:
     out: list[_GresLine] = []
     threads = node.threads(opts.threads_per_core)
     blocks = gpu_blocks(node, threads) if opts.socket_per_gpu else {}
-    for gpu in sorted(usable, key=lambda g: g.index):
-        model = short_model(gpu.name)
+    by_index = {g.index: g for g in usable}
+    shapes = (
+        GresGpu(g.index, g.name, mig_enabled=g.mig_enabled,
+                migs=tuple(GresMig(m.profile, m.gpu_instance_id, m.compute_instance_id)
+                           for m in g.migs))
+        for g in usable
+    )  # fmt: skip
+    # In Slurm's index order, which the TaskProlog maps back to UUIDs by (shared.slurm_gres).
+    for device in gres_devices(shapes):
+        gpu = by_index[device.gpu.index]
         where = blocks.get(gpu.index) or cores(gpu, node.vcpu, threads)
         tail = f" Cores={where}" if where else ""
-        if not gpu.mig_enabled:
+        mig = device.mig
+        if mig is None:
             has_links = any(n > 0 for n in map(int, link_rows.get(gpu.index, "0").split(",")))
             link = f" Links={link_rows[gpu.index]}" if has_links else ""
-            text = f"NodeName={node.node_id} Name=gpu Type={model} File={dev}/nvidia{gpu.index}"
-            out.append(_GresLine(model, text + tail + link))
+            text = f"NodeName={node.node_id} Name=gpu Type={device.gres_type}"
+            text += f" File={dev}/nvidia{gpu.index}"
+            out.append(_GresLine(device.gres_type, text + tail + link))
             continue
-        for mig in sorted(gpu.migs, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
-            gi = _MIG_FIRST + gpu.index * _MIG_PER_GPU + mig.gpu_instance_id * _MIG_PER_GI
-            ci = gi + 1 + mig.compute_instance_id
-            caps = f"{dev}/nvidia-caps/nvidia-cap"
-            files = f"{dev}/nvidia{gpu.index},{caps}{gi},{caps}{ci}"
-            kind = f"{model}_{token(mig.profile).lower()}"
-            text = f"NodeName={node.node_id} Name=gpu Type={kind} MultipleFiles={files}"
-            out.append(_GresLine(kind, text + tail))
+        gi = _MIG_FIRST + gpu.index * _MIG_PER_GPU + mig.gpu_instance_id * _MIG_PER_GI
+        ci = gi + 1 + mig.compute_instance_id
+        caps = f"{dev}/nvidia-caps/nvidia-cap"
+        files = f"{dev}/nvidia{gpu.index},{caps}{gi},{caps}{ci}"
+        text = f"NodeName={node.node_id} Name=gpu Type={device.gres_type} MultipleFiles={files}"
+        out.append(_GresLine(device.gres_type, text + tail))
     return out
 
 

@@ -3,11 +3,14 @@ with jobs running (tests/slurm_cluster.py): a booking is reserved at once on a n
 already runs on (`IGNORE_JOBS`), and a released booking ends in Slurm although a job
 runs in it: Slurm ends the reservation and that job, and leaves the job outside alone.
 The shipped TaskProlog gives a task in a booking's reservation its
-GPUFLEET_RESERVATION_ID and leaves the GPUs Slurm chose as they are."""
+GPUFLEET_RESERVATION_ID and leaves the GPUs Slurm chose as they are; on the demo's A100
+host (two GPUs in MIG mode, gres.conf from `slurm conf`) it names them by the UUIDs
+the agent's inventory gives Slurm's gres indexes, so a MIG job gets MIG UUIDs."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -15,8 +18,11 @@ import pytest
 
 from ops.slurm.bridge.model import CreateReservation, DeleteReservation, SlurmReservation
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
+from ops.slurm.conf import Options, nodes_from_api, render
 from tests.e2e.fleet_procs import wait_for
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
+from tests.unit.agent.test_inventory import inventory_of
+from tests.unit.ops.slurm.test_conf import api_node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 NAME = "gpufleet-rsv_jobs"
@@ -97,3 +103,33 @@ def test_the_task_prolog_names_the_booking_and_keeps_slurms_gpus(
                           "sh", "-c", show)  # fmt: skip
     assert inside.returncode == 0, inside.stderr
     assert inside.stdout.split() == ["rsv_01prolog", "0,1"]
+
+
+def test_the_task_prolog_gives_a_mig_job_mig_uuids(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    inv = inventory_of("a100-mig-8", tmp_path / "inv", "a100-m")
+    conf = render("p", nodes_from_api([api_node(inv)]), Options(dev_dir=str(slurm_cluster.dev_dir)))
+    gres = "".join(f"{x}\n" for x in conf.gres.splitlines() if x.startswith("NodeName="))
+    line = next(x for x in conf.nodes.splitlines() if x.startswith("NodeName="))
+    slurm_cluster.start(SlurmConfig(nodes=[line], gres_conf=gres, extra=[f"TaskProlog={PROLOG}"]))
+    # The agent the prolog asks: the simulated host, as its daemon would be configured.
+    config = tmp_path / "agent.toml"
+    config.write_text('node_id = "a100-m"\nsimulate = "a100-mig-8"\n')
+    agent = Path(sys.executable).parent / "gpufleet-agent"
+    export = f"--export=ALL,GPUFLEET_AGENT={agent},GPUFLEET_CONFIG={config}"
+    migs = {m.uuid: (g.index, m.profile) for g in inv.gpus for m in g.mig_instances}
+    whole = {g.uuid: g.index for g in inv.gpus if not g.mig_enabled}
+
+    def visible(gres_ask: str) -> list[str]:
+        done = slurm_cluster.srun("--mem=100", export, f"--gres={gres_ask}", "sh", "-c",
+                                  "echo $CUDA_VISIBLE_DEVICES")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().split(",")
+
+    small = visible("gpu:a100_1g.10gb:2")  # Slurm's own value here: gres indexes 6,7
+    assert len(small) == 2 and all(migs.get(u, (0, ""))[1] == "1g.10gb" for u in small)
+    [big] = visible("gpu:a100_3g.40gb:1")
+    assert migs[big] == (0, "3g.40gb")
+    two = visible("gpu:a100:2")
+    assert len(two) == 2 and all(u in whole for u in two)

@@ -35,8 +35,8 @@ from ops.slurm.bridge.model import (
     SlurmState,
     UpdateReservation,
 )
-from ops.slurm.conf import token
 from shared.reservation_states import LIVE_STATES
+from shared.slurm_gres import token
 
 # What Slurm schedules: a booking of only NICs or disks is no Slurm reservation (it would
 # hold the whole node from jobs that never touch them).

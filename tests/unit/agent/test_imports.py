@@ -24,6 +24,7 @@ ENTRY = (
     "agent.xid_watch",
     "agent.sim.nvml",
     "agent.inventory_report",
+    "agent.gres_command",
 )
 HEAVY = ("pydantic", "aiohttp", "sqlalchemy")
 PROBE = """

@@ -195,3 +195,19 @@ def test_a_pod_with_no_readable_namespace_has_no_name(tmp_path: Path) -> None:
     env = (("HOSTNAME", "train-0"),)
     FakeProcs(tmp_path).sync((Workload(pid=30, gpus=(0,), cgroup=V2_KUBE_SYSTEMD, env=env),))
     assert ProcOwners(tmp_path).owner(30) == Owner("pod", POD)
+
+
+def test_a_slurm_job_in_a_bookings_reservation_is_that_bookings() -> None:
+    """Without the TaskProlog's GPUFLEET_RESERVATION_ID, the bridge's reservation name
+    in SLURM_JOB_RESERVATION (whole booking, per node, or among others) names it."""
+    env = b"PATH=/bin\0SLURM_JOB_ID=42\0SLURM_JOB_RESERVATION=gpufleet-rsv_01jabc\0"
+    assert owner_from_environ(env) == Owner("reservation", "rsv_01jabc")
+    per_node = b"SLURM_JOB_RESERVATION=maint,gpufleet-rsv_01jabc--h100-b\0"
+    assert owner_from_environ(per_node) == Owner("reservation", "rsv_01jabc")
+    # The variable the TaskProlog exported wins; a reservation gpufleet did not make,
+    # or a name no bridge makes, names nothing (the cgroup decides).
+    both = b"SLURM_JOB_RESERVATION=gpufleet-rsv_a\0GPUFLEET_RESERVATION_ID=rsv_b\0"
+    assert owner_from_environ(both) == Owner("reservation", "rsv_b")
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=maint\0") is None
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=gpufleet-a b\0") is None
+    assert owner_from_environ(b"SLURM_JOB_RESERVATION=gpufleet-\0") is None

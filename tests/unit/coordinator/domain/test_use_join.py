@@ -152,6 +152,23 @@ def test_the_holder_s_own_processes_are_never_foreign() -> None:
     assert out == []
 
 
+def test_a_gpu_slurm_chose_inside_a_booking_is_that_booking_s() -> None:
+    """Slurm picks which of the node's GPUs a job in a booking's reservation gets: the
+    ledger booked GPU-0, the job runs on GPU-1. That is the booking's use (no unbooked
+    alert, not idle), still busy for placement; a stranger joining it makes it unbooked."""
+    holds = [hold("rsv-a", "GPU-0")]
+    job = use("GPU-1", proc(1, "rsv-a", "reservation", util=90), util=90)
+    s, out = run(JoinState(), [job, use("GPU-0")], holds, 0)
+    s, out2 = run(s, [job, use("GPU-0")], holds, 120_000)
+    assert out == out2 == []
+    assert s.chosen == {(NODE, "GPU-1")} and s.unbooked == frozenset()
+    assert s.idle["rsv-a"].since is None  # working, by the GPU Slurm chose
+    # Another reservation's process (or one on a node it holds nothing on) is not it.
+    other = use("GPU-1", proc(1, "rsv-a", "reservation"), proc(2, "rsv-b", "reservation"))
+    _, out = run(s, [other, use("GPU-0")], holds, 130_000)
+    assert [t.kind for t in out] == ["gpu.unbookedUse"]
+
+
 def test_an_idle_reservation_is_said_after_the_threshold_and_in_use_when_it_works() -> None:
     holds = [hold("rsv-a", "GPU-0", "GPU-1", cls="node")]
     low = [use("GPU-0", proc(1, "rsv-a", "reservation", util=3), util=3), use("GPU-1")]
@@ -304,7 +321,15 @@ class JoinMachine(RuleBasedStateMachine):
 
     def _expect(self, out: list[UseTransition], now: int, by_rid: dict[str, list[str]]) -> None:
         want: list[tuple[str, str | None, str | None]] = []
-        unbooked = {u for u in UNITS if self.procs[u] and u not in self.holders}
+        # A unit no booking covers used by one booking's processes alone: Slurm's choice.
+        chosen = {
+            u: owners.pop()
+            for u in UNITS
+            if self.procs[u] and u not in self.holders
+            for owners in [{o for o, _ in self.procs[u]}]
+            if len(owners) == 1 and next(iter(owners)) in by_rid
+        }
+        unbooked = {u for u in UNITS if self.procs[u] and u not in self.holders} - set(chosen)
         want += [("gpu.unbookedUse", u, None) for u in sorted(unbooked - self.said_unbooked)]
         # A condition: what no longer holds ends.
         want += [("gpu.unbookedUseEnded", u, None) for u in sorted(self.said_unbooked - unbooked)]
@@ -326,8 +351,9 @@ class JoinMachine(RuleBasedStateMachine):
         ]
         self.said_foreign = foreign
         for rid in sorted(by_rid):
+            units = by_rid[rid] + [u for u, r in chosen.items() if r == rid]
             working = any(
-                util >= POLICY.idle_util_percent for u in by_rid[rid] for _, util in self.procs[u]
+                util >= POLICY.idle_util_percent for u in units for _, util in self.procs[u]
             )
             if working:
                 self.idle_since.pop(rid, None)

@@ -25,8 +25,8 @@ from ops.slurm.conf import (
     nodes_from_api,
     render,
     render_pools,
-    short_model,
 )
+from shared.slurm_gres import short_model
 from shared.wire import Inventory
 from tests.unit.agent.test_inventory import inventory_of
 

@@ -555,6 +555,8 @@ async def test_0011_adds_use_conditions_to_a_filled_database_at_0007(
         assert "0011" in CHAIN
         async with db.read() as conn:
             after = await conn.run_sync(numbered_ledger.dump, ALL_TABLES)
+        for row in after["nodes"]:
+            assert row.pop("duplicate_hold") is None  # r0008, on the way
         assert after == before
         ledger = Ledger(db)
         assert await ledger.gpu_use.conditions() == []

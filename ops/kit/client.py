@@ -82,7 +82,10 @@ def is_loopback_host(host: str) -> bool:
 
 def require_tls(base_url: str, insecure_http: bool = False) -> None:
     """Raise InsecureHttp for `http://` to a non-loopback host unless `insecure_http`."""
-    parts = urllib.parse.urlsplit(base_url)
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+    except ValueError:
+        return  # a malformed URL: the call says so, naming it, as for any unreachable URL
     if parts.scheme != "http" or insecure_http:
         return
     if not is_loopback_host(parts.hostname or ""):

@@ -133,6 +133,7 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await record_inventory(clocked.ledger, make_inventory("n2", pool, gpus=2), now)
     await a.call("nodes.get", {"nodeId": "n2"})  # held: a provisioning reason
     await a.call("nodes.acceptShape", {"nodeId": "n2"})
+    await a.call("nodes.replace", {"oldNodeId": "n1", "newNodeId": "n2"})
     await a.call("reservations.release", rid, acme)
     await a.call("usage.report", {"tenantId": "acme"}, acme)
 

@@ -59,3 +59,12 @@ def test_the_bridge_refuses_to_start_on_plain_http_to_another_host() -> None:
     BridgeSettings(
         coordinator_url="http://coordinator.example:8080", coordinator_key=KEY, insecure_http=True
     ).check()
+
+
+def test_a_malformed_url_is_one_line_naming_it_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`urlsplit` raises on a broken IPv6 literal: the check lets the call name the URL."""
+    assert run(["--url", "http://[::1", "pools"], {"GPUFLEET_KEY": KEY}) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the coordinator at http://[::1" in err and "Traceback" not in err

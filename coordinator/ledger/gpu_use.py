@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.consumption import MemoryAccrued, MemoryKey
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
 from coordinator.domain.gpu_use_book import AtomRow, atom_units
 from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
@@ -24,6 +25,7 @@ from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from coordinator.ledger.memory_use import add_memory
 from coordinator.ledger.reservation_listing import state_condition
 from shared.reservation_states import LIVE_STATES
 from shared.wire import Alert
@@ -166,13 +168,16 @@ class GpuUseRepo:
         accrued: Mapping[AccrualKey, Accrued],
         events: Sequence[NewNodeEvent],
         alerts: Sequence[Alert],
+        memory: Mapping[MemoryKey, MemoryAccrued] | None = None,
     ) -> None:
-        """One pass's buckets, node events and alerts, in one transaction (none when
-        there is nothing to write: a fleet without use costs no write every pass)."""
-        if not (accrued or events or alerts):
+        """One pass's buckets, memory held, node events and alerts, in one transaction
+        (none when there is nothing to write: a fleet without use costs no write every
+        pass)."""
+        if not (accrued or events or alerts or memory):
             return
         async with self._db.transaction() as conn:
             await _add_buckets(conn, accrued)
+            await add_memory(conn, memory or {})
             if events:
                 await conn.execute(
                     schema.node_events.insert(),

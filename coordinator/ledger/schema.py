@@ -331,6 +331,17 @@ gpu_use = Table(
     Index("ix_gpu_use_reservation", "reservation_id"),
 )
 
+# r0015: GPU memory held per quarter, tenant ("" unattributed) and pool (issue 35).
+memory_use = Table(
+    "memory_use",
+    metadata,
+    Column("quarter", BigInteger, primary_key=True),
+    Column("tenant_id", String(128), primary_key=True),
+    Column("pool_id", String(57), primary_key=True),
+    Column("mib_ms", BigInteger, nullable=False),
+    Column("peak_mib", BigInteger, nullable=False),
+)
+
 alert_outbox = Table(
     "alert_outbox",
     metadata,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
 from coordinator.api.http.server import HttpLimits, HttpServer, metrics_app
-from coordinator.config import CoordinatorSettings
+from coordinator.config import CoordinatorSettings, load_rate_card
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
@@ -71,6 +71,7 @@ async def http_context(
         store.ledger, clock, wire.relay, capacity, notice_ms=int(settings.notice_s * 1000),
         metrics=metrics, feed=wire.feed, gpu_use=watch.gpu_use.book,
         busy=lambda: watch.gpu_use.unbooked,
+        rate_card=load_rate_card(settings.rate_card) if settings.rate_card else None,
     )  # fmt: skip
     limits = HttpLimits(
         idle_timeout_s=settings.http_idle_timeout_s,

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from coordinator.api.http.auth import may_act_for
 from coordinator.api.http.context import CallContext
 from coordinator.api.http.cursor import decode_cursor, encode_cursor
-from coordinator.api.http.registry import REGISTRY
+from coordinator.api.http.registry import REGISTRY, Streamed
 from coordinator.api.shapes import consumption_outputs as out
 from coordinator.api.shapes.base import ApiInput, RestInput, param
 from coordinator.api.shapes.fields import EpochMs, PoolId, TenantId
@@ -33,7 +34,8 @@ from coordinator.domain.consumption import (
     gb_hours,
     totals,
 )
-from coordinator.domain.errors import CoordinatorError, NotFound, PermissionDenied
+from coordinator.domain.errors import CoordinatorError, InvalidInput, NotFound, PermissionDenied
+from coordinator.domain.focus import csv_chunks, focus_rows
 from coordinator.domain.intervals import (
     INTERVAL_MS,
     MAX_WINDOW_MS,
@@ -228,3 +230,45 @@ async def devices(ctx: CallContext, body: DeviceConsumptionInput) -> out.DeviceC
             for u in unbooked
         ],
     )  # fmt: skip
+
+
+class ExportInput(ApiInput):
+    tenant_id: TenantId | None = Field(
+        default=None, description="The tenant; absent (operators, observers): every tenant."
+    )
+    pool_id: PoolId | None = Field(default=None, description="Only this pool.")
+    format: Literal["focus-csv"] = Field(
+        default="focus-csv", description="FOCUS 1.2 rows as CSV (parquet is not offered)."
+    )
+    from_: EpochMs = Field(alias="from", description="Window start, ms, on the 15-minute grid.")
+    to: EpochMs = Field(description="Window end, ms, on the grid; at most 35 days after from.")
+
+
+def _window(start: int, end: int) -> None:
+    """The calendar's rules for an export window, each failure naming its field."""
+    problems = [
+        {"path": name, "message": "must be on the 15-minute UTC grid"}
+        for name, value in (("from", start), ("to", end))
+        if value % INTERVAL_MS
+    ]
+    if end <= start:
+        problems.append({"path": "to", "message": "must be after from"})
+    elif end - start > MAX_WINDOW_MS:
+        problems.append({"path": "to", "message": "the window is at most 35 days"})
+    if problems:
+        text = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+        raise InvalidInput(f"invalid input: {text}", {"fields": problems})
+
+
+@REGISTRY.method(
+    "usage.export", kind="read", permission="compute:capacity:read", scope="compute-tenant",
+    input=ExportInput, phase="v0.4", streams="text/csv",
+)  # fmt: skip
+async def export(ctx: CallContext, body: ExportInput) -> Streamed:
+    """FOCUS 1.2 rows (CSV, streamed) of memory reserved against used per interval:
+    Used and Unused parts of each commitment, use above it on demand, priced by the
+    rate card (none: quantities with zero costs)."""
+    _window(body.from_, body.to)
+    rows = await memory_consumption(ctx.ledger, body.from_, body.to, body.tenant_id, body.pool_id)
+    name = f"gpufleet-focus-{format_time(body.from_)}-{format_time(body.to)}.csv".replace(":", "")
+    return Streamed("text/csv", name, csv_chunks(focus_rows(rows, ctx.services.rate_card)))

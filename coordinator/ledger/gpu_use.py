@@ -217,13 +217,14 @@ class GpuUseRepo:
             rows = await conn.execute(
                 select(
                     u.hour, u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource,
-                    u.used_ms, u.weighted_ms, u.unknown_ms,
+                    u.used_ms, u.weighted_ms, u.unknown_ms, u.idle_ms,
                 ).where(cond)
             )  # fmt: skip
             return [
                 UseHour(
                     int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
                     r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms),
+                    int(r.idle_ms),
                 )
                 for r in rows.all()
             ]  # fmt: skip
@@ -248,22 +249,25 @@ class GpuUseRepo:
             whole = await conn.execute(
                 select(
                     *who, func.sum(u.used_ms).label("used"), func.sum(u.weighted_ms).label("w"),
-                    func.sum(u.unknown_ms).label("unknown"),
+                    func.sum(u.unknown_ms).label("unknown"), func.sum(u.idle_ms).label("idle"),
                 )
                 .where(cond & inner)
                 .group_by(*who)
             )  # fmt: skip
             out = [
                 UseHour(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
-                       int(r.used), int(r.w), int(r.unknown))
+                       int(r.used), int(r.w), int(r.unknown), int(r.idle))
                 for r in whole.all()
             ]  # fmt: skip
             cut = await conn.execute(
-                select(u.hour, *who, u.used_ms, u.weighted_ms, u.unknown_ms).where(cond & ~inner)
+                select(u.hour, *who, u.used_ms, u.weighted_ms, u.unknown_ms, u.idle_ms).where(
+                    cond & ~inner
+                )
             )
             out += [
                 UseHour(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
-                       r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms))
+                       r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms),
+                       int(r.idle_ms))
                 for r in cut.all()
             ]  # fmt: skip
         return out
@@ -294,6 +298,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
             "unit": k.unit, "resource": k.resource, "tenant_id": v.who.tenant_id,
             "pool_id": v.who.pool_id, "project_id": v.who.project_id,
             "used_ms": v.used_ms, "weighted_ms": v.weighted_ms, "unknown_ms": v.unknown_ms,
+            "idle_ms": v.idle_ms,
         }
         for k, v in sorted(accrued.items(), key=lambda kv: _order(kv[0]))
     ]  # fmt: skip
@@ -305,6 +310,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
             "used_ms": schema.gpu_use.c.used_ms + stmt.excluded.used_ms,
             "weighted_ms": schema.gpu_use.c.weighted_ms + stmt.excluded.weighted_ms,
             "unknown_ms": schema.gpu_use.c.unknown_ms + stmt.excluded.unknown_ms,
+            "idle_ms": schema.gpu_use.c.idle_ms + stmt.excluded.idle_ms,
         },
     )
     await conn.execute(stmt, rows)

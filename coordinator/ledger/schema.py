@@ -328,6 +328,8 @@ gpu_use = Table(
     Column("weighted_ms", BigInteger, nullable=False),
     # r0007: of used_ms, the time with no utilization figure (MIG).
     Column("unknown_ms", BigInteger, nullable=False, server_default="0"),
+    # r0015: of used_ms, the time under the idle threshold (chargeback's unused).
+    Column("idle_ms", BigInteger, nullable=False, server_default="0"),
     Index("ix_gpu_use_reservation", "reservation_id"),
 )
 

@@ -231,7 +231,8 @@ class GpuUseWatch:
             )
             gates, said = gate(self.gates, transitions, now, self.policy)
             memory = accrue_memory(uses, tenant_of, pools, windows)
-            return state, gates, said, accrue(uses, spanned, pools, windows), memory
+            accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
+            return state, gates, said, accrued, memory
 
         state, gates, transitions, accrued, memory = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]

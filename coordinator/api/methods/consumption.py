@@ -221,7 +221,8 @@ async def devices(ctx: CallContext, body: DeviceConsumptionInput) -> out.DeviceC
             out.DeviceConsumptionRow(
                 reservation_id=r.reservation_id, tenant_id=r.tenant_id, pool_id=r.pool_id,
                 project_id=r.project_id, resource=r.resource, booked_hours=_h(r.booked_ms),
-                used_hours=_h(r.used_ms), unused_hours=_h(r.booked_ms - r.used_ms),
+                used_hours=_h(r.used_ms - r.idle_ms), idle_hours=_h(r.idle_ms),
+                unused_hours=_h(r.booked_ms - r.used_ms + r.idle_ms),
             )
             for r in rows
         ],

@@ -64,8 +64,14 @@ class DeviceConsumptionRow(ApiOutput):
     project_id: str | None = Field(description="Its project.")
     resource: str = Field(description="The booked class (gpu, gpu.mig, gpu.slot, node).")
     booked_hours: float = Field(description="Unit-hours booked in the window (as it ran).")
-    used_hours: float = Field(description="Of those, the hours its units ran a process.")
-    unused_hours: float = Field(description="bookedHours - usedHours (idle time included).")
+    used_hours: float = Field(
+        description="Of those, the hours its units ran a process at or above the idle "
+        "threshold (`idle_util_percent`)."
+    )
+    idle_hours: float = Field(
+        description="Hours a process ran under the idle threshold: counted as unused."
+    )
+    unused_hours: float = Field(description="bookedHours - usedHours (idle hours included).")
 
 
 class OnDemandRow(ApiOutput):

@@ -5,6 +5,10 @@ and pool, the GPU memory its processes held in MiB-milliseconds (`mib_ms`) and t
 largest total seen at one use pass (`peak_mib`). Written by the leader's use pass
 (`coordinator.domain.consumption`), added to in place; read by the consumption API.
 
+`gpu_use.idle_ms`: of a bucket's `used_ms`, the time its unit's utilization was under
+the idle threshold, which chargeback counts as booked and not used. Rows written
+before hold 0.
+
 Revision ID: 0015
 Revises: 0007
 """
@@ -30,3 +34,5 @@ def upgrade() -> None:
         sa.Column("peak_mib", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("quarter", "tenant_id", "pool_id"),
     )
+    with op.batch_alter_table("gpu_use") as batch:
+        batch.add_column(sa.Column("idle_ms", sa.BigInteger(), nullable=False, server_default="0"))

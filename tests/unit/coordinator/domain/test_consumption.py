@@ -10,6 +10,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.domain.booked_hours import UsageSpan
 from coordinator.domain.consumption import (
     UNATTRIBUTED,
     MemoryAccrued,
@@ -22,6 +23,9 @@ from coordinator.domain.consumption import (
     reserved_mib_ms,
     totals,
 )
+from coordinator.domain.gpu_use_accrual import accrue
+from coordinator.domain.gpu_use_join import Hold
+from coordinator.domain.gpu_use_report import UseHour, reservation_use
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from shared.wire import DeviceUse, ProcessUse
 
@@ -140,3 +144,25 @@ def test_for_any_reservations_and_use_the_split_is_exact(
     assert totals(rows).reserved == sum(reserved_mib_ms(g) for g in reserved.values())
     t = totals(rows)
     assert (t.covered + t.unused, t.covered + t.on_demand) == (t.reserved, t.used)
+
+
+def test_idle_time_of_a_booking_is_counted_unused() -> None:
+    """A device booking's used hours exclude the time its unit ran under the idle
+    threshold: booked 3 minutes, busy 1, idle (a process at 2 %) 1, nothing 1."""
+    m = 60_000
+    hold = Hold("rsv_1", "acme", None, POOL, "n1", "gpu", ("GPU-1",), T0, T0 + 3 * m)
+    total: dict[str, int] = {"used": 0, "idle": 0}
+    for k, util in enumerate((80, 2, None)):
+        procs = () if util is None else (ProcessUse(pid=1),)
+        uses = {"n1": {"GPU-1": DeviceUse(device_id="GPU-1", sm_util=util, processes=procs)}}
+        got = accrue(uses, [hold], {"n1": POOL}, {"n1": (T0 + k * m, T0 + (k + 1) * m)})
+        for acc in got.values():
+            total["used"] += acc.used_ms
+            total["idle"] += acc.idle_ms
+    assert total == {"used": 2 * m, "idle": m}
+    span = UsageSpan("acme", POOL, None, "gpu", 1, T0, T0 + 3 * m, "rsv_1")
+    hour = T0 - T0 % 3_600_000
+    bucket = UseHour(hour, "rsv_1", "acme", POOL, None, "gpu", 2 * m, 0, 0, m)
+    (row,), _ = reservation_use([span], [bucket], hour, hour + 3_600_000, hour + 3_600_000)
+    busy, unused = row.used_ms - row.idle_ms, row.booked_ms - row.used_ms + row.idle_ms
+    assert (row.booked_ms, busy, unused) == (3 * m, m, 2 * m)

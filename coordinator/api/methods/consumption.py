@@ -14,6 +14,7 @@ observer reads any tenant's, or every tenant's with the unattributed use beside 
 
 from __future__ import annotations
 
+import itertools
 import re
 from decimal import Decimal
 from typing import Literal
@@ -35,7 +36,7 @@ from coordinator.domain.consumption import (
     totals,
 )
 from coordinator.domain.errors import CoordinatorError, InvalidInput, NotFound, PermissionDenied
-from coordinator.domain.focus import csv_chunks, focus_rows
+from coordinator.domain.focus import csv_chunks, device_rows, focus_rows
 from coordinator.domain.intervals import (
     INTERVAL_MS,
     MAX_WINDOW_MS,
@@ -43,7 +44,11 @@ from coordinator.domain.intervals import (
     format_time,
     parse_window,
 )
-from coordinator.services.consumption import device_consumption, memory_consumption
+from coordinator.services.consumption import (
+    device_consumption,
+    device_hours,
+    memory_consumption,
+)
 from coordinator.services.intervals import visible_pool
 from shared.ids import POOL_ID_PATTERN, TENANT_ID_PATTERN
 
@@ -266,10 +271,16 @@ def _window(start: int, end: int) -> None:
     input=ExportInput, phase="v0.4", streams="text/csv",
 )  # fmt: skip
 async def export(ctx: CallContext, body: ExportInput) -> Streamed:
-    """FOCUS 1.2 rows (CSV, streamed) of memory reserved against used per interval:
-    Used and Unused parts of each commitment, use above it on demand, priced by the
-    rate card (none: quantities with zero costs)."""
+    """FOCUS 1.2 rows (CSV, streamed): per interval, memory reserved against used (Used
+    and Unused parts of each commitment, use above it on demand); per hour, each device
+    reservation's booked time used and unused, and unbooked GPU time on demand; priced
+    by the rate card (none: quantities with zero costs)."""
     _window(body.from_, body.to)
+    card = ctx.services.rate_card
     rows = await memory_consumption(ctx.ledger, body.from_, body.to, body.tenant_id, body.pool_id)
+    hours = await device_hours(
+        ctx.ledger, body.from_, body.to, ctx.now(), body.tenant_id, body.pool_id
+    )
     name = f"gpufleet-focus-{format_time(body.from_)}-{format_time(body.to)}.csv".replace(":", "")
-    return Streamed("text/csv", name, csv_chunks(focus_rows(rows, ctx.services.rate_card)))
+    focus = itertools.chain(focus_rows(rows, card), device_rows(hours, card))
+    return Streamed("text/csv", name, csv_chunks(focus))

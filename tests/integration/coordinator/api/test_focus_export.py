@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
 from coordinator.domain.focus import COLUMNS
+from coordinator.domain.gpu_use_accrual import AccrualKey, AccrualWho, Accrued
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.rate_card import parse_rate_card
 from tests.integration.conftest import Served
@@ -32,6 +33,12 @@ resource = "memory_gb"
 model = "*"
 reserved = "0.0125"
 on_demand = "0.0300"
+effective_from = 2020-01-01
+[[rate]]
+resource = "gpu"
+model = "*"
+reserved = "2.00"
+on_demand = "3.00"
 effective_from = 2020-01-01
 """,
     "rates.toml",
@@ -103,6 +110,7 @@ async def test_the_export_follows_focus_and_adds_up_to_the_api(served: Served) -
         rows = list(reader)
         for row in rows:
             check_focus_row(row)
+        rows = [r for r in rows if r["ConsumedUnit"] == "GB-Hours"]  # memory's rows
         by: dict[str, Decimal] = {"Used": Decimal(0), "Unused": Decimal(0), "": Decimal(0)}
         cost = Decimal(0)
         for row in rows:
@@ -140,3 +148,59 @@ async def test_without_a_rate_card_the_export_is_quantities_only(served: Served)
     for row in rows:
         check_focus_row(row)
     assert {(r["BillingCurrency"], Decimal(r["BilledCost"])) for r in rows} == {("XXX", Decimal(0))}
+
+
+async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served) -> None:
+    """One GPU booked for the hour: used 30 minutes, 10 of them idle (counted unused),
+    and a quarter-hour of another GPU's use no booking covered, on demand."""
+    keys = await _fleet(served)
+    api, pool = served.api, keys["pool"]
+    booked = await api.ok(
+        "reservations.create",
+        {"tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+         "start": S, "duration": "2h", "idempotencyKey": "gpu-1"},
+        keys["acme"],
+    )  # fmt: skip
+    rid, atom = booked["reservationId"], booked["atoms"][0]["atomId"]
+    m = 60_000
+    await served.ledger.gpu_use.record(
+        {
+            AccrualKey(S, rid, "n0", atom, "gpu"): Accrued(
+                AccrualWho("acme", pool, None), 30 * m, 30 * m // 2, 0, 10 * m
+            ),
+            AccrualKey(S, "", "n0", "GPU-other", "gpu"): Accrued(
+                AccrualWho("", pool, None), 15 * m, 15 * m, 0, 0
+            ),
+        },
+        [],
+        [],
+    )
+    served.clock.advance(3 * 3_600_000)
+    window = {"from": S, "to": S + 4 * Q}
+    status, used = await api.call("usage.consumption", window)
+    assert status == 200, used
+    (row,) = used["reservations"]
+    assert (row["bookedHours"], row["usedHours"], row["idleHours"], row["unusedHours"]) == (
+        1.0, 0.333333, 0.166667, 0.666667,
+    )  # fmt: skip
+    assert used["onDemand"] == [{"tenantId": None, "poolId": pool, "usedHours": 0.25}]
+    app = build_app(Services(served.ledger, served.clock, rate_card=CARD))
+    async with TestClient(TestServer(app)) as client:
+        status, text = await _export(client, api.operator_key, window)
+    assert status == 200, text
+    rows = [r for r in csv.DictReader(io.StringIO(text)) if r["ConsumedUnit"] == "GPU-Hours"]
+    for r in rows:
+        check_focus_row(r)
+    got = {
+        (r["CapacityReservationId"], r["CapacityReservationStatus"]): (
+            round(Decimal(r["ConsumedQuantity"]), 6), round(Decimal(r["BilledCost"]), 2),
+            r["SubAccountId"], r["ChargePeriodStart"], r["ChargePeriodEnd"],
+        )
+        for r in rows
+    }  # fmt: skip
+    hour = (iso(S), iso(S + 3_600_000))
+    assert got == {
+        (rid, "Used"): (Decimal("0.333333"), Decimal("0.67"), "acme", *hour),
+        (rid, "Unused"): (Decimal("0.666667"), Decimal("1.33"), "acme", *hour),
+        ("", ""): (Decimal("0.25"), Decimal("0.75"), "", *hour),
+    }

@@ -45,7 +45,8 @@ class Rate:
     reserved: Decimal  # per unit (GB-hour, GPU-hour)
     on_demand: Decimal
     effective_from: int  # ms since the epoch, UTC midnight
-    line: int = 0
+    line: int = 0  # the line of its `model`, for errors found after parsing
+    index: int = 0  # its place in the file: rate[index]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,19 @@ def parse_rate_card(text: str, path: str) -> RateCard:
                 f"(same resource, model and effective date)"
             )
         seen[when] = i
-        rates.append(Rate(resource, model, reserved, on_demand, start, _line_of(lines, i, None)))
+        line = _line_of(lines, i, "model")
+        rates.append(Rate(resource, model, reserved, on_demand, start, line, i))
     rates.sort(key=lambda r: (r.resource, r.model, r.effective_from))
     return RateCard(currency, tuple(rates))
+
+
+def check_models(card: RateCard, path: str, known: set[str]) -> None:
+    """Refuse a card that prices a GPU model no pool of the fleet has (a typo would
+    otherwise bill that model's GPUs at the `*` price, silently)."""
+    for rate in sorted(card.rates, key=lambda r: r.index):
+        if rate.model != ANY_MODEL and rate.model not in known:
+            shown = ", ".join(sorted(known)) or "none yet"
+            raise RateCardError(
+                f"{path}:{rate.line}: rate[{rate.index}].model: unknown GPU model {rate.model!r} "
+                f"(the fleet's pools have: {shown})"
+            )

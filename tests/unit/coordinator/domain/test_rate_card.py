@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import CoordinatorSettings
-from coordinator.domain.rate_card import RateCardError, parse_rate_card
+from coordinator.domain.rate_card import RateCardError, check_models, parse_rate_card
 from procs.settings import ConfigError, load
 
 DAY = 86_400_000
@@ -101,3 +101,11 @@ def test_the_coordinator_refuses_to_start_on_a_bad_card(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load(CoordinatorSettings, ["--rate-card", str(bad)], {})
     assert f"rate_card: {bad}:28: rate[3].reserved: a float price" in str(err.value)
+
+
+def test_a_model_no_pool_has_is_refused_naming_its_line() -> None:
+    card = parse_rate_card(CARD, "rates.toml")
+    check_models(card, "rates.toml", {"H100", "A100"})
+    with pytest.raises(RateCardError) as err:
+        check_models(card, "rates.toml", {"A100"})
+    assert str(err.value).startswith("rates.toml:20: rate[2].model: unknown GPU model 'H100'")

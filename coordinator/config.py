@@ -15,13 +15,14 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
+from coordinator.domain.rate_card import RateCard, RateCardError, parse_rate_card
 from procs.logs import LogLevel
 from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 from shared.wire import IDLE_UTIL_PERCENT
 
-__all__ = ["ConfigError", "CoordinatorSettings", "default_database_url"]
+__all__ = ["ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card"]
 
 
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -34,6 +35,23 @@ def default_database_url(state_dir: str) -> str:
 def _readable(value: str | None) -> None:
     if value is not None and not Path(value).is_file():
         raise ValueError(f"{value} does not exist")
+
+
+def load_rate_card(path: str) -> RateCard:
+    """The rate card file at `path`, or ValueError (RateCardError) naming file, line
+    and field: the coordinator refuses to start on a card it cannot use."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RateCardError(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RateCardError(f"{path}: is not UTF-8 text") from None
+    return parse_rate_card(text, path)
+
+
+def _rate_card(value: str | None) -> None:
+    if value is not None:
+        load_rate_card(value)
 
 
 class CoordinatorSettings(SettingsModel, frozen=True):
@@ -62,6 +80,16 @@ class CoordinatorSettings(SettingsModel, frozen=True):
         Option(check=split_servers),
     ] = DEFAULT_NATS_URL
     nats_credentials: Annotated[CredentialsFile, Option(check=_readable)] = None
+    rate_card: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "TOML rate card: reserved and on-demand unit prices per resource and GPU "
+                "model, effective dates (docs/operator.md, Chargeback); none: quantities only"
+            )
+        ),
+        Option(check=_rate_card),
+    ] = None
     nats_tls_ca: Annotated[
         str | None,
         Meta(description="CA bundle (PEM) that NATS servers' certificates must chain to"),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from coordinator.domain.gpu_use_join import Hold, covers, shares, utilization
-from shared.wire import DeviceUse
+from shared.wire import IDLE_UTIL_PERCENT, DeviceUse
 
 HOUR_MS = 3_600_000
 UNBOOKED = ""
@@ -57,6 +57,9 @@ class Accrued:
     used_ms: int = 0
     weighted_ms: int = 0
     unknown_ms: int = 0  # of used_ms, the time with no utilization figure
+    # Of used_ms, the time its utilization was under the idle threshold: chargeback
+    # counts it as booked and not used (issue 35), as `reservation.idle` judges it.
+    idle_ms: int = 0
 
 
 def _pieces(a: int, b: int) -> Iterable[tuple[int, int, int]]:
@@ -121,6 +124,7 @@ def accrue(
     holds: Iterable[Hold],
     pools: Mapping[str, str],
     windows: Mapping[str, tuple[int, int]],
+    idle_util_percent: int = IDLE_UTIL_PERCENT,
 ) -> dict[AccrualKey, Accrued]:
     """The used and weighted unit-ms of [a, b) for each node in `windows` (node → its
     [a, b) since the last pass), from its units' `uses` and the `holds` covering them at
@@ -140,6 +144,8 @@ def accrue(
             acc.unknown_ms += used_ms
         else:
             acc.weighted_ms += used_ms * util // 100
+            if util < idle_util_percent:
+                acc.idle_ms += used_ms
 
     for node_id, (a, b) in windows.items():
         pool_id = pools.get(node_id, "")
@@ -163,8 +169,9 @@ def merge(into: dict[AccrualKey, Accrued], more: Mapping[AccrualKey, Accrued]) -
     for key, acc in more.items():
         held = into.get(key)
         if held is None:
-            into[key] = Accrued(acc.who, acc.used_ms, acc.weighted_ms, acc.unknown_ms)
+            into[key] = Accrued(acc.who, acc.used_ms, acc.weighted_ms, acc.unknown_ms, acc.idle_ms)
         else:
             held.used_ms += acc.used_ms
             held.weighted_ms += acc.weighted_ms
             held.unknown_ms += acc.unknown_ms
+            held.idle_ms += acc.idle_ms

@@ -41,6 +41,7 @@ class UseHour:
     used_ms: int
     weighted_ms: int
     unknown_ms: int = 0  # of used_ms, the time with no utilization figure
+    idle_ms: int = 0  # of used_ms, the time under the idle threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class ReservationUse:
     booked_ms: int  # unit-ms
     used_ms: int
     weighted_ms: int | None  # None: some used time had no utilization figure
+    idle_ms: int = 0  # of used_ms, the time under the idle threshold (chargeback: unused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ def reservation_use(
             continue
         booked[key] = booked.get(key, 0) + ms
         who[key] = (span.tenant_id, span.pool_id, span.project_id)
-    # [used, weighted, unknown]
+    # [used, weighted, unknown, idle]
     used: dict[tuple[str, str], list[float]] = {}
     unbooked: dict[str, list[float]] = {}
     for b in buckets:
@@ -117,29 +119,30 @@ def reservation_use(
         if share <= 0:
             continue
         if b.reservation_id == UNBOOKED:
-            acc = unbooked.setdefault(b.pool_id, [0.0, 0.0, 0.0])
+            acc = unbooked.setdefault(b.pool_id, [0.0, 0.0, 0.0, 0.0])
         else:
             key = (b.reservation_id, b.resource)
-            acc = used.setdefault(key, [0.0, 0.0, 0.0])
+            acc = used.setdefault(key, [0.0, 0.0, 0.0, 0.0])
             who.setdefault(key, (b.tenant_id, b.pool_id, b.project_id))
         acc[0] += b.used_ms * share
         acc[1] += b.weighted_ms * share
         acc[2] += b.unknown_ms * share
+        acc[3] += b.idle_ms * share
     rows = []
     for key in sorted(booked.keys() | used.keys()):
         tenant_id, pool_id, project_id = who[key]
         cap = booked.get(key, 0)
-        u, w, unknown = used.get(key, (0.0, 0.0, 0.0))
+        u, w, unknown, idle = used.get(key, (0.0, 0.0, 0.0, 0.0))
         used_ms = min(int(u), cap)
         rows.append(
             ReservationUse(
                 key[0], tenant_id, pool_id, project_id, key[1], cap, used_ms,
-                _weighted(w, unknown, used_ms),
+                _weighted(w, unknown, used_ms), min(int(idle), used_ms),
             )
         )  # fmt: skip
     free = [
         UnbookedUse(p, int(u), _weighted(w, unknown, int(u)))
-        for p, (u, w, unknown) in sorted(unbooked.items())
+        for p, (u, w, unknown, _) in sorted(unbooked.items())
     ]
     return rows, free
 

@@ -19,6 +19,7 @@ from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
+from coordinator.ledger.memory_use import MemoryUseRepo
 from coordinator.ledger.model_totals import gpu_model_totals
 from coordinator.ledger.node_bookings import NodeBookingRepo
 from coordinator.ledger.nodes import NodeRepo
@@ -53,6 +54,7 @@ class Ledger:
         self.listing = ReservationListing(db)
         self.booked_spans = BookedSpanRepo(db)
         self.gpu_use = GpuUseRepo(db)
+        self.memory_use = MemoryUseRepo(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.consumption import MemoryAccrued, MemoryKey
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
 from coordinator.domain.gpu_use_book import AtomRow, atom_units
 from coordinator.domain.gpu_use_conditions import OpenCondition
@@ -25,6 +26,7 @@ from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
+from coordinator.ledger.memory_use import add_memory
 from coordinator.ledger.outbox import with_pool_names
 from coordinator.ledger.reservation_listing import state_condition
 from shared.reservation_states import LIVE_STATES
@@ -170,14 +172,16 @@ class GpuUseRepo:
         alerts: Sequence[Alert],
         opened: Sequence[OpenCondition] = (),
         closed: Sequence[str] = (),
+        memory: Mapping[MemoryKey, MemoryAccrued] | None = None,
     ) -> None:
-        """One pass's buckets, node events and alerts, and the use conditions they open
-        and close, in one transaction (none when there is nothing to write: a fleet
-        without use costs no write every pass)."""
-        if not (accrued or events or alerts or opened or closed):
+        """One pass's buckets, memory held, node events and alerts, and the use conditions
+        they open and close, in one transaction (none when there is nothing to write: a
+        fleet without use costs no write every pass)."""
+        if not (accrued or events or alerts or opened or closed or memory):
             return
         async with self._db.transaction() as conn:
             await _add_buckets(conn, accrued)
+            await add_memory(conn, memory or {})
             await _set_conditions(conn, opened, closed)
             if events:
                 await conn.execute(
@@ -232,13 +236,14 @@ class GpuUseRepo:
             rows = await conn.execute(
                 select(
                     u.hour, u.reservation_id, u.tenant_id, u.pool_id, u.project_id, u.resource,
-                    u.used_ms, u.weighted_ms, u.unknown_ms,
+                    u.used_ms, u.weighted_ms, u.unknown_ms, u.idle_ms,
                 ).where(cond)
             )  # fmt: skip
             return [
                 UseHour(
                     int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
                     r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms),
+                    int(r.idle_ms),
                 )
                 for r in rows.all()
             ]  # fmt: skip
@@ -263,22 +268,25 @@ class GpuUseRepo:
             whole = await conn.execute(
                 select(
                     *who, func.sum(u.used_ms).label("used"), func.sum(u.weighted_ms).label("w"),
-                    func.sum(u.unknown_ms).label("unknown"),
+                    func.sum(u.unknown_ms).label("unknown"), func.sum(u.idle_ms).label("idle"),
                 )
                 .where(cond & inner)
                 .group_by(*who)
             )  # fmt: skip
             out = [
                 UseHour(first, r.reservation_id, r.tenant_id, r.pool_id, r.project_id, r.resource,
-                       int(r.used), int(r.w), int(r.unknown))
+                       int(r.used), int(r.w), int(r.unknown), int(r.idle))
                 for r in whole.all()
             ]  # fmt: skip
             cut = await conn.execute(
-                select(u.hour, *who, u.used_ms, u.weighted_ms, u.unknown_ms).where(cond & ~inner)
+                select(u.hour, *who, u.used_ms, u.weighted_ms, u.unknown_ms, u.idle_ms).where(
+                    cond & ~inner
+                )
             )
             out += [
                 UseHour(int(r.hour), r.reservation_id, r.tenant_id, r.pool_id, r.project_id,
-                       r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms))
+                       r.resource, int(r.used_ms), int(r.weighted_ms), int(r.unknown_ms),
+                       int(r.idle_ms))
                 for r in cut.all()
             ]  # fmt: skip
         return out
@@ -309,6 +317,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
             "unit": k.unit, "resource": k.resource, "tenant_id": v.who.tenant_id,
             "pool_id": v.who.pool_id, "project_id": v.who.project_id,
             "used_ms": v.used_ms, "weighted_ms": v.weighted_ms, "unknown_ms": v.unknown_ms,
+            "idle_ms": v.idle_ms,
         }
         for k, v in sorted(accrued.items(), key=lambda kv: _order(kv[0]))
     ]  # fmt: skip
@@ -320,6 +329,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
             "used_ms": schema.gpu_use.c.used_ms + stmt.excluded.used_ms,
             "weighted_ms": schema.gpu_use.c.weighted_ms + stmt.excluded.weighted_ms,
             "unknown_ms": schema.gpu_use.c.unknown_ms + stmt.excluded.unknown_ms,
+            "idle_ms": schema.gpu_use.c.idle_ms + stmt.excluded.idle_ms,
         },
     )
     await conn.execute(stmt, rows)

@@ -362,6 +362,8 @@ gpu_use = Table(
     Column("weighted_ms", BigInteger, nullable=False),
     # r0007: of used_ms, the time with no utilization figure (MIG).
     Column("unknown_ms", BigInteger, nullable=False, server_default="0"),
+    # r0012: of used_ms, the time under the idle threshold (chargeback's unused).
+    Column("idle_ms", BigInteger, nullable=False, server_default="0"),
     Index("ix_gpu_use_reservation", "reservation_id"),
 )
 
@@ -380,6 +382,17 @@ use_conditions = Table(
     Column("reservation_id", String(57), nullable=False),
     Column("tenant_id", String(128), nullable=False),
     Column("since", BigInteger, nullable=False),
+)
+
+# r0012: GPU memory held per quarter, tenant ("" unattributed) and pool (issue 35).
+memory_use = Table(
+    "memory_use",
+    metadata,
+    Column("quarter", BigInteger, primary_key=True),
+    Column("tenant_id", String(128), primary_key=True),
+    Column("pool_id", String(57), primary_key=True),
+    Column("mib_ms", BigInteger, nullable=False),
+    Column("peak_mib", BigInteger, nullable=False),
 )
 
 alert_outbox = Table(

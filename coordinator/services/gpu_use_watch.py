@@ -37,6 +37,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from coordinator.domain.consumption import MemoryAccrued, MemoryKey, accrue_memory, merge_memory
 from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merge
 from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
 from coordinator.domain.gpu_use_conditions import IdleLine, changes, idle_lines, state_of
@@ -128,6 +129,7 @@ class GpuUseWatch:
         # loses at most that much accounting), with a pass's alerts at once.
         self.flush_ms = flush_ms
         self._pending: dict[AccrualKey, Accrued] = {}
+        self._pending_memory: dict[MemoryKey, MemoryAccrued] = {}
         self._flushed_at = 0
         self._wanted: dict[str, str] = {}  # node → pool, waiting for a full report
         self._requested: dict[str, int] = {}
@@ -251,15 +253,21 @@ class GpuUseWatch:
         spread = await self.ledger.gpu_use.spread(held_ids | set(self.state.idle), now)
 
         def compute() -> tuple[
-            JoinState, dict[tuple[str, str], Gate], list[UseTransition], dict[AccrualKey, Accrued]
+            JoinState,
+            dict[tuple[str, str], Gate],
+            list[UseTransition],
+            dict[AccrualKey, Accrued],
+            dict[MemoryKey, MemoryAccrued],
         ]:
             state, transitions = join(
                 self.state, uses, holds, pools, now, self.policy, tenant_of, spread
             )
             gates, said = gate(self.gates, transitions, now, self.policy)
-            return state, gates, said, accrue(uses, spanned, pools, windows)
+            memory = accrue_memory(uses, tenant_of, pools, windows)
+            accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
+            return state, gates, said, accrued, memory
 
-        state, gates, transitions, accrued = await asyncio.to_thread(compute)
+        state, gates, transitions, accrued, memory = await asyncio.to_thread(compute)
         alerts = [alert_of(t, now) for t in transitions if t.kind in alerting.PUBLISHED]
         events = [
             NewNodeEvent(t.node_id, t.pool_id, t.kind, t.reason, now, t.device_id)
@@ -268,11 +276,19 @@ class GpuUseWatch:
         ]
         pending = dict(self._pending)
         merge(pending, accrued)
+        pending_memory = {
+            k: MemoryAccrued(v.mib_ms, v.peak_mib) for k, v in self._pending_memory.items()
+        }
+        merge_memory(pending_memory, memory)
         flush = now - self._flushed_at >= self.flush_ms or len(pending) > MAX_PENDING
         opened, closed = changes(transitions, now)
-        await self.ledger.gpu_use.record(pending if flush else {}, events, alerts, opened, closed)
+        await self.ledger.gpu_use.record(
+            pending if flush else {}, events, alerts, opened, closed,
+            memory=pending_memory if flush else {},
+        )  # fmt: skip
         # Committed: only now does memory move on.
         self._pending = {} if flush else pending
+        self._pending_memory = {} if flush else pending_memory
         if flush:
             self._flushed_at = now
         self.state = state

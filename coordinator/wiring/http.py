@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
 from coordinator.api.http.server import HttpLimits, HttpServer, metrics_app
-from coordinator.config import CoordinatorSettings
+from coordinator.config import CoordinatorSettings, load_rate_card
 from coordinator.domain.liveness import LivenessTracker
+from coordinator.domain.rate_card import RateCardError, check_models
 from coordinator.runtime.metrics import Metrics, Sources
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.tasks.shutdown import bounded
@@ -21,6 +22,7 @@ from coordinator.wiring.bus import Wire
 from coordinator.wiring.ledger import Store
 from coordinator.wiring.loops import Running
 from coordinator.wiring.node_watch import Watch
+from procs.settings import ConfigError
 from shared.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -68,10 +70,18 @@ async def http_context(
     settings: CoordinatorSettings, clock: Clock, store: Store, wire: Wire, watch: Watch,
     capacity: CapacitySignal, metrics: Metrics,
 ) -> AsyncIterator[Served]:  # fmt: skip
+    card = load_rate_card(settings.rate_card) if settings.rate_card else None
+    if card is not None and settings.rate_card is not None:
+        models = {p.gpu_model for p in await store.ledger.pools.list_all() if p.gpu_model}
+        try:
+            check_models(card, settings.rate_card, models)
+        except RateCardError as exc:
+            raise ConfigError("rate_card", str(exc)) from None
     services = Services(
         store.ledger, clock, wire.relay, capacity, notice_ms=int(settings.notice_s * 1000),
         metrics=metrics, feed=wire.feed, gpu_use=watch.gpu_use.book,
         busy=lambda: watch.gpu_use.unbooked, idle_since=watch.gpu_use.idle_since,
+        rate_card=card,
     )  # fmt: skip
     limits = HttpLimits(
         idle_timeout_s=settings.http_idle_timeout_s,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.kit.client import ApiClient
+from ops.kit.client import ApiClient, ClientError
 
 # The demo's coordinator says `reservation.idle` after this long (the default is 30 min).
 IDLE_AFTER_S = 60
@@ -87,4 +87,24 @@ def show_use(
         f"  {idle['reservationId']} holds {idle_node} with nothing running: reservation.idle"
         f" after {IDLE_AFTER_S} s (the demo's idle_after_s); gpufleet usage shows its efficiency"
     )
+    lines += small_bill(acme, booking["start"])
     return lines
+
+
+def small_bill(acme: ApiClient, since: int) -> list[str]:
+    """acme's device bookings so far as chargeback sees them (usage.consumption): booked
+    GPU-hours used and unused; use is written every minute, so early on it is small."""
+    try:
+        spent = acme.call(
+            "usage.consumption",
+            {"tenantId": "acme", "from": since, "to": int(time.time() * 1000) + 60_000},
+        )
+    except ClientError:
+        return []
+    rows = spent["reservations"]
+    booked = sum(r["bookedHours"] for r in rows)
+    used = sum(r["usedHours"] for r in rows)
+    return [
+        f"  acme's bill so far: {booked:.3f} GPU-hours booked, {used:.3f} used, "
+        f"{booked - used:.3f} unused (idle included); FOCUS rows: gpufleet usage export"
+    ]

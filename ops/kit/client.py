@@ -21,7 +21,8 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from ops.kit.errors import OpsError
 
@@ -115,6 +116,28 @@ class ApiClient:
         """POST /api/compute/<module>/<method> with a JSON body; raises ApiError or
         Unreachable (and ValueError for a malformed method name)."""
         url = self.base_url + method_path(method)
+        raw = self._post(url, body, lambda response: response.read())
+        try:
+            return json.loads(raw)
+        except ValueError:
+            why = "the answer is not JSON: is it a gpufleet coordinator?"
+            raise Unreachable(url, why) from None
+
+    def download(self, method: str, body: dict[str, Any], out: BinaryIO) -> int:
+        """POST a method that streams its answer (an export) and copy it to `out` as it
+        comes; the bytes written."""
+        url = self.base_url + method_path(method)
+
+        def copy(response: Any) -> int:
+            total = 0
+            while chunk := response.read(1 << 16):
+                out.write(chunk)
+                total += len(chunk)
+            return total
+
+        return int(self._post(url, body, copy))
+
+    def _post(self, url: str, body: dict[str, Any], read: Callable[[Any], Any]) -> Any:
         try:
             if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError("not an http:// or https:// URL")
@@ -128,7 +151,7 @@ class ApiClient:
             raise Unreachable(url, f"{exc} (e.g. http://127.0.0.1:8080)") from None
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
+                return read(response)
         except urllib.error.HTTPError as exc:
             raise _api_error(exc, url) from None
         except urllib.error.URLError as exc:
@@ -141,11 +164,6 @@ class ApiClient:
             raise Unreachable(url, exc.strerror or str(exc)) from None
         except ValueError as exc:  # urllib: "unknown url type"
             raise Unreachable(url, f"not a usable URL ({exc})") from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            why = "the answer is not JSON: is it a gpufleet coordinator?"
-            raise Unreachable(url, why) from None
 
     def healthy(self) -> bool:
         try:

@@ -13,6 +13,7 @@ import pty
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,6 +283,18 @@ def test_version_completion_and_usage_csv(world: World) -> None:
     per = piped(world, "usage", "-o", "csv", "--from", "-1d", "--by-reservation").out
     booked = list(csv.DictReader(io.StringIO(per)))
     assert booked and all(r["reservationId"].startswith("rsv_") for r in booked), per
+    # Chargeback as FOCUS 1.2 rows (issue 35): the header, whatever ran; parquet refused.
+    grid = int(time.time() * 1000) // 900_000 * 900_000
+    window = ("--from", str(grid - 4 * 900_000), "--to", str(grid + 900_000))
+    focus = piped(world, "usage", "export", "--format", "focus-csv", *window)
+    assert focus.code == 0, focus.err
+    header = next(csv.reader(io.StringIO(focus.out)))
+    assert header[:3] == ["BillingAccountId", "BillingCurrency", "BillingPeriodStart"], header
+    assert "CapacityReservationStatus" in header
+    refused = piped(world, "usage", "export", "--format", "focus-parquet", *window)
+    assert refused.code == 2 and "pyarrow" in refused.err, refused.err
+    off = piped(world, "usage", "export", "--from", str(grid + 1), "--to", str(grid + 900_000))
+    assert off.code != 0 and "from" in off.err, off.err
 
 
 def test_alerts_watch_follows_the_stream_and_watch_draws_a_frame(world: World) -> None:

@@ -197,6 +197,8 @@ def test_demo_prints_a_capacity_table_and_stops_every_child_on_ctrl_c(tmp_path: 
         )
         assert "with no booking: the coordinator says gpu.unbookedUse" in text, text
         assert re.search(r"rsv_\w+ holds \S+ with nothing running: reservation.idle", text)
+        # Chargeback (issue 35): a small bill of the bookings so far.
+        assert re.search(r"acme's bill so far: [\d.]+ GPU-hours booked, [\d.]+ used", text), text
         assert "moved that GPU to the unhealthy bucket" in text
         assert "is at risk (unhealthy: h100-b:gpu:" in text  # the booking on that GPU
         # 16 GPUs, one unhealthy; 4 booked now and 8 from the next hour. The faulted GPU

@@ -13,6 +13,7 @@ from coordinator.domain.gpu_use_book import GpuUseBook
 from coordinator.domain.model import Pool, Principal
 from coordinator.domain.node_fit import BusyUnits
 from coordinator.domain.ports import AlertSink
+from coordinator.domain.rate_card import RateCard
 from coordinator.ledger import Ledger
 from coordinator.runtime.metrics import Metrics
 from coordinator.services.capacity_signal import CapacitySignal
@@ -53,6 +54,8 @@ class Services:
     # Since when a reservation's GPUs all idle, as this replica's use join last saw it
     # (`GpuUseWatch.idle_since`; the leader's), for reservations.get/list.
     idle_since: Callable[[str], int | None] = _never_idle
+    # Prices for chargeback (`domain.rate_card`); None: exports carry quantities only.
+    rate_card: RateCard | None = None
 
     # One create workflow for the process: it owns the group commit of creates, which
     # the wiring drains on shutdown (`close`).

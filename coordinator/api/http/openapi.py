@@ -85,6 +85,11 @@ def _json(model: type[BaseModel], defs: dict[str, Any], *, full: bool) -> dict[s
 
 
 def _ok(m: Method, defs: dict[str, Any]) -> dict[str, Any]:
+    if m.streams is not None:
+        return {
+            "description": "Streamed as it is made.",
+            "content": {m.streams: {"schema": {"type": "string"}, "example": ""}},
+        }
     assert m.output is not None, f"method {m.name} declares no output model"
     description = (m.output.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
     return {

@@ -38,6 +38,16 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
+class Streamed:
+    """A handler's answer written out as it is made (an export): chunks of
+    `content_type`, offered for download as `filename`."""
+
+    content_type: str
+    filename: str
+    chunks: Iterator[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Method:
     name: str
     kind: Kind
@@ -57,6 +67,8 @@ class Method:
     output: type[BaseModel] | None = None
     body: type[BaseModel] | None = None
     conflicts: tuple[type[BaseModel], ...] = ()
+    # The media type of a streamed answer (`Streamed`) instead of an output model.
+    streams: str | None = None
 
     @property
     def module(self) -> str:
@@ -96,6 +108,7 @@ class Registry:
         output: type[BaseModel] | None = None,
         body: type[BaseModel] | None = None,
         conflicts: tuple[type[BaseModel], ...] = (),
+        streams: str | None = None,
     ) -> Callable[[Handler], Handler]:
         if (convention == "seed-002") != issubclass(input, RestInput):
             raise ValueError(f"method {name}: seed-002 methods, and only they, take RestInput")
@@ -106,7 +119,7 @@ class Registry:
             doc = (handler.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             method = Method(
                 name, kind, permission, scope, phase, status, input, handler, doc,
-                convention, verb, path, output, body, conflicts,
+                convention, verb, path, output, body, conflicts, streams,
             )  # fmt: skip
             if any((m.verb, m.path) == (verb, method.path) for m in self._methods.values()):
                 raise ValueError(f"route {verb} {method.path} declared twice")

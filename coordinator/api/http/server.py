@@ -36,7 +36,7 @@ from coordinator.api.http.body import (
 from coordinator.api.http.console import add_console_routes
 from coordinator.api.http.context import CallContext, Services
 from coordinator.api.http.openapi import build_openapi
-from coordinator.api.http.registry import Method, Registry, Reply
+from coordinator.api.http.registry import Method, Registry, Reply, Streamed
 from coordinator.api.http.render import error_body
 from coordinator.api.shapes.base import ApiOutput, Prebuilt, RestInput, dump, where
 from coordinator.api.shapes.interval_outputs import IdempotencyConflictBody
@@ -243,8 +243,8 @@ def _seed_answer(exc: Exception) -> web.Response | None:
     return None
 
 
-def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def endpoint(request: web.Request) -> web.Response:
+def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def endpoint(request: web.Request) -> web.StreamResponse:
         request[METHOD_LABEL] = method.label
         request[METHOD] = method
         services = request.app[SERVICES]
@@ -272,6 +272,8 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
                 raise
             request[ERROR_CODE] = getattr(exc, "code", "INVALID_INPUT")
             return answer
+        if isinstance(result, Streamed):
+            return await _stream(request, result)
         if isinstance(result, Reply):
             if isinstance(result.body, dict) and isinstance(result.body.get("error"), dict):
                 request[ERROR_CODE] = str(result.body["error"].get("code"))
@@ -283,6 +285,21 @@ def _endpoint(method: Method) -> Callable[[web.Request], Awaitable[web.Response]
         return json_answer(result)
 
     return endpoint
+
+
+async def _stream(request: web.Request, answer: Streamed) -> web.StreamResponse:
+    """Write an export as it is made: memory holds one chunk, not the whole answer."""
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": f"{answer.content_type}; charset=utf-8",
+            "Content-Disposition": f'attachment; filename="{answer.filename}"',
+        }
+    )
+    await resp.prepare(request)
+    for chunk in answer.chunks:
+        await resp.write(chunk)
+    await resp.write_eof()
+    return resp
 
 
 def json_answer(body: Any, status: int = 200) -> web.Response:

@@ -7,6 +7,7 @@ from coordinator.api.http.registry import REGISTRY
 from coordinator.api.methods import (
     admin,
     capacity,
+    consumption,
     hardware,
     intervals,
     nodes,
@@ -20,6 +21,7 @@ __all__ = [
     "REGISTRY",
     "admin",
     "capacity",
+    "consumption",
     "hardware",
     "intervals",
     "nodes",

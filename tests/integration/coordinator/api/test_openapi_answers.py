@@ -162,5 +162,9 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.rest("intervals.calendar", acme, poolId=pool, **grid)
     await a.rest("intervals.calendar", acme, 404, poolId="pool_" + "0" * 26, **grid)
     await a.rest("intervals.calendar", "not-a-key", 401, poolId=pool, **grid)
+    await a.rest("capacity.consumption", acme, poolId=pool, **grid)
+    await a.rest("capacity.consumption", acme, 403, tenantId="globex", **grid)
+    await a.call("usage.consumption", {"tenantId": "acme", "from": now, "to": now + Q}, acme)
+    await a.call("usage.export", {"tenantId": "acme", "from": start, "to": start + Q}, acme)
 
     assert {name for name, status in a.checked if status == 200} == {m.name for m in REGISTRY}

@@ -76,3 +76,29 @@ async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) ->
     await watch.tick()
     assert await used_ms() == 120_000
     assert alerts.kinds() == ["gpu.unbookedUse"]
+
+
+async def test_memory_held_is_written_with_the_accrued_time(ledger: Ledger) -> None:
+    """Chargeback (issue 35): a process's GPU memory becomes MiB-ms of its quarter at the
+    flush; one whose owner names no live reservation is unattributed, not dropped."""
+    clock = FakeClock(T0)
+    watch = GpuUseWatch(
+        ledger, Subjects("t"), clock, RecordingPublisher(), RecordingAlerts(),
+        reachable=lambda _: True, max_gap_ms=60_000, flush_ms=60_000,
+    )  # fmt: skip
+    watch.on_inventory(make_inventory("n1", "p1", gpus=1))
+    proc = ProcessUse(pid=1, used_memory_mib=2048, owner="rsv_gone", owner_kind="reservation")
+    busy = DeviceUse(device_id="GPU-n1-0", sm_util=50, processes=(proc,))
+    for i in range(7):
+        watch.on_report(
+            UseReport(
+                node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1, devices=(busy,)
+            )
+        )
+        await watch.tick()
+        if i < 6:
+            clock.advance(10_000)
+    held = await ledger.memory_use.used(T0, T0 + HOUR_MS)
+    assert {(k.tenant_id, k.pool_id, v.mib_ms, v.peak_mib) for k, v in held.items()} == {
+        ("", "p1", 2048 * 60_000, 2048)
+    }

@@ -9,6 +9,10 @@ after a pass that read the ledger after them, so a bridge killed mid-stream gets
 again and passes again; a pass only ever sets what the ledger says, so it never
 duplicates anything. An action Slurm refuses is logged, counted and retried on the next
 pass; it never stops the others.
+
+Its NATS link is probed as the coordinator's is (`procs.nats_link`): a hung server is
+taken as dead within `nats_probe_interval_s` + `nats_probe_timeout_s`, logged, and left
+for another, which is a reconnect and so a pass.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -102,19 +107,30 @@ class SlurmBridge:
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
         self._auth = auth_options(settings.nats_credentials)
+        self.link = LinkProbe(log, timeout_s=settings.nats_probe_timeout_s)
 
     async def connect(self) -> Client:
         async def on_error(exc: Exception) -> None:
             log.warning("NATS: %s", exc)
 
+        async def on_disconnect() -> None:
+            self.link.reset()
+            log.warning("disconnected from NATS")
+
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
+            url = nc.connected_url
+            log.info("reconnected to NATS at %s", url.netloc if url is not None else "?")
 
         options = dict(
-            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
-            connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
+            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
+            connect_timeout=5, error_cb=on_error, disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect, ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS, **self._auth,
         )  # fmt: skip
-        return await connect(self._servers, options, log=log)
+        nc = Client()
+        await connect(self._servers, options, log=log, client=nc)
+        return nc
 
     async def reconcile(self, view: LedgerView) -> bool:
         """One pass; False when the ledger or Slurm could not be read (nothing done)."""
@@ -210,7 +226,11 @@ class SlurmBridge:
                     )
                 view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
                                   insecure_http=self.s.insecure_http)  # fmt: skip
-                await self._follow(nc, view, notify_socket)
+                async with asyncio.TaskGroup() as tasks:
+                    probe = self.link.run(lambda: nc, self.s.nats_probe_interval_s)
+                    probing = tasks.create_task(probe, name="nats-link-probe")
+                    await self._follow(nc, view, notify_socket)
+                    probing.cancel()
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), timeout=5)

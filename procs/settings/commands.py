@@ -127,6 +127,7 @@ def command(model: type[SettingsModel]) -> click.Command:
             version_option(model.prog),
         ],
         help=model.summary,
+        epilog=model.epilog,
         context_settings={"help_option_names": list(HELP_OPTIONS), "max_content_width": 100},
     )
 

@@ -43,6 +43,12 @@ MAX_OUTSTANDING_PINGS = 30
 PROBE_PATIENCE_S = 600
 
 
+def server_of(nc: Client) -> str:
+    """host:port of the server `nc` is on ("?" when none); never the URL's credentials."""
+    url = nc.connected_url
+    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+
+
 def _retrieve(task: asyncio.Future[None]) -> None:
     """A probe's flush that ended unwatched (its link gone): its error is known."""
     if not task.cancelled():
@@ -113,7 +119,7 @@ class LinkProbe:
         """Count the link as dead, say why and where, and have nats-py reconnect."""
         self._probing = None  # its PONG will never come: the next link has its own
         self.failures += 1
-        where = nc.connected_url.netloc if nc.connected_url is not None else "?"
+        where = server_of(nc)
         self._log.warning("%s (server %s): link taken as dead; reconnecting", reason, where)
         if self._on_dead:
             self._on_dead()

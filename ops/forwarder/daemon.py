@@ -55,7 +55,7 @@ from ops.kit.redact import log, redact
 from ops.kit.stream_reader import StoredMsg
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
-from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -144,7 +144,8 @@ class AlertForwarder:
 
         async def on_disconnect() -> None:
             self.link.reset()
-            log.warning("disconnected from NATS")
+            if self.nc is not None and not self.nc.is_closed:  # closing is no news
+                log.warning("disconnected from NATS")
 
         async def on_reconnect() -> None:
             log.info("reconnected to NATS at %s", self._server())
@@ -160,8 +161,7 @@ class AlertForwarder:
         return nc
 
     def _server(self) -> str:
-        url = self.nc.connected_url if self.nc is not None else None
-        return url.netloc if url is not None else "?"
+        return server_of(self.nc) if self.nc is not None else "?"
 
     async def run(self, notify_socket: str | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later.

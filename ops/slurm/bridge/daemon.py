@@ -41,7 +41,7 @@ from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
-from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -115,12 +115,12 @@ class SlurmBridge:
 
         async def on_disconnect() -> None:
             self.link.reset()
-            log.warning("disconnected from NATS")
+            if nc is not None and not nc.is_closed:  # closing is no news
+                log.warning("disconnected from NATS")
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
-            url = nc.connected_url
-            log.info("reconnected to NATS at %s", url.netloc if url is not None else "?")
+            log.info("reconnected to NATS at %s", server_of(nc))
 
         options = dict(
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,

@@ -131,6 +131,14 @@ class HealthSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 class Settings(SettingsModel, frozen=True):
     prog = "gpufleet-agent"
     summary = "Inventory and health of one GPU host, published to NATS."
+    epilog = (
+        "\b\nCommands (each with its own --help; they read the same settings, the\n"
+        "state directory included, from --config or GPUFLEET_CONFIG, else\n"
+        "/etc/gpufleet/agent.toml):\n"
+        "  inventory       read this host once and print what the agent would publish\n"
+        "  bookings        this node's bookings as the agent last received them\n"
+        "  env RSV_ID      shell exports that bind a workload to what RSV_ID booked"
+    )
 
     pool_id: Annotated[
         str,

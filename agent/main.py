@@ -54,6 +54,9 @@ log = logging.getLogger("agent")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["inventory"], ["bookings"], ["env"]) and {"-h", "--help"} & set(args[1:]):
+        print(_subcommand_help(args[0]))
+        return 0
     if args[:1] == ["inventory"]:
         from agent import inventory_report  # one-shot: never loaded by the daemon
 
@@ -79,6 +82,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The credentials file (read when the publisher starts), the profile, NVML.
     except (ConfigError, AgentError) as exc:
         return exit_status(exc)
+
+
+def _subcommand_help(name: str) -> str:
+    """A subcommand's own `--help`: its usage and what its module says it does."""
+    if name == "inventory":
+        from agent import inventory_report as module
+
+        usage = module.USAGE
+    else:
+        from agent import bookings_command as module  # type: ignore[no-redef]
+
+        usage = module.USAGE
+    about = (module.__doc__ or "").split("\n\n")[0].strip()
+    return (
+        f"{usage}\n\n{about}\n\nThe agent settings flags are the daemon's"
+        " (gpufleet-agent --help); settings are read from --config or GPUFLEET_CONFIG,"
+        " else /etc/gpufleet/agent.toml."
+    )
 
 
 def _version() -> str:

@@ -17,7 +17,16 @@ from msgspec import Meta
 
 from coordinator.domain.rate_card import RateCard, RateCardError, parse_rate_card
 from procs.logs import LogLevel
-from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
+from procs.nats import (
+    DEFAULT_NATS_URL,
+    DEFAULT_PROBE_INTERVAL_S,
+    DEFAULT_PROBE_TIMEOUT_S,
+    CredentialsFile,
+    ProbeInterval,
+    ProbeTimeout,
+    SubjectPrefix,
+    split_servers,
+)
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 from shared.wire import IDLE_UTIL_PERCENT
@@ -246,20 +255,8 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             ),
         ),
     ] = 5
-    nats_probe_interval_s: Annotated[
-        float,
-        Meta(gt=0, le=60, description="seconds between the coordinator's NATS round-trip probes"),
-    ] = 1.0
-    nats_probe_timeout_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            le=60,
-            description=(
-                "seconds without an answer to a probe before the NATS link is taken as dead"
-            ),
-        ),
-    ] = 2.0
+    nats_probe_interval_s: ProbeInterval = DEFAULT_PROBE_INTERVAL_S
+    nats_probe_timeout_s: ProbeTimeout = DEFAULT_PROBE_TIMEOUT_S
     flush_interval_s: Annotated[
         float, Meta(gt=0, le=60, description="seconds between writes of nodes' last-seen times")
     ] = 1.0

@@ -24,6 +24,22 @@ CredentialsFile = Annotated[
     str | None, Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)")
 ]
 SubjectPrefix = Annotated[str, Meta(description="NATS subject prefix")]
+# The link probe's timing (`procs.nats_link`), the same settings in every process that
+# runs it (`nats_probe_interval_s`, `nats_probe_timeout_s`): a hung server is noticed in
+# about their sum.
+ProbeInterval = Annotated[
+    float, Meta(gt=0, le=60, description="seconds between NATS round-trip probes")
+]
+ProbeTimeout = Annotated[
+    float,
+    Meta(
+        gt=0,
+        le=60,
+        description="seconds without an answer to a probe before the NATS link is taken as dead",
+    ),
+]
+DEFAULT_PROBE_INTERVAL_S = 1.0
+DEFAULT_PROBE_TIMEOUT_S = 2.0
 
 
 class CredentialsError(ValueError):

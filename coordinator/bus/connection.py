@@ -5,11 +5,12 @@ after that nats-py reconnects forever and tells us, so liveness can stop judging
 while we are the ones cut off.
 
 A half-open link (TCP stalls without closing) closes nothing, so nobody tells us:
-`probe` (a named loop) round-trips a PING every second or so, and when no PONG comes
-within `probe_timeout_s`, and nothing else came meanwhile, it calls the same down hook
-and has nats-py reconnect: a dead link is noticed in about interval + timeout (3 s by
-default), well within a node's detection window; nats-py's own pings are a slow
-backstop (`MAX_OUTSTANDING_PINGS`).
+`probe` (a named loop) runs the link probe every process shares
+(`procs.nats_link.LinkProbe`): no PONG within `probe_timeout_s`, and nothing else
+arriving meanwhile, calls the same down hook and has nats-py reconnect, so a dead link
+is noticed in about interval + timeout (3 s by default), well within a node's detection
+window. A late PONG while messages keep arriving is a busy link, not a dead one
+(`probe_late`, issue 32).
 
 Client errors are counted by kind in `errors` (slow consumer: messages the server
 had for us that we dropped; authorization and permissions violations) and logged at
@@ -17,12 +18,6 @@ warning, at most once per kind per period. A slow consumer also calls `on_behind
 the dropped message's subject: heartbeats were lost on our side, so liveness treats it
 as our own outage, and ingest counts the message as dropped (`slow_consumer`).
 
-A busy link is not a dead one: the probe's PONG queues behind every message the server
-holds for us, so on a starved or overloaded machine it may come late while messages
-keep arriving. A probe that times out while bytes arrived meanwhile (`stats["in_bytes"]`)
-is counted as late (`probe_late`, logged at warning) and reconnects nothing: dropping
-the link would drop everything the server holds for us, uncounted (issue 32). Only a
-link that delivers nothing is taken as dead.
 `backlog()` is how many messages wait unread in our subscriptions (ingest falling
 behind), and `auth_required` what the server said in its INFO (read at each connect):
 whether it lets anyone connect without credentials.
@@ -54,6 +49,7 @@ from nats.js.client import JetStreamContext
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +62,6 @@ BatchHandler = Callable[[Msg], None]
 # Messages handled per turn of the event loop by `subscribe_batched`.
 BATCH = 64
 
-# nats-py's own stale-link detection, the backstop to `Bus.probe`: a PING every 2 s,
-# the link dead after 30 unanswered (about a minute). It cannot tell a dead link from a
-# busy one (a PONG queues behind every message the server holds for us), and it drops
-# the link silently, with all the server holds: on a starved machine a few seconds'
-# backlog made it do so (issue 32). The probe tells them apart.
-PING_INTERVAL_S = 2
-MAX_OUTSTANDING_PINGS = 30
-# How long a probe's PING may wait for its PONG in nats-py (see `Bus.probe`): only a
-# bound on the task; the probe itself judges the link every `probe_timeout_s`.
-PROBE_PATIENCE_S = 600
 # A first connect is retried only while no server answers: refused credentials are final.
 FIRST_CONNECT_ERRORS = (OSError, TimeoutError, nats.errors.NoServersError)
 # How long closing waits for a server's answer, per step (see `Bus.close`).
@@ -91,12 +77,6 @@ def error_kind(exc: Exception) -> str:
     if "permissions violation" in str(exc).lower():
         return "permissions"
     return "other"
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    """A probe's flush that ended unwatched (its link gone): its error is known."""
-    if not task.cancelled():
-        task.exception()
 
 
 class Bus:
@@ -128,11 +108,23 @@ class Bus:
         self.errors: dict[str, int] = {}
         # What the connected server says of itself in its INFO (`_read_server_info`).
         self.server_info: dict[str, Any] = {}
-        self.probe_failures = 0
-        self.probe_late = 0  # probes answered late on a link that kept delivering
-        self._probing: asyncio.Future[None] | None = None
-        self._probe_bytes = 0
+        self._probe = LinkProbe(
+            log, timeout_s=probe_timeout_s, on_dead=self._dead, backlog=self.backlog
+        )
         self._throttle = LogThrottle(log)
+
+    @property
+    def probe_failures(self) -> int:
+        return self._probe.failures
+
+    @property
+    def probe_late(self) -> int:
+        """Probes answered late on a link that kept delivering."""
+        return self._probe.late
+
+    def _dead(self) -> None:
+        if self._on_down:
+            self._on_down()
 
     @property
     def connected(self) -> bool:
@@ -218,7 +210,7 @@ class Bus:
             self._on_up()
 
     async def _disconnected(self) -> None:
-        self._probing = None  # its PONG would be the old link's
+        self._probe.reset()
         log.warning("disconnected from NATS")
         if self._on_down:
             self._on_down()
@@ -245,51 +237,9 @@ class Bus:
         self._throttle.warning(kind, "NATS client error (%s): %s", kind, detail)
 
     async def probe(self) -> None:
-        """Round-trip a PING; no PONG in time, and nothing else arriving either, means
-        the link is dead even if TCP has not said so: mark ourselves cut off and
-        reconnect. A PONG still on its way is waited for by the next probe (one PING
-        out at a time)."""
-        nc = self.nc
-        if nc is None or not nc.is_connected:
-            return
-        if self._probing is None or self._probing.done():
-            self._probe_bytes = nc.stats["in_bytes"]
-            # nats-py cancels a PONG's future when flush's timeout passes, and a PONG
-            # that comes after that breaks its read loop (nats-py 2.16 `_process_pong`
-            # sets the cancelled future's result), dropping the link and all the server
-            # holds for us. So its timeout is a long one, and ours only stops waiting.
-            self._probing = asyncio.ensure_future(nc.flush(timeout=PROBE_PATIENCE_S))
-            self._probing.add_done_callback(_retrieve)
-        done, _ = await asyncio.wait({self._probing}, timeout=self._probe_timeout_s)
-        if done:
-            if self._probing.exception() is None:
-                return
-            # A flush that failed: the connection closed or reconnected meanwhile.
-            self._probing = None
-            return
-        if not nc.is_connected:
-            return  # nats-py noticed first and is already on it
-        received, self._probe_bytes = self._probe_bytes, nc.stats["in_bytes"]
-        if self._probe_bytes != received:
-            # Alive, and we are behind reading it: the PONG waits behind messages.
-            self.probe_late += 1
-            self._throttle.warning(
-                "probe_late",
-                "NATS answered no probe within %.1fs while messages kept arriving:"
-                " behind on reading, not cut off (%d waiting)",
-                self._probe_timeout_s,
-                self.backlog(),
-            )
-            return
-        self._probing = None  # its PONG will never come: the next link has its own
-        self.probe_failures += 1
-        log.warning(
-            "no answer from NATS within %.1fs: link taken as dead; reconnecting",
-            self._probe_timeout_s,
-        )
-        if self._on_down:
-            self._on_down()
-        await nc.force_reconnect()
+        """Round-trip a PING (`LinkProbe.probe`); a link taken as dead calls the down
+        hook and reconnects."""
+        await self._probe.probe(self.nc)
 
     def _client(self) -> Client:
         if self.nc is None:

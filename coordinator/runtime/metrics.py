@@ -38,6 +38,7 @@ from coordinator.domain.census import Census
 from coordinator.domain.gpu_use_conditions import IdleLine
 from coordinator.domain.gpu_use_join import UnitLine
 from coordinator.domain.model import NODE_STATUSES, RollupRow
+from procs.build import revision
 from shared.counts import COUNT_COLUMNS
 from shared.wire import ALERT_KINDS
 
@@ -79,6 +80,10 @@ def pool_parts(row: RollupRow) -> dict[str, int]:
         "maintenance": row.maintenance,
         "unreachable": row.unreachable,
     }
+
+
+# Read once: the build does not change while it runs.
+_REVISION = revision()
 
 
 def _version() -> str:
@@ -278,9 +283,9 @@ class _Collector(Collector):
         s = self.sources
         build = GaugeMetricFamily(
             "gpufleet_build_info", "The running coordinator's version (value 1)",
-            labels=["version", "python_version"],
+            labels=["version", "revision", "python_version"],
         )  # fmt: skip
-        build.add_metric([_version(), platform.python_version()], 1)
+        build.add_metric([_version(), _REVISION, platform.python_version()], 1)
         yield build
         if self.census is not None:
             yield from _fleet(self.census, s)

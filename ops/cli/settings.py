@@ -23,6 +23,9 @@ from shared.subjects import DEFAULT_PREFIX
 __all__ = ["CliSettings"]
 
 
+WATCH = "alerts watch"  # the command that reads NATS, and has its flags
+
+
 class CliSettings(SettingsModel, frozen=True):
     prog = "gpufleet"
     summary = "The operator and tenant command line."
@@ -46,10 +49,12 @@ class CliSettings(SettingsModel, frozen=True):
     ] = False
     # `alerts watch` only; its flags are on that command. The names are the daemons'.
     nats_url: Annotated[
-        str, Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed")
+        str,
+        Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed"),
+        Option(command=WATCH),
     ] = DEFAULT_NATS_URL
-    nats_credentials: CredentialsFile = None
-    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
+    nats_credentials: Annotated[CredentialsFile, Option(command=WATCH)] = None
+    subject_prefix: Annotated[SubjectPrefix, Option(command=WATCH)] = DEFAULT_PREFIX
 
     # Which flags go on the top-level command, and which on `alerts watch`.
     API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s", "insecure_http")

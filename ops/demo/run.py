@@ -174,13 +174,13 @@ class Demo:
         self._write_auth([AgentNode(info["pools"][pool], node) for node, pool, _ in fleet])
         self.nats.reload()
         for node_id, pool_key, profile in fleet:
-            (self.state_dir / f"agent-{node_id}").mkdir(exist_ok=True)  # its bookings.json
+            config = self.agent_config(node_id, info["pools"][pool_key])
             self._spawn(
                 f"agent-{node_id}",
                 [
                     sys.executable, "-m", "agent.main",
-                    "--pool-id", info["pools"][pool_key],
-                    "--node-id", node_id,
+                    # Its node, pool and state dir: what `gpufleet-agent env` reads too.
+                    "--config", str(config),
                     "--nats-url", self.nats.url,
                     "--nats-credentials",
                     self.creds(agent_user(AgentNode(info["pools"][pool_key], node_id))),
@@ -188,11 +188,19 @@ class Demo:
                     "--interval-s", str(self.settings.interval_s),
                     "--label", f"rack=r{1 + FLEET.index((node_id, pool_key, profile)) // 2}",
                     "--fault-file", str(self.fault_file(node_id)),
-                    # `gpufleet-agent env --state-dir <this> RSV_ID` reads it there.
-                    "--state-dir", str(self.state_dir / f"agent-{node_id}"),
                 ],
             )  # fmt: skip
         return info
+
+    def agent_config(self, node_id: str, pool_id: str) -> Path:
+        """`agent-NODE/agent.toml`: the settings the agent and its commands
+        (`gpufleet-agent bookings`, `env`) share; its bookings.json is kept beside it."""
+        home = self.state_dir / f"agent-{node_id}"
+        home.mkdir(exist_ok=True)
+        path = home / "agent.toml"
+        values = {"node_id": node_id, "pool_id": pool_id, "state_dir": str(home)}
+        write_private(path, "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
+        return path
 
     def write_env(self, info: dict[str, Any]) -> Path:
         """`demo.env` (mode 0600): the exports that point the CLI at this demo."""
@@ -403,6 +411,11 @@ def run_demo(settings: DemoSettings) -> int:
             print(f"    {line}")
         print("    gpufleet pools; gpufleet nodes; gpufleet node h100-b; gpufleet reservations")
         print("    gpufleet alerts watch --since -1h; gpufleet watch; gpufleet usage -o csv")
+        node = FLEET[0][0]
+        config = demo.state_dir / f"agent-{node}" / "agent.toml"
+        print(f"  on an agent's node ({node}; each agent's settings are in agent-NODE/agent.toml):")
+        print(f"    gpufleet-agent bookings --config {config}")
+        print(f"    gpufleet-agent env RSV_ID --config {config}")
         print("  what happened:")
         print("\n".join(shown))
         print()

@@ -12,6 +12,14 @@ when killed).
 Alertmanager sees conditions: a kind that starts one fires an alert that is re-sent
 every resend interval until the kind that ends it arrives (`ops.forwarder.conditions`).
 Which conditions are firing is rebuilt at start from the stream's history.
+
+A hung NATS server is noticed as the coordinator notices it: the link probe
+(`procs.nats_link`, every `nats_probe_interval_s`, no answer within
+`nats_probe_timeout_s`) takes the link as dead and has nats-py move to another server,
+and so does a consumer that holds alerts and hands none over (`AlertSource.stalled`);
+each move is logged and counted (`gpufleet_alerts_nats_link_failures`). Without it a
+pull that times out reads as "nothing new" for as long as nats-py's own pings take
+(issue 34: 110 s).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 
@@ -30,7 +39,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ops.forwarder.conditions import Conditions
-from ops.forwarder.metrics import ForwarderMetrics
+from ops.forwarder.metrics import ForwarderMetrics, TargetStat
 from ops.forwarder.payloads import webhook_payload
 from ops.forwarder.settings import ForwarderSettings
 from ops.forwarder.targets import (
@@ -46,12 +55,20 @@ from ops.kit.redact import log, redact
 from ops.kit.stream_reader import StoredMsg
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
+
+# The ack wait is one HTTP delivery and this: the messages a target holds are kept from
+# redelivery (`in_progress`) before each POST and while it backs off, so only a message
+# nobody holds comes again, and it should soon. Say one delivered on a link that hung
+# just then (its server took it for us and never passed it on): it is redelivered
+# after the ack wait, on the server the forwarder moved to (issue 34).
+ACK_SLACK_S = 5.0
 
 
 class AlertForwarder:
@@ -90,6 +107,8 @@ class AlertForwarder:
         self._inflight: dict[int, Pending] = {}
         self._last_seq = 0
         self._auth = auth_options(settings.nats_credentials)
+        self.nc: Client | None = None
+        self.link = LinkProbe(log, timeout_s=settings.nats_probe_timeout_s)
         self.metrics = ForwarderMetrics()
         self.metrics_port: int | None = None  # once serving (metrics_port 0: a free one)
         m = self.metrics
@@ -99,6 +118,17 @@ class AlertForwarder:
                 lambda: self.refused)  # fmt: skip
         m.watch("gpufleet_alerts_dropped", "Alerts dropped from a full target queue",
                 lambda: self.dropped)  # fmt: skip
+        m.watch("gpufleet_alerts_queued", "Alerts waiting for a target, over all targets",
+                lambda: sum(len(t.queue) for t in self.targets))  # fmt: skip
+        m.watch("gpufleet_alerts_nats_up", "1 while connected to a NATS server",
+                lambda: float(self.nc is not None and self.nc.is_connected))  # fmt: skip
+        m.watch("gpufleet_alerts_nats_link_failures",
+                "NATS links taken as dead (no answer to a probe, or a stalled consumer)",
+                lambda: self.link.failures)  # fmt: skip
+        m.targets(lambda: [
+            TargetStat(t.name, t.delivered, t.refused, t.dropped, len(t.queue), t.up)
+            for t in self.targets
+        ])  # fmt: skip
 
     @property
     def refused(self) -> int:
@@ -112,11 +142,26 @@ class AlertForwarder:
         async def on_error(exc: Exception) -> None:
             log.warning("NATS: %s", exc)
 
+        async def on_disconnect() -> None:
+            self.link.reset()
+            if self.nc is not None and not self.nc.is_closed:  # closing is no news
+                log.warning("disconnected from NATS")
+
+        async def on_reconnect() -> None:
+            log.info("reconnected to NATS at %s", self._server())
+
         options = dict(
-            name="gpufleet-alerts", **RECONNECT_FOREVER, reconnect_time_wait=1, connect_timeout=5,
-            error_cb=on_error, **self._auth,
+            name="gpufleet-alerts", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
+            connect_timeout=5, error_cb=on_error, disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect, ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS, **self._auth,
         )  # fmt: skip
-        return await connect(self._servers, options, log=log)
+        nc = self.nc = await connect(self._servers, options, log=log)
+        log.info("connected to NATS at %s", self._server())
+        return nc
+
+    def _server(self) -> str:
+        return server_of(self.nc) if self.nc is not None else "?"
 
     async def run(self, notify_socket: str | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later.
@@ -136,7 +181,7 @@ class AlertForwarder:
                 nc,
                 ConsumerSpec(
                     stream=stream, subject=self.subjects.all_alerts, durable=self.s.durable,
-                    ack_wait_s=max(30.0, self.s.http_timeout_s * 3),
+                    ack_wait_s=self.s.http_timeout_s + ACK_SLACK_S,
                     max_ack_pending=max(1000, 2 * (self.s.max_queue + self.s.batch)),
                 ),
                 wait_s=self.s.fetch_wait_s, history_timeout_s=4,
@@ -159,10 +204,9 @@ class AlertForwarder:
                     async with asyncio.TaskGroup() as tasks:
                         for target in self.targets:
                             tasks.create_task(target.run(http), name=f"deliver {target.name}")
-                        while True:
-                            raise_if_cancelled()
-                            for msg in await source.fetch(self.s.batch):
-                                await self._take(msg)
+                        probe = self.link.run(lambda: self.nc, self.s.nats_probe_interval_s)
+                        tasks.create_task(probe, name="nats-link-probe")
+                        await self._pull(nc, source)
             except asyncio.CancelledError:
                 # Stopping: hand back what is not done at once rather than after the
                 # ack wait, so the next start (or a second forwarder) resends it.
@@ -176,6 +220,26 @@ class AlertForwarder:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), timeout=5)
+
+    async def _pull(self, nc: Client, source: AlertSource) -> None:
+        """Take what the consumer hands over; after pulls that brought nothing for a
+        probe interval, ask whether it is stalled, and if so move to another server."""
+        asked = time.monotonic()
+        while True:
+            raise_if_cancelled()
+            msgs = await source.fetch(self.s.batch)
+            if msgs:
+                source.moving()
+                asked = time.monotonic()
+            for msg in msgs:
+                await self._take(msg)
+            if msgs or time.monotonic() - asked < self.s.nats_probe_interval_s:
+                continue
+            asked = time.monotonic()
+            if nc.is_connected:
+                why = await source.stalled(self.s.nats_probe_timeout_s)
+                if why is not None and nc.is_connected:
+                    await self.link.take_dead(nc, why)
 
     def _resume_from(self) -> int | None:
         if self._inflight:

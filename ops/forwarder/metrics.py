@@ -1,20 +1,65 @@
 """The forwarder's Prometheus metrics, in its own registry, served as text at `/metrics`
-on a listener of its own when `metrics_port` is set: what it delivered, and how often
-its consumer on the alert stream was found changed behind its back or missing (each a
-reason to look at who else holds NATS credentials)."""
+on a listener of its own when `metrics_port` is set: what it delivered, refused and
+dropped, in total and per target (`target` label: the URL, credentials redacted), each
+target's queue depth and link state (1 while its last delivery went through), its NATS
+link (up, and how often it was taken as dead), and how often its consumer on the alert
+stream was found changed behind its back or missing (each a reason to look at who else
+holds NATS credentials)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import prometheus_client
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class TargetStat:
+    """One target's figures as read at a scrape."""
+
+    target: str
+    delivered: int
+    refused: int
+    dropped: int
+    queued: int
+    up: bool
+
+
+# name, help, field of TargetStat
+_PER_TARGET = (
+    ("gpufleet_alerts_target_delivered", "Alerts a target took", "delivered"),
+    ("gpufleet_alerts_target_refused", "Deliveries a target refused (not retried)", "refused"),
+    ("gpufleet_alerts_target_dropped", "Alerts dropped from a target's full queue", "dropped"),
+    ("gpufleet_alerts_target_queue", "Alerts waiting for a target", "queued"),
+    ("gpufleet_alerts_target_up", "1 while a target's last delivery went through", "up"),
+)
+
+
+class _Targets:
+    """The per-target gauges, read from the forwarder at each scrape."""
+
+    def __init__(self, read: Callable[[], Sequence[TargetStat]]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(name, text, labels=["target"]) for name, text, _ in _PER_TARGET]
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._read()
+        for name, text, attr in _PER_TARGET:
+            family = GaugeMetricFamily(name, text, labels=["target"])
+            for stat in stats:
+                family.add_metric([stat.target], float(getattr(stat, attr)))
+            yield family
 
 
 class ForwarderMetrics:
@@ -31,6 +76,10 @@ class ForwarderMetrics:
         """A gauge read from the forwarder when scraped (its running totals)."""
         gauge = Gauge(name, help_text, registry=self.registry)
         gauge.set_function(read)
+
+    def targets(self, read: Callable[[], Sequence[TargetStat]]) -> None:
+        """Per-target gauges, read from `read` when scraped."""
+        self.registry.register(_Targets(read))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

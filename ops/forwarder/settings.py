@@ -16,7 +16,16 @@ import msgspec
 from msgspec import Meta
 
 from procs.logs import LogLevel
-from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix, split_servers
+from procs.nats import (
+    DEFAULT_NATS_URL,
+    DEFAULT_PROBE_INTERVAL_S,
+    DEFAULT_PROBE_TIMEOUT_S,
+    CredentialsFile,
+    ProbeInterval,
+    ProbeTimeout,
+    SubjectPrefix,
+    split_servers,
+)
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 
@@ -52,6 +61,8 @@ class ForwarderSettings(SettingsModel, frozen=True):
     ] = DEFAULT_NATS_URL
     nats_credentials: CredentialsFile = None
     subject_prefix: SubjectPrefix = DEFAULT_PREFIX
+    nats_probe_interval_s: ProbeInterval = DEFAULT_PROBE_INTERVAL_S
+    nats_probe_timeout_s: ProbeTimeout = DEFAULT_PROBE_TIMEOUT_S
     durable: Annotated[
         str, Meta(min_length=1, description="name of the durable JetStream consumer")
     ] = "alert-forwarder"

@@ -76,6 +76,7 @@ class Target:
     delivered: int = 0
     refused: int = 0
     dropped: int = 0
+    up: bool = True  # its last delivery went through (or was refused: it answered)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -133,23 +134,34 @@ class Target:
         body is made afresh for each try (an Alertmanager `endsAt` is relative to now)."""
         delay = self.backoff.initial_s
         while True:
+            await _hold(held)  # a POST may take `http_timeout_s`: no redelivery meanwhile
             try:
                 async with http.post(self.url, json=body()) as resp:
                     if resp.status < 300:
+                        self.up = True
                         return True
                     text = (await resp.text())[:200]
                     if resp.status < 500 and resp.status not in RETRY_STATUSES:
                         self.refused += 1
+                        self.up = True
                         log.error("%s refused the alerts (%d %s); skipped",
                                   self.name, resp.status, text)  # fmt: skip
                         return False
                     problem = f"{resp.status} {text}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 problem = str(exc) or type(exc).__name__
+            self.up = False
             log.warning("delivery to %s failed (%s); retrying in %.1f s",
                         self.name, problem, delay)  # fmt: skip
             await _sleep_holding(delay * random.uniform(0.8, 1.2), held)
             delay = min(delay * 2, self.backoff.max_s)
+
+
+async def _hold(held: Callable[[], Iterable[Msg]]) -> None:
+    """Tell JetStream the held messages are still being worked on (its ack wait anew)."""
+    for msg in held():
+        with contextlib.suppress(Exception):
+            await msg.in_progress()
 
 
 async def _sleep_holding(seconds: float, held: Callable[[], Iterable[Msg]]) -> None:
@@ -157,9 +169,7 @@ async def _sleep_holding(seconds: float, held: Callable[[], Iterable[Msg]]) -> N
     behind them) are still being worked on, so it does not hand them out again."""
     deadline = time.monotonic() + seconds
     while True:
-        for msg in held():
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+        await _hold(held)
         left = deadline - time.monotonic()
         if left <= 0:
             return

@@ -11,6 +11,10 @@ one that cannot be set back (push or another ack policy) raises `ConsumerConflic
 which stops the process. The history comes by direct get (`ops.kit.stream_reader`), as
 a reader reads it: no other consumer.
 
+A consumer that holds messages for us and hands none over is as good as a dead link
+(`stalled`, asked after pulls that brought nothing; the forwarder then reconnects as
+its link probe would).
+
 Nothing else here raises a NATS or JetStream error to its caller: a poll that times out
 (nats-py 2.16 raises a bare `asyncio.TimeoutError` as well as its own) is an empty
 poll, and any other error is logged at warning and retried after checking that the
@@ -86,6 +90,9 @@ class AlertSource:
         # The stream sequence to start a recreated consumer at: the oldest message
         # this process has not finished with, else the one after the last it saw.
         self.resume_from: Callable[[], int | None] = lambda: None
+        # The stream sequence last delivered, when the consumer last said it held
+        # messages for us (`stalled`); None when it held none or we got some since.
+        self._stall_mark: int | None = None
 
     def _config(self, start: int | None) -> ConsumerConfig:
         return ConsumerConfig(
@@ -213,6 +220,32 @@ class AlertSource:
             log.warning("checking consumer %s failed (%s); retrying",
                         self.spec.durable, _text(exc))  # fmt: skip
         return []
+
+    def moving(self) -> None:
+        """A pull brought messages: the consumer is not stalled."""
+        self._stall_mark = None
+
+    async def stalled(self, timeout_s: float) -> str | None:
+        """Why the consumer counts as stalled, or None: asked after pulls that brought
+        nothing, it says it holds messages for us (pending, and not held back by our
+        unacknowledged ones) and has handed none over since it was last asked
+        (`timeout_s`: how long to wait for its answer)."""
+        durable = self.spec.durable
+        try:
+            info = await self.js.consumer_info(self.spec.stream, durable, timeout=timeout_s)
+        except (TimeoutError, nats.errors.Error):
+            # No answer: the link probe judges our server; JetStream electing a new
+            # leader for the consumer answers nothing either, and no move hurries it.
+            # Gone or refused: `fetch` rebinds it.
+            self._stall_mark = None
+            return None
+        pending = info.num_pending or 0
+        held = pending > 0 and (info.num_ack_pending or 0) < self.spec.max_ack_pending
+        mark = info.delivered.stream_seq if held else None
+        before, self._stall_mark = self._stall_mark, mark
+        if mark is not None and mark == before:
+            return f"consumer {durable} holds {pending} alerts and hands none over"
+        return None
 
     async def hand_back(self, batch: int) -> list[Msg]:
         """Stopping: what the last pull still brings, to be handed back with the rest. A

@@ -93,12 +93,41 @@ def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) ->
         raise click.UsageError(f"config error: {exc}") from None
 
 
+def package_version() -> str:
+    """gpufleet's installed version ("0+unknown" when not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpufleet")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def version_option(prog: str) -> click.Option:
+    """`--version`: prints `PROG, version X` and exits 0 (click's wording)."""
+
+    def show(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+        if value and not ctx.resilient_parsing:
+            click.echo(f"{prog}, version {package_version()}")
+            ctx.exit()
+
+    return click.Option(
+        ["--version"], is_flag=True, expose_value=False, is_eager=True, callback=show,
+        help="Show the version and exit.",
+    )  # fmt: skip
+
+
 def command(model: type[SettingsModel]) -> click.Command:
-    """The daemon's command: its flags, `-h`, and nothing to run (`parse_with_click`)."""
+    """The daemon's command: its flags, `-h`, `--version`, and nothing to run
+    (`parse_with_click`)."""
     return click.Command(
         model.prog,
-        params=[click.Option(n, **k) for n, k in _options_args(model, None, config=True)],
+        params=[
+            *(click.Option(n, **k) for n, k in _options_args(model, None, config=True)),
+            version_option(model.prog),
+        ],
         help=model.summary,
+        epilog=model.epilog,
         context_settings={"help_option_names": list(HELP_OPTIONS), "max_content_width": 100},
     )
 

@@ -57,6 +57,8 @@ def _doc_rows(
         flags = [] if prefix else flag_names(field.name, option)
         if option.item is not None and flags:
             flags[0] += f" {option.metavar or 'VALUE'} (repeat)"
+        if option.command is not None and flags:
+            flags[0] = f"{option.command} {flags[0]}"
         text = field.description.replace("|", "\\|")
         if option.deprecated:
             text += f"; the old name `{'`, `'.join(option.deprecated)}` is still accepted"

@@ -57,6 +57,9 @@ class Option:
     # `DEBUG`), and to the typed value after it (raise ValueError: the field is named).
     before: Callable[[Any], Any] | None = None
     check: Callable[[Any], object] | None = None
+    # The subcommand that has the flag, when the model's command does not (the docs
+    # then show `COMMAND --flag`).
+    command: str | None = None
 
 
 class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -70,6 +73,7 @@ class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     summary: ClassVar[str] = ""
     toml_table: ClassVar[str | None] = None  # the file's table, e.g. [coordinator]
     config_env: ClassVar[str] = CONFIG_ENV  # the variable that names the file
+    epilog: ClassVar[str | None] = None  # said after the flags in `--help` (subcommands)
 
     @classmethod
     def environment_extras(cls, env: Mapping[str, str]) -> dict[str, Any]:

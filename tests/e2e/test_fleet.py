@@ -128,6 +128,16 @@ def _demo_keys_stay_off_argv_and_its_exports_work(text: str, state: Path, pids: 
         assert "Traceback" not in ran.stderr, ran.stderr
         return ran
 
+    # The printed agent commands run as they are: the config names the state dir.
+    (bookings,) = [line.split() for line in text.splitlines() if "gpufleet-agent bookings" in line]
+    ran = subprocess.run(
+        [str(BIN / "gpufleet-agent"), *bookings[1:]], capture_output=True, text=True,
+        timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(state)},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    (env_cmd,) = [line.split() for line in text.splitlines() if "gpufleet-agent env" in line]
+    assert env_cmd[2:] == ["RSV_ID", "--config", bookings[-1]], env_cmd
+
     pools = gpufleet("pools")
     assert pools.returncode == 0 and "h100-east" in pools.stdout, pools.stderr
     alerts = gpufleet("alerts", "watch", "--since", "-1h", "--count", "1", "--idle", "20")

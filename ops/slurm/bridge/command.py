@@ -9,7 +9,7 @@ import os
 import click
 
 from ops.slurm.bridge.settings import BridgeSettings
-from procs.settings.commands import settings_from, settings_options
+from procs.settings.commands import package_version, settings_from, settings_options
 
 __all__ = ["bridge_cmd"]
 
@@ -17,6 +17,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.command("gpufleet-slurm-bridge", context_settings=CONTEXT)
+@click.version_option(package_version(), "--version", prog_name="gpufleet-slurm-bridge")
 @settings_options(BridgeSettings)
 @click.pass_context
 def bridge_cmd(ctx: click.Context) -> None:

@@ -9,6 +9,10 @@ after a pass that read the ledger after them, so a bridge killed mid-stream gets
 again and passes again; a pass only ever sets what the ledger says, so it never
 duplicates anything. An action Slurm refuses is logged, counted and retried on the next
 pass; it never stops the others.
+
+Its NATS link is probed as the coordinator's is (`procs.nats_link`): a hung server is
+taken as dead within `nats_probe_interval_s` + `nats_probe_timeout_s`, logged, and left
+for another, which is a reconnect and so a pass.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats import auth_options, split_servers
 from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
+from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -140,6 +145,7 @@ class SlurmBridge:
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
         self._denials = LogThrottle(log, every_s=60.0)
         self._auth = auth_options(settings.nats_credentials)
+        self.link = LinkProbe(log, timeout_s=settings.nats_probe_timeout_s)
 
     def _refused(self, by: str, what: str, exc: BaseException) -> None:
         """Credentials or permissions refused: counted, and an ERROR (once a minute
@@ -157,8 +163,9 @@ class SlurmBridge:
     async def connect(self) -> Client:
         """Connected to NATS, retried until it is; a refused user is an ERROR."""
         while True:
+            nc = Client()
             try:
-                return await connect(self._servers, self._options(), retry=ONCE)
+                return await connect(self._servers, self._options(nc), retry=ONCE, client=nc)
             except CONNECT_ERRORS as exc:
                 if _nats_refusal(exc):
                     self._refused("nats", "check nats_credentials; retrying", exc)
@@ -167,15 +174,23 @@ class SlurmBridge:
                                           ",".join(self._servers), exc)  # fmt: skip
             await asyncio.sleep(_RETRY_S)
 
-    def _options(self) -> dict[str, object]:
+    def _options(self, nc: Client) -> dict[str, object]:
         on_error = self.on_nats_error
+
+        async def on_disconnect() -> None:
+            self.link.reset()
+            if not nc.is_closed:  # closing is no news
+                log.warning("disconnected from NATS")
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
+            log.info("reconnected to NATS at %s", server_of(nc))
 
         return dict(
-            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=1,
-            connect_timeout=5, error_cb=on_error, reconnected_cb=on_reconnect, **self._auth,
+            name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
+            connect_timeout=5, error_cb=on_error, disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect, ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS, **self._auth,
         )  # fmt: skip
 
     async def reconcile(self, view: LedgerView) -> bool:
@@ -292,7 +307,11 @@ class SlurmBridge:
                 http = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
                 view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
                                   insecure_http=self.s.insecure_http)  # fmt: skip
-                await self._follow(nc, view, notify_socket)
+                async with asyncio.TaskGroup() as tasks:
+                    probe = self.link.run(lambda: nc, self.s.nats_probe_interval_s)
+                    probing = tasks.create_task(probe, name="nats-link-probe")
+                    await self._follow(nc, view, notify_socket)
+                    probing.cancel()
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(nc.close(), timeout=5)

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator, running_coordinator
 from coordinator.services.node_records import record_inventory
+from procs.build import revision
 from shared.subjects import Subjects
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api, coordinator_settings
@@ -175,6 +176,8 @@ async def test_pool_series_are_parts_in_one_unit_and_gpus_join_with_dcgm_labels(
     assert refusals[(("kind", "reservation"), ("reason", "capacity_not_available"))] == 1
     build = m["gpufleet_build_info"]
     assert len(build) == 1 and dict(next(iter(build)))["version"]
+    # The git revision this build is from (issue 34), read without running git.
+    assert dict(next(iter(build)))["revision"] == revision() != ""
 
 
 # What the fleet is, the same whichever replica reads it: the leader's to export alone.

@@ -1,0 +1,133 @@
+"""The NATS link probe every gpufleet process that must notice a hung server runs: the
+coordinator's bus, the alert forwarder and the Slurm bridge (moved here from the
+coordinator's bus, issue 34, so that the three judge a link the same way).
+
+A half-open link (TCP stalls without closing, a server stopped with SIGSTOP) closes
+nothing, so nobody tells the client: `LinkProbe.probe` round-trips a PING, and when no
+PONG comes within `timeout_s`, and nothing else came meanwhile, the link is taken as
+dead: counted (`failures`), logged, the `on_dead` hook called and nats-py told to
+reconnect. Run every `interval_s` (`LinkProbe.run`), a dead link is noticed in about
+interval + timeout (3 s by default); nats-py's own pings (`PING_INTERVAL_S`,
+`MAX_OUTSTANDING_PINGS`) are a slow backstop.
+
+A busy link is not a dead one: the probe's PONG queues behind every message the server
+holds for us, so on a starved or overloaded machine it may come late while messages
+keep arriving. A probe that times out while bytes arrived meanwhile (`stats["in_bytes"]`)
+is counted as late (`late`, logged at warning) and reconnects nothing: dropping the link
+would drop everything the server holds for us, uncounted (issue 32). Only a link that
+delivers nothing is taken as dead.
+
+A caller that sees the link dead by other means (a JetStream consumer that holds
+messages and hands none over) calls `take_dead` with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from nats.aio.client import Client
+
+from procs.log_throttle import LogThrottle
+
+Hook = Callable[[], None]
+
+# nats-py's own stale-link detection, the backstop to the probe: a PING every 2 s, the
+# link dead after 30 unanswered (about a minute). It cannot tell a dead link from a busy
+# one and drops the link silently, with all the server holds (issue 32).
+PING_INTERVAL_S = 2
+MAX_OUTSTANDING_PINGS = 30
+# How long a probe's PING may wait for its PONG in nats-py: only a bound on the task;
+# the probe itself judges the link every `timeout_s`.
+PROBE_PATIENCE_S = 600
+
+
+def server_of(nc: Client) -> str:
+    """host:port of the server `nc` is on ("?" when none); never the URL's credentials."""
+    url = nc.connected_url
+    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """A probe's flush that ended unwatched (its link gone): its error is known."""
+    if not task.cancelled():
+        task.exception()
+
+
+class LinkProbe:
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        timeout_s: float = 2.0,
+        on_dead: Hook | None = None,
+        backlog: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self._log = log
+        self._on_dead = on_dead
+        self._backlog = backlog
+        self.failures = 0  # links taken as dead, by the probe or `take_dead`
+        self.late = 0  # probes answered late on a link that kept delivering
+        self._probing: asyncio.Future[None] | None = None
+        self._bytes = 0
+        self._throttle = LogThrottle(log)
+
+    def reset(self) -> None:
+        """The link went down: a PONG still awaited would be the old link's."""
+        self._probing = None
+
+    async def probe(self, nc: Client | None) -> bool:
+        """Round-trip a PING on `nc`; True when the link was taken as dead (and nats-py
+        told to reconnect). A PONG still on its way is waited for by the next probe
+        (one PING out at a time)."""
+        if nc is None or not nc.is_connected:
+            return False
+        if self._probing is None or self._probing.done():
+            self._bytes = nc.stats["in_bytes"]
+            # nats-py cancels a PONG's future when flush's timeout passes, and a PONG
+            # that comes after that breaks its read loop (nats-py 2.16 `_process_pong`
+            # sets the cancelled future's result), dropping the link and all the server
+            # holds for us. So its timeout is a long one, and ours only stops waiting.
+            self._probing = asyncio.ensure_future(nc.flush(timeout=PROBE_PATIENCE_S))
+            self._probing.add_done_callback(_retrieve)
+        done, _ = await asyncio.wait({self._probing}, timeout=self.timeout_s)
+        if done:
+            if self._probing.exception() is not None:
+                # A flush that failed: the connection closed or reconnected meanwhile.
+                self._probing = None
+            return False
+        if not nc.is_connected:
+            return False  # nats-py noticed first and is already on it
+        received, self._bytes = self._bytes, nc.stats["in_bytes"]
+        if self._bytes != received:
+            # Alive, and we are behind reading it: the PONG waits behind messages.
+            self.late += 1
+            self._throttle.warning(
+                "probe_late",
+                "NATS answered no probe within %.1fs while messages kept arriving:"
+                " behind on reading, not cut off (%d waiting)",
+                self.timeout_s,
+                self._backlog(),
+            )
+            return False
+        await self.take_dead(nc, f"no answer from NATS within {self.timeout_s:.1f}s")
+        return True
+
+    async def take_dead(self, nc: Client, reason: str) -> None:
+        """Count the link as dead, say why and where, and have nats-py reconnect."""
+        self._probing = None  # its PONG will never come: the next link has its own
+        self.failures += 1
+        where = server_of(nc)
+        self._log.warning("%s (server %s): link taken as dead; reconnecting", reason, where)
+        if self._on_dead:
+            self._on_dead()
+        if nc.is_connected:
+            await nc.force_reconnect()
+
+    async def run(self, nc: Callable[[], Client | None], interval_s: float) -> None:
+        """Probe the client `nc()` gives every `interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.probe(nc())

@@ -8,18 +8,14 @@ holds NATS credentials)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-import prometheus_client
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+from ops.kit.metrics_endpoint import exposition, serving
 
 
 @dataclass(frozen=True)
@@ -82,22 +78,8 @@ class ForwarderMetrics:
         self.registry.register(_Targets(read))
 
     def text(self) -> bytes:
-        return generate_latest(self.registry)
+        return exposition(self.registry)
 
-    @asynccontextmanager
-    async def serving(self, host: str, port: int) -> AsyncIterator[int]:
+    def serving(self, host: str, port: int) -> AbstractAsyncContextManager[int]:
         """`/metrics` on host:port (0: a free port) until the block ends; yields the port."""
-
-        async def handler(_: web.Request) -> web.Response:
-            return web.Response(body=self.text(), headers={"Content-Type": CONTENT_TYPE})
-
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        try:
-            yield runner.addresses[0][1]
-        finally:
-            await runner.cleanup()
+        return serving(self.registry, host, port)

@@ -8,18 +8,13 @@ read, and is what to alert on. Actions and failures are counted by kind."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
-import prometheus_client
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from ops.kit.metrics_endpoint import exposition, serving
 from ops.slurm.bridge.model import ACTION_KINDS, GPU_TRES_MODES, GpuTres
 
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # What can fail besides an action: reading the ledger, reading Slurm.
 READ_KINDS = ("ledger.read", "slurm.read")
 # Who may refuse the bridge's credentials.
@@ -92,22 +87,8 @@ class BridgeMetrics:
             self.gpu_tres_mode.labels(m).set(1 if m == mode else 0)
 
     def text(self) -> bytes:
-        return generate_latest(self.registry)
+        return exposition(self.registry)
 
-    @asynccontextmanager
-    async def serving(self, host: str, port: int) -> AsyncIterator[int]:
+    def serving(self, host: str, port: int) -> AbstractAsyncContextManager[int]:
         """`/metrics` on host:port (0: a free port) until the block ends; yields the port."""
-
-        async def handler(_: web.Request) -> web.Response:
-            return web.Response(body=self.text(), headers={"Content-Type": CONTENT_TYPE})
-
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        try:
-            yield runner.addresses[0][1]
-        finally:
-            await runner.cleanup()
+        return serving(self.registry, host, port)

@@ -274,7 +274,10 @@ class GpuUseWatch:
             for t in transitions
             if t.kind in NODE_EVENT_KINDS
         ]
-        pending = dict(self._pending)
+        # Copies: `merge` adds into the values, and until the write commits the held
+        # ones must stay as they were (a failed pass's time comes again next pass).
+        pending: dict[AccrualKey, Accrued] = {}
+        merge(pending, self._pending)
         merge(pending, accrued)
         pending_memory = {
             k: MemoryAccrued(v.mib_ms, v.peak_mib) for k, v in self._pending_memory.items()

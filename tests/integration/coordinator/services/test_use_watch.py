@@ -102,3 +102,56 @@ async def test_memory_held_is_written_with_the_accrued_time(ledger: Ledger) -> N
     assert {(k.tenant_id, k.pool_id, v.mib_ms, v.peak_mib) for k, v in held.items()} == {
         ("", "p1", 2048 * 60_000, 2048)
     }
+
+
+async def test_a_pass_whose_write_failed_is_counted_once(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed write leaves the pass uncommitted and its time is covered again by the
+    next one, so what is held in memory must not have it already. Two nodes in two
+    pools report the same use on one clock; the first flush of n1 fails once: in the
+    end both pools hold the same used time."""
+    clock = FakeClock(T0)
+
+    def watch_of(node: str, pool: str) -> GpuUseWatch:
+        watch = GpuUseWatch(
+            ledger, Subjects("t"), clock, RecordingPublisher(), RecordingAlerts(),
+            reachable=lambda _: True, max_gap_ms=60_000, flush_ms=30_000,
+        )  # fmt: skip
+        watch.on_inventory(make_inventory(node, pool, gpus=1))
+        return watch
+
+    def report(node: str, pool: str) -> UseReport:
+        busy = DeviceUse(device_id=f"GPU-{node}-0", sm_util=50, processes=(ProcessUse(pid=1),))
+        return UseReport(
+            node_id=node, pool_id=pool, boot_id="b", sent_at=0, use_version=1, devices=(busy,)
+        )
+
+    record = ledger.gpu_use.record
+    failing = {"once": True}
+
+    async def flaky(*args: object, **kwargs: object) -> None:
+        if args[0] and failing.pop("once", False):
+            raise ConnectionError("the database went away")
+        await record(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ledger.gpu_use, "record", flaky)
+    watches = {("n1", "p1"): watch_of("n1", "p1"), ("n2", "p2"): watch_of("n2", "p2")}
+    failed = 0
+    for _ in range(13):  # 0 to 120 s, 10 s a pass; n1's first flush fails
+        for (node, pool), watch in watches.items():
+            watch.on_report(report(node, pool))
+            try:
+                await watch.tick()
+            except ConnectionError:
+                failed += 1
+        clock.advance(10_000)
+    for (node, pool), watch in watches.items():  # a last pass, written whatever is held
+        watch.flush_ms = 0
+        watch.on_report(report(node, pool))
+        await watch.tick()
+    used = {"p1": 0, "p2": 0}
+    for b in await ledger.gpu_use.buckets(T0, T0 + HOUR_MS):
+        used[b.pool_id] += b.used_ms
+    assert failed == 1 and used["p2"] > 0
+    assert used["p1"] == used["p2"]

@@ -215,7 +215,9 @@ async def run(
             offer_management_nics=settings.offer_management_nics,
             release_file=settings.release_file,
             usage=UsageReader(
-                nvml, ProcOwners(root / "proc"), holders=lambda: bookings.holders(clock.now_ms())
+                nvml,
+                ProcOwners(root / "proc", root),
+                holders=lambda: bookings.holders(clock.now_ms()),
             ),
         )
         log.info(

@@ -16,6 +16,9 @@ is that booking's even where the TaskProlog is not installed. Otherwise the cgro
   `crio-<id>.scope`, `libpod-<id>.scope` (systemd driver) or `/docker/<id>` (cgroupfs);
 - a systemd unit: the innermost `<name>.service`.
 
+Names, where cheap to read: a pod's `<namespace>/<name>`, a Slurm job's user, and a
+container's name from its runtime's files on the host (`container_names`).
+
 In that order: a container inside a pod is the pod, a job step under `slurmstepd.scope`
 is the job, a container under `docker.service`'s slice is the container. The parsing
 functions are pure; `ProcOwners` does the reading, and keeps an owner for as long as the
@@ -32,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agent.container_names import container_name
 from shared.wire import OwnerKind
 
 log = logging.getLogger(__name__)
@@ -58,7 +62,8 @@ _UNIT = re.compile(r"^([^/]{1,250}\.service)$")
 class Owner:
     kind: OwnerKind
     id: str = ""
-    name: str = ""  # readable, where cheap: a pod's `<namespace>/<name>`, a job's user
+    name: str = ""  # readable, where cheap: a pod's `<namespace>/<name>`, a job's user,
+    # a container's name
 
 
 UNKNOWN = Owner("unknown")
@@ -137,10 +142,13 @@ def _best(found: list[Owner], innermost: bool) -> Owner | None:
 class ProcOwners:
     """Reads owners from `<proc_root>/<pid>/…`. An owner is cached for its process: the
     same pid with the same start time (`stat` field 22) is the same process, so its
-    environment and cgroup (and a pod's or job's name) are read once, not every poll."""
+    environment and cgroup (and a pod's, job's or container's name) are read once, not
+    every poll. A container runtime's files are read under `host_root` (default: the
+    proc root's parent, `/` for `/proc`)."""
 
-    def __init__(self, proc_root: Path) -> None:
+    def __init__(self, proc_root: Path, host_root: Path | None = None) -> None:
         self._root = proc_root
+        self._host = proc_root.parent if host_root is None else host_root
         self._cache: dict[int, tuple[str, Owner]] = {}
         self._denied = False
 
@@ -167,9 +175,11 @@ class ProcOwners:
             del self._cache[pid]
 
     def _read(self, base: str) -> Owner:
+        environ: bytes | None = None
         try:
             with open(os.path.join(base, "environ"), "rb") as f:
-                owner = owner_from_environ(f.read(MAX_ENVIRON))
+                environ = f.read(MAX_ENVIRON)
+            owner = owner_from_environ(environ)
             if owner is not None:
                 return owner
         except PermissionError:
@@ -187,18 +197,19 @@ class ProcOwners:
             return UNKNOWN
         if owner is None:
             return UNKNOWN
-        return replace(owner, name=_name_of(base, owner)[:MAX_OWNER])
+        if owner.kind == "container":
+            return replace(owner, name=container_name(self._host, owner.id, environ)[:MAX_OWNER])
+        return replace(owner, name=_name_of(base, owner, environ)[:MAX_OWNER])
 
 
-def _name_of(base: str, owner: Owner) -> str:
+def _name_of(base: str, owner: Owner, environ: bytes | None) -> str:
     """A pod's `<namespace>/<name>`: its name is the container's hostname (`HOSTNAME`,
     which the runtime sets to the pod's name), its namespace the service account's
     file in the container's root, both read through /proc (as root); a Slurm job's
     user, from the process's uid. "" where any of it cannot be read."""
     try:
         if owner.kind == "pod":
-            with open(os.path.join(base, "environ"), "rb") as f:
-                env = f.read(MAX_ENVIRON).split(b"\0")
+            env = (environ or b"").split(b"\0")
             host = next((e[9:] for e in env if e.startswith(b"HOSTNAME=")), b"")
             with open(os.path.join(base, "root", SERVICE_ACCOUNT_NAMESPACE)) as f:
                 ns = f.read().strip()

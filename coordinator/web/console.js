@@ -448,7 +448,7 @@ function usersOf(use, held) {
   return use.users.flatMap((u) => {
     const mine = held && !held.other && u.ownerKind === "reservation" && u.owner === held.reservationId;
     const kind = !held ? "bad" : (u.ownerKind === "reservation" && !mine ? "bad" : "info");
-    return [badge(`${u.ownerKind} ${short(u.owner || "?")} (pid ${u.pid})`, kind), " "];
+    return [badge(`${u.ownerKind} ${u.ownerName || short(u.owner || "?")} (pid ${u.pid})`, kind), " "];
   });
 }
 

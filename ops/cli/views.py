@@ -195,14 +195,24 @@ USE_COLUMNS = [
 ]  # fmt: skip
 
 
+def user_text(user: dict[str, Any]) -> str:
+    """One process as `pid kind:who`: its owner's readable name where the agent read one
+    (a pod's namespace/name, a job's user, a container's name), else its id (a
+    container's as `docker ps` shortens it)."""
+    kind, who = user["ownerKind"], user.get("ownerName") or user["owner"]
+    if kind == "container" and not user.get("ownerName"):
+        who = who[:12]
+    return f"{user['pid']} {kind}:{who}"
+
+
 def use_cells(use: dict[str, Any] | None) -> dict[str, Any]:
     """A GPU's use as nvidia-smi would show it: busy or idle, SM %, memory, and each
-    process as `pid kind:owner` (`-` where the agent reports none or it is not the
+    process as `pid kind:who` (`-` where the agent reports none or it is not the
     viewer's to see)."""
     if not use:
         return {}
     memory = use.get("memoryUsedMib")
-    users = [f"{u['pid']} {u['ownerKind']}:{u['owner']}" for u in use.get("users") or ()]
+    users = [user_text(u) for u in use.get("users") or ()]
     hidden = use.get("processes", 0) - len(users)
     if hidden > 0:
         users.append(f"+{hidden} more")

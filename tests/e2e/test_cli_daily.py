@@ -219,6 +219,33 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
         write_faults(Path(day.tmp) / "faults.json", [])
 
 
+def test_node_and_gpus_name_a_containers_owner(day: World) -> None:
+    """Issue 34: a process in a Docker container shows as `container:<name>`, here the
+    hostname Docker gave it (the agent reads it from /proc/<pid>/environ), in the API,
+    `node` on a terminal and `gpus` piped."""
+    atoms = _node(day, "h100-a")["atoms"]
+    gpu = next(a for a in atoms if a["class"] == "gpu" and not a.get("heldBy"))
+    write_faults(Path(day.tmp) / "faults.json", [
+        {"kind": "process", "pid": 515, "gpu": gpu["attrs"]["gpuIndex"], "memory_mib": 1024,
+         "cgroup": f"0::/system.slice/docker-{'c' * 64}.scope", "env": {"HOSTNAME": "trainer"}},
+    ])  # fmt: skip
+
+    def users() -> list[dict[str, Any]]:
+        a = next(x for x in _node(day, "h100-a")["atoms"] if x["atomId"] == gpu["atomId"])
+        return list((a.get("use") or {}).get("users", []))
+
+    try:
+        wait_for(lambda: users() != [], timeout=60, what="the container's process seen")
+        assert users() == [{"pid": 515, "owner": "c" * 64, "ownerKind": "container",
+                            "ownerName": "trainer"}]  # fmt: skip
+        shown = on_terminal(day, "node", "h100-a")
+        assert shown.code == 0 and "515 container:trainer" in shown.out, shown.out
+        listed = piped(day, "gpus", "-o", "table", "-p", "h100-east")
+        assert "515 container:trainer" in listed.out, listed.out
+    finally:
+        write_faults(Path(day.tmp) / "faults.json", [])
+
+
 def test_projects_are_issued_and_named_wherever_an_id_is_asked(day: World) -> None:
     key = day.acme_key
     made = on_terminal(day, "projects", "create", "llm", key=key)

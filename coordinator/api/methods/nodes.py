@@ -222,6 +222,7 @@ def _use(
         _USE.processes: seen.processes,
         _USE.users: [
             {_USER.pid: p.pid, _USER.owner: p.owner, _USER.owner_kind: p.owner_kind}
+            | ({_USER.owner_name: p.owner_name} if p.owner_name else {})
             for p in seen.users
         ],
         _USE.at: use.updated_at,

@@ -101,6 +101,10 @@ class GpuUser(ApiOutput):
     pid: int = Field(description="The process id on its host.")
     owner: str = Field(description="Its reservation id, pod UID, job id, unit or container id.")
     owner_kind: str = Field(description="reservation, pod, slurm, systemd, container or unknown.")
+    owner_name: str | None = optional(
+        description="Its readable name where the agent read one: a pod's namespace/name, a"
+        " Slurm job's user, a container's name (left out otherwise)."
+    )
 
 
 class GpuUse(ApiOutput):

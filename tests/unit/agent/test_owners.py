@@ -3,6 +3,7 @@ cgroup (pod, Slurm job, container, systemd unit), on real-looking v1 and v2 line
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 from pathlib import Path
@@ -195,6 +196,53 @@ def test_a_pod_with_no_readable_namespace_has_no_name(tmp_path: Path) -> None:
     env = (("HOSTNAME", "train-0"),)
     FakeProcs(tmp_path).sync((Workload(pid=30, gpus=(0,), cgroup=V2_KUBE_SYSTEMD, env=env),))
     assert ProcOwners(tmp_path).owner(30) == Owner("pod", POD)
+
+
+def _container_host(tmp_path: Path, cgroup: str, env: tuple[tuple[str, str], ...] = ()) -> Path:
+    """A fake host root: `proc/40` a container's process (its id in the cgroup)."""
+    FakeProcs(tmp_path / "proc").sync((Workload(pid=40, gpus=(0,), cgroup=cgroup, env=env),))
+    return tmp_path
+
+
+def _write_json(path: Path, value: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+
+
+def test_a_docker_container_is_named_by_its_config(tmp_path: Path) -> None:
+    """Issue 34: a container's owner names it as `docker ps` does, from Docker's own
+    file for the id the cgroup gave; its hostname (the short id) does not win."""
+    host = _container_host(tmp_path, V2_DOCKER, (("HOSTNAME", CTR[:12]),))
+    config = host / "var/lib/docker/containers" / CTR / "config.v2.json"
+    _write_json(config, {"ID": CTR, "Name": "/trainer"})
+    assert ProcOwners(host / "proc", host).owner(40) == Owner("container", CTR, "trainer")
+
+
+def test_a_containerd_container_is_named_by_its_bundles_annotation(tmp_path: Path) -> None:
+    host = _container_host(tmp_path, f"0::/system.slice/nerdctl-x.slice/{CTR}")
+    spec = host / "run/containerd/io.containerd.runtime.v2.task/default" / CTR / "config.json"
+    _write_json(spec, {"ociVersion": "1.1.0", "annotations": {"nerdctl/name": "eval-1"}})
+    assert ProcOwners(host / "proc", host).owner(40) == Owner("container", CTR, "eval-1")
+
+
+def test_a_podman_container_is_named_by_the_storage_index(tmp_path: Path) -> None:
+    host = _container_host(tmp_path, V2_PODMAN)
+    index = host / "var/lib/containers/storage/overlay-containers/containers.json"
+    _write_json(index, [{"id": "f" * 64, "names": ["other"]}, {"id": CTR, "names": ["sweep"]}])
+    assert ProcOwners(host / "proc", host).owner(40) == Owner("container", CTR, "sweep")
+
+
+def test_a_container_without_readable_runtime_files_is_named_by_its_hostname(
+    tmp_path: Path,
+) -> None:
+    """Unreadable or broken runtime files are passed over, never lose the owner."""
+    host = _container_host(tmp_path, V2_DOCKER, (("HOSTNAME", "gpu-box"),))
+    config = host / "var/lib/docker/containers" / CTR / "config.v2.json"
+    config.parent.mkdir(parents=True)
+    config.write_text("{not json")
+    assert ProcOwners(host / "proc", host).owner(40) == Owner("container", CTR, "gpu-box")
+    bare = _container_host(tmp_path / "bare", V2_DOCKER)
+    assert ProcOwners(bare / "proc", bare).owner(40) == Owner("container", CTR)
 
 
 def test_a_slurm_job_in_a_bookings_reservation_is_that_bookings() -> None:

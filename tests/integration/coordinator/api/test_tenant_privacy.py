@@ -112,7 +112,8 @@ def _devices(rsv: dict[str, str]) -> tuple[DeviceUse, ...]:
                   processes=(own(11, "acme-slot", 30, 1000), own(22, "globex-slot", 40, 2000))),
         DeviceUse(device_id=HELD, sm_util=90, memory_used_mib=9000,
                   processes=(own(33, "acme-held", 80, 5000), own(44, "globex-slot", 10, 100),
-                             ProcessUse(pid=55, owner=POD, owner_kind="pod"))),
+                             ProcessUse(pid=55, owner=POD, owner_kind="pod",
+                                        owner_name="ml/train-0"))),
         DeviceUse(device_id=IDLE, sm_util=0, memory_used_mib=0),
         DeviceUse(device_id=FREE, sm_util=60, memory_used_mib=4000,
                   processes=(ProcessUse(pid=66, owner=UNBOOKED_POD, owner_kind="pod"),)),
@@ -244,6 +245,11 @@ async def test_node_and_slot_views_show_a_tenant_its_own_use_only(shared: Shared
     operator = await shared.read("nodes.get", body, "operator")
     assert {u["pid"] for u in _use(operator, slot)["users"]} == {11, 22}
     assert _use(operator, held)["smUtil"] == 90 and _use(operator, held)["processes"] == 3
+    # Owners by kind and, where the agent read one, name (issue 34); none: no key.
+    assert [u for u in _use(operator, held)["users"] if u["pid"] == 55] == [
+        {"pid": 55, "owner": POD, "ownerKind": "pod", "ownerName": "ml/train-0"}
+    ]
+    assert _use(operator, free)["users"] == [{"pid": 66, "owner": UNBOOKED_POD, "ownerKind": "pod"}]
 
     # On the shared GPU each slot holder sees its own processes, on either slot's atom.
     for who, pid, util, mib in (("acme", 11, 30, 1000), ("globex", 22, 40, 2000)):

@@ -263,6 +263,18 @@ def test_use_alerts_carry_tenant_and_owner_and_end_whatever_the_holders_became()
     (fired,) = c.apply(named).alertmanager
     assert fired.labels["owner_name"] == "pod:ml/train-1"
     assert "pid 8 (pod ml/train-1)" in fired.annotations["description"]
+    # A container (Docker, containerd, Podman) by the name its runtime gave it.
+    boxed = msgspec.structs.replace(
+        unbooked, device_id="GPU-4",
+        details={"owners": [{"pid": 9, "owner": "c" * 64, "ownerKind": "container",
+                             "ownerName": "trainer"}], "ends": "gpu.unbookedUseEnded"},
+    )  # fmt: skip
+    (fired,) = c.apply(boxed).alertmanager
+    assert (fired.labels["owner_kind"], fired.labels["owner_name"]) == (
+        "container",
+        "container:trainer",
+    )
+    assert "pid 9 (container trainer)" in fired.annotations["description"]
 
 
 def test_a_reservation_at_risk_for_a_fault_of_its_gpu_pages() -> None:

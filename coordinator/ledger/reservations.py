@@ -57,7 +57,7 @@ async def end_bookings(conn: AsyncConnection, reservation_ids: list[str], at: in
         )
 
 
-async def _owned(
+async def owned(
     conn: AsyncConnection, reservation_id: str, tenant_id: str | None, *,
     for_update: bool = False,
 ) -> Reservation:  # fmt: skip
@@ -84,7 +84,7 @@ class ReservationRepo:
     async def get(self, reservation_id: str, tenant_id: str | None) -> Reservation:
         """The tenant's reservation (None: whichever tenant's, for an operator)."""
         async with self._db.read() as conn:
-            return await _owned(conn, reservation_id, tenant_id)
+            return await owned(conn, reservation_id, tenant_id)
 
     async def expire_and_preempt(self, now: int) -> list[Reservation]:
         """Persist what the clock decided: leases that ran out free their atoms, noticed
@@ -198,10 +198,10 @@ class ReservationWriter:
         """End a live reservation now; the rest of its time is free at once."""
         rv = schema.reservations.c
         conn = self._conn
-        res = await _owned(conn, reservation_id, tenant_id)
+        res = await owned(conn, reservation_id, tenant_id)
         await lock_pool(conn, res.pool_id)
         # Read again under the lock: the clock may have ended it meanwhile.
-        res = await _owned(conn, reservation_id, tenant_id, for_update=True)
+        res = await owned(conn, reservation_id, tenant_id, for_update=True)
         if not res.live(now):
             return res
         await conn.execute(
@@ -223,9 +223,9 @@ class ReservationWriter:
         never given for a lease the clock has already ended (and its atoms freed)."""
         rv = schema.reservations.c
         conn = self._conn
-        res = await _owned(conn, reservation_id, tenant_id)
+        res = await owned(conn, reservation_id, tenant_id)
         await lock_pool(conn, res.pool_id)
-        res = await _owned(conn, reservation_id, tenant_id, for_update=True)
+        res = await owned(conn, reservation_id, tenant_id, for_update=True)
         if res.lease_seconds is None or not res.live(now):
             return None
         seconds = lease_seconds or res.lease_seconds

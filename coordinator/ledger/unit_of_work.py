@@ -27,6 +27,7 @@ from coordinator.ledger import idempotency
 from coordinator.ledger.booking_batch import BookingBatch
 from coordinator.ledger.bookings import BookingWriter
 from coordinator.ledger.database import Database, lock_pool, unavailable_on_lost_connection
+from coordinator.ledger.extensions import ReservationExtender
 from coordinator.ledger.fence import check_fence
 from coordinator.ledger.intervals import IntervalWriter
 from coordinator.ledger.outbox import OutboxWriter
@@ -87,6 +88,7 @@ class UnitOfWork:
             conn, snapshots, self._after_commit.append, self._tenant_locks
         )
         self.reservations = ReservationWriter(conn)
+        self.extensions = ReservationExtender(conn, snapshots)
         self.intervals = IntervalWriter(conn, self._tenant_locks)
         # Alerts about what this unit of work records, committed with it.
         self.outbox = OutboxWriter(conn)

@@ -1,4 +1,5 @@
-"""Compute reservations as workflows: create (and its wait for capacity), renew, release.
+"""Compute reservations as workflows: create (and its wait for capacity), renew,
+extend (move a booking's end), release.
 
 Each attempt to create replays the answer recorded under the idempotency key, or places
 and books, or refuses — and records that answer in the same commit as the booking, so a
@@ -97,6 +98,15 @@ class Current:
 
     reservation: Reservation
     at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A reservation after `extend` (as it would be, for a dry run) and its end before."""
+
+    reservation: Reservation
+    at: int
+    previous_end: int
 
 
 CreateOutcome = Created | Refused | Replayed
@@ -387,6 +397,28 @@ class Reservations:
                 )
             await uow.commit()
         return Current(res, now)
+
+    async def extend(
+        self, tenant_id: str | None, reservation_id: str, end: int, *, dry_run: bool = False
+    ) -> Moved:
+        """Move a live booking's end to `end` on the same devices (`ledger.extensions`
+        says when it may); idempotent: the same end again changes nothing. A dry run
+        decides the same way and writes nothing."""
+        res = await self.ledger.reservations.get(reservation_id, tenant_id)
+
+        async def attempt() -> Moved:
+            now = self.clock.now_ms()
+            async with self.ledger.transaction() as uow:
+                await uow.lock_tenant(res.tenant_id)
+                before, after = await uow.extensions.extend(reservation_id, tenant_id, end, now)
+                if not dry_run and after.end != before.end:
+                    await uow.commit()
+            return Moved(after, now, before.end)
+
+        moved = await retrying(attempt)
+        if not dry_run and moved.reservation.end < moved.previous_end:
+            self.capacity.notify()  # time freed: a waiting create may fit now
+        return moved
 
     async def release(self, tenant_id: str, reservation_id: str) -> Current:
         """End a reservation now; the rest of its time is free at once, and a node held

@@ -66,6 +66,30 @@ def _reservation(verb: str) -> Callable[[dict[str, Any], dict[str, Any], bool], 
     return say
 
 
+def _extended(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
+    before, after = a["previousEnd"], a["end"]
+    ends = f"end {format_time(before, local)} → {format_time(after, local)}"
+    moved = after - before
+    by = f"{'+' if moved > 0 else '-'}{_span(abs(moved))}"
+    if a.get("dryRun"):
+        verb = "would stay" if not moved else f"could move ({by})"
+        return f"dry run: {a['reservationId']} {verb}: {ends}; nothing changed"
+    if not moved:
+        return f"{a['reservationId']}: no change, it already ends {format_time(after, local)}"
+    what = "extended" if moved > 0 else "shortened"
+    return f"{a['reservationId']} {what} {by}, {a.get('state', '?')}: {ends}"
+
+
+def _span(ms: int) -> str:
+    """A length as `2h30m`, `45s`, `1d2h`."""
+    seconds, out = ms // 1000, ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or f"{ms}ms"
+
+
 def _quota(body: dict[str, Any], a: dict[str, Any], local: bool) -> str:
     where = body.get("poolId") or "all its pools"
     return f"{a.get('tenantId')}: {body.get('resource')} ≤ {body.get('limit')} in {where}"
@@ -115,6 +139,7 @@ _SAY: dict[str, Callable[[dict[str, Any], dict[str, Any], bool], str]] = {
     "reservations.create": _reservation(""),
     "reservations.release": _reservation("→ "),
     "reservations.renew": _reservation("renewed, "),
+    "reservations.extend": _extended,
 }
 
 

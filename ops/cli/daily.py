@@ -1,7 +1,8 @@
 """The daily verbs: `reserve` (a booking from flags, printing what it booked), `extend`
-(a leased booking's lease), `release`, and `maintenance` with `--dry-run` (the bookings
-it would put at risk, nothing changed). Each is one API call (two where the key names
-no tenant and the reservation's is looked up), answered in one line on a terminal and
+(a booking's end, `--dry-run` first if wanted, or a leased booking's lease), `release`,
+and `maintenance` with `--dry-run` (the bookings it would put at risk, nothing changed).
+Each is one API call (two where the key names no tenant and the reservation's is looked
+up, or an end moved by --by needs the old one), answered in one line on a terminal and
 as the API's JSON when piped."""
 
 from __future__ import annotations
@@ -115,22 +116,61 @@ def _models(session: Session, tenant: str | None, pool_id: str | None, given: st
 
 @click.command("extend")
 @click.argument("reservation_id", metavar="RESERVATION_ID")
+@click.option("--until", metavar="TIME",
+              help="move its end to this time (e.g. +6h from now, RFC 3339)")  # fmt: skip
+@click.option("--by", metavar="DURATION", help=f"move its end later by this; {_DURATION_HELP}")
 @click.option("--lease", type=click.IntRange(30, 86400), metavar="SECONDS",
-              help="a new lease length (default: its own)")  # fmt: skip
+              help="renew its lease from now, this long (default: its own)")  # fmt: skip
+@click.option("--dry-run", is_flag=True,
+              help="say whether it could be moved; change nothing")  # fmt: skip
 @tenant_option
 @output_options
 @pass_session
 def extend_cmd(
-    session: Session, reservation_id: str, lease: int | None, tenant: str | None
-) -> None:
-    """Extend a leased reservation's lease from now (its own length, or --lease)."""
-    body: dict[str, Any] = {
-        "tenantId": _owner(session, tenant, reservation_id),
-        "reservationId": reservation_id,
-    }
+    session: Session, reservation_id: str, until: str | None, by: str | None,
+    lease: int | None, dry_run: bool, tenant: str | None,
+) -> None:  # fmt: skip
+    """Move a reservation's end (--until TIME or --by DURATION) on the same devices,
+    printing the old and new end; without either, renew a leased reservation's lease
+    from now (its own length, or --lease)."""
+    if until is not None and by is not None:
+        raise click.UsageError("give --until or --by, not both")
+    if until is None and by is None:
+        if dry_run:
+            raise click.UsageError("--dry-run goes with --until or --by")
+        body: dict[str, Any] = {
+            "tenantId": _owner(session, tenant, reservation_id),
+            "reservationId": reservation_id,
+        }
+        if lease is not None:
+            body["leaseSeconds"] = lease
+        _write(session, "reservations.renew", body)
+        return
     if lease is not None:
-        body["leaseSeconds"] = lease
-    _write(session, "reservations.renew", body)
+        raise click.UsageError("--lease renews a lease; give it without --until/--by")
+    who = session.tenant(tenant, required=False)
+    found = session.call(
+        "reservations.get", {"reservationId": reservation_id} | ({"tenantId": who} if who else {})
+    )
+    body = {"tenantId": who or str(found["tenantId"]), "reservationId": reservation_id,
+            "end": _new_end(found, until, by)}  # fmt: skip
+    if dry_run:
+        body["dryRun"] = True
+    _write(session, "reservations.extend", body)
+
+
+def _new_end(found: dict[str, Any], until: str | None, by: str | None) -> int:
+    from ops.cli.flags import parse_when
+    from shared.durations import DurationError, parse_duration
+
+    if until is not None:
+        return parse_when(until)
+    assert by is not None
+    try:
+        seconds = parse_duration(int(by) if by.isdigit() else by)
+    except DurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--by") from None
+    return int(found["end"]) + seconds * 1000
 
 
 @click.command("release")

@@ -28,8 +28,8 @@ FORMATS: tuple[Format, ...] = ("table", "wide", "json", "csv")
 TIME_KEYS = frozenset(
     {
         "asOf", "at", "createdAt", "end", "endedAt", "from", "idleSince", "lastSeen",
-        "leaseExpiresAt", "preemptAt", "revokedAt", "since", "start", "startsAt", "to",
-        "until", "updatedAt",
+        "leaseExpiresAt", "preemptAt", "previousEnd", "revokedAt", "since", "start", "startsAt",
+        "to", "until", "updatedAt",
     }
 )  # fmt: skip
 _EPOCH_MS_FLOOR = 100_000_000_000  # 1973: smaller integers under these keys are not times

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from agent.sim.faults import write_faults
 from ops.kit.embedded_nats import EmbeddedNats
+from shared.rfc3339 import parse_ms
 from tests.e2e.fleet_procs import Fleet, wait_for
 from tests.e2e.test_cli import World, on_terminal, piped
 
@@ -115,6 +117,57 @@ def test_reserve_extend_and_release_from_flags(day: World) -> None:
         assert bad.code in (1, 2) and said in bad.err, (args, bad.err)
         assert len(bad.err.strip().splitlines()) == 1, bad.err
     assert len(json.loads(piped(day, "reservations", "--state", "live").out)) == before
+
+
+def test_extend_moves_a_bookings_end_on_its_own_gpus(day: World) -> None:
+    """`extend --by/--until` moves a booking's end where its GPUs are free, says what
+    changed, and with --dry-run changes nothing; a booking of those GPUs after it makes
+    it a one-line refusal, nothing changed."""
+    key = day.acme_key
+    made = json.loads(piped(day, "reserve", "-p", "h100-east", "-d", "1h", key=key).out)
+    rid, end = made["reservationId"], parse_ms(made["end"])
+
+    op = day.fleet.operator()
+
+    def end_now() -> int:
+        return int(op.call("reservations.get", {"reservationId": rid})["end"])
+
+    tried = on_terminal(day, "extend", rid, "--by", "30m", "--dry-run", key=key)
+    assert tried.code == 0, tried.out
+    assert re.fullmatch(rf"dry run: {rid} could move \(\+30m\): end \S+ → \S+; nothing changed",
+                        tried.out.strip()), tried.out  # fmt: skip
+    assert end_now() == end
+    moved = on_terminal(day, "extend", rid, "--by", "30m", key=key)
+    assert re.fullmatch(rf"{rid} extended \+30m, active: end \S+ → \S+", moved.out.strip()), (
+        moved.out
+    )
+    assert end_now() == end + 1_800_000
+    # Piped: the API's answer; --until takes a time, here an hour after the first end.
+    until = datetime.fromtimestamp((end + 3_600_000) / 1000, UTC).isoformat()
+    answer = json.loads(piped(day, "extend", rid, "--until", until, key=key).out)
+    assert (parse_ms(answer["previousEnd"]), parse_ms(answer["end"]), answer["dryRun"]) == (
+        end + 1_800_000, end + 3_600_000, False,
+    )  # fmt: skip
+    # The operator books the whole node after it: its GPUs are no longer free then.
+    node = op.call("reservations.create", {
+        "tenantId": "acme", "poolId": day.h100, "devices": [{"class": "node", "count": 1}],
+        "start": end + 3_600_000, "duration": "1h", "idempotencyKey": "after-it",
+    })  # fmt: skip
+    try:
+        refused = piped(day, "extend", rid, "--by", "1h", key=key)
+        assert refused.code == 1 and "CAPACITY_NOT_AVAILABLE" in refused.err, refused.err
+        assert len(refused.err.strip().splitlines()) == 1, refused.err
+        assert end_now() == end + 3_600_000
+        for args, said in ((["--by", "1h", "--until", "+3h"], "not both"),
+                           (["--by", "soon"], "cannot read duration")):  # fmt: skip
+            bad = piped(day, "extend", rid, *args, key=key)
+            assert bad.code == 2 and said in bad.err, (args, bad.err)
+        assert end_now() == end + 3_600_000
+    finally:
+        op.call(
+            "reservations.release", {"tenantId": "acme", "reservationId": node["reservationId"]}
+        )
+        piped(day, "release", rid, key=key)
 
 
 def test_maintenance_dry_run_lists_what_it_would_put_at_risk(day: World) -> None:

@@ -1,4 +1,4 @@
-"""reservations.create/get/list/renew/release: decode, call the reservation workflows
+"""reservations.create/get/list/renew/extend/release: decode, call the reservation workflows
 (`services/reservations.py`), render.
 
 create places and books atomically; with `wait.timeoutMs` it waits for capacity to free
@@ -55,6 +55,18 @@ class RenewInput(ApiInput):
     lease_seconds: Annotated[int, Field(ge=30, le=86400)] | None = Field(
         default=None, description="A new lease length (default: its own)."
     )
+
+
+class ExtendInput(ApiInput):
+    tenant_id: TenantId = Field(description="The reservation's tenant.")
+    reservation_id: ReservationId = Field(
+        description="The live reservation.", examples=["rsv_01hzy3k4m5n6p7q8r9s0t1v2w3"]
+    )
+    end: EpochMs = Field(
+        description="Its new end: whole seconds after its start, after now; later than its"
+        " end (the same devices must be free, within quota) or earlier (never past now)."
+    )
+    dry_run: bool = Field(default=False, description="Decide, and change nothing.")
 
 
 class ListInput(ApiInput):
@@ -159,6 +171,24 @@ async def renew(ctx: CallContext, body: RenewInput) -> out.ReservationOut:
         body.tenant_id, body.reservation_id, body.lease_seconds
     )
     return render.reservation(out.reservation, out.at)
+
+
+@REGISTRY.method(
+    "reservations.extend", kind="write", permission="compute:reservations:write",
+    scope="compute-tenant", input=ExtendInput, output=out.ExtendedReservation, phase="v0.2",
+)  # fmt: skip
+async def extend(ctx: CallContext, body: ExtendInput) -> out.ExtendedReservation:
+    """Move a live reservation's end, keeping its devices: later only where those same
+    devices are free for the added time (409 CAPACITY_NOT_AVAILABLE naming what blocks
+    them) and its quotas have room (409 QUOTA_EXCEEDED); earlier, never past now. The
+    same end again changes nothing; dryRun decides and changes nothing."""
+    moved = await ctx.services.reservations.extend(
+        body.tenant_id, body.reservation_id, body.end, dry_run=body.dry_run
+    )
+    shown = render.reservation(moved.reservation, moved.at)
+    return out.ExtendedReservation(
+        **dict(shown), previous_end=moved.previous_end, dry_run=body.dry_run
+    )
 
 
 @REGISTRY.method(

@@ -253,6 +253,13 @@ class ReservationOut(ApiOutput):
     )
 
 
+class ExtendedReservation(ReservationOut):
+    """A reservation after `reservations.extend` (as it would be, for a dry run)."""
+
+    previous_end: EpochMs = Field(description="Its end before (end: its end now).")
+    dry_run: bool = Field(description="True: nothing was changed; end is what it would be.")
+
+
 class ReservationPage(ApiOutput):
     reservations: list[ReservationOut] = Field(description="This page, newest first.")
     next_cursor: Cursor

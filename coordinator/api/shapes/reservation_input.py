@@ -9,8 +9,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from coordinator.api.shapes.base import ApiInput
 from coordinator.api.shapes.fields import EpochMs, IdempotencyKey, PoolId, ProjectId, TenantId
-from coordinator.domain.durations import DurationError, parse_duration
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
+from shared.durations import DurationError, parse_duration
 from shared.wire import AtomClass
 
 TopologyName = Literal["any", "nvlink-all"]

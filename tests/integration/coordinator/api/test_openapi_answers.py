@@ -110,6 +110,10 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     rid = {"tenantId": "acme", "reservationId": booked["reservationId"]}
     await a.call("reservations.get", rid, acme)
     await a.call("reservations.renew", rid | {"leaseSeconds": 900}, acme)
+    later = rid | {"end": booked["end"] + 3_600_000}
+    await a.call("reservations.extend", later | {"dryRun": True}, acme)
+    await a.call("reservations.extend", later | {"end": booked["end"] + 1}, acme, want=400)
+    await a.call("reservations.extend", later, acme)
     await a.call("reservations.list", {"tenantId": "acme", "limit": 2}, acme)
     tried = request | {"idempotencyKey": "try"}
     await a.call("capacity.preview", tried, acme)

@@ -1,5 +1,6 @@
 """Reservation durations: integer seconds, `90m`/`2h`/`1d`/`45s`, or ISO 8601 (`PT2H`,
-`P1DT30M`). Months and years are refused: their length depends on the calendar."""
+`P1DT30M`). Months and years are refused: their length depends on the calendar. One
+rule for the API's `duration` and the CLI's (`gpufleet extend --by`)."""
 
 from __future__ import annotations
 

@@ -26,9 +26,9 @@ from ops.slurm.bridge.model import Ledger, LedgerReservation, QosAction, SlurmSt
 from ops.slurm.bridge.planner import Policy, plan
 from ops.slurm.bridge.sacctmgr import Sacctmgr
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
-from ops.slurm.conf import Gpu, Node, Options, render
+from ops.slurm.conf import Options, render
 from tests.slurm_accounting import require_slurmdbd
-from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
+from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line, two_socket_h100_host
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -36,16 +36,6 @@ LUA = Path(__file__).parents[2] / "ops" / "slurm" / "job_submit.lua"
 ACCOUNT = "gpufleet-test"  # the cluster's account for the test user (root)
 # slurmctld hears of a new QOS and association from slurmdbd: seconds, more when loaded.
 WITHIN_S = 60.0
-
-
-def _sim_a() -> Node:
-    """sim-a: 16 CPUs in two sockets of 8, GPUs 0-3 near the first, 4-7 the second."""
-    gpus = tuple(
-        Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0",
-            cpu_affinity="0-7" if i < 4 else "8-15")
-        for i in range(8)
-    )  # fmt: skip
-    return Node("sim-a", vcpu=16, memory_gib=2, gpus=gpus)
 
 
 def _booking(
@@ -123,7 +113,9 @@ async def test_each_booking_s_qos_holds_its_jobs_and_goes_with_the_booking(
 ) -> None:
     require_slurmdbd()
     cluster = slurm_cluster
-    conf = render("p", [_sim_a()], Options(dev_dir=str(cluster.dev_dir), socket_per_gpu=True))
+    conf = render(
+        "p", [two_socket_h100_host()], Options(dev_dir=str(cluster.dev_dir), socket_per_gpu=True)
+    )
     (sim_a,) = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
     gres = conf.gres + f"\nNodeName=n2 Name=gpu Type=h100 File={cluster.dev_dir}/nvidia[8-15]\n"
     (cluster.root / "etc").mkdir(exist_ok=True)

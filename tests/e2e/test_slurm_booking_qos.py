@@ -25,7 +25,7 @@ import pytest
 from ops.slurm.bridge.model import Ledger, LedgerReservation, QosAction, SlurmState
 from ops.slurm.bridge.planner import Policy, plan
 from ops.slurm.bridge.sacctmgr import Sacctmgr
-from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
+from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError
 from ops.slurm.conf import Options, render
 from tests.slurm_accounting import require_slurmdbd
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line, two_socket_h100_host
@@ -191,3 +191,13 @@ async def test_each_booking_s_qos_holds_its_jobs_and_goes_with_the_booking(
     # A bridge started afresh (after kill -9) reads the same and plans nothing.
     again = Bridge(cluster, policy)
     assert await again.reconcile(released) == []
+
+    # A tenant mapped to a user slurmdbd does not know: allowing its QOS fails, saying
+    # why (the daemon counts and logs it each pass); once the booking goes, so does the QOS.
+    ghost = Bridge(cluster, replace(policy, users={"acme": ("root",), "initech": ("ghost",)}))
+    haunted = replace(released, reservations=(
+        *released.reservations, _booking("rsv_ghost", "initech", {"n2": 1}),
+    ))  # fmt: skip
+    with pytest.raises(SlurmError, match="no association in slurmdbd"):
+        await ghost.reconcile(haunted)
+    assert await ghost.reconcile(released) == ["qos.delete"]

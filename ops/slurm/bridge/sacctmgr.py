@@ -22,9 +22,14 @@ from ops.slurm.bridge.model import (
 from ops.slurm.bridge.planner import normalise_tres
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError
 
-# sacctmgr's answer to a change that finds nothing to do (exit status 1): success here,
-# the next pass reads what holds.
-_NOTHING = (" nothing deleted", " nothing modified")
+# sacctmgr's answer to deleting what is gone (exit status 1): success here. "Nothing
+# modified" is not: every change is planned from what sacctmgr showed, so it means a
+# booking's user or account has no association in slurmdbd (its jobs could not run).
+_GONE = " nothing deleted"
+_NO_ASSOCIATION = (
+    "; a booking's Slurm user or account has no association in slurmdbd "
+    "(sacctmgr add user/account), or gpufleet's users/accounts mapping names it wrongly"
+)
 QOS_FORMAT = ("-n", "-P", "show", "qos", "format=name,grptres,description")
 ASSOC_FORMAT = ("-n", "-P", "show", "assoc", "format=user,account,qos")
 
@@ -118,5 +123,9 @@ class Sacctmgr:
             try:
                 await self._runner.run(*argv)
             except SlurmError as exc:
-                if not any(words in str(exc).lower() for words in _NOTHING):
-                    raise
+                text = str(exc).lower()
+                if _GONE in text:
+                    continue
+                if "nothing modified" in text and argv[2] in ("user", "account"):
+                    raise SlurmError(str(exc) + _NO_ASSOCIATION) from None
+                raise

@@ -36,7 +36,7 @@ from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.client import ApiError, ClientError
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
-from ops.slurm.bridge.model import Action, CreateQos, DeleteQos, GpuTres, SlurmState, UpdateQos
+from ops.slurm.bridge.model import Action, GpuTres, QosAction, SlurmState
 from ops.slurm.bridge.planner import plan
 from ops.slurm.bridge.sacctmgr import Sacctmgr, qos_argvs
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
@@ -114,7 +114,7 @@ _QOS_SAYS = ("; each booking's QOS gpufleet-<id> caps its jobs together at the b
 
 def _describe(action: Action, now_s: int) -> str:
     """The command line(s) of one action, for the log."""
-    if isinstance(action, CreateQos | UpdateQos | DeleteQos):
+    if isinstance(action, QosAction):
         return "; ".join("sacctmgr " + " ".join(argv) for argv in qos_argvs(action))
     return "scontrol " + " ".join(action_argv(action, now_s))
 
@@ -148,6 +148,7 @@ class SlurmBridge:
         self.sacctmgr = Sacctmgr(accounting) if settings.booking_qos == "auto" else None
         self._qos_on = False  # sacctmgr answered the last time it was asked
         self._qos_probe_at = 0.0  # monotonic: when to ask again while it does not
+        self._qos_lost = False  # it answered once, not since: bookings' QOS not kept
         self._mechanism = ""
         self.metrics = BridgeMetrics()
         # "auto" falls back to whole nodes once, for the life of the process: a restart
@@ -238,16 +239,16 @@ class SlurmBridge:
             self.metrics.failures.labels("slurm.read").inc()
             self._outages.warning("slurm", "reading Slurm failed (%s); retrying", exc)
             return False
-        state = await self._with_qos(state)
+        state, qos_read = await self._with_qos(state)
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
         self._note_kept(p.desired.kept)
         self._recheck_at = p.desired.recheck_at_ms
-        failed = 0
+        failed = 0 if qos_read else 1  # QOS it keeps, not read: not in step
         now_s = ledger.at_ms // 1000
         for action in p.actions:
             try:
-                if isinstance(action, CreateQos | UpdateQos | DeleteQos):
+                if isinstance(action, QosAction):
                     assert self.sacctmgr is not None  # planned only from what it read
                     await self.sacctmgr.apply(action)
                 else:
@@ -271,11 +272,12 @@ class SlurmBridge:
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
-    async def _with_qos(self, state: SlurmState) -> SlurmState:
+    async def _with_qos(self, state: SlurmState) -> tuple[SlurmState, bool]:
         """Slurm's state with its QOS where booking QOS are on and sacctmgr answers;
-        as it was (no QOS planned, none deleted) otherwise."""
+        as it was (no QOS planned, none deleted) otherwise. False while sacctmgr, having
+        answered, does not (the bookings' QOS are not kept in step: the lag grows)."""
         if self.sacctmgr is None or (not self._qos_on and time.monotonic() < self._qos_probe_at):
-            return state
+            return state, not self._qos_lost
         try:
             qos = await self.sacctmgr.qos()
         except SlurmError as exc:
@@ -284,12 +286,13 @@ class SlurmBridge:
             if self._qos_on or self._mechanism.endswith("?"):  # lost, or first asked
                 log.warning("no booking QOS: Slurm's accounting cannot be read (%s); "
                             "asking again every %g s", exc, QOS_PROBE_S)  # fmt: skip
+            self._qos_lost = self._qos_lost or self._qos_on
             self._qos_on = False
             self._say_mechanism(probed=True)
-            return state
-        self._qos_on = True
+            return state, not self._qos_lost
+        self._qos_on, self._qos_lost = True, False
         self._say_mechanism(probed=True)
-        return replace(state, qos=qos)
+        return replace(state, qos=qos), True
 
     def _say_mechanism(self, probed: bool = False) -> None:
         """The mechanism in the metric, and an INFO line when it changes. Before

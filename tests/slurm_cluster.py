@@ -476,6 +476,12 @@ class SlurmCluster:
 
     # --- stop ------------------------------------------------------------------------
 
+    def stop_slurmdbd(self) -> None:
+        """slurmdbd alone (accounting lost; its database stays until `close()`)."""
+        proc = self.procs.pop("slurmdbd", None)
+        if proc is not None:
+            _stop_group(proc)
+
     def close(self, keep_logs: Path | None = None) -> None:
         """Cancel jobs, stop every daemon (process groups: slurmstepd too), bounded;
         the logs are copied to `keep_logs` when given, then the directory is removed."""

@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from ops.slurm.bridge.daemon import SlurmBridge
 from ops.slurm.bridge.model import Ledger, LedgerReservation, QosAction, SlurmState
 from ops.slurm.bridge.planner import Policy, plan
 from ops.slurm.bridge.sacctmgr import Sacctmgr
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError
+from ops.slurm.bridge.settings import BridgeSettings
 from ops.slurm.conf import Options, render
 from tests.slurm_accounting import require_slurmdbd
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line, two_socket_h100_host
@@ -93,6 +95,10 @@ def _gpus(cluster: SlurmCluster, *args: str) -> set[int] | None:
     if done.returncode != 0:
         return None
     return {int(i) for i in done.stdout.strip().split(",")}
+
+
+def _metrics(daemon: SlurmBridge) -> list[str]:
+    return daemon.metrics.text().decode().splitlines()
 
 
 async def _running(cluster: SlurmCluster, *args: str) -> str:
@@ -201,3 +207,18 @@ async def test_each_booking_s_qos_holds_its_jobs_and_goes_with_the_booking(
     with pytest.raises(SlurmError, match="no association in slurmdbd"):
         await ghost.reconcile(haunted)
     assert await ghost.reconcile(released) == ["qos.delete"]
+
+    # The daemon: `cores+qos` while sacctmgr answers; slurmdbd gone, it says so, plans
+    # no QOS (deletes none) and is no longer in step; the QOS stay in the database.
+    daemon = SlurmBridge(BridgeSettings(
+        coordinator_key="unused", slurm_conf=str(cluster.conf_path), gpu_tres="cores",
+        scontrol_timeout_s=30,
+    ))  # fmt: skip
+    state, in_step = await daemon.with_qos(await daemon.scontrol.state())
+    assert in_step and state.qos is not None and "gpufleet-rsv_globex" in state.qos
+    assert 'gpufleet_slurm_bridge_mechanism{mechanism="cores+qos"} 1.0' in _metrics(daemon)
+    cluster.stop_slurmdbd()
+    state, in_step = await daemon.with_qos(await daemon.scontrol.state())
+    assert not in_step and state.qos is None
+    assert 'gpufleet_slurm_bridge_mechanism{mechanism="cores"} 1.0' in _metrics(daemon)
+    assert 'gpufleet_slurm_bridge_failures_total{kind="qos.read"} 1.0' in _metrics(daemon)

@@ -239,7 +239,7 @@ class SlurmBridge:
             self.metrics.failures.labels("slurm.read").inc()
             self._outages.warning("slurm", "reading Slurm failed (%s); retrying", exc)
             return False
-        state, qos_read = await self._with_qos(state)
+        state, qos_read = await self.with_qos(state)
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
         self._note_kept(p.desired.kept)
@@ -272,7 +272,7 @@ class SlurmBridge:
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
 
-    async def _with_qos(self, state: SlurmState) -> tuple[SlurmState, bool]:
+    async def with_qos(self, state: SlurmState) -> tuple[SlurmState, bool]:
         """Slurm's state with its QOS where booking QOS are on and sacctmgr answers;
         as it was (no QOS planned, none deleted) otherwise. False while sacctmgr, having
         answered, does not (the bookings' QOS are not kept in step: the lag grows)."""

@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from ops.kit.embedded_nats import free_port
+from ops.slurm.conf import Gpu, Node
 from tests.slurm_accounting import SlurmDbd
 
 TOOLS = (
@@ -89,6 +90,17 @@ def require_slurm() -> None:
     if os.environ.get("GPUFLEET_TEST_TOOLS") == "required":
         pytest.fail(why)
     pytest.skip(why)
+
+
+def two_socket_h100_host(name: str = "sim-a") -> Node:
+    """A host as an agent reports it, for `gpufleet slurm conf`: 16 CPUs in two sockets
+    of 8, 8 H100s, GPUs 0-3 near the first socket, 4-7 near the second."""
+    gpus = tuple(
+        Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0",
+            cpu_affinity="0-7" if i < 4 else "8-15")
+        for i in range(8)
+    )  # fmt: skip
+    return Node(name, vcpu=16, memory_gib=2, gpus=gpus)
 
 
 def node_line(
@@ -463,6 +475,12 @@ class SlurmCluster:
             time.sleep(0.2)
 
     # --- stop ------------------------------------------------------------------------
+
+    def stop_slurmdbd(self) -> None:
+        """slurmdbd alone (accounting lost; its database stays until `close()`)."""
+        proc = self.procs.pop("slurmdbd", None)
+        if proc is not None:
+            _stop_group(proc)
 
     def close(self, keep_logs: Path | None = None) -> None:
         """Cancel jobs, stop every daemon (process groups: slurmstepd too), bounded;

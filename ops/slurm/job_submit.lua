@@ -16,8 +16,9 @@ Install: copy to the directory of slurm.conf as job_submit.lua and set
 JobSubmitPlugins=lua (see docs/operator.md, "Slurm").
 ]]
 
--- Set true where each booking has its QOS `gpufleet-<id>` in slurmdbd: Slurm refuses a
--- job naming a QOS that does not exist.
+-- Set true where the bridge keeps each booking's QOS `gpufleet-<id>` in slurmdbd (its
+-- `booking_qos`, on wherever sacctmgr reaches slurmdbd): Slurm refuses a job naming a
+-- QOS that does not exist.
 local BOOKING_QOS = false
 
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }

@@ -44,6 +44,7 @@ from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 SLURM_NODES = ("sim-a", "sim-b", "other")  # `other` is Slurm's alone
 MODE = "gpufleet_slurm_bridge_gpu_tres_mode"
+MECHANISM = "gpufleet_slurm_bridge_mechanism"
 WITHIN_S = 10.0  # "within seconds": two resync intervals and the detection window
 
 
@@ -387,7 +388,9 @@ def test_auto_mode_protects_a_booking_on_any_slurm(
     Slurm. Where Slurm refuses GRES in reservations (before 23.11, or no slurmdbd /
     AccountingStorageTRES) the bridge falls back to the booked node whole, says so once
     in its log and in gpufleet_slurm_bridge_gpu_tres_mode, and a job without the
-    reservation cannot run there; where Slurm takes them, only the 4 GPUs are held."""
+    reservation cannot run there; where Slurm takes them, only the 4 GPUs are held.
+    With slurmdbd each booking also gets its QOS (`nodes+qos` in the log and
+    gpufleet_slurm_bridge_mechanism), removed at its release."""
     if slurmdbd:
         require_slurmdbd()
     cluster = _one_node_cluster(slurm_cluster, slurmdbd)
@@ -401,16 +404,22 @@ def test_auto_mode_protects_a_booking_on_any_slurm(
         inside = cluster.srun(f"--reservation={name}", "--gres=gpu:h100:4", "true")
         assert inside.returncode == 0, inside.stderr
         outside = cluster.srun("-w", "sim-a", "--gres=gpu:h100:1", "--immediate=3", "true")
+        qos = "+qos" if slurmdbd else ""
+        if slurmdbd:
+            assert _qos(cluster, name) == "gres/gpu:h100=4,gres/gpu=4|gpufleet booking"
         if not refused:  # Slurm 23.11+ with accounting: GPU-level, no fallback
             assert "gres/gpu:h100=4" in held["TRES"].split(",")
             assert outside.returncode == 0, outside.stderr
             assert bridge.metric(MODE, mode="typed") == 1
+            assert bridge.metric(MECHANISM, mechanism="gres" + qos) == 1
             return
         assert "gres/gpu" not in held.get("TRES", ""), held  # the node whole
         assert outside.returncode != 0
         assert bridge.metric(MODE, mode="off") == 1 and bridge.metric(MODE, mode="typed") == 0
+        assert bridge.metric(MECHANISM, mechanism="nodes" + qos) == 1
         log = (tmp_path / "bridge.log").read_text()
         assert log.count('gpu_tres = "auto": Slurm refused GPUs') == 1, log
+        assert f"holding bookings by nodes{qos}:" in log, log
         # A second booking goes straight to a whole-node reservation: no new refusal.
         failures = bridge.metric("gpufleet_slurm_bridge_failures_total",
                                  kind="reservation.create")  # fmt: skip
@@ -418,6 +427,18 @@ def test_auto_mode_protects_a_booking_on_any_slurm(
         _eventually(lambda: _slurm_name(two) in cluster.reservations(), "the second booking")
         assert bridge.metric("gpufleet_slurm_bridge_failures_total",
                              kind="reservation.create") == failures  # fmt: skip
+        if slurmdbd:
+            op.call("reservations.release",
+                    {"tenantId": "acme", "reservationId": four["reservationId"]})  # fmt: skip
+            _eventually(lambda: not _qos(cluster, name), "the released booking's QOS gone")
+            assert _qos(cluster, _slurm_name(two)) == "gres/gpu:h100=2,gres/gpu=2|gpufleet booking"
+
+
+def _qos(cluster: SlurmCluster, name: str) -> str:
+    """A QOS's `GrpTRES|Description` as sacctmgr shows it; empty when there is none."""
+    out = cluster.run("sacctmgr", "-n", "-P", "show", "qos", f"name={name.lower()}",
+                      "format=grptres,description").stdout  # fmt: skip
+    return out.strip()
 
 
 def _end_s(record: dict[str, str]) -> int:

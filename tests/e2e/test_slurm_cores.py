@@ -17,21 +17,11 @@ import pytest
 from ops.slurm.bridge.model import Ledger, LedgerReservation
 from ops.slurm.bridge.planner import Policy, plan
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
-from ops.slurm.conf import Gpu, Node, Options, render
-from tests.slurm_cluster import SlurmCluster, SlurmConfig
+from ops.slurm.conf import Options, render
+from tests.slurm_cluster import SlurmCluster, SlurmConfig, two_socket_h100_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 LUA = Path(__file__).parents[2] / "ops" / "slurm" / "job_submit.lua"
-
-
-def _node() -> Node:
-    """16 CPUs in two sockets of 8, GPUs 0-3 near the first, 4-7 near the second."""
-    gpus = tuple(
-        Gpu(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0",
-            cpu_affinity="0-7" if i < 4 else "8-15")
-        for i in range(8)
-    )  # fmt: skip
-    return Node("sim-a", vcpu=16, memory_gib=2, gpus=gpus)
 
 
 def _booking(rid: str, tenant: str, gpus: int) -> LedgerReservation:
@@ -55,7 +45,9 @@ def test_two_tenants_on_one_node_each_get_their_booked_gpus_and_no_more(
     slurm_cluster: SlurmCluster,
 ) -> None:
     cluster = slurm_cluster
-    conf = render("p", [_node()], Options(dev_dir=str(cluster.dev_dir), socket_per_gpu=True))
+    conf = render(
+        "p", [two_socket_h100_host()], Options(dev_dir=str(cluster.dev_dir), socket_per_gpu=True)
+    )
     (node_line,) = [x for x in conf.nodes.splitlines() if x.startswith("NodeName=")]
     assert "Sockets=8 CoresPerSocket=2 ThreadsPerCore=1" in node_line
     (cluster.root / "etc").mkdir(exist_ok=True)

@@ -3,8 +3,8 @@ job_submit.lua with BOOKING_QOS on puts a job in reservation `gpufleet-<id>--<no
 under QOS `gpufleet-<id>`, whose `GrpTRES=gres/gpu:h100=2` (slurmdbd,
 AccountingStorageEnforce=limits) lets the booking's jobs together hold 2 GPUs: a job
 asking 3 is never started, and while a 2-GPU job runs a second one waits on the QOS,
-then runs when it ends. The QOS is made by hand here (what the bridge is to do at
-create): the bridge does not manage QOS yet."""
+then runs when it ends. The QOS is made by hand here, to show Slurm's side alone; the
+bridge's own (tests/e2e/test_slurm_booking_qos.py) makes it as a booking is reserved."""
 
 from __future__ import annotations
 

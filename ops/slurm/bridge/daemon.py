@@ -36,8 +36,9 @@ from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.client import ApiError, ClientError
 from ops.slurm.bridge.ledger_view import LedgerView
 from ops.slurm.bridge.metrics import BridgeMetrics
-from ops.slurm.bridge.model import GpuTres, SlurmState
+from ops.slurm.bridge.model import Action, GpuTres, QosAction, SlurmState
 from ops.slurm.bridge.planner import plan
+from ops.slurm.bridge.sacctmgr import Sacctmgr, qos_argvs
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
@@ -53,6 +54,9 @@ from shared.wire import Alert
 
 log = logging.getLogger("gpufleet.slurm_bridge")
 _RETRY_S = 1.0
+# Accounting found unreachable (no slurmdbd, or none configured) is asked again this
+# often, not every pass: sacctmgr may wait out its timeout each time.
+QOS_PROBE_S = 60.0
 # A pass takes well under this; events a killed bridge held come back after it (its
 # successor has reconciled from the ledger at start anyway, so they only trigger one
 # more pass), and a pass that fails keeps its events with `in_progress`.
@@ -102,6 +106,19 @@ _MECHANISMS: dict[GpuTres, str] = {
 }
 
 
+# What each mechanism guarantees, as the log says it (docs/operator.md, "Slurm").
+_BASES: dict[GpuTres, str] = {"typed": "gres", "count": "gres", "cores": "cores", "off": "nodes"}
+_QOS_SAYS = ("; each booking's QOS gpufleet-<id> caps its jobs together at the booked GPUs "
+             "(GrpTRES, with job_submit.lua's BOOKING_QOS)")  # fmt: skip
+
+
+def _describe(action: Action, now_s: int) -> str:
+    """The command line(s) of one action, for the log."""
+    if isinstance(action, QosAction):
+        return "; ".join("sacctmgr " + " ".join(argv) for argv in qos_argvs(action))
+    return "scontrol " + " ".join(action_argv(action, now_s))
+
+
 def _hint(refusal: str) -> str:
     """What to change, for a refusal of GPU TRES; empty for any other."""
     why = gpu_tres_refused(refusal)
@@ -125,6 +142,14 @@ class SlurmBridge:
         self.scontrol = Scontrol(
             ScontrolConfig(settings.scontrol, settings.slurm_conf, settings.scontrol_timeout_s)
         )
+        accounting = ScontrolConfig(
+            settings.sacctmgr, settings.slurm_conf, settings.scontrol_timeout_s
+        )
+        self.sacctmgr = Sacctmgr(accounting) if settings.booking_qos == "auto" else None
+        self._qos_on = False  # sacctmgr answered the last time it was asked
+        self._qos_probe_at = 0.0  # monotonic: when to ask again while it does not
+        self._qos_lost = False  # it answered once, not since: bookings' QOS not kept
+        self._mechanism = ""
         self.metrics = BridgeMetrics()
         # "auto" falls back to whole nodes once, for the life of the process: a restart
         # (say after upgrading Slurm) tries GPU TRES again.
@@ -132,6 +157,7 @@ class SlurmBridge:
         self.metrics.set_gpu_tres_mode(self.policy.gpu_tres)
         until = " (auto: until Slurm refuses GRES in reservations)" if self._auto else ""
         log.info("reserving %s%s", _MECHANISMS[self.policy.gpu_tres], until)
+        self._say_mechanism()
         self.ready = asyncio.Event()  # set after the first full pass at start
         self.metrics_port: int | None = None
         self._dirty = True  # start: reconcile at once
@@ -213,15 +239,20 @@ class SlurmBridge:
             self.metrics.failures.labels("slurm.read").inc()
             self._outages.warning("slurm", "reading Slurm failed (%s); retrying", exc)
             return False
+        state, qos_read = await self.with_qos(state)
         p = plan(ledger, state, self.policy)
         self._note(p.desired.unknown_nodes, p.desired.unmapped, len(p.left_alone))
         self._note_kept(p.desired.kept)
         self._recheck_at = p.desired.recheck_at_ms
-        failed = 0
+        failed = 0 if qos_read else 1  # QOS it keeps, not read: not in step
         now_s = ledger.at_ms // 1000
         for action in p.actions:
             try:
-                await self.scontrol.apply(action, now_s)
+                if isinstance(action, QosAction):
+                    assert self.sacctmgr is not None  # planned only from what it read
+                    await self.sacctmgr.apply(action)
+                else:
+                    await self.scontrol.apply(action, now_s)
             except SlurmError as exc:
                 failed += 1
                 self.metrics.failures.labels(action.kind).inc()
@@ -229,17 +260,51 @@ class SlurmBridge:
                     break  # the rest was planned with GPU TRES: plan again at once
                 # A refusal Slurm repeats every pass is logged once a throttle period.
                 self._refusals.warning(
-                    f"{action.kind} {action_argv(action, now_s)[:3]}",
+                    f"{action.kind} {_describe(action, now_s)[:60]}",
                     "%s failed, retried on the next pass: %s%s", action.kind, exc,
                     _hint(str(exc)),
                 )  # fmt: skip
                 continue
             self.metrics.actions.labels(action.kind).inc()
-            log.info("%s: scontrol %s", action.kind, " ".join(action_argv(action, now_s)))
+            log.info("%s: %s", action.kind, _describe(action, now_s))
         if not failed:
             self.metrics.synced_at = ledger.at_ms / 1000
         self.metrics.reconciles.inc()  # last: a pass counted is a pass done
         return True
+
+    async def with_qos(self, state: SlurmState) -> tuple[SlurmState, bool]:
+        """Slurm's state with its QOS where booking QOS are on and sacctmgr answers;
+        as it was (no QOS planned, none deleted) otherwise. False while sacctmgr, having
+        answered, does not (the bookings' QOS are not kept in step: the lag grows)."""
+        if self.sacctmgr is None or (not self._qos_on and time.monotonic() < self._qos_probe_at):
+            return state, not self._qos_lost
+        try:
+            qos = await self.sacctmgr.qos()
+        except SlurmError as exc:
+            self._qos_probe_at = time.monotonic() + QOS_PROBE_S
+            self.metrics.failures.labels("qos.read").inc()
+            if self._qos_on or self._mechanism.endswith("?"):  # lost, or first asked
+                log.warning("no booking QOS: Slurm's accounting cannot be read (%s); "
+                            "asking again every %g s", exc, QOS_PROBE_S)  # fmt: skip
+            self._qos_lost = self._qos_lost or self._qos_on
+            self._qos_on = False
+            self._say_mechanism(probed=True)
+            return state, not self._qos_lost
+        self._qos_on, self._qos_lost = True, False
+        self._say_mechanism(probed=True)
+        return replace(state, qos=qos), True
+
+    def _say_mechanism(self, probed: bool = False) -> None:
+        """The mechanism in the metric, and an INFO line when it changes. Before
+        sacctmgr was first asked the QOS part is not known (`?` in the log only)."""
+        mechanism = _BASES[self.policy.gpu_tres] + ("+qos" if self._qos_on else "")
+        shown = mechanism if probed or self.sacctmgr is None else mechanism + "?"
+        self.metrics.set_mechanism(mechanism)
+        if shown != self._mechanism and not shown.endswith("?"):
+            says = _MECHANISMS[self.policy.gpu_tres] + (_QOS_SAYS if self._qos_on else "")
+            log.info("holding bookings by %s: %s", mechanism, says)
+        if shown != self._mechanism:
+            self._mechanism = shown
 
     def _fall_back(self, refusal: str, state: SlurmState) -> bool:
         """In auto mode, when Slurm refuses GPU TRES in a reservation: reserve the booked
@@ -252,6 +317,7 @@ class SlurmBridge:
         mode: GpuTres = "cores" if per_gpu else "off"
         self.policy = replace(self.policy, gpu_tres=mode)
         self.metrics.set_gpu_tres_mode(mode)
+        self._say_mechanism(probed=True)
         self._dirty = True
         log.warning('gpu_tres = "auto": Slurm refused GPUs in a reservation (%s: %s); '
                     "reserving %s until restarted", why, refusal, _MECHANISMS[mode])  # fmt: skip

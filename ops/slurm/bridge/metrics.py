@@ -13,10 +13,10 @@ from contextlib import AbstractAsyncContextManager
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ops.kit.metrics_endpoint import exposition, serving
-from ops.slurm.bridge.model import ACTION_KINDS, GPU_TRES_MODES, GpuTres
+from ops.slurm.bridge.model import ACTION_KINDS, GPU_TRES_MODES, MECHANISMS, GpuTres
 
-# What can fail besides an action: reading the ledger, reading Slurm.
-READ_KINDS = ("ledger.read", "slurm.read")
+# What can fail besides an action: reading the ledger, reading Slurm, reading its QOS.
+READ_KINDS = ("ledger.read", "slurm.read", "qos.read")
 # Who may refuse the bridge's credentials.
 REFUSERS = ("nats", "coordinator")
 
@@ -71,6 +71,12 @@ class BridgeMetrics:
             "1 for how GPUs are reserved now (typed, count, off: whole nodes); `auto` "
             "shows typed until Slurm refuses GPU TRES, then off", ["mode"], registry=r,
         )  # fmt: skip
+        self.mechanism = Gauge(
+            "gpufleet_slurm_bridge_mechanism",
+            "1 for how bookings are held now: the reservation (gres: GPU TRES, cores: "
+            "the GPUs' cores, nodes: whole nodes), +qos where each booking's QOS caps its "
+            "jobs", ["mechanism"], registry=r,
+        )  # fmt: skip
         self.synced_at = 0.0  # epoch seconds of the ledger snapshot last matched in full
         lag = Gauge(
             "gpufleet_slurm_bridge_lag_seconds",
@@ -85,6 +91,10 @@ class BridgeMetrics:
     def set_gpu_tres_mode(self, mode: GpuTres) -> None:
         for m in GPU_TRES_MODES:
             self.gpu_tres_mode.labels(m).set(1 if m == mode else 0)
+
+    def set_mechanism(self, mechanism: str) -> None:
+        for m in MECHANISMS:
+            self.mechanism.labels(m).set(1 if m == mechanism else 0)
 
     def text(self) -> bytes:
         return exposition(self.registry)

@@ -13,6 +13,9 @@ from typing import Literal
 # DRAIN_PREFIX.
 RESERVATION_PREFIX = "gpufleet-"
 DRAIN_PREFIX = "gpufleet:"
+# A booking's QOS (slurmdbd) is named as its reservation, `gpufleet-<id>`, and carries
+# this description: a `gpufleet-` QOS without it is someone else's and never touched.
+QOS_DESCRIPTION = "gpufleet booking"
 
 DrainCause = Literal["maintenance", "unhealthy", "unreachable"]
 DRAIN_CAUSES: tuple[DrainCause, ...] = ("maintenance", "unhealthy", "unreachable")
@@ -26,6 +29,10 @@ GPU_TRES_MODES: tuple[GpuTres, ...] = ("typed", "count", "cores", "off")
 # What an operator sets: "auto" tries "typed" and falls back to "cores" when Slurm
 # refuses GRES in reservations (before 23.11, or no AccountingStorageTRES for them).
 GpuTresSetting = Literal["auto", "typed", "count", "cores", "off"]
+BookingQosSetting = Literal["auto", "off"]
+# How bookings are held, as the bridge says at start and in its metric: the reservation
+# (`gres` TRES, `cores`, whole `nodes`), and `+qos` where each booking's QOS caps its jobs.
+MECHANISMS: tuple[str, ...] = ("gres+qos", "gres", "cores+qos", "cores", "nodes+qos", "nodes")
 
 
 @dataclass(frozen=True)
@@ -120,9 +127,30 @@ class SlurmNode:
 
 
 @dataclass(frozen=True)
+class SlurmQos:
+    """A QOS as sacctmgr shows it: `grp_tres` its gres limits, normalised (as a
+    reservation's `tres`); `users`/`accounts` those whose associations all allow it
+    (a user's every association; an account's own)."""
+
+    name: str
+    grp_tres: str = ""
+    description: str = QOS_DESCRIPTION
+    users: frozenset[str] = frozenset()
+    accounts: frozenset[str] = frozenset()
+
+    @property
+    def owned(self) -> bool:
+        return self.name.startswith(RESERVATION_PREFIX) and self.description == QOS_DESCRIPTION
+
+
+@dataclass(frozen=True)
 class SlurmState:
+    """`qos`: the QOS in slurmdbd, lower-cased names as sacctmgr keeps them; None when
+    not read (no accounting, or booking QOS off): the planner then plans none."""
+
     reservations: Mapping[str, SlurmReservation]
     nodes: Mapping[str, SlurmNode]
+    qos: Mapping[str, SlurmQos] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,11 +194,43 @@ class Resume:
     kind: str = "node.resume"
 
 
-Action = CreateReservation | UpdateReservation | DeleteReservation | EndReservation | Drain | Resume
+@dataclass(frozen=True)
+class CreateQos:
+    """A booking's QOS, made and allowed to its users and accounts."""
+
+    want: SlurmQos
+    kind: str = "qos.create"
+
+
+@dataclass(frozen=True)
+class UpdateQos:
+    """`have`: what sacctmgr showed (limits to clear, users and accounts to drop)."""
+
+    want: SlurmQos
+    have: SlurmQos
+    kind: str = "qos.update"
+
+
+@dataclass(frozen=True)
+class DeleteQos:
+    """Slurm drops a deleted QOS from every association that allowed it."""
+
+    name: str
+    kind: str = "qos.delete"
+
+
+ScontrolAction = (
+    CreateReservation | UpdateReservation | DeleteReservation | EndReservation | Drain | Resume
+)  # fmt: skip
+QosAction = CreateQos | UpdateQos | DeleteQos
+Action = ScontrolAction | QosAction
 ACTION_KINDS: tuple[str, ...] = (
     "reservation.create",
     "reservation.update",
     "reservation.delete",
     "node.drain",
     "node.resume",
+    "qos.create",
+    "qos.update",
+    "qos.delete",
 )

@@ -22,7 +22,9 @@ from ops.slurm.bridge.model import (
     DRAIN_PREFIX,
     RESERVATION_PREFIX,
     Action,
+    CreateQos,
     CreateReservation,
+    DeleteQos,
     DeleteReservation,
     Drain,
     DrainCause,
@@ -31,8 +33,10 @@ from ops.slurm.bridge.model import (
     LedgerNode,
     LedgerReservation,
     Resume,
+    SlurmQos,
     SlurmReservation,
     SlurmState,
+    UpdateQos,
     UpdateReservation,
 )
 from shared.reservation_states import LIVE_STATES
@@ -85,6 +89,10 @@ class Desired:
     # When a node now unreachable within its grace period would be drained (epoch ms):
     # the bridge passes again then, whether or not anything else happens.
     recheck_at_ms: int | None = None
+    # Each booking's QOS (by lower-cased name, as sacctmgr keeps it), and those of kept
+    # reservations (left as they are).
+    qos: Mapping[str, SlurmQos] = field(default_factory=dict)
+    qos_kept: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,12 @@ class Plan:
 
 def reservation_name(reservation_id: str) -> str:
     return RESERVATION_PREFIX + reservation_id
+
+
+def qos_name(reservation_id: str) -> str:
+    """The booking's QOS: its reservation's name, lower case (sacctmgr lowers QOS
+    names; slurmctld matches a job's QOS without regard to case)."""
+    return reservation_name(reservation_id).lower()
 
 
 def drain_reason(
@@ -127,13 +141,12 @@ def drain_reason(
     return None
 
 
-def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
-    """The gres part of the reservation's TRES: whole GPUs by the node's GPU type, MIG
-    instances by the type `gpufleet slurm conf` gives their profile on that node
-    (`<model>_<profile>`); empty for whole nodes (binding node, no GPUs, or TRES off),
-    which Slurm then reserves entirely."""
-    if policy.gpu_tres in ("off", "cores") or rsv.binding == "node":
-        return ""
+def _gpu_counts(
+    rsv: LedgerReservation, policy: Policy, state: SlurmState, typed: bool
+) -> dict[str, int]:
+    """The booking's whole GPUs by the node's GPU type and MIG instances by the type
+    `gpufleet slurm conf` gives their profile on that node (`<model>_<profile>`), as
+    gres TRES names (`gres/gpu` alone when not `typed` or the node's GPUs have none)."""
     per_type: dict[str, int] = {}
     for node_id, count in rsv.gpus.items():
         slurm_node = state.nodes.get(policy.slurm_node(node_id))
@@ -142,7 +155,7 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
         # `gpufleet slurm conf` names MIG instances `<model>_<profile>`: whole GPUs are
         # the type without one.
         types = [t for t in slurm_node.gpu_types if "_" not in t] or slurm_node.gpu_types
-        key = "gres/gpu" if policy.gpu_tres == "count" or not types else f"gres/gpu:{types[0]}"
+        key = f"gres/gpu:{types[0]}" if typed and types else "gres/gpu"
         per_type[key] = per_type.get(key, 0) + count
     for node_id, by_profile in rsv.mig.items():
         slurm_node = state.nodes.get(policy.slurm_node(node_id))
@@ -153,9 +166,33 @@ def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
             kind = next((t for t in slurm_node.gpu_types if t.endswith(suffix)), None)
             if kind is None:
                 continue  # Slurm has no such type there: not expressible, left out
-            key = "gres/gpu" if policy.gpu_tres == "count" else f"gres/gpu:{kind}"
+            key = f"gres/gpu:{kind}" if typed else "gres/gpu"
             per_type[key] = per_type.get(key, 0) + count
-    return normalise_tres(",".join(f"{k}={v}" for k, v in per_type.items()))
+    return per_type
+
+
+def _joined(counts: Mapping[str, int]) -> str:
+    return normalise_tres(",".join(f"{k}={v}" for k, v in counts.items()))
+
+
+def _tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
+    """The gres part of the reservation's TRES; empty for whole nodes (binding node, no
+    GPUs, or TRES off), which Slurm then reserves entirely."""
+    if policy.gpu_tres in ("off", "cores") or rsv.binding == "node":
+        return ""
+    return _joined(_gpu_counts(rsv, policy, state, typed=policy.gpu_tres == "typed"))
+
+
+def qos_tres(rsv: LedgerReservation, policy: Policy, state: SlurmState) -> str:
+    """A booking QOS's GrpTRES: every booked GPU and MIG instance by type, and their
+    total as `gres/gpu` (a job asking `--gres=gpu:n` without a type counts only
+    there). A QOS is job-wide: the booking's total, whatever its nodes; its reservation
+    places them. Empty (no cap) when it books no GPU Slurm can count."""
+    typed = _gpu_counts(rsv, policy, state, typed=True)
+    total = sum(typed.values())
+    if not total:
+        return ""
+    return _joined({k: v for k, v in typed.items() if k != "gres/gpu"} | {"gres/gpu": total})
 
 
 def node_reservation_name(reservation_id: str, slurm_node: str) -> str:
@@ -214,6 +251,8 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
     unknown: set[str] = set()
     unmapped: set[str] = set()
     kept: set[str] = set()
+    qos_kept: set[str] = set()
+    qos: dict[str, SlurmQos] = {}
     reservations: dict[str, SlurmReservation] = {}
     for rsv in ledger.reservations:
         if rsv.state not in LIVE_STATES or not policy.follows(rsv.pool_id):
@@ -233,6 +272,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
         mine = {n for n in state.reservations if n == base_name or n.startswith(base_name + "--")}
         if missing and mine:
             kept |= mine
+            qos_kept.add(qos_name(rsv.reservation_id))
             continue
         if not nodes:
             continue
@@ -254,6 +294,11 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             cores=cores,
             core_total=sum(n for _, n in cores),
         )
+        booking_qos = qos_name(rsv.reservation_id)
+        qos[booking_qos] = SlurmQos(
+            booking_qos, qos_tres(rsv, policy, state), users=frozenset(users),
+            accounts=frozenset(accounts),
+        )  # fmt: skip
         split = _per_node_tres(rsv, nodes, policy, state)
         if not split:
             reservations[name] = base
@@ -279,7 +324,7 @@ def desired(ledger: Ledger, state: SlurmState, policy: Policy) -> Desired:
             unknown.add(name)
     return Desired(
         reservations, drains, frozenset(unknown), frozenset(unmapped), frozenset(kept),
-        min(recheck, default=None),
+        min(recheck, default=None), qos, frozenset(qos_kept),
     )  # fmt: skip
 
 
@@ -312,7 +357,8 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
     gpufleet's drain never opens before a new one closes it)."""
     want = desired(ledger, state, policy)
     now_s = ledger.at_ms // 1000
-    actions: list[Action] = []
+    qos_first, qos_last = _plan_qos(want, state)
+    actions: list[Action] = list(qos_first)
     for name, rsv in want.reservations.items():
         have = state.reservations.get(name)
         if have is None:
@@ -342,4 +388,28 @@ def plan(ledger: Ledger, state: SlurmState, policy: Policy) -> Plan:
     for node_name in sorted(state.nodes):
         if state.nodes[node_name].drained_by_gpufleet and node_name not in want.drains:
             actions.append(Resume(node_name))
-    return Plan(tuple(actions), want, frozenset(left_alone))
+    return Plan(tuple(actions + qos_last), want, frozenset(left_alone))
+
+
+def _plan_qos(want: Desired, state: SlurmState) -> tuple[list[Action], list[Action]]:
+    """Booking QOS to make or change (first: a job a reservation admits finds its QOS)
+    and to delete (last: after the reservation, whose end ends its jobs). None when
+    Slurm's QOS were not read; a `gpufleet-` QOS not described as gpufleet's is left
+    alone, even one a booking's name would take."""
+    if state.qos is None:
+        return [], []
+    first: list[Action] = []
+    for name, qos in want.qos.items():
+        have = state.qos.get(name)
+        if have is None:
+            first.append(CreateQos(qos))
+        elif have.owned and (have.grp_tres, have.users, have.accounts) != (
+            qos.grp_tres, qos.users, qos.accounts,
+        ):  # fmt: skip
+            first.append(UpdateQos(qos, have))
+    last: list[Action] = [
+        DeleteQos(name)
+        for name, have in sorted(state.qos.items())
+        if have.owned and name not in want.qos and name not in want.qos_kept
+    ]
+    return first, last

@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 
 from ops.kit.errors import OpsError
 from ops.slurm.bridge.model import (
-    Action,
     CreateReservation,
     DeleteReservation,
     Drain,
     EndReservation,
     Resume,
+    ScontrolAction,
     SlurmNode,
     SlurmReservation,
     SlurmState,
@@ -161,7 +161,7 @@ def _reservation_fields(want: SlurmReservation, fields: Sequence[str], now_s: in
     return args
 
 
-def action_argv(action: Action, now_s: int) -> list[str]:
+def action_argv(action: ScontrolAction, now_s: int) -> list[str]:
     """The scontrol arguments of one action."""
     if isinstance(action, CreateReservation):
         w = action.want
@@ -209,6 +209,10 @@ class Scontrol:
             env["SLURM_CONF"] = config.slurm_conf
         self._env = env
 
+    @property
+    def program(self) -> str:
+        return os.path.basename(self.config.path)
+
     async def run(self, *args: str) -> str:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -221,7 +225,7 @@ class Scontrol:
             out, err = await asyncio.wait_for(proc.communicate(), self.config.timeout_s)
         except TimeoutError:
             await _kill(proc)
-            raise SlurmError(f"scontrol {' '.join(args[:2])}: no answer in "
+            raise SlurmError(f"{self.program} {' '.join(args[:2])}: no answer in "
                              f"{self.config.timeout_s:g} s") from None  # fmt: skip
         except asyncio.CancelledError:
             await _kill(proc)  # stopping: no change lands after the bridge is gone
@@ -229,7 +233,7 @@ class Scontrol:
         # One line: scontrol spreads one refusal over several.
         text = " ".join((out.decode(errors="replace") + err.decode(errors="replace")).split())
         if proc.returncode != 0:
-            raise SlurmError(f"scontrol {' '.join(args)}: {text or proc.returncode}")
+            raise SlurmError(f"{self.program} {' '.join(args)}: {text or proc.returncode}")
         return out.decode(errors="replace")
 
     async def state(self) -> SlurmState:
@@ -243,7 +247,7 @@ class Scontrol:
         except SlurmError:
             return None
 
-    async def apply(self, action: Action, now_s: int) -> None:
+    async def apply(self, action: ScontrolAction, now_s: int) -> None:
         if isinstance(action, Resume):
             # Read again: a drain someone else set since the plan is not the bridge's.
             node = await self.node(action.node)

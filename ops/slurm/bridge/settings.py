@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from ops.kit.client import InsecureHttp, require_tls
-from ops.slurm.bridge.model import DRAIN_CAUSES, DrainCause, GpuTresSetting
+from ops.slurm.bridge.model import DRAIN_CAUSES, BookingQosSetting, DrainCause, GpuTresSetting
 from ops.slurm.bridge.planner import UNREACHABLE_GRACE_S, Policy
 from procs.logs import LogLevel
 from procs.nats import (
@@ -113,6 +113,14 @@ class BridgeSettings(SettingsModel, frozen=True):
             "have a socket per GPU) or `off`"
         )),
     ] = "auto"  # fmt: skip
+    booking_qos: Annotated[
+        BookingQosSetting,
+        Meta(description=(
+            "a QOS per booking, `gpufleet-<id>` with `GrpTRES=` its GPUs, allowed to its "
+            "users and accounts, so its jobs together hold no more than booked (with "
+            "job_submit.lua's BOOKING_QOS); `auto`: wherever sacctmgr reaches slurmdbd"
+        )),
+    ] = "auto"  # fmt: skip
     node_names: Annotated[
         dict[str, str],
         Meta(description="gpufleet node id -> Slurm node name, where they differ"),
@@ -138,6 +146,7 @@ class BridgeSettings(SettingsModel, frozen=True):
         Option(flag="--pool", metavar="POOL", item=str),
     ] = ()
     scontrol: Annotated[str, Meta(min_length=1, description="the scontrol program")] = "scontrol"
+    sacctmgr: Annotated[str, Meta(min_length=1, description="the sacctmgr program")] = "sacctmgr"
     slurm_conf: Annotated[
         str | None, Meta(description="SLURM_CONF for scontrol (default: Slurm's own)")
     ] = None

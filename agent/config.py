@@ -20,10 +20,9 @@ from agent.bookings_trust import default_max_age_ms
 from agent.inventory import SharingRule
 from agent.sim.profile import ProfileError, load_profile
 from procs.logs import LogLevel
-from procs.nats import DEFAULT_NATS_URL, SubjectPrefix
+from procs.nats import NatsSettings
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
-from shared.subjects import DEFAULT_PREFIX, Subjects
 from shared.wire import IDLE_UTIL_PERCENT, DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
@@ -72,17 +71,6 @@ def _matches(pattern: str) -> Any:
             raise ValueError(f"{value!r} does not match {pattern}")
 
     return check
-
-
-def _nats_url(value: str) -> None:
-    for url in value.split(","):
-        if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+", url.strip()):
-            raise ValueError(f"{url!r} is not a nats://host:port URL")
-
-
-def _is_file(value: Path | None) -> None:
-    if value is not None and not value.is_file():
-        raise ValueError(f"{value} does not exist")
 
 
 def _is_dir(value: Path) -> None:
@@ -150,17 +138,7 @@ class Settings(SettingsModel, frozen=True):
         Meta(description="this host's node id"),
         Option(default_doc="the host name", check=_matches(NODE_ID_PATTERN)),
     ] = msgspec.field(default_factory=socket.gethostname)
-    nats_url: Annotated[
-        str,
-        Meta(description="NATS server URL; a comma-separated list allowed"),
-        Option(check=_nats_url),
-    ] = DEFAULT_NATS_URL
-    nats_credentials: Annotated[
-        Path | None,
-        Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)"),
-        Option(deprecated=("nats_creds",), check=_is_file),
-    ] = None
-    subject_prefix: Annotated[SubjectPrefix, Option(check=Subjects)] = DEFAULT_PREFIX
+    nats: NatsSettings = msgspec.field(default_factory=NatsSettings)
     interval_s: Annotated[
         float,
         Meta(ge=0.1, le=3600, description="seconds between polls (0.1 – 3600)"),

@@ -163,15 +163,14 @@ async def run(
     )
     # First: a bad credentials file stops us before NVML is touched.
     publisher = Publisher(
-        servers=settings.nats_url,
-        subjects=Subjects(settings.subject_prefix),
+        nats=settings.nats,
+        subjects=Subjects(settings.nats.subject_prefix),
         pool_id=settings.pool_id,
         node_id=settings.node_id,
         boot_id=boot_id,
         interval_s=settings.interval_s,
         misses=settings.misses,
         clock=clock,
-        creds=settings.nats_credentials,
         on_ready=lambda: _ready(notify_socket),
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,

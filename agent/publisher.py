@@ -32,8 +32,10 @@ or subscribe what it tries), authorization failures and failed publishes are log
 WARNING, at most once per kind per `WARN_EVERY_S`, and counted in `bus_errors`, which
 every heartbeat carries (`busErrors`).
 
-`nats_credentials` is either a NATS JWT `.creds` file (decentralised auth) or the
-user/password file that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`).
+Its `NatsSettings` say where and as whom (`procs.nats_connect`): the credentials file
+is either a NATS JWT `.creds` file (decentralised auth) or the user/password file that
+`gpufleet nats-auth` writes (`user = "…"`, `password = "…"`), read once at the first
+connect (a new file takes a restart: the Ansible handler's).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -53,9 +54,8 @@ from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
 from procs.log_throttle import LogThrottle
-from procs.nats import CredentialsError, auth_options
+from procs.nats import NatsSettings
 from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
-from procs.settings import ConfigError
 from shared.clock import Clock
 from shared.subjects import Subjects
 from shared.wire import (
@@ -109,7 +109,7 @@ class Publisher:
     def __init__(
         self,
         *,
-        servers: str,
+        nats: NatsSettings,
         subjects: Subjects,
         pool_id: str,
         node_id: str,
@@ -117,7 +117,6 @@ class Publisher:
         interval_s: float,
         clock: Clock,
         misses: int = 3,
-        creds: Path | None = None,
         timeout_s: float = 5.0,
         on_ready: Callable[[], None] | None = None,
         on_bookings: Callable[[bytes], None] | None = None,
@@ -125,7 +124,7 @@ class Publisher:
         idle_util_percent: int = IDLE_UTIL_PERCENT,
         bookings_echoed: Callable[[str], None] | None = None,
     ) -> None:
-        self._servers = [s.strip() for s in servers.split(",") if s.strip()]
+        self._nats = nats
         self._subjects = subjects
         self._pool_id = pool_id
         self._node_id = node_id
@@ -135,10 +134,6 @@ class Publisher:
         self._rotation = ServerRotation()
         self._throttle = LogThrottle(log, every_s=WARN_EVERY_S)
         self._clock = clock
-        try:  # read once at start: a new file takes a restart (the Ansible handler's)
-            self._auth = auth_options(str(creds) if creds is not None else None)
-        except CredentialsError as exc:
-            raise ConfigError("nats_credentials", str(exc)) from None
         # Called once, after the first inventory is out: systemd's READY=1.
         self._on_ready = on_ready
         self._timeout_s = timeout_s
@@ -203,13 +198,12 @@ class Publisher:
                 # nats-py's own pings only back up the probe (`_watch_link`).
                 ping_interval=10,
                 max_outstanding_pings=3,
-                **self._auth,
                 error_cb=self._on_error,
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
             )
             # One try: with max_reconnect_attempts=-1, nats-py keeps trying itself.
-            await connect(self._servers, options, retry=ONCE, client=nc)
+            await connect(self._nats, options, retry=ONCE, client=nc)
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
             await nc.subscribe(self.req_subject, cb=self._on_request)

@@ -30,6 +30,7 @@ from coordinator.config import CoordinatorSettings
 from coordinator.ledger import schema
 from ops.kit.embedded_nats import EmbeddedNats
 from ops.kit.keys import new_key
+from procs.nats import ProbedNatsSettings
 from shared.ids import new_pool_id
 from shared.wire import Atom, Inventory, NodeHealth
 
@@ -47,8 +48,9 @@ async def main() -> int:
     pool = new_pool_id()
     with EmbeddedNats() as server, tempfile.TemporaryDirectory() as tmp:
         settings = CoordinatorSettings(
-            database_url=f"sqlite:///{tmp}/d.db", nats_url=server.url, http_port=0,
-            subject_prefix="det", bootstrap_operator_key=new_key(), misses=a.misses,
+            database_url=f"sqlite:///{tmp}/d.db", http_port=0,
+            nats=ProbedNatsSettings(url=server.url, subject_prefix="det"),
+            bootstrap_operator_key=new_key(), misses=a.misses,
             insecure_bus=True,
         )  # fmt: skip
         async with running_coordinator(settings) as c:

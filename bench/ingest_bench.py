@@ -51,6 +51,7 @@ from coordinator.app import running_coordinator
 from coordinator.config import CoordinatorSettings
 from ops.kit.embedded_nats import EmbeddedNats
 from ops.kit.keys import new_key
+from procs.nats import ProbedNatsSettings
 from shared.ids import new_pool_id
 from shared.wire import Atom, Heartbeat, Inventory, NodeHealth
 
@@ -189,8 +190,9 @@ async def coordinator_run(url: str, pool_id: str, nodes: int, count: int, rate: 
     ingest, by reason, and by the NATS client as a slow consumer)."""
     with tempfile.TemporaryDirectory() as tmp:
         settings = CoordinatorSettings(
-            database_url=f"sqlite:///{tmp}/bench.db", nats_url=url, http_port=0,
-            subject_prefix=PREFIX, bootstrap_operator_key=new_key(), insecure_bus=True,
+            database_url=f"sqlite:///{tmp}/bench.db", http_port=0,
+            nats=ProbedNatsSettings(url=url, subject_prefix=PREFIX),
+            bootstrap_operator_key=new_key(), insecure_bus=True,
             # Throughput, not fairness: each node here sends far beyond a real agent.
             ingest_node_rate=10_000, ingest_node_burst=1_000_000,
         )  # fmt: skip

@@ -39,6 +39,7 @@ from coordinator.domain.model import RollupRow
 from coordinator.ledger import schema
 from ops.kit.embedded_nats import EmbeddedNats
 from ops.kit.keys import new_key
+from procs.nats import ProbedNatsSettings
 from shared.ids import new_pool_id
 
 GOAL_S = 10.0
@@ -47,7 +48,7 @@ STALL_S = 120.0
 
 def settings(db: str, nats_url: str, key: str) -> CoordinatorSettings:
     return CoordinatorSettings(
-        database_url=db, nats_url=nats_url, http_port=0, subject_prefix="reg",
+        database_url=db, nats=ProbedNatsSettings(url=nats_url, subject_prefix="reg"), http_port=0,
         bootstrap_operator_key=key, insecure_bus=True,  # the embedded server has no auth
     )  # fmt: skip
 

@@ -64,7 +64,7 @@ async def running_coordinator(
     clock: Clock | None = None,
 ) -> AsyncIterator[Coordinator]:
     clock = clock or SystemClock()
-    subjects = Subjects(settings.subject_prefix)
+    subjects = Subjects(settings.nats.subject_prefix)
     # Names this replica in pg_stat_activity and in the leader term.
     replica = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
     tracker = liveness_tracker(settings)

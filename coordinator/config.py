@@ -13,22 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta
 
 from coordinator.domain.rate_card import RateCard, RateCardError, parse_rate_card
 from procs.logs import LogLevel
-from procs.nats import (
-    DEFAULT_NATS_URL,
-    DEFAULT_PROBE_INTERVAL_S,
-    DEFAULT_PROBE_TIMEOUT_S,
-    CredentialsFile,
-    ProbeInterval,
-    ProbeTimeout,
-    SubjectPrefix,
-    split_servers,
-)
+from procs.nats import ProbedNatsSettings
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
-from shared.subjects import DEFAULT_PREFIX
 from shared.wire import IDLE_UTIL_PERCENT
 
 __all__ = ["ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card"]
@@ -39,11 +30,6 @@ Port = Annotated[int, Meta(ge=0, le=65535)]
 
 def default_database_url(state_dir: str) -> str:
     return f"sqlite:///{Path(state_dir) / 'gpufleet.db'}"
-
-
-def _readable(value: str | None) -> None:
-    if value is not None and not Path(value).is_file():
-        raise ValueError(f"{value} does not exist")
 
 
 def load_rate_card(path: str) -> RateCard:
@@ -78,17 +64,7 @@ class CoordinatorSettings(SettingsModel, frozen=True):
         Meta(description="where the SQLite ledger lives when no database URL is set"),
         Option(default_doc="`.` (systemd: `STATE_DIRECTORY`)"),
     ] = "."
-    nats_url: Annotated[
-        str,
-        Meta(
-            description=(
-                "NATS server URL; a comma-separated list of seeds (any one live seed is enough to "
-                "start; the rest of the cluster is learnt from it)"
-            )
-        ),
-        Option(check=split_servers),
-    ] = DEFAULT_NATS_URL
-    nats_credentials: Annotated[CredentialsFile, Option(check=_readable)] = None
+    nats: ProbedNatsSettings = msgspec.field(default_factory=ProbedNatsSettings)
     rate_card: Annotated[
         str | None,
         Meta(
@@ -98,21 +74,6 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             )
         ),
         Option(check=_rate_card),
-    ] = None
-    nats_tls_ca: Annotated[
-        str | None,
-        Meta(description="CA bundle (PEM) that NATS servers' certificates must chain to"),
-        Option(check=_readable),
-    ] = None
-    nats_tls_cert: Annotated[
-        str | None,
-        Meta(description="client certificate (PEM) for NATS servers that verify clients"),
-        Option(check=_readable),
-    ] = None
-    nats_tls_key: Annotated[
-        str | None,
-        Meta(description="private key (PEM) of `nats_tls_cert`"),
-        Option(check=_readable),
     ] = None
     insecure_bus: Annotated[
         bool,
@@ -157,7 +118,6 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     ingest_node_burst: Annotated[
         int, Meta(ge=1, le=1000000, description="messages one node may send in a burst")
     ] = 100
-    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
     http_host: Annotated[
         str, Meta(description="address the HTTP API listens on"), Option(aliases=("--host",))
     ] = "127.0.0.1"
@@ -255,8 +215,6 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             ),
         ),
     ] = 5
-    nats_probe_interval_s: ProbeInterval = DEFAULT_PROBE_INTERVAL_S
-    nats_probe_timeout_s: ProbeTimeout = DEFAULT_PROBE_TIMEOUT_S
     flush_interval_s: Annotated[
         float, Meta(gt=0, le=60, description="seconds between writes of nodes' last-seen times")
     ] = 1.0
@@ -367,12 +325,6 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     def check(self) -> None:
         if self.min_interval_s > self.max_interval_s:
             raise ConfigError("min_interval_s", "must not exceed max_interval_s")
-        if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
-            raise ConfigError("nats_tls_key", "nats_tls_cert and nats_tls_key go together")
-
-    @property
-    def nats_servers(self) -> list[str]:
-        return split_servers(self.nats_url)
 
     @classmethod
     def environment_extras(cls, env: Mapping[str, str]) -> dict[str, Any]:

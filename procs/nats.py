@@ -1,4 +1,6 @@
-"""How every gpufleet process reaches NATS: the server list it is given (one URL or
+"""How every gpufleet process reaches NATS: its settings, declared once (`NatsSettings`,
+nested as `nats` in each process's settings model; `ProbedNatsSettings` where the
+process probes its link, `procs.nats_link`), the server list it is given (one URL or
 comma-separated seeds, `split_servers`), its credentials file (`auth_options`: a NATS
 JWT `.creds` file is handed to nats-py as is; anything else must be the user/password
 TOML that `gpufleet nats-auth` writes) and its client TLS (`tls_context`). The
@@ -10,34 +12,19 @@ from __future__ import annotations
 import re
 import ssl
 import tomllib
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from msgspec import Meta
 
+from procs.settings.model import ConfigError, Option, SettingsGroup
+from shared.subjects import DEFAULT_PREFIX, Subjects
+
 JWT_CREDS_MARKER = "-----BEGIN NATS USER JWT-----"
 
-# The NATS settings every process's model has, declared once (as `nats_url`,
-# `nats_credentials`, `subject_prefix`; a model adds its own checks with an Option).
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-CredentialsFile = Annotated[
-    str | None, Meta(description="NATS credentials file (`.creds` or `gpufleet nats-auth` TOML)")
-]
-SubjectPrefix = Annotated[str, Meta(description="NATS subject prefix")]
-# The link probe's timing (`procs.nats_link`), the same settings in every process that
-# runs it (`nats_probe_interval_s`, `nats_probe_timeout_s`): a hung server is noticed in
-# about their sum.
-ProbeInterval = Annotated[
-    float, Meta(gt=0, le=60, description="seconds between NATS round-trip probes")
-]
-ProbeTimeout = Annotated[
-    float,
-    Meta(
-        gt=0,
-        le=60,
-        description="seconds without an answer to a probe before the NATS link is taken as dead",
-    ),
-]
+# The link probe's timing (`procs.nats_link`): a hung server is noticed in about their sum.
 DEFAULT_PROBE_INTERVAL_S = 1.0
 DEFAULT_PROBE_TIMEOUT_S = 2.0
 
@@ -121,3 +108,101 @@ def split_servers(value: str) -> list[str]:
         if not parts.hostname or port == 0:
             raise ValueError(f"{url!r} needs a host and a port other than 0")
     return servers
+
+
+def _readable(value: str | None) -> None:
+    if value is not None and not Path(value).is_file():
+        raise ValueError(f"{value} does not exist")
+
+
+def _credentials(value: str | None) -> None:
+    """A credentials file is read at start, so that a bad one is a bad setting."""
+    if value is not None:
+        auth_options(value, value)
+
+
+def _subject_prefix(value: str) -> None:
+    Subjects(value)
+
+
+class NatsSettings(SettingsGroup, frozen=True):
+    """How a gpufleet process reaches NATS, the same in every process: nested as `nats`
+    in its settings model; outside it flat (`--nats-url`, `GPUFLEET_NATS_URL`, a file's
+    `nats_url = …` or `[nats]` table)."""
+
+    url: Annotated[
+        str,
+        Meta(
+            description=(
+                "NATS server URL; a comma-separated list of seeds (any one live seed is enough to "
+                "start; the rest of the cluster is learnt from it)"
+            )
+        ),
+        Option(check=split_servers),
+    ] = DEFAULT_NATS_URL
+    credentials: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "NATS credentials file (`.creds`, or the TOML `gpufleet nats-auth` writes)"
+            )
+        ),
+        Option(deprecated=("nats_creds",), check=_credentials),
+    ] = None
+    tls_ca: Annotated[
+        str | None,
+        Meta(description="CA bundle (PEM) that NATS servers' certificates must chain to"),
+        Option(check=_readable),
+    ] = None
+    tls_cert: Annotated[
+        str | None,
+        Meta(description="client certificate (PEM) for NATS servers that verify clients"),
+        Option(check=_readable),
+    ] = None
+    tls_key: Annotated[
+        str | None,
+        Meta(description="private key (PEM) of `nats_tls_cert`"),
+        Option(check=_readable),
+    ] = None
+    subject_prefix: Annotated[
+        str,
+        Meta(description="NATS subject prefix"),
+        Option(outer="subject_prefix", check=_subject_prefix),
+    ] = DEFAULT_PREFIX
+
+    def check(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("nats_tls_key", "nats_tls_cert and nats_tls_key go together")
+
+    @property
+    def servers(self) -> list[str]:
+        """The seeds of `url`, in the order given (ValueError when one is not a URL)."""
+        return split_servers(self.url)
+
+    def client_options(self) -> dict[str, Any]:
+        """nats-py's connect options for these settings: credentials (read now) and TLS;
+        CredentialsError names `nats_credentials`."""
+        options = auth_options(self.credentials)
+        tls = tls_context(self.tls_ca, self.tls_cert, self.tls_key)
+        if tls is not None:
+            options["tls"] = tls
+        return options
+
+
+class ProbedNatsSettings(NatsSettings, frozen=True):
+    """NATS settings of a process that probes its link (`procs.nats_link`): the
+    coordinator, the alert forwarder and the Slurm bridge."""
+
+    probe_interval_s: Annotated[
+        float, Meta(gt=0, le=60, description="seconds between NATS round-trip probes")
+    ] = DEFAULT_PROBE_INTERVAL_S
+    probe_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=60,
+            description=(
+                "seconds without an answer to a probe before the NATS link is taken as dead"
+            ),
+        ),
+    ] = DEFAULT_PROBE_TIMEOUT_S

@@ -1,18 +1,21 @@
-"""Connecting to NATS, the same for every gpufleet process: nats-py's client with the
-process's options (name, callbacks, pings, auth from `procs.nats.auth_options`), nats-py
-reconnecting forever once connected, and the first connect retried here, since a
-daemon may start before NATS (`Retry`: how often, how long between tries)."""
+"""Connecting to NATS, the same for every gpufleet process: nats-py's client for the
+process's `NatsSettings` (its seeds, credentials and TLS, `NatsSettings.client_options`)
+with the process's own options (name, callbacks, pings), nats-py reconnecting forever
+once connected, and the first connect retried here, since a daemon may start before
+NATS (`Retry`: how often, how long between tries)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
+
+from procs.nats import NatsSettings
 
 # What a failed first connect raises: no server answered, not in time, or refused us.
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, nats.errors.Error)
@@ -36,22 +39,26 @@ ONCE = Retry(attempts=1)
 
 
 async def connect(
-    servers: Sequence[str],
+    nats: NatsSettings,
     options: Mapping[str, Any],
     *,
     retry: Retry = Retry(),
     log: logging.Logger | None = None,
     client: Client | None = None,
 ) -> Client:
-    """A connected client (`client`, or a new one each try) for `servers`, connected
-    with `options` (nats-py's keywords). A failed try is logged at warning on `log`."""
+    """A connected client (`client`, or a new one each try) for the servers of `nats`,
+    with its credentials (read now: CredentialsError names `nats_credentials`) and TLS,
+    and the process's `options` (nats-py's keywords). A failed try is logged at warning
+    on `log`; ValueError when `nats.url` holds no server URL."""
+    servers = nats.servers
+    options = {**nats.client_options(), **options}
     delay = retry.first_s
     tried = 0
     while True:
         tried += 1
         nc = client if client is not None else Client()
         try:
-            await nc.connect(servers=list(servers), **options)
+            await nc.connect(servers=servers, **options)
             return nc
         except retry.errors as exc:
             if retry.attempts and tried >= retry.attempts:

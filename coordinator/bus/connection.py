@@ -22,13 +22,12 @@ as our own outage, and ingest counts the message as dropped (`slow_consumer`).
 behind), and `auth_required` what the server said in its INFO (read at each connect):
 whether it lets anyone connect without credentials.
 
-`user_credentials` names a NATS JWT `.creds` file or the user/password file that
-`gpufleet nats-auth` writes (see `ops.kit.nats_server_config`); `tls` is the client TLS context for
-`tls://` servers (or servers that require TLS).
-
-`url` may list several seeds (comma-separated): each connect attempt tries them all, so
-the coordinator starts when any one is up, and then follows the servers the cluster
-announces.
+Its `NatsSettings` say where and as whom (`procs.nats_connect`): the credentials file
+is a NATS JWT `.creds` file or the user/password file that `gpufleet nats-auth` writes
+(see `ops.kit.nats_server_config`), TLS is for `tls://` servers (or servers that
+require TLS), and the URL may list several seeds (comma-separated): each connect
+attempt tries them all, so the coordinator starts when any one is up, and then follows
+the servers the cluster announces.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,7 +45,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
 from procs.log_throttle import LogThrottle
-from procs.nats import auth_options, split_servers
+from procs.nats import NatsSettings
 from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
 
@@ -82,26 +80,22 @@ def error_kind(exc: Exception) -> str:
 class Bus:
     def __init__(
         self,
-        url: str,
+        settings: NatsSettings,
         *,
         name: str = "gpufleet-coordinator",
         on_up: Hook | None = None,
         on_down: Hook | None = None,
         on_behind: BehindHook | None = None,
-        user_credentials: str | None = None,
-        tls: ssl.SSLContext | None = None,
         probe_timeout_s: float = 2.0,
         pending_msgs_limit: int = 200_000,
     ) -> None:
-        self.url = url
-        self.servers = split_servers(url)
-        self._tls = tls
+        self.settings = settings
+        self.servers = settings.servers  # ValueError now for a URL that is none
         self.name = name
         self._on_up = on_up
         self._on_down = on_down
         self._on_behind = on_behind
         self._subscriptions: list[Any] = []
-        self._credentials = user_credentials
         self._probe_timeout_s = probe_timeout_s
         self._pending_msgs_limit = pending_msgs_limit
         self.nc: Client | None = None
@@ -154,7 +148,8 @@ class Bus:
 
     @property
     def tls(self) -> bool:
-        return bool(self.server_info.get("tls_required", False)) or self.url.startswith("tls://")
+        tls_url = self.settings.url.startswith("tls://")
+        return bool(self.server_info.get("tls_required", False)) or tls_url
 
     async def _read_server_info(self) -> None:
         """Keep the INFO of the server we are connected to in `server_info`. nats-py keeps
@@ -186,10 +181,7 @@ class Bus:
 
     async def connect(self, *, attempts: int = 0, connect_timeout_s: float = 5.0) -> None:
         """Connect, retrying with backoff; `attempts=0` retries until cancelled."""
-        options = auth_options(self._credentials)
-        if self._tls is not None:
-            options["tls"] = self._tls
-        options |= dict(
+        options = dict(
             # Seeds in the order given: the operator lists the nearest first.
             dont_randomize=True,
             name=self.name,
@@ -203,7 +195,7 @@ class Bus:
             error_cb=self._error,
         )
         retry = Retry(first_s=0.2, max_s=5.0, attempts=attempts, errors=FIRST_CONNECT_ERRORS)
-        self.nc = await connect(self.servers, options, retry=retry, log=log)
+        self.nc = await connect(self.settings, options, retry=retry, log=log)
         await self._read_server_info()
         log.info("connected to NATS at %s", self.connected_server)
         if self._on_up:

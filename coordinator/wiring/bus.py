@@ -18,7 +18,6 @@ from coordinator.domain.liveness import LivenessTracker
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.shutdown import bounded
 from coordinator.wiring.ledger import Store
-from procs.nats import tls_context
 from procs.settings import ConfigError
 from shared.clock import Clock
 from shared.subjects import Subjects
@@ -40,22 +39,22 @@ def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
     """Refuse an open bus: on a NATS server without authentication anyone who can reach
     it can forge any node's heartbeats and inventories."""
     if bus.auth_required:
-        if not bus.tls and not _loopback(settings.nats_url):
+        if not bus.tls and not _loopback(settings.nats.url):
             log.warning(
                 "NATS at %s is not on this host and not TLS: passwords cross the network in clear",
-                settings.nats_url,
+                settings.nats.url,
             )
         return
     if settings.insecure_bus:
         log.warning(
             "NATS at %s requires no credentials (insecure_bus is set): anyone who can"
             " reach it can forge heartbeats and inventories",
-            settings.nats_url,
+            settings.nats.url,
         )
         return
     raise ConfigError(
         "nats_url",
-        f"NATS at {settings.nats_url} lets anyone connect without credentials, so anyone"
+        f"NATS at {settings.nats.url} lets anyone connect without credentials, so anyone"
         " could forge node heartbeats and inventories: run it with per-agent credentials"
         " (`gpufleet nats-auth`) and give `nats_credentials`, or pass `--insecure-bus`",
     )
@@ -72,13 +71,11 @@ async def bus_context(
     tracker: LivenessTracker, on_behind: Callable[[str], None],
 ) -> AsyncIterator[Wire]:  # fmt: skip
     bus = Bus(
-        settings.nats_url,
+        settings.nats,
         on_up=lambda: tracker.bus_up(clock.now_ms()),
         on_down=tracker.bus_down,
         on_behind=on_behind,
-        user_credentials=settings.nats_credentials,
-        tls=tls_context(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key),
-        probe_timeout_s=settings.nats_probe_timeout_s,
+        probe_timeout_s=settings.nats.probe_timeout_s,
         pending_msgs_limit=settings.nats_pending_msgs_limit,
     )
     stream = AlertStream(

@@ -61,7 +61,7 @@ async def loops_context(
     clock_loop = ReservationClock(ledger, clock, capacity, wire.relay)
     add = running.loops.add
     add("leadership", 1.0, lead_tick)
-    add("nats-probe", settings.nats_probe_interval_s, wire.bus.probe)
+    add("nats-probe", settings.nats.probe_interval_s, wire.bus.probe)
     add("write-pending", 0.05, fenced(nodes.write_pending), when=lead)
     add("flush-last-seen", settings.flush_interval_s, fenced(nodes.flush_last_seen), when=lead)
     add("sweep", settings.sweep_interval_s, fenced(nodes.sweep), when=lead)

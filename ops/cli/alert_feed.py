@@ -12,7 +12,7 @@ from typing import Any
 
 from ops.kit.errors import OpsError
 from ops.kit.server_text import shown
-from procs.nats import CredentialsError, auth_options, split_servers
+from procs.nats import CredentialsError, NatsSettings
 from shared.streams import stream_name
 from shared.subjects import Subjects
 
@@ -23,9 +23,7 @@ class FeedError(OpsError):
 
 @dataclass(frozen=True)
 class Feed:
-    nats_url: str
-    subject_prefix: str = "gpufleet"
-    credentials: str | None = None
+    nats: NatsSettings
     pool_id: str | None = None
     since_ms: int | None = None  # None: only alerts from now on
     count: int | None = None  # stop after this many
@@ -33,7 +31,7 @@ class Feed:
 
     @property
     def subject(self) -> str:
-        subjects = Subjects(self.subject_prefix)
+        subjects = Subjects(self.nats.subject_prefix)
         if self.pool_id:
             return f"{subjects.prefix}.alert.{self.pool_id}.>"
         return subjects.all_alerts
@@ -45,11 +43,7 @@ async def _connect(feed: Feed) -> Any:
     from procs.nats_connect import ONCE, connect
 
     try:
-        options = auth_options(feed.credentials, "--nats-credentials")
-    except CredentialsError as exc:
-        raise FeedError(f"cannot use credentials {feed.credentials}: {exc}") from None
-    try:
-        servers = split_servers(feed.nats_url)
+        feed.nats.servers  # noqa: B018  # said before any connect is tried
     except ValueError as exc:
         raise FeedError(f"--nats-url: {exc}") from None
     seen: list[Exception] = []
@@ -60,16 +54,18 @@ async def _connect(feed: Feed) -> Any:
         seen.append(exc)
 
     # One try per server (max_reconnect_attempts=0 would mean "forever" to nats-py).
-    options |= dict(
+    options = dict(
         connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.2,
         allow_reconnect=False, error_cb=keep,
     )  # fmt: skip
     try:
-        return await connect(servers, options, retry=ONCE)
+        return await connect(feed.nats, options, retry=ONCE)
+    except CredentialsError as exc:
+        raise FeedError(f"cannot use credentials {feed.nats.credentials}: {exc}") from None
     except Exception as exc:
         last = seen[-1] if seen and isinstance(exc, NoServersError) else exc
         why = str(last) or type(last).__name__
-        raise FeedError(f"{feed.nats_url}: cannot connect to NATS ({why})") from None
+        raise FeedError(f"{feed.nats.url}: cannot connect to NATS ({why})") from None
 
 
 async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
@@ -85,13 +81,13 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
 
     nc = await _connect(feed)
     try:
-        stream = stream_name(feed.subject_prefix)
+        stream = stream_name(feed.nats.subject_prefix)
         live = await nc.subscribe(feed.subject)
         try:
             info = await nc.jetstream(timeout=5).stream_info(stream)
         except Exception as exc:
             raise FeedError(
-                f"{feed.nats_url}: no alert stream {stream} ({exc or type(exc).__name__}); "
+                f"{feed.nats.url}: no alert stream {stream} ({exc or type(exc).__name__}); "
                 "is --subject-prefix the coordinator's?"
             ) from None
         shown = 0
@@ -111,7 +107,7 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
                         shown += 1
             except (nats.errors.Error, TimeoutError) as exc:
                 raise FeedError(
-                    f"{feed.nats_url}: cannot read {stream} ({exc or type(exc).__name__})"
+                    f"{feed.nats.url}: cannot read {stream} ({exc or type(exc).__name__})"
                 ) from None
         while feed.count is None or shown < feed.count:
             try:

@@ -278,10 +278,7 @@ def alerts_watch_cmd(
 
     s = settings_from(click.get_current_context(), CliSettings, session.env)
     printer = session.printer
-    feed = Feed(
-        s.nats_url, s.subject_prefix, s.nats_credentials, pool,
-        parse_when(since) if since else None, count, idle,
-    )  # fmt: skip
+    feed = Feed(s.nats, pool, parse_when(since) if since else None, count, idle)
 
     def show(alert: dict[str, Any]) -> None:
         if printer.fmt in ("json", "csv"):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
+import msgspec
 from msgspec import Meta
 
 from ops.kit.session import DEFAULT_URL
-from procs.nats import DEFAULT_NATS_URL, CredentialsFile, SubjectPrefix
-from procs.settings import DocTable, Option, SettingsModel
-from shared.subjects import DEFAULT_PREFIX
+from procs.nats import NatsSettings
+from procs.settings import DocTable, Option, SettingsModel, outer_fields
 
 __all__ = ["CliSettings"]
 
@@ -48,17 +48,16 @@ class CliSettings(SettingsModel, frozen=True):
         ),
     ] = False
     # `alerts watch` only; its flags are on that command. The names are the daemons'.
-    nats_url: Annotated[
-        str,
-        Meta(description="NATS server URL (`alerts watch`); a comma-separated list allowed"),
-        Option(command=WATCH),
-    ] = DEFAULT_NATS_URL
-    nats_credentials: Annotated[CredentialsFile, Option(command=WATCH)] = None
-    subject_prefix: Annotated[SubjectPrefix, Option(command=WATCH)] = DEFAULT_PREFIX
+    nats: Annotated[NatsSettings, Option(command=WATCH)] = msgspec.field(
+        default_factory=NatsSettings
+    )
 
     # Which flags go on the top-level command, and which on `alerts watch`.
     API_FLAGS: ClassVar[tuple[str, ...]] = ("url", "key", "timeout_s", "insecure_http")
-    NATS_FLAGS: ClassVar[tuple[str, ...]] = ("nats_url", "nats_credentials", "subject_prefix")
+    NATS_FLAGS: ClassVar[tuple[str, ...]] = ()  # the `nats` group's, set below
+
+
+CliSettings.NATS_FLAGS = tuple(f.name for f in outer_fields(CliSettings) if f.path[:1] == ("nats",))
 
 
 DOC_TABLE = DocTable(CliSettings, "cli-settings", "ops.cli.settings", "docs/operator.md")

@@ -53,7 +53,6 @@ from ops.forwarder.targets import (
 from ops.kit.alerts import AlertSource, ConsumerSpec, raise_if_cancelled
 from ops.kit.redact import log, redact
 from ops.kit.stream_reader import StoredMsg
-from procs.nats import auth_options, split_servers
 from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
@@ -77,10 +76,10 @@ class AlertForwarder:
         self.s = settings
         try:
             # A cluster's seeds, as the coordinator takes them: any live one will do.
-            self._servers = split_servers(settings.nats_url)
+            self._servers = settings.nats.servers
         except ValueError as exc:
             raise ConfigError("nats_url", str(exc)) from None
-        self.subjects = Subjects(settings.subject_prefix)
+        self.subjects = Subjects(settings.nats.subject_prefix)
         self.conditions = Conditions(
             labels=dict(settings.labels), event_ttl_ms=int(settings.event_ttl_s * 1000)
         )
@@ -106,9 +105,8 @@ class AlertForwarder:
         self.ready = asyncio.Event()  # set once bound and caught up with the history
         self._inflight: dict[int, Pending] = {}
         self._last_seq = 0
-        self._auth = auth_options(settings.nats_credentials)
         self.nc: Client | None = None
-        self.link = LinkProbe(log, timeout_s=settings.nats_probe_timeout_s)
+        self.link = LinkProbe(log, timeout_s=settings.nats.probe_timeout_s)
         self.metrics = ForwarderMetrics()
         self.metrics_port: int | None = None  # once serving (metrics_port 0: a free one)
         m = self.metrics
@@ -154,9 +152,9 @@ class AlertForwarder:
             name="gpufleet-alerts", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
             connect_timeout=5, error_cb=on_error, disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect, ping_interval=PING_INTERVAL_S,
-            max_outstanding_pings=MAX_OUTSTANDING_PINGS, **self._auth,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
         )  # fmt: skip
-        nc = self.nc = await connect(self._servers, options, log=log)
+        nc = self.nc = await connect(self.s.nats, options, log=log)
         log.info("connected to NATS at %s", self._server())
         return nc
 
@@ -176,7 +174,7 @@ class AlertForwarder:
     async def _forward(self, notify_socket: str | None) -> None:
         nc = await self._connect()
         try:
-            stream = stream_name(self.s.subject_prefix)
+            stream = stream_name(self.s.nats.subject_prefix)
             source = self.source = AlertSource(
                 nc,
                 ConsumerSpec(
@@ -204,7 +202,7 @@ class AlertForwarder:
                     async with asyncio.TaskGroup() as tasks:
                         for target in self.targets:
                             tasks.create_task(target.run(http), name=f"deliver {target.name}")
-                        probe = self.link.run(lambda: self.nc, self.s.nats_probe_interval_s)
+                        probe = self.link.run(lambda: self.nc, self.s.nats.probe_interval_s)
                         tasks.create_task(probe, name="nats-link-probe")
                         await self._pull(nc, source)
             except asyncio.CancelledError:
@@ -233,11 +231,11 @@ class AlertForwarder:
                 asked = time.monotonic()
             for msg in msgs:
                 await self._take(msg)
-            if msgs or time.monotonic() - asked < self.s.nats_probe_interval_s:
+            if msgs or time.monotonic() - asked < self.s.nats.probe_interval_s:
                 continue
             asked = time.monotonic()
             if nc.is_connected:
-                why = await source.stalled(self.s.nats_probe_timeout_s)
+                why = await source.stalled(self.s.nats.probe_timeout_s)
                 if why is not None and nc.is_connected:
                     await self.link.take_dead(nc, why)
 

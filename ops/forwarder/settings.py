@@ -16,18 +16,8 @@ import msgspec
 from msgspec import Meta
 
 from procs.logs import LogLevel
-from procs.nats import (
-    DEFAULT_NATS_URL,
-    DEFAULT_PROBE_INTERVAL_S,
-    DEFAULT_PROBE_TIMEOUT_S,
-    CredentialsFile,
-    ProbeInterval,
-    ProbeTimeout,
-    SubjectPrefix,
-    split_servers,
-)
+from procs.nats import ProbedNatsSettings
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
-from shared.subjects import DEFAULT_PREFIX
 
 __all__ = ["ForwarderSettings"]
 
@@ -54,15 +44,7 @@ class ForwarderSettings(SettingsModel, frozen=True):
     # Not GPUFLEET_CONFIG: that names the coordinator's file, on the same host.
     config_env = "GPUFLEET_ALERTS_CONFIG"
 
-    nats_url: Annotated[
-        str,
-        Meta(description="NATS server URL; a comma-separated list of seeds allowed"),
-        Option(check=split_servers),
-    ] = DEFAULT_NATS_URL
-    nats_credentials: CredentialsFile = None
-    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
-    nats_probe_interval_s: ProbeInterval = DEFAULT_PROBE_INTERVAL_S
-    nats_probe_timeout_s: ProbeTimeout = DEFAULT_PROBE_TIMEOUT_S
+    nats: ProbedNatsSettings = msgspec.field(default_factory=ProbedNatsSettings)
     durable: Annotated[
         str, Meta(min_length=1, description="name of the durable JetStream consumer")
     ] = "alert-forwarder"

@@ -15,11 +15,14 @@ from procs.settings.model import (
     ConfigError,
     Field,
     Option,
+    SettingsGroup,
     SettingsModel,
     build,
     env_name,
     fields,
     flag_names,
+    nest,
+    outer_fields,
 )
 from procs.settings.sources import from_sources, load
 
@@ -31,6 +34,7 @@ __all__ = [
     "Field",
     "FlagSpec",
     "Option",
+    "SettingsGroup",
     "SettingsModel",
     "build",
     "config_help",
@@ -41,6 +45,8 @@ __all__ = [
     "from_sources",
     "load",
     "markdown_table",
+    "nest",
+    "outer_fields",
     "parse_flags",
     "with_table",
 ]

@@ -17,15 +17,16 @@ from procs.settings.model import (
     Field,
     SettingsModel,
     env_name,
-    fields,
     flag_names,
     is_table,
     kind_of,
+    outer_fields,
 )
 
 
 def markdown_table(model: type[SettingsModel]) -> str:
-    """The settings table in the docs: key in the file, flag, env var, default, meaning."""
+    """The settings table in the docs: key in the file, flag, env var, default, meaning.
+    A group's fields show their table key (`nats.url`; the file takes `nats_url` too)."""
     rows = ["| setting (file) | flag | env | default | description |", "|---|---|---|---|---|"]
     for key, env_text, flags, default, text in _doc_rows(model, "", ENV_PREFIX):
         flag_text = ", ".join(f"`{f}`" for f in flags) or "—"
@@ -45,7 +46,7 @@ def with_table(text: str, begin: str, end: str, table: str) -> str:
 def _doc_rows(
     model: type[msgspec.Struct], prefix: str, env_prefix: str
 ) -> Iterator[tuple[str, str, list[str], str, str]]:
-    for field in fields(model):
+    for field in outer_fields(model):
         option = field.option
         kind = kind_of(field.annotation)
         variable = env_prefix + field.name.upper()
@@ -66,7 +67,7 @@ def _doc_rows(
         if option.item is not None:
             metavar = option.metavar or "VALUE"
             env_text = f"`{variable}={metavar}{option.separator}…`"
-        yield prefix + field.name, env_text, flags, _default_doc(field), text
+        yield prefix + ".".join(field.where), env_text, flags, _default_doc(field), text
 
 
 def _default_doc(field: Field) -> str:

@@ -19,10 +19,10 @@ from procs.settings.model import (
     SettingsModel,
     choices_of,
     env_name,
-    fields,
     flag_names,
     is_table,
     kind_of,
+    outer_fields,
 )
 
 
@@ -44,8 +44,9 @@ class FlagSpec:
 
 
 def flag_specs(model: type[SettingsModel]) -> Iterator[FlagSpec]:
-    """One flag per field; nested tables are file and env only."""
-    for field in fields(model):
+    """One flag per field (a group's by their outside names: `--nats-url`); nested
+    tables are file and env only."""
+    for field in outer_fields(model):
         kind = kind_of(field.annotation)
         if is_table(kind):
             continue

@@ -2,7 +2,11 @@
 (`SettingsModel`) whose fields carry their bounds and description in `msgspec.Meta` and
 how they look outside the model in `Option`; `fields` reads that declaration, `build`
 checks values from any source into the model, and `ConfigError` (the one error of a
-bad setting) names the field. Pure: no I/O."""
+bad setting) names the field. A `SettingsGroup` (NATS's settings, declared once for
+every process) nests in a model as one field and looks flat outside it: `outer_fields`
+gives its fields their outside names (`nats.url` is `nats_url`, `--nats-url`,
+`GPUFLEET_NATS_URL`) and `nest` puts values given by those names back in the group.
+Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -32,6 +36,7 @@ class ConfigError(Exception):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,14 @@ class Option:
     before: Callable[[Any], Any] | None = None
     check: Callable[[Any], object] | None = None
     # The subcommand that has the flag, when the model's command does not (the docs
-    # then show `COMMAND --flag`).
+    # then show `COMMAND --flag`). On a group: the subcommand of all its flags.
     command: str | None = None
+    # On a `SettingsGroup` field: what its fields' outside names start with (default:
+    # the field's name and `_`, so `nats.url` is `nats_url`).
+    prefix: str | None = None
+    # On a field of a group: its outside name when it is not prefix + name (a name
+    # deployments already use, e.g. `subject_prefix`).
+    outer: str | None = None
 
 
 class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -84,16 +95,32 @@ class SettingsModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         """Rules across fields; raise ConfigError naming one of them."""
 
 
+class SettingsGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Settings several models share, declared once and nested in each as one field
+    (`nats: NatsSettings`). Outside the model its fields are flat: flags, env vars and
+    the docs say `prefix + name`; a file may give them as a table (`[nats]`) or flat."""
+
+    def check(self) -> None:
+        """Rules across the group's fields; raise ConfigError naming one by its outside
+        name (`nats_tls_key`)."""
+
+
 @dataclass(frozen=True)
 class Field:
     """One field of a settings model, as this module reads its declaration."""
 
-    name: str
+    name: str  # a group's field: its outside name (`nats_url`)
     annotation: Any  # without Annotated's metadata
     description: str
     option: Option
     default: Any  # msgspec.NODEFAULT when required
     default_factory: Any  # msgspec.NODEFAULT when none
+    # Where it lives in the model when that is not `name`: ("nats", "url").
+    path: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> tuple[str, ...]:
+        return self.path or (self.name,)
 
     @property
     def required(self) -> bool:
@@ -122,33 +149,102 @@ def fields(model: type[msgspec.Struct]) -> Iterator[Field]:
         yield Field(info.name, hint, description, option, info.default, info.default_factory)
 
 
+def is_group(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, SettingsGroup)
+
+
+def outer_fields(model: type[msgspec.Struct]) -> Iterator[Field]:
+    """The fields of `model` as they look outside it: each group's fields in place of
+    the group, named by their outside names."""
+    for field in fields(model):
+        kind = kind_of(field.annotation)
+        if not is_group(kind):
+            yield field
+            continue
+        prefix = field.option.prefix if field.option.prefix is not None else field.name + "_"
+        for inner in fields(kind):
+            option = inner.option
+            if field.option.command is not None and option.command is None:
+                option = replace(option, command=field.option.command)
+            yield replace(
+                inner,
+                name=option.outer or prefix + inner.name,
+                option=option,
+                path=(field.name, inner.name),
+            )
+
+
+def nest(model: type[msgspec.Struct], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with those given by a group field's outside name (`nats_url`) moved into
+    the group's table (`nats.url`); one setting given both ways is refused."""
+    out = dict(values)
+    for field in outer_fields(model):
+        if not field.path or field.name not in out:
+            continue
+        group, key = field.path
+        table = out.get(group, {})
+        if not isinstance(table, dict):
+            raise ConfigError(group, f"must be a table, got {type(table).__name__}")
+        if key in table:
+            raise ConfigError(field.name, f"given twice: as {field.name} and as {group}.{key}")
+        out[group] = {**table, key: out.pop(field.name)}
+    return out
+
+
 M = TypeVar("M", bound=SettingsModel)
 
 
 def build(model: type[M], values: Mapping[str, Any]) -> M:
-    """`values` (from any source, text or typed) checked into the model, or ConfigError
-    naming the first field that is wrong."""
-    given = dict(values)
-    declared = list(fields(model))
+    """`values` (from any source, text or typed; a group's as a table) checked into the
+    model, or ConfigError naming the first field that is wrong (a group's field by its
+    outside name)."""
+    given = {k: dict(v) if k in _groups(model) and isinstance(v, dict) else v
+             for k, v in values.items()}  # fmt: skip
+    declared = list(outer_fields(model))
     for field in declared:
-        if field.option.before is not None and field.name in given:
-            given[field.name] = field.option.before(given[field.name])
-        if kind_of(field.annotation) is bool and isinstance(given.get(field.name), str):
-            text = given[field.name].strip().lower()
-            given[field.name] = _TRUE.get(text, given[field.name])
-        _check_table_items(field, given.get(field.name))
+        holder, key = _holder(given, field)
+        if holder is None or key not in holder:
+            continue
+        if field.option.before is not None:
+            holder[key] = field.option.before(holder[key])
+        if kind_of(field.annotation) is bool and isinstance(holder[key], str):
+            text = holder[key].strip().lower()
+            holder[key] = _TRUE.get(text, holder[key])
+        _check_table_items(field, holder[key])
     try:
         settings = msgspec.convert(given, model, strict=False, dec_hook=_from_text)
     except msgspec.ValidationError as exc:
-        raise ConfigError(*_where(str(exc))) from None
+        where, message = _where(str(exc))
+        outside = {".".join(f.path): f.name for f in declared if f.path}
+        raise ConfigError(outside.get(where, where), message) from None
     for field in declared:
         if field.option.check is not None:
+            value: Any = settings
+            for name in field.where:
+                value = getattr(value, name)
             try:
-                field.option.check(getattr(settings, field.name))
+                field.option.check(value)
             except ValueError as exc:
                 raise ConfigError(field.name, str(exc)) from None
+    for name in _groups(model):
+        getattr(settings, name).check()
     settings.check()
     return settings
+
+
+def _groups(model: type[msgspec.Struct]) -> list[str]:
+    return [f.name for f in fields(model) if is_group(kind_of(f.annotation))]
+
+
+def _holder(given: dict[str, Any], field: Field) -> tuple[dict[str, Any] | None, str]:
+    """The table that holds `field`'s value in `given` (a group's, or `given`), and its key."""
+    *groups, key = field.where
+    holder: Any = given
+    for group in groups:
+        holder = holder.get(group)
+        if not isinstance(holder, dict):
+            return None, key
+    return holder, key
 
 
 # The spellings systemd and most tools take for a yes or no in an env var.
@@ -202,7 +298,7 @@ def _where(text: str) -> tuple[str, str]:
 
 
 def env_name(field: Field) -> str:
-    """The variable that sets a top-level field."""
+    """The variable that sets a top-level field (or a group's, by its outside name)."""
     return field.option.env or ENV_PREFIX + field.name.upper()
 
 

@@ -1,7 +1,9 @@
 """Where settings come from, in precedence: flags > `GPUFLEET_*` env > the TOML file
 named by `--config` (or the model's config variable) > defaults. Nothing here reads
 the process environment: `main` passes it in. The one I/O is reading the config file
-the caller names."""
+the caller names. A group's fields (`nats.url`) are read by their outside names
+(`--nats-url`, `GPUFLEET_NATS_URL`, `nats_url = …`) and, in the file, as the group's
+table too (`[nats]`, `url = …`); `nest` puts them in the group."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from procs.settings.model import (
     is_table,
     join_items,
     kind_of,
+    nest,
+    outer_fields,
 )
 
 
@@ -54,10 +58,10 @@ def from_sources(
     args = dict(flags)
     config = args.pop("config", None) or env.get(model.config_env) or None
     layers = [
-        dict(defaults or {}),
+        nest(model, defaults or {}),
         read_toml(Path(config), model) if config else {},
-        from_env(model, env),
-        from_flags(model, args),
+        nest(model, from_env(model, env)),
+        nest(model, from_flags(model, args)),
     ]
     merged: dict[str, Any] = {}
     for layer in layers:
@@ -77,11 +81,14 @@ def read_toml(path: Path, model: type[SettingsModel]) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ConfigError("config", f"{path}: [{model.toml_table}] must be a table")
     data = {k.replace("-", "_"): v for k, v in data.items()}
-    for field in fields(model):
+    for field in outer_fields(model):
         for old in field.option.deprecated:
             if old in data:
                 data.setdefault(field.name, data.pop(old))
-    return data
+    try:
+        return nest(model, data)
+    except ConfigError as exc:
+        raise ConfigError(exc.field, f"{path}: {exc.message}") from None
 
 
 def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, Any]:
@@ -92,7 +99,7 @@ def from_env(model: type[SettingsModel], env: Mapping[str, str]) -> dict[str, An
     the JSON value. A value that cannot be parsed raises ConfigError naming the field.
     """
     given = {k.lower(): v for k, v in env.items() if v != ""}
-    declared = list(fields(model))
+    declared = list(outer_fields(model))
     for field in declared:
         for old in field.option.deprecated:
             old_key = (ENV_PREFIX + old).lower()
@@ -159,7 +166,7 @@ def _field_type(kind: Any, key: str) -> Any:
 
 def from_flags(model: type[SettingsModel], args: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for field in fields(model):
+    for field in outer_fields(model):
         if field.name not in args:
             continue
         value = args[field.name]

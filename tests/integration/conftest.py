@@ -27,6 +27,8 @@ from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Ledger
 from coordinator.wiring.ledger import bootstrap_operator
 from ops.kit.keys import new_key
+from procs.nats import ProbedNatsSettings
+from procs.settings import nest
 from shared.clock import FakeClock
 from tests.fakes import RecordingAlerts
 from tests.waiting import eventually
@@ -80,7 +82,9 @@ def coordinator_settings(database_url: str, nats_url: str, **overrides: Any) -> 
         # The session's nats-server has no users: these tests say so.
         "insecure_bus": True,
     }
-    return CoordinatorSettings(**(values | overrides))
+    # The NATS ones by their outside names (`nats_credentials=`), as an operator gives them.
+    nested = nest(CoordinatorSettings, values | overrides)
+    return CoordinatorSettings(**nested | {"nats": ProbedNatsSettings(**nested["nats"])})
 
 
 @pytest.fixture

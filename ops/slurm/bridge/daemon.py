@@ -42,7 +42,6 @@ from ops.slurm.bridge.sacctmgr import Sacctmgr, qos_argvs
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
-from procs.nats import auth_options, split_servers
 from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
@@ -134,10 +133,10 @@ class SlurmBridge:
         settings.check()
         self.s = settings
         try:
-            self._servers = split_servers(settings.nats_url)
+            self._servers = settings.nats.servers
         except ValueError as exc:
             raise ConfigError("nats_url", str(exc)) from None
-        self.subjects = Subjects(settings.subject_prefix)
+        self.subjects = Subjects(settings.nats.subject_prefix)
         self.policy = settings.policy()
         self.scontrol = Scontrol(
             ScontrolConfig(settings.scontrol, settings.slurm_conf, settings.scontrol_timeout_s)
@@ -170,8 +169,7 @@ class SlurmBridge:
         self._refusals = LogThrottle(log, every_s=300.0)
         self._outages = LogThrottle(log, every_s=60.0)  # passes retry every second
         self._denials = LogThrottle(log, every_s=60.0)
-        self._auth = auth_options(settings.nats_credentials)
-        self.link = LinkProbe(log, timeout_s=settings.nats_probe_timeout_s)
+        self.link = LinkProbe(log, timeout_s=settings.nats.probe_timeout_s)
 
     def _refused(self, by: str, what: str, exc: BaseException) -> None:
         """Credentials or permissions refused: counted, and an ERROR (once a minute
@@ -191,7 +189,7 @@ class SlurmBridge:
         while True:
             nc = Client()
             try:
-                return await connect(self._servers, self._options(nc), retry=ONCE, client=nc)
+                return await connect(self.s.nats, self._options(nc), retry=ONCE, client=nc)
             except CONNECT_ERRORS as exc:
                 if _nats_refusal(exc):
                     self._refused("nats", "check nats_credentials; retrying", exc)
@@ -216,7 +214,7 @@ class SlurmBridge:
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
             connect_timeout=5, error_cb=on_error, disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect, ping_interval=PING_INTERVAL_S,
-            max_outstanding_pings=MAX_OUTSTANDING_PINGS, **self._auth,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
         )  # fmt: skip
 
     async def reconcile(self, view: LedgerView) -> bool:
@@ -374,7 +372,7 @@ class SlurmBridge:
                 view = LedgerView(http, self.s.coordinator_url, self.s.coordinator_key,
                                   insecure_http=self.s.insecure_http)  # fmt: skip
                 async with asyncio.TaskGroup() as tasks:
-                    probe = self.link.run(lambda: nc, self.s.nats_probe_interval_s)
+                    probe = self.link.run(lambda: nc, self.s.nats.probe_interval_s)
                     probing = tasks.create_task(probe, name="nats-link-probe")
                     await self._follow(nc, view, notify_socket)
                     probing.cancel()
@@ -387,7 +385,7 @@ class SlurmBridge:
         return AlertSource(
             nc,
             ConsumerSpec(
-                stream=stream_name(self.s.subject_prefix), subject=self.subjects.all_alerts,
+                stream=stream_name(self.s.nats.subject_prefix), subject=self.subjects.all_alerts,
                 durable=self.s.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=10_000,
             ),
             wait_s=self.s.fetch_wait_s, on_mismatch=self.metrics.consumer_mismatches.inc,

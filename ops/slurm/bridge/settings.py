@@ -18,17 +18,8 @@ from ops.kit.client import InsecureHttp, require_tls
 from ops.slurm.bridge.model import DRAIN_CAUSES, BookingQosSetting, DrainCause, GpuTresSetting
 from ops.slurm.bridge.planner import UNREACHABLE_GRACE_S, Policy
 from procs.logs import LogLevel
-from procs.nats import (
-    DEFAULT_NATS_URL,
-    DEFAULT_PROBE_INTERVAL_S,
-    DEFAULT_PROBE_TIMEOUT_S,
-    ProbeInterval,
-    ProbeTimeout,
-    SubjectPrefix,
-    split_servers,
-)
+from procs.nats import ProbedNatsSettings
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
-from shared.subjects import DEFAULT_PREFIX
 
 __all__ = ["BridgeSettings"]
 
@@ -66,18 +57,8 @@ class BridgeSettings(SettingsModel, frozen=True):
         ),
         Option(env="GPUFLEET_SLURM_BRIDGE_KEY", default_doc="none (required)"),
     ] = ""
-    nats_url: Annotated[
-        str,
-        Meta(description="NATS server URL; a comma-separated list of seeds allowed"),
-        Option(check=split_servers),
-    ] = DEFAULT_NATS_URL
-    nats_credentials: Annotated[
-        str | None,
-        Meta(description="NATS credentials file (`gpufleet nats-auth --forwarder DURABLE`)"),
-    ] = None
-    subject_prefix: SubjectPrefix = DEFAULT_PREFIX
-    nats_probe_interval_s: ProbeInterval = DEFAULT_PROBE_INTERVAL_S
-    nats_probe_timeout_s: ProbeTimeout = DEFAULT_PROBE_TIMEOUT_S
+    # Its credentials: `gpufleet nats-auth --forwarder DURABLE`.
+    nats: ProbedNatsSettings = msgspec.field(default_factory=ProbedNatsSettings)
     durable: Annotated[
         str,
         Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",

@@ -34,6 +34,7 @@ from agent.sysfs import read_host
 from ops.kit.embedded_nats import EmbeddedNats, free_port
 from ops.kit.nats_server_config import credentials_text, render_authorization
 from ops.kit.nats_users import AgentNode, NatsUser, Permissions, agent_permissions, agent_user
+from procs.nats import NatsSettings
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -87,8 +88,7 @@ def settings(nats_url: str, **kw: object) -> Settings:
     values: dict[str, object] = {
         "pool_id": new_pool_id(),
         "node_id": f"node-{secrets.token_hex(3)}.rack1",
-        "nats_url": nats_url,
-        "subject_prefix": f"t{secrets.token_hex(4)}",
+        "nats": NatsSettings(url=nats_url, subject_prefix=f"t{secrets.token_hex(4)}"),
         "interval_s": 0.2,
         "simulate": "h100-sxm-8",
     }
@@ -111,7 +111,7 @@ async def agent(s: Settings) -> AsyncIterator[asyncio.Task[int]]:
 async def bus_for(nats_url: str, s: Settings) -> AsyncIterator[Bus]:
     nc = await nats.connect(nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
-        bus = Bus(nc, Subjects(s.subject_prefix), s.pool_id, s.node_id)
+        bus = Bus(nc, Subjects(s.nats.subject_prefix), s.pool_id, s.node_id)
         await bus.start()
         yield bus
     finally:
@@ -226,7 +226,7 @@ async def test_agent_started_before_nats_connects_when_it_comes_up() -> None:
 async def test_subprocess_sigterm_exits_zero(nats_url: str) -> None:
     s = settings(nats_url)
     cmd = [sys.executable, "-m", "agent.main", "--pool-id", s.pool_id, "--node-id", s.node_id]
-    cmd += ["--nats-url", nats_url, "--subject-prefix", s.subject_prefix]
+    cmd += ["--nats-url", nats_url, "--subject-prefix", s.nats.subject_prefix]
     cmd += ["--simulate", "l40s-pcie-4", "--interval", "0.2", "--label", "rack=r1"]
     async with bus_for(nats_url, s) as bus:
         proc = await asyncio.create_subprocess_exec(
@@ -273,7 +273,7 @@ async def test_polling_continues_while_nats_is_away(tmp_path: Path) -> None:
         boot_id="b",
     )
     publisher = Publisher(
-        servers=f"nats://127.0.0.1:{free_port()}",
+        nats=NatsSettings(url=f"nats://127.0.0.1:{free_port()}"),
         subjects=Subjects("t"),
         pool_id=pool,
         node_id="n1",
@@ -318,14 +318,13 @@ def nats_with_users(tmp_path: Path, agent: NatsUser) -> Iterator[EmbeddedNats]:
 
 def publisher_for(server: EmbeddedNats, creds: Path, pool: str, node: str) -> Publisher:
     return Publisher(
-        servers=server.url,
+        nats=NatsSettings(url=server.url, credentials=str(creds)),
         subjects=Subjects(PREFIX),
         pool_id=pool,
         node_id=node,
         boot_id="boot-1",
         interval_s=0.2,
         clock=SystemClock(),
-        creds=creds,
     )
 
 

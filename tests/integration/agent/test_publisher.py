@@ -27,6 +27,7 @@ from agent.sim.sysfs_tree import FaultedPorts, build_tree
 from agent.state import AgentState
 from agent.sysfs import read_host
 from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
+from procs.nats import NatsSettings
 from shared.clock import SystemClock
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -73,7 +74,7 @@ async def rig(nats_url: str) -> AsyncIterator[tuple[Publisher, Wire, str]]:
     await nc.subscribe(subjects.inventory(pool, "n1"), cb=wire.inv)
     await nc.flush()
     pub = Publisher(
-        servers=nats_url,
+        nats=NatsSettings(url=nats_url),
         subjects=subjects,
         pool_id=pool,
         node_id="n1",
@@ -188,7 +189,7 @@ async def test_a_hung_server_is_left_for_another_within_a_third_of_the_window() 
     pool = new_pool_id()
     subjects = Subjects(f"t{secrets.token_hex(4)}")
     pub = Publisher(
-        servers=cluster.url,
+        nats=NatsSettings(url=cluster.url),
         subjects=subjects,
         pool_id=pool,
         node_id="n1",
@@ -259,7 +260,7 @@ async def test_the_bookings_etag_is_confirmed_only_by_heartbeats_the_server_answ
     with EmbeddedNats(store_dir=str(tmp_path / "js")) as server:
         pool = new_pool_id()
         pub = Publisher(
-            servers=server.url,
+            nats=NatsSettings(url=server.url),
             subjects=Subjects(f"t{secrets.token_hex(4)}"),
             pool_id=pool,
             node_id="n1",

@@ -93,7 +93,7 @@ async def test_use_reports_and_heartbeat_changes(nats_url: str, tmp_path: Path) 
     faults = tmp_path / "faults.json"
     write_faults(faults, WORKLOADS)
     s = settings(nats_url, fault_file=faults, interval_s=0.2)
-    subjects = Subjects(s.subject_prefix)
+    subjects = Subjects(s.nats.subject_prefix)
     nc = await nats.connect(nats_url)
     seen = Listener()
     await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)

@@ -23,8 +23,8 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults() -> None:
     s = load(Settings, ["--pool-id", POOL, "--node-id", "n1"], {})
-    assert s.nats_url == "nats://127.0.0.1:4222"
-    assert s.subject_prefix == "gpufleet" and s.interval_s == 5.0
+    assert s.nats.url == "nats://127.0.0.1:4222"
+    assert s.nats.subject_prefix == "gpufleet" and s.interval_s == 5.0
     assert s.sysfs_root == Path("/") and s.simulate is None and s.label_pairs == ()
 
 
@@ -50,7 +50,7 @@ def test_flags_win_over_env_over_file(tmp_path: Path) -> None:
     s = load(Settings, ["--config", str(cfg), "--node-id", "flag", "--label", "row=8"], env)
     assert s.node_id == "flag"
     assert s.interval_s == 3.0
-    assert s.subject_prefix == "f"
+    assert s.nats.subject_prefix == "f"
     assert s.labels == {"rack": "r-file", "zone": "z-env", "row": "8"}
     assert s.health.xid_hold_s == 9
 
@@ -132,8 +132,8 @@ def test_old_credentials_name_still_works(tmp_path: Path) -> None:
     creds = tmp_path / "agent.creds"
     creds.write_text('user = "u"\npassword = "p"\n')
     cfg = write(tmp_path, f'pool_id = "{POOL}"\nnats_creds = "{creds}"\n')
-    assert load(Settings, ["--config", str(cfg)], {}).nats_credentials == creds
-    assert load(Settings, [*BASE, "--nats-creds", str(creds)], {}).nats_credentials == creds
+    assert load(Settings, ["--config", str(cfg)], {}).nats.credentials == str(creds)
+    assert load(Settings, [*BASE, "--nats-creds", str(creds)], {}).nats.credentials == str(creds)
 
 
 def test_cli_flags() -> None:
@@ -141,7 +141,7 @@ def test_cli_flags() -> None:
     argv = [*BASE, "--simulate", "h100-sxm-8", "--interval", "2", "--log-level", "debug"]
     argv += ["--label", "rack=r1", "--label", "zone=z", "--share", "0,1:mps:2", "--provisioning"]
     s = load(Settings, argv, env)
-    assert s.nats_url == "nats://10.0.0.1:4222" and s.log_level == "DEBUG"
+    assert s.nats.url == "nats://10.0.0.1:4222" and s.log_level == "DEBUG"
     assert s.simulate == "h100-sxm-8" and s.interval_s == 2.0 and s.provisioning
     assert s.labels == {"rack": "r1", "zone": "z"}
     assert s.sharing_rules == (SharingRule(gpus=("0", "1"), mode="mps", replicas=2),)

@@ -88,12 +88,12 @@ def test_the_forwarder_reads_every_role_variable_from_the_rendered_files(
     # As the coordinator's unit does, the forwarder's trusts the NATS CA the role installs.
     assert env["SSL_CERT_FILE"] == str(etc / "nats-ca.pem")
     s = settings_from(etc / "alerts.toml", env)
-    assert s.nats_url == "tls://nats.example.net:4222"
-    assert s.subject_prefix == "gf" and s.durable == "fwd-1"
+    assert s.nats.url == "tls://nats.example.net:4222"
+    assert s.nats.subject_prefix == "gf" and s.durable == "fwd-1"
     assert s.alertmanager == ("http://am-1:9093", "http://am-2:9093")
     assert s.webhooks == ("https://hooks.example/a?token=x&y=1",)
     assert dict(s.labels) == {"cluster": "eu-1", "team": "ml infra"}
-    assert s.nats_credentials == str(etc / "alerts-nats.creds")
+    assert s.nats.credentials == str(etc / "alerts-nats.creds")
     AlertForwarder(s)  # reads the credentials file the role wrote
 
 
@@ -140,7 +140,7 @@ def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) 
     assert "SSL_CERT_FILE" not in env
     s = settings_from(etc / "alerts.toml", env)
     assert s.alertmanager == ("http://127.0.0.1:9093",) and s.webhooks == ()
-    assert dict(s.labels) == {} and s.nats_credentials is None
+    assert dict(s.labels) == {} and s.nats.credentials is None
 
 
 def test_an_upgrade_restarts_the_forwarder_as_well_as_the_coordinator() -> None:

@@ -32,11 +32,11 @@ def test_the_bridge_reads_every_role_variable_from_the_rendered_files(tmp_path: 
     s = from_sources(BridgeSettings, {"config": str(toml)}, env_file(etc / "slurm-bridge.env"))
     assert s.coordinator_key == "gpf_op_secret"
     assert s.coordinator_url == "http://127.0.0.1:8080"
-    assert s.nats_url == "nats://nats-1:4222,nats://nats-2:4222" and s.subject_prefix == "gf"
+    assert s.nats.url == "nats://nats-1:4222,nats://nats-2:4222" and s.nats.subject_prefix == "gf"
     assert s.durable == "slurm-bridge" and s.gpu_tres == "off" and s.metrics_port == 9817
     assert s.policy().accounts == {"acme": ("acme-a", "acme-b"), "t.2": ("x",)}
     assert s.policy().users == {"globex": ("alice",)}
-    assert s.nats_credentials == str(etc / "slurm-bridge-nats.creds")
+    assert s.nats.credentials == str(etc / "slurm-bridge-nats.creds")
     creds = parse_credentials((etc / "slurm-bridge-nats.creds").read_text())
     assert creds == ("forwarder:slurm-bridge", "s3cret")
 
@@ -47,4 +47,4 @@ def test_without_mappings_the_tables_are_empty(tmp_path: Path) -> None:
         BridgeSettings, {"config": str(etc / "slurm-bridge.toml")},
         env_file(etc / "slurm-bridge.env"),
     )  # fmt: skip
-    assert s.accounts == {} and s.users == {} and s.nats_credentials is None
+    assert s.accounts == {} and s.users == {} and s.nats.credentials is None

@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 
 def test_a_seed_list_is_accepted_in_order() -> None:
     s = load(CoordinatorSettings, ["--nats-url", "nats://a:4222, tls://b:4443,nats://c"], {})
-    assert s.nats_servers == ["nats://a:4222", "tls://b:4443", "nats://c"]
+    assert s.nats.servers == ["nats://a:4222", "tls://b:4443", "nats://c"]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from agent import config as agent_config
 from agent.config import Settings
 from coordinator import config as coordinator_config
 from coordinator.config import CoordinatorSettings
-from procs.settings import ConfigError, SettingsModel, fields, flag_names, load
+from procs.settings import ConfigError, SettingsModel, flag_names, load, outer_fields
 from procs.settings.commands import command
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
@@ -40,7 +40,7 @@ def _flags(model: type[SettingsModel]) -> set[str]:
 @pytest.mark.parametrize("model", MODELS)
 def test_every_field_has_a_description_and_its_flag(model: type[SettingsModel]) -> None:
     known = _flags(model)
-    for field in fields(model):
+    for field in outer_fields(model):
         if field.name == "health":  # a table: file and env only
             continue
         assert field.description, field.name
@@ -70,7 +70,9 @@ def test_documented_notice_flag_exists() -> None:
 
 
 def test_shared_settings_have_the_same_names_on_both_sides() -> None:
-    both = {f.name for f in fields(Settings)} & {f.name for f in fields(CoordinatorSettings)}
+    both = {f.name for f in outer_fields(Settings)} & {
+        f.name for f in outer_fields(CoordinatorSettings)
+    }
     assert {"nats_url", "nats_credentials", "subject_prefix", "log_level"} <= both
     agent_flags = _flags(Settings)
     coordinator_flags = _flags(CoordinatorSettings)

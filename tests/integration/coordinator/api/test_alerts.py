@@ -48,8 +48,8 @@ async def test_a_late_subscriber_reads_the_alerts_it_missed_within_the_bound(
         return (await c.ledger.outbox.backlog()).unsent == 0
 
     await eventually(all_sent)
-    subjects = Subjects(c.settings.subject_prefix)
-    nc = await nats.connect(c.settings.nats_url)
+    subjects = Subjects(c.settings.nats.subject_prefix)
+    nc = await nats.connect(c.settings.nats.url)
     try:
         js = nc.jetstream()
         info = await js.stream_info(stream_name(subjects.prefix))

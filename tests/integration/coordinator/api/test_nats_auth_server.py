@@ -34,7 +34,7 @@ from ops.kit.nats_bundle import AuthBundle, build, write_bundle
 from ops.kit.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
 from ops.kit.stream_reader import read_stream
 from ops.main import run as cli_run
-from procs.nats import auth_options
+from procs.nats import NatsSettings, auth_options
 from shared.ids import new_pool_id
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -231,9 +231,11 @@ async def test_a_real_agent_with_its_credentials_reaches_the_coordinator_and_a_r
             agent = Settings(
                 pool_id=POOL,
                 node_id=NODE_A.node_id,
-                nats_url=secured.server.url,
-                nats_credentials=secured.creds_file(agent_user(NODE_A)),
-                subject_prefix=PREFIX,
+                nats=NatsSettings(
+                    url=secured.server.url,
+                    credentials=str(secured.creds_file(agent_user(NODE_A))),
+                    subject_prefix=PREFIX,
+                ),
                 simulate="l40s-pcie-4",
                 # Judged by its own 3 x 1 s window from its first heartbeat (no fleet-wide
                 # start-up grace any more): 0.2 s would flap on a loaded test box.
@@ -428,7 +430,9 @@ async def test_a_permissions_violation_is_counted_and_logged_at_warning(
     secured: Secured, caplog: pytest.LogCaptureFixture
 ) -> None:
     bus = Bus(
-        secured.server.url, user_credentials=str(secured.creds_file(reader_user("monitoring")))
+        NatsSettings(
+            url=secured.server.url, credentials=str(secured.creds_file(reader_user("monitoring")))
+        )
     )
     await bus.connect(attempts=1)
     try:
@@ -449,7 +453,9 @@ async def test_a_permissions_violation_is_counted_and_logged_at_warning(
 @pytest.fixture
 async def alert_id(secured: Secured) -> AsyncIterator[str]:
     """One alert in the stream, published as the coordinator publishes them."""
-    bus = Bus(secured.server.url, user_credentials=str(secured.creds_file("coordinator")))
+    bus = Bus(
+        NatsSettings(url=secured.server.url, credentials=str(secured.creds_file("coordinator")))
+    )
     await bus.connect(attempts=1)
     try:
         stream = AlertStream(bus, SUBJECTS)
@@ -688,7 +694,9 @@ async def test_the_written_cluster_configs_form_a_jetstream_cluster(tmp_path: Pa
         }
     )
     with cluster:
-        bus = Bus(cluster.url, user_credentials=str(out / "creds" / "coordinator.creds"))
+        bus = Bus(
+            NatsSettings(url=cluster.url, credentials=str(out / "creds" / "coordinator.creds"))
+        )
         await bus.connect(attempts=1)
         try:
             assert bus.auth_required

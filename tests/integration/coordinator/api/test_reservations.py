@@ -139,13 +139,13 @@ async def test_spot_is_preempted_with_notice_and_preview_gives_only_a_count(
     assert preview["fits"] is False
     assert preview["preemptible"] == {"count": 1, "startsAt": T0 + 120_000}
     assert "rsv_" not in str(preview)
-    nc = await nats.connect(clocked.settings.nats_url)
+    nc = await nats.connect(clocked.settings.nats.url)
     notices: list[Alert] = []
 
     async def on_alert(msg: Any) -> None:
         notices.append(Alert.from_json(msg.data))
 
-    await nc.subscribe(Subjects(clocked.settings.subject_prefix).all_alerts, cb=on_alert)
+    await nc.subscribe(Subjects(clocked.settings.nats.subject_prefix).all_alerts, cb=on_alert)
     await nc.flush()
     regular = await capi.ok("reservations.create", req(pool, "r", 4))
     assert regular["start"] == T0 + 120_000 and regular["state"] == "scheduled"

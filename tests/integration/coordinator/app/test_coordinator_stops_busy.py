@@ -101,7 +101,7 @@ async def test_a_coordinator_with_its_loops_busy_stops_within_its_grace(
             await held.enter_async_context(write_lock_held(database_url))
             hung_nats.pause()
             # A probe is under way or due: the hung server is being waited on.
-            await asyncio.sleep(settings.nats_probe_interval_s)
+            await asyncio.sleep(settings.nats.probe_interval_s)
             started = time.monotonic()
         took = time.monotonic() - started
         hung_nats.resume()

@@ -21,6 +21,7 @@ from agent.readings import HostReading, NvmlSnapshot
 from agent.state import AgentState
 from coordinator.app import Coordinator, running_coordinator
 from ops.kit.embedded_nats import EmbeddedNats, EmbeddedNatsCluster
+from procs.nats import NatsSettings
 from shared.clock import SystemClock
 from shared.subjects import Subjects
 from shared.wire import Inventory, NodeHealth
@@ -86,7 +87,7 @@ async def test_a_frozen_link_is_noticed_fast_and_marks_no_node_unreachable(
     coordinator, proxy = proxied
     key = coordinator.settings.bootstrap_operator_key
     assert key is not None
-    subjects = Subjects(coordinator.settings.subject_prefix)
+    subjects = Subjects(coordinator.settings.nats.subject_prefix)
     async with aiohttp.ClientSession() as session:
         api = Api(session, coordinator.url, key)
         await api.ok("tenants.create", {"tenantId": "acme"})
@@ -166,7 +167,7 @@ async def test_a_hung_cluster_server_under_coordinator_and_agents_marks_no_node_
     # The coordinator takes its seeds in order: it starts on n1. So does one agent, given
     # only n1 (it learns the others from the cluster); the others start anywhere.
     settings = coordinator_settings(f"sqlite:///{tmp_path / 'ledger.db'}", cluster.url)
-    assert settings.nats_probe_interval_s + settings.nats_probe_timeout_s <= 5.0
+    assert settings.nats.probe_interval_s + settings.nats.probe_timeout_s <= 5.0
     tasks: list[asyncio.Task[None]] = []
     paused = False
     try:
@@ -179,8 +180,8 @@ async def test_a_hung_cluster_server_under_coordinator_and_agents_marks_no_node_
             pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
             publishers = {
                 node_id: Publisher(
-                    servers=servers,
-                    subjects=Subjects(settings.subject_prefix),
+                    nats=NatsSettings(url=servers),
+                    subjects=Subjects(settings.nats.subject_prefix),
                     pool_id=pool,
                     node_id=node_id,
                     boot_id="boot-1",

@@ -48,7 +48,7 @@ async def test_two_replicas_one_leader_failover_and_safe_bookings(
         await api_b.ok("tenants.create", {"tenantId": "acme"})
         pool = (await api_b.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
 
-        s = Subjects(settings.subject_prefix)
+        s = Subjects(settings.nats.subject_prefix)
         nc = await nats.connect(nats_url)
         outer.push_async_callback(nc.close)
         n1, n2 = make_inventory("n1", pool, gpus=8), make_inventory("n2", pool, gpus=8)

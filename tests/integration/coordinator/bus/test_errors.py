@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from coordinator.bus.connection import Bus
 from coordinator.bus.ingest import Ingest
 from coordinator.runtime.metrics import Metrics, Sources
+from procs.nats import NatsSettings
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 from shared.wire import Heartbeat, Inventory
@@ -23,7 +24,7 @@ from tests.waiting import eventually
 async def test_slow_consumer_drops_are_counted_logged_and_exported(
     nats_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus = Bus(nats_url, pending_msgs_limit=5)
+    bus = Bus(NatsSettings(url=nats_url), pending_msgs_limit=5)
     await bus.connect(attempts=1)
     release = asyncio.Event()
 
@@ -86,7 +87,7 @@ async def test_a_batched_subscription_handles_or_counts_every_message(nats_url: 
     is dropped, counted as a slow consumer and reported as falling behind; everything
     else reaches the handler, messages with a reply subject included."""
     behind: list[str] = []
-    bus = Bus(nats_url, pending_msgs_limit=5, on_behind=behind.append)
+    bus = Bus(NatsSettings(url=nats_url), pending_msgs_limit=5, on_behind=behind.append)
     await bus.connect(attempts=1)
     handled: list[tuple[str, bytes]] = []
     try:
@@ -127,7 +128,7 @@ async def test_a_busy_link_is_not_taken_as_dead_and_loses_nothing(nats_url: str)
     not a dead link: no reconnect (which would lose what the server holds, uncounted),
     and every message is handled."""
     downs: list[int] = []
-    bus = Bus(nats_url, probe_timeout_s=0.3, on_down=lambda: downs.append(1))
+    bus = Bus(NatsSettings(url=nats_url), probe_timeout_s=0.3, on_down=lambda: downs.append(1))
     await bus.connect(attempts=1)
     handled = [0]
     starving = asyncio.Event()

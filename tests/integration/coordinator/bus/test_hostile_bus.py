@@ -260,7 +260,7 @@ async def test_a_flood_and_poison_on_the_bus_spare_every_other_node(
             f"{base}/pools/create", json={"tenantId": "acme", "name": "p"}, headers=headers
         ) as resp:
             pool = (await resp.json())["poolId"]
-        s = Subjects(c.settings.subject_prefix)
+        s = Subjects(c.settings.nats.subject_prefix)
         honest = [make_inventory(f"ok-{i}", pool, gpus=1) for i in range(3)]
         agents = await nats.connect(nats_url)
         attacker = await nats.connect(nats_url, pending_size=64 * 1024 * 1024)

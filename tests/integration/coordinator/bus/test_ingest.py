@@ -28,7 +28,7 @@ async def _gpu_row(api: Api, pool_id: str) -> dict[str, int]:
 
 @pytest.fixture
 async def nc(coordinator: Coordinator):  # type: ignore[no-untyped-def]
-    client = await nats.connect(coordinator.settings.nats_url)
+    client = await nats.connect(coordinator.settings.nats.url)
     yield client
     await client.close()
 
@@ -37,7 +37,7 @@ async def test_inventory_and_heartbeats_reach_the_ledger_and_the_rollup(
     api: Api, coordinator: Coordinator, nc: nats.NATS
 ) -> None:
     pool = await _pool(api)
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     inv = make_inventory("gpu01.dc1", pool, gpus=8)
     await nc.publish(s.inventory(pool, inv.node_id), inv.to_json())
     await eventually(lambda: _has_total(api, pool, 8))
@@ -59,7 +59,7 @@ async def test_bad_messages_are_dropped_by_reason_while_good_ones_flow(
     api: Api, coordinator: Coordinator, nc: nats.NATS
 ) -> None:
     pool = await _pool(api)
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     good = make_inventory("good", pool, gpus=2)
     foreign = make_inventory("other", pool, gpus=2)
     unknown_pool = make_inventory("lost", "pool_" + "z" * 26, gpus=2)
@@ -94,7 +94,7 @@ async def test_device_fault_in_a_heartbeat_moves_atoms_records_an_event_and_aler
     api: Api, coordinator: Coordinator, nc: nats.NATS
 ) -> None:
     pool = await _pool(api)
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     alerts: list[Alert] = []
 
     async def on_alert(msg: nats.aio.msg.Msg) -> None:
@@ -134,7 +134,7 @@ async def test_a_silent_node_goes_unreachable_and_comes_back(
     api: Api, coordinator: Coordinator, nc: nats.NATS
 ) -> None:
     pool = await _pool(api)
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     inv = make_inventory("n1", pool, gpus=2)
     await nc.publish(s.inventory(pool, "n1"), inv.to_json())
     await eventually(lambda: _has_total(api, pool, 2))
@@ -169,7 +169,7 @@ async def test_an_inventory_claiming_gpus_it_lacks_is_refused_and_counted(
     atoms took a pool from 24 to 5,016 allocatable GPUs. It is refused whole, counted
     by reason, and the pool holds what the honest host has."""
     pool = await _pool(api)
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     honest = make_inventory("honest", pool, gpus=2)
     await nc.publish(s.inventory(pool, "honest"), honest.to_json())
     await eventually(lambda: _has_total(api, pool, 2))

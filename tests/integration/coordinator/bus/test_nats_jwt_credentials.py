@@ -29,6 +29,7 @@ from coordinator.app import running_coordinator
 from coordinator.bus.connection import Bus
 from ops.kit.embedded_nats import EmbeddedNats
 from ops.kit.nats_users import AgentNode, Permissions, agent_permissions, coordinator_permissions
+from procs.nats import NatsSettings
 from shared.ids import new_pool_id
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -163,7 +164,9 @@ def operator_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator
 async def test_the_bus_connects_with_a_jwt_creds_file_and_the_server_holds_it_to_its_claims(
     operator_mode: OperatorMode,
 ) -> None:
-    bus = Bus(operator_mode.server.url, user_credentials=str(operator_mode.agent_creds))
+    bus = Bus(
+        NatsSettings(url=operator_mode.server.url, credentials=str(operator_mode.agent_creds))
+    )
     await bus.connect(attempts=1)
     try:
         assert bus.auth_required  # operator mode demands credentials
@@ -204,9 +207,11 @@ async def test_a_real_agent_and_coordinator_work_on_jwt_creds(
             agent = Settings(
                 pool_id=POOL,
                 node_id=NODE.node_id,
-                nats_url=operator_mode.server.url,
-                nats_credentials=operator_mode.agent_creds,
-                subject_prefix=PREFIX,
+                nats=NatsSettings(
+                    url=operator_mode.server.url,
+                    credentials=str(operator_mode.agent_creds),
+                    subject_prefix=PREFIX,
+                ),
                 simulate="l40s-pcie-4",
                 interval_s=1.0,
             )
@@ -219,7 +224,7 @@ async def test_a_real_agent_and_coordinator_work_on_jwt_creds(
 
             # The alert stream was made by the coordinator's JWT user, and holds the act.
             creds = str(operator_mode.coordinator_creds)
-            bus = Bus(operator_mode.server.url, user_credentials=creds)
+            bus = Bus(NatsSettings(url=operator_mode.server.url, credentials=creds))
             await bus.connect(attempts=1)
             try:
                 js = bus.jetstream(timeout_s=5)

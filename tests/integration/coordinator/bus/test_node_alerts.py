@@ -34,7 +34,7 @@ WITH_BOOKINGS = {
 
 class Listener:
     def __init__(self, coordinator: Coordinator, nc: nats.NATS) -> None:
-        self.subjects = Subjects(coordinator.settings.subject_prefix)
+        self.subjects = Subjects(coordinator.settings.nats.subject_prefix)
         self.nc = nc
         self.alerts: list[Alert] = []
         self.seq = 0
@@ -68,7 +68,7 @@ class Listener:
 
 @pytest.fixture
 async def listener(clocked: Coordinator) -> AsyncIterator[Listener]:
-    nc = await nats.connect(clocked.settings.nats_url)
+    nc = await nats.connect(clocked.settings.nats.url)
     listener = Listener(clocked, nc)
     await nc.subscribe(listener.subjects.all_alerts, cb=listener.on_alert)
     try:

@@ -21,6 +21,7 @@ from ops.forwarder.settings import ForwarderSettings
 from ops.kit.embedded_nats import EmbeddedNats
 from ops.slurm.bridge.daemon import SlurmBridge
 from ops.slurm.bridge.settings import BridgeSettings
+from procs.nats import NatsSettings, ProbedNatsSettings
 from shared.subjects import Subjects
 from tests.waiting import eventually
 
@@ -40,7 +41,7 @@ def own_nats() -> Iterator[EmbeddedNats]:
 @pytest.fixture
 async def stream(own_nats: EmbeddedNats) -> AsyncIterator[AlertStream]:
     """The coordinator's alert stream, under a prefix of this test's own."""
-    bus = Bus(own_nats.url)
+    bus = Bus(NatsSettings(url=own_nats.url))
     await bus.connect()
     alerts = AlertStream(bus, Subjects(f"t{secrets.token_hex(4)}"))
     await alerts.setup()
@@ -90,7 +91,7 @@ async def test_the_alert_forwarder_stops_within_its_grace(
 ) -> None:
     forwarder = AlertForwarder(
         ForwarderSettings(
-            nats_url=own_nats.url, subject_prefix=stream.subjects.prefix,
+            nats=ProbedNatsSettings(url=own_nats.url, subject_prefix=stream.subjects.prefix),
             webhooks=("http://127.0.0.1:9/hook",),
         )
     )  # fmt: skip
@@ -108,7 +109,7 @@ async def test_the_slurm_bridge_mid_pass_stops_within_its_grace(
     async with never_answering() as (coordinator, held):
         bridge = SlurmBridge(
             BridgeSettings(
-                nats_url=own_nats.url, subject_prefix=stream.subjects.prefix,
+                nats=ProbedNatsSettings(url=own_nats.url, subject_prefix=stream.subjects.prefix),
                 coordinator_url=coordinator, coordinator_key="unused",
                 scontrol="/nonexistent/scontrol",
             )

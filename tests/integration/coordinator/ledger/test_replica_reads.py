@@ -70,7 +70,7 @@ async def test_a_follower_answers_reads_as_the_leader_after_its_writes(
 
         nc = await nats.connect(nats_url)
         stack.push_async_callback(nc.close)
-        s = Subjects(settings.subject_prefix)
+        s = Subjects(settings.nats.subject_prefix)
         for node in ("n1", "n2"):
             inv = make_inventory(node, pool, gpus=4)
             await nc.publish(s.inventory(pool, node), inv.to_json())

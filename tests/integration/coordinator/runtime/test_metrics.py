@@ -53,8 +53,8 @@ async def test_metrics_expose_ingest_drops_heartbeat_age_and_api_latency(
 ) -> None:
     await api.ok("tenants.create", {"tenantId": "acme"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
-    s = Subjects(coordinator.settings.subject_prefix)
-    nc = await nats.connect(coordinator.settings.nats_url)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
+    nc = await nats.connect(coordinator.settings.nats.url)
     try:
         inv = make_inventory("n1", pool, gpus=8)
         await nc.publish(s.inventory(pool, "n1"), inv.to_json())
@@ -98,9 +98,9 @@ async def test_the_nats_errors_an_agent_reports_are_shown_for_its_node(
     (`busErrors`); /metrics shows the latest count for each agent that reports any."""
     await api.ok("tenants.create", {"tenantId": "acme"})
     pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
-    s = Subjects(coordinator.settings.subject_prefix)
+    s = Subjects(coordinator.settings.nats.subject_prefix)
     invs = [make_inventory(node, pool, gpus=1) for node in ("n1", "n2")]
-    nc = await nats.connect(coordinator.settings.nats_url)
+    nc = await nats.connect(coordinator.settings.nats.url)
     try:
         for inv in invs:
             await nc.publish(s.inventory(pool, inv.node_id), inv.to_json())

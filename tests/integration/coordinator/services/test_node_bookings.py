@@ -54,9 +54,9 @@ async def _setup(c: Coordinator, api: Api) -> tuple[str, Client, Heard]:
     pool = str((await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"])
     for node in ("n0", "n1"):
         await record_inventory(c.ledger, make_inventory(node, pool, gpus=4, disks=1), 1)
-    nc = await nats.connect(c.settings.nats_url)
+    nc = await nats.connect(c.settings.nats.url)
     heard = Heard()
-    await nc.subscribe(Subjects(c.settings.subject_prefix).bookings("*", "*"), cb=heard.add)
+    await nc.subscribe(Subjects(c.settings.nats.subject_prefix).bookings("*", "*"), cb=heard.add)
     await nc.flush()
     broadcast = c.bookings
     assert broadcast is not None
@@ -86,7 +86,7 @@ def _req(pool: str, key: str, count: int, **extra: Any) -> dict[str, Any]:
 async def _heartbeat(c: Coordinator, nc: Client, pool: str, node: str, etag: str, seq: int) -> None:
     inv = make_inventory(node, pool, gpus=4, disks=1)
     hb = msgspec.structs.replace(make_heartbeat(inv, seq), bookings_etag=etag)
-    await nc.publish(Subjects(c.settings.subject_prefix).heartbeat(pool, node), hb.to_json())
+    await nc.publish(Subjects(c.settings.nats.subject_prefix).heartbeat(pool, node), hb.to_json())
     await nc.flush()
 
 
@@ -156,7 +156,7 @@ async def test_a_future_booking_turns_active_by_the_clock_and_replicas_agree(
         assert heard.last("n0").bookings[0].state == "scheduled"
 
         # Another replica reading the same ledger computes the same etag.
-        other = NodeBookingsBroadcast(c.ledger, Subjects(c.settings.subject_prefix), clock,
+        other = NodeBookingsBroadcast(c.ledger, Subjects(c.settings.nats.subject_prefix), clock,
                                       RecordingPublisher())  # fmt: skip
         await other.tick()
         assert other.etag_of("n0") == heard.last("n0").etag

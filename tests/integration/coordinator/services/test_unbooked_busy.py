@@ -38,7 +38,7 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
 ) -> None:
     key = used.settings.bootstrap_operator_key
     assert key is not None
-    nc = await nats.connect(used.settings.nats_url)
+    nc = await nats.connect(used.settings.nats.url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
         agent = await Agent.registered(used, nc, api, gpus=2)

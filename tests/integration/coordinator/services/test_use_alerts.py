@@ -39,7 +39,7 @@ class Agent:
     """One simulated agent's bus side: heartbeats with use deltas, full use reports."""
 
     def __init__(self, c: Coordinator, nc: nats.NATS, inv: Inventory) -> None:
-        self.subjects = Subjects(c.settings.subject_prefix)
+        self.subjects = Subjects(c.settings.nats.subject_prefix)
         self.nc = nc
         self.inv = inv
         self.seq = 0
@@ -130,7 +130,7 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
 ) -> None:
     key = used.settings.bootstrap_operator_key
     assert key is not None
-    nc = await nats.connect(used.settings.nats_url)
+    nc = await nats.connect(used.settings.nats.url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
         await api.ok("tenants.create", {"tenantId": "acme"})
@@ -321,7 +321,7 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
     TaskProlog's export) is the holder's and is not."""
     key = used.settings.bootstrap_operator_key
     assert key is not None
-    nc = await nats.connect(used.settings.nats_url)
+    nc = await nats.connect(used.settings.nats.url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
         agent = await Agent.registered(used, nc, api, gpus=2)

@@ -76,7 +76,7 @@ async def _metrics(c: Coordinator, session: aiohttp.ClientSession, key: str) -> 
 async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock) -> None:
     key = used.settings.bootstrap_operator_key
     assert key is not None
-    nc = await nats.connect(used.settings.nats_url)
+    nc = await nats.connect(used.settings.nats.url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
         agent = await Agent.registered(used, nc, api, gpus=2)
@@ -146,7 +146,7 @@ async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_a
 ) -> None:
     key = used.settings.bootstrap_operator_key
     assert key is not None
-    nc = await nats.connect(used.settings.nats_url)
+    nc = await nats.connect(used.settings.nats.url)
     async with aiohttp.ClientSession() as session:
         api = Api(session, used.url, key)
         agent = await Agent.registered(used, nc, api, gpus=2)

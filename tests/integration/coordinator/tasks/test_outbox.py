@@ -77,7 +77,7 @@ async def test_alerts_committed_by_a_coordinator_that_died_before_publishing_go_
             return await unsent(c.ledger) == 0
 
         await eventually(drained)
-        stored = await stream_alerts(nats_url, settings.subject_prefix)
+        stored = await stream_alerts(nats_url, settings.nats.subject_prefix)
     assert [alert.alert_id for _, alert in stored] == committed
     assert [msg_id for msg_id, _ in stored] == committed
     assert [alert.kind for _, alert in stored] == ["node.registered", "node.maintenance"]
@@ -94,14 +94,14 @@ async def test_an_alert_sent_again_is_stored_once(coordinator: Coordinator) -> N
         return await unsent(c.ledger) == 0
 
     await eventually(drained)
-    first = await stream_alerts(c.settings.nats_url, c.settings.subject_prefix)
+    first = await stream_alerts(c.settings.nats.url, c.settings.nats.subject_prefix)
     assert len(first) == 2
     # Forget that they were sent, as a crash before the mark would have.
     async with database(c.settings.effective_database_url) as db, db.transaction() as conn:
         await conn.execute(update(schema.alert_outbox).values(sent_at=None))
     await c.relay.publish(first[0][1])  # wake it
     await eventually(drained)
-    again = await stream_alerts(c.settings.nats_url, c.settings.subject_prefix)
+    again = await stream_alerts(c.settings.nats.url, c.settings.nats.subject_prefix)
     assert again == first
     assert c.stream.duplicates == 2
 
@@ -154,7 +154,7 @@ async def test_alerts_wait_in_the_outbox_while_jetstream_is_away_then_go_out_onc
         assert await _metric(session, c.url, "gpufleet_alert_outbox_oldest_age_seconds", key) >= 0
         own_nats.start()
         await eventually(drained, within_s=20)
-        stored = await stream_alerts(own_nats.url, settings.subject_prefix)
+        stored = await stream_alerts(own_nats.url, settings.nats.subject_prefix)
     kinds = [alert.kind for _, alert in stored]
     assert kinds == ["node.registered", "node.maintenance"]
     assert len({msg_id for msg_id, _ in stored}) == 2

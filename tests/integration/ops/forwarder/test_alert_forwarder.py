@@ -36,6 +36,7 @@ from ops.kit.alerts import ConsumerConflict
 from ops.kit.embedded_nats import EmbeddedNats, free_port
 from ops.kit.nats_users import forwarder_permissions
 from ops.main import run
+from procs.nats import NatsSettings, ProbedNatsSettings
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -92,7 +93,7 @@ async def receiver() -> AsyncIterator[Receiver]:
 @pytest.fixture
 async def publisher(nats_url: str) -> AsyncIterator[AlertStream]:
     """The coordinator's own publisher and stream, under a prefix of this test's own."""
-    bus = Bus(nats_url)
+    bus = Bus(NatsSettings(url=nats_url))
     await bus.connect()
     alerts = AlertStream(bus, Subjects(f"t{secrets.token_hex(4)}"))
     await alerts.setup()
@@ -133,8 +134,7 @@ async def forwarding(settings: ForwarderSettings) -> AsyncIterator[AlertForwarde
 
 def _settings(nats_url: str, publisher: AlertStream, receiver: Receiver) -> ForwarderSettings:
     return ForwarderSettings(
-        nats_url=nats_url,
-        subject_prefix=publisher.subjects.prefix,
+        nats=ProbedNatsSettings(url=nats_url, subject_prefix=publisher.subjects.prefix),
         alertmanager=(receiver.url,),
         webhooks=(receiver.url + "/hook",),
         backoff_initial_s=0.05,
@@ -417,15 +417,16 @@ async def test_a_forwarder_limited_to_its_own_durable_forwards_and_recreates_it(
     config = tmp_path / "nats.conf"
     config.write_text("authorization " + json.dumps({"users": users}) + "\n")
     with EmbeddedNats(config_file=str(config)) as server:
-        bus = Bus(server.url.replace("nats://", "nats://coordinator:c@"))
+        bus = Bus(NatsSettings(url=server.url.replace("nats://", "nats://coordinator:c@")))
         await bus.connect()
         try:
             alerts = AlertStream(bus, Subjects(prefix))
             await alerts.setup()
             await alerts.publish(_alert("node.unreachable", 1))
             settings = ForwarderSettings(
-                nats_url=server.url.replace("nats://", "nats://fwd:f@"),
-                subject_prefix=prefix,
+                nats=ProbedNatsSettings(
+                    url=server.url.replace("nats://", "nats://fwd:f@"), subject_prefix=prefix
+                ),
                 durable="fwd",
                 alertmanager=(receiver.url,),
             )
@@ -712,8 +713,7 @@ async def test_a_condition_reaches_alertmanager_once_outlives_its_restart_and_re
     await alertmanager.ready(http)
     receiver.failing = -1  # the second target answers 503 throughout
     settings = ForwarderSettings(
-        nats_url=nats_url,
-        subject_prefix=publisher.subjects.prefix,
+        nats=ProbedNatsSettings(url=nats_url, subject_prefix=publisher.subjects.prefix),
         alertmanager=(alertmanager.url,),
         webhooks=(receiver.url + "/hook",),
         # The failing webhook backs off for long: had it held the others, nothing
@@ -779,7 +779,7 @@ async def test_unbooked_use_stays_firing_past_the_event_ttl_and_an_alertmanager_
     restart loses it while the pod runs; it carries its owner and the holder's tenant."""
     await alertmanager.ready(http)
     settings = ForwarderSettings(
-        nats_url=nats_url, subject_prefix=publisher.subjects.prefix,
+        nats=ProbedNatsSettings(url=nats_url, subject_prefix=publisher.subjects.prefix),
         alertmanager=(alertmanager.url,), resend_interval_s=0.5, event_ttl_s=1,
         backoff_initial_s=0.2, backoff_max_s=0.5,
     )  # fmt: skip

@@ -20,6 +20,7 @@ from coordinator.bus.alerts import AlertNotStored, AlertStream
 from coordinator.bus.connection import Bus
 from ops.forwarder.settings import ForwarderSettings
 from ops.kit.embedded_nats import EmbeddedNatsCluster
+from procs.nats import NatsSettings, ProbedNatsSettings
 from shared.subjects import Subjects
 from shared.wire import Alert
 from tests.integration.ops.forwarder.test_alert_forwarder import Receiver, _alert, forwarding
@@ -72,7 +73,7 @@ async def test_a_hung_server_under_the_forwarder_delays_an_alert_by_seconds_not_
     hung = cluster.servers["n1"]
     others = [s.url for name, s in cluster.servers.items() if name != "n1"]
     paused = False
-    bus = Bus(",".join(others), probe_timeout_s=2.0)
+    bus = Bus(NatsSettings(url=",".join(others)), probe_timeout_s=2.0)
     try:
         await bus.connect()
         stream = AlertStream(bus, Subjects(f"t{secrets.token_hex(4)}"))
@@ -89,13 +90,12 @@ async def test_a_hung_server_under_the_forwarder_delays_an_alert_by_seconds_not_
         async with Receiver().serving() as receiver:
             # Given only n1, the forwarder starts there (and learns the others from it).
             settings = ForwarderSettings(
-                nats_url=hung.url,
-                subject_prefix=stream.subjects.prefix,
+                nats=ProbedNatsSettings(url=hung.url, subject_prefix=stream.subjects.prefix),
                 alertmanager=(receiver.url,),
                 backoff_initial_s=0.05,
                 metrics_port=0,
             )
-            assert settings.nats_probe_interval_s + settings.nats_probe_timeout_s <= 3.0
+            assert settings.nats.probe_interval_s + settings.nats.probe_timeout_s <= 3.0
             async with forwarding(settings) as forwarder, aiohttp.ClientSession() as http:
                 await stream.publish(_alert("node.registered", 1))
 

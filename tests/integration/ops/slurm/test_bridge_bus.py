@@ -26,6 +26,7 @@ from ops.kit.nats_bundle import AuthBundle, build, write_bundle
 from ops.kit.nats_users import DEFAULT_FORWARDER_DURABLE, bcrypt_hasher, forwarder_user
 from ops.slurm.bridge.daemon import SlurmBridge
 from ops.slurm.bridge.settings import BridgeSettings
+from procs.nats import NatsSettings, ProbedNatsSettings
 from shared.ids import new_pool_id
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -60,7 +61,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 
 async def _publish(secured: Secured, n: int) -> list[str]:
-    bus = Bus(secured.server.url, user_credentials=str(secured.creds_file("coordinator")))
+    bus = Bus(
+        NatsSettings(url=secured.server.url, credentials=str(secured.creds_file("coordinator")))
+    )
     await bus.connect(attempts=1)
     ids = []
     try:
@@ -84,8 +87,11 @@ async def test_the_bridge_follows_the_stream_with_a_forwarder_user_and_nothing_m
     ids = await _publish(secured, 3)
     bridge = SlurmBridge(
         BridgeSettings(
-            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
-            nats_credentials=str(secured.creds_file(forwarder_user(DURABLE))),
+            nats=ProbedNatsSettings(
+                url=secured.server.url, subject_prefix=PREFIX,
+                credentials=str(secured.creds_file(forwarder_user(DURABLE))),
+            ),
+            durable=DURABLE,
             coordinator_key="unused", fetch_wait_s=0.5,
         )
     )  # fmt: skip
@@ -171,8 +177,11 @@ async def test_wrong_credentials_are_a_counted_error(
     wrong.write_text(good.replace(secured.bundle.passwords[user], "not-the-password"))
     bridge = SlurmBridge(
         BridgeSettings(
-            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
-            nats_credentials=str(wrong), coordinator_key="unused",
+            nats=ProbedNatsSettings(
+                url=secured.server.url, subject_prefix=PREFIX, credentials=str(wrong)
+            ),
+            durable=DURABLE,
+            coordinator_key="unused",
         )
     )  # fmt: skip
     task = asyncio.create_task(bridge.connect())
@@ -195,8 +204,12 @@ async def test_a_consumer_its_user_may_not_use_is_a_counted_error(
     other = forwarder_user(DEFAULT_FORWARDER_DURABLE)
     bridge = SlurmBridge(
         BridgeSettings(
-            nats_url=secured.server.url, subject_prefix=PREFIX, durable=DURABLE,
-            nats_credentials=str(secured.creds_file(other)), coordinator_key="unused",
+            nats=ProbedNatsSettings(
+                url=secured.server.url, subject_prefix=PREFIX,
+                credentials=str(secured.creds_file(other)),
+            ),
+            durable=DURABLE,
+            coordinator_key="unused",
         )
     )  # fmt: skip
     nc = await bridge.connect()

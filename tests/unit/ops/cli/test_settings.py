@@ -12,7 +12,7 @@ import pytest
 from ops.cli import settings as cli_settings
 from ops.cli.settings import CliSettings
 from ops.main import cli, run
-from procs.settings import fields, flag_names
+from procs.settings import flag_names, outer_fields
 
 DOCS = Path(__file__).resolve().parents[4] / "docs"
 NOBODY = "http://127.0.0.1:9"  # the discard port: refused at once
@@ -30,7 +30,7 @@ def test_every_cli_setting_is_a_gpufleet_flag() -> None:
     alerts = cli.commands["alerts"]
     assert isinstance(alerts, click.Group)
     commands = {"url": cli, "nats_url": alerts.commands["watch"]}
-    for field in fields(CliSettings):
+    for field in outer_fields(CliSettings):
         command = commands["nats_url" if field.name in CliSettings.NATS_FLAGS else "url"]
         given = {name for param in command.params for name in getattr(param, "opts", [])}
         assert field.description, field.name

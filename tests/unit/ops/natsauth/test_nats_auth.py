@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.publisher import Publisher
+from agent.config import Settings
 from ops.kit.embedded_nats import find_nats_server
 from ops.kit.nats_bundle import AuthBundle, build
 from ops.kit.nats_server_config import credentials_text, parse_server_arg
@@ -22,8 +22,7 @@ from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
 from ops.main import run as cli_run
 from ops.natsauth.command import nodes_from_json
 from procs.nats import CredentialsError, auth_options, connect_options, parse_credentials
-from procs.settings import ConfigError
-from shared.clock import FakeClock
+from procs.settings import ConfigError, load
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
 
@@ -172,12 +171,9 @@ def test_every_process_reads_the_credentials_file_the_generator_writes(tmp_path:
         auth_options(str(junk))
     with pytest.raises(CredentialsError, match="cannot read"):
         auth_options(str(tmp_path / "missing"))
-    # The agent says it as a bad setting (exit 2), naming the field.
-    with pytest.raises(ConfigError, match="nats_credentials"):
-        Publisher(
-            servers="nats://127.0.0.1:4222", subjects=Subjects("t"), pool_id="p", node_id="n",
-            boot_id="b", interval_s=1.0, clock=FakeClock(0), creds=junk,
-        )  # fmt: skip
+    # Every process says it as a bad setting (exit 2), naming the field.
+    with pytest.raises(ConfigError, match=r"nats_credentials: .*junk: needs user and password"):
+        load(Settings, ["--pool-id", new_pool_id(), "--nats-credentials", str(junk)], {})
 
 
 def test_nodes_come_from_the_example_inventory_through_ansible_inventory(

@@ -266,7 +266,7 @@ def _check_table_items(field: Field, value: Any) -> None:
             msgspec.convert(key, key_type, strict=False)
             msgspec.convert(item, value_type, strict=False, dec_hook=_from_text)
         except msgspec.ValidationError as exc:
-            message, _ = _where(str(exc))
+            _, message = _where(str(exc))
             raise ConfigError(f"{field.name}.{key}", message) from None
 
 

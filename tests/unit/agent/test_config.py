@@ -191,3 +191,12 @@ def test_env_names_json_tables_and_nested_keys() -> None:
     with pytest.raises(ConfigError) as err:
         load(Settings, [], {**env, "GPUFLEET_HEALTH__XID_FAULTS": "{bad"})
     assert err.value.field == "health"
+
+
+def test_a_bad_table_key_says_what_is_wrong_with_it() -> None:
+    # The error names the key and carries msgspec's reason, not the path text.
+    with pytest.raises(ConfigError) as err:
+        load(Settings, [*BASE, "--label", "bad key=v"], {})
+    assert err.value.field == "labels.bad key"
+    assert "settings" not in str(err.value)
+    assert "match" in str(err.value) or "pattern" in str(err.value)

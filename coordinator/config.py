@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from msgspec import Meta
 
 from coordinator.domain.rate_card import RateCard, RateCardError, parse_rate_card
+from coordinator.domain.tenant_rules import TenantRules, TenantRulesError, parse_tenant_rules
 from procs.logs import LogLevel
 from procs.nats import (
     DEFAULT_NATS_URL,
@@ -31,7 +32,10 @@ from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.subjects import DEFAULT_PREFIX
 from shared.wire import IDLE_UTIL_PERCENT
 
-__all__ = ["ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card"]
+__all__ = [
+    "ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card",
+    "load_tenant_rules",
+]  # fmt: skip
 
 
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -61,6 +65,23 @@ def load_rate_card(path: str) -> RateCard:
 def _rate_card(value: str | None) -> None:
     if value is not None:
         load_rate_card(value)
+
+
+def load_tenant_rules(path: str) -> TenantRules:
+    """The tenant mapping rules at `path`, or ValueError (TenantRulesError) naming file,
+    line and field: the coordinator refuses to start on rules it cannot use."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TenantRulesError(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TenantRulesError(f"{path}: is not UTF-8 text") from None
+    return parse_tenant_rules(text, path)
+
+
+def _tenant_rules(value: str | None) -> None:
+    if value is not None:
+        load_tenant_rules(value)
 
 
 class CoordinatorSettings(SettingsModel, frozen=True):
@@ -98,6 +119,16 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             )
         ),
         Option(check=_rate_card),
+    ] = None
+    tenant_rules: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "TOML rules charging memory use no reservation names to a tenant, by Slurm "
+                "account, Kubernetes namespace or unix group (docs/operator.md, Chargeback)"
+            )
+        ),
+        Option(check=_tenant_rules),
     ] = None
     nats_tls_ca: Annotated[
         str | None,

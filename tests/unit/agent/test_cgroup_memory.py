@@ -8,7 +8,10 @@ import grp
 import os
 from pathlib import Path
 
+import pytest
+
 from agent.cgroup_memory import CgroupMemory, cgroup_dir, owner_cgroup
+from agent.sim.workload import FakeProcs, WorkloadError, parse_workload
 from agent.use_changes import MEMORY_STEP_MIB, UseChanges
 from shared.wire import MAX_OWNER_MEMORY, DeviceUse, Heartbeat, OwnerKind, OwnerMemory, ProcessUse
 from tests.unit.agent.test_use_changes import HB
@@ -190,3 +193,34 @@ def test_too_many_owners_go_in_a_full_report() -> None:
     plan = changes.plan(HB)
     assert plan.report is not None and plan.report.memory == many
     assert plan.heartbeat.memory == () and len(plan.heartbeat.to_json()) < 1024
+
+
+def test_simulated_workloads_write_their_memory_curves_into_the_cgroup_tree(
+    tmp_path: Path,
+) -> None:
+    """Two workloads of one pod: the pod's slice holds both, as the kernel would sum it."""
+    wave = {"shape": "ramp", "from": 1000, "to": 2000, "period_s": 10}
+    a = parse_workload(
+        {"pid": 1, "gpu": 0, "cgroup": f"0::{POD_SLICE}/crio-{CTR}.scope", "host_memory_mib": wave},
+        "faults[0]",
+    )
+    b = parse_workload(
+        {
+            "pid": 2,
+            "gpu": 0,
+            "cgroup": f"0::{POD_SLICE}/crio-{'b' * 64}.scope",
+            "host_memory_mib": 500,
+        },
+        "faults[1]",
+    )
+    procs = FakeProcs(tmp_path / "proc")
+    procs.sync((a, b))
+    procs.memory([(a, 5.0), (b, 5.0)])
+    entries = CgroupMemory(tmp_path).read(use((1, "pod", POD), (2, "pod", POD)))
+    assert by_owner(entries) == {("pod", POD): (2000, 2000)}
+    procs.memory([(a, 0.0), (b, 0.0)])  # down again: the peak file keeps the most
+    slice_dir = tmp_path / "sys/fs/cgroup" / POD_SLICE.strip("/")
+    assert (slice_dir / "memory.peak").read_text().strip() == str(2000 * MIB)
+    assert (slice_dir / "memory.current").read_text().strip() == str(1500 * MIB)
+    with pytest.raises(WorkloadError, match=r"faults\[2\]\.host_memory_mib"):
+        parse_workload({"pid": 3, "gpu": 0, "host_memory_mib": -5}, "faults[2]")

@@ -50,16 +50,20 @@ def _readable(value: str | None) -> None:
         raise ValueError(f"{value} does not exist")
 
 
+def _text(path: str, error: type[ValueError]) -> str:
+    """An operator's file, or `error` naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: is not UTF-8 text") from None
+
+
 def load_rate_card(path: str) -> RateCard:
     """The rate card file at `path`, or ValueError (RateCardError) naming file, line
     and field: the coordinator refuses to start on a card it cannot use."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RateCardError(f"{path}: cannot be read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RateCardError(f"{path}: is not UTF-8 text") from None
-    return parse_rate_card(text, path)
+    return parse_rate_card(_text(path, RateCardError), path)
 
 
 def _rate_card(value: str | None) -> None:
@@ -70,13 +74,7 @@ def _rate_card(value: str | None) -> None:
 def load_tenant_rules(path: str) -> TenantRules:
     """The tenant mapping rules at `path`, or ValueError (TenantRulesError) naming file,
     line and field: the coordinator refuses to start on rules it cannot use."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TenantRulesError(f"{path}: cannot be read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise TenantRulesError(f"{path}: is not UTF-8 text") from None
-    return parse_tenant_rules(text, path)
+    return parse_tenant_rules(_text(path, TenantRulesError), path)
 
 
 def _tenant_rules(value: str | None) -> None:

@@ -5,16 +5,16 @@ Slurm job's account, the pod's Kubernetes namespace, the unix group of its proce
 The file is TOML, one `[[rule]]` per match, each with exactly one of the three keys:
 
     [[rule]]
-    slurm_account = "physics"
-    tenant = "acme"
+    slurm_account = "chem"     # the job's SLURM_JOB_ACCOUNT
+    tenant = "lab-chem"
 
     [[rule]]
-    k8s_namespace = "ml"
-    tenant = "globex"
+    k8s_namespace = "serving"  # the pod's namespace
+    tenant = "web"
 
     [[rule]]
-    unix_group = "research"
-    tenant = "initech"
+    unix_group = "students"    # the real group of the owner's processes
+    tenant = "teaching"
 
 The first rule that matches wins, in file order; two rules with the same key and value
 are refused (one would never apply). Any problem refuses the whole file, naming the
@@ -29,10 +29,10 @@ charged to a tenant that does not exist.
 
 from __future__ import annotations
 
-import re
-import tomllib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
+
+from coordinator.domain.toml_lines import parsed, table_line, top_line
 
 MATCHES = ("slurm_account", "k8s_namespace", "unix_group")
 _FIELDS = {*MATCHES, "tenant"}
@@ -74,34 +74,13 @@ class TenantRules:
 NO_RULES = TenantRules()
 
 
-def _line_of(lines: Sequence[str], index: int, key: str | None) -> int:
-    """The line of `[[rule]]` number `index` (0-based), or of `key` inside it."""
-    seen, start = -1, 0
-    for no, text in enumerate(lines, 1):
-        stripped = text.strip()
-        if stripped.startswith("[[rule]]"):
-            seen += 1
-            if seen == index:
-                start = no
-                if key is None:
-                    return no
-            elif seen > index:
-                break
-        elif seen == index and key is not None and re.match(rf"^{re.escape(key)}\s*=", stripped):
-            return no
-    return start or 1
-
-
 def parse_tenant_rules(text: str, path: str) -> TenantRules:
     """The rules in `text` (read from `path`, named in errors), or TenantRulesError."""
     lines = text.splitlines()
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TenantRulesError(f"{path}: does not parse: {exc}") from None
+    doc = parsed(text, path, TenantRulesError)
     unknown = sorted(set(doc) - {"rule"})
     if unknown:
-        line = next((n for n, t in enumerate(lines, 1) if t.strip().startswith(unknown[0])), 1)
+        line = top_line(lines, unknown[0])
         raise TenantRulesError(f"{path}:{line}: {unknown[0]}: not a tenant rules field")
     entries = doc.get("rule", [])
     if not isinstance(entries, list):
@@ -111,7 +90,8 @@ def parse_tenant_rules(text: str, path: str) -> TenantRules:
     for i, entry in enumerate(entries):
 
         def where(key: str | None, i: int = i) -> str:
-            return f"{path}:{_line_of(lines, i, key)}: rule[{i}]" + (f".{key}" if key else "")
+            line = table_line(lines, "rule", i, key)
+            return f"{path}:{line}: rule[{i}]" + (f".{key}" if key else "")
 
         if not isinstance(entry, dict):
             raise TenantRulesError(f"{where(None)}: must be a table")
@@ -138,7 +118,7 @@ def parse_tenant_rules(text: str, path: str) -> TenantRules:
                 f"{where(match)}: repeats rule[{seen[(match, value)]}] (it would never apply)"
             )
         seen[(match, value)] = i
-        rules.append(Rule(match, value, tenant, _line_of(lines, i, "tenant"), i))
+        rules.append(Rule(match, value, tenant, table_line(lines, "rule", i, "tenant"), i))
     return TenantRules(tuple(rules))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
+from agent.config import Settings
 from agent.sim.faults import write_faults
 from ops.kit.nats_users import AgentNode, NatsUser, agent_permissions, agent_user
 from shared.ids import new_pool_id
@@ -84,6 +85,18 @@ class Listener:
         await self.inventories.put(Inventory.from_json(msg.data))
 
 
+async def listening(nats_url: str, s: Settings) -> tuple[nats.NATS, Listener]:
+    """A connection hearing the agent's heartbeats, use reports and inventories."""
+    subjects = Subjects(s.subject_prefix)
+    nc = await nats.connect(nats_url)
+    seen = Listener()
+    await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)
+    await nc.subscribe(subjects.use(s.pool_id, s.node_id), cb=seen.use)
+    await nc.subscribe(subjects.inventory(s.pool_id, s.node_id), cb=seen.inv)
+    await nc.flush()
+    return nc, seen
+
+
 def owners(devices: tuple[DeviceUse, ...], uuid: str) -> list[tuple[int, str, str]]:
     (device,) = [d for d in devices if d.device_id == uuid]
     return [(p.pid, p.owner_kind, p.owner) for p in device.processes]
@@ -94,12 +107,7 @@ async def test_use_reports_and_heartbeat_changes(nats_url: str, tmp_path: Path) 
     write_faults(faults, WORKLOADS)
     s = settings(nats_url, fault_file=faults, interval_s=0.2)
     subjects = Subjects(s.subject_prefix)
-    nc = await nats.connect(nats_url)
-    seen = Listener()
-    await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)
-    await nc.subscribe(subjects.use(s.pool_id, s.node_id), cb=seen.use)
-    await nc.subscribe(subjects.inventory(s.pool_id, s.node_id), cb=seen.inv)
-    await nc.flush()
+    nc, seen = await listening(nats_url, s)
     try:
         async with agent(s):
             inv = await asyncio.wait_for(seen.inventories.get(), 10)
@@ -198,12 +206,7 @@ async def test_owners_host_memory_follows_the_workloads_curves(
     faults = tmp_path / "faults.json"
     write_faults(faults, workloads)
     s = settings(nats_url, fault_file=faults, interval_s=0.2)
-    subjects = Subjects(s.subject_prefix)
-    nc = await nats.connect(nats_url)
-    seen = Listener()
-    await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)
-    await nc.subscribe(subjects.use(s.pool_id, s.node_id), cb=seen.use)
-    await nc.flush()
+    nc, seen = await listening(nats_url, s)
     try:
         async with agent(s):
             first = await asyncio.wait_for(seen.reports.get(), 10)

@@ -19,16 +19,8 @@ from shared.wire import OwnerMemory, UseReport
 from tests.factories import make_heartbeat, make_inventory
 from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.rig import TENANT, Rig
+from tests.unit.coordinator.domain.test_tenant_rules import GOOD
 
-RULES = """\
-[[rule]]
-k8s_namespace = "ml"
-tenant = "globex"
-
-[[rule]]
-unix_group = "research"
-tenant = "initech"
-"""
 STEP_MS = 10_000
 DEAD = "rsv_01jzzzzzzzzzzzzzzzzzzzzzzz"
 
@@ -44,7 +36,7 @@ async def test_each_owner_is_charged_to_one_tenant_or_kept_apart(ledger: Ledger)
     watch = GpuUseWatch(
         ledger, Subjects("t"), rig.clock, RecordingPublisher(), RecordingAlerts(),
         reachable=lambda _: True, max_gap_ms=60_000, flush_ms=0,
-        rules=parse_tenant_rules(RULES, "tenants.toml"),
+        rules=parse_tenant_rules(GOOD, "tenants.toml"),
     )  # fmt: skip
     watch.on_inventory(make_inventory(node, pool, gpus=1))
     owners = (
@@ -56,7 +48,7 @@ async def test_each_owner_is_charged_to_one_tenant_or_kept_apart(ledger: Ledger)
         OwnerMemory(owner_kind="pod", owner="uid-1", current_mib=2048, k8s_namespace="ml"),
         # initech does not exist (yet): nobody's, not a ghost tenant's.
         OwnerMemory(
-            owner_kind="systemd", owner="x.service", current_mib=1024, unix_group="research"
+            owner_kind="systemd", owner="x.service", current_mib=1024, unix_group="physics"
         ),
         OwnerMemory(owner_kind="slurm", owner="42", current_mib=512),
         OwnerMemory(owner_kind="reservation", owner=DEAD, current_mib=256),  # not live

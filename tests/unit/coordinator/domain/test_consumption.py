@@ -30,6 +30,7 @@ from coordinator.domain.gpu_use_report import UseHour, reservation_use
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.tenant_rules import parse_tenant_rules
 from shared.wire import DeviceUse, OwnerMemory, ProcessUse
+from tests.unit.coordinator.domain.test_tenant_rules import GOOD
 
 T0 = 1_800_000_000_000  # on the grid
 POOL = "pool_a"
@@ -89,22 +90,7 @@ def test_memory_goes_to_the_owners_tenant_and_the_rest_is_unattributed() -> None
     assert gb(16 * 1024 * Q) == 16 and gb_hours(16 * 1024 * Q) == 4
 
 
-RULES = parse_tenant_rules(
-    """
-[[rule]]
-slurm_account = "physics"
-tenant = "acme"
-
-[[rule]]
-k8s_namespace = "ml"
-tenant = "globex"
-
-[[rule]]
-unix_group = "research"
-tenant = "initech"
-""",
-    "tenants.toml",
-)
+RULES = parse_tenant_rules(GOOD, "tenants.toml")
 
 
 def test_an_owner_is_charged_by_reservation_then_rule_then_nobody() -> None:
@@ -114,9 +100,9 @@ def test_an_owner_is_charged_by_reservation_then_rule_then_nobody() -> None:
     owners = [
         # A live reservation wins over a rule the same owner matches.
         mem("reservation", "rsv_a", 1000, slurm_account="physics"),
-        mem("slurm", "42", 200, slurm_account="physics", unix_group="research"),  # 1st rule
+        mem("slurm", "42", 200, slurm_account="physics", unix_group="physics"),  # 1st rule
         mem("pod", "uid-1", 30, k8s_namespace="ml"),
-        mem("systemd", "x.service", 4, unix_group="research"),
+        mem("systemd", "x.service", 4, unix_group="physics"),
         mem("reservation", "rsv_dead", 5000, k8s_namespace="web"),  # nothing matches
     ]
     got = accrue_memory(

@@ -51,9 +51,8 @@ class _Proc:
     the cgroup mount, "" when none can be read), whether it is v2, its Slurm account and
     its unix group."""
 
-    start: str
-    cgroup: str
-    v2: bool
+    start: bytes
+    where: str  # the owner's cgroup: "2:/path" (v2) or "1:/path" (v1 memory), "" none
     account: str
     group: str
 
@@ -103,7 +102,7 @@ class CgroupMemory:
 
     def __init__(self, root: Path) -> None:
         self._proc = os.path.join(root, "proc")
-        self._cgroup = os.path.join(root, "sys", "fs", "cgroup")
+        self._cgroup = os.path.join(root, "sys", "fs", "cgroup")  # no trailing slash
         self._procs: dict[int, _Proc] = {}
         self._marks: dict[str, int] = {}  # cgroup → its memory.peak at the last read
 
@@ -119,14 +118,13 @@ class CgroupMemory:
                 key: Key = (p.owner_kind, p.owner) if p.owner_kind != "unknown" else UNKNOWN_KEY
                 info = self._process(p.pid)
                 facts = held.setdefault(key, _Held())
-                if info is None or not info.cgroup.strip("/"):
+                if info is None or not info.where:
                     continue
                 facts.account = facts.account or info.account
                 facts.group = facts.group or info.group
                 if p.owner_kind == "pod" and "/" in p.owner_name:
                     facts.namespace = p.owner_name.split("/", 1)[0][:MAX_TEXT]
-                where = f"{2 if info.v2 else 1}:{owner_cgroup(info.cgroup)}"
-                claims.setdefault(where, set()).add(key)
+                claims.setdefault(info.where, set()).add(key)
         self._procs = {pid: v for pid, v in self._procs.items() if pid in pids}
         readings = {d: r for d in claims if (r := self._memory(d)) is not None}
         self._marks = {d: m for d, m in self._marks.items() if d in readings}
@@ -142,33 +140,36 @@ class CgroupMemory:
         return _bounded(held)
 
     def _process(self, pid: int) -> _Proc | None:
-        base = os.path.join(self._proc, str(pid))
+        base = f"{self._proc}/{pid}"
         try:
-            with open(os.path.join(base, "stat")) as f:
-                start = f.read().rsplit(")", 1)[1].split()[19]
+            start = _read(f"{base}/stat").rsplit(b")", 1)[1].split()[19]
         except (OSError, IndexError):
             return None
         cached = self._procs.get(pid)
         if cached is not None and cached.start == start:
             return cached
         try:
-            with open(os.path.join(base, "cgroup"), errors="replace") as f:
-                found = cgroup_dir(f.read())
+            found = cgroup_dir(_read(f"{base}/cgroup").decode("utf-8", "replace"))
         except OSError:
             found = None
-        cgroup, v2 = found if found is not None else ("", True)
-        info = _Proc(start, cgroup, v2, _account(base), _group(base))
+        where = ""
+        if found is not None and found[0].strip("/"):  # the root: the host's, no one's
+            where = f"{2 if found[1] else 1}:{owner_cgroup(found[0])}"
+        info = _Proc(start, where, _account(base), _group(base))
         self._procs[pid] = info
         return info
 
     def _memory(self, where: str) -> tuple[int, int] | None:
         """(current, peak since the last read) in bytes, or None where unreadable."""
         v2, path = where[0] == "2", where[2:].strip("/")
-        base = os.path.join(self._cgroup, *(() if v2 else ("memory",)), path)
-        current = _number(os.path.join(base, "memory.current" if v2 else "memory.usage_in_bytes"))
+        if v2:
+            base = f"{self._cgroup}/{path}"
+            current = _number(f"{base}/memory.current")
+        else:
+            current = _number(f"{self._cgroup}/memory/{path}/memory.usage_in_bytes")
         if current is None:
             return None
-        mark = _number(os.path.join(base, "memory.peak")) if v2 else None
+        mark = _number(f"{base}/memory.peak") if v2 else None
         peak = current
         if mark is not None:
             last = self._marks.get(where)
@@ -214,10 +215,18 @@ def _bounded(held: dict[Key, _Held]) -> tuple[OwnerMemory, ...]:
     )  # fmt: skip
 
 
+def _read(path: str, most: int = 4096) -> bytes:
+    """A small file's bytes (os.read: a poll reads hundreds of these, no text layer)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, most)
+    finally:
+        os.close(fd)
+
+
 def _number(path: str) -> int | None:
     try:
-        with open(path) as f:
-            return max(0, int(f.read().strip() or "0"))
+        return max(0, int(_read(path, 64).strip() or b"0"))
     except (OSError, ValueError):
         return None
 
@@ -225,8 +234,7 @@ def _number(path: str) -> int | None:
 def _account(base: str) -> str:
     """The Slurm account a job's process runs under (its environment), or ""."""
     try:
-        with open(os.path.join(base, "environ"), "rb") as f:
-            env = f.read(MAX_ENVIRON)
+        env = _read(f"{base}/environ", MAX_ENVIRON)
     except OSError:
         return ""
     for entry in env.split(b"\0"):
@@ -238,7 +246,7 @@ def _account(base: str) -> str:
 def _group(base: str) -> str:
     """The name of the process's real group (`status`'s `Gid:`), or ""."""
     try:
-        with open(os.path.join(base, "status")) as f:
+        with open(f"{base}/status") as f:
             line = next(ln for ln in f if ln.startswith("Gid:"))
         return grp.getgrgid(int(line.split()[1])).gr_name[:MAX_TEXT]
     except (OSError, StopIteration, IndexError, ValueError, KeyError):

@@ -5,15 +5,16 @@ Memory use is host memory, as the pool's `memoryGiB` is: what each owner of a no
 GPU processes holds in its cgroup (`OwnerMemory`, the agent's `agent.cgroup_memory`).
 An owner is charged, in this order, to the tenant of the live reservation it names (its
 `GPUFLEET_RESERVATION_ID`, or the bridge's Slurm reservation the job runs in, which the
-agent reads as that reservation), else to the tenant of the operator's first mapping
-rule it matches (`domain.tenant_rules`: Slurm account, Kubernetes namespace, unix
-group), else to nobody: unattributed (tenant `""`), kept as its own row, never dropped
-nor given to a tenant. Each owner's memory is one tenant's or nobody's, never two.
-Between two passes [a, b) of a node the memory seen at `b` is taken to have been held
-all through [a, b) (the use book's rule for processes too), cut at quarter boundaries
-into MiB-milliseconds; the peak of a quarter is the largest total a tenant held in the
-pool at one pass, each owner counted at the most it held since the pass before (its
-cgroup's peak as reported).
+agent reads as that reservation) when that reservation holds something on the owner's
+node (whoever starts a process chooses its environment); else to the tenant of the
+operator's first mapping rule it matches (`domain.tenant_rules`: Slurm account,
+Kubernetes namespace, unix group); else to nobody: unattributed (tenant `""`), kept as
+its own row, never dropped nor given to a tenant. Each owner's memory is one tenant's
+or nobody's, never two. Between two passes [a, b) of a node the memory seen at `b` is
+taken to have been held all through [a, b) (the use book's rule for processes too), cut
+at quarter boundaries into MiB-milliseconds; the peak of a quarter is the largest total
+a tenant held in the pool at one pass, each owner counted at the most it held since the
+pass before (its cgroup's peak as reported).
 
 All arithmetic is in integer MiB-milliseconds, so `covered + unused = reserved` and
 `covered + onDemand = used` hold exactly; GB (= GiB, the pool's `memoryGiB`, as the
@@ -22,7 +23,7 @@ interval API books it) and GB-hours are exact decimals of those.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -57,10 +58,13 @@ def _quarters(a: int, b: int) -> Iterable[tuple[int, int]]:
         a = end
 
 
-def owner_tenant(owner: OwnerMemory, tenant_of: Mapping[str, str], rules: TenantRules) -> str:
-    """The tenant an owner's memory is charged to: its live reservation's, else the first
-    mapping rule's it matches, else UNATTRIBUTED."""
-    if owner.owner_kind == "reservation" and owner.owner in tenant_of:
+def owner_tenant(
+    owner: OwnerMemory, tenant_of: Mapping[str, str], rules: TenantRules, booked: bool = True
+) -> str:
+    """The tenant an owner's memory is charged to: its live reservation's (`booked`: one
+    that holds something on the owner's node), else the first mapping rule's it
+    matches, else UNATTRIBUTED."""
+    if owner.owner_kind == "reservation" and booked and owner.owner in tenant_of:
         return tenant_of[owner.owner]
     ruled = rules.tenant(owner.slurm_account, owner.k8s_namespace, owner.unix_group)
     return UNATTRIBUTED if ruled is None else ruled
@@ -72,10 +76,13 @@ def accrue_memory(
     pools: Mapping[str, str],
     windows: Mapping[str, tuple[int, int]],
     rules: TenantRules = NO_RULES,
+    booked: Collection[tuple[str, str]] | None = None,
 ) -> dict[MemoryKey, MemoryAccrued]:
     """MiB-ms and peaks of each node's [a, b) in `windows` from its owners' memory
     (`peak_mib`: the most each held since the pass before), charged per tenant and the
-    node's pool."""
+    node's pool. `booked`, (node, reservation) pairs: a reservation is believed only on
+    the nodes it holds something on, so a process naming another tenant's reservation
+    elsewhere does not charge that tenant (None: anywhere)."""
     held: dict[tuple[str, str], int] = {}  # (tenant, pool) → MiB at this pass, at peak
     spans: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     for node_id, (a, b) in windows.items():
@@ -86,7 +93,8 @@ def accrue_memory(
         for owner in memory.get(node_id, ()):
             if not (owner.current_mib or owner.peak_mib):
                 continue
-            tenant = owner_tenant(owner, tenant_of, rules)
+            here = booked is None or (node_id, owner.owner) in booked
+            tenant = owner_tenant(owner, tenant_of, rules, here)
             now_mib, peak_mib = mine.get(tenant, (0, 0))
             top = max(owner.current_mib, owner.peak_mib)
             mine[tenant] = (now_mib + owner.current_mib, peak_mib + top)

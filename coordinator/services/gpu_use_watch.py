@@ -281,7 +281,8 @@ class GpuUseWatch:
                 self.state, uses, holds, pools, now, self.policy, tenant_of, spread
             )
             gates, said = gate(self.gates, transitions, now, self.policy)
-            memory = accrue_memory(held_memory, tenant_of, pools, windows, rules)
+            booked = {(h.node_id, h.reservation_id) for h in holds}
+            memory = accrue_memory(held_memory, tenant_of, pools, windows, rules, booked)
             accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
             return state, gates, said, accrued, memory
 

@@ -1,8 +1,9 @@
 """Memory use by tenant (issue 35, point 1), through the use pass on a real ledger (SQLite
 and PostgreSQL): the host memory each owner's cgroup holds, as an agent reports it, is
-charged to the tenant of the live reservation it names, else of the operator's first
-matching rule, else kept apart as unattributed; never dropped, never counted for two
-tenants; a rule whose tenant does not exist yet charges nobody until it does."""
+charged to the tenant of the live reservation it names (booked on that node), else of
+the operator's first matching rule, else kept apart as unattributed; never dropped,
+never counted for two tenants; a rule whose tenant does not exist yet charges nobody
+until it does."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ DEAD = "rsv_01jzzzzzzzzzzzzzzzzzzzzzzz"
 async def test_each_owner_is_charged_to_one_tenant_or_kept_apart(ledger: Ledger) -> None:
     rig = await Rig.open(ledger)
     await ledger.tenants.create("globex", "Globex", rig.clock.now_ms())
-    pool = await rig.pool(nodes=1, gpus=1)
-    node = f"{pool[-6:]}-n0"
+    pool = await rig.pool(nodes=2, gpus=1)
     created = await rig.reservations.create(rig.request(pool, "r1"))
-    assert isinstance(created, Created)
+    elsewhere = await rig.reservations.create(rig.request(pool, "r2"))
+    assert isinstance(created, Created) and isinstance(elsewhere, Created)
     rsv = created.reservation.reservation_id
+    node = created.reservation.atoms[0].node_id
+    assert elsewhere.reservation.atoms[0].node_id != node
     watch = GpuUseWatch(
         ledger, Subjects("t"), rig.clock, RecordingPublisher(), RecordingAlerts(),
         reachable=lambda _: True, max_gap_ms=60_000, flush_ms=0,
@@ -52,6 +55,11 @@ async def test_each_owner_is_charged_to_one_tenant_or_kept_apart(ledger: Ledger)
         ),
         OwnerMemory(owner_kind="slurm", owner="42", current_mib=512),
         OwnerMemory(owner_kind="reservation", owner=DEAD, current_mib=256),  # not live
+        # Live, but booked on the other node: naming it here charges nobody.
+        OwnerMemory(
+            owner_kind="reservation", owner=elsewhere.reservation.reservation_id,
+            current_mib=64,
+        ),
         OwnerMemory(owner_kind="unknown", current_mib=128),
     )  # fmt: skip
     start = rig.clock.now_ms()
@@ -75,7 +83,7 @@ async def test_each_owner_is_charged_to_one_tenant_or_kept_apart(ledger: Ledger)
     assert by_tenant == {
         TENANT: (4096 * window, 8192),
         "globex": (2048 * window, 2048),
-        UNATTRIBUTED: ((1024 + 512 + 256 + 128) * window, 1024 + 512 + 256 + 128),
+        UNATTRIBUTED: ((1024 + 512 + 256 + 64 + 128) * window, 1024 + 512 + 256 + 64 + 128),
     }
     # Every MiB-ms once: the sum is what the host's owners held, under one tenant each.
     assert sum(ms for ms, _ in by_tenant.values()) == sum(o.current_mib for o in owners) * window

@@ -67,19 +67,20 @@ class _Held:
 
 
 def cgroup_dir(text: str) -> tuple[str, bool] | None:
-    """The memory cgroup a `/proc/<pid>/cgroup` names: the v2 line's path, else the v1
-    `memory` controller's; (path, is_v2), or None."""
-    v1: str | None = None
+    """The memory cgroup a `/proc/<pid>/cgroup` names: the v1 `memory` controller's path
+    where a v1 hierarchy has it (a hybrid host also lists an empty v2 line, `0::/`),
+    else the v2 line's; (path, is_v2), or None."""
+    v2: str | None = None
     for line in text.replace("\0", "").splitlines():
         hier, _, rest = line.partition(":")
         controllers, sep, path = rest.partition(":")
         if not sep:
             continue
         if hier == "0" and controllers == "":
-            return path.strip(), True
-        if "memory" in controllers.split(","):
-            v1 = path.strip()
-    return (v1, False) if v1 is not None else None
+            v2 = path.strip()
+        elif "memory" in controllers.split(","):
+            return path.strip(), False
+    return (v2, True) if v2 is not None else None
 
 
 def owner_cgroup(path: str) -> str:

@@ -7,8 +7,10 @@ An owner's cgroup is the one its name came from (`agent.owners`): a pod's
 `<name>.service`; a process named by its environment (`GPUFLEET_RESERVATION_ID`) is
 charged its cgroup-named owner's cgroup where the path names one, else its own. Each
 cgroup is read once however many processes share it: cgroup v2's `memory.current` (and
-`memory.peak`) under `sys/fs/cgroup/<path>`, else v1's `memory.usage_in_bytes` under
-`sys/fs/cgroup/memory/<path>` (no peak there: the reading itself).
+`memory.peak`) under `sys/fs/cgroup/<path>`, or, where a v1 hierarchy holds the memory
+controller (v1 hosts, and systemd's hybrid mode, whose v2 line is then empty), v1's
+`memory.usage_in_bytes` under `sys/fs/cgroup/memory/<path>` (no peak there: the reading
+itself).
 
 Nothing is counted twice: a cgroup two owners claim is given to neither but to the
 `unknown` entry; a claimed cgroup inside another (a reservation's process under a

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.bookings import BookingsKeeper
+from agent.cgroup_memory import CgroupMemory
 from agent.config import Settings
 from agent.errors import AgentError, exit_status
 from agent.feature_file import FeatureFile
@@ -218,6 +219,7 @@ async def run(
                 ProcOwners(root / "proc", root),
                 holders=lambda: bookings.holders(clock.now_ms()),
             ),
+            memory=CgroupMemory(root),
         )
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",

@@ -1,6 +1,6 @@
 """The poll loop: every interval, read NVML and sysfs (on a worker thread, since NVML
 calls block), fold in XID events, evaluate health, build the inventory, read the GPUs'
-use (`agent.usage`), hand it on.
+use (`agent.usage`) and its owners' host memory (`agent.cgroup_memory`), hand it on.
 
 NICs and disks are re-read every `host_every_s` (default 60 s), GPUs and NIC link
 states (`read_ports`) every poll. NVML's reading is reconciled with the PCI bus and the
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from agent.cgroup_memory import OwnerMemoryReader
 from agent.health import Finding, HealthPolicy, HealthState, evaluate
 from agent.inventory import Identity, SharingRule, build_inventory
 from agent.presence import reconcile
@@ -59,6 +60,7 @@ class Poller:
         offer_management_nics: bool = False,
         release_file: Path | None = None,
         usage: UsageReader | None = None,
+        memory: OwnerMemoryReader | None = None,
     ) -> None:
         self._reader = reader
         self._read_host = read_host
@@ -78,6 +80,7 @@ class Poller:
         self._offer = (offer_boot_disks, offer_management_nics)
         self._release_file = release_file
         self._usage = usage
+        self._memory = memory
         self._release_asked = False
         self._released: str | None = None
         self._wake: asyncio.Event | None = None
@@ -145,8 +148,9 @@ class Poller:
         devices = self._health.unhealthy_devices()
         inventory = msgspec.structs.replace(inventory, health=self._health.node, devices=devices)
         use = () if self._usage is None else self._usage.read(shown.gpus, snap.error is None)
+        memory = () if self._memory is None else self._memory.read(use)
         self.polls += 1
-        return AgentState(inventory, self._health.node, devices, now, use)
+        return AgentState(inventory, self._health.node, devices, now, use, memory)
 
     def _read_nvml(self) -> NvmlSnapshot:
         wanted = self._release_asked or (

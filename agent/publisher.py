@@ -180,7 +180,7 @@ class Publisher:
     def update(self, state: AgentState) -> None:
         """Latest state wins; never blocks, whatever NATS is doing."""
         self._state = state
-        self._use.observe(state.use, now=state.polled_at)
+        self._use.observe(state.use, now=state.polled_at, memory=state.memory)
         self._wake.set()
 
     async def run(self) -> None:
@@ -371,6 +371,7 @@ class Publisher:
             sent_at=self._clock.now_ms(),
             use_version=delta.version,
             devices=delta.devices,
+            memory=delta.memory,
         ).to_json()
 
     async def _send_use(self, delta: UseDelta) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.wire import DeviceHealth, DeviceUse, Inventory, NodeHealth
+from shared.wire import DeviceHealth, DeviceUse, Inventory, NodeHealth, OwnerMemory
 
 
 @dataclass(frozen=True)
@@ -15,3 +15,5 @@ class AgentState:
     polled_at: float  # monotonic seconds, so the publisher can tell a stalled poll
     # The use of every GPU and MIG instance as read (`agent.usage`), not yet settled.
     use: tuple[DeviceUse, ...] = ()
+    # The host memory of those processes' owners (`agent.cgroup_memory`), as read.
+    memory: tuple[OwnerMemory, ...] = ()

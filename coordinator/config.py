@@ -17,12 +17,16 @@ import msgspec
 from msgspec import Meta
 
 from coordinator.domain.rate_card import RateCard, RateCardError, parse_rate_card
+from coordinator.domain.tenant_rules import TenantRules, TenantRulesError, parse_tenant_rules
 from procs.logs import LogLevel
 from procs.nats import ProbedNatsSettings
 from procs.settings import ConfigError, DocTable, Option, SettingsModel
 from shared.wire import IDLE_UTIL_PERCENT
 
-__all__ = ["ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card"]
+__all__ = [
+    "ConfigError", "CoordinatorSettings", "default_database_url", "load_rate_card",
+    "load_tenant_rules",
+]  # fmt: skip
 
 
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -32,21 +36,36 @@ def default_database_url(state_dir: str) -> str:
     return f"sqlite:///{Path(state_dir) / 'gpufleet.db'}"
 
 
+def _text(path: str, error: type[ValueError]) -> str:
+    """An operator's file, or `error` naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: is not UTF-8 text") from None
+
+
 def load_rate_card(path: str) -> RateCard:
     """The rate card file at `path`, or ValueError (RateCardError) naming file, line
     and field: the coordinator refuses to start on a card it cannot use."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RateCardError(f"{path}: cannot be read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RateCardError(f"{path}: is not UTF-8 text") from None
-    return parse_rate_card(text, path)
+    return parse_rate_card(_text(path, RateCardError), path)
 
 
 def _rate_card(value: str | None) -> None:
     if value is not None:
         load_rate_card(value)
+
+
+def load_tenant_rules(path: str) -> TenantRules:
+    """The tenant mapping rules at `path`, or ValueError (TenantRulesError) naming file,
+    line and field: the coordinator refuses to start on rules it cannot use."""
+    return parse_tenant_rules(_text(path, TenantRulesError), path)
+
+
+def _tenant_rules(value: str | None) -> None:
+    if value is not None:
+        load_tenant_rules(value)
 
 
 class CoordinatorSettings(SettingsModel, frozen=True):
@@ -74,6 +93,16 @@ class CoordinatorSettings(SettingsModel, frozen=True):
             )
         ),
         Option(check=_rate_card),
+    ] = None
+    tenant_rules: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "TOML rules charging memory use no reservation names to a tenant, by Slurm "
+                "account, Kubernetes namespace or unix group (docs/operator.md, Chargeback)"
+            )
+        ),
+        Option(check=_tenant_rules),
     ] = None
     insecure_bus: Annotated[
         bool,

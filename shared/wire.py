@@ -269,6 +269,31 @@ class DeviceUse(Wire, frozen=True, kw_only=True, gc=False):
     processes_omitted: Count = 0
 
 
+# Owners whose host memory one use report carries: the distinct owners of the node's GPU
+# processes, which `MAX_PROCESSES` per unit already bounds; the agent folds any past
+# this into its `unknown` entry, so no memory is left out.
+MAX_OWNER_MEMORY = 256
+
+
+class OwnerMemory(Wire, frozen=True, kw_only=True, gc=False):
+    """The host memory one owner's cgroup holds (cgroup v2 `memory.current`), and the
+    most it held since the agent last read it (`memory.peak`'s growth, else the larger
+    of the two readings): issue 35's memory use. Keyed by (`owner_kind`, `owner`), the
+    owner as `ProcessUse` names it; the `unknown` entry (`owner` "") is the memory of
+    processes no owner names, and of cgroups two owners share. What the coordinator's
+    tenant rules match: the Slurm job's account, the pod's Kubernetes namespace, the
+    unix group of the owner's processes ("" where not known). An entry of 0 MiB in a
+    heartbeat's changes says the owner is gone."""
+
+    owner_kind: OwnerKind
+    owner: Text256 = ""
+    current_mib: Count = 0
+    peak_mib: Count = 0
+    slurm_account: Text128 = ""
+    k8s_namespace: Text128 = ""
+    unix_group: Text128 = ""
+
+
 class UseReport(Wire, frozen=True, kw_only=True):
     """The full use of one node (every GPU and MIG instance), on `Subjects.use`: when
     the coordinator asks, and whenever the changes are too large for a heartbeat."""
@@ -280,6 +305,7 @@ class UseReport(Wire, frozen=True, kw_only=True):
     sent_at: Int63
     use_version: Int63
     devices: Annotated[tuple[DeviceUse, ...], Meta(max_length=MAX_DEVICES)] = ()
+    memory: Annotated[tuple[OwnerMemory, ...], Meta(max_length=MAX_OWNER_MEMORY)] = ()
 
 
 class BookedDevice(Wire, frozen=True, kw_only=True):
@@ -342,6 +368,8 @@ class Heartbeat(Wire, frozen=True, kw_only=True, gc=False):
     # the heartbeat's budget go in a `UseReport` of their own, and the heartbeat then
     # carries only `use_version`.
     use: Annotated[tuple[DeviceUse, ...], Meta(max_length=64)] = ()
+    # Owners whose host memory changed, the same way (`OwnerMemory`; 0 MiB: gone).
+    memory: Annotated[tuple[OwnerMemory, ...], Meta(max_length=64)] = ()
     use_base: Int63 = 0
     use_version: Int63 = 0
     # The `NodeBookings.etag` the agent last received ("" for none): the coordinator

@@ -10,7 +10,11 @@ curve, given as `process` entries of the fault file, and their fake `/proc` entr
 each (the profile's `[[mig]]` order). `util` shapes: `constant` (`level`), `ramp` (from
 `from` to `to` over `period_s`, then held) and `square` (`high` for `duty` of each
 `period_s`, else `low`); time runs from when the simulator first saw the entry.
-`memory_mib` is the process's memory on each GPU. The simulated NVML lists the process
+`memory_mib` is the process's memory on each GPU; `host_memory_mib` its host memory, a
+number or a curve of the same shapes in MiB (`{"shape": "ramp", "from": 1024, "to":
+8192, "period_s": 600}`), written as cgroup v2 `memory.current` and `memory.peak` of its
+cgroup and each one above it (`<root>/sys/fs/cgroup/…`, summed as the kernel does), so
+the agent reads the owner's memory as on a host. The simulated NVML lists the process
 (pynvml's v3 process info), reports its utilization, and writes `<proc>/<pid>/environ`,
 `cgroup` and `stat` so the agent resolves its owner as on a host. `"mps": true` makes it
 an MPS client: listed by `nvmlDeviceGetMPSComputeRunningProcesses`, not by the compute
@@ -54,6 +58,10 @@ class Curve:
 
     def at(self, t: float) -> int:
         """Utilization (0–100 %) `t` seconds into the workload."""
+        return max(0, min(100, round(self.value(t))))
+
+    def value(self, t: float) -> float:
+        """The curve's value `t` seconds into the workload, unbounded (memory, MiB)."""
         if self.shape == "ramp":
             f = min(1.0, max(0.0, t / self.period_s)) if self.period_s > 0 else 1.0
             value = self.start + (self.end - self.start) * f
@@ -62,7 +70,7 @@ class Curve:
             value = self.high if phase < self.duty else self.low
         else:
             value = self.level
-        return max(0, min(100, round(value)))
+        return value
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ class Workload:
     comm: str = "python"
     util: Curve = Curve()
     mps: bool = False  # an MPS client: listed by the MPS call, not the compute one
+    host_memory: Curve | None = None  # MiB of host memory its cgroup holds
 
 
 def parse_workload(entry: dict[str, Any], where: str) -> Workload:
@@ -109,7 +118,18 @@ def parse_workload(entry: dict[str, Any], where: str) -> Workload:
         comm=str(entry.get("comm", "python")),
         util=_curve(entry.get("util", {"shape": "constant", "level": 0}), f"{where}.util"),
         mps=bool(entry.get("mps", False)),
+        host_memory=_memory_curve(entry.get("host_memory_mib"), f"{where}.host_memory_mib"),
     )
+
+
+def _memory_curve(data: Any, where: str) -> Curve | None:
+    if data is None:
+        return None
+    if _is_int(data):
+        if data < 0:
+            raise WorkloadError(f"{where}: a non-negative number of MiB, or a curve")
+        return Curve(level=float(data))
+    return _curve(data, where)
 
 
 def _curve(data: Any, where: str) -> Curve:
@@ -156,6 +176,8 @@ class Workloads:
         if self._procs is not None and work != self._synced:
             self._procs.sync(work)
             self._synced = work
+        if self._procs is not None:
+            self._procs.memory([(w, now - self._started[k]) for k, w in entries])
         out: list[tuple[Workload, int]] = []
         for key, w in entries:
             if gpu.index not in w.gpus:
@@ -207,6 +229,14 @@ def utilization(running: list[tuple[Workload, int]]) -> Any:
     return pynvml.c_nvmlUtilization_t(gpu=sm, memory=sm // 2)
 
 
+def _v2_path(cgroup: str) -> str:
+    """The v2 line's path of a workload's `cgroup` text ("" when it has none)."""
+    for line in cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip()
+    return ""
+
+
 class FakeProcs:
     """Keeps `<root>/<pid>/{environ,cgroup,stat,comm}` for the current workloads, and
     removes the entries it wrote for workloads that ended. Never writes under `/proc`."""
@@ -217,6 +247,31 @@ class FakeProcs:
         self._root = root
         self._written: dict[int, Workload] = {}
         self._boot_ticks = 1000
+        self._cgroups = root.parent / "sys" / "fs" / "cgroup"
+        if self._cgroups.resolve() == Path("/sys/fs/cgroup"):
+            raise WorkloadError("the fake cgroup tree cannot be the host's /sys/fs/cgroup")
+        self._peaks: dict[str, int] = {}  # cgroup → the most written there, bytes
+
+    def memory(self, running: Iterable[tuple[Workload, float]]) -> None:
+        """Write each workload's host memory at its time into its cgroup and every one
+        above it (the root excepted): `memory.current`, and `memory.peak` the most seen."""
+        held: dict[str, int] = {}
+        for work, t in running:
+            if work.host_memory is None:
+                continue
+            mib = max(0, round(work.host_memory.value(t)))
+            path = _v2_path(work.cgroup)
+            parts = [p for p in path.split("/") if p]
+            for i in range(1, len(parts) + 1):
+                up = "/".join(parts[:i])
+                held[up] = held.get(up, 0) + mib * MIB
+        for path, value in held.items():
+            peak = max(self._peaks.get(path, 0), value)
+            self._peaks[path] = peak
+            base = self._cgroups / path
+            base.mkdir(parents=True, exist_ok=True)
+            (base / "memory.current").write_text(f"{value}\n")
+            (base / "memory.peak").write_text(f"{peak}\n")
 
     def sync(self, workloads: tuple[Workload, ...]) -> None:
         wanted = {w.pid: w for w in workloads}

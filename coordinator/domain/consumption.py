@@ -1,13 +1,20 @@
 """Chargeback (SPEC §13, issue 35), pure: reserved memory consumed by use, per tenant,
 pool and 15-minute interval (the seed's grid), and the memory use it is computed from.
 
-Memory use is accrued by the use pass: each process's GPU memory (`used_memory_mib`)
-belongs to the tenant of the live reservation its owner names; a process whose owner
-names none (a pod, a Slurm job, a unit, nobody) is unattributed (tenant `""`), kept as
-its own row, never dropped nor given to a tenant. Between two passes [a, b) of a node
-the memory seen at `b` is taken to have been held all through [a, b) (the use book's
-rule for processes too), cut at quarter boundaries into MiB-milliseconds; the peak of a
-quarter is the largest total a tenant held in the pool at one pass.
+Memory use is host memory, as the pool's `memoryGiB` is: what each owner of a node's
+GPU processes holds in its cgroup (`OwnerMemory`, the agent's `agent.cgroup_memory`).
+An owner is charged, in this order, to the tenant of the live reservation it names (its
+`GPUFLEET_RESERVATION_ID`, or the bridge's Slurm reservation the job runs in, which the
+agent reads as that reservation) when that reservation holds something on the owner's
+node (whoever starts a process chooses its environment); else to the tenant of the
+operator's first mapping rule it matches (`domain.tenant_rules`: Slurm account,
+Kubernetes namespace, unix group); else to nobody: unattributed (tenant `""`), kept as
+its own row, never dropped nor given to a tenant. Each owner's memory is one tenant's
+or nobody's, never two. Between two passes [a, b) of a node the memory seen at `b` is
+taken to have been held all through [a, b) (the use book's rule for processes too), cut
+at quarter boundaries into MiB-milliseconds; the peak of a quarter is the largest total
+a tenant held in the pool at one pass, each owner counted at the most it held since the
+pass before (its cgroup's peak as reported).
 
 All arithmetic is in integer MiB-milliseconds, so `covered + unused = reserved` and
 `covered + onDemand = used` hold exactly; GB (= GiB, the pool's `memoryGiB`, as the
@@ -16,16 +23,17 @@ interval API books it) and GB-hours are exact decimals of those.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
 from coordinator.domain.intervals import INTERVAL_MS
-from shared.wire import DeviceUse
+from coordinator.domain.tenant_rules import NO_RULES, TenantRules
+from shared.wire import OwnerMemory
 
 MIB_PER_GB = 1024
 HOUR_MS = 3_600_000
-UNATTRIBUTED = ""  # the tenant of use no live reservation owns
+UNATTRIBUTED = ""  # the tenant of use no reservation nor rule owns
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -50,37 +58,49 @@ def _quarters(a: int, b: int) -> Iterable[tuple[int, int]]:
         a = end
 
 
-def owner_tenant(kind: str, owner: str, tenant_of: Mapping[str, str]) -> str:
-    """The tenant a process's memory is charged to: its owner's live reservation's."""
-    if kind == "reservation":
-        return tenant_of.get(owner, UNATTRIBUTED)
-    return UNATTRIBUTED
+def owner_tenant(
+    owner: OwnerMemory, tenant_of: Mapping[str, str], rules: TenantRules, booked: bool = True
+) -> str:
+    """The tenant an owner's memory is charged to: its live reservation's (`booked`: one
+    that holds something on the owner's node), else the first mapping rule's it
+    matches, else UNATTRIBUTED."""
+    if owner.owner_kind == "reservation" and booked and owner.owner in tenant_of:
+        return tenant_of[owner.owner]
+    ruled = rules.tenant(owner.slurm_account, owner.k8s_namespace, owner.unix_group)
+    return UNATTRIBUTED if ruled is None else ruled
 
 
 def accrue_memory(
-    uses: Mapping[str, Mapping[str, DeviceUse]],
+    memory: Mapping[str, Iterable[OwnerMemory]],
     tenant_of: Mapping[str, str],
     pools: Mapping[str, str],
     windows: Mapping[str, tuple[int, int]],
+    rules: TenantRules = NO_RULES,
+    booked: Collection[tuple[str, str]] | None = None,
 ) -> dict[MemoryKey, MemoryAccrued]:
-    """MiB-ms and peaks of each node's [a, b) in `windows` from its processes' memory
-    (`uses` with owners as believed), charged per tenant and the node's pool."""
-    held: dict[tuple[str, str], int] = {}  # (tenant, pool) → MiB at this pass
+    """MiB-ms and peaks of each node's [a, b) in `windows` from its owners' memory
+    (`peak_mib`: the most each held since the pass before), charged per tenant and the
+    node's pool. `booked`, (node, reservation) pairs: a reservation is believed only on
+    the nodes it holds something on, so a process naming another tenant's reservation
+    elsewhere does not charge that tenant (None: anywhere)."""
+    held: dict[tuple[str, str], int] = {}  # (tenant, pool) → MiB at this pass, at peak
     spans: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     for node_id, (a, b) in windows.items():
         if b <= a:
             continue
         pool_id = pools.get(node_id, "")
-        mine: dict[str, int] = {}
-        for use in uses.get(node_id, {}).values():
-            for p in use.processes:
-                if not p.used_memory_mib:
-                    continue
-                tenant = owner_tenant(p.owner_kind, p.owner, tenant_of)
-                mine[tenant] = mine.get(tenant, 0) + p.used_memory_mib
-        for tenant, mib in mine.items():
+        mine: dict[str, tuple[int, int]] = {}
+        for owner in memory.get(node_id, ()):
+            if not (owner.current_mib or owner.peak_mib):
+                continue
+            here = booked is None or (node_id, owner.owner) in booked
+            tenant = owner_tenant(owner, tenant_of, rules, here)
+            now_mib, peak_mib = mine.get(tenant, (0, 0))
+            top = max(owner.current_mib, owner.peak_mib)
+            mine[tenant] = (now_mib + owner.current_mib, peak_mib + top)
+        for tenant, (mib, peak) in mine.items():
             key = (tenant, pool_id)
-            held[key] = held.get(key, 0) + mib
+            held[key] = held.get(key, 0) + peak
             spans.setdefault(key, []).append((a, b, mib))
     out: dict[MemoryKey, MemoryAccrued] = {}
     for (tenant, pool_id), pieces in spans.items():

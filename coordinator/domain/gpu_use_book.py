@@ -13,6 +13,12 @@ instance UUIDs) its recorded inventory has (`units`, `inventory_units`); a devic
 other id names is dropped and counted, so nothing a host sends grows the book, the
 ledger or the metrics past what its inventory allows. A node whose units change keeps
 only the devices it still has.
+
+Owners' host memory (`OwnerMemory`, issue 35) is part of the same versioned state, keyed
+by owner (an entry of 0 MiB removes one), bounded by the wire (`MAX_OWNER_MEMORY` in a
+report; a node holds no more than that many). Each entry's peak is kept apart until the
+leader's pass takes it (`take_memory`): a peak counts at one pass, not at every pass
+until the owner's memory next changes.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import msgspec
+
 from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
-from shared.wire import DeviceUse, Heartbeat, Inventory, UseReport
+from shared.wire import MAX_OWNER_MEMORY, DeviceUse, Heartbeat, Inventory, OwnerMemory, UseReport
 
 # An atom as `atom_units` reads it: (class, atom id, device id, attributes).
 AtomRow = tuple[str, str, str, Mapping[str, Any]]
+OwnerKey = tuple[str, str]  # (owner kind, owner)
 
 
 class Applied(Enum):
@@ -47,6 +56,31 @@ class NodeUse:
     version: int
     updated_at: int  # the coordinator's clock when the last change or report arrived
     devices: dict[str, DeviceUse] = field(default_factory=dict)
+    memory: dict[OwnerKey, OwnerMemory] = field(default_factory=dict)
+    peaks: dict[OwnerKey, int] = field(default_factory=dict)  # since the last pass took them
+
+    def apply_memory(self, entries: Iterable[OwnerMemory]) -> None:
+        for entry in entries:
+            key = (entry.owner_kind, entry.owner)
+            if not (entry.current_mib or entry.peak_mib):
+                self.memory.pop(key, None)
+                continue
+            if key not in self.memory and len(self.memory) >= MAX_OWNER_MEMORY:
+                continue  # past the wire's bound: a sender that breaks it gets no more
+            self.memory[key] = entry
+            self.peaks[key] = max(self.peaks.get(key, 0), entry.peak_mib)
+        self.peaks = {k: v for k, v in self.peaks.items() if k in self.memory}
+
+    def take_memory(self) -> list[OwnerMemory]:
+        """The owners' memory now, each with the most it held since the last take."""
+        out = [
+            msgspec.structs.replace(
+                m, peak_mib=max(m.current_mib, self.peaks.get(key, m.current_mib))
+            )
+            for key, m in self.memory.items()
+        ]
+        self.peaks = {}
+        return out
 
 
 def atom_units(atoms: Iterable[AtomRow]) -> frozenset[str]:
@@ -119,6 +153,7 @@ class GpuUseBook:
                 kept, unknown = self._known(hb.node_id, hb.use)
                 for device in kept:
                     held.devices[device.device_id] = device
+                held.apply_memory(hb.memory)
                 held.version = hb.use_version
                 held.pool_id = hb.pool_id
                 held.updated_at = now
@@ -135,7 +170,7 @@ class GpuUseBook:
         if same_boot and held is not None and held.version > report.use_version:
             return 0  # an older report overtaken by deltas already applied
         kept, unknown = self._known(report.node_id, report.devices)
-        self.nodes[report.node_id] = NodeUse(
+        node = NodeUse(
             node_id=report.node_id,
             pool_id=report.pool_id,
             boot_id=report.boot_id,
@@ -143,6 +178,10 @@ class GpuUseBook:
             updated_at=now,
             devices={d.device_id: d for d in kept},
         )
+        if same_boot and held is not None:
+            node.peaks = held.peaks  # not yet taken: still the pass's to count
+        node.apply_memory(report.memory)
+        self.nodes[report.node_id] = node
         self.reports += 1
         return unknown
 

@@ -21,11 +21,12 @@ problem is refused as a whole, naming the file, the line and the field.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
+
+from coordinator.domain.toml_lines import parsed, table_line, top_line
 
 RESOURCES = {"memory_gb": "GB-hour", "gpu": "GPU-hour"}
 ANY_MODEL = "*"
@@ -77,28 +78,7 @@ def cost(quantity: Decimal, price: Decimal) -> Decimal:
 
 
 def _line_of(lines: Sequence[str], index: int, key: str | None) -> int:
-    """The line of `[[rate]]` number `index` (1-based), or of `key` inside it."""
-    seen, start = -1, 0
-    for no, text in enumerate(lines, 1):
-        stripped = text.strip()
-        if stripped.startswith("[[rate]]"):
-            seen += 1
-            if seen == index:
-                start = no
-                if key is None:
-                    return no
-            elif seen > index:
-                break
-        elif seen == index and key is not None and re.match(rf"^{re.escape(key)}\s*=", stripped):
-            return no
-    return start or 1
-
-
-def _top_line(lines: Sequence[str], key: str) -> int:
-    for no, text in enumerate(lines, 1):
-        if re.match(rf"^\s*{re.escape(key)}\s*=", text):
-            return no
-    return 1
+    return table_line(lines, "rate", index, key)
 
 
 def _price(value: object, minor_units: int, where: str) -> Decimal:
@@ -137,25 +117,22 @@ def _day(value: object, where: str) -> int:
 def parse_rate_card(text: str, path: str) -> RateCard:
     """The card in `text` (read from `path`, named in errors), or RateCardError."""
     lines = text.splitlines()
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RateCardError(f"{path}: does not parse: {exc}") from None
+    doc = parsed(text, path, RateCardError)
     unknown = sorted(set(doc) - {"currency", "minor_units", "rate"})
     if unknown:
         key = unknown[0]
-        raise RateCardError(f"{path}:{_top_line(lines, key)}: {key}: not a rate card field")
+        raise RateCardError(f"{path}:{top_line(lines, key)}: {key}: not a rate card field")
     currency = doc.get("currency")
     if not isinstance(currency, str) or not _CURRENCY.match(currency):
-        line = _top_line(lines, "currency")
+        line = top_line(lines, "currency")
         raise RateCardError(f'{path}:{line}: currency: an ISO 4217 code like "EUR"')
     minor = doc.get("minor_units", 2)
     if isinstance(minor, bool) or not isinstance(minor, int) or not 0 <= minor <= 6:
-        line = _top_line(lines, "minor_units")
+        line = top_line(lines, "minor_units")
         raise RateCardError(f"{path}:{line}: minor_units: an integer from 0 to 6")
     entries = doc.get("rate", [])
     if not isinstance(entries, list):
-        raise RateCardError(f"{path}:{_top_line(lines, 'rate')}: rate: must be [[rate]] tables")
+        raise RateCardError(f"{path}:{top_line(lines, 'rate')}: rate: must be [[rate]] tables")
     rates: list[Rate] = []
     seen: dict[tuple[str, str, int], int] = {}
     for i, entry in enumerate(entries):

@@ -29,6 +29,11 @@ inventory has (`domain.gpu_use_book`: others dropped, counted by the node watch 
 `unknown_device`); an owner is believed only when it names a live reservation, and a
 unit has a bounded number of owners (`domain.gpu_use_owners`); each unit's use alerts
 are rate limited, the held ones said as one (`domain.gpu_use_gate`).
+
+Memory use (issue 35): each pass charges the host memory of each node's owners
+(`OwnerMemory`, in the book) to a tenant, through the owner's live reservation, else
+the operator's mapping `rules` (`domain.tenant_rules`), else to nobody (kept apart as
+unattributed), and writes it with the accrued time (`domain.consumption`).
 """
 
 from __future__ import annotations
@@ -52,9 +57,10 @@ from coordinator.domain.gpu_use_join import (
     unbooked_units,
     unit_lines,
 )
-from coordinator.domain.gpu_use_owners import reservation_owners, vetted
+from coordinator.domain.gpu_use_owners import RESERVATION_ID, reservation_owners, vetted
 from coordinator.domain.model import NewNodeEvent
 from coordinator.domain.ports import AlertSink, Publisher
+from coordinator.domain.tenant_rules import NO_RULES, TenantRules
 from coordinator.ledger import Ledger
 from coordinator.services import alerting
 from shared.clock import Clock
@@ -104,8 +110,10 @@ class GpuUseWatch:
         max_gap_ms: int = 60_000,
         flush_ms: int = 60_000,
         term: Callable[[], int | None] = lambda: None,
+        rules: TenantRules = NO_RULES,
     ) -> None:
         self.ledger = ledger
+        self.rules = rules  # the operator's owner → tenant mapping, for memory use
         # The leader term this replica's marks were taken from the ledger in.
         self.term = term
         self._term: object = _UNLOADED
@@ -231,6 +239,10 @@ class GpuUseWatch:
             self.gates = {}
             self._term = term
         uses = self._current(now)
+        held_memory = {n.node_id: n.take_memory() for n in self.book if n.node_id in uses}
+        rules = self.rules
+        if rules.rules:  # a rule applies once its tenant exists (domain.tenant_rules)
+            rules = rules.only({t.tenant_id for t in await self.ledger.tenants.list()})
         pools = {n.node_id: n.pool_id for n in self.book}
         windows = {}
         for node_id in uses:
@@ -244,6 +256,12 @@ class GpuUseWatch:
         holds = [h for h in spanned if h.start <= now < h.end]
         held_ids = {h.reservation_id for h in holds}
         owners = reservation_owners(uses) - held_ids
+        owners |= {
+            m.owner
+            for entries in held_memory.values()
+            for m in entries
+            if m.owner_kind == "reservation" and RESERVATION_ID.match(m.owner)
+        }
         tenant_of = await self.ledger.gpu_use.tenants_of(owners | held_ids, now)
         # Owners as believed: a process naming no live reservation is nobody's.
         holders = {k: {h.reservation_id for h in hs} for k, hs in covers(holds).items()}
@@ -263,7 +281,8 @@ class GpuUseWatch:
                 self.state, uses, holds, pools, now, self.policy, tenant_of, spread
             )
             gates, said = gate(self.gates, transitions, now, self.policy)
-            memory = accrue_memory(uses, tenant_of, pools, windows)
+            booked = {(h.node_id, h.reservation_id) for h in holds}
+            memory = accrue_memory(held_memory, tenant_of, pools, windows, rules, booked)
             accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
             return state, gates, said, accrued, memory
 

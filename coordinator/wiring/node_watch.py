@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from coordinator.bus.ingest import Ingest
-from coordinator.config import CoordinatorSettings
+from coordinator.config import CoordinatorSettings, load_tenant_rules
 from coordinator.domain.gpu_use_join import Policy
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
+from coordinator.domain.tenant_rules import NO_RULES, TenantRules, unknown_tenants
 from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.gpu_use_watch import GpuUseWatch
 from coordinator.services.node_bookings import NodeBookingsBroadcast
@@ -66,6 +67,19 @@ def liveness_tracker(settings: CoordinatorSettings) -> LivenessTracker:
     )
 
 
+async def tenant_rules(settings: CoordinatorSettings, store: Store) -> TenantRules:
+    """The operator's tenant mapping rules (settings checked them already); a rule naming
+    a tenant the ledger does not have yet is warned about, file and line."""
+    path = settings.tenant_rules
+    if path is None:
+        return NO_RULES
+    rules = load_tenant_rules(path)
+    known = {t.tenant_id for t in await store.ledger.tenants.list()}
+    for line in unknown_tenants(rules, path, known):
+        log.warning("tenant_rules: %s", line)
+    return rules
+
+
 @asynccontextmanager
 async def node_watch_context(
     settings: CoordinatorSettings, clock: Clock, subjects: Subjects, store: Store, wire: Wire,
@@ -79,6 +93,7 @@ async def node_watch_context(
         # Use older than a few passes (or a minute) is no longer what runs.
         stale_ms=max(4 * use_ms, 60_000), max_gap_ms=max(4 * use_ms, 60_000),
         flush_ms=int(settings.use_flush_s * 1000), term=lambda: store.leadership.epoch,
+        rules=await tenant_rules(settings, store),
     )  # fmt: skip
     # The node watch and ingest refer to each other only through the drop counter.
     ingest_ref: list[Ingest] = []

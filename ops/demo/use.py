@@ -51,12 +51,14 @@ def show_use(
     )
     add_faults(fault_file(node), [{
         "kind": "process", "pid": 4242, "gpus": [worked["attrs"]["gpuIndex"]], "memory_mib": 30720,
+        "host_memory_mib": 24576,  # what chargeback counts (its cgroup's memory)
         "env": {"GPUFLEET_RESERVATION_ID": booking["reservationId"]},
         "util": {"shape": "constant", "level": 85},
     }])  # fmt: skip
     if free is not None:
         add_faults(fault_file(idle_node), [{
             "kind": "process", "pid": 777, "gpu": free["attrs"]["gpuIndex"], "memory_mib": 2048,
+            "host_memory_mib": 4096,
             "cgroup": f"0::/kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice",
         }])  # fmt: skip
     lines = []

@@ -13,7 +13,10 @@ from pydantic import Field
 from coordinator.api.shapes.base import ApiOutput
 from coordinator.api.shapes.interval_outputs import Rfc3339
 
-_TENANT = "The tenant; null for use no live reservation owns (unattributed, operators only)."
+_TENANT = (
+    "The tenant; null for use neither a reservation nor a tenant rule owns (unattributed, "
+    "operators only)."
+)
 
 
 class ConsumptionRow(ApiOutput):
@@ -22,7 +25,9 @@ class ConsumptionRow(ApiOutput):
     tenant_id: str | None = Field(description=_TENANT)
     pool_id: str = Field(description="The pool.")
     reserved_gb: float = Field(description="GB the tenant's interval reservations hold then.")
-    used_gb: float = Field(description="GB its processes held, time-weighted over the quarter.")
+    used_gb: float = Field(
+        description="GB of host memory its owners' cgroups held, time-weighted over the quarter."
+    )
     peak_gb: float = Field(description="The most it held at one use pass in the quarter.")
     covered_gb: float = Field(description="min(usedGb, reservedGb): use the reservation covered.")
     unused_gb: float = Field(description="reservedGb - coveredGb: reserved and not used.")

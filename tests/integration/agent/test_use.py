@@ -11,6 +11,7 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
+from agent.config import Settings
 from agent.sim.faults import write_faults
 from ops.kit.nats_users import AgentNode, NatsUser, agent_permissions, agent_user
 from shared.ids import new_pool_id
@@ -84,6 +85,18 @@ class Listener:
         await self.inventories.put(Inventory.from_json(msg.data))
 
 
+async def listening(nats_url: str, s: Settings) -> tuple[nats.NATS, Listener]:
+    """A connection hearing the agent's heartbeats, use reports and inventories."""
+    subjects = Subjects(s.nats.subject_prefix)
+    nc = await nats.connect(nats_url)
+    seen = Listener()
+    await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)
+    await nc.subscribe(subjects.use(s.pool_id, s.node_id), cb=seen.use)
+    await nc.subscribe(subjects.inventory(s.pool_id, s.node_id), cb=seen.inv)
+    await nc.flush()
+    return nc, seen
+
+
 def owners(devices: tuple[DeviceUse, ...], uuid: str) -> list[tuple[int, str, str]]:
     (device,) = [d for d in devices if d.device_id == uuid]
     return [(p.pid, p.owner_kind, p.owner) for p in device.processes]
@@ -94,12 +107,7 @@ async def test_use_reports_and_heartbeat_changes(nats_url: str, tmp_path: Path) 
     write_faults(faults, WORKLOADS)
     s = settings(nats_url, fault_file=faults, interval_s=0.2)
     subjects = Subjects(s.nats.subject_prefix)
-    nc = await nats.connect(nats_url)
-    seen = Listener()
-    await nc.subscribe(subjects.heartbeat(s.pool_id, s.node_id), cb=seen.hb)
-    await nc.subscribe(subjects.use(s.pool_id, s.node_id), cb=seen.use)
-    await nc.subscribe(subjects.inventory(s.pool_id, s.node_id), cb=seen.inv)
-    await nc.flush()
+    nc, seen = await listening(nats_url, s)
     try:
         async with agent(s):
             inv = await asyncio.wait_for(seen.inventories.get(), 10)
@@ -177,3 +185,44 @@ async def test_an_agent_with_its_own_credentials_may_send_and_be_asked_for_use(
             await nc.close()
     assert first.devices == answered.devices == devices
     assert pub.stats.bus_errors == 0 and pub.stats.use_requests == 1
+
+
+async def test_owners_host_memory_follows_the_workloads_curves(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Issue 35: a simulated workload's host memory curve is written into the fake cgroup
+    tree; the agent reads each owner's cgroup and sends it in its use, the start in the
+    full report, a rise past the step inline in a heartbeat under 1 KiB."""
+    wave = {"shape": "square", "low": 1000, "high": 2000, "period_s": 1.6, "duty": 0.5}
+    workloads = [
+        {
+            "kind": "process", "pid": 4242, "gpu": 0, "memory_mib": 1024, "host_memory_mib": 6000,
+            "env": {"GPUFLEET_RESERVATION_ID": RSV, "SLURM_JOB_ACCOUNT": "physics"},
+            "cgroup": "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
+        },
+        {"kind": "process", "pid": 777, "gpu": 3, "memory_mib": 2048, "cgroup": KUBE,
+         "host_memory_mib": wave},
+    ]  # fmt: skip
+    faults = tmp_path / "faults.json"
+    write_faults(faults, workloads)
+    s = settings(nats_url, fault_file=faults, interval_s=0.2)
+    nc, seen = await listening(nats_url, s)
+    try:
+        async with agent(s):
+            first = await asyncio.wait_for(seen.reports.get(), 10)
+            held = {(m.owner_kind, m.owner): m for m in first.memory}
+            assert set(held) == {("reservation", RSV), ("pod", POD)}
+            job = held[("reservation", RSV)]
+            assert (job.current_mib, job.slurm_account) == (6000, "physics")
+            assert held[("pod", POD)].current_mib in (1000, 2000)
+            # The pod's memory goes up and down: heartbeats carry each change, in budget.
+            inline: set[int] = set()
+            while inline != {1000, 2000}:
+                size, hb = await asyncio.wait_for(seen.heartbeats.get(), 10)
+                assert size < 1024
+                for m in hb.memory:
+                    assert (m.owner_kind, m.owner) == ("pod", POD)
+                    inline.add(m.current_mib)
+            assert seen.reports.empty()
+    finally:
+        await nc.close()

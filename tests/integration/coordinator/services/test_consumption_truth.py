@@ -21,16 +21,22 @@ from coordinator.domain.consumption import (
 )
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.intervals import Interval
+from coordinator.domain.tenant_rules import parse_tenant_rules
 from coordinator.ledger import Ledger
 from coordinator.services.consumption import memory_consumption
-from shared.wire import DeviceUse, ProcessUse
+from shared.wire import OwnerMemory
 
 POOLS = ("pool_a", "pool_b")
+# Pods of the ml namespace are beta's by the operator's rule; a dead reservation's use
+# matches none and stays unattributed.
+RULES = parse_tenant_rules('[[rule]]\nk8s_namespace = "ml"\ntenant = "beta"\n', "t.toml")
 TENANTS = ("acme", "beta")
 _STRETCH = itertools.count(1)
 
 procs_st = st.lists(
-    st.tuples(st.sampled_from(["rsv_a", "rsv_b", "pod-1", "rsv_dead"]), st.integers(1, 40_000)),
+    st.tuples(
+        st.sampled_from(["rsv_a", "rsv_b", "pod-1", "pod-2", "rsv_dead"]), st.integers(1, 40_000)
+    ),
     max_size=4,
 )
 node_st = st.tuples(st.sampled_from(POOLS), procs_st)
@@ -64,15 +70,17 @@ def test_any_reservations_and_use_split_exactly(database_url: str) -> None:
                 for gap, nodes in passes:
                     a, now = now, now + gap
                     uses = {
-                        n: {"GPU-0": DeviceUse(device_id="GPU-0", processes=tuple(
-                            ProcessUse(pid=i + 1, owner=o, used_memory_mib=mib,
-                                       owner_kind="reservation" if o.startswith("rsv") else "pod")
-                            for i, (o, mib) in enumerate(ps)))}
+                        n: [OwnerMemory(owner=o, current_mib=mib, owner_kind="pod",
+                                        k8s_namespace="ml" if o == "pod-1" else "")
+                            if not o.startswith("rsv") else
+                            OwnerMemory(owner=o, current_mib=mib, owner_kind="reservation")
+                            for o, mib in ps]
                         for n, (_, ps) in nodes.items()
                     }  # fmt: skip
                     pools = {n: pool for n, (pool, _) in nodes.items()}
-                    acc = accrue_memory(uses, tenant_of, pools, dict.fromkeys(nodes, (a, now)))
-                    held += sum(v.mib_ms for v in acc.values())
+                    windows = dict.fromkeys(nodes, (a, now))
+                    acc = accrue_memory(uses, tenant_of, pools, windows, RULES)
+                    held += (now - a) * sum(mib for _, ps in nodes.values() for _, mib in ps)
                     runner.run(ledger.gpu_use.record({}, [], [], memory=acc))
                 rows = runner.run(memory_consumption(ledger, base, base + 8 * Q, None, None))
                 for r in rows:

@@ -13,7 +13,7 @@ from coordinator.ledger import Ledger
 from coordinator.services.gpu_use_watch import GpuUseWatch
 from shared.clock import FakeClock
 from shared.subjects import Subjects
-from shared.wire import DeviceUse, ProcessUse, UseReport
+from shared.wire import DeviceUse, OwnerMemory, ProcessUse, UseReport
 from tests.factories import make_inventory
 from tests.fakes import RecordingAlerts, RecordingPublisher
 
@@ -79,8 +79,9 @@ async def test_alerts_go_at_once_and_accrued_time_every_flush(ledger: Ledger) ->
 
 
 async def test_memory_held_is_written_with_the_accrued_time(ledger: Ledger) -> None:
-    """Chargeback (issue 35): a process's GPU memory becomes MiB-ms of its quarter at the
-    flush; one whose owner names no live reservation is unattributed, not dropped."""
+    """Chargeback (issue 35): an owner's host memory becomes MiB-ms of its quarter at the
+    flush; one that names no live reservation is unattributed, not dropped. A GPU
+    process's own GPU memory is not host memory: not charged."""
     clock = FakeClock(T0)
     watch = GpuUseWatch(
         ledger, Subjects("t"), clock, RecordingPublisher(), RecordingAlerts(),
@@ -89,12 +90,14 @@ async def test_memory_held_is_written_with_the_accrued_time(ledger: Ledger) -> N
     watch.on_inventory(make_inventory("n1", "p1", gpus=1))
     proc = ProcessUse(pid=1, used_memory_mib=2048, owner="rsv_gone", owner_kind="reservation")
     busy = DeviceUse(device_id="GPU-n1-0", sm_util=50, processes=(proc,))
+    held_by = OwnerMemory(owner_kind="reservation", owner="rsv_gone", current_mib=2048)
     for i in range(7):
         watch.on_report(
             UseReport(
-                node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1, devices=(busy,)
+                node_id="n1", pool_id="p1", boot_id="b", sent_at=0, use_version=1,
+                devices=(busy,), memory=(held_by,),
             )
-        )
+        )  # fmt: skip
         await watch.tick()
         if i < 6:
             clock.advance(10_000)

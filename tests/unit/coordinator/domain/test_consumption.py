@@ -1,7 +1,8 @@
-"""Chargeback's arithmetic (SPEC §13, issue 35): memory held by processes becomes
-MiB-ms per tenant, pool and quarter, charged to the tenant of the reservation its owner
-names, unattributed use apart; reserved against used splits exactly into covered,
-unused and on demand, for hand-computed workloads and for any."""
+"""Chargeback's arithmetic (SPEC §13, issue 35): host memory held by owners' cgroups
+becomes MiB-ms per tenant, pool and quarter, charged to the tenant of the reservation
+its owner names, else of the operator's first matching rule, unattributed use apart;
+reserved against used splits exactly into covered, unused and on demand, for
+hand-computed workloads and for any."""
 
 from __future__ import annotations
 
@@ -27,20 +28,19 @@ from coordinator.domain.gpu_use_accrual import accrue
 from coordinator.domain.gpu_use_join import Hold
 from coordinator.domain.gpu_use_report import UseHour, reservation_use
 from coordinator.domain.intervals import INTERVAL_MS as Q
-from shared.wire import DeviceUse, ProcessUse
+from coordinator.domain.tenant_rules import parse_tenant_rules
+from shared.wire import DeviceUse, OwnerMemory, ProcessUse
+from tests.unit.coordinator.domain.test_tenant_rules import GOOD
 
 T0 = 1_800_000_000_000  # on the grid
 POOL = "pool_a"
 
 
-def _use(*procs: tuple[str, str, int]) -> DeviceUse:
-    return DeviceUse(
-        device_id="GPU-1",
-        processes=tuple(
-            ProcessUse(pid=i + 1, owner=owner, owner_kind=kind, used_memory_mib=mib)  # type: ignore[arg-type]
-            for i, (kind, owner, mib) in enumerate(procs)
-        ),
-    )
+def _use(*owners: tuple[str, str, int]) -> list[OwnerMemory]:
+    return [
+        OwnerMemory(owner_kind=kind, owner=owner, current_mib=mib, peak_mib=mib)  # type: ignore[arg-type]
+        for kind, owner, mib in owners
+    ]
 
 
 def _row(reserved_gb: int, used_gb: int, tenant: str = "acme") -> dict[str, Decimal]:
@@ -73,8 +73,8 @@ def test_unattributed_use_is_its_own_row_nothing_covers() -> None:
 
 def test_memory_goes_to_the_owners_tenant_and_the_rest_is_unattributed() -> None:
     uses = {
-        "n1": {"GPU-1": _use(("reservation", "rsv_a", 2048), ("pod", "uid-1", 1024))},
-        "n2": {"GPU-1": _use(("reservation", "rsv_a", 1024), ("reservation", "rsv_dead", 512))},
+        "n1": _use(("reservation", "rsv_a", 2048), ("pod", "uid-1", 1024)),
+        "n2": _use(("reservation", "rsv_a", 1024), ("reservation", "rsv_dead", 512)),
     }
     tenant_of = {"rsv_a": "acme"}
     # Half a quarter from n1, the other half of it and the next quarter's first half: n2.
@@ -88,6 +88,44 @@ def test_memory_goes_to_the_owners_tenant_and_the_rest_is_unattributed() -> None
     }
     # 16 GB held through a whole quarter is 16 GB used, 4 GB-hours.
     assert gb(16 * 1024 * Q) == 16 and gb_hours(16 * 1024 * Q) == 4
+
+
+RULES = parse_tenant_rules(GOOD, "tenants.toml")
+
+
+def test_an_owner_is_charged_by_reservation_then_rule_then_nobody() -> None:
+    def mem(kind: str, owner: str, mib: int, **attrs: str) -> OwnerMemory:
+        return OwnerMemory(owner_kind=kind, owner=owner, current_mib=mib, **attrs)  # type: ignore[arg-type]
+
+    owners = [
+        # A live reservation wins over a rule the same owner matches.
+        mem("reservation", "rsv_a", 1000, slurm_account="physics"),
+        mem("slurm", "42", 200, slurm_account="physics", unix_group="physics"),  # 1st rule
+        mem("pod", "uid-1", 30, k8s_namespace="ml"),
+        mem("systemd", "x.service", 4, unix_group="physics"),
+        mem("reservation", "rsv_dead", 5000, k8s_namespace="web"),  # nothing matches
+    ]
+    got = accrue_memory(
+        {"n1": owners}, {"rsv_a": "beta"}, {"n1": POOL}, {"n1": (T0, T0 + 1)}, RULES
+    )
+    assert {k.tenant_id: v.mib_ms for k, v in got.items()} == {
+        "beta": 1000, "acme": 200, "globex": 30, "initech": 4, UNATTRIBUTED: 5000,
+    }  # fmt: skip
+    # Without the tenant created yet, its rule does not apply: nobody's, not a ghost's.
+    only = RULES.only({"acme", "globex"})
+    got = accrue_memory({"n1": owners}, {}, {"n1": POOL}, {"n1": (T0, T0 + 1)}, only)
+    assert {k.tenant_id: v.mib_ms for k, v in got.items()} == {
+        "acme": 1200, "globex": 30, UNATTRIBUTED: 5004,
+    }  # fmt: skip
+
+
+def test_a_quarter_peak_counts_each_owner_at_its_reported_peak() -> None:
+    owners = [
+        OwnerMemory(owner_kind="slurm", owner="1", current_mib=100, peak_mib=900),
+        OwnerMemory(owner_kind="slurm", owner="2", current_mib=50),
+    ]
+    got = accrue_memory({"n1": owners}, {}, {"n1": POOL}, {"n1": (T0, T0 + 10)})
+    assert got == {MemoryKey(T0, UNATTRIBUTED, POOL): MemoryAccrued(150 * 10, 950)}
 
 
 def test_passes_add_up_and_peaks_take_the_larger() -> None:
@@ -122,7 +160,7 @@ def test_for_any_reservations_and_use_the_split_is_exact(
     passes: list[tuple[int, int]],
 ) -> None:
     tenant_of = {"rsv_a": "acme", "rsv_b": "beta"}
-    uses = {n: {"GPU-1": _use(*ps)} for n, ps in procs.items()}
+    uses = {n: _use(*ps) for n, ps in procs.items()}
     used: dict[MemoryKey, MemoryAccrued] = {}
     held = 0
     for off, length in passes:

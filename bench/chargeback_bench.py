@@ -72,7 +72,7 @@ async def _fill(ledger: Ledger, pools: int, quarters: int) -> None:
                 )
                 for k in range(quarters)
             }
-            await ledger.gpu_use.record({}, [], [], used)
+            await ledger.gpu_use.record({}, [], [], memory=used)
 
 
 async def run_backend(url: str, pools: int, days: int, repeat: int) -> dict[str, Any]:

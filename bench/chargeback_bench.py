@@ -38,12 +38,12 @@ from fleet import postgres_database, postgres_reachable
 from report import Goal, write
 
 from coordinator.domain.consumption import MemoryAccrued, MemoryKey
-from coordinator.domain.focus import COLUMNS, csv_chunks, focus_rows
+from coordinator.domain.focus import COLUMNS, csv_chunks, memory_rows
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.intervals import Interval
 from coordinator.domain.rate_card import parse_rate_card
 from coordinator.ledger import Ledger
-from coordinator.services.consumption import memory_consumption
+from coordinator.services.consumption import memory_consumption, memory_export, pool_places
 
 T0 = 1_800_000_000_000 // Q * Q
 CARD = parse_rate_card(
@@ -97,10 +97,12 @@ async def run_backend(url: str, pools: int, days: int, repeat: int) -> dict[str,
             rows = await memory_consumption(ledger, T0, end, None, None)
             fleet.append(time.perf_counter() - t)
         export, plain = [], []
-        cells = [r.cells() for r in focus_rows(rows, CARD)]
+        rows, commitments = await memory_export(ledger, T0, end, None, None)
+        places = await pool_places(ledger, {r.pool_id for r in rows})
+        cells = list(memory_rows(rows, commitments, places, CARD))
         for _ in range(repeat):
             t = time.perf_counter()
-            size = sum(len(c) for c in csv_chunks(focus_rows(rows, CARD)))
+            size = sum(len(c) for c in csv_chunks(memory_rows(rows, commitments, places, CARD)))
             export.append(time.perf_counter() - t)
             t = time.perf_counter()
             buf = io.StringIO()

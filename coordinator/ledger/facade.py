@@ -16,6 +16,7 @@ from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.focus_facts import FocusFacts
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
@@ -55,6 +56,7 @@ class Ledger:
         self.booked_spans = BookedSpanRepo(db)
         self.gpu_use = GpuUseRepo(db)
         self.memory_use = MemoryUseRepo(db)
+        self.focus_facts = FocusFacts(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)

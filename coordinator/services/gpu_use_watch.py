@@ -264,7 +264,9 @@ class GpuUseWatch:
             )
             gates, said = gate(self.gates, transitions, now, self.policy)
             memory = accrue_memory(uses, tenant_of, pools, windows)
-            accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
+            accrued = accrue(
+                uses, spanned, pools, windows, self.policy.idle_util_percent, tenant_of
+            )
             return state, gates, said, accrued, memory
 
         state, gates, transitions, accrued, memory = await asyncio.to_thread(compute)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import select
 
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
-from coordinator.ledger.memory_use import RESOURCE
+from coordinator.ledger.memory_use import interval_booked
 
 # (quarter, tenant, pool) → [(reservation id, GB)], oldest reservation first
 Commitments = dict[tuple[int, str, str], list[tuple[str, int]]]
@@ -26,13 +26,6 @@ class FocusFacts:
         """The interval reservations of each quarter of [start, end), per tenant and pool,
         in the order they were made (created_at, then id)."""
         s, iv = schema.scalar_bookings.c, schema.interval_reservations.c
-        cond: ColumnElement[bool] = (
-            (s.resource == RESOURCE) & (s.node_id == "") & (s.start >= start) & (s.start < end)
-        )
-        if tenant_id is not None:
-            cond &= s.tenant_id == tenant_id
-        if pool_id is not None:
-            cond &= s.pool_id == pool_id
         query = (
             select(s.start, s.tenant_id, s.pool_id, s.reservation_id, s.amount)
             .select_from(
@@ -40,7 +33,7 @@ class FocusFacts:
                     schema.interval_reservations, iv.reservation_id == s.reservation_id
                 )
             )
-            .where(cond)
+            .where(interval_booked(start, end, tenant_id, pool_id))
             .order_by(s.start, s.tenant_id, s.pool_id, iv.created_at, s.reservation_id)
         )
         out: Commitments = {}

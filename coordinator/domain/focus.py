@@ -86,8 +86,7 @@ def fixed(num: int, den: int) -> str:
     r += r
     if r > den or (r == den and q & 1):
         q += 1
-    text = f"{q:011d}"
-    return text[:-PLACES] + "." + text[-PLACES:]
+    return "%d.%010d" % divmod(q, _SCALE)  # noqa: UP031 - the fastest of the forms tried
 
 
 _EPOCH = datetime(1970, 1, 1)  # naive UTC: isoformat() is C-fast

@@ -147,12 +147,13 @@ Parts = tuple[str, str, str, tuple[str, ...]]
 
 
 def row(
-    head: tuple[str, str], start: int, length: int, parts: Parts, quantity: str, cost: str
+    head: tuple[str, str], when: tuple[str, ...], parts: Parts, quantity: str, cost: str
 ) -> Cells:
-    """One row's cells: `head` is (BillingAccountId, BillingCurrency)."""
+    """One row's cells: `head` is (BillingAccountId, BillingCurrency), `when` the
+    billing and charge periods (`periods`)."""
     what, unit, category, tail = parts
-    return [*head, *periods(start, length), "Usage", what, quantity, unit, quantity, unit,
-            category, cost, cost, cost, cost, *tail]  # fmt: skip
+    return [*head, *when, "Usage", what, quantity, unit, quantity, unit, category,
+            cost, cost, cost, cost, *tail]  # fmt: skip
 
 
 def head_of(card: RateCard | None) -> tuple[str, str]:
@@ -229,16 +230,16 @@ def memory_rows(
             left -= take
             for status, amount in (("Used", take), ("Unused", held - take)):
                 if amount > 0:
-                    what, unit, category, tail = parts(status, c.tenant_id, c.pool_id, rid)
-                    q, cost = fixed(amount, _GB_HOUR), fixed(amount * rn, _GB_HOUR * rd)
-                    yield [*head, *when, "Usage", what, q, unit, q, unit, category,
-                           cost, cost, cost, cost, *tail]  # fmt: skip
+                    yield row(
+                        head, when, parts(status, c.tenant_id, c.pool_id, rid),
+                        fixed(amount, _GB_HOUR), fixed(amount * rn, _GB_HOUR * rd),
+                    )  # fmt: skip
         if used > reserved:
             amount = used - reserved
-            what, unit, category, tail = parts("", c.tenant_id, c.pool_id, "")
-            q, cost = fixed(amount, _GB_HOUR), fixed(amount * on, _GB_HOUR * od)
-            yield [*head, *when, "Usage", what, q, unit, q, unit, category,
-                   cost, cost, cost, cost, *tail]  # fmt: skip
+            yield row(
+                head, when, parts("", c.tenant_id, c.pool_id, ""), fixed(amount, _GB_HOUR),
+                fixed(amount * on, _GB_HOUR * od),
+            )  # fmt: skip
 
 
 def csv_chunks(rows: Iterable[Cells], rows_per_chunk: int = 2000) -> Iterator[bytes]:

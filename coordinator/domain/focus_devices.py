@@ -26,6 +26,7 @@ from coordinator.domain.focus import (
     Place,
     fixed,
     head_of,
+    periods,
     prices,
     row,
     tags,
@@ -116,6 +117,6 @@ def device_rows(hours: Iterable[DeviceHour], card: RateCard | None) -> Iterator[
                     h.place, tags(h.pool_id, h.project_id),
                 ).parts()  # fmt: skip
             yield row(
-                head, h.hour, h.length_ms, parts, fixed(amount, HOUR_MS),
+                head, periods(h.hour, h.length_ms), parts, fixed(amount, HOUR_MS),
                 fixed(amount * pn * sn, HOUR_MS * pd * sd),
             )  # fmt: skip

@@ -13,7 +13,10 @@ parameter; the tenants and pools are). Timed, each the median of `--repeat` read
 - the same tenant's month of consumption (`services.consumption.memory_consumption`),
   goal <= 5x the baseline; and the whole fleet's month (every tenant), beside it;
 - the export of the fleet's month (FOCUS rows priced by a rate card, CSV chunks) in
-  rows/s, against `csv.writer.writerows` of the same cells, goal >= 0.5x.
+  rows/s, against `csv.writer.writerows` of the same cells, goal >= 0.5x: each repeat
+  times one beside the other, and the ratio is the median of the repeats' ratios, in
+  this process's CPU time (the goal: other processes' load on a shared machine does
+  not move it) and in wall time (beside it; rows/s are wall).
 
     .venv/bin/python bench/chargeback_bench.py --pools 10 --days 30
 """
@@ -38,12 +41,12 @@ from fleet import postgres_database, postgres_reachable
 from report import Goal, write
 
 from coordinator.domain.consumption import MemoryAccrued, MemoryKey
-from coordinator.domain.focus import COLUMNS, csv_chunks, focus_rows
+from coordinator.domain.focus import COLUMNS, csv_chunks, memory_rows
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.intervals import Interval
 from coordinator.domain.rate_card import parse_rate_card
 from coordinator.ledger import Ledger
-from coordinator.services.consumption import memory_consumption
+from coordinator.services.consumption import memory_consumption, memory_export, pool_places
 
 T0 = 1_800_000_000_000 // Q * Q
 CARD = parse_rate_card(
@@ -72,7 +75,7 @@ async def _fill(ledger: Ledger, pools: int, quarters: int) -> None:
                 )
                 for k in range(quarters)
             }
-            await ledger.gpu_use.record({}, [], [], used)
+            await ledger.gpu_use.record({}, [], [], memory=used)
 
 
 async def run_backend(url: str, pools: int, days: int, repeat: int) -> dict[str, Any]:
@@ -96,21 +99,35 @@ async def run_backend(url: str, pools: int, days: int, repeat: int) -> dict[str,
             t = time.perf_counter()
             rows = await memory_consumption(ledger, T0, end, None, None)
             fleet.append(time.perf_counter() - t)
-        export, plain = [], []
-        cells = [r.cells() for r in focus_rows(rows, CARD)]
-        for _ in range(repeat):
-            t = time.perf_counter()
-            size = sum(len(c) for c in csv_chunks(focus_rows(rows, CARD)))
-            export.append(time.perf_counter() - t)
-            t = time.perf_counter()
+        rows, commitments = await memory_export(ledger, T0, end, None, None)
+        places = await pool_places(ledger, {r.pool_id for r in rows})
+        cells = list(memory_rows(rows, commitments, places, CARD))
+
+        def write_export() -> int:
+            return sum(len(c) for c in csv_chunks(memory_rows(rows, commitments, places, CARD)))
+
+        def write_plain() -> int:
             buf = io.StringIO()
             w = csv.writer(buf)
             w.writerow(COLUMNS)
             w.writerows(cells)
-            buf.getvalue().encode()
-            plain.append(time.perf_counter() - t)
+            return len(buf.getvalue().encode())
+
+        # (CPU s, wall s) of each: pure Python in this process, so its CPU time is what
+        # the load of other processes on a shared machine does not move.
+        export: list[tuple[float, float]] = []
+        plain: list[tuple[float, float]] = []
+        for _ in range(repeat):
+            for write, into in ((write_export, export), (write_plain, plain)):
+                c, t = time.process_time(), time.perf_counter()
+                size = write()
+                into.append((time.process_time() - c, time.perf_counter() - t))
         cal, mine, all_ = _median(calendar), _median(own), _median(fleet)
-        ex, pl = _median(export), _median(plain)
+        ex, pl = _median([w for _, w in export]), _median([w for _, w in plain])
+        # Each export timed beside a csv run of the same cells: the median of those pairs'
+        # ratios, so a load that moves between repeats moves both sides.
+        cpu = _median([p[0] / e[0] for p, e in zip(plain, export, strict=True)])
+        wall = _median([p[1] / e[1] for p, e in zip(plain, export, strict=True)])
         return {
             "pools": pools, "tenants": 2 * pools, "days": days,
             "consumption_rows": len(rows), "export_rows": len(cells), "export_bytes": size,
@@ -120,7 +137,7 @@ async def run_backend(url: str, pools: int, days: int, repeat: int) -> dict[str,
             "tenant_over_calendar": round(mine / cal, 2),
             "fleet_over_calendar": round(all_ / cal, 2),
             "export_rows_per_s": round(len(cells) / ex), "csv_rows_per_s": round(len(cells) / pl),
-            "export_over_csv": round(pl / ex, 2),
+            "export_over_csv": round(cpu, 2), "export_over_csv_wall": round(wall, 2),
         }  # fmt: skip
     finally:
         await ledger.close()
@@ -152,7 +169,8 @@ async def main() -> int:
             Goal(
                 f"{backend}: FOCUS export, {r['export_rows']:,} rows",
                 f"{r['export_rows_per_s']:,} rows/s",
-                f"{r['export_over_csv']}x csv alone ({r['csv_rows_per_s']:,} rows/s)", ">= 0.5x",
+                f"{r['export_over_csv']}x csv alone in CPU time ({r['export_over_csv_wall']}x"
+                f" wall; csv {r['csv_rows_per_s']:,} rows/s)", ">= 0.5x",
                 r["export_over_csv"] >= 0.5,
             )
         )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coordinator.domain.consumption import Consumption
 from coordinator.domain.model import AtomView, NodeState, Pool, RollupRow
 from coordinator.domain.states import atom_bucket
 from shared.wire import HealthStatus
@@ -61,3 +62,5 @@ class Census:
     rollup: dict[str, list[RollupRow]] = field(default_factory=dict)
     nodes: tuple[NodeLine, ...] = ()
     gpus: tuple[GpuLine, ...] = ()
+    # Memory reserved against used in the last complete 15-minute interval (chargeback).
+    memory: tuple[Consumption, ...] = ()

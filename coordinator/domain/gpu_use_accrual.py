@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
+from coordinator.domain.consumption import UNATTRIBUTED
 from coordinator.domain.gpu_use_join import Hold, covers, shares, utilization
 from shared.wire import IDLE_UTIL_PERCENT, DeviceUse
 
@@ -119,12 +120,25 @@ def _credit(
         )
 
 
+def unbooked_tenant(use: DeviceUse, tenant_of: Mapping[str, str]) -> str:
+    """The tenant a unit's unbooked time is charged to (on demand): the one tenant its
+    processes' owners' reservations belong to, else nobody ("": unattributed, kept
+    apart). A unit whose processes belong to several tenants is unattributed, never
+    counted for two: its bucket has one key per hour and node."""
+    tenants = {
+        tenant_of.get(p.owner, UNATTRIBUTED) if p.owner_kind == "reservation" else UNATTRIBUTED
+        for p in use.processes
+    }
+    return tenants.pop() if len(tenants) == 1 else UNATTRIBUTED
+
+
 def accrue(
     uses: Mapping[str, Mapping[str, DeviceUse]],
     holds: Iterable[Hold],
     pools: Mapping[str, str],
     windows: Mapping[str, tuple[int, int]],
     idle_util_percent: int = IDLE_UTIL_PERCENT,
+    tenant_of: Mapping[str, str] | None = None,
 ) -> dict[AccrualKey, Accrued]:
     """The used and weighted unit-ms of [a, b) for each node in `windows` (node → its
     [a, b) since the last pass), from its units' `uses` and the `holds` covering them at
@@ -153,6 +167,7 @@ def accrue(
             if not use.processes or b <= a:
                 continue
             util = utilization(use)
+            tenant = unbooked_tenant(use, tenant_of or {})
             holders = covered.get((node_id, unit), ())
             for hour, start, end in _pieces(a, b):
                 for lo, hi, present in _stretches(holders, start, end):
@@ -160,7 +175,7 @@ def accrue(
                 spans = ((h.start, h.end) for h in holders)
                 free = (end - start) - _covered_length(spans, start, end)
                 key = AccrualKey(hour, UNBOOKED, node_id, unit, "gpu")
-                add(key, AccrualWho("", pool_id, None), free, util)
+                add(key, AccrualWho(tenant, pool_id, None), free, util)
     return out
 
 

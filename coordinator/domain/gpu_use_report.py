@@ -1,5 +1,6 @@
 """Used against booked (SPEC §10), pure: the use buckets of a window beside the booked
-time of the same window, per reservation and booked class, and the unbooked use per pool.
+time of the same window, per reservation and booked class, and the unbooked use per pool
+and tenant (the tenant its processes' owners belong to, or none).
 
 Buckets are hours. An hour inside the window counts whole. A reservation's bucket in an
 hour the window cuts counts in the proportion of the reservation's own booked time in
@@ -62,6 +63,7 @@ class UnbookedUse:
     pool_id: str
     used_ms: int
     weighted_ms: int | None
+    tenant_id: str = ""  # the owners' tenant (`unbooked_tenant`); "": unattributed
 
 
 def _wall_share(hour: int, start: int, stop: int, now: int) -> float:
@@ -101,7 +103,7 @@ def reservation_use(
         who[key] = (span.tenant_id, span.pool_id, span.project_id)
     # [used, weighted, unknown, idle]
     used: dict[tuple[str, str], list[float]] = {}
-    unbooked: dict[str, list[float]] = {}
+    unbooked: dict[tuple[str, str], list[float]] = {}  # (pool, tenant)
     for b in buckets:
         if start <= b.hour and b.hour + HOUR_MS <= stop:
             share = 1.0  # an hour inside the window (or the database's sum of them)
@@ -119,7 +121,7 @@ def reservation_use(
         if share <= 0:
             continue
         if b.reservation_id == UNBOOKED:
-            acc = unbooked.setdefault(b.pool_id, [0.0, 0.0, 0.0, 0.0])
+            acc = unbooked.setdefault((b.pool_id, b.tenant_id), [0.0, 0.0, 0.0, 0.0])
         else:
             key = (b.reservation_id, b.resource)
             acc = used.setdefault(key, [0.0, 0.0, 0.0, 0.0])
@@ -141,8 +143,8 @@ def reservation_use(
             )
         )  # fmt: skip
     free = [
-        UnbookedUse(p, int(u), _weighted(w, unknown, int(u)))
-        for p, (u, w, unknown, _) in sorted(unbooked.items())
+        UnbookedUse(p, int(u), _weighted(w, unknown, int(u)), t)
+        for (p, t), (u, w, unknown, _) in sorted(unbooked.items())
     ]
     return rows, free
 

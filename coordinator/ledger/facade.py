@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 
 from sqlalchemy import select
 
 from coordinator.domain.census import Census
+from coordinator.domain.consumption import consumption
 from coordinator.domain.idempotency import Recorded
+from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import RollupRow
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.booked_spans import BookedSpanRepo
@@ -16,6 +19,7 @@ from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
+from coordinator.ledger.focus_facts import FocusFacts
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
@@ -55,6 +59,7 @@ class Ledger:
         self.booked_spans = BookedSpanRepo(db)
         self.gpu_use = GpuUseRepo(db)
         self.memory_use = MemoryUseRepo(db)
+        self.focus_facts = FocusFacts(db)
         self.outbox = OutboxRepo(db)
         self.shapes = ShapeRepo(db)
         self.pool_memory = PoolMemoryRisk(db)
@@ -103,8 +108,13 @@ class Ledger:
             return {p: await gpu_model_totals(conn, p, now) for p in pool_ids}
 
     async def census(self, now: int) -> Census:
-        """Pools, rollup, nodes and whole GPUs with their holders at `now` (for metrics)."""
-        return await read_census(self._db, self.pools, now)
+        """Pools, rollup, nodes and whole GPUs with their holders at `now`, and memory
+        reserved against used in the last complete interval before it (for metrics)."""
+        census = await read_census(self._db, self.pools, now)
+        last = now - now % INTERVAL_MS - INTERVAL_MS
+        reserved = await self.memory_use.reserved(last, last + INTERVAL_MS)
+        used = await self.memory_use.used(last, last + INTERVAL_MS)
+        return replace(census, memory=tuple(consumption(reserved, used)))
 
     async def rebuild_all(self, now: int) -> int:
         """Recompute every pool's rows; returns how many rows had drifted."""

@@ -50,13 +50,7 @@ class MemoryUseRepo:
         """GB reserved by interval reservations per quarter of [start, end), tenant and
         pool (summed: a tenant may hold several reservations of one quarter)."""
         s, iv = schema.scalar_bookings.c, schema.interval_reservations.c
-        cond: ColumnElement[bool] = (
-            (s.resource == RESOURCE) & (s.node_id == "") & (s.start >= start) & (s.start < end)
-        )
-        if tenant_id is not None:
-            cond &= s.tenant_id == tenant_id
-        if pool_id is not None:
-            cond &= s.pool_id == pool_id
+        cond = interval_booked(start, end, tenant_id, pool_id)
         async with self._db.read() as conn:
             rows = await conn.execute(
                 select(s.start, s.tenant_id, s.pool_id, func.sum(s.amount).label("gb"))
@@ -69,6 +63,22 @@ class MemoryUseRepo:
                 .group_by(s.start, s.tenant_id, s.pool_id)
             )
             return {MemoryKey(int(r.start), r.tenant_id, r.pool_id): int(r.gb) for r in rows.all()}
+
+
+def interval_booked(
+    start: int, end: int, tenant_id: str | None, pool_id: str | None
+) -> ColumnElement[bool]:
+    """The `scalar_bookings` rows of interval reservations (pool-level memory) starting
+    in [start, end), of this tenant and pool where given."""
+    s = schema.scalar_bookings.c
+    cond: ColumnElement[bool] = (
+        (s.resource == RESOURCE) & (s.node_id == "") & (s.start >= start) & (s.start < end)
+    )
+    if tenant_id is not None:
+        cond &= s.tenant_id == tenant_id
+    if pool_id is not None:
+        cond &= s.pool_id == pool_id
+    return cond
 
 
 async def add_memory(conn: AsyncConnection, accrued: Mapping[MemoryKey, MemoryAccrued]) -> None:

@@ -35,8 +35,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from coordinator.domain.census import Census
+from coordinator.domain.consumption import Consumption
 from coordinator.domain.gpu_use_conditions import IdleLine
 from coordinator.domain.gpu_use_join import UnitLine
+from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import NODE_STATUSES, RollupRow
 from procs.build import revision
 from shared.counts import COUNT_COLUMNS
@@ -239,9 +241,43 @@ def _buckets(ages: list[float]) -> list[tuple[str, float]]:
     return [*out, ("+Inf", float(len(ages)))]
 
 
+def _held_bytes(mib_ms: int) -> float:
+    """A quarter's MiB-ms as the bytes held on average over it (one correctly rounded
+    division: whole bytes stay whole)."""
+    return (mib_ms << 20) / INTERVAL_MS
+
+
+def _memory(rows: Iterable[Consumption]) -> Iterable[Metric]:
+    """Chargeback (issue 35): the last complete interval's memory commitments, split
+    into the part use consumed and the part it did not (they add up to what was
+    reserved), and the use above them on demand; time-weighted bytes, per pool and
+    tenant (`tenant` "" on demand: use no tenant owns)."""
+    committed = GaugeMetricFamily(
+        "gpufleet_memory_commitment_bytes",
+        "Interval-reserved GPU memory in the last complete 15-minute interval, time-weighted,"
+        " by what use made of it (state: used, unused)",
+        labels=["pool", "tenant", "state"],
+    )
+    on_demand = GaugeMetricFamily(
+        "gpufleet_memory_on_demand_bytes",
+        "GPU memory used above any interval reservation in the last complete 15-minute"
+        " interval, time-weighted (tenant empty: unattributed use)",
+        labels=["pool", "tenant"],
+    )
+    for c in rows:
+        if c.reserved:
+            committed.add_metric([c.pool_id, c.tenant_id, "used"], _held_bytes(c.covered))
+            committed.add_metric([c.pool_id, c.tenant_id, "unused"], _held_bytes(c.unused))
+        if c.on_demand:
+            on_demand.add_metric([c.pool_id, c.tenant_id], _held_bytes(c.on_demand))
+    yield committed
+    yield on_demand
+
+
 def _fleet(census: Census, s: Sources) -> Iterable[Metric]:
     """The leader's series: what the fleet is, not what this process did."""
     yield from _census(census)
+    yield from _memory(census.memory)
     yield from _use(s.gpu_use())
     yield _idle(s.idle())
     ages = s.heartbeat_ages_s()

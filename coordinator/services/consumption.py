@@ -1,12 +1,18 @@
 """Chargeback's reads (SPEC §13): memory reserved against memory used per tenant, pool
-and quarter (`domain.consumption`), and device bookings' booked GPU-hours split into
-used and unused (`domain.gpu_use_report`). Reads only: nothing is written."""
+and quarter (`domain.consumption`), device bookings' booked GPU-hours split into used
+and unused and unbooked use per tenant (`domain.gpu_use_report`), and what the FOCUS
+export adds to them: the interval reservations behind each commitment, each
+reservation's GPU share and the nodes' region and zone. Reads only: nothing is
+written."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from coordinator.domain.booked_hours import HOUR_MS, UsageSpan
-from coordinator.domain.consumption import Consumption, consumption
-from coordinator.domain.focus import DeviceHour
+from coordinator.domain.consumption import Consumption, MemoryKey, consumption
+from coordinator.domain.focus import Commitments, Place, place
+from coordinator.domain.focus_devices import DeviceHour, gpu_share, mean_share
 from coordinator.domain.gpu_use_join import COVERING_CLASSES
 from coordinator.domain.gpu_use_report import (
     ReservationUse,
@@ -31,22 +37,41 @@ async def device_consumption(
     ledger: Ledger, start: int, end: int, now: int, tenant_id: str | None, pool_id: str | None
 ) -> tuple[list[ReservationUse], list[UnbookedUse]]:
     """Per device reservation: booked and used unit-ms in [start, end) (`usage.report`'s
-    arithmetic); and the use no booking covered, per pool (every tenant's reads only)."""
+    arithmetic); and the use no booking covered, per tenant and pool (a tenant's read:
+    its own; every tenant's: the unattributed use too)."""
     spans = await ledger.booked_spans.spans(
         start - start % HOUR_MS, -(-end // HOUR_MS) * HOUR_MS, tenant_id, pool_id, None
     )
     buckets = await ledger.gpu_use.summed(start, min(end, now), tenant_id, pool_id, None)
     gpu_spans = [s for s in spans if s.resource in COVERING_CLASSES]
-    rows, unbooked = reservation_use(gpu_spans, buckets, start, end, now)
-    return rows, unbooked if tenant_id is None else []
+    return reservation_use(gpu_spans, buckets, start, end, now)
+
+
+async def memory_export(
+    ledger: Ledger, start: int, end: int, tenant_id: str | None, pool_id: str | None
+) -> tuple[list[Consumption], Commitments]:
+    """`memory_consumption`'s rows and the interval reservations behind each row's
+    reservation (read once: the rows' reserved memory is their sum, so the export's
+    parts add up to the API's by construction)."""
+    commitments = await ledger.focus_facts.commitments(start, end, tenant_id, pool_id)
+    reserved = {MemoryKey(*k): sum(gb for _, gb in v) for k, v in commitments.items()}
+    used = await ledger.memory_use.used(start, end, tenant_id, pool_id)
+    return consumption(reserved, used), commitments
+
+
+async def pool_places(ledger: Ledger, pool_ids: Collection[str]) -> dict[str, Place]:
+    """Each pool's region and zone: those all its nodes' labels share."""
+    labels = await ledger.focus_facts.node_labels(pool_ids)
+    return {p: place(nodes.values()) for p, nodes in labels.items()}
 
 
 async def device_hours(
     ledger: Ledger, start: int, end: int, now: int, tenant_id: str | None, pool_id: str | None
 ) -> list[DeviceHour]:
     """Per hour of [start, end) (cut by the window at its ends), device reservation and
-    class: booked, used and idle unit-ms (`reservation_use` of that hour); and for every
-    tenant's reads, each pool's use no booking covered. For the FOCUS export."""
+    class: booked, used and idle unit-ms (`reservation_use` of that hour), its GPU share
+    and its nodes' region and zone; and each tenant's use in a pool no booking covered
+    (a tenant's read: its own). For the FOCUS export."""
     lo_hour = start - start % HOUR_MS
     spans = [
         s
@@ -64,27 +89,39 @@ async def device_hours(
         first = max(lo_hour, s.start - s.start % HOUR_MS)
         for hour in range(first, min(s.end, end), HOUR_MS):
             spans_of.setdefault(hour, []).append(s)
-    models: dict[str, str] = {}
+    pools = {s.pool_id for s in spans} | {b.pool_id for b in buckets}
+    models = {}
+    for p in sorted(pools):
+        pool = await ledger.pools.get(p)
+        models[p] = (pool.gpu_model if pool is not None else None) or ""
+    labels = await ledger.focus_facts.node_labels(pools)
+    atoms = await ledger.focus_facts.booked_atoms({s.reservation_id for s in spans})
+    of_node = {n: node for nodes in labels.values() for n, node in nodes.items()}
+    facts: dict[tuple[str, str], tuple[tuple[int, int], Place]] = {}
+    for rid, booked in atoms.items():
+        for cls in {c for c, _, _ in booked}:
+            mine = [(node, attrs) for c, node, attrs in booked if c == cls]
+            facts[(rid, cls)] = (
+                mean_share(gpu_share(cls, attrs) for _, attrs in mine),
+                place(of_node.get(n, {}) for n in {n for n, _ in mine}),
+            )
+    places = {p: place(nodes.values()) for p, nodes in labels.items()}
     out: list[DeviceHour] = []
     for hour in sorted(by_hour.keys() | spans_of.keys()):
         lo, hi = max(hour, start), min(hour + HOUR_MS, end)
         if hi <= lo:
             continue
         rows, unbooked = reservation_use(spans_of.get(hour, []), by_hour.get(hour, []), lo, hi, now)
-        for p in {r.pool_id for r in rows} | {u.pool_id for u in unbooked}:
-            if p not in models:
-                pool = await ledger.pools.get(p)
-                models[p] = (pool.gpu_model if pool is not None else None) or ""
+        for r in rows:
+            share, where = facts.get((r.reservation_id, r.resource), ((1, 1), Place()))
+            out.append(
+                DeviceHour(lo, r.reservation_id, r.tenant_id, r.pool_id, models[r.pool_id],
+                           r.resource, r.booked_ms, r.used_ms, r.idle_ms, hi - lo,
+                           r.project_id, share, where)
+            )  # fmt: skip
         out += [
-            DeviceHour(lo, r.reservation_id, r.tenant_id, r.pool_id, models[r.pool_id],
-                       r.resource, r.booked_ms, r.used_ms, r.idle_ms, hi - lo)
-            for r in rows
+            DeviceHour(lo, "", u.tenant_id or None, u.pool_id, models[u.pool_id], "gpu", 0,
+                       u.used_ms, 0, hi - lo, None, (1, 1), places.get(u.pool_id, Place()))
+            for u in unbooked
         ]  # fmt: skip
-        if tenant_id is None:
-            out += [
-                DeviceHour(
-                    lo, "", None, u.pool_id, models[u.pool_id], "gpu", 0, u.used_ms, 0, hi - lo
-                )
-                for u in unbooked
-            ]
     return out

@@ -283,7 +283,9 @@ class GpuUseWatch:
             gates, said = gate(self.gates, transitions, now, self.policy)
             booked = {(h.node_id, h.reservation_id) for h in holds}
             memory = accrue_memory(held_memory, tenant_of, pools, windows, rules, booked)
-            accrued = accrue(uses, spanned, pools, windows, self.policy.idle_util_percent)
+            accrued = accrue(
+                uses, spanned, pools, windows, self.policy.idle_util_percent, tenant_of
+            )
             return state, gates, said, accrued, memory
 
         state, gates, transitions, accrued, memory = await asyncio.to_thread(compute)

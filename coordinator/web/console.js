@@ -1,6 +1,8 @@
 // gpufleet web console: a plain ES module, no build step, no requests beyond this origin.
 // The API key lives in sessionStorage (this tab only) and goes out as a Bearer header.
 
+import { chargebackView } from "./chargeback.js";
+
 const $ = (sel, root = document) => root.querySelector(sel);
 const store = window.sessionStorage;
 const state = { key: store.getItem("gpufleet.key"), tenant: store.getItem("gpufleet.tenant"),
@@ -577,6 +579,9 @@ async function render(force = false) {
     if (kind === "pool") await poolView(fresh, decodeURIComponent(arg));
     else if (kind === "node") await nodeView(fresh, decodeURIComponent(arg));
     else if (kind === "calendar") await calendarView(fresh);
+    else if (kind === "chargeback") {
+      await chargebackView(fresh, { h, get, put, state, problem, clearProblem });
+    }
     else await fleetView(fresh);
   } catch (err) {
     if (ticket !== state.renders || !state.key) return;
@@ -645,9 +650,9 @@ async function signedIn() {
   render();
   pollAlerts();
   state.timer = setInterval(pollAlerts, 2000);
-  // Live views redraw every 3 s; the calendar only when asked (it is a form).
+  // Live views redraw every 3 s; the calendar and chargeback only when asked (forms).
   state.refresh = setInterval(() => {
-    if (!document.hidden && !location.hash.startsWith("#/calendar")) render();
+    if (!document.hidden && !/^#\/(calendar|chargeback)/.test(location.hash)) render();
   }, 3000);
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ops.cli import daily, views
+from ops.cli import daily, focus_parquet, views
 from ops.cli.answers import show_answer
 from ops.cli.api_commands import api_group, call_cmd
 from ops.cli.flags import parse_when
@@ -210,7 +210,8 @@ def usage_cmd(
 @usage_cmd.command("export")
 @click.option(
     "--format", "fmt", type=click.Choice(["focus-csv", "focus-parquet"]), default="focus-csv",
-    show_default=True, help="FOCUS 1.2 rows as CSV (parquet needs pyarrow: not shipped)",
+    show_default=True,
+    help="FOCUS 1.2 rows as CSV, or Parquet (needs --out and pyarrow: gpufleet[export])",
 )  # fmt: skip
 @click.option("--from", "from_", metavar="TIME", required=True, help="on the 15-minute grid")
 @click.option("--to", metavar="TIME", required=True, help="on the grid, at most 35 days on")
@@ -226,11 +227,15 @@ def usage_export_cmd(
 ) -> None:  # fmt: skip
     """Chargeback as FOCUS 1.2 rows: per 15-minute interval, tenant and pool, reserved
     GPU memory used and unused, and use above it on demand, priced by the coordinator's
-    rate card (none: quantities, zero costs), streamed as it comes."""
+    rate card (none: quantities, zero costs), streamed as it comes; focus-parquet
+    writes the same rows as Parquet with FOCUS's column types."""
     if fmt == "focus-parquet":
-        raise click.UsageError(
-            "focus-parquet needs pyarrow, which gpufleet does not ship: use focus-csv"
-        )
+        if out is None:
+            raise click.UsageError("focus-parquet writes a file: give --out FILE")
+        try:
+            focus_parquet.column_types([])
+        except focus_parquet.ParquetUnavailable as exc:
+            raise click.UsageError(str(exc)) from None
     who = session.tenant(tenant, required=False)
     body: dict[str, Any] = {"format": "focus-csv", "from": parse_when(from_), "to": parse_when(to)}
     for key, value in (("tenantId", who), ("poolId", session.pool_id(who, pool))):
@@ -238,6 +243,12 @@ def usage_export_cmd(
             body[key] = value
     if out is None:
         session.client().download("usage.export", body, sys.stdout.buffer)
+        return
+    if fmt == "focus-parquet":
+        with focus_parquet.spool() as csv_file:
+            session.client().download("usage.export", body, csv_file)
+            csv_file.seek(0)
+            focus_parquet.csv_to_parquet(csv_file, out)
         return
     with open(out, "wb") as f:
         session.client().download("usage.export", body, f)

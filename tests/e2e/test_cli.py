@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from ops.kit.embedded_nats import EmbeddedNats
@@ -283,7 +284,8 @@ def test_version_completion_and_usage_csv(world: World) -> None:
     per = piped(world, "usage", "-o", "csv", "--from", "-1d", "--by-reservation").out
     booked = list(csv.DictReader(io.StringIO(per)))
     assert booked and all(r["reservationId"].startswith("rsv_") for r in booked), per
-    # Chargeback as FOCUS 1.2 rows (issue 35): the header, whatever ran; parquet refused.
+    # Chargeback as FOCUS 1.2 rows (issue 35): the header, whatever ran; and the same
+    # rows as Parquet with FOCUS's types (pyarrow, the export extra), to a file only.
     grid = int(time.time() * 1000) // 900_000 * 900_000
     window = ("--from", str(grid - 4 * 900_000), "--to", str(grid + 900_000))
     focus = piped(world, "usage", "export", "--format", "focus-csv", *window)
@@ -292,7 +294,15 @@ def test_version_completion_and_usage_csv(world: World) -> None:
     assert header[:3] == ["BillingAccountId", "BillingCurrency", "BillingPeriodStart"], header
     assert "CapacityReservationStatus" in header
     refused = piped(world, "usage", "export", "--format", "focus-parquet", *window)
-    assert refused.code == 2 and "pyarrow" in refused.err, refused.err
+    assert refused.code == 2 and "--out" in refused.err, refused.err
+    target = world.tmp / "focus.parquet"
+    wrote = piped(world, "usage", "export", "--format", "focus-parquet", "--out", str(target),
+                  *window)  # fmt: skip
+    assert wrote.code == 0, wrote.err
+    table = pq.read_table(target)
+    assert table.schema.names == header and table.num_rows == len(focus.out.splitlines()) - 1
+    assert str(table.schema.field("ChargePeriodStart").type) == "timestamp[ms, tz=UTC]"
+    assert str(table.schema.field("BilledCost").type) == "decimal128(38, 10)"
     off = piped(world, "usage", "export", "--from", str(grid + 1), "--to", str(grid + 900_000))
     assert off.code != 0 and "from" in off.err, off.err
 

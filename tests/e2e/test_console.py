@@ -19,9 +19,10 @@ import re
 import shutil
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
@@ -750,3 +751,90 @@ def test_console_counts_idle_and_unbooked_use_and_marks_the_timeline(
 
 def count_text(driver: WebDriver, css: str) -> str:
     return str(_retry(lambda: _wait(driver, css).text))
+
+
+def _seed(procs: Fleet, key: str, method: str, path: str, body: Any = None) -> Any:
+    """A seed-002 route (`X-API-Key`), as the console's own requests go."""
+    headers = {"X-API-Key": key, "Content-Type": "application/json"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(procs.url + path, data, headers, method=method)
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("fleet", [("--use-interval-s", "0.5")], indirect=True)
+def test_console_chargeback_draws_reserved_against_used(fleet: World, browser: WebDriver) -> None:
+    """Issue 35: the tenant commits 8 GB for four quarters from 45 minutes on and runs
+    4 GiB now with no commitment. The Chargeback page draws, per quarter of the UTC
+    day, the tenant's reserved against used (on demand now, unused later), and for an
+    operator also the fleet's unused commitment and on-demand use; a tenant's key sees
+    its own chart only. Screenshots at 1440 and 390 px."""
+    procs, pool, faults = fleet.procs, fleet.pool, fleet.faults
+    op = procs.operator()
+    now = int(time.time() * 1000)
+    work = op.call("reservations.create", {
+        "tenantId": TENANT, "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+        "duration": "1h", "idempotencyKey": "cb-work"})  # fmt: skip
+    first = now - now % 900_000 + 3 * 900_000  # at least 30 minutes on, on the grid
+    _seed(procs, fleet.tenant_key, "POST", "/api/capacity/reservations", {
+        "poolId": pool, "intervals": [
+            {"startsAt": _iso(first + k * 900_000), "endsAt": _iso(first + (k + 1) * 900_000),
+             "capacityGb": 8} for k in range(4)]})  # fmt: skip
+    atoms = {a["atomId"]: a for a in op.call("nodes.get", {"nodeId": "gpu-a"})["atoms"]}
+    gpu = atoms[work["atoms"][0]["atomId"]]["attrs"]["gpuIndex"]
+    faults.write_text(json.dumps({"faults": [
+        {"kind": "process", "pid": 4343, "gpus": [gpu], "memory_mib": 4096,
+         "env": {"GPUFLEET_RESERVATION_ID": work["reservationId"]},
+         "util": {"shape": "constant", "level": 60}}]}))  # fmt: skip
+    today = _iso(now)[:10]
+    window = f"from={today}T00:00:00Z&to={_iso(now - now % 86_400_000 + 86_400_000)}"
+
+    def used() -> bool:
+        rows = _seed(procs, op.key, "GET", f"/api/capacity/consumption?{window}")["intervals"]
+        return any(r["tenantId"] == TENANT and r["onDemandGb"] > 0 for r in rows)
+
+    wait_for(used, timeout=60, what="memory use counted on demand")
+
+    d = browser
+    d.set_window_size(1440, 1000)
+    d.get(procs.url + "/")
+    _sign_in(d, op.key, TENANT)
+    _wait(d, "#nav a[href='#/chargeback']")
+    d.get(procs.url + "/#/chargeback")
+
+    def total(chart: str, part: str) -> float:
+        text = _retry(lambda: _wait(d, f"#{chart} [data-total='{part}']").text)
+        return float(str(text).split()[0])
+
+    _wait(d, "#cb-fleet")
+    assert total("cb-tenant", "onDemandGb") > 0 and total("cb-fleet", "onDemandGb") > 0
+    bars = d.find_elements(By.CSS_SELECTOR, "#cb-tenant rect.c-ondemand")
+    assert bars and "on demand" in str(
+        bars[0].find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    )
+    if _iso(first)[:10] == today:  # else the commitment is tomorrow's: show that day
+        assert total("cb-tenant", "unusedGb") == 8.0 and total("cb-fleet", "unusedGb") == 8.0
+    else:
+        day = d.find_element(By.ID, "cb-day")
+        d.execute_script("arguments[0].value = arguments[1]", day, _iso(first)[:10])
+        d.find_element(By.CSS_SELECTOR, "#cb-form button").click()
+        WebDriverWait(d, 20).until(lambda _: total("cb-tenant", "unusedGb") > 0)
+    _accessible(d)
+    _fetched_only_from(d, procs.url)
+    _shot(d, "30-chargeback-operator-1440")
+
+    d.find_element(By.ID, "signout").click()
+    d.set_window_size(390, 844)
+    _sign_in(d, fleet.tenant_key, TENANT)
+    _wait(d, "#nav a[href='#/chargeback']")
+    d.get(procs.url + "/#/chargeback")
+    _wait(d, "#cb-tenant")
+    assert total("cb-tenant", "onDemandGb") > 0
+    assert d.find_elements(By.ID, "cb-fleet") == []  # a tenant's key: its own chart only
+    assert d.execute_script("return document.documentElement.scrollWidth") <= 390
+    _accessible(d)
+    _shot(d, "31-chargeback-tenant-390")

@@ -36,7 +36,8 @@ from coordinator.domain.consumption import (
     totals,
 )
 from coordinator.domain.errors import CoordinatorError, InvalidInput, NotFound, PermissionDenied
-from coordinator.domain.focus import csv_chunks, device_rows, focus_rows
+from coordinator.domain.focus import csv_chunks, memory_rows
+from coordinator.domain.focus_devices import device_rows
 from coordinator.domain.intervals import (
     INTERVAL_MS,
     MAX_WINDOW_MS,
@@ -48,6 +49,8 @@ from coordinator.services.consumption import (
     device_consumption,
     device_hours,
     memory_consumption,
+    memory_export,
+    pool_places,
 )
 from coordinator.services.intervals import visible_pool
 from shared.ids import POOL_ID_PATTERN, TENANT_ID_PATTERN
@@ -215,8 +218,8 @@ def _h(unit_ms: int) -> float:
 )  # fmt: skip
 async def devices(ctx: CallContext, body: DeviceConsumptionInput) -> out.DeviceConsumption:
     """Per device reservation in [from, to): booked unit-hours split into used (a
-    process ran) and unused; and, for every tenant's reads, unbooked GPU-hours on demand
-    per pool."""
+    process ran) and unused; and unbooked GPU-hours on demand per tenant and pool (a
+    tenant's key: its own; every tenant's read: the unattributed use beside them)."""
     rows, unbooked = await device_consumption(
         ctx.ledger, body.from_, body.to, ctx.now(), body.tenant_id, body.pool_id
     )
@@ -232,7 +235,9 @@ async def devices(ctx: CallContext, body: DeviceConsumptionInput) -> out.DeviceC
             for r in rows
         ],
         on_demand=[
-            out.OnDemandRow(tenant_id=None, pool_id=u.pool_id, used_hours=_h(u.used_ms))
+            out.OnDemandRow(
+                tenant_id=u.tenant_id or None, pool_id=u.pool_id, used_hours=_h(u.used_ms)
+            )
             for u in unbooked
         ],
     )  # fmt: skip
@@ -244,7 +249,9 @@ class ExportInput(ApiInput):
     )
     pool_id: PoolId | None = Field(default=None, description="Only this pool.")
     format: Literal["focus-csv"] = Field(
-        default="focus-csv", description="FOCUS 1.2 rows as CSV (parquet is not offered)."
+        default="focus-csv",
+        description="FOCUS 1.2 rows as CSV (`gpufleet usage export --format focus-parquet` "
+        "writes Parquet from it on the caller's machine).",
     )
     from_: EpochMs = Field(alias="from", description="Window start, ms, on the 15-minute grid.")
     to: EpochMs = Field(description="Window end, ms, on the grid; at most 35 days after from.")
@@ -277,10 +284,13 @@ async def export(ctx: CallContext, body: ExportInput) -> Streamed:
     by the rate card (none: quantities with zero costs)."""
     _window(body.from_, body.to)
     card = ctx.services.rate_card
-    rows = await memory_consumption(ctx.ledger, body.from_, body.to, body.tenant_id, body.pool_id)
+    rows, commitments = await memory_export(
+        ctx.ledger, body.from_, body.to, body.tenant_id, body.pool_id
+    )
+    places = await pool_places(ctx.ledger, {r.pool_id for r in rows})
     hours = await device_hours(
         ctx.ledger, body.from_, body.to, ctx.now(), body.tenant_id, body.pool_id
     )
     name = f"gpufleet-focus-{format_time(body.from_)}-{format_time(body.to)}.csv".replace(":", "")
-    focus = itertools.chain(focus_rows(rows, card), device_rows(hours, card))
+    focus = itertools.chain(memory_rows(rows, commitments, places, card), device_rows(hours, card))
     return Streamed("text/csv", name, csv_chunks(focus))

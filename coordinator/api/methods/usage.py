@@ -111,7 +111,8 @@ async def report(ctx: CallContext, body: UsageInput) -> out.UsageReport:
         else [],
         unbooked=[
             out.UnbookedUseRow(
-                pool_id=u.pool_id, used_hours=_h(u.used_ms), weighted_hours=_wh(u.weighted_ms)
+                pool_id=u.pool_id, tenant_id=u.tenant_id or None, used_hours=_h(u.used_ms),
+                weighted_hours=_wh(u.weighted_ms),
             )
             for u in unbooked
         ]

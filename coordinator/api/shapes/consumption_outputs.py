@@ -80,7 +80,10 @@ class DeviceConsumptionRow(ApiOutput):
 
 
 class OnDemandRow(ApiOutput):
-    tenant_id: None = Field(description="Unbooked use is not attributed to a tenant yet.")
+    tenant_id: str | None = Field(
+        description="The tenant its processes' owners belong to (their reservation, or the "
+        "operator's mapping rules); null: unattributed (owners of no tenant, or of several)."
+    )
     pool_id: str = Field(description="The pool.")
     used_hours: float = Field(description="GPU-hours of use no booking covered.")
 
@@ -90,5 +93,6 @@ class DeviceConsumption(ApiOutput):
     to: int = Field(description="Window end, ms.")
     reservations: list[DeviceConsumptionRow] = Field(description="Per reservation and class.")
     on_demand: list[OnDemandRow] = Field(
-        description="Unbooked GPU-hours per pool (operators and observers only)."
+        description="Unbooked GPU-hours per tenant and pool, on demand (a tenant's key: its "
+        "own; every tenant's read: the unattributed use too)."
     )

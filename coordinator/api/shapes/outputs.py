@@ -323,6 +323,10 @@ class UsageReservationRow(ApiOutput):
 
 class UnbookedUseRow(ApiOutput):
     pool_id: PoolId = Field(description="The pool.")
+    tenant_id: str | None = Field(
+        default=None,
+        description="The tenant its processes' owners belong to (null: unattributed).",
+    )
     used_hours: float = Field(description="GPU-hours with a process that no booking covered.")
     weighted_hours: float | None = Field(
         description="Those weighted by utilization (null: some had no utilization figure)."

@@ -79,5 +79,8 @@ async def test_dashboard_and_rules_query_only_served_metrics(api: Api) -> None:
         # Use against bookings (issue 34).
         "gpufleet_gpu_user_info",
         "gpufleet_reservation_idle_since_seconds",
+        # Reserved memory against use (issue 35).
+        "gpufleet_memory_commitment_bytes",
+        "gpufleet_memory_on_demand_bytes",
         "up",
     } <= used

@@ -1,7 +1,8 @@
 """`usage.export` (SPEC §13, issue 35): FOCUS 1.2 rows of memory reserved against used,
-streamed as CSV over HTTP, on SQLite and PostgreSQL. Every row is checked against
-FOCUS's column rules (types, nullability, allowed values, the capacity reservation
-rule) and the quantities and costs add up to the consumption API's totals to the cent."""
+streamed as CSV over HTTP, on SQLite and PostgreSQL, and as the CLI's Parquet. Every
+row is checked against FOCUS's column rules (types, nullability, allowed values, the
+capacity reservation rule) and the quantities and costs add up to the consumption
+API's totals to the cent."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 import io
 import json
 import re
+import tempfile
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -18,12 +20,16 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.api.app import build_app
 from coordinator.api.http.context import Services
+from coordinator.domain.consumption import MemoryAccrued, MemoryKey
 from coordinator.domain.focus import COLUMNS
 from coordinator.domain.gpu_use_accrual import AccrualKey, AccrualWho, Accrued
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.rate_card import parse_rate_card
+from coordinator.services.node_records import record_inventory
+from ops.cli.focus_parquet import DECIMALS, TIMES, csv_to_parquet
+from tests.factories import make_inventory
 from tests.integration.conftest import Served
-from tests.integration.coordinator.api.test_consumption import S, _fleet, _get
+from tests.integration.coordinator.api.test_consumption import GIB_Q, S, _fleet, _get
 from tests.integration.coordinator.api.test_intervals import iso
 
 CARD = parse_rate_card(
@@ -110,6 +116,7 @@ async def test_the_export_follows_focus_and_adds_up_to_the_api(served: Served) -
         rows = list(reader)
         for row in rows:
             check_focus_row(row)
+        assert parquet_rows(text) == rows  # the CLI's focus-parquet: the same rows, typed
         rows = [r for r in rows if r["ConsumedUnit"] == "GB-Hours"]  # memory's rows
         by: dict[str, Decimal] = {"Used": Decimal(0), "Unused": Decimal(0), "": Decimal(0)}
         cost = Decimal(0)
@@ -171,6 +178,10 @@ async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served)
             AccrualKey(S, "", "n0", "GPU-other", "gpu"): Accrued(
                 AccrualWho("", pool, None), 15 * m, 15 * m, 0, 0
             ),
+            # beta's process on a GPU no booking held: beta's use on demand.
+            AccrualKey(S, "", "n0", "GPU-third", "gpu"): Accrued(
+                AccrualWho("beta", pool, None), 6 * m, 6 * m, 0, 0
+            ),
         },
         [],
         [],
@@ -183,7 +194,14 @@ async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served)
     assert (row["bookedHours"], row["usedHours"], row["idleHours"], row["unusedHours"]) == (
         1.0, 0.333333, 0.166667, 0.666667,
     )  # fmt: skip
-    assert used["onDemand"] == [{"tenantId": None, "poolId": pool, "usedHours": 0.25}]
+    assert used["onDemand"] == [
+        {"tenantId": None, "poolId": pool, "usedHours": 0.25},
+        {"tenantId": "beta", "poolId": pool, "usedHours": 0.1},
+    ]
+    status, own = await api.call("usage.consumption", window | {"tenantId": "beta"}, keys["beta"])
+    assert status == 200 and own["onDemand"] == [
+        {"tenantId": "beta", "poolId": pool, "usedHours": 0.1}
+    ], own
     app = build_app(Services(served.ledger, served.clock, rate_card=CARD))
     async with TestClient(TestServer(app)) as client:
         status, text = await _export(client, api.operator_key, window)
@@ -192,7 +210,7 @@ async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served)
     for r in rows:
         check_focus_row(r)
     got = {
-        (r["CapacityReservationId"], r["CapacityReservationStatus"]): (
+        (r["CapacityReservationId"], r["CapacityReservationStatus"], r["SubAccountId"]): (
             round(Decimal(r["ConsumedQuantity"]), 6), round(Decimal(r["BilledCost"]), 2),
             r["SubAccountId"], r["ChargePeriodStart"], r["ChargePeriodEnd"],
         )
@@ -200,7 +218,88 @@ async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served)
     }  # fmt: skip
     hour = (iso(S), iso(S + 3_600_000))
     assert got == {
-        (rid, "Used"): (Decimal("0.333333"), Decimal("0.67"), "acme", *hour),
-        (rid, "Unused"): (Decimal("0.666667"), Decimal("1.33"), "acme", *hour),
-        ("", ""): (Decimal("0.25"), Decimal("0.75"), "", *hour),
+        (rid, "Used", "acme"): (Decimal("0.333333"), Decimal("0.67"), "acme", *hour),
+        (rid, "Unused", "acme"): (Decimal("0.666667"), Decimal("1.33"), "acme", *hour),
+        ("", "", ""): (Decimal("0.25"), Decimal("0.75"), "", *hour),
+        ("", "", "beta"): (Decimal("0.1"), Decimal("0.30"), "beta", *hour),
     }
+
+
+def parquet_rows(text: str) -> list[dict[str, str]]:
+    """The export as `gpufleet usage export --format focus-parquet` writes it, read back:
+    FOCUS's types checked per column, then each row as CSV text for `check_focus_row`."""
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as tmp:
+        target = f"{tmp}/focus.parquet"
+        assert csv_to_parquet(io.BytesIO(text.encode()), target) == text.count("\r\n") - 1
+        table = pq.read_table(target)
+    types = {f.name: str(f.type) for f in table.schema}
+    assert tuple(types) == COLUMNS
+    want = dict.fromkeys(TIMES, "timestamp[ms, tz=UTC]") | dict.fromkeys(
+        DECIMALS, "decimal128(38, 10)"
+    )
+    for col in COLUMNS:
+        assert types[col] == want.get(col, "string"), (col, types[col])
+    rows = []
+    for record in table.to_pylist():
+        cells = {}
+        for col, value in record.items():
+            if value is None:
+                cells[col] = ""
+            elif isinstance(value, datetime):
+                assert value.utcoffset() is not None and not value.utcoffset()
+                cells[col] = value.strftime("%Y-%m-%dT%H:%M:%SZ")
+            else:
+                assert isinstance(value, str | Decimal), (col, value)
+                cells[col] = format(value, "f") if isinstance(value, Decimal) else value
+        rows.append(cells)
+    return rows
+
+
+async def test_rows_name_the_interval_reservations_and_the_nodes_place(served: Served) -> None:
+    """Two interval reservations of one quarter: use fills the older first, each row
+    names its own; RegionId and AvailabilityZone are the nodes' topology labels; the
+    Parquet file holds the same rows, typed, each within FOCUS's rules."""
+    api, ledger = served.api, served.ledger
+    await api.ok("tenants.create", {"tenantId": "acme"})
+    pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "p"}))["poolId"]
+    where = {
+        "topology.kubernetes.io/region": "eu-west",
+        "topology.kubernetes.io/zone": "eu-west-1a",
+    }
+    for n, node in enumerate(("n0", "n1")):
+        await record_inventory(
+            ledger, make_inventory(node, pool, memory_gib=512, labels=where), n + 1
+        )
+    key = (await api.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+    ids = []
+    for gb in (16, 8):
+        body = {"intervals": [{"startsAt": iso(S), "endsAt": iso(S + Q), "capacityGb": gb}],
+                "poolId": pool}  # fmt: skip
+        async with api.session.post(
+            f"{api.base}/api/capacity/reservations", json=body, headers={"X-API-Key": key}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            ids.append((await resp.json())["reservationId"])
+        served.clock.advance(1)
+    await ledger.gpu_use.record(
+        {}, [], [], memory={MemoryKey(S, "acme", pool): MemoryAccrued(20 * GIB_Q, 20 * 1024)}
+    )
+    app = build_app(Services(ledger, served.clock, rate_card=CARD))
+    async with TestClient(TestServer(app)) as client:
+        status, text = await _export(client, api.operator_key, {"from": S, "to": S + Q})
+    assert status == 200, text
+    rows = list(csv.DictReader(io.StringIO(text)))
+    for row in rows:
+        check_focus_row(row)
+    assert [(r["CapacityReservationId"], r["CapacityReservationStatus"], r["ConsumedQuantity"],
+             r["RegionId"], r["AvailabilityZone"]) for r in rows] == [
+        (ids[0], "Used", "4.0000000000", "eu-west", "eu-west-1a"),
+        (ids[1], "Used", "1.0000000000", "eu-west", "eu-west-1a"),
+        (ids[1], "Unused", "1.0000000000", "eu-west", "eu-west-1a"),
+    ]  # fmt: skip
+    typed = parquet_rows(text)
+    for row in typed:
+        check_focus_row(row)
+    assert typed == rows

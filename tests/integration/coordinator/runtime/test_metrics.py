@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 
 import aiohttp
 import msgspec
@@ -11,8 +12,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator, running_coordinator
+from coordinator.domain.consumption import MemoryAccrued, MemoryKey
+from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.services.node_records import record_inventory
 from procs.build import revision
+from shared.clock import FakeClock
 from shared.subjects import Subjects
 from tests.factories import make_heartbeat, make_inventory
 from tests.integration.conftest import Api, coordinator_settings
@@ -178,6 +182,47 @@ async def test_pool_series_are_parts_in_one_unit_and_gpus_join_with_dcgm_labels(
     assert len(build) == 1 and dict(next(iter(build)))["version"]
     # The git revision this build is from (issue 34), read without running git.
     assert dict(next(iter(build)))["revision"] == revision() != ""
+
+
+async def test_the_last_interval_splits_commitments_into_used_unused_and_on_demand(
+    capi: Api, clocked: Coordinator, clock: FakeClock
+) -> None:
+    """Chargeback on the dashboard (issue 35): acme reserves 16 GB of a quarter and uses
+    12 (4 unused), beta has no commitment and uses 3, and 2 GB are nobody's: the quarter
+    after, the gauges say so in bytes, and used + unused is what was reserved."""
+    for tenant in ("acme", "beta"):
+        await capi.ok("tenants.create", {"tenantId": tenant})
+    pool = (await capi.ok("pools.create", {"tenantId": "acme", "name": "train"}))["poolId"]
+    await capi.ok("pools.offer", {"tenantId": "acme", "poolId": pool, "offerTo": "beta"})
+    await record_inventory(clocked.ledger, make_inventory("n1", pool, gpus=4, memory_gib=512), 1)
+    q = clock.now_ms() // INTERVAL_MS * INTERVAL_MS + 4 * INTERVAL_MS  # 30 min ahead at least
+    at = lambda ms: datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    key = (await capi.ok("apiKeys.create", {"tenantId": "acme"}))["key"]
+    body = {"poolId": pool, "intervals": [
+        {"startsAt": at(q), "endsAt": at(q + INTERVAL_MS), "capacityGb": 16}]}  # fmt: skip
+    async with capi.session.post(
+        f"{capi.base}/api/capacity/reservations", json=body, headers={"X-API-Key": key}
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+    gib_q = 1024 * INTERVAL_MS
+    await clocked.ledger.gpu_use.record(
+        {}, [], [],
+        memory={
+            MemoryKey(q, "acme", pool): MemoryAccrued(12 * gib_q, 12 * 1024),
+            MemoryKey(q, "beta", pool): MemoryAccrued(3 * gib_q, 3 * 1024),
+            MemoryKey(q, "", pool): MemoryAccrued(2 * gib_q, 2 * 1024),
+        },
+    )  # fmt: skip
+    before = await _scrape(capi)
+    assert not before.get("gpufleet_memory_commitment_bytes")  # that quarter is not over
+    clock.advance(q + INTERVAL_MS + 1 - clock.now_ms())
+    m = await _scrape(capi)
+    assert _by(m["gpufleet_memory_commitment_bytes"], pool=pool) == {
+        "state=used,tenant=acme": 12 * 2**30, "state=unused,tenant=acme": 4 * 2**30,
+    }  # fmt: skip
+    assert _by(m["gpufleet_memory_on_demand_bytes"], pool=pool) == {
+        "tenant=beta": 3 * 2**30, "tenant=": 2 * 2**30,
+    }  # fmt: skip
 
 
 # What the fleet is, the same whichever replica reads it: the leader's to export alone.

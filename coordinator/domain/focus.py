@@ -189,9 +189,18 @@ _WHAT = {
     "": "GPU memory used above any reservation (on demand)",
 }
 
+
+@dataclass(frozen=True, slots=True)
+class ReservedShare:
+    """One interval reservation's GB in a quarter."""
+
+    reservation_id: str
+    gb: int
+
+
 # (quarter, tenant, pool) → the tenant's interval reservations of that quarter in the
-# pool, oldest first: (reservation id, GB).
-Commitments = Mapping[tuple[int, str, str], Sequence[tuple[str, int]]]
+# pool, oldest first.
+Commitments = Mapping[tuple[int, str, str], Sequence[ReservedShare]]
 
 
 def memory_rows(
@@ -224,7 +233,8 @@ def memory_rows(
             (rn, rd), (on, od) = price("*", quarter)
         used, reserved = c.used, c.reserved
         left = used if used < reserved else reserved  # covered
-        for rid, gb in commitments.get((quarter, c.tenant_id, c.pool_id), ()):
+        for share in commitments.get((quarter, c.tenant_id, c.pool_id), ()):
+            rid, gb = share.reservation_id, share.gb
             held = gb * _GB_QUARTER
             take = held if held < left else left
             left -= take

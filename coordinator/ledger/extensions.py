@@ -10,7 +10,7 @@ exclusion constraints still guard the write (a race surfaces as `WriteRaced`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,6 +27,14 @@ from coordinator.ledger.rollups import refresh_booked
 from coordinator.ledger.snapshot import SnapshotCache, bump
 
 
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """A booking before and after its end moved."""
+
+    before: Reservation
+    after: Reservation
+
+
 class ReservationExtender:
     def __init__(self, conn: AsyncConnection, snapshots: SnapshotCache) -> None:
         self._conn = conn
@@ -34,7 +42,7 @@ class ReservationExtender:
 
     async def extend(
         self, reservation_id: str, tenant_id: str | None, end: int, now: int
-    ) -> tuple[Reservation, Reservation]:
+    ) -> Extension:
         """The booking before and after its end moved to `end` (the same, unchanged,
         when it already ends then). Raises NOT_FOUND (not the tenant's), INVALID_INPUT
         (`check_end`), CAPACITY_NOT_AVAILABLE (its devices are not free for the added
@@ -44,7 +52,7 @@ class ReservationExtender:
         await lock_pool(conn, res.pool_id)
         res = await owned(conn, reservation_id, tenant_id, for_update=True)
         if end == res.end and res.live(now):
-            return res, res
+            return Extension(res, res)
         check_end(res, end, now)
         if end > res.end:
             own = await self._own_scalars(reservation_id)
@@ -66,7 +74,7 @@ class ReservationExtender:
             )
         await bump(conn, [res.pool_id], bookings=True)
         await refresh_booked(conn, res.pool_id, now)
-        return res, replace(res, end=end)
+        return Extension(res, replace(res, end=end))
 
     async def _own_scalars(self, reservation_id: str) -> list[NodeAmount]:
         s = schema.scalar_bookings.c

@@ -5,15 +5,26 @@ a device reservation booked, and the labels of a pool's nodes. Reads only."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from coordinator.domain.focus import ReservedShare
 from coordinator.ledger import schema
 from coordinator.ledger.database import Database
 from coordinator.ledger.memory_use import interval_booked
 
-# (quarter, tenant, pool) → [(reservation id, GB)], oldest reservation first
-Commitments = dict[tuple[int, str, str], list[tuple[str, int]]]
+# (quarter, tenant, pool) → its interval reservations, oldest first
+Commitments = dict[tuple[int, str, str], list[ReservedShare]]
+
+
+@dataclass(frozen=True, slots=True)
+class BookedAtom:
+    """An atom a device reservation booked: its class, node and attributes."""
+
+    cls: str
+    node_id: str
+    attrs: dict[str, object]
 
 
 class FocusFacts:
@@ -40,15 +51,13 @@ class FocusFacts:
         async with self._db.read() as conn:
             for r in (await conn.execute(query)).all():
                 key = (int(r.start), r.tenant_id, r.pool_id)
-                out.setdefault(key, []).append((r.reservation_id, int(r.amount)))
+                out.setdefault(key, []).append(ReservedShare(r.reservation_id, int(r.amount)))
         return out
 
-    async def booked_atoms(
-        self, reservation_ids: Collection[str]
-    ) -> dict[str, list[tuple[str, str, dict[str, object]]]]:
-        """Per reservation: (class, node, attrs) of every atom it booked."""
+    async def booked_atoms(self, reservation_ids: Collection[str]) -> dict[str, list[BookedAtom]]:
+        """Per reservation: every atom it booked."""
         b, a = schema.bookings.c, schema.atoms.c
-        out: dict[str, list[tuple[str, str, dict[str, object]]]] = {}
+        out: dict[str, list[BookedAtom]] = {}
         ids = sorted(set(reservation_ids))
         seen: set[tuple[str, str]] = set()
         async with self._db.read() as conn:
@@ -63,7 +72,7 @@ class FocusFacts:
                         continue
                     seen.add((r.reservation_id, r.atom_id))
                     out.setdefault(r.reservation_id, []).append(
-                        (r.cls, r.node_id, dict(r.attrs or {}))
+                        BookedAtom(r.cls, r.node_id, dict(r.attrs or {}))
                     )
         return out
 

@@ -54,7 +54,7 @@ async def memory_export(
     reservation (read once: the rows' reserved memory is their sum, so the export's
     parts add up to the API's by construction)."""
     commitments = await ledger.focus_facts.commitments(start, end, tenant_id, pool_id)
-    reserved = {MemoryKey(*k): sum(gb for _, gb in v) for k, v in commitments.items()}
+    reserved = {MemoryKey(*k): sum(share.gb for share in v) for k, v in commitments.items()}
     used = await ledger.memory_use.used(start, end, tenant_id, pool_id)
     return consumption(reserved, used), commitments
 
@@ -99,8 +99,8 @@ async def device_hours(
     of_node = {n: node for nodes in labels.values() for n, node in nodes.items()}
     facts: dict[tuple[str, str], tuple[tuple[int, int], Place]] = {}
     for rid, booked in atoms.items():
-        for cls in {c for c, _, _ in booked}:
-            mine = [(node, attrs) for c, node, attrs in booked if c == cls]
+        for cls in {a.cls for a in booked}:
+            mine = [(a.node_id, a.attrs) for a in booked if a.cls == cls]
             facts[(rid, cls)] = (
                 mean_share(gpu_share(cls, attrs) for _, attrs in mine),
                 place(of_node.get(n, {}) for n in {n for n, _ in mine}),

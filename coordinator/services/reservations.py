@@ -410,10 +410,10 @@ class Reservations:
             now = self.clock.now_ms()
             async with self.ledger.transaction() as uow:
                 await uow.lock_tenant(res.tenant_id)
-                before, after = await uow.extensions.extend(reservation_id, tenant_id, end, now)
-                if not dry_run and after.end != before.end:
+                moved = await uow.extensions.extend(reservation_id, tenant_id, end, now)
+                if not dry_run and moved.after.end != moved.before.end:
                     await uow.commit()
-            return Moved(after, now, before.end)
+            return Moved(moved.after, now, moved.before.end)
 
         moved = await retrying(attempt)
         if not dry_run and moved.reservation.end < moved.previous_end:

@@ -9,7 +9,15 @@ from __future__ import annotations
 from fractions import Fraction
 
 from coordinator.domain.consumption import Consumption
-from coordinator.domain.focus import COLUMNS, Place, csv_chunks, fixed, memory_rows, place
+from coordinator.domain.focus import (
+    COLUMNS,
+    Place,
+    ReservedShare,
+    csv_chunks,
+    fixed,
+    memory_rows,
+    place,
+)
 from coordinator.domain.focus_devices import DeviceHour, device_rows, gpu_share, mean_share
 from coordinator.domain.gpu_use_accrual import HOUR_MS, UNBOOKED, AccrualKey, accrue
 from coordinator.domain.gpu_use_report import UnbookedUse, UseHour, reservation_use
@@ -35,7 +43,7 @@ def _cells(rows: list[list[str]]) -> list[dict[str, str]]:
 def test_use_fills_the_oldest_reservation_first_and_names_each() -> None:
     # 16 GB then 8 GB reserved; 20 GB used: the first is used whole, the second half.
     row = Consumption(T0, "acme", "pool", 24 * GIB_Q, 20 * GIB_Q, 20 * 1024)
-    commitments = {(T0, "acme", "pool"): [("ir_old", 16), ("ir_new", 8)]}
+    commitments = {(T0, "acme", "pool"): [ReservedShare("ir_old", 16), ReservedShare("ir_new", 8)]}
     got = _cells(list(memory_rows([row], commitments, {"pool": WHERE}, CARD)))
     assert [(r["CapacityReservationId"], r["CapacityReservationStatus"], r["ConsumedQuantity"],
              r["BilledCost"]) for r in got] == [

@@ -271,6 +271,24 @@ async def test_node_and_slot_views_show_a_tenant_its_own_use_only(shared: Shared
     assert all(s not in _text(globex) for s in _acme_secrets(shared) if s != '"acme"')
 
 
+async def test_the_fleet_gpu_list_discloses_what_nodes_get_does(shared: Shared) -> None:
+    """gpus.list (issue 34) shows each viewer each unit's holder and use exactly as
+    nodes.get does: a tenant its own processes only, another's holder as held."""
+    for who in ("operator", "acme", "globex"):
+        node = await shared.read("nodes.get", {"nodeId": NODE}, who)
+        atoms = {a["atomId"]: a for a in node["atoms"]}
+        units = (await shared.read("gpus.list", {}, who))["gpus"]
+        assert len(units) == 5, who  # three whole GPUs and two slots
+        for unit in units:
+            extra = {k: unit[k] for k in ("nodeId", "poolId", "poolName", "model", "state")}
+            assert unit == atoms[unit["atomId"]] | extra, who
+    globex = (await shared.read("gpus.list", {"state": ["unbooked"]}, "globex"))["gpus"]
+    assert [u["deviceId"] for u in globex] == [FREE]
+    assert all(s not in _text(globex) for s in [*_acme_secrets(shared), UNBOOKED_POD])
+    idle = (await shared.read("gpus.list", {"state": ["idle"]}, "acme"))["gpus"]
+    assert [u["deviceId"] for u in idle] == [IDLE]
+
+
 async def test_metrics_answer_no_tenant_key(shared: Shared) -> None:
     """/metrics names every unit's holders and owners: operator data."""
     for key, status in ((shared.keys["globex"], 401), (shared.api.operator_key, 200)):

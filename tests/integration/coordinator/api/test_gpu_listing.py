@@ -37,7 +37,7 @@ async def _fleet(s: Served, nodes: int = 3) -> dict[str, str]:
     beta = (await s.api.ok("pools.create", {"tenantId": "globex", "name": "beta"}))["poolId"]
     now = s.clock.now_ms()
     for i in range(nodes):
-        labels = {"rack": "r1"} if i % 2 == 0 else {"rack": "r2"}
+        labels = {"rack": "r1" if i % 2 == 0 else "r2", "gpu.count": "2"}
         await record_inventory(s.ledger, make_inventory(f"h{i:02}", alpha, gpus=2, labels=labels),
                                now)  # fmt: skip
     a100 = _model(make_inventory("a0", alpha, gpus=1, mig=2), "NVIDIA A100-SXM4-80GB")
@@ -86,7 +86,7 @@ async def test_filters_by_pool_node_label_model_and_state(served: Served) -> Non
     beta = await _all(served, {"poolId": pools["beta"]})
     assert {u["nodeId"] for u in beta} == {"b0"}
     assert {u["nodeId"] for u in await _all(served, {"nodeId": "h01"})} == {"h01"}
-    r1 = await _all(served, {"labels": {"rack": "r1"}, "limit": 1})
+    r1 = await _all(served, {"labels": {"rack": "r1", "gpu.count": "2"}, "limit": 1})
     assert {u["nodeId"] for u in r1} == {"h00", "h02"}
     assert await _all(served, {"labels": {"rack": "r1", "zone": "z"}}) == []
     a100 = await _all(served, {"model": ["a100"]})

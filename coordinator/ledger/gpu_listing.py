@@ -47,11 +47,17 @@ class NodeHold:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedUnit:
+    node: NodeRecord  # without its atoms
+    atom: AtomRecord
+
+
+@dataclass(frozen=True, slots=True)
 class GpuRows:
     """Units by (nodeId, atomId), each with its node, and the live bookings of their nodes
     (whole-node ones included: they cover every unit, and use shows by holder)."""
 
-    units: list[tuple[NodeRecord, AtomRecord]]
+    units: list[ListedUnit]
     holds: list[NodeHold]
 
 
@@ -102,7 +108,7 @@ class GpuListing:
                     node = nodes[r.node_id] = node_record(r)
                 atom = AtomRecord(r.atom_id, r.cls, r.device_id, r.atom_health,
                                   tuple(r.atom_reasons or ()), dict(r.attrs or {}))  # fmt: skip
-                units.append((node, atom))
+                units.append(ListedUnit(node, atom))
             holds = await _holds(conn, list(nodes), now) if nodes else []
         return GpuRows(units, holds)
 

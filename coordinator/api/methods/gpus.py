@@ -112,7 +112,8 @@ async def gpus_list(ctx: CallContext, body: GpuListInput) -> Prebuilt[out.GpuPag
             by_unit.setdefault(hold.unit, {})[h.reservation_id] = h.tenant_id
     found: list[dict[str, Any]] = []
     more = False
-    for node, rec in rows.units:
+    for listed in rows.units:
+        node, rec = listed.node, listed.atom
         node_whole, node_units = whole.get(node.node_id, {}), covering.get(node.node_id, {})
         atom = held_atom(
             node, rec, holders.get(rec.atom_id), body.tenant_id,

@@ -45,20 +45,26 @@ def parse_labels(given: Iterable[str]) -> dict[str, str]:
     return wanted
 
 
-def list_nodes(session: Session, tenant: str | None, pool: str | None) -> list[dict[str, Any]]:
-    """Every node the key sees (one pool's when given), by nodeId."""
-    body: dict[str, Any] = {"limit": 1000}
-    if tenant:
-        body["tenantId"] = tenant
-    if pool:
-        body["poolId"] = pool
+def _pages(
+    session: Session, method: str, field: str, tenant: str | None, pool: str | None,
+    body: dict[str, Any],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every page of a listing (1,000 a page) of the tenant's (one pool's when given)."""
+    body = body | {"limit": 1000}
+    body |= {"tenantId": tenant} if tenant else {}
+    body |= {"poolId": pool} if pool else {}
     found: list[dict[str, Any]] = []
     while True:
-        page = session.call("nodes.list", body)
-        found += page["nodes"]
+        page = session.call(method, body)
+        found += page[field]
         if not page.get("nextCursor"):
             return found
         body["cursor"] = page["nextCursor"]
+
+
+def list_nodes(session: Session, tenant: str | None, pool: str | None) -> list[dict[str, Any]]:
+    """Every node the key sees (one pool's when given), by nodeId."""
+    return _pages(session, "nodes.list", "nodes", tenant, pool, {})
 
 
 def has_labels(node: dict[str, Any], wanted: dict[str, str]) -> bool:
@@ -71,17 +77,9 @@ def list_gpus(
     states: Iterable[str] = (), wanted: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Every GPU unit the key sees that the filters pick (`gpus.list`), by node and atom."""
-    body: dict[str, Any] = {"limit": 1000, "model": list(models), "state": list(states)}
+    body: dict[str, Any] = {"model": list(models), "state": list(states)}
     body |= {"labels": wanted} if wanted else {}
-    body |= {"tenantId": tenant} if tenant else {}
-    body |= {"poolId": pool} if pool else {}
-    found: list[dict[str, Any]] = []
-    while True:
-        page = session.call("gpus.list", body)
-        found += page["gpus"]
-        if not page.get("nextCursor"):
-            return found
-        body["cursor"] = page["nextCursor"]
+    return _pages(session, "gpus.list", "gpus", tenant, pool, body)
 
 
 def gpu_counts(units: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:

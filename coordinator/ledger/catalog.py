@@ -33,7 +33,7 @@ class NodeInventory:
     inventory: Inventory | None
 
 
-def node_record(row: Row[Any] | Any, atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
+def node_record(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
     return NodeRecord(
         node_id=row.node_id,
         pool_id=row.pool_id,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, Row, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
@@ -105,7 +106,7 @@ class GpuListing:
             for r in rows:
                 node = nodes.get(r.node_id)
                 if node is None:
-                    node = nodes[r.node_id] = node_record(r)
+                    node = nodes[r.node_id] = node_record(cast("Row[Any]", r))
                 atom = AtomRecord(r.atom_id, r.cls, r.device_id, r.atom_health,
                                   tuple(r.atom_reasons or ()), dict(r.attrs or {}))  # fmt: skip
                 units.append(ListedUnit(node, atom))

@@ -125,6 +125,7 @@ async def test_a_tenant_lists_the_pools_it_sees_and_others_holders_as_held(
         "gpus.list", {"tenantId": "globex", "poolId": pools["alpha"]}, keys["globex"]
     )
     assert code[0] == 404
+    assert (await served.api.call("gpus.list", {}, keys["globex"]))[0] == 403  # whose?
     await served.api.ok(
         "pools.offer", {"tenantId": "acme", "poolId": pools["alpha"], "offerTo": "globex"}
     )

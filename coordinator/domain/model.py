@@ -20,6 +20,10 @@ RESOURCES: tuple[str, ...] = tuple(sorted((*ATOM_CLASSES, *SCALAR_RESOURCES)))
 # to be confused with `gpu_use_report.UseHour`, an hour of GPU use.
 RollupBucket = Literal["allocatable", "provisioning", "unhealthy", "maintenance", "unreachable"]
 ROLLUP_BUCKETS: tuple[RollupBucket, ...] = get_args(RollupBucket)
+# What a GPU unit is now, one word (`gpus.list`): its bucket when out of service, else
+# held or free; and what it runs: in use, not, or in use with nobody holding it.
+GpuState = Literal["free", "held", "provisioning", "unhealthy", "maintenance", "unreachable"]
+UseState = Literal["busy", "idle", "unbooked"]
 # One word for a node in listings and metrics: its bucket, with allocatable split into
 # degraded (a warning) and ready.
 NodeStatus = Literal["ready", "degraded", "provisioning", "unhealthy", "maintenance", "unreachable"]

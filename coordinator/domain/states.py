@@ -8,7 +8,14 @@ slowdown) stays allocatable: it is a warning, never unhealthy on its own. `unmon
 
 from __future__ import annotations
 
-from coordinator.domain.model import AtomView, NodeState, NodeStatus, RollupBucket
+from coordinator.domain.model import (
+    AtomView,
+    GpuState,
+    NodeState,
+    NodeStatus,
+    RollupBucket,
+    UseState,
+)
 from shared.wire import HealthStatus
 
 _FAULTY: frozenset[HealthStatus] = frozenset({"unhealthy", "unmonitored"})
@@ -41,3 +48,20 @@ def node_status(state: NodeState) -> NodeStatus:
     if bucket != "allocatable":
         return bucket
     return "degraded" if state.health == "degraded" else "ready"
+
+
+def gpu_state(bucket: RollupBucket, held: bool) -> GpuState:
+    """A GPU unit in one word: its bucket when out of service, else held or free."""
+    if bucket != "allocatable":
+        return bucket
+    return "held" if held else "free"
+
+
+def use_state(reported: bool, in_use: bool, held: bool) -> UseState | None:
+    """What a unit runs: nothing reported (None), idle, busy, or unbooked (busy and
+    nobody holds it)."""
+    if not reported:
+        return None
+    if not in_use:
+        return "idle"
+    return "busy" if held else "unbooked"

@@ -33,7 +33,7 @@ class NodeInventory:
     inventory: Inventory | None
 
 
-def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
+def node_record(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
     return NodeRecord(
         node_id=row.node_id,
         pool_id=row.pool_id,
@@ -66,7 +66,7 @@ def _node(row: Row[Any], atoms: tuple[AtomRecord, ...] = ()) -> NodeRecord:
 
 # Every node column but the stored inventory document, which no record shows and which
 # dominates the cost of reading a page of nodes.
-_NODE_COLUMNS = tuple(c for c in schema.nodes.c if c.name != "inventory")
+NODE_COLUMNS = tuple(c for c in schema.nodes.c if c.name != "inventory")
 
 
 class Catalog:
@@ -76,7 +76,7 @@ class Catalog:
     async def node(self, node_id: str, with_atoms: bool = True) -> NodeRecord | None:
         n, a = schema.nodes.c, schema.atoms.c
         async with self._db.read() as conn:
-            row = (await conn.execute(select(*_NODE_COLUMNS).where(n.node_id == node_id))).first()
+            row = (await conn.execute(select(*NODE_COLUMNS).where(n.node_id == node_id))).first()
             if row is None:
                 return None
             atoms: tuple[AtomRecord, ...] = ()
@@ -97,7 +97,7 @@ class Catalog:
                     )
                     for r in result.all()
                 )
-        return _node(row, atoms)
+        return node_record(row, atoms)
 
     async def nodes(self, pool_id: str | Sequence[str], after: str | None, limit: int) -> NodePage:
         """A page of the nodes of a pool (or of several) ordered by nodeId, with per node
@@ -109,7 +109,7 @@ class Catalog:
         async with self._db.read() as conn:
             rows = (
                 await conn.execute(
-                    select(*_NODE_COLUMNS).where(cond).order_by(n.node_id).limit(limit)
+                    select(*NODE_COLUMNS).where(cond).order_by(n.node_id).limit(limit)
                 )
             ).all()
             counts: dict[str, dict[str, int]] = defaultdict(dict)
@@ -122,7 +122,7 @@ class Catalog:
                 )
                 for node_id, cls, _health in result.all():
                     counts[node_id][cls] = counts[node_id].get(cls, 0) + 1
-        return NodePage([_node(r) for r in rows], counts)
+        return NodePage([node_record(r) for r in rows], counts)
 
     async def inventories(self, pool_id: str, after: str | None, limit: int) -> list[NodeInventory]:
         """A page of a pool's nodes by nodeId, each with its last full inventory."""
@@ -130,13 +130,13 @@ class Catalog:
         cond = n.pool_id == pool_id
         if after:
             cond = cond & (n.node_id > after)
-        columns = (*_NODE_COLUMNS, n.inventory)
+        columns = (*NODE_COLUMNS, n.inventory)
         query = select(*columns).where(cond).order_by(n.node_id).limit(limit)
         async with self._db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [
             NodeInventory(
-                _node(r), msgspec.convert(r.inventory, Inventory) if r.inventory else None
+                node_record(r), msgspec.convert(r.inventory, Inventory) if r.inventory else None
             )
             for r in rows
         ]

@@ -20,6 +20,7 @@ from coordinator.ledger.catalog import Catalog
 from coordinator.ledger.census import read_census
 from coordinator.ledger.database import Database, lock_pool
 from coordinator.ledger.focus_facts import FocusFacts
+from coordinator.ledger.gpu_listing import GpuListing
 from coordinator.ledger.gpu_use import GpuUseRepo
 from coordinator.ledger.intervals import IntervalRepo
 from coordinator.ledger.leadership import Leadership
@@ -50,6 +51,7 @@ class Ledger:
         self.pools = PoolRepo(db)
         self.nodes = NodeRepo(db)
         self.catalog = Catalog(db)
+        self.gpus = GpuListing(db)
         self.quotas = QuotaRepo(db)
         self.snapshots = SnapshotCache()
         self.bookings = BookingRepo(db, self.snapshots)

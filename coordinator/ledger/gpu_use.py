@@ -221,6 +221,16 @@ class GpuUseRepo:
             for r in rows
         ]  # fmt: skip
 
+    async def said_idle(self) -> dict[str, int]:
+        """Reservation → since when it is idle, for those said idle and not in use since
+        (the open `reservation.idle` conditions): what a replica that does not lead shows."""
+        c = schema.use_conditions.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(c.reservation_id, c.since).where(c.kind == "reservation.idle")
+            )
+            return {r.reservation_id: int(r.since) for r in rows.all()}
+
     async def buckets(
         self,
         start: int,

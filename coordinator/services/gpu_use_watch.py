@@ -22,7 +22,9 @@ Use is a condition (issue 34): `gpu.unbookedUse`, `gpu.foreignUse` and
 are kept in the ledger with the alerts that say them (`domain.gpu_use_conditions`); a
 replica that starts leading (a new leader term) takes its marks from there before its
 first pass, so across a leader change each condition is said once and ended once. Idle
-clocks not yet said live in memory only: a new leader starts them at its first pass.
+clocks not yet said live in memory only: a new leader starts them at its first pass. A
+replica that does not lead shows a reservation's idle mark (`idle_since`, for
+reservations.get/list) as the ledger has it, read at each `follow` pass: said ones only.
 
 What a host sends is bounded (issue 32): its use counts only for the units its recorded
 inventory has (`domain.gpu_use_book`: others dropped, counted by the node watch as
@@ -130,6 +132,10 @@ class GpuUseWatch:
         self.gates: dict[tuple[str, str], Gate] = {}
         self.lines: tuple[UnitLine, ...] = ()
         self.idle: tuple[IdleLine, ...] = ()  # reservations said idle (the metrics)
+        # Whether this replica's last pass was the leader's (`tick`) or a follower's; a
+        # follower's idle marks are the ledger's (`said_idle`), read at each `follow`.
+        self.leading = False
+        self.said_idle: dict[str, int] = {}
         # (node, unit) in unbooked use as this replica last saw it (the placer's `busy`).
         self.unbooked: frozenset[tuple[str, str]] = frozenset()
         self._accrued_at: dict[str, int] = {}
@@ -147,8 +153,11 @@ class GpuUseWatch:
     # -- ingest callbacks: memory only -----------------------------------------------
 
     def idle_since(self, reservation_id: str) -> int | None:
-        """Since when every unit the reservation holds has been idle, as this replica's
-        last join saw it (the leader's; None elsewhere, while in use, or not judged)."""
+        """Since when every unit the reservation holds has been idle: on the leader as
+        its last join saw it (None while in use or not judged); on another replica as
+        said (`reservation.idle` not yet ended), as of its last `follow` pass."""
+        if not self.leading:
+            return self.said_idle.get(reservation_id)
         idle = self.state.idle.get(reservation_id)
         return idle.since if idle is not None and idle.judged else None
 
@@ -215,8 +224,11 @@ class GpuUseWatch:
 
     async def follow(self) -> None:
         """On a replica that is not the leader: which units are in unbooked use now, from
-        its own book and the live bookings (no alerts, no accrual, no marks)."""
+        its own book and the live bookings (no alerts, no accrual, no marks), and the
+        idle marks said (`idle_since`)."""
         now = self.clock.now_ms()
+        self.leading = False
+        self.said_idle = await self.ledger.gpu_use.said_idle()
         # Only nodes running something can have a unit in unbooked use.
         uses = {
             node_id: devices
@@ -231,6 +243,7 @@ class GpuUseWatch:
         fraction of a second of CPU), write the alerts at once and the accrued time every
         `flush_ms`, then announce the alerts."""
         now = self.clock.now_ms()
+        self.leading = True
         term = self.term()
         if term != self._term:
             # Leading in a new term: go on from the conditions said (by whichever leader),

@@ -1,13 +1,12 @@
-"""Fleet-wide views built from every node's detail: `gpus` (each GPU and MIG instance
-with its state, holder and use, like nvidia-smi's process table across the fleet) and
-the used/free/busy GPU counts `nodes` shows. The API lists nodes a page at a time and
-gives atoms, holders and use per node (`nodes.get`); the details are asked a few at a
-time in parallel."""
+"""Fleet-wide views built from the fleet's GPU list (`gpus.list`, a page of up to 1,000
+units a request: 8 requests for 1,000 eight-GPU nodes, where asking `nodes.get` of each
+node cost 1,000): `gpus` (each GPU and MIG instance with its state, holder and use, like
+nvidia-smi's process table across the fleet) and the used/free/busy GPU counts `nodes`
+and `watch` show."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import click
@@ -17,7 +16,6 @@ from ops.cli.views import (
     atom_order,
     device_name,
     holder_text,
-    pool_names,
     use_cells,
 )  # fmt: skip
 from ops.kit.output import Column, Section, View
@@ -28,7 +26,6 @@ GPU_STATES = ("free", "held", "provisioning", "unhealthy", "maintenance", "unrea
 # What it runs, as filters beside the states: in use, not, in use with no booking.
 USE_STATES = ("busy", "idle", "unbooked")
 GPU_CLASSES = ("gpu", "gpu.mig")
-_PARALLEL = 8
 
 
 def labels_option(f: Any) -> Any:
@@ -48,20 +45,26 @@ def parse_labels(given: Iterable[str]) -> dict[str, str]:
     return wanted
 
 
-def list_nodes(session: Session, tenant: str | None, pool: str | None) -> list[dict[str, Any]]:
-    """Every node the key sees (one pool's when given), by nodeId."""
-    body: dict[str, Any] = {"limit": 1000}
-    if tenant:
-        body["tenantId"] = tenant
-    if pool:
-        body["poolId"] = pool
+def _pages(
+    session: Session, method: str, field: str, tenant: str | None, pool: str | None,
+    body: dict[str, Any],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every page of a listing (1,000 a page) of the tenant's (one pool's when given)."""
+    body = body | {"limit": 1000}
+    body |= {"tenantId": tenant} if tenant else {}
+    body |= {"poolId": pool} if pool else {}
     found: list[dict[str, Any]] = []
     while True:
-        page = session.call("nodes.list", body)
-        found += page["nodes"]
+        page = session.call(method, body)
+        found += page[field]
         if not page.get("nextCursor"):
             return found
         body["cursor"] = page["nextCursor"]
+
+
+def list_nodes(session: Session, tenant: str | None, pool: str | None) -> list[dict[str, Any]]:
+    """Every node the key sees (one pool's when given), by nodeId."""
+    return _pages(session, "nodes.list", "nodes", tenant, pool, {})
 
 
 def has_labels(node: dict[str, Any], wanted: dict[str, str]) -> bool:
@@ -69,42 +72,27 @@ def has_labels(node: dict[str, Any], wanted: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in wanted.items())
 
 
-def details(session: Session, tenant: str | None, node_ids: Iterable[str]) -> list[dict[str, Any]]:
-    """`nodes.get` of each node, in the order given."""
-    ids = list(node_ids)
-    extra = {"tenantId": tenant} if tenant else {}
-    session.client()  # one client (and its key check) before the threads share it
-    with ThreadPoolExecutor(max_workers=_PARALLEL) as pool:
-        return list(pool.map(lambda n: session.call("nodes.get", {"nodeId": n} | extra), ids))
+def list_gpus(
+    session: Session, tenant: str | None, pool: str | None, models: Iterable[str] = (),
+    states: Iterable[str] = (), wanted: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every GPU unit the key sees that the filters pick (`gpus.list`), by node and atom."""
+    body: dict[str, Any] = {"model": list(models), "state": list(states)}
+    body |= {"labels": wanted} if wanted else {}
+    return _pages(session, "gpus.list", "gpus", tenant, pool, body)
 
 
-def gpu_state(atom: dict[str, Any]) -> str:
-    if atom["bucket"] != "allocatable":
-        return str(atom["bucket"])
-    return "held" if atom.get("heldBy") else "free"
-
-
-def use_state(atom: dict[str, Any]) -> str | None:
-    use = atom.get("use")
-    if not use:
-        return None
-    if not use.get("inUse"):
-        return "idle"
-    return "busy" if atom.get("heldBy") else "unbooked"
-
-
-def gpu_counts(detail: dict[str, Any]) -> dict[str, int]:
-    """A node's whole GPUs: held now, free to book now, and in use."""
-    gpus = [a for a in detail["atoms"] if a["class"] == "gpu"]
-    return {
-        "used": sum(1 for a in gpus if a.get("heldBy")),
-        "free": sum(1 for a in gpus if gpu_state(a) == "free"),
-        "busy": sum(1 for a in gpus if (a.get("use") or {}).get("inUse")),
-    }
-
-
-def _model(atom: dict[str, Any]) -> str:
-    return str(atom["attrs"].get("model") or "")
+def gpu_counts(units: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per node, its whole GPUs: held now, free to book now, and in use."""
+    counts: dict[str, dict[str, int]] = {}
+    for u in units:
+        if u["class"] != "gpu":
+            continue
+        c = counts.setdefault(u["nodeId"], {"used": 0, "free": 0, "busy": 0})
+        c["used"] += 1 if u.get("heldBy") else 0
+        c["free"] += 1 if u["state"] == "free" else 0
+        c["busy"] += 1 if (u.get("use") or {}).get("inUse") else 0
+    return counts
 
 
 def models_matching(given: str, known: Iterable[str]) -> list[str]:
@@ -128,32 +116,24 @@ def gpus(
     session: Session, tenant: str | None, pool: str | None, models: tuple[str, ...],
     states: tuple[str, ...], wanted: dict[str, str],
 ) -> View:  # fmt: skip
-    nodes = [n for n in list_nodes(session, tenant, pool) if has_labels(n, wanted)]
-    names = pool_names(session, tenant)
-    lowered = [m.lower() for m in models]
-    found: list[dict[str, Any]] = []
+    units = list_gpus(session, tenant, pool, models, states, wanted)
+    found = [
+        u for u in units if u["class"] in GPU_CLASSES and not u["attrs"].get("missing")
+    ]  # fmt: skip
+    found.sort(key=lambda u: (u["nodeId"], atom_order(u)))
     rows: list[dict[str, Any]] = []
-    for detail in details(session, tenant, (n["nodeId"] for n in nodes)):
-        for atom in sorted(detail["atoms"], key=atom_order):
-            if atom["class"] not in GPU_CLASSES or (atom["attrs"].get("missing")):
-                continue
-            if lowered and not any(m in _model(atom).lower() for m in lowered):
-                continue
-            state, use = gpu_state(atom), use_state(atom)
-            if states and state not in states and use not in states:
-                continue
-            found.append(atom | {"nodeId": detail["nodeId"], "poolId": detail["poolId"]})
-            held = atom.get("heldBy") or {}
-            rows.append(
-                {
-                    "node": detail["nodeId"], "device": device_name(atom),
-                    "pool": names.get(detail["poolId"], detail["poolId"]),
-                    "poolId": detail["poolId"], "model": _model(atom), "state": state,
-                    "health": atom["health"], "heldBy": holder_text(atom),
-                    "until": held.get("until"), "atomId": atom["atomId"],
-                }
-                | use_cells(atom.get("use"))
-            )  # fmt: skip
+    for atom in found:
+        held = atom.get("heldBy") or {}
+        rows.append(
+            {
+                "node": atom["nodeId"], "device": device_name(atom),
+                "pool": atom["poolName"] or atom["poolId"], "poolId": atom["poolId"],
+                "model": atom["model"], "state": atom["state"],
+                "health": atom["health"], "heldBy": holder_text(atom),
+                "until": held.get("until"), "atomId": atom["atomId"],
+            }
+            | use_cells(atom.get("use"))
+        )  # fmt: skip
     columns = [
         Column("node", "NODE"), Column("device", "GPU"), Column("pool", "POOL"),
         Column("model", "MODEL"), Column("state", "STATE"), Column("health", "HEALTH"),

@@ -109,10 +109,9 @@ def nodes(
         n for n in fleet_views.list_nodes(session, tenant, pool)
         if (not states or n["status"] in states) and fleet_views.has_labels(n, labels or {})
     ]  # fmt: skip
-    counts = [
-        fleet_views.gpu_counts(d)
-        for d in fleet_views.details(session, tenant, (n["nodeId"] for n in found))
-    ]
+    # Counted from the fleet's GPU list: a few requests, not one per node.
+    counts = fleet_views.gpu_counts(fleet_views.list_gpus(session, tenant, pool, wanted=labels))
+    none = {"used": 0, "free": 0, "busy": 0}
     names = pool_names(session, tenant)
     rows = [
         {
@@ -124,8 +123,8 @@ def nodes(
             "profile": n["profileId"],
             "why": _why(n),
         }
-        | c
-        for n, c in zip(found, counts, strict=True)
+        | counts.get(n["nodeId"], none)
+        for n in found
     ]  # fmt: skip
     columns = [
         Column("nodeId", "NODE"), Column("pool", "POOL"), Column("status", "STATUS"),

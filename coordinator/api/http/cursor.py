@@ -56,3 +56,15 @@ def decode_id_cursor(cursor: str, field: str = "cursor") -> str:
     if not isinstance(value, str) or not 0 < len(value) <= 128:
         raise _invalid(field)
     return value
+
+
+def decode_key_cursor(cursor: str, field: str = "cursor") -> tuple[str, str]:
+    """A `[id, id]` cursor (a node and one of its atoms): ids of at most 256 characters."""
+    value = decode_cursor(cursor, field)
+    if not (isinstance(value, list) and len(value) == 2):
+        raise _invalid(field)
+    first, second = value
+    for ident in value:
+        if not isinstance(ident, str) or not 0 < len(ident) <= 256:
+            raise _invalid(field)
+    return first, second

@@ -7,6 +7,7 @@ Maintenance is an operator's act and is recorded with its reason and author.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, cast
 
 from pydantic import Field, model_validator
@@ -22,7 +23,7 @@ from coordinator.domain.disclosure import event_seen, use_seen
 from coordinator.domain.errors import NotFound
 from coordinator.domain.gpu_use_book import NodeUse
 from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
-from coordinator.domain.model import AtomView, Holder, NodeEvent, NodeRecord
+from coordinator.domain.model import AtomRecord, AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
 from shared.ids import NODE_ID_PATTERN
 from shared.wire import AtomClass, HealthStatus
@@ -207,7 +208,7 @@ def _holder(holder: Holder | None, viewer: str | None) -> dict[str, Any] | None:
 
 
 def _use(
-    use: NodeUse | None, unit: str, holders: dict[str, str], viewer: str | None
+    use: NodeUse | None, unit: str, holders: Mapping[str, str], viewer: str | None
 ) -> dict[str, Any] | None:
     """What runs on a GPU unit now, as the viewer may see it (`domain.disclosure`):
     `holders` are the reservations covering the unit (→ their tenants)."""
@@ -229,6 +230,37 @@ def _use(
     }
 
 
+def held_atom(
+    node: NodeRecord,
+    rec: AtomRecord,
+    holder: Holder | None,
+    viewer: str | None,
+    use: NodeUse | None,
+    covering: Callable[[str], Mapping[str, str]],
+) -> dict[str, Any]:
+    """An atom as `HeldAtom`: its rollup bucket, the reservation holding it now and, for
+    GPU classes, what runs there (`use`: its node's last use report), shown as the
+    reservations `covering` its unit (→ their tenants) let the viewer see it."""
+    view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
+                    cast(HealthStatus, rec.health))  # fmt: skip
+    atom: dict[str, Any] = {
+        _ATOM.atom_id: rec.atom_id,
+        _ATOM.cls: rec.cls,
+        _ATOM.device_id: rec.device_id,
+        _ATOM.health: rec.health,
+        _ATOM.health_reasons: list(rec.health_reasons),
+        _ATOM.attrs: rec.attrs,
+        _ATOM.bucket: atom_bucket(node.state, view),
+        _ATOM.held_by: _holder(holder, viewer),
+    }
+    if rec.cls in GPU_CLASSES:
+        unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
+        now_use = _use(use, unit, covering(unit), viewer)
+        if now_use is not None:
+            atom[_ATOM.use] = now_use
+    return atom
+
+
 def node_detail(
     node: NodeRecord,
     holders: dict[str, Holder],
@@ -237,8 +269,7 @@ def node_detail(
     operator: bool = False,
     use: NodeUse | None = None,
 ) -> dict[str, Any]:
-    """A node (`NodeDetail`) with, per atom, its rollup bucket, the reservation holding
-    it now and, for GPU classes, what runs there (`use`: the node's last use report)."""
+    """A node (`NodeDetail`) with every atom (`held_atom`)."""
     # Who holds each GPU unit (several on a time-sliced GPU): what its use shows depends
     # on them all, not on one slot's holder.
     unit_holders: dict[str, dict[str, str]] = {}
@@ -250,27 +281,13 @@ def node_detail(
         elif rec.cls in GPU_CLASSES and h is not None:
             unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
             unit_holders.setdefault(unit, {})[h.reservation_id] = h.tenant_id
-    atoms = []
-    for rec in node.atoms:
-        view = AtomView(rec.atom_id, node.node_id, cast(AtomClass, rec.cls), rec.device_id,
-                        cast(HealthStatus, rec.health))  # fmt: skip
-        held = _holder(holders.get(rec.atom_id), viewer)
-        atom: dict[str, Any] = {
-            _ATOM.atom_id: rec.atom_id,
-            _ATOM.cls: rec.cls,
-            _ATOM.device_id: rec.device_id,
-            _ATOM.health: rec.health,
-            _ATOM.health_reasons: list(rec.health_reasons),
-            _ATOM.attrs: rec.attrs,
-            _ATOM.bucket: atom_bucket(node.state, view),
-            _ATOM.held_by: held,
-        }
-        if rec.cls in GPU_CLASSES:
-            unit = unit_of(rec.cls, rec.atom_id, rec.device_id, rec.attrs)
-            now_use = _use(use, unit, whole | unit_holders.get(unit, {}), viewer)
-            if now_use is not None:
-                atom[_ATOM.use] = now_use
-        atoms.append(atom)
+
+    def covering(unit: str) -> dict[str, str]:
+        return whole | unit_holders.get(unit, {})
+
+    atoms = [
+        held_atom(node, rec, holders.get(rec.atom_id), viewer, use, covering) for rec in node.atoms
+    ]
     return _node(node, atoms, operator)
 
 

@@ -11,7 +11,7 @@ from pydantic import Field
 from coordinator.api.shapes.base import ApiOutput, optional
 from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.api.shapes.outputs import Cursor, ReservationId
-from coordinator.domain.model import NodeStatus, RollupBucket
+from coordinator.domain.model import GpuState, NodeStatus, RollupBucket
 from shared.wire import AtomClass, HealthStatus
 
 AttrValue = str | int | float | bool | None
@@ -141,6 +141,25 @@ class NodeDetail(_NodeBase):
     """One node with every atom, its bucket and its holder."""
 
     atoms: list[HeldAtom] = Field(description="Every atom.")
+
+
+class GpuUnit(HeldAtom):
+    """A GPU, MIG instance or time-slice slot in `gpus.list`: the atom as `nodes.get` shows
+    it, with its node, pool, model and one-word state."""
+
+    node_id: str = Field(description="Its node.", examples=["gpu-host-01"])
+    pool_id: PoolId = Field(description="Its node's pool.")
+    pool_name: str = Field(description="That pool's name.")
+    model: str = Field(description="Its model as the agent reports it (empty: unknown).")
+    state: GpuState = Field(
+        description="Its bucket when out of service (provisioning, unhealthy, maintenance,"
+        " unreachable), else held or free."
+    )
+
+
+class GpuPage(ApiOutput):
+    gpus: list[GpuUnit] = Field(description="This page, by nodeId then atomId.")
+    next_cursor: Cursor
 
 
 class NodePage(ApiOutput):

@@ -128,6 +128,7 @@ async def test_every_methods_answers_match_the_served_response_schemas(
     await a.call("pools.offer", ref | {"offerTo": "globex"}, acme)
     await a.call("nodes.get", {"tenantId": "acme", "nodeId": "n0"}, acme)
     await a.call("nodes.get", {"tenantId": "globex", "nodeId": "n0"}, globex)  # held: other
+    await a.call("gpus.list", {"tenantId": "globex", "limit": 2}, globex)  # held: other
     await a.call("pools.unoffer", ref | {"offerTo": "globex"}, acme)
     await a.call("nodes.list", {"tenantId": "acme", "poolId": pool, "limit": 1}, acme)
     await a.call("nodes.inventories", {"poolId": pool, "limit": 1})

@@ -54,6 +54,9 @@ class Shared:
     api: Api
     keys: dict[str, str]
     rsv: dict[str, str]  # acme-slot, globex-slot, acme-held, acme-idle
+    ledger: Ledger
+    clock: FakeClock
+    watch: GpuUseWatch  # the leader's
 
     async def read(self, method: str, body: dict[str, Any], who: str) -> Any:
         key = self.keys.get(who)
@@ -169,7 +172,7 @@ async def _populate(api: Api, ledger: Ledger, clock: FakeClock, watch: GpuUseWat
         watch.on_report(report)
         await watch.tick()
         clock.advance(MIN)
-    return Shared(api, keys, rsv)
+    return Shared(api, keys, rsv, ledger, clock, watch)
 
 
 def _text(value: Any) -> str:
@@ -269,6 +272,48 @@ async def test_node_and_slot_views_show_a_tenant_its_own_use_only(shared: Shared
             "users": [], "at": 0,
         }  # fmt: skip
     assert all(s not in _text(globex) for s in _acme_secrets(shared) if s != '"acme"')
+
+
+async def test_the_fleet_gpu_list_discloses_what_nodes_get_does(shared: Shared) -> None:
+    """gpus.list (issue 34) shows each viewer each unit's holder and use exactly as
+    nodes.get does: a tenant its own processes only, another's holder as held."""
+    for who in ("operator", "acme", "globex"):
+        node = await shared.read("nodes.get", {"nodeId": NODE}, who)
+        atoms = {a["atomId"]: a for a in node["atoms"]}
+        units = (await shared.read("gpus.list", {}, who))["gpus"]
+        assert len(units) == 5, who  # three whole GPUs and two slots
+        for unit in units:
+            extra = {k: unit[k] for k in ("nodeId", "poolId", "poolName", "model", "state")}
+            assert unit == atoms[unit["atomId"]] | extra, who
+    globex = (await shared.read("gpus.list", {"state": ["unbooked"]}, "globex"))["gpus"]
+    assert [u["deviceId"] for u in globex] == [FREE]
+    assert all(s not in _text(globex) for s in [*_acme_secrets(shared), UNBOOKED_POD])
+    idle = (await shared.read("gpus.list", {"state": ["idle"]}, "acme"))["gpus"]
+    assert [u["deviceId"] for u in idle] == [IDLE]
+
+
+async def test_a_replica_that_does_not_lead_shows_the_idle_mark_said(shared: Shared) -> None:
+    """idleSince of reservations.get on a follower (issue 34): the leader's idle marks
+    were in its memory only; a follower reads the said ones from the ledger."""
+    rid = shared.rsv["acme-idle"]
+    since = shared.watch.idle_since(rid)
+    assert since is not None
+    follower = GpuUseWatch(
+        shared.ledger, Subjects("t"), shared.clock, RecordingPublisher(), RecordingAlerts(),
+        reachable=lambda _: True,
+    )  # fmt: skip
+    assert follower.idle_since(rid) is None  # nothing read yet
+    await follower.follow()
+    assert follower.idle_since(rid) == since
+    assert follower.idle_since(shared.rsv["acme-held"]) is None
+    services = Services(shared.ledger, shared.clock, idle_since=follower.idle_since)
+    async with TestClient(TestServer(build_app(services))) as client:
+        api = Api(client.session, str(client.make_url("")).rstrip("/"), shared.api.operator_key)
+        got = await api.ok("reservations.get", {"tenantId": "acme", "reservationId": rid})
+        assert got["idleSince"] == since
+    # A leader that stops leading shows the ledger's marks, not its memory.
+    await shared.watch.follow()
+    assert shared.watch.idle_since(rid) == since
 
 
 async def test_metrics_answer_no_tenant_key(shared: Shared) -> None:

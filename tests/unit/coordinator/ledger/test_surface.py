@@ -18,11 +18,11 @@ from coordinator.ledger.snapshot import SnapshotCache
 ROOT = Path(__file__).resolve().parents[4] / "coordinator"
 
 # The facade: the ledger and what it stands on, the unit of work and the writers it
-# hands out, the two query shapes a caller builds or keeps, and the storage failures.
+# hands out, the query shapes a caller builds or keeps, and the storage failures.
 STORAGE = {
     "Ledger", "Database", "Leadership",
     "UnitOfWork", "BookingBatch", "NodeWriter",
-    "ReservationFilter", "OutboxBacklog",
+    "ReservationFilter", "GpuFilter", "OutboxBacklog",
     "LedgerUnavailable", "NotLeader", "WriteRaced",
 }  # fmt: skip
 

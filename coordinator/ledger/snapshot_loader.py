@@ -76,11 +76,7 @@ async def load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...
             AtomSlot(atom_id, cls, health not in _FAULTY, dict(attrs or {}), device_id or "", peers)
         )
         shown[node_id].update(atom_identities(cls, device_id or "", attrs or {}))
-    held = await holders(conn, sorted(set().union(*shown.values())))
-    duplicate_of = {
-        node_id: tuple(sorted({held[i] for i in ids if held.get(i, node_id) != node_id}))
-        for node_id, ids in shown.items()
-    }
+    duplicate_of = await _duplicates(conn, pool_id, shown)
     return tuple(
         NodeSlot(
             node_id=row.node_id,
@@ -101,6 +97,27 @@ async def load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...
         )
         for row in node_rows
     )
+
+
+async def _duplicates(
+    conn: AsyncConnection, pool_id: str, shown: Mapping[str, set[str]]
+) -> dict[str, tuple[str, ...]]:
+    """node → the other nodes that hold identities it shows. What the pool's own nodes
+    hold is one indexed read; only identities they do not hold (as good as never) are
+    looked up one by one."""
+    d, n = schema.device_identities.c, schema.nodes.c
+    rows = await conn.execute(
+        select(d.identity, d.node_id)
+        .select_from(schema.device_identities.join(schema.nodes, n.node_id == d.node_id))
+        .where(n.pool_id == pool_id)
+    )
+    own = {identity: node_id for identity, node_id in rows.all()}
+    elsewhere = sorted({i for node_id, ids in shown.items() for i in ids if own.get(i) != node_id})
+    held = await holders(conn, elsewhere) if elsewhere else {}
+    return {
+        node_id: tuple(sorted({held[i] for i in ids if held.get(i, node_id) != node_id}))
+        for node_id, ids in shown.items()
+    }
 
 
 async def load_bookings(

@@ -15,9 +15,11 @@ the link matrix, spot holders a regular request may preempt), also refuses; what
 preview says fits, a create at once books; an `nvlink-all` booking's GPUs are pairwise
 linked. Issue 31 added creates straight after a change (maintenance, a pool move, a
 device's new form) with no read between, on this ledger or a second replica's; GPU use
-passes through the real use service, each reservation credited only the use its own
-booked time covers (and all of it where it was a unit's only holder); and the converse
-pool-move check: a node that leaves a pool leaves its interval promises covered.
+passes through the real use service (told of every inventory recorded, as the node
+watch tells it: it keeps use only of units an inventory has), each reservation credited
+only the use its own booked time covers (and all of it where it was a unit's only
+holder); and the converse pool-move check: a node that leaves a pool leaves its
+interval promises covered.
 
 A seed replays exactly (issue 29): every name and choice in a sequence comes from
 hypothesis' draws and the sequence's place in its search, so a seed gives the same steps

@@ -17,7 +17,7 @@ only by its PCI path or name (the same); placeholders of missing devices.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.transitions import MISSING_PREFIX, DuplicateDevice, NodeFlags
@@ -38,17 +38,22 @@ def identities_of(inv: Inventory) -> dict[str, str]:
     `disk:<wwn or serial>`), for every device that is one device wherever it shows."""
     out: dict[str, str] = {}
     for atom in inv.atoms:
-        device = atom.device_id
-        if not device or device.startswith(MISSING_PREFIX) or atom.attrs.get("missing"):
-            continue
-        if atom.cls in _GPU_CLASSES:
-            out[f"gpu:{device}"] = device
-            mig = atom.attrs.get("uuid")
-            if atom.cls == "gpu.mig" and isinstance(mig, str) and mig:
-                out[f"mig:{mig}"] = mig
-        elif atom.cls == "disk" and device.startswith(_DISK_IDENTITIES):
-            out[f"disk:{device}"] = device
+        out |= atom_identities(atom.cls, atom.device_id, atom.attrs)
     return out
+
+
+def atom_identities(cls: str, device: str, attrs: Mapping[str, object]) -> dict[str, str]:
+    """identity → device id of the devices one atom is a form of (`identities_of`)."""
+    if not device or device.startswith(MISSING_PREFIX) or attrs.get("missing"):
+        return {}
+    if cls in _GPU_CLASSES:
+        mig = attrs.get("uuid")
+        if cls == "gpu.mig" and isinstance(mig, str) and mig:
+            return {f"gpu:{device}": device, f"mig:{mig}": mig}
+        return {f"gpu:{device}": device}
+    if cls == "disk" and device.startswith(_DISK_IDENTITIES):
+        return {f"disk:{device}": device}
+    return {}
 
 
 # How a claim's device reads when it is one device wherever it shows: a GPU UUID as NVML

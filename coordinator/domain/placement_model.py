@@ -87,6 +87,9 @@ class NodeSlot:
     capacity: dict[str, int]
     # Healthy atoms per class; computed once when the snapshot cache loads the node.
     healthy_by_class: dict[str, int] | None = None
+    # The other nodes that hold physical devices this node shows (`physical_ids`): the
+    # placer offers none of its atoms.
+    duplicate_of: tuple[str, ...] = ()
     # Device → its current atoms (forms), for finding what a held claim covers.
     by_device: dict[str, tuple[AtomSlot, ...]] = field(init=False, compare=False)
     # Device → its current partition (`form`), named when first asked for.

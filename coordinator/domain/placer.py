@@ -45,6 +45,10 @@ PARTLY_BOOKED = "node is partly booked in the window"
 POOL_MEMORY = "the pool's uncommitted memory is less than the node's"
 NOT_TOGETHER = "fits alone, not together with the other devices on one node"
 GANG_MEMORY = "gang's whole nodes together exceed the pool's uncommitted memory"
+# A node showing a device (a GPU UUID, a disk's serial) another node holds (issue 31):
+# the same host under a second node id, whichever admitted it; the database would refuse
+# the claim, so the placer does not offer it.
+DUPLICATE_DEVICES = "not allocatable: shows devices another node holds"
 
 
 class _Metric:
@@ -73,6 +77,8 @@ def _refusal(node: NodeSlot, req: PlacementRequest) -> str | None:
     bucket = node_bucket(node.state)
     if bucket != "allocatable":
         return f"not allocatable: {bucket}"
+    if node.duplicate_of:
+        return DUPLICATE_DEVICES
     if (req.profile_id is not None and node.profile_id != req.profile_id) or (
         req.profile_version is not None and node.profile_version != req.profile_version
     ):

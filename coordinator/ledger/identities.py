@@ -27,7 +27,8 @@ from coordinator.ledger.bulk import among
 _CHUNK = 5000
 
 
-async def _holders(conn: AsyncConnection, identities: Sequence[str]) -> dict[str, str]:
+async def holders(conn: AsyncConnection, identities: Sequence[str]) -> dict[str, str]:
+    """identity → the node that holds it, for those of `identities` someone holds."""
     d = schema.device_identities.c
     out: dict[str, str] = {}
     for i in range(0, len(identities), _CHUNK):
@@ -95,17 +96,17 @@ async def claim(
     )
     await _insert_missing(conn, rows)
     identities = sorted({str(r["identity"]) for r in rows})
-    holders = await _holders(conn, identities)
-    lost = [r for r in rows if holders.get(str(r["identity"])) != r["node_id"]]
+    holder_of = await holders(conn, identities)
+    lost = [r for r in rows if holder_of.get(str(r["identity"])) != r["node_id"]]
     if not lost:
         return {}
-    others = {holders[str(r["identity"])] for r in lost} - set(reporting)
+    others = {holder_of[str(r["identity"])] for r in lost} - set(reporting)
     free = others - await _bound(conn, others, now)
     takeover = [
-        {"b_identity": r["identity"], "b_holder": holders[str(r["identity"])],
+        {"b_identity": r["identity"], "b_holder": holder_of[str(r["identity"])],
          "b_node": r["node_id"], "b_since": now}
         for r in lost
-        if holders[str(r["identity"])] in free
+        if holder_of[str(r["identity"])] in free
     ]  # fmt: skip
     if takeover:
         # Only from the holder read above: a takeover another transaction made first
@@ -116,11 +117,11 @@ async def claim(
             .values(node_id=bindparam("b_node"), since=bindparam("b_since")),
             takeover,
         )
-        holders = await _holders(conn, identities)
+        holder_of = await holders(conn, identities)
     out: dict[str, list[Collision]] = {}
     for r in lost:
         identity, node_id = str(r["identity"]), str(r["node_id"])
-        holder = holders.get(identity)
+        holder = holder_of.get(identity)
         if holder is not None and holder != node_id:
             out.setdefault(node_id, []).append(Collision(identity, str(r["device_id"]), holder))
     return out

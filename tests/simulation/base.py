@@ -39,6 +39,7 @@ from coordinator.services.reservations import Reservations
 from coordinator.tasks.reservation_clock import ReservationClock
 from shared.clock import FakeClock
 from shared.ids import ulid
+from shared.wire import Inventory
 from tests.fakes import RecordingAlerts
 from tests.simulation import reference as ref
 from tests.simulation import reference_fit as fit
@@ -187,19 +188,26 @@ class MachineBase(RuleBasedStateMachine):
         self.hosts.append(host)
         await self._inventory(host)
 
+    def recorded(self, inv: Inventory) -> None:
+        """An inventory the ledger recorded, told to the services that follow them as
+        the coordinator's node watch tells them (`NodeWatch._recorded`)."""
+
     async def _inventory(self, host: SimHost) -> None:
-        await self._publish(
-            [await record_inventory(self.ledger, host.inventory(self.now), self.now)]
-        )
+        inv = host.inventory(self.now)
+        await self._publish([await record_inventory(self.ledger, inv, self.now)])
+        self.recorded(inv)
         await self._where_reported([host], "an inventory")
 
     async def _inventories(self, hosts: list[SimHost]) -> None:
         """The batched path (`record_inventories`, a fleet registering or restarting):
         new and known nodes in one unit of work, each as the single path would."""
         now = self.now
-        outcomes = await record_inventories(self.ledger, [h.inventory(now) for h in hosts], now)
+        inventories = [h.inventory(now) for h in hosts]
+        outcomes = await record_inventories(self.ledger, inventories, now)
         refused = [o for o in outcomes if isinstance(o, NotRecorded)]
         self.fail([f"{o.node_id}: inventory not recorded: {o.error}" for o in refused], "a batch")
+        for inv in inventories:
+            self.recorded(inv)
         await self._publish([o for o in outcomes if isinstance(o, NodeOutcome)])
         # Nodes new in the batch may be recorded after the known ones: a known node's
         # move may be judged without their memory.

@@ -28,7 +28,7 @@ from hypothesis.stateful import precondition, rule
 from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, unit_of
 from coordinator.services.gpu_use_watch import GpuUseWatch
 from shared.subjects import Subjects
-from shared.wire import DeviceUse, ProcessUse, UseReport
+from shared.wire import DeviceUse, Inventory, ProcessUse, UseReport
 from tests.fakes import RecordingAlerts
 from tests.simulation.base import MINUTE, MachineBase
 from tests.simulation.ledger_view import BookingRow, LedgerView
@@ -55,6 +55,12 @@ class UseRules(MachineBase):
         self.use_log: list[UseSpan] = []
         self.use_last: dict[str, int] = {}
         self.use_versions = itertools.count(1)
+
+    def recorded(self, inv: Inventory) -> None:
+        """The use service keeps only the use of units a recorded inventory has (issue
+        32): the node watch tells it each inventory it records."""
+        super().recorded(inv)
+        self.use.on_inventory(inv)
 
     @precondition(lambda self: self.ready)
     @rule(busy=st.sampled_from(["held", "all", "none"]), util=st.sampled_from([60, None]))
@@ -102,11 +108,16 @@ class UseRules(MachineBase):
                 self.use_log += [(host.node_id, u, last, now) for u in running]
         await self.use.tick()
         self.use_last = {h.node_id: now for h in self.hosts}
+        used = await self.credited()
+        self.fail(misattributed(view, self.use_log, used, self.models), "a use pass")
+
+    async def credited(self) -> dict[str, int]:
+        """reservationId → the use the ledger credits it, in ms, all hours together."""
         used: dict[str, int] = {}
         for tenant_id in self.tenants:
-            for b in await self.ledger.gpu_use.buckets(0, now + 2 * 60 * MINUTE, tenant_id):
+            for b in await self.ledger.gpu_use.buckets(0, self.now + 2 * 60 * MINUTE, tenant_id):
                 used[b.reservation_id] = used.get(b.reservation_id, 0) + b.used_ms
-        self.fail(misattributed(view, self.use_log, used, self.models), "a use pass")
+        return used
 
 
 def units_of(view: LedgerView) -> dict[str, list[str]]:

@@ -15,9 +15,11 @@ the link matrix, spot holders a regular request may preempt), also refuses; what
 preview says fits, a create at once books; an `nvlink-all` booking's GPUs are pairwise
 linked. Issue 31 added creates straight after a change (maintenance, a pool move, a
 device's new form) with no read between, on this ledger or a second replica's; GPU use
-passes through the real use service, each reservation credited only the use its own
-booked time covers (and all of it where it was a unit's only holder); and the converse
-pool-move check: a node that leaves a pool leaves its interval promises covered.
+passes through the real use service (told of every inventory recorded, as the node
+watch tells it: it keeps use only of units an inventory has), each reservation credited
+only the use its own booked time covers (and all of it where it was a unit's only
+holder); and the converse pool-move check: a node that leaves a pool leaves its
+interval promises covered.
 
 A seed replays exactly (issue 29): every name and choice in a sequence comes from
 hypothesis' draws and the sequence's place in its search, so a seed gives the same steps
@@ -83,10 +85,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from tests.simulation.concurrent import run_concurrently
+from tests.simulation.ledger_view import LedgerView
+from tests.simulation.machine import machine_for
 from tests.simulation.planted import PLANTS, hunt, missed
 from tests.simulation.search import glue, options, search
+from tests.simulation.use_rules import covered, units_of
 
 EXAMPLES = int(os.environ.get("GPUFLEET_SIM_EXAMPLES", "12"))
 STEPS = int(os.environ.get("GPUFLEET_SIM_STEPS", "30"))
@@ -199,3 +206,37 @@ def test_concurrent_writers_and_two_replicas_keep_the_ledger_true(database_url: 
         outcome.violations[:20]
     )
     assert outcome.operations["create booked"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_the_use_pass_credits_what_the_agents_report(database_url: str) -> None:
+    """The soak's false alarm (seeds 2304495762 on SQLite, 1636681028 on PostgreSQL):
+    the simulation's use service was never told of the inventories recorded, so it
+    dropped every device as not in the node's inventory (issue 32's bound), credited
+    nothing, and its use check judged a sole holder robbed. Told of them as the
+    coordinator's node watch tells it, a minute of use on the preloaded bookings is
+    theirs: no violation, and the time is credited."""
+    seen: list[tuple[LedgerView, dict[str, int]]] = []
+
+    # One fixed sequence (the machine's steps record hypothesis events: run in a test).
+    @settings(max_examples=1, database=None, deadline=None, phases=[Phase.generate])
+    @given(st.none())
+    def sequence(_: None) -> None:
+        state = machine_for(g)()
+        state.setup(gpu_quota=None, memory_quota=None, b_pool_memory=None, preload=True)
+        state.use_pass(busy="held", util=60)
+        state.time_passes(ms=61_000)
+        state.use_pass(busy="held", util=60)
+        state.ledger_is_true()
+        seen.append((g.run(state.view()), g.run(state.credited())))
+        state.teardown()
+
+    with glue(database_url) as g:
+        sequence()
+    [(view, credited)] = seen
+    # Every preloaded GPU booking (a whole GPU, a MIG instance, a slot) held its unit
+    # alone for the minute between the passes.
+    units = units_of(view)
+    gpu_holders = {b.reservation_id for b in view.bookings if covered(view, b, units)}
+    assert len(gpu_holders) == 3
+    assert {r: credited.get(r, 0) for r in gpu_holders} == dict.fromkeys(gpu_holders, 61_000)

@@ -14,7 +14,8 @@ from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.claims import Claim, claim_rows, form_of, merged_rows
 from coordinator.domain.errors import InvalidInput, NotFound
-from coordinator.ledger import Database, Ledger, WriteRaced
+from coordinator.domain.placer import DUPLICATE_DEVICES
+from coordinator.ledger import Database, Ledger
 from coordinator.ledger.device_claims import insert_claims
 from coordinator.services.node_records import (
     record_heartbeat,
@@ -125,8 +126,12 @@ async def test_a_dead_unbooked_holder_gives_its_devices_up(ledger: Ledger) -> No
 
     assert await _held(ledger, "b") == ""
     assert isinstance(await rig.reservations.create(rig.request(pool, "k", gpus=8)), Created)
-    # The old id coming back now collides with the new one, which is live.
+    # The old id coming back now collides with the new one, which is live: back by a
+    # heartbeat alone (no inventory yet), it shows GPUs it no longer holds and is not
+    # offered; then its inventory holds it.
     await record_reachability(ledger, ["a"], True, now)
+    again = await rig.reservations.create(rig.request(pool, "k2", gpus=8))
+    assert isinstance(again, Refused) and DUPLICATE_DEVICES in again.error.message
     await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
     assert "node b" in await _held(ledger, "a")
     assert (await rig.row(pool, "gpu")).allocatable == 8
@@ -341,12 +346,14 @@ async def test_replace_moves_two_bookings_of_one_gpus_mig_instances(ledger: Ledg
     assert await ledger.rebuild_all(now) == 0
 
 
-async def test_a_booking_of_a_gpu_another_node_id_has_booked_is_not_made(
+async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     ledger: Ledger, database_url: str
 ) -> None:
-    """Defence in depth: two node ids of one host both admitted (as a ledger upgraded
-    while both were registered could have them until the next inventory): a GPU booked
-    under one id is not booked again under the other."""
+    """Two node ids of one host both admitted (as a ledger upgraded while both were
+    registered could have them until the next inventory): preview and create offer only
+    the node that holds the GPUs and say why the other was turned away; no GPU is booked
+    twice, and a create past the two is refused for capacity (before, the database's
+    claim check refused it: 503, retry)."""
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
     now = rig.clock.now_ms()
@@ -360,16 +367,16 @@ async def test_a_booking_of_a_gpu_another_node_id_has_booked_is_not_made(
     finally:
         await db.dispose()
     await ledger.rebuild_all(now)
-    promised: list[str] = []
-    refused = 0
-    for k in range(4):
-        try:
-            made = await rig.reservations.create(rig.request(pool, f"k{k}"))
-        except WriteRaced:  # the database refused the second claim of one GPU
-            refused += 1
-            continue
-        if isinstance(made, Created):
-            promised += [x.atom_id.split(":gpu:")[1] for x in made.reservation.atoms]
 
-    assert sorted(promised) == sorted(set(promised)) and len(promised) <= 2, promised
-    assert refused + len(promised) >= 2
+    ask = rig.request(pool, "p", gpus=2)
+    seen = await ledger.bookings.preview(pool, ask.placement, now, now + 3_600_000, now, 0)
+    assert [p.node_id for p in seen.placement.candidates] == ["a"]
+    assert seen.placement.filtered == {DUPLICATE_DEVICES: 1}
+    made = [await rig.reservations.create(rig.request(pool, f"k{k}")) for k in range(3)]
+
+    assert [type(m) for m in made] == [Created, Created, Refused]
+    promised = [x.atom_id for m in made if isinstance(m, Created) for x in m.reservation.atoms]
+    assert sorted(promised) == ["a:gpu:GPU-a-0", "a:gpu:GPU-a-1"]
+    refused = made[2]
+    assert isinstance(refused, Refused) and refused.error.code == "CAPACITY_NOT_AVAILABLE"
+    assert DUPLICATE_DEVICES in str(refused.error.message), refused.error

@@ -323,3 +323,24 @@ def test_a_refusal_judges_each_node_once_and_answers_as_every_node_judged_would(
     kept = replace(snap, order=FreeCounts(nodes, lambda n: snap.held.get(n, ())).window(
         frozenset(), 0, 1))  # fmt: skip
     assert place(req, kept) == refused
+
+
+def test_a_node_showing_devices_another_node_holds_is_never_offered() -> None:
+    """Issue 31: the same host under a second node id (both in service) is turned away
+    whole, counted and named, on the full pass and the free-count index alike."""
+    dup = replace(node("b", gpus=8), duplicate_of=("a",))
+    snap = PoolSnapshot((node("a", gpus=2), dup))
+    fits = place(gpus(1), snap)
+    assert [c.node_id for c in fits.candidates] == ["a"]
+    assert fits.filtered == {placer.DUPLICATE_DEVICES: 1}
+    failed = place(gpus(4), snap)
+    assert failed.reason == (
+        "no node can take the whole request: not allocatable: shows devices another "
+        "node holds on 1 node, too few free matching gpu on 1 node"
+    )
+    whole = place(PlacementRequest(devices=(DeviceRequest("node", 1),)), snap)
+    assert [c.node_id for c in whole.candidates] == ["a"]
+    order = FreeCounts(snap.nodes, lambda n: ()).window(frozenset(), 0, 10)
+    indexed = place(gpus(1), replace(snap, order=order))
+    assert [c.node_id for c in indexed.candidates] == ["a"]
+    assert indexed.filtered == {placer.DUPLICATE_DEVICES: 1}

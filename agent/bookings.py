@@ -18,8 +18,10 @@ The file's modification time is when the agent last knew it current (agent.booki
 set at each write, and by `confirm` after each heartbeat that echoed its etag reached the
 server, a touch of the inode, not a rewrite.
 
-Also `read_state` / `read_held`: what `gpufleet-agent bookings` / `env` (and anything
-else on the host) read, with clear errors for a missing or unreadable file.
+Also `write_atomically` and `read_stamped`, the state file mechanics the inventory file
+(agent.inventory_file) shares, and `read_state` / `read_held`: what `gpufleet-agent
+bookings` / `env` (and anything else on the host) read, with clear errors for a missing
+or unreadable file.
 """
 
 from __future__ import annotations
@@ -171,6 +173,14 @@ def write_atomically(path: Path, data: bytes, mode: int) -> None:
         raise
 
 
+def read_stamped(path: Path) -> tuple[bytes, int]:
+    """A state file's content and its modification time (ms): when the agent last knew
+    it current. `OSError` as `open` raises it."""
+    with path.open("rb") as fh:
+        checked_at = os.fstat(fh.fileno()).st_mtime_ns // 1_000_000
+        return fh.read(), checked_at
+
+
 def read_state(path: Path) -> NodeBookings:
     return read_held(path).bookings
 
@@ -178,9 +188,7 @@ def read_state(path: Path) -> NodeBookings:
 def read_held(path: Path) -> Held:
     """The state file's bookings and when the agent last confirmed them (its mtime)."""
     try:
-        with path.open("rb") as fh:
-            checked_at = os.fstat(fh.fileno()).st_mtime_ns // 1_000_000
-            data = fh.read()
+        data, checked_at = read_stamped(path)
     except FileNotFoundError:
         raise BookingsError(
             f"{path} does not exist: the agent has not received this node's bookings yet"

@@ -67,7 +67,7 @@ class BookingsKeeper:
         self.ignored: Counter[str] = Counter()  # by reason: "bad_schema", "wrong_node"
         self.write_failures = 0
         self._throttle = LogThrottle(log)
-        self._told_no_dir = False
+        self._dir = StateDir("bookings")
 
     @property
     def etag(self) -> str:
@@ -135,10 +135,7 @@ class BookingsKeeper:
     def _write(self, data: bytes, etag: str) -> None:
         assert self.state_file is not None
         directory = self.state_file.parent
-        if not directory.is_dir():
-            if not self._told_no_dir:
-                self._told_no_dir = True
-                log.info("bookings not written to a file: %s does not exist", directory)
+        if not self._dir.ready(directory):
             return
         self._written = ""
         try:
@@ -150,6 +147,23 @@ class BookingsKeeper:
             self._throttle.warning(
                 "write", "cannot write the bookings file %s: %s", self.state_file, exc
             )
+
+
+class StateDir:
+    """Whether a state file's directory exists (systemd's `StateDirectory=` makes it):
+    a file is written only into one that does; the first miss is logged, once."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._told = False
+
+    def ready(self, directory: Path) -> bool:
+        if directory.is_dir():
+            return True
+        if not self._told:
+            self._told = True
+            log.info("%s not written to a file: %s does not exist", self.what, directory)
+        return False
 
 
 def readable_as(directory: Path) -> int:

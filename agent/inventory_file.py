@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from agent.bookings import read_stamped, readable_as, write_atomically
+from agent.bookings import StateDir, read_stamped, readable_as, write_atomically
 from agent.bookings_trust import vouch
 from agent.errors import AgentError
 from agent.state import AgentState
@@ -52,16 +52,13 @@ class InventoryFile:
         self.writes = 0
         self.failures = 0
         self._throttle = LogThrottle(log)
-        self._told_no_dir = False
+        self._dir = StateDir("inventory")
 
     def on_state(self, state: AgentState) -> None:
         if state.health.status == "unmonitored":
             return
         directory = self.path.parent
-        if not directory.is_dir():
-            if not self._told_no_dir:
-                self._told_no_dir = True
-                log.info("inventory not written to a file: %s does not exist", directory)
+        if not self._dir.ready(directory):
             return
         try:
             if state.inventory != self._written:

@@ -18,8 +18,10 @@ The file's modification time is when the agent last knew it current (agent.booki
 set at each write, and by `confirm` after each heartbeat that echoed its etag reached the
 server, a touch of the inode, not a rewrite.
 
-Also `read_state` / `read_held`: what `gpufleet-agent bookings` / `env` (and anything
-else on the host) read, with clear errors for a missing or unreadable file.
+Also `write_atomically` and `read_stamped`, the state file mechanics the inventory file
+(agent.inventory_file) shares, and `read_state` / `read_held`: what `gpufleet-agent
+bookings` / `env` (and anything else on the host) read, with clear errors for a missing
+or unreadable file.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class BookingsKeeper:
         self.ignored: Counter[str] = Counter()  # by reason: "bad_schema", "wrong_node"
         self.write_failures = 0
         self._throttle = LogThrottle(log)
-        self._told_no_dir = False
+        self._dir = StateDir("bookings")
 
     @property
     def etag(self) -> str:
@@ -133,10 +135,7 @@ class BookingsKeeper:
     def _write(self, data: bytes, etag: str) -> None:
         assert self.state_file is not None
         directory = self.state_file.parent
-        if not directory.is_dir():
-            if not self._told_no_dir:
-                self._told_no_dir = True
-                log.info("bookings not written to a file: %s does not exist", directory)
+        if not self._dir.ready(directory):
             return
         self._written = ""
         try:
@@ -148,6 +147,23 @@ class BookingsKeeper:
             self._throttle.warning(
                 "write", "cannot write the bookings file %s: %s", self.state_file, exc
             )
+
+
+class StateDir:
+    """Whether a state file's directory exists (systemd's `StateDirectory=` makes it):
+    a file is written only into one that does; the first miss is logged, once."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._told = False
+
+    def ready(self, directory: Path) -> bool:
+        if directory.is_dir():
+            return True
+        if not self._told:
+            self._told = True
+            log.info("%s not written to a file: %s does not exist", self.what, directory)
+        return False
 
 
 def readable_as(directory: Path) -> int:
@@ -171,6 +187,14 @@ def write_atomically(path: Path, data: bytes, mode: int) -> None:
         raise
 
 
+def read_stamped(path: Path) -> tuple[bytes, int]:
+    """A state file's content and its modification time (ms): when the agent last knew
+    it current. `OSError` as `open` raises it."""
+    with path.open("rb") as fh:
+        checked_at = os.fstat(fh.fileno()).st_mtime_ns // 1_000_000
+        return fh.read(), checked_at
+
+
 def read_state(path: Path) -> NodeBookings:
     return read_held(path).bookings
 
@@ -178,9 +202,7 @@ def read_state(path: Path) -> NodeBookings:
 def read_held(path: Path) -> Held:
     """The state file's bookings and when the agent last confirmed them (its mtime)."""
     try:
-        with path.open("rb") as fh:
-            checked_at = os.fstat(fh.fileno()).st_mtime_ns // 1_000_000
-            data = fh.read()
+        data, checked_at = read_stamped(path)
     except FileNotFoundError:
         raise BookingsError(
             f"{path} does not exist: the agent has not received this node's bookings yet"

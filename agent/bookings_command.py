@@ -39,7 +39,7 @@ from pathlib import Path
 import msgspec
 
 from agent.bookings import read_held
-from agent.bookings_trust import Held, StaleBookings, span, trust
+from agent.bookings_trust import Held, StaleStateFile, span, trust
 from agent.config import Settings
 from agent.errors import CONFIG, AgentError, NotLive, exit_status
 from procs.settings import ConfigError, load
@@ -155,7 +155,7 @@ def main(argv: Sequence[str], env: Mapping[str, str], default_config: Path = DEF
     max_age_ms = settings.bookings_max_age_ms
     try:
         trust(held, settings.node_id, now_ms, max_age_ms)
-    except StaleBookings as exc:
+    except StaleStateFile as exc:
         if command == "env":
             return exit_status(exc, command)
         print(f"gpufleet-agent {command}: warning: {exc}", file=sys.stderr)

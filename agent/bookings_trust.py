@@ -1,5 +1,6 @@
-"""Whether `gpufleet-agent env` may trust the bookings state file: it must be this
-node's, and the agent must have confirmed it lately.
+"""Whether a command may trust one of the agent's state files (`vouch`): it must be this
+node's, and the agent must have confirmed it lately. `gpufleet-agent env` so trusts the
+bookings file (`trust`), `gres-uuids` the inventory file (agent.inventory_file).
 
 The file holds the `NodeBookings` message as received; its modification time is when
 the agent last knew it current: the agent writes it on receipt and touches it after each
@@ -21,17 +22,17 @@ from pathlib import Path
 from agent.errors import CONFIG, NOT_LIVE, AgentError
 from shared.wire import BOOKINGS_RESEND_MS, NodeBookings
 
-__all__ = ["ForeignBookings", "Held", "StaleBookings", "default_max_age_ms", "trust"]
+__all__ = ["ForeignStateFile", "Held", "StaleStateFile", "default_max_age_ms", "trust", "vouch"]
 
 
-class ForeignBookings(AgentError, ValueError):
-    """The state file names another node: a wrong `state_dir`, `node_id` or copy."""
+class ForeignStateFile(AgentError, ValueError):
+    """A state file names another node: a wrong `state_dir`, `node_id` or copy."""
 
     status = CONFIG
 
 
-class StaleBookings(AgentError, ValueError):
-    """The agent has not confirmed the state file for longer than the limit."""
+class StaleStateFile(AgentError, ValueError):
+    """The agent has not confirmed a state file for longer than the limit."""
 
     status = NOT_LIVE
 
@@ -54,20 +55,29 @@ def default_max_age_ms(interval_s: float, misses: int) -> int:
 
 
 def trust(held: Held, node_id: str, now_ms: int, max_age_ms: int) -> None:
-    """Raise `ForeignBookings` or `StaleBookings` when `held` may not be used here now."""
-    named = held.bookings.node_id
+    """Raise `ForeignStateFile` or `StaleStateFile` when `held` may not be used here now."""
+    vouch(
+        held.path, "the bookings", held.bookings.node_id, node_id, held.age_ms(now_ms),
+        max_age_ms, hint="is the agent running and connected to NATS?",
+    )  # fmt: skip
+
+
+def vouch(
+    path: Path, what: str, named: str, node_id: str, age_ms: int, max_age_ms: int, hint: str
+) -> None:
+    """Raise `ForeignStateFile` when the file at `path`, which holds `what` ("the
+    bookings"), names node `named` and this host is another, `StaleStateFile` when the
+    agent last confirmed it longer than `max_age_ms` ago; `hint` ends that message."""
     if named != node_id:
-        raise ForeignBookings(
-            f"{held.path} holds the bookings of node {named}, and this host is node"
+        raise ForeignStateFile(
+            f"{path} holds {what} of node {named}, and this host is node"
             f" {node_id} (its node_id: --node-id, GPUFLEET_NODE_ID or the agent's config):"
             " refusing them"
         )
-    age = held.age_ms(now_ms)
-    if age > max_age_ms:
-        raise StaleBookings(
-            f"the bookings in {held.path} were last confirmed by the agent {span(age)} ago,"
-            f" longer than the {span(max_age_ms)} allowed (--max-age): is the agent"
-            " running and connected to NATS?"
+    if age_ms > max_age_ms:
+        raise StaleStateFile(
+            f"{what} in {path} were last confirmed by the agent {span(age_ms)} ago,"
+            f" longer than the {span(max_age_ms)} allowed (--max-age): {hint}"
         )
 
 

@@ -250,8 +250,8 @@ class Settings(SettingsModel, frozen=True):
         Annotated[float, Meta(gt=0, le=30 * 86400)] | None,
         Meta(
             description=(
-                "`gpufleet-agent env` refuses (exit 3) bookings the agent last confirmed"
-                " longer ago than this"
+                "`gpufleet-agent env` and `gres-uuids` refuse (exit 3) bookings or an"
+                " inventory the agent last confirmed longer ago than this"
             ),
         ),
         Option(aliases=("--max-age",), default_doc="misses × interval_s + 5 s (20 s)"),

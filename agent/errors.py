@@ -12,7 +12,7 @@ agent/test_errors.py). Those that end a command carry the status it exits with:
   it. The settings framework's `ConfigError` (flags, environment, TOML; the credentials
   file) maps to 2 here too.
 - 3: `gpufleet-agent env` asked about a reservation not live on this node (`NotLive`),
-  or read bookings the agent has not confirmed lately (`StaleBookings`).
+  or read bookings the agent has not confirmed lately (`StaleStateFile`).
 
 A background task that dies ends the daemon with 1; that is the supervisor's
 (agent/main.py), since no exception reaches `main` then.

@@ -30,6 +30,8 @@ from agent.errors import AgentError, exit_status
 from agent.feature_file import FeatureFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
+from agent.inventory_file import FILE_NAME as INVENTORY_FILE
+from agent.inventory_file import InventoryFile
 from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, real_nvml
 from agent.owners import ProcOwners
@@ -221,6 +223,7 @@ async def run(
             ),
             memory=CgroupMemory(root),
         )
+        kept = InventoryFile(settings.state_dir / INVENTORY_FILE, clock)
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
             boot_id[:8],
@@ -231,7 +234,7 @@ async def run(
         )
         try:
             return await _supervise(
-                settings, poller, _sink(publisher, features, clock), publisher, stop,
+                settings, poller, _sink(publisher, features, kept, clock), publisher, stop,
                 install_signals, notify_socket,
             )  # fmt: skip
         finally:
@@ -241,15 +244,16 @@ async def run(
 
 
 def _sink(
-    publisher: Publisher, features: FeatureFile | None, clock: Clock
+    publisher: Publisher, features: FeatureFile | None, kept: InventoryFile, clock: Clock
 ) -> Callable[[AgentState], None]:
-    """Where each poll's state goes: the publisher, and the NFD feature file when set."""
-    if features is None:
-        return publisher.update
+    """Where each poll's state goes: the publisher, the inventory file (for
+    `gpufleet-agent gres-uuids`), and the NFD feature file when set."""
 
     def update(state: AgentState) -> None:
         publisher.update(state)
-        features.on_state(state, clock.now_ms())
+        kept.on_state(state)
+        if features is not None:
+            features.on_state(state, clock.now_ms())
 
     return update
 

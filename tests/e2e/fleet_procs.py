@@ -55,7 +55,8 @@ def stop_all(procs: Iterable[subprocess.Popen[bytes]], sig: int = signal.SIGTERM
         except subprocess.TimeoutExpired:
             proc.kill()
             codes.append(proc.wait(5))
-            overran.append(f"{Path(str(proc.args[0])).name} (pid {proc.pid})")
+            command = proc.args[0] if isinstance(proc.args, list | tuple) else proc.args
+            overran.append(f"{Path(str(command)).name} (pid {proc.pid})")
     if overran:
         raise AssertionError(
             f"{', '.join(overran)} did not exit within {STOP_GRACE_S:.0f} s of"

@@ -8,125 +8,44 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import pty
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from ops.kit.embedded_nats import EmbeddedNats
-from tests.e2e.fleet_procs import Fleet, wait_for
+from tests.e2e.cli_world import (
+    BIN,
+    World,
+    on_terminal,
+    piped,
+    running_fleet,
+    terminal_bytes,
+    two_tenants,
+)
+from tests.e2e.fleet_procs import wait_for
 
 pytestmark = pytest.mark.e2e
-BIN = Path(sys.executable).parent
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-@dataclass
-class World:
-    fleet: Fleet
-    nats_url: str
-    h100: str
-    mixed: str
-    acme_key: str
-    globex_key: str
-    reservation: str
-    tmp: Path
-
-    def env(self, key: str | None = None) -> dict[str, str]:
-        return {
-            "PATH": f"{BIN}:/usr/bin:/bin",
-            "GPUFLEET_URL": self.fleet.url,
-            "GPUFLEET_KEY": key or self.fleet.operator_key,
-            "GPUFLEET_NATS_URL": self.nats_url,
-            "COLUMNS": "250",
-            "HOME": str(self.tmp),
-        }
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-
-def piped(
-    world: World, *args: str, key: str | None = None, env: dict[str, str] | None = None
-) -> Ran:
-    p = subprocess.run(
-        [str(BIN / "gpufleet"), *args], capture_output=True, text=True, timeout=60,
-        env=world.env(key) | (env or {}),
-    )  # fmt: skip
-    assert "Traceback" not in p.stderr, p.stderr
-    return Ran(p.returncode, p.stdout, p.stderr)
-
-
-def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:
-    """Run with stdout and stderr on a pseudo-terminal, as a person would."""
-    code, raw = terminal_bytes(world, *args, key=key)
-    text = ANSI.sub("", raw.decode(errors="replace")).replace("\r\n", "\n")
-    assert "Traceback" not in text, text
-    return Ran(code, text, "")
-
-
-def terminal_bytes(world: World, *args: str, key: str | None = None) -> tuple[int, bytes]:
-    """The exit status and every byte the terminal received, escapes included."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once
-        os.execve(str(BIN / "gpufleet"), ["gpufleet", *args], world.env(key))
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("cli")
-    with EmbeddedNats(store_dir=str(tmp / "js")) as nats:
-        fleet = Fleet(tmp, nats.url)
-        try:
-            fleet.start_coordinator("--log-format", "json")
-            op = fleet.operator()
-            for tenant in ("acme", "globex"):
-                op.call("tenants.create", {"tenantId": tenant})
-            h100 = op.call("pools.create", {"tenantId": "acme", "name": "h100-east",
-                                            "gpuModel": "H100"})["poolId"]  # fmt: skip
-            mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed"})["poolId"]
-            op.call("pools.offer", {"tenantId": "acme", "poolId": mixed, "offerTo": "globex"})
-            acme = op.call("apiKeys.create", {"tenantId": "acme", "label": "ci"})["key"]
-            globex = op.call("apiKeys.create", {"tenantId": "globex"})["key"]
-            fleet.start_agent("h100-a", h100, "h100-sxm-8", 1.0)
+    with running_fleet(tmp, "--log-format", "json") as (fleet, nats_url):
+        pools = two_tenants(fleet)
+        fleet.start_agent("h100-a", pools.h100, "h100-sxm-8", 1.0)
 
-            def gpus() -> int:
-                rows = op.call("capacity.byPool", {"tenantId": "acme", "poolId": h100})["rows"]
-                return int(next(r for r in rows if r["resource"] == "gpu")["allocatable"])
+        def gpus() -> int:
+            where = {"tenantId": "acme", "poolId": pools.h100}
+            rows = pools.op.call("capacity.byPool", where)["rows"]
+            return int(next(r for r in rows if r["resource"] == "gpu")["allocatable"])
 
-            wait_for(lambda: gpus() == 8, what="8 allocatable GPUs")
-            booked = op.call("reservations.create", {
-                "tenantId": "acme", "poolId": h100, "devices": [{"class": "gpu", "count": 2}],
-                "duration": "1h", "idempotencyKey": "cli-1",
-            })  # fmt: skip
-            yield World(fleet, nats.url, h100, mixed, acme, globex, booked["reservationId"], tmp)
-        finally:
-            fleet.close()
+        wait_for(lambda: gpus() == 8, what="8 allocatable GPUs")
+        yield pools.booked(fleet, nats_url, tmp, "cli-1")
 
 
 def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> None:

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 from agent.sim.faults import write_faults
-from ops.kit.embedded_nats import EmbeddedNats
 from shared.rfc3339 import parse_ms
-from tests.e2e.fleet_procs import Fleet, wait_for
-from tests.e2e.test_cli import World, on_terminal, piped
+from tests.e2e.cli_world import World, on_terminal, piped, running_fleet, two_tenants
+from tests.e2e.fleet_procs import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 POD = "1234abcd-5678-90ab-cdef-1234567890ab"
@@ -30,37 +29,21 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """acme's pool of H100s (node h100-a) and a mixed pool of A100s and L40S offered to
     globex; one 2-GPU booking on h100-a."""
     tmp = tmp_path_factory.mktemp("day")
-    with EmbeddedNats(store_dir=str(tmp / "js")) as nats:
-        fleet = Fleet(tmp, nats.url)
-        try:
-            fleet.start_coordinator("--use-interval-s", "0.5")
-            op = fleet.operator()
-            for tenant in ("acme", "globex"):
-                op.call("tenants.create", {"tenantId": tenant})
-            h100 = op.call("pools.create", {"tenantId": "acme", "name": "h100-east",
-                                            "gpuModel": "H100"})["poolId"]  # fmt: skip
-            mixed = op.call("pools.create", {"tenantId": "acme", "name": "mixed"})["poolId"]
-            op.call("pools.offer", {"tenantId": "acme", "poolId": mixed, "offerTo": "globex"})
-            acme = op.call("apiKeys.create", {"tenantId": "acme"})["key"]
-            globex = op.call("apiKeys.create", {"tenantId": "globex"})["key"]
-            write_faults(tmp / "faults.json", [])
-            fleet.start_agent("h100-a", h100, "h100-sxm-8", 1.0,
-                              "--fault-file", str(tmp / "faults.json"))  # fmt: skip
-            fleet.start_agent("a100-a", mixed, "a100-mig-8", 1.0)
-            fleet.start_agent("l40s-a", mixed, "l40s-pcie-4", 1.0)
+    with running_fleet(tmp, "--use-interval-s", "0.5") as (fleet, nats_url):
+        pools = two_tenants(fleet)
+        op = pools.op
+        write_faults(tmp / "faults.json", [])
+        fleet.start_agent("h100-a", pools.h100, "h100-sxm-8", 1.0,
+                          "--fault-file", str(tmp / "faults.json"))  # fmt: skip
+        fleet.start_agent("a100-a", pools.mixed, "a100-mig-8", 1.0)
+        fleet.start_agent("l40s-a", pools.mixed, "l40s-pcie-4", 1.0)
 
-            def ready() -> bool:
-                nodes = op.call("nodes.list", {})["nodes"]
-                return len(nodes) == 3 and all(n["status"] == "ready" for n in nodes)
+        def ready() -> bool:
+            nodes = op.call("nodes.list", {})["nodes"]
+            return len(nodes) == 3 and all(n["status"] == "ready" for n in nodes)
 
-            wait_for(ready, timeout=90, what="three ready nodes")
-            booked = op.call("reservations.create", {
-                "tenantId": "acme", "poolId": h100, "devices": [{"class": "gpu", "count": 2}],
-                "duration": "1h", "idempotencyKey": "day-1",
-            })  # fmt: skip
-            yield World(fleet, nats.url, h100, mixed, acme, globex, booked["reservationId"], tmp)
-        finally:
-            fleet.close()
+        wait_for(ready, timeout=90, what="three ready nodes")
+        yield pools.booked(fleet, nats_url, tmp, "day-1")
 
 
 def test_summary_operator_shows_the_whole_fleet(day: World) -> None:

@@ -5,21 +5,24 @@ runs in it: Slurm ends the reservation and that job, and leaves the job outside 
 The shipped TaskProlog gives a task in a booking's reservation its
 GPUFLEET_RESERVATION_ID and leaves the GPUs Slurm chose as they are; on the demo's A100
 host (two GPUs in MIG mode, gres.conf from `slurm conf`) it names them by the UUIDs
-the agent's inventory gives Slurm's gres indexes, so a MIG job gets MIG UUIDs."""
+the agent's inventory gives Slurm's gres indexes, so a MIG job gets MIG UUIDs: from the
+file the running agent daemon keeps, else from NVML."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from ops.kit.embedded_nats import free_port
 from ops.slurm.bridge.model import CreateReservation, DeleteReservation, SlurmReservation
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig
 from ops.slurm.conf import Options, nodes_from_api, render
-from tests.e2e.fleet_procs import wait_for
+from tests.e2e.fleet_procs import stop, wait_for
 from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line
 from tests.unit.agent.test_inventory import inventory_of
 from tests.unit.ops.slurm.test_conf import api_node
@@ -113,23 +116,44 @@ def test_the_task_prolog_gives_a_mig_job_mig_uuids(
     gres = "".join(f"{x}\n" for x in conf.gres.splitlines() if x.startswith("NodeName="))
     line = next(x for x in conf.nodes.splitlines() if x.startswith("NodeName="))
     slurm_cluster.start(SlurmConfig(nodes=[line], gres_conf=gres, extra=[f"TaskProlog={PROLOG}"]))
-    # The agent the prolog asks: the simulated host, as its daemon would be configured.
-    config = tmp_path / "agent.toml"
-    config.write_text('node_id = "a100-m"\nsimulate = "a100-mig-8"\n')
+    # The agent daemon on the simulated host (no NATS needed to poll) keeps its inventory
+    # in its state directory; the prolog's agent settings name that directory and no
+    # simulated NVML, so the UUIDs can only come from the daemon's file.
+    state = tmp_path / "state"
+    state.mkdir()  # as systemd's StateDirectory= would
     agent = Path(sys.executable).parent / "gpufleet-agent"
-    export = f"--export=ALL,GPUFLEET_AGENT={agent},GPUFLEET_CONFIG={config}"
+    daemon = subprocess.Popen(
+        [str(agent), "--pool-id", "pool_" + "1" * 26, "--node-id", "a100-m", "--simulate",
+         "a100-mig-8", "--state-dir", str(state), "--interval", "1",
+         "--nats-url", f"nats://127.0.0.1:{free_port()}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     migs = {m.uuid: (g.index, m.profile) for g in inv.gpus for m in g.mig_instances}
     whole = {g.uuid: g.index for g in inv.gpus if not g.mig_enabled}
-
-    def visible(gres_ask: str) -> list[str]:
-        done = slurm_cluster.srun("--mem=100", export, f"--gres={gres_ask}", "sh", "-c",
-                                  "echo $CUDA_VISIBLE_DEVICES")  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip().split(",")
-
-    small = visible("gpu:a100_1g.10gb:2")  # Slurm's own value here: gres indexes 6,7
-    assert len(small) == 2 and all(migs.get(u, (0, ""))[1] == "1g.10gb" for u in small)
-    [big] = visible("gpu:a100_3g.40gb:1")
+    config = tmp_path / "agent.toml"
+    try:
+        wait_for((state / "inventory.json").exists, timeout=60, what="the inventory file")
+        config.write_text(f'node_id = "a100-m"\nstate_dir = "{state}"\n')
+        small = _visible(slurm_cluster, config, "gpu:a100_1g.10gb:2")  # Slurm's: indexes 6,7
+        assert len(small) == 2 and all(migs.get(u, (0, ""))[1] == "1g.10gb" for u in small)
+        [big] = _visible(slurm_cluster, config, "gpu:a100_3g.40gb:1")
+        assert migs[big] == (0, "3g.40gb")
+        two = _visible(slurm_cluster, config, "gpu:a100:2")
+        assert len(two) == 2 and all(u in whole for u in two)
+    finally:
+        stop(daemon)
+    # No daemon's file (an agent not started yet): gres-uuids reads the simulated NVML.
+    config.write_text(f'node_id = "a100-m"\nsimulate = "a100-mig-8"\nstate_dir = "{tmp_path}"\n')
+    [big] = _visible(slurm_cluster, config, "gpu:a100_3g.40gb:1")
     assert migs[big] == (0, "3g.40gb")
-    two = visible("gpu:a100:2")
-    assert len(two) == 2 and all(u in whole for u in two)
+
+
+def _visible(cluster: SlurmCluster, config: Path, gres_ask: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES in a task asking for `gres_ask`, the prolog's agent
+    configured by `config`."""
+    agent = Path(sys.executable).parent / "gpufleet-agent"
+    export = f"--export=ALL,GPUFLEET_AGENT={agent},GPUFLEET_CONFIG={config}"
+    done = cluster.srun("--mem=100", export, f"--gres={gres_ask}", "sh", "-c",
+                        "echo $CUDA_VISIBLE_DEVICES")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(",")

@@ -16,6 +16,7 @@ from typing import Literal
 
 from shared.wire import (
     Atom,
+    AttrValue,
     DeviceHealth,
     DiskInfo,
     GpuInfo,
@@ -123,7 +124,11 @@ class SimHost:
         for i, g in enumerate(self.gpus):
             if not g.present:
                 continue
-            base = {"model": "H100", "gpuUuid": g.uuid, "nvlinkClique": self._clique_label(i)}
+            base: dict[str, AttrValue] = {
+                "model": "H100",
+                "gpuUuid": g.uuid,
+                "nvlinkClique": self._clique_label(i),
+            }
             if g.mode == "whole":
                 out.append(
                     Atom(atom_id=f"{n}:gpu:{g.uuid}", cls="gpu", device_id=g.uuid, attrs=base)

@@ -11,7 +11,7 @@ refusal can be judged too, is `reference_fit` (placement on the reference's own 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tests.simulation.ledger_view import AtomRow, BookingRow, LedgerView, NodeRow, ScalarRow
@@ -364,7 +364,7 @@ class ReservationModel:
 
 
 def state_mismatches(
-    models: Iterable[ReservationModel], shown: dict[str, str], now: int, ticks: list[int]
+    models: Iterable[ReservationModel], shown: Mapping[str, str], now: int, ticks: list[int]
 ) -> list[str]:
     """Each reservation shows a state the clock allows (`shown`: id → the ledger's state
     now)."""

@@ -19,9 +19,9 @@ import pytest
 from agent.bookings import BookingsError, BookingsKeeper, read_held, read_state
 from agent.bookings_command import env_lines, main, state_at
 from agent.bookings_trust import (
-    ForeignBookings,
+    ForeignStateFile,
     Held,
-    StaleBookings,
+    StaleStateFile,
     default_max_age_ms,
     trust,
 )
@@ -196,16 +196,17 @@ def test_the_age_and_identity_rules(tmp_path: Path) -> None:
     trust(held, "n0", clock.now_ms(), 20_000)  # the limit itself is allowed
     clock.advance(1)
     with pytest.raises(
-        StaleBookings, match=r"confirmed by the agent 20\.0 s ago.*the 20\.0 s"
+        StaleStateFile, match=r"confirmed by the agent 20\.0 s ago.*the 20\.0 s"
     ) as e:
         trust(held, "n0", clock.now_ms(), 20_000)
     assert e.value.status == NOT_LIVE and str(path) in str(e.value)
     trust(held, "n0", clock.now_ms(), 60_000)  # what --max-age allows
     clock.advance(3 * HOUR)
-    with pytest.raises(StaleBookings, match="3 h 0 min ago"):
+    with pytest.raises(StaleStateFile, match="3 h 0 min ago"):
         trust(held, "n0", clock.now_ms(), 20_000)
     # Another node's file is refused whatever its age, naming both nodes.
-    with pytest.raises(ForeignBookings, match="bookings of node n0, and this host is node n1") as f:
+    foreign = "bookings of node n0, and this host is node n1"
+    with pytest.raises(ForeignStateFile, match=foreign) as f:
         trust(Held(path, HELD, clock.now_ms()), "n1", clock.now_ms(), 20_000)
     assert f.value.status == CONFIG
     # A clock stepped back since the file was stamped: fresh, not a negative age.

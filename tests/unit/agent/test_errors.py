@@ -13,7 +13,7 @@ import pytest
 
 import agent
 from agent.bookings import BookingsError
-from agent.bookings_trust import ForeignBookings, StaleBookings
+from agent.bookings_trust import ForeignStateFile, StaleStateFile
 from agent.errors import CONFIG, NOT_LIVE, AgentError, NotLive, exit_status
 from agent.nvml import NvmlMissing
 from agent.sim.profile import ProfileError
@@ -44,8 +44,8 @@ def test_every_exception_the_agent_declares_derives_from_agent_error() -> None:
         (NvmlMissing("the NVML binding is missing"), "", CONFIG, "gpufleet-agent: the NVML"),
         (BookingsError("no state file"), "bookings", CONFIG, "gpufleet-agent bookings: no"),
         (NotLive("reservation r has no booking"), "env", NOT_LIVE, "gpufleet-agent env: res"),
-        (ForeignBookings("f holds node a's"), "env", CONFIG, "gpufleet-agent env: f holds"),
-        (StaleBookings("last confirmed 9 s ago"), "env", NOT_LIVE, "gpufleet-agent env: last"),
+        (ForeignStateFile("f holds node a's"), "env", CONFIG, "gpufleet-agent env: f holds"),
+        (StaleStateFile("last confirmed 9 s ago"), "env", NOT_LIVE, "gpufleet-agent env: last"),
     ],
 )
 def test_an_error_that_ends_a_command_is_one_line_and_its_status(

@@ -15,7 +15,7 @@ import pytest
 from coordinator.app import Coordinator, running_coordinator
 from shared.wire import Alert
 from tests.integration.conftest import Api, coordinator_settings
-from tests.integration.coordinator.services.test_use_alerts import Agent, gpu, unit
+from tests.integration.coordinator.services.use_agent import Agent, gpu, unit
 from tests.waiting import eventually
 
 

@@ -14,7 +14,7 @@ import pytest
 from coordinator.app import Coordinator, running_coordinator
 from shared.clock import FakeClock
 from tests.integration.conftest import Api, coordinator_settings
-from tests.integration.coordinator.services.test_use_alerts import Agent, gpu
+from tests.integration.coordinator.services.use_agent import Agent, gpu, on_the_bus
 from tests.waiting import eventually
 
 
@@ -36,11 +36,7 @@ def gpus_of(answer: dict[str, object]) -> list[str]:
 async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
     used: Coordinator, clock: FakeClock
 ) -> None:
-    key = used.settings.bootstrap_operator_key
-    assert key is not None
-    nc = await nats.connect(used.settings.nats.url)
-    async with aiohttp.ClientSession() as session:
-        api = Api(session, used.url, key)
+    async with on_the_bus(used) as (nc, _session, api, _key):
         agent = await Agent.registered(used, nc, api, gpus=2)
         pool = agent.inv.pool_id
         where = {"tenantId": "acme", "poolId": pool}
@@ -88,7 +84,6 @@ async def test_a_gpu_in_unbooked_use_is_offered_last_with_a_warning(
             return "unbookedBusy" not in await api.ok("capacity.byPool", where)
 
         await eventually(covered)
-    await nc.close()
 
 
 async def test_a_replica_that_is_not_the_leader_places_a_busy_gpu_last_too(

@@ -7,100 +7,24 @@ does not apply, and every use kind — `gpu.unbookedUse`, `gpu.foreignUse`,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aiohttp
-import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.app import Coordinator, running_coordinator
+from coordinator.app import Coordinator
 from shared.clock import FakeClock
-from shared.subjects import Subjects
-from shared.wire import USE_KINDS, Alert, DeviceUse, Inventory, ProcessUse, UseReport
-from tests.factories import make_heartbeat, make_inventory
-from tests.integration.conftest import Api, coordinator_settings
+from shared.wire import USE_KINDS, UseReport
+from tests.factories import make_inventory
+from tests.integration.coordinator.services.use_agent import (
+    IDLE_AFTER_S,
+    Agent,
+    book_gpus,
+    gpu,
+    on_the_bus,
+    unit,
+)
 from tests.waiting import eventually
-
-IDLE_AFTER_S = 10
-
-
-@pytest.fixture
-async def used(database_url: str, nats_url: str, clock: FakeClock) -> AsyncIterator[Coordinator]:
-    settings = coordinator_settings(
-        database_url, nats_url, use_interval_s=0.05, idle_after_s=IDLE_AFTER_S, use_flush_s=0,
-        reservation_tick_s=0.05,
-    )  # fmt: skip
-    async with running_coordinator(settings, clock) as c:
-        yield c
-
-
-class Agent:
-    """One simulated agent's bus side: heartbeats with use deltas, full use reports."""
-
-    def __init__(self, c: Coordinator, nc: nats.NATS, inv: Inventory) -> None:
-        self.subjects = Subjects(c.settings.nats.subject_prefix)
-        self.nc = nc
-        self.inv = inv
-        self.seq = 0
-        self.version = 0
-        self.alerts: list[Alert] = []
-        self.requests = 0
-
-    @classmethod
-    async def registered(cls, c: Coordinator, nc: nats.NATS, api: Api, gpus: int) -> Agent:
-        """Tenant acme, a pool, and node n1 with `gpus` GPUs in it: registered, beating."""
-        await api.ok("tenants.create", {"tenantId": "acme"})
-        pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
-        inv = make_inventory("n1", pool, gpus=gpus)
-        agent = cls(c, nc, inv)
-        await nc.subscribe(agent.subjects.all_alerts, cb=agent.on_alert)
-        await nc.publish(agent.subjects.inventory(pool, "n1"), inv.to_json())
-        await agent.wait_for("node.registered")
-        await agent.beat()
-        return agent
-
-    async def on_alert(self, msg: nats.aio.msg.Msg) -> None:
-        self.alerts.append(Alert.from_json(msg.data))
-
-    async def on_request(self, _: nats.aio.msg.Msg) -> None:
-        self.requests += 1
-
-    async def beat(self, **kw: object) -> None:
-        self.seq += 1
-        hb = make_heartbeat(self.inv, self.seq, **kw)  # type: ignore[arg-type]
-        await self.nc.publish(self.subjects.heartbeat(hb.pool_id, hb.node_id), hb.to_json())
-        await self.nc.flush()
-
-    async def delta(self, *devices: DeviceUse, base: int | None = None) -> None:
-        """A heartbeat carrying these devices' new use on top of `base` (ours by default)."""
-        base = self.version if base is None else base
-        self.version += 1
-        await self.beat(use=devices, use_base=base, use_version=self.version)
-
-    async def report(self, *devices: DeviceUse) -> None:
-        self.version += 1
-        report = UseReport(
-            node_id=self.inv.node_id, pool_id=self.inv.pool_id, boot_id=self.inv.boot_id,
-            sent_at=0, use_version=self.version, devices=devices,
-        )  # fmt: skip
-        await self.nc.publish(self.subjects.use(report.pool_id, report.node_id), report.to_json())
-        await self.beat(use_base=self.version, use_version=self.version)
-
-    async def wait_for(self, kind: str, count: int = 1) -> list[Alert]:
-        async def arrived() -> bool:
-            return sum(a.kind == kind for a in self.alerts) >= count
-
-        await eventually(arrived, within_s=10)
-        return [a for a in self.alerts if a.kind == kind]
-
-
-def gpu(uuid: str, *owners: tuple[str, str], util: int = 80) -> DeviceUse:
-    procs = tuple(
-        ProcessUse(pid=100 + i, owner=o, owner_kind=k, used_memory_mib=1024)  # type: ignore[arg-type]
-        for i, (o, k) in enumerate(owners)
-    )
-    return DeviceUse(device_id=uuid, sm_util=util if procs else 0, processes=procs)
 
 
 async def _scrape(
@@ -119,20 +43,10 @@ def _labels(base: dict[str, str], **more: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((base | more).items()))
 
 
-def unit(reservation: dict[str, object]) -> str:
-    atoms = reservation["atoms"]
-    assert isinstance(atoms, list)
-    return str(atoms[0]["atomId"]).split(":gpu:", 1)[1]
-
-
 async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_it(
     used: Coordinator, clock: FakeClock
 ) -> None:
-    key = used.settings.bootstrap_operator_key
-    assert key is not None
-    nc = await nats.connect(used.settings.nats.url)
-    async with aiohttp.ClientSession() as session:
-        api = Api(session, used.url, key)
+    async with on_the_bus(used) as (nc, session, api, key):
         await api.ok("tenants.create", {"tenantId": "acme"})
         pool = (await api.ok("pools.create", {"tenantId": "acme", "name": "a"}))["poolId"]
         inv = make_inventory("n1", pool, gpus=3)
@@ -309,7 +223,6 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             ("gpu.unbookedUseEnded", free), ("gpu.foreignUseEnded", g1),
         ]  # fmt: skip
         assert await used.ledger.gpu_use.conditions() == []
-    await nc.close()
 
 
 async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is_not(
@@ -319,20 +232,10 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
     no reservation: it is said as `gpu.foreignUse` (once while it lasts), as is a process
     nobody owns; a job that carries the booking's `GPUFLEET_RESERVATION_ID` (the
     TaskProlog's export) is the holder's and is not."""
-    key = used.settings.bootstrap_operator_key
-    assert key is not None
-    nc = await nats.connect(used.settings.nats.url)
-    async with aiohttp.ClientSession() as session:
-        api = Api(session, used.url, key)
+    async with on_the_bus(used) as (nc, session, api, key):
         agent = await Agent.registered(used, nc, api, gpus=2)
         pool = agent.inv.pool_id
-        r = await api.ok(
-            "reservations.create",
-            {
-                "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 2}],
-                "duration": "2h", "idempotencyKey": "r",
-            },
-        )  # fmt: skip
+        r = await book_gpus(api, pool, 2)
         rid = str(r["reservationId"])
         g0, g1 = sorted(str(a["atomId"]).split(":gpu:", 1)[1] for a in r["atoms"])
         own = (rid, "reservation")
@@ -383,4 +286,3 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
             await agent.beat(use_base=agent.version, use_version=agent.version)
             await asyncio.sleep(0.1)
         assert [a.kind for a in agent.alerts].count("gpu.foreignUseEnded") == 3
-    await nc.close()

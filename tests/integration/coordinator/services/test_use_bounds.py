@@ -19,7 +19,6 @@ import string
 from typing import Any
 
 import aiohttp
-import nats
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator
@@ -28,11 +27,8 @@ from coordinator.domain.gpu_use_owners import MAX_OWNERS_PER_UNIT
 from shared.clock import FakeClock
 from shared.ids import new_reservation_id
 from shared.wire import DeviceHealth, DeviceUse, ProcessUse
-from tests.integration.conftest import Api
-from tests.integration.coordinator.services.test_use_alerts import Agent, gpu, used
+from tests.integration.coordinator.services.use_agent import Agent, book_gpus, gpu, on_the_bus
 from tests.waiting import eventually
-
-__all__ = ["used"]  # the fixture, shared with the use alert tests
 
 
 def _fake(i: int) -> DeviceUse:
@@ -74,11 +70,7 @@ async def _metrics(c: Coordinator, session: aiohttp.ClientSession, key: str) -> 
 
 
 async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock) -> None:
-    key = used.settings.bootstrap_operator_key
-    assert key is not None
-    nc = await nats.connect(used.settings.nats.url)
-    async with aiohttp.ClientSession() as session:
-        api = Api(session, used.url, key)
+    async with on_the_bus(used) as (nc, session, api, key):
         agent = await Agent.registered(used, nc, api, gpus=2)
         real = "GPU-n1-0"
         # One valid report: a pod on a real GPU, and 3,000 GPUs the node does not have.
@@ -125,7 +117,6 @@ async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock)
             if s.name == "gpufleet_ingest_dropped_total"
         }
         assert dropped["unknown_device"] == 21
-    await nc.close()
 
 
 def _made_up() -> str:
@@ -144,20 +135,10 @@ async def _feed(c: Coordinator, session: aiohttp.ClientSession, key: str) -> lis
 async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_alerts(
     used: Coordinator, clock: FakeClock
 ) -> None:
-    key = used.settings.bootstrap_operator_key
-    assert key is not None
-    nc = await nats.connect(used.settings.nats.url)
-    async with aiohttp.ClientSession() as session:
-        api = Api(session, used.url, key)
+    async with on_the_bus(used) as (nc, session, api, key):
         agent = await Agent.registered(used, nc, api, gpus=2)
         pool = agent.inv.pool_id
-        r = await api.ok(
-            "reservations.create",
-            {
-                "tenantId": "acme", "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
-                "duration": "2h", "idempotencyKey": "r",
-            },
-        )  # fmt: skip
+        r = await book_gpus(api, pool, 1)
         rid = str(r["reservationId"])
         g = str(r["atoms"][0]["atomId"]).split(":gpu:", 1)[1]
         (spare,) = {"GPU-n1-0", "GPU-n1-1"} - {g}
@@ -216,4 +197,3 @@ async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_a
         for as_key in (key, tenant_key):
             kinds = [a["kind"] for a in await _feed(used, session, as_key)]
             assert "device.unhealthy" in kinds
-    await nc.close()

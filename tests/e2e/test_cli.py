@@ -153,11 +153,18 @@ def test_errors_are_one_line_naming_url_code_and_field(world: World) -> None:
         odd = piped(world, "pools", env={"GPUFLEET_URL": url})
         assert odd.code == 1 and len(odd.err.strip().splitlines()) == 1, odd.err
         assert f"cannot reach the coordinator at {url}/api/" in odd.err, odd.err
-    # alerts watch: a NATS port nobody listens on, an HTTP URL: one line, at once.
-    for nats_url, said in (("nats://127.0.0.1:9", "cannot connect to NATS"),
-                           (world.fleet.url, "is not a nats://host:port URL")):  # fmt: skip
+    # alerts watch: a NATS port nobody listens on (1), an HTTP URL, a config error naming
+    # the setting (2): one line, at once.
+    for nats_url, code, said in (
+        ("nats://127.0.0.1:9", 1, "cannot connect to NATS"),
+        (
+            world.fleet.url,
+            2,
+            "nats_url: " + repr(world.fleet.url) + " is not a nats://host:port URL",
+        ),
+    ):
         feed = piped(world, "alerts", "watch", "--idle", "2", env={"GPUFLEET_NATS_URL": nats_url})
-        assert feed.code == 1 and said in feed.err, feed.err
+        assert feed.code == code and said in feed.err, feed.err
         assert len(feed.err.strip().splitlines()) == 1, feed.err
     nokey = piped(world, "pools", env={"GPUFLEET_KEY": ""})
     assert nokey.code == 2 and "API key" in nokey.err
@@ -294,6 +301,10 @@ def test_server_strings_reach_the_terminal_inert(world: World) -> None:
 
 def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:
     made = json.loads(piped(world, "api", "apiKeys.create", "--tenant-id", "globex").out)
+    m = piped(world, "maintenance", "h100-a", "--reason", "audit me")
+    assert m.code == 0, m
+    piped(world, "maintenance", "h100-a", "--off")
+    assert piped(world, "maintenance", "no-such-node", "--reason", "x").code == 1
     log = (world.tmp / "coordinator.log").read_text()
     records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     audits = [r for r in records if r.get("event") == "audit"]
@@ -302,7 +313,9 @@ def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -
     ]
     operator_id = world.fleet.operator_key.split("_")[1]
     assert mine and all(r["keyId"] == operator_id and r["tenantId"] == "operator" for r in mine)
-    assert any(r["method"] == "nodes.setMaintenance" and r["result"] == "ok" for r in audits)
+    assert any(r["method"] == "nodes.setMaintenance" and r["result"] == "ok" for r in audits), [
+        (r["method"], r["result"]) for r in audits
+    ]
     assert any(r["result"] == "refused" and r["code"] for r in audits)
     assert any(r.get("event") == "access" and r["status"] == 200 for r in records)
     for secret in (made["key"], world.fleet.operator_key, world.acme_key):

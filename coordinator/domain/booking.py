@@ -203,7 +203,7 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
     if verdict is not None:
         return verdict
     reservation = reservation_of(r, placement, start, end, now)
-    atoms, scalars = held_of(reservation, placement)
+    atoms, scalars = held_of(reservation, placement, draft.pool)
     claims = {p.node_id: rows_for(draft.pool.node(p.node_id), p.atoms) for p in placement.chosen}
     unhealthy = {a.atom_id for p in placement.chosen for a in p.atoms if not a.healthy}
     allocated, reserved = booked_delta(atoms, draft.reserved, unhealthy, now)
@@ -357,12 +357,21 @@ def asked_of(placement: Placement) -> dict[str, int]:
     return asked
 
 
-def held_of(res: Reservation, placement: Placement) -> tuple[list[HeldAtom], list[HeldScalar]]:
-    """The new reservation's bookings as the snapshot cache holds them."""
-    atoms = [
-        HeldAtom(a.atom_id, a.node_id, a.cls, res.reservation_id, res.spot, res.start, res.end)
-        for a in res.atoms
-    ]
+def held_of(
+    res: Reservation, placement: Placement, pool: PoolWindows
+) -> tuple[list[HeldAtom], list[HeldScalar]]:
+    """The new reservation's bookings as the snapshot cache holds them: each atom pinned
+    to its device and that device's partition now (`PoolCache.pinned`, which then has
+    nothing left to do), made once rather than made and pinned."""
+    rid, spot, start, end = res.reservation_id, res.spot, res.start, res.end
+    atoms: list[HeldAtom] = []
+    for pick in placement.chosen:
+        node = pool.node(pick.node_id)
+        for a in pick.atoms:
+            form = node.form(a.device_id) if a.device_id else ""
+            atoms.append(
+                HeldAtom(a.atom_id, pick.node_id, a.cls, rid, spot, start, end, a.device_id, form)
+            )
     scalars = [
         HeldScalar(pick.node_id, resource, amount, res.reservation_id, res.spot, res.start, res.end)
         for pick in placement.chosen

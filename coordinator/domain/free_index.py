@@ -34,6 +34,9 @@ Refusal = Callable[[NodeSlot], str | None]
 Candidate = tuple[int, str, NodeSlot]
 # Windows whose irregular counts are kept (`FreeCounts.counted_in`).
 _WINDOWS = 32
+# More new irregular nodes than this are sorted in at once, fewer inserted one by one.
+_INSERT_IN_PLACE = 16
+_FEW = -1  # `_Irregular.where`: an irregular node with fewer than `need` free
 
 
 @dataclass
@@ -44,6 +47,90 @@ class _Index:
     free: dict[str, int] = field(default_factory=dict)
     # (free, nodeId) of every eligible node, ascending: the placer's packing order.
     order: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Irregular:
+    """One window's irregular nodes sorted for one key and `need`, kept across requests
+    (each node classified once, again only after a `touch`): a request must know every
+    irregular node whose kept count is below its need (its count in the window decides
+    whether the node fits), and re-sorting a window's hundreds of irregular nodes for
+    every request cost more than placing it."""
+
+    # Irregular nodes classified (eligible or not).
+    seen: set[str] = field(default_factory=set)
+    # Eligible, kept count below `need` and as few in the window: how many.
+    few: int = 0
+    # Eligible, kept count below `need` but at least `need` in the window: (window
+    # count, nodeId), ascending.
+    ready: list[tuple[int, str]] = field(default_factory=list)
+    # Eligible, kept count at least `need` (a lower bound of the window's): (kept,
+    # nodeId), ascending; counted in the window lazily, as candidates are asked for.
+    bounds: list[tuple[int, str]] = field(default_factory=list)
+    # nodeId → where it went: `_FEW`, or its value in `ready` (True) or `bounds`
+    # (False); None when it is not eligible.
+    where: dict[str, tuple[int, bool] | None] = field(default_factory=dict)
+
+    def copy(self) -> _Irregular:
+        return _Irregular(
+            set(self.seen), self.few, list(self.ready), list(self.bounds), dict(self.where)
+        )
+
+    def drop(self, node_id: str) -> None:
+        """The node's counts moved: it is classified again when next asked for."""
+        if node_id not in self.seen:
+            return
+        self.seen.discard(node_id)
+        found = self.where.pop(node_id)
+        if found is None:
+            return
+        value, ready = found
+        if value == _FEW:
+            self.few -= 1
+            return
+        kept = self.ready if ready else self.bounds
+        del kept[bisect_left(kept, (value, node_id))]
+
+    def classify(
+        self,
+        irregular: AbstractSet[str],
+        free: Mapping[str, int],
+        need: int,
+        count: Callable[[str], tuple[int, str]],
+    ) -> None:
+        """Add the irregular nodes not classified yet (all of them after one left:
+        the caller's bookings were replaced wholesale)."""
+        if not self.seen <= irregular:
+            self.seen, self.few, self.ready, self.bounds, self.where = set(), 0, [], [], {}
+        new = irregular - self.seen
+        if not new:
+            return
+        ready: list[tuple[int, str]] = []
+        bounds: list[tuple[int, str]] = []
+        where = self.where
+        for node_id in new:
+            kept = free.get(node_id)
+            if kept is None:
+                where[node_id] = None
+            elif kept >= need:
+                bounds.append((kept, node_id))
+                where[node_id] = (kept, False)
+            else:
+                counted = count(node_id)[0]
+                if counted < need:
+                    self.few += 1
+                    where[node_id] = (_FEW, False)
+                else:
+                    ready.append((counted, node_id))
+                    where[node_id] = (counted, True)
+        self.seen |= new
+        for into, found in ((self.ready, ready), (self.bounds, bounds)):
+            if len(found) > _INSERT_IN_PLACE:
+                into += found
+                into.sort()
+            else:
+                for item in found:
+                    insort(into, item)
 
 
 class FreeCounts:
@@ -59,6 +146,8 @@ class FreeCounts:
         # more than placing. Forgotten for a node by `touch`; the oldest window goes
         # when there are more than `_WINDOWS`.
         self._window_counts: dict[tuple[Key, int, int], dict[str, int]] = {}
+        # The irregular nodes of recent windows sorted, by (key, start, end, need).
+        self._sorted: dict[tuple[Key, int, int, int], _Irregular] = {}
 
     def _count(self, key: Key, node: NodeSlot) -> int:
         return free_among(node, self._claims(node.node_id), set(key[0]), key[1])
@@ -86,24 +175,48 @@ class FreeCounts:
             for key, i in self._indexes.items()
         }
         twin._window_counts = {span: dict(c) for span, c in self._window_counts.items()}
+        twin._sorted = {span: kept.copy() for span, kept in self._sorted.items()}
         return twin
 
-    def touch(self, node_ids: Iterable[str]) -> None:
-        """The bookings of these nodes changed: recount them in every index built."""
-        for counted in self._window_counts.values():
-            for node_id in node_ids:
-                counted.pop(node_id, None)
+    def touch(
+        self,
+        node_ids: Iterable[str],
+        added: Mapping[str, Iterable[tuple[int, int]]] | None = None,
+    ) -> None:
+        """The bookings of these nodes changed: recount them in every index built.
+        `added`: the change was only bookings added, over these (start, end) per node;
+        a window none of them overlaps keeps the node's count (its claims in the
+        window are the same)."""
+        nodes = set(node_ids)
+        moved: set[tuple[Key, str]] = set()
         for key, index in self._indexes.items():
-            for node_id in set(node_ids):
+            for node_id in nodes:
                 old = index.free.get(node_id)
                 if old is None:
                     continue  # not eligible under this key, or not in the pool
                 new = self._count(key, self._nodes[node_id])
                 if new == old:
                     continue
+                moved.add((key, node_id))
                 del index.order[bisect_left(index.order, (old, node_id))]
                 insort(index.order, (new, node_id))
                 index.free[node_id] = new
+
+        def within(node_id: str, start: int, end: int) -> bool:
+            if added is None:
+                return True
+            return any(s < end and e > start for s, e in added.get(node_id, ()))
+
+        for (_key, start, end), counted in self._window_counts.items():
+            for node_id in nodes:
+                if node_id in counted and within(node_id, start, end):
+                    del counted[node_id]
+        for (key, start, end, _), kept in self._sorted.items():
+            for node_id in nodes:
+                if node_id in kept.seen and (
+                    (key, node_id) in moved or within(node_id, start, end)
+                ):
+                    kept.drop(node_id)
 
     def window(self, irregular: AbstractSet[str], start: int, end: int) -> WindowOrder:
         return WindowOrder(self, irregular, start, end)
@@ -116,6 +229,17 @@ class FreeCounts:
             if len(self._window_counts) >= _WINDOWS:
                 del self._window_counts[next(iter(self._window_counts))]
             found = self._window_counts[span] = {}
+        return found
+
+    def sorted_in(self, key: Key, start: int, end: int, need: int) -> _Irregular:
+        """The irregular nodes kept sorted for this window and need (the caller
+        classifies those not seen yet)."""
+        span = (key, start, end, need)
+        found = self._sorted.get(span)
+        if found is None:
+            if len(self._sorted) >= _WINDOWS:
+                del self._sorted[next(iter(self._sorted))]
+            found = self._sorted[span] = _Irregular()
         return found
 
     def nodes(self) -> Mapping[str, NodeSlot]:
@@ -151,9 +275,8 @@ class WindowOrder:
         # are counted at once (they decide `few`); the others are counted lazily, in
         # the order of their bounds, as the placer asks for more candidates. With many
         # future bookings most of the pool is irregular for any one window, and the
-        # placer stops after a few fits.
-        irregular = sorted((free[n], n) for n in self._irregular if n in free)
-
+        # placer stops after a few fits. Both kinds are kept sorted across requests
+        # (`_Irregular`).
         counted = self._counts.counted_in(key, self._start, self._end)
 
         def count(node_id: str) -> tuple[int, str]:
@@ -165,12 +288,14 @@ class WindowOrder:
                 )
             return found, node_id
 
+        kept = self._counts.sorted_in(key, self._start, self._end, need)
+        kept.classify(self._irregular, free, need, count)
         pos = bisect_left(index.order, (need, ""))
-        split = bisect_left(irregular, (need, ""))
-        low = [count(n) for _, n in irregular[:split]]
-        few = pos - split + sum(1 for c in low if c[0] < need)
+        # Eligible nodes kept below `need`, less the irregular ones that fit the window.
+        few = pos - len(kept.ready)
         skip = self._irregular
         order = index.order
+        low, bounds = list(kept.ready), list(kept.bounds)
 
         def regular() -> Iterator[Candidate]:
             for i in range(pos, len(order)):
@@ -182,9 +307,7 @@ class WindowOrder:
             """Irregular nodes with at least `need` free in the window, ascending by
             (free, nodeId): one is given once no node left to count can come before it
             (its bound is already past it)."""
-            ready = [c for c in low if c[0] >= need]
-            ready.sort()
-            bounds, i = irregular[split:], 0
+            ready, i = low, 0  # sorted: a heap
             while ready or i < len(bounds):
                 if i < len(bounds) and (not ready or bounds[i] < ready[0]):
                     heappush(ready, count(bounds[i][1]))

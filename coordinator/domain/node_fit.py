@@ -88,13 +88,6 @@ def _short_key(d: DeviceRequest, req: PlacementRequest) -> str:
     return f"too few free matching {d.cls}"
 
 
-def covered(node: NodeSlot, claim: Claim) -> Iterable[AtomSlot]:
-    """The node's current atoms a held claim takes."""
-    if claim.device is None:
-        return node.atoms
-    return (a for a in node.by_device.get(claim.device, ()) if conflicts(a.claim, claim))
-
-
 def _cliques(atoms: list[AtomSlot]) -> list[list[AtomSlot]]:
     """Maximal sets of pairwise NVLink-connected atoms, smallest first, then by ids."""
     if all(a.peers is None for a in atoms) and len({a.claim.device for a in atoms}) == len(atoms):
@@ -150,7 +143,7 @@ class NodeView:
                 self.all_victims.add(held.holder.reservation_id)
             else:
                 self.blocked = True
-            for atom in covered(node, held.claim):
+            for atom in node.covered(held.claim):
                 if spot:
                     self.victims.setdefault(atom.atom_id, set()).add(held.holder.reservation_id)
                 else:
@@ -360,18 +353,17 @@ def free_among(
     if not held:
         return free
     gone: set[str] = set()
-    by_device = node.by_device
+    covering = node.covering
     for h in held:
         if ignore_spot and h.holder.spot:
             continue
         claim = h.claim
         if claim.device is None:
             return 0
-        for atom in by_device.get(claim.device, ()):
-            # The one rule (`claims.conflicts`), as the database and `covered` apply it.
-            if not conflicts(atom.claim, claim):
-                continue
-            if atom.healthy and atom.cls in classes and atom.atom_id not in gone:
+        # What the claim takes by the one rule (`claims.conflicts`), as the database
+        # applies it; found once per node and claim (`NodeSlot.covered`).
+        taken = covering.get((claim.device, claim.part))
+        for atom in node.covered(claim) if taken is None else taken:
+            if atom.healthy and atom.cls in classes:
                 gone.add(atom.atom_id)
-                free -= 1
-    return free
+    return free - len(gone)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from coordinator.domain.claims import Claim, claim_of, form_of
+from coordinator.domain.claims import Claim, claim_of, conflicts, form_of
 from coordinator.domain.model import NodeState
 
 Topology = Literal["any", "nvlink-all"]
@@ -94,6 +94,11 @@ class NodeSlot:
     by_device: dict[str, tuple[AtomSlot, ...]] = field(init=False, compare=False)
     # Device → its current partition (`form`), named when first asked for.
     _forms: dict[str, str] = field(init=False, compare=False, repr=False)
+    # (device, part) of a claim on one device → the current atoms it takes, found when
+    # first asked for: the placer asks for the same few claims for every request.
+    covering: dict[tuple[str, str | None], tuple[AtomSlot, ...]] = field(
+        init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         index: dict[str, list[AtomSlot]] = {}
@@ -102,6 +107,20 @@ class NodeSlot:
                 index.setdefault(atom.claim.device, []).append(atom)
         object.__setattr__(self, "by_device", {d: tuple(a) for d, a in index.items()})
         object.__setattr__(self, "_forms", {})
+        object.__setattr__(self, "covering", {})
+
+    def covered(self, claim: Claim) -> tuple[AtomSlot, ...]:
+        """The current atoms a held claim takes (all of them for a whole-node claim)."""
+        device = claim.device
+        if device is None:
+            return self.atoms
+        key = (device, claim.part)
+        found = self.covering.get(key)
+        if found is None:
+            found = self.covering[key] = tuple(
+                a for a in self.by_device.get(device, ()) if conflicts(a.claim, claim)
+            )
+        return found
 
     def form(self, device: str) -> str:
         """The device's current partition (`claims.form_of` of its current atoms): a

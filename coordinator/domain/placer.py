@@ -256,7 +256,11 @@ def _place_one(
             break
     if picks:
         ranked = _rank(picks)[:limit]
-        filtered = metric.filtered + Counter(reason for _, reason in turned_away)
+        # Every count is positive, so a sum is needed only when nodes were turned away
+        # (Counter's `+` is Python, and most bookings take the first node tried).
+        filtered = metric.filtered
+        if turned_away:
+            filtered = filtered + Counter(reason for _, reason in turned_away)
         return Placement(True, tuple(ranked), victims=ranked[0].victims, filtered=dict(filtered))
     if not explain:
         return Placement(False, filtered=dict(metric.filtered))

@@ -127,11 +127,14 @@ class PoolCache:
     owned: set[str] = field(default_factory=set)
     owns_lists: bool = True
     # (start, end) → the nodes with a booking outside that window (`irregular`), for
-    # the windows asked about since the last reload or fork, kept up to date as
-    # bookings are added: a batch's requests come back to the same few windows, and
-    # collecting them from every booking of the pool for each request cost more than
-    # placing it. Each cache's own (a fork starts without).
+    # the windows asked about since the last reload, kept up to date as bookings are
+    # added: a batch's requests come back to the same few windows, and collecting them
+    # from every booking of the pool for each request cost more than placing it. Each
+    # cache's own: a fork starts with copies of those asked about since this cache was
+    # forked (`asked`), as collecting them again for every batch cost more than copying
+    # the sets, and keeping every window ever asked about up to date cost more still.
     outside: dict[tuple[int, int], set[str]] = field(default_factory=dict)
+    asked: set[tuple[int, int]] = field(default_factory=set)
 
     def fork(self) -> PoolCache:
         """A copy whose bookings can grow without touching this one, nor this one's
@@ -147,7 +150,8 @@ class PoolCache:
             counts=None,
             owned=set(),
             owns_lists=False,
-            outside={},
+            outside={w: set(self.outside[w]) for w in self.asked if w in self.outside},
+            asked=set(),
         )
         if self.counts is not None:
             fork.counts = self.counts.fork(fork.all_claims)
@@ -198,7 +202,9 @@ class PoolCache:
         for (start, end), outside in self.outside.items():
             outside.update(h.node_id for h in held if h.end <= start or h.start >= end)
         if self.counts is not None:
-            self.counts.touch(touched)
+            self.counts.touch(
+                touched, {n: [(h.start, h.end) for h in new] for n, new in touched.items()}
+            )
 
     def pinned(self, h: HeldAtom) -> HeldAtom:
         """A new booking of this process's with its atom's device and that device's
@@ -232,6 +238,7 @@ class PoolCache:
         self.resolved = {}
         self.counts = None
         self.outside = {}
+        self.asked = set()
 
     def all_claims(self, node_id: str) -> tuple[HeldClaim, ...]:
         return self.claims(node_id).claims if node_id in self.by_node else ()
@@ -244,6 +251,7 @@ class PoolCache:
     def irregular(self, start: int, end: int) -> AbstractSet[str]:
         """Nodes with a booking the window [start, end) does not overlap (as the cache
         holds them until a booking is added: read it before adding one)."""
+        self.asked.add((start, end))
         found = self.outside.get((start, end))
         if found is None:
             if len(self.outside) >= _KEPT_WINDOWS:

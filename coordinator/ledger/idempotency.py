@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Select, bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.idempotency import Recorded, Stored, matching
@@ -40,6 +40,20 @@ async def lookup(
     return matching(Stored(row.body_hash, Recorded(row.status, row.response)), key, digest)
 
 
+def _lookup_many_select() -> Select[Any]:
+    i = schema.idempotency.c
+    return select(i.tenant_id, i.key, i.body_hash, i.status, i.response).where(
+        (i.endpoint == bindparam("w_endpoint"))
+        & i.tenant_id.in_(bindparam("w_tenants", expanding=True))
+        & i.key.in_(bindparam("w_keys", expanding=True))
+    )
+
+
+# Built once: every batch of creates looks its keys up (building the statement and its
+# cache key again cost more than running it).
+_LOOKUP_MANY = _lookup_many_select()
+
+
 async def lookup_many(
     conn: AsyncConnection, endpoint: str, keys: Iterable[tuple[str, str]]
 ) -> dict[tuple[str, str], Stored]:
@@ -48,13 +62,13 @@ async def lookup_many(
     wanted = set(keys)
     if not wanted:
         return {}
-    i = schema.idempotency.c
     rows = await conn.execute(
-        select(i.tenant_id, i.key, i.body_hash, i.status, i.response).where(
-            (i.endpoint == endpoint)
-            & i.tenant_id.in_(sorted({t for t, _ in wanted}))
-            & i.key.in_(sorted({k for _, k in wanted}))
-        )
+        _LOOKUP_MANY,
+        {
+            "w_endpoint": endpoint,
+            "w_tenants": sorted({t for t, _ in wanted}),
+            "w_keys": sorted({k for _, k in wanted}),
+        },
     )
     return {
         (row.tenant_id, row.key): Stored(row.body_hash, Recorded(row.status, row.response))

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, Update, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import NODE_DEVICE
@@ -23,26 +23,39 @@ from shared.cliques import peer_sets
 _FAULTY = ("unhealthy", "unmonitored")
 
 
-async def bump(
-    conn: AsyncConnection, pool_ids: Iterable[str], *, nodes: bool = False, bookings: bool = False
-) -> None:
+def _bump_update(nodes: bool, bookings: bool) -> Update:
     v = schema.pool_versions.c
     values = {}
     if nodes:
         values["nodes_version"] = v.nodes_version + 1
     if bookings:
         values["bookings_version"] = v.bookings_version + 1
+    return update(schema.pool_versions).where(v.pool_id == bindparam("w_pool")).values(**values)
+
+
+def _versions_select() -> Select[Any]:
+    v = schema.pool_versions.c
+    return select(v.nodes_version, v.bookings_version).where(v.pool_id == bindparam("w_pool"))
+
+
+# Built once: every booking bumps, and every read under the snapshot cache reads the
+# counters; building each statement and its cache key again cost more than running it.
+_BUMPS = {(n, b): _bump_update(n, b) for n in (False, True) for b in (False, True) if n or b}
+_VERSIONS = _versions_select()
+
+
+async def bump(
+    conn: AsyncConnection, pool_ids: Iterable[str], *, nodes: bool = False, bookings: bool = False
+) -> None:
+    statement = _BUMPS.get((nodes, bookings))
+    if statement is None:
+        return  # nothing to bump
     for pool_id in sorted(set(pool_ids)):
-        await conn.execute(
-            update(schema.pool_versions).where(v.pool_id == pool_id).values(**values)
-        )
+        await conn.execute(statement, {"w_pool": pool_id})
 
 
 async def versions(conn: AsyncConnection, pool_id: str) -> tuple[int, int]:
-    v = schema.pool_versions.c
-    row = (
-        await conn.execute(select(v.nodes_version, v.bookings_version).where(v.pool_id == pool_id))
-    ).first()
+    row = (await conn.execute(_VERSIONS, {"w_pool": pool_id})).first()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 

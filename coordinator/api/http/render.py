@@ -12,7 +12,7 @@ from typing import Any
 
 from coordinator.api.shapes import interval_outputs as iv_out
 from coordinator.api.shapes import outputs as out
-from coordinator.api.shapes.base import dump
+from coordinator.api.shapes.base import dump, keys
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.intervals import Interval, IntervalReservation, format_time
 from coordinator.domain.model import RollupRow
@@ -99,11 +99,57 @@ def intervals_refused(shortfalls: tuple[Shortfall, ...]) -> iv_out.CapacityNotAv
     )
 
 
+_RES, _ATOM = keys(out.ReservationOut), keys(out.BookedAtomOut)
+
+
+def created_body(res: Reservation, now: int, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """`dump(reservation(res, now, warnings))`, built as that JSON object with the
+    model's own keys: every create records it (a batch of 32, 32 of them), and the
+    model's validation of values the ledger made cost a tenth of a create. The rare
+    nested parts (gang, at risk) are still dumped from their models."""
+    body: dict[str, Any] = {
+        _RES.reservation_id: res.reservation_id,
+        _RES.tenant_id: res.tenant_id,
+        _RES.pool_id: res.pool_id,
+        _RES.state: res.state(now),
+        _RES.start: res.start,
+        _RES.end: res.end,
+        _RES.spot: res.spot,
+        _RES.binding: res.binding,
+        _RES.atoms: [
+            {_ATOM.atom_id: a.atom_id, _ATOM.node_id: a.node_id, _ATOM.cls: a.cls}
+            for a in res.atoms
+        ],
+        _RES.created_at: res.created_at,
+    }
+    live = res.live(now)
+    risk = res.at_risk if live else None
+    optional: tuple[tuple[str, Any], ...] = (
+        (_RES.project_id, res.project_id or None),
+        (_RES.lease_expires_at, res.lease_expires_at),
+        (_RES.preempt_at, res.preempt_at),
+        (_RES.resources, dict(res.resources) if res.resources else None),
+        (_RES.gang, dump(out.Gang.model_validate(res.gang)) if res.gang else None),
+        (_RES.ended_at, res.ended_at),
+        (
+            _RES.at_risk,
+            dump(out.AtRisk(reason=risk.reason, since=risk.since, atoms=list(risk.atoms)))
+            if risk is not None
+            else None,
+        ),
+        (_RES.warnings, list(warnings) or None),
+    )
+    for key, value in optional:
+        if value is not None:
+            body[key] = value
+    return body
+
+
 class ReservationWords:
     """The words workflows record (`ReservationAnswers` and `IntervalAnswers`)."""
 
     def created(self, res: Reservation, now: int, warnings: Sequence[str] = ()) -> Any:
-        return dump(reservation(res, now, warnings))
+        return created_body(res, now, warnings)
 
     def refused(self, error: CoordinatorError) -> Any:
         return error_body(error.code, error.message, error.details)

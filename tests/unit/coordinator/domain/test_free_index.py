@@ -1,8 +1,9 @@
 """Kept free counts (`free_index`) against a recount: after random sequences of
 bookings and releases on random small pools (current forms, retired forms, whole nodes,
 spot or not; bookings in and out of the window), every kept count equals what
-`free_among` counts afresh, and the placer answers exactly what it answers when it
-counts every node itself."""
+`free_among` counts afresh (a touch that only adds bookings says over which spans, and
+keeps the counts of the windows they miss), and the placer answers exactly what it
+answers when it counts every node itself."""
 
 from __future__ import annotations
 
@@ -77,8 +78,13 @@ def test_kept_counts_equal_a_recount_and_the_placer_does_not_tell_them_apart(
     keys: list[Key] = []
     for step in steps:
         changed = {b[0] for b in set(bookings) ^ set(step)}
+        grown = set(bookings) <= set(step)
+        added: dict[str, list[tuple[int, int]]] = {}
+        for n, start, end, _ in set(step) - set(bookings):
+            added.setdefault(n, []).append((start, end))
         bookings = step
-        counts.touch(changed)
+        # Bookings only added (a booking, a batch): the spans say which windows moved.
+        counts.touch(changed, added if grown else None)
         for req in reqs:
             classes = frozenset(d.cls for d in req.devices)
             key = (classes, ignore_spot, None, None)

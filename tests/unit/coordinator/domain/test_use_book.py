@@ -127,8 +127,9 @@ def test_the_book_keeps_each_node_s_pool_and_freshness_and_counts_what_it_applie
     assert book.on_heartbeat(moved, 20) == (Applied.APPLIED, 0)
     assert (held.pool_id, held.version, held.updated_at) == ("p2", 4, 20)
     book.on_heartbeat(_hb(3, 5, IDLE), 30)  # not our base
+    book.on_heartbeat(_hb(2, 5, IDLE), 35)
     book.on_heartbeat(_hb(4, 5, IDLE), 40)
-    assert (book.reports, book.deltas, book.mismatches) == (1, 2, 1)
+    assert (book.reports, book.deltas, book.mismatches) == (1, 2, 2)
     # A report older than the deltas applied changes nothing and drops nothing.
     assert book.on_report(_report(4, _fake(1)), 50) == 0 and book.reports == 1
     # The answer to a request for a report, at the version held, is applied.

@@ -12,6 +12,7 @@ from coordinator.domain.gpu_use_join import (
     Policy,
     UnitLine,
     join,
+    shares,
     unit_lines,
 )
 from shared.wire import DeviceUse, ProcessUse
@@ -170,3 +171,41 @@ def test_a_slot_holder_s_process_with_no_figure_is_not_judged_and_an_absent_unit
     s, out = run(s, devices, slots + others, 60_000)
     assert not s.idle["rsv-s"].judged and s.idle["rsv-s"].since is None
     assert sorted(t.reservation_id for t in out) == ["rsv-t", "rsv-u", "rsv-v"]
+
+
+def test_idle_in_use_and_ended_say_whose_where_and_why() -> None:
+    holds = [hold("rsv-a", "GPU-0")]
+    s, _ = run(JoinState(), [use("GPU-0")], holds, 0)
+    s, out = run(s, [use("GPU-0")], holds, 120_000)
+    assert out[0].reason == "no process, or utilization under 10%, on any of its GPUs for 2 min"
+    assert s.idle["rsv-a"] == Idle(0, True, POOL, NODE, tenant_id="acme")
+    work = [use("GPU-0", proc(1, "rsv-a", "reservation", util=50))]
+    _, out = run(s, work, holds, 130_000)
+    assert [(t.pool_id, t.node_id, t.reason) for t in out] == [
+        (POOL, NODE, "its GPUs are in use again")
+    ]
+    assert out[0].details == {"tenantId": "acme", "nodes": [NODE], "thresholdPercent": 10,
+                              "idleSince": 0}  # fmt: skip
+    unknown = [use("GPU-0", proc(1, "rsv-a", "reservation"), util=None)]
+    _, out = run(s, unknown, holds, 130_000)
+    assert out[0].reason == (
+        "a process runs on a GPU with no utilization figure: idleness not judged"
+    )
+    assert out[0].details["notJudged"] is True and out[0].details["idleSince"] == 0
+    # Two idle reservations end: each says so, with its tenant and since when.
+    two = [*holds, hold("rsv-b", "GPU-1", tenant="globex")]
+    s, _ = run(JoinState(), [use("GPU-0"), use("GPU-1")], two, 0)
+    s, _ = run(s, [use("GPU-0"), use("GPU-1")], two, 60_000)
+    _, out = run(s, [use("GPU-0"), use("GPU-1")], [], 70_000)
+    assert [(t.reservation_id, t.pool_id, t.node_id, t.reason, t.details) for t in out] == [
+        (rid, POOL, NODE, "the reservation ended",
+         {"tenantId": tenant, "idleSince": 0, "ended": True})
+        for rid, tenant in (("rsv-a", "acme"), ("rsv-b", "globex"))
+    ]  # fmt: skip
+
+
+def test_a_process_of_unknown_kind_has_no_known_owner_and_shares_cap_at_100() -> None:
+    _, out = run(JoinState(), [use("GPU-0", proc(1, "x", "unknown"))], [hold("r", "GPU-0")], 0)
+    assert out[0].reason == "a process of no known owner on a GPU held by r"
+    both = use("GPU-0", proc(1, "r", "reservation", util=70), proc(2, "r", "reservation", util=60))
+    assert shares(["r", "q"], both) == {"r": (1.0, 100)}

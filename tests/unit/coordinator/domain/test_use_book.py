@@ -106,8 +106,9 @@ def test_a_node_s_recorded_atoms_stand_for_its_gpus_and_mig_instances() -> None:
         ("gpu", "n1:gpu:0", "GPU-0", {}),
         ("gpu.mig", "n1:gpu.mig:MIG-a", "GPU-1", {"uuid": "MIG-x"}),
         ("gpu.mig", "n1:gpu.mig:MIG-b", "GPU-1", {}),
+        ("gpu.mig", "n1:gpu.mig:MIG-c", "GPU-1", {"uuid": ""}),
     ]
-    assert atom_units(rows) == {"GPU-0", "GPU-1", "MIG-x", "MIG-b"}
+    assert atom_units(rows) == {"GPU-0", "GPU-1", "MIG-x", "MIG-b", "MIG-c"}
 
 
 def test_an_inventory_s_gpus_count_even_where_its_atoms_do_not_name_them() -> None:

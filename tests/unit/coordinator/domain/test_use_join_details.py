@@ -14,6 +14,7 @@ from coordinator.domain.gpu_use_join import (
     join,
     shares,
     unit_lines,
+    utilization,
 )
 from shared.wire import DeviceUse, ProcessUse
 from tests.unit.coordinator.domain.test_use_join import NODE, POLICY, POOL, hold, proc, run, use
@@ -209,3 +210,28 @@ def test_a_process_of_unknown_kind_has_no_known_owner_and_shares_cap_at_100() ->
     assert out[0].reason == "a process of no known owner on a GPU held by r"
     both = use("GPU-0", proc(1, "r", "reservation", util=70), proc(2, "r", "reservation", util=60))
     assert shares(["r", "q"], both) == {"r": (1.0, 100)}
+
+
+def test_idle_minutes_count_from_the_clock_s_start_and_every_ended_one_is_said() -> None:
+    live = hold("rsv-0", "GPU-0")  # sorts before the one that ends
+    ends = hold("rsv-a", "GPU-1")
+    devices = [use("GPU-0"), use("GPU-1")]
+    s, _ = run(JoinState(), [use("GPU-0", proc(1, "rsv-0", "reservation")), use("GPU-1")],
+               [live], 0)  # fmt: skip
+    s, _ = run(s, devices, [live, ends], 60_000)
+    s, out = run(s, devices, [live, ends], 180_000)
+    assert [t.reason for t in out if t.reservation_id == "rsv-0"] == [
+        "no process, or utilization under 10%, on any of its GPUs for 2 min"
+    ]
+    _, out = run(s, devices, [live], 190_000)
+    assert [(t.kind, t.reservation_id) for t in out] == [("reservation.inUse", "rsv-a")]
+
+
+def test_a_unit_with_no_device_figure_is_as_busy_as_its_processes_together() -> None:
+    def unit(*utils: int | None) -> DeviceUse:
+        procs = tuple(proc(i, util=u) for i, u in enumerate(utils))
+        return DeviceUse(device_id="MIG-1", sm_util=None, processes=procs)
+
+    assert utilization(unit(70, 60, None)) == 100
+    assert utilization(unit(20, None)) == 20
+    assert utilization(unit(None)) is None

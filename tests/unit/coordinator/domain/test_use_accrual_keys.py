@@ -88,3 +88,11 @@ def test_passes_merged_keep_and_add_their_idle_time() -> None:
     merge(into, {key: Accrued(who, 100, 10, 0, 40)})
     merge(into, {key: Accrued(who, 100, 10, 0, 30)})
     assert into[key] == Accrued(who, 200, 20, 0, 70)
+
+
+def test_a_unit_without_a_process_accrues_nothing_and_the_next_one_still_does() -> None:
+    idle = DeviceUse(device_id="GPU-0", sm_util=0)
+    uses = {"n1": {"GPU-0": idle, "GPU-1": _use("GPU-1", 50)}}
+    holds = [_hold("r1", 0, H), _hold("r1", 0, H, unit="GPU-1")]
+    out = accrue(uses, holds, {"n1": "p1"}, {"n1": (0, 1000)})
+    assert list(out) == [AccrualKey(0, "r1", "n1", "GPU-1", "gpu")]

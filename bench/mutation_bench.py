@@ -67,6 +67,10 @@ TESTS = (
     "tests/unit/coordinator/domain/test_use_arithmetic.py",
     "tests/unit/coordinator/domain/test_use_book.py",
     "tests/unit/coordinator/domain/test_use_join.py",
+    "tests/unit/coordinator/domain/test_booking_answers.py",
+    "tests/unit/coordinator/domain/test_use_join_details.py",
+    "tests/unit/coordinator/domain/test_use_accrual_keys.py",
+    "tests/unit/coordinator/domain/test_use_report_edges.py",
 )
 # A pytest plugin for the scratch tree, loaded before any test module: the property
 # tests' hypothesis settings inherit its profile, which skips shrinking (a mutant is

@@ -3,7 +3,9 @@ full report replaces everything, and a heartbeat without use changes nothing."""
 
 from __future__ import annotations
 
-from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
+import msgspec
+
+from coordinator.domain.gpu_use_book import Applied, GpuUseBook, atom_units, inventory_units
 from shared.wire import DeviceUse, Heartbeat, NodeHealth, ProcessUse, UseReport
 from tests.factories import make_inventory
 
@@ -79,3 +81,58 @@ def test_an_inventory_s_units_are_its_gpus_and_mig_instances() -> None:
     migs = {m.uuid for g in inv.gpus for m in g.mig_instances}
     assert migs and migs <= units
     assert units == {g.uuid for g in inv.gpus} | migs
+
+
+def test_a_forgotten_node_s_use_and_units_go_and_the_book_lists_the_others() -> None:
+    book = _book()
+    book.set_units("n2", frozenset({"GPU-9"}))
+    book.on_report(_report(1, IDLE), 0)
+    book.on_report(UseReport(node_id="n2", pool_id="p1", boot_id="b", sent_at=0, use_version=1), 0)
+    assert [u.node_id for u in book] == ["n1", "n2"]
+    book.forget("n1")
+    book.forget("n3")  # never known: nothing to do
+    assert [u.node_id for u in book] == ["n2"] and "n1" not in book.units
+    # Back with no inventory recorded: none of its use is kept.
+    assert book.on_report(_report(2, IDLE), 10) == 1 and book.nodes["n1"].devices == {}
+
+
+def test_a_node_s_recorded_atoms_stand_for_its_gpus_and_mig_instances() -> None:
+    """Read back from the ledger, whatever the order: a GPU atom stands for its GPU; a
+    MIG atom for its GPU (whose memory the agent reports) and its instance, by the
+    instance's `uuid`, else its atom id's last part; other atoms for nothing."""
+    rows = [
+        ("node", "n1:node", "", {}),
+        ("nic.vf", "n1:nic.vf:0", "nic0", {}),
+        ("gpu", "n1:gpu:0", "GPU-0", {}),
+        ("gpu.mig", "n1:gpu.mig:MIG-a", "GPU-1", {"uuid": "MIG-x"}),
+        ("gpu.mig", "n1:gpu.mig:MIG-b", "GPU-1", {}),
+        ("gpu.mig", "n1:gpu.mig:MIG-c", "GPU-1", {"uuid": ""}),
+    ]
+    assert atom_units(rows) == {"GPU-0", "GPU-1", "MIG-x", "MIG-b", "MIG-c"}
+
+
+def test_an_inventory_s_gpus_count_even_where_its_atoms_do_not_name_them() -> None:
+    inv = make_inventory("n1", "p1", gpus=2, mig=2)
+    bare = msgspec.structs.replace(inv, atoms=[a for a in inv.atoms if a.cls == "node"])
+    assert inventory_units(bare) == inventory_units(inv)
+
+
+def test_the_book_keeps_each_node_s_pool_and_freshness_and_counts_what_it_applied() -> None:
+    book = _book()
+    assert book.on_report(_report(3, IDLE), 10) == 0
+    held = book.nodes["n1"]
+    assert (held.node_id, held.pool_id, held.boot_id, held.version, held.updated_at) == (
+        "n1", "p1", "b1", 3, 10,
+    )  # fmt: skip
+    moved = msgspec.structs.replace(_hb(3, 4, BUSY), pool_id="p2")
+    assert book.on_heartbeat(moved, 20) == (Applied.APPLIED, 0)
+    assert (held.pool_id, held.version, held.updated_at) == ("p2", 4, 20)
+    book.on_heartbeat(_hb(3, 5, IDLE), 30)  # not our base
+    book.on_heartbeat(_hb(2, 5, IDLE), 35)
+    book.on_heartbeat(_hb(4, 5, IDLE), 40)
+    assert (book.reports, book.deltas, book.mismatches) == (1, 2, 2)
+    # A report older than the deltas applied changes nothing and drops nothing.
+    assert book.on_report(_report(4, _fake(1)), 50) == 0 and book.reports == 1
+    # The answer to a request for a report, at the version held, is applied.
+    book.on_report(_report(5, OTHER), 60)
+    assert book.nodes["n1"].devices == {"GPU-1": OTHER} and book.reports == 2

@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from coordinator.domain.transitions import MISSING_PREFIX, DuplicateDevice, NodeFlags
 from shared.wire import Inventory
 
-_GPU_CLASSES = frozenset({"gpu", "gpu.mig", "gpu.slot"})
+GPU_FORMS = frozenset({"gpu", "gpu.mig", "gpu.slot"})
 # Disk ids the agent derives from the disk itself (agent.sysfs._disk_id); `path:` and
 # `name:` ids name where a disk sits, not which disk it is.
-_DISK_IDENTITIES = ("wwn:", "serial:")
+DISK_IDENTITIES = ("wwn:", "serial:")
 HOLD_PREFIX = "duplicateDevice"
 # The hold of a node an operator said is not the real one (`nodes.replace`).
 REPLACED_PREFIX = "replaced by node"
@@ -46,19 +46,19 @@ def atom_identities(cls: str, device: str, attrs: Mapping[str, object]) -> dict[
     """identity → device id of the devices one atom is a form of (`identities_of`)."""
     if not device or device.startswith(MISSING_PREFIX) or attrs.get("missing"):
         return {}
-    if cls in _GPU_CLASSES:
+    if cls in GPU_FORMS:
         mig = attrs.get("uuid")
         if cls == "gpu.mig" and isinstance(mig, str) and mig:
             return {f"gpu:{device}": device, f"mig:{mig}": mig}
         return {f"gpu:{device}": device}
-    if cls == "disk" and device.startswith(_DISK_IDENTITIES):
+    if cls == "disk" and device.startswith(DISK_IDENTITIES):
         return {f"disk:{device}": device}
     return {}
 
 
 # How a claim's device reads when it is one device wherever it shows: a GPU UUID as NVML
 # writes it (MIG instances and time-slice slots claim their GPU), a disk's WWN or serial.
-_PHYSICAL_DEVICES = ("GPU-", *_DISK_IDENTITIES)
+_PHYSICAL_DEVICES = ("GPU-", *DISK_IDENTITIES)
 
 
 def is_physical_device(device: str) -> bool:

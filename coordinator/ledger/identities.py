@@ -16,11 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, case, delete, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.physical_ids import Collision
+from coordinator.domain.physical_ids import (
+    DISK_IDENTITIES,
+    GPU_FORMS,
+    Collision,
+    atom_identities,
+)
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 
@@ -140,3 +145,28 @@ async def held_by(conn: AsyncConnection, node_id: str) -> dict[str, str]:
     d = schema.device_identities.c
     rows = await conn.execute(select(d.identity, d.device_id).where(d.node_id == node_id))
     return {identity: device_id for identity, device_id in rows.all()}
+
+
+async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> set[str]:
+    """Of the nodes `nodes` selects (a condition on `schema.atoms`), those whose live
+    atoms show a device another node holds (`atom_identities`): the placer turns them away
+    (`NodeSlot.duplicate_of`), so the rollup counts them held too. One join on the
+    identity's primary key; a MIG instance shows its GPU's identity, which is enough."""
+    a, d = schema.atoms.c, schema.device_identities.c
+    is_disk = and_(a["class"] == "disk", or_(*(a.device_id.startswith(p) for p in DISK_IDENTITIES)))
+    identity = case(
+        (a["class"].in_(sorted(GPU_FORMS)), literal("gpu:") + a.device_id),
+        (is_disk, literal("disk:") + a.device_id),
+        else_=None,
+    )
+    rows = await conn.execute(
+        select(a.node_id, a["class"], a.device_id, a.attrs, d.identity)
+        .select_from(schema.atoms.join(schema.device_identities, d.identity == identity))
+        .where(nodes & a.retired.is_(False) & (d.node_id != a.node_id))
+    )
+    # Only colliding atoms come back (as good as none); a missing device is not shown.
+    return {
+        node_id
+        for node_id, cls, device_id, attrs, held in rows.all()
+        if held in atom_identities(cls, device_id or "", attrs or {})
+    }

@@ -367,6 +367,9 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     finally:
         await db.dispose()
     await ledger.rebuild_all(now)
+    # Capacity agrees with the placer: 2 physical GPUs, the second id's copies held.
+    gpu = await rig.row(pool, "gpu")
+    assert (gpu.allocatable, gpu.provisioning, gpu.available) == (2, 2, 2)
 
     ask = rig.request(pool, "p", gpus=2)
     seen = await ledger.bookings.preview(pool, ask.placement, now, now + 3_600_000, now, 0)
@@ -380,3 +383,39 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     refused = made[2]
     assert isinstance(refused, Refused) and refused.error.code == "CAPACITY_NOT_AVAILABLE"
     assert DUPLICATE_DEVICES in str(refused.error.message), refused.error
+    gpu = await rig.row(pool, "gpu")
+    assert (gpu.allocatable, gpu.allocated + gpu.reserved, gpu.available) == (2, 2, 0)
+    assert await ledger.rebuild_all(now) == 0
+
+
+async def test_a_booked_node_showing_devices_another_id_holds_is_held_in_capacity_and_risk(
+    ledger: Ledger, database_url: str
+) -> None:
+    """Two ids of one host both admitted, the holder being the unbooked one (a ledger
+    upgraded while both were registered): the booked id counts as provisioning in the
+    rollup, its booking leaves the booked columns and its reservation is at risk, as
+    with any node held in provisioning (before: 4 allocatable GPUs for 2, not at risk)."""
+    rig = await Rig.open(ledger)
+    pool = await rig.pool(nodes=0)
+    now = rig.clock.now_ms()
+    a = make_inventory("a", pool, gpus=2)
+    await record_inventory(ledger, a, now)
+    made = await rig.reservations.create(rig.request(pool, "k1"))
+    assert isinstance(made, Created)
+    await record_inventory(ledger, renamed(a, "b"), now)
+    db = Database(database_url)
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
+            await conn.execute(text("UPDATE device_identities SET node_id = 'b'"))
+    finally:
+        await db.dispose()
+    await ledger.rebuild_all(now)
+
+    gpu = await rig.row(pool, "gpu")
+    assert (gpu.allocatable, gpu.provisioning, gpu.allocated + gpu.reserved) == (2, 2, 0)
+    await record_reachability(ledger, ["a"], False, now)
+    await record_reachability(ledger, ["a"], True, now)
+    got = await ledger.reservations.get(made.reservation.reservation_id, made.reservation.tenant_id)
+    assert got.at_risk is not None and got.at_risk.reason == "provisioning", got.at_risk
+    assert await ledger.rebuild_all(now) == 0

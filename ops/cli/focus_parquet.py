@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
+
+from ops.kit.errors import OpsError
 
 TIMES = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd")
 DECIMALS = ("ConsumedQuantity", "PricingQuantity", "ListCost", "BilledCost",
             "EffectiveCost", "ContractedCost")  # fmt: skip
 
 
-class ParquetUnavailable(RuntimeError):
-    """pyarrow is not installed: focus-parquet cannot be written."""
+class ParquetUnavailable(OpsError):
+    """pyarrow is not installed: focus-parquet cannot be written (a usage error: the
+    user asked for a format this install lacks)."""
+
+    exit_code: ClassVar[int] = 2
 
 
 def _arrow() -> Any:

@@ -59,7 +59,7 @@ def _doc_rows(
         if option.item is not None and flags:
             flags[0] += f" {option.metavar or 'VALUE'} (repeat)"
         if option.command is not None and flags:
-            flags[0] = f"{option.command} {flags[0]}"
+            flags = [f"{option.command} {flag}" for flag in flags]
         text = field.description.replace("|", "\\|")
         if option.deprecated:
             text += f"; the old name `{'`, `'.join(option.deprecated)}` is still accepted"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from ops.cli.fleet_views import gpu_state, models_matching, use_state
+from ops.cli.fleet_views import models_matching
 from ops.cli.generic import generic_view
 from ops.cli.views import use_cells
 from ops.kit.output import Printer, View
@@ -60,15 +60,6 @@ def test_use_cells_read_like_nvidia_smi() -> None:
     assert use_cells(None) == {}
     idle = {"inUse": False, "smUtil": None, "memoryUsedMib": None, "processes": 0, "users": []}
     assert use_cells(idle) == {"use": "idle", "sm": None, "memory": None, "users": ""}
-
-
-def test_gpu_states_and_use() -> None:
-    free = {"bucket": "allocatable", "heldBy": None, "use": {"inUse": True}}
-    assert (gpu_state(free), use_state(free)) == ("free", "unbooked")
-    held = {"bucket": "allocatable", "heldBy": {"reservationId": "rsv_1"}, "use": {"inUse": False}}
-    assert (gpu_state(held), use_state(held)) == ("held", "idle")
-    down = {"bucket": "maintenance", "heldBy": {"reservationId": "rsv_1"}}
-    assert (gpu_state(down), use_state(down)) == ("maintenance", None)
 
 
 def test_a_short_model_name_stands_for_the_reported_ones() -> None:

@@ -5,8 +5,6 @@ running the real command in it, piped (`piped`) or on a pty (`on_terminal`)."""
 
 from __future__ import annotations
 
-import os
-import pty
 import re
 import subprocess
 import sys
@@ -18,6 +16,7 @@ from pathlib import Path
 from ops.kit.client import ApiClient
 from ops.kit.embedded_nats import EmbeddedNats
 from tests.e2e.fleet_procs import Fleet
+from tests.terminal import on_pty
 
 BIN = Path(sys.executable).parent
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -73,21 +72,7 @@ def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:
 
 def terminal_bytes(world: World, *args: str, key: str | None = None) -> tuple[int, bytes]:
     """The exit status and every byte the terminal received, escapes included."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once
-        os.execve(str(BIN / "gpufleet"), ["gpufleet", *args], world.env(key))
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks)
+    return on_pty([str(BIN / "gpufleet"), *args], world.env(key))
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pty
 import shlex
 import subprocess
 import sys
@@ -31,6 +29,7 @@ from ops.kit.embedded_nats import EmbeddedNats
 from shared.subjects import Subjects
 from shared.wire import Heartbeat
 from tests.e2e.fleet_procs import Fleet, stop, wait_for
+from tests.terminal import on_pty
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
@@ -88,21 +87,8 @@ def piped(
 
 
 def on_terminal(node: str, world: World, *args: str, as_node: str | None = None) -> tuple[int, str]:
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(AGENT, cli(node, world, args, as_node), {"PATH": f"{BIN}:/usr/bin:/bin"})
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode().replace("\r\n", "\n")
+    code, raw = on_pty(cli(node, world, args, as_node), {"PATH": f"{BIN}:/usr/bin:/bin"})
+    return code, raw.decode().replace("\r\n", "\n")
 
 
 def exported(text: str) -> dict[str, str]:

@@ -5,12 +5,13 @@ in a terminal (a real pty) as an operator runs it, and piped."""
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.terminal import on_pty
 
 AGENT = Path(sys.executable).parent / "gpufleet-agent"
 SUBCOMMANDS = ("inventory", "bookings", "env")
@@ -18,23 +19,8 @@ SUBCOMMANDS = ("inventory", "bookings", "env")
 
 def _in_terminal(*args: str) -> tuple[int, str]:
     """Run the agent with a pty as its stdout and stderr; its exit status and output."""
-    main, child = pty.openpty()
-    proc = subprocess.Popen(
-        [str(AGENT), *args], stdin=subprocess.DEVNULL, stdout=child, stderr=child,
-        env={**os.environ, "COLUMNS": "100"},
-    )  # fmt: skip
-    os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    return proc.wait(30), out.decode().replace("\r\n", "\n")
+    code, raw = on_pty([str(AGENT), *args], {**os.environ, "COLUMNS": "100"})
+    return code, raw.decode().replace("\r\n", "\n")
 
 
 def test_the_agents_help_lists_every_subcommand() -> None:

@@ -184,16 +184,20 @@ def parse_window(frm: str | None, to: str | None, *, grid: bool) -> tuple[int, i
     return start, end
 
 
-def parse_limit(raw: str | None) -> int:
+def parse_limit(
+    raw: str | None, default: int = LIST_DEFAULT_LIMIT, most: int = LIST_MAX_LIMIT
+) -> int:
+    """A page's `limit` query value: the seed's rule (an integer of at least 1; above
+    the list's maximum, the maximum), with each list's own default and maximum."""
     if raw is None:
-        return LIST_DEFAULT_LIMIT
+        return default
     try:
         value = int(raw)
     except ValueError:
         raise IntervalError("limit: must be an integer") from None
     if value < 1:
         raise IntervalError("limit: must be at least 1")
-    return min(value, LIST_MAX_LIMIT)
+    return min(value, most)
 
 
 def reservable_gb(room_gb: int, pool_free_gb: int) -> int:

@@ -43,6 +43,7 @@ from coordinator.domain.intervals import (
     MAX_WINDOW_MS,
     IntervalError,
     format_time,
+    parse_limit,
     parse_window,
 )
 from coordinator.services.consumption import (
@@ -85,18 +86,6 @@ class ConsumptionInput(RestInput):
         description=f"Rows per page (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).",
         schema={"type": "integer", "minimum": 1},
     )  # fmt: skip
-
-
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    try:
-        value = int(raw)
-    except ValueError:
-        raise IntervalError("limit: must be an integer") from None
-    if value < 1:
-        raise IntervalError("limit: must be at least 1")
-    return min(value, MAX_LIMIT)
 
 
 def _after(raw: str | None) -> tuple[int, str, str] | None:
@@ -145,7 +134,7 @@ async def memory(ctx: CallContext, q: ConsumptionInput) -> out.Consumption:
     """Per quarter-hour of [from, to), tenant and pool: GB reserved, used (time-weighted,
     peak beside it), covered, unused and on demand, in GB and GB-hours."""
     start, end = parse_window(q.from_, q.to, grid=True)
-    limit = _limit(q.limit)
+    limit = parse_limit(q.limit, DEFAULT_LIMIT, MAX_LIMIT)
     after = _after(q.cursor)
     p = ctx.principal
     tenant = q.tenant_id

@@ -185,6 +185,8 @@ def _nic_atoms(node_id: str, nic: NicReading) -> list[Atom]:
         "speedMbps": nic.speed_mbps,
         "numaNode": nic.numa_node,
         "pfPciAddress": nic.pci_address,
+        # The card's own identity, compared fleet-wide by the coordinator (issue 31).
+        "physicalId": nic.physical_id or None,
     }
     if nic.sriov_num_vfs == 0 or not nic.vfs:
         whole = {**attrs, "pciAddress": nic.pci_address, "sriov": False}
@@ -333,6 +335,7 @@ def build_inventory(
                 sriov_total_vfs=n.sriov_total_vfs,
                 sriov_num_vfs=n.sriov_num_vfs,
                 vfs=n.vfs,
+                physical_id=n.physical_id,
                 bookable=offer_management_nics or not n.management,
             )
             for n in nics

@@ -165,11 +165,11 @@ def render(inv: Inventory) -> str:
         out += ["", "MIG instances:", *_table(("GPU", "PROFILE", "MEMORY MiB", "UUID"), migs)]
     out += ["", f"NICs ({len(inv.nics)}):"]
     out += _table(
-        ("NAME", "PCI", "SPEED", "VFS", "BOOKABLE", "HEALTH"),
+        ("NAME", "PCI", "SPEED", "VFS", "ID", "BOOKABLE", "HEALTH"),
         [
             (n.name, n.pci_address, f"{n.speed_mbps // 1000}G" if n.speed_mbps else None,
-             f"{n.sriov_num_vfs}/{n.sriov_total_vfs}", "yes" if n.bookable else "no (management)",
-             status(n.pci_address or n.name))
+             f"{n.sriov_num_vfs}/{n.sriov_total_vfs}", n.physical_id or None,
+             "yes" if n.bookable else "no (management)", status(n.pci_address or n.name))
             for n in inv.nics
         ],
     )  # fmt: skip

@@ -112,6 +112,9 @@ class NicReading:
     sriov_num_vfs: int
     vfs: tuple[str, ...]
     management: bool = False  # holds the default route, or named in configuration
+    # What names the card itself, not its slot: `guid:`, `mac:` or `vpd:`
+    # (agent.nic_identity); "" when nothing does.
+    physical_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,15 @@ Physical NICs are the entries of `sys/class/net` whose `device` link resolves to
 function (a virtio netdev's `virtio2` resolves to the PCI function above it) that is not
 itself a VF (`physfn`); several netdevs over one function (switchdev representors,
 IPoIB child interfaces, a second port) give one NIC, named by its primary netdev, so its
-VFs are listed once. The management NIC (the default route's, through bonds and VLANs,
-or the ones configured) is marked. Disks are `sys/block` entries except virtual ones
-(loop, ram, zram, dm-, md, nbd, sr, fd), identified by WWN, serial or PCI path — never
-by kernel name — and the disks under /, /boot and /boot/efi are marked as boot disks.
-NVIDIA GPUs on the PCI bus (vendor 0x10de, class 0x03xxxx) are listed so a GPU NVML
-cannot open is still counted. Anything unreadable is left out and named in `problems`,
-never raised. `read_ports` is the cheap per-poll part: link state of each NIC.
+VFs are listed once. Each NIC's physical identity (IB node GUID, permanent MAC or VPD
+serial: `agent.nic_identity`) names the card wherever it shows. The management NIC (the
+default route's, through bonds and VLANs, or the ones configured) is marked. Disks are
+`sys/block` entries except virtual ones (loop, ram, zram, dm-, md, nbd, sr, fd),
+identified by WWN, serial or PCI path — never by kernel name — and the disks under /,
+/boot and /boot/efi are marked as boot disks. NVIDIA GPUs on the PCI bus (vendor
+0x10de, class 0x03xxxx) are listed so a GPU NVML cannot open is still counted. Anything
+unreadable is left out and named in `problems`, never raised. `read_ports` is the cheap
+per-poll part: link state of each NIC.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import re
 from pathlib import Path
 
+from agent.nic_identity import nic_identity
 from agent.pci_ids import nic_model
 from agent.readings import DiskReading, HostReading, NicReading
 
@@ -90,6 +93,22 @@ def _ib_ports(base: str) -> dict[str, list[tuple[str, str]]]:
             state = _read(os.path.join(base, dev, "ports", port, "state"))
             if pci and state is not None:
                 out.setdefault(pci, []).append((f"{dev}/{port}", state))
+    return out
+
+
+def _ib_guids(base: str) -> dict[str, str]:
+    """PCI function → the `node_guid` of the InfiniBand/RoCE device on it (the first by
+    name where a function has several)."""
+    try:
+        devices = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for dev in devices:
+        pci = _pci_function(os.path.join(base, dev, "device"))
+        guid = _read(os.path.join(base, dev, "node_guid"))
+        if pci and guid is not None:
+            out.setdefault(pci, guid)
     return out
 
 
@@ -254,6 +273,7 @@ def _nics(root: Path, problems: list[str], mgmt: set[str]) -> list[NicReading]:
         if (device / "physfn").exists():
             continue
         by_pci.setdefault(pci, []).append(name)
+    guids = _ib_guids(os.path.join(root, "sys/class/infiniband"))
     out: list[NicReading] = []
     for pci, netdevs in sorted(by_pci.items()):
         name = min(netdevs, key=lambda n: _primary_rank(net / n, n))
@@ -274,6 +294,9 @@ def _nics(root: Path, problems: list[str], mgmt: set[str]) -> list[NicReading]:
                 vfs.append(
                     (int(match.group(1)), os.path.basename(os.path.realpath(function / entry)))
                 )
+        physical_id, why = nic_identity(str(net / name), str(function), guids.get(pci))
+        if not physical_id:
+            problems.append(f"nic {name}: no physical identity, not compared: {why}")
         out.append(
             NicReading(
                 name=name,
@@ -285,6 +308,7 @@ def _nics(root: Path, problems: list[str], mgmt: set[str]) -> list[NicReading]:
                 sriov_num_vfs=_int_file(function / "sriov_numvfs", 0),
                 vfs=tuple(vf for _, vf in sorted(vfs)),
                 management=bool(mgmt & set(netdevs)),
+                physical_id=physical_id,
             )
         )
     return sorted(out, key=lambda n: n.name)

@@ -58,6 +58,9 @@ Text64 = Annotated[str, _text(64)]
 Text128 = Annotated[str, _text(128)]
 Text256 = Annotated[str, _text(256)]
 Reason = Annotated[str, _text(1024)]
+# A device's own serial-like identity: printable ASCII without blanks, so one device
+# cannot read as two.
+PhysicalId = Annotated[str, Meta(max_length=128, pattern=r"\A[!-~]*\Z")]
 Reasons = Annotated[tuple[Reason, ...], Meta(max_length=64)]
 MAX_INT = 2**53  # exact in every JSON reader
 Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
@@ -159,6 +162,10 @@ class NicInfo(Wire, frozen=True, kw_only=True):
     sriov_total_vfs: Count = 0
     sriov_num_vfs: Count = 0
     vfs: Annotated[tuple[Text128, ...], Meta(max_length=MAX_DEVICES)] = ()
+    # What names the card itself (`guid:<node GUID>`, `mac:<permanent MAC>`,
+    # `vpd:<serial>`; agent.nic_identity), compared fleet-wide so one NIC is not offered
+    # under two node ids; "" (an older agent, or nothing readable): not compared.
+    physical_id: PhysicalId = ""
     bookable: bool = True  # the management NIC is not, unless configured to be
 
 

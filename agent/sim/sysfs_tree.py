@@ -6,7 +6,8 @@ links into `sys/bus/pci/devices`, `virtfn<N>` and `physfn` links for SR-IOV, VF 
 `sys/devices/system/cpu/online`, `proc/meminfo` and the 1 GiB hugepage count; NVIDIA
 GPUs and NVSwitches as PCI functions (class 0x0302 / 0x0680); `operstate` and, for
 InfiniBand NICs (`ib…`), `sys/class/infiniband/mlx5_N/ports/1/state`; switchdev
-representors and IPoIB children over the PF; disk WWIDs and serials; the boot disk's
+representors and IPoIB children over the PF; each NIC's identities (permanent MAC, the
+InfiniBand node GUID, a VPD serial: `vpd_image`); disk WWIDs and serials; the boot disk's
 partition in `proc/self/mountinfo` and the management NIC's default route in
 `proc/net/route`; a fresh kernel boot id (`proc/sys/kernel/random/boot_id`) per tree, as
 after a reboot. `FaultedPorts` applies `port_down` faults to the tree.
@@ -34,9 +35,28 @@ def vf_address(pf: str, k: int) -> str:
     return f"{domain}:{bus}:{n // 8:02x}.{n % 8}"
 
 
+def vpd_image(serial: str, name: str = "Simulated NIC") -> bytes:
+    """PCI Vital Product Data as a card's firmware writes it: the identifier string, a
+    read-only resource with part number, serial (`SN`) and checksum (`RV`), the end tag."""
+
+    def keyword(key: bytes, value: bytes) -> bytes:
+        return key + bytes([len(value)]) + value
+
+    def large(tag: int, body: bytes) -> bytes:
+        return bytes([tag, len(body) & 0xFF, len(body) >> 8]) + body
+
+    fields = keyword(b"PN", b"MCX75310AAS-NEAT") + keyword(b"SN", serial.encode())
+    read_only = len(fields) + 4  # and RV: its key, its length and the checksum byte
+    head = large(0x82, name.encode()) + bytes([0x90, read_only & 0xFF, read_only >> 8])
+    upto = head + fields + b"RV\x01"
+    checksum = -sum(upto) & 0xFF  # every byte from the start through RV sums to zero
+    return upto + bytes([checksum, 0x78])
+
+
 def build_tree(root: Path, profile: HostProfile, host: str = "") -> Path:
-    """The tree of `profile`. `host` (the node id) seeds disk WWIDs and serials: like
-    GPU UUIDs, they are one disk's wherever it shows, so two simulated hosts differ."""
+    """The tree of `profile`. `host` (the node id) seeds disk WWIDs and serials and the
+    NICs' MACs, GUIDs and serials: like GPU UUIDs, they are one device's wherever it
+    shows, so two simulated hosts differ."""
     _write(root / "sys/devices/system/cpu/online", f"0-{max(profile.vcpu, 1) - 1}")
     for socket in range(profile.numa_nodes):
         for cpu in profile.socket_cpus(socket):
@@ -59,7 +79,7 @@ def build_tree(root: Path, profile: HostProfile, host: str = "") -> Path:
     routes = ["Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask"]
     ib = 0
     for nic in profile.nics:
-        _nic(root, nic, ib)
+        _nic(root, nic, ib, host)
         ib += nic.name.startswith("ib")
         if nic.management:
             routes.append(f"{nic.name}\t00000000\t0100000A\t0003\t0\t0\t0\t00000000")
@@ -135,11 +155,14 @@ def _set_port(root: Path, name: str, up: bool) -> None:
         _write(root / "sys/class/infiniband" / dev / "ports/1/state", state)
 
 
-def _nic(root: Path, nic: NicSpec, ib: int) -> None:
+def _nic(root: Path, nic: NicSpec, ib: int, host: str) -> None:
     pci = root / "sys/bus/pci/devices"
     vendor, device = pci_id_for(nic.model).split(":")
     pf = pci / nic.pci_bus_id
+    seed = f"{host}/{nic.pci_bus_id}" if host else nic.pci_bus_id
+    digest = hashlib.sha256(seed.encode()).hexdigest()
     _write(pf / "vendor", f"0x{vendor}")
+    (pf / "vpd").write_bytes(vpd_image(f"MT{digest[:10].upper()}", nic.model))
     _write(pf / "device", f"0x{device}")
     _write(pf / "numa_node", str(nic.numa_node))
     if nic.sriov_total_vfs:
@@ -149,11 +172,19 @@ def _nic(root: Path, nic: NicSpec, ib: int) -> None:
     _write(netdev / "speed", str(nic.speed_mbps))
     _write(netdev / "operstate", "up")
     _link(netdev / "device", pf)
+    mac = ":".join(["b8", "ce", "f6", digest[10:12], digest[12:14], digest[14:16]])
+    _write(netdev / "addr_assign_type", "0")
     if nic.name.startswith("ib"):
         dev = f"mlx5_{ib}"
+        # IPoIB: 20 octets, the queue pair number first; not a card's identity.
+        _write(netdev / "address", f"00:00:10:49:fe:80:00:00:00:00:00:00:{mac}:00:01")
         _write(netdev / "ib_device", dev)  # the fake tree's own note, for FaultedPorts
         _write(root / "sys/class/infiniband" / dev / "ports/1/state", "4: ACTIVE")
+        guid = f"a088:c203:00{digest[16:18]}:{digest[18:22]}"
+        _write(root / "sys/class/infiniband" / dev / "node_guid", guid)
         _link(root / "sys/class/infiniband" / dev / "device", pf)
+    else:
+        _write(netdev / "address", mac)
     for c in range(nic.ipoib_children):
         child = root / "sys/class/net" / f"{nic.name}.{0x8001 + c:04x}"
         _write(child / "parent", nic.name)

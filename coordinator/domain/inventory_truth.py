@@ -4,8 +4,9 @@ what the host lacks). The wire model checks each field's form; this checks the w
 - every atom is backed by a device the inventory lists: a `gpu` by a whole, unshared
   GPU (one atom each), a `gpu.mig` by a MIG instance of a MIG-enabled GPU, a `gpu.slot`
   by a replica of a shared GPU (at most `replicas`), a `nic.vf` by a listed VF of a NIC
-  (at most `sriov_total_vfs`) or by the NIC itself when it has none, a `disk` by a disk,
-  and there is exactly one `node` atom;
+  (at most `sriov_total_vfs`) or by the NIC itself when it has none, naming no NIC
+  identity (`physicalId`) but that NIC's, a `disk` by a disk, and there is exactly one
+  `node` atom;
 - the host is within plausibility bounds (GPUs per node, memory, vCPU, hugepages).
 
 Placeholder atoms for devices an expected inventory has and the host does not show
@@ -22,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
+from coordinator.domain.physical_ids import NIC_ATTR
 from shared.wire import Inventory
 
 # A DGX/HGX board has 8 GPUs, the largest hosts 16; a few times that is still a host.
@@ -109,6 +111,9 @@ def _unbacked(inv: Inventory) -> str | None:
             limit = min(len(nic.vfs), nic.sriov_total_vfs) if nic.vfs else 1
             if n > limit:
                 return f"{where}: NIC {device} backs at most {limit} (sriov_total_vfs)"
+            shown = atom.attrs.get(NIC_ATTR)
+            if shown not in (None, "", nic.physical_id):
+                return f"{where}: NIC identity {str(shown)[:128]!r} is not NIC {device}'s"
         elif cls == "disk":
             if device not in disks:
                 return f"{where}: no disk {device} in the inventory"

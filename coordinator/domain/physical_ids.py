@@ -10,9 +10,12 @@ another node holds while that node is live or has a booking not ended is held in
 provisioning until an operator says which node is real (`nodes.replace`).
 
 Compared: GPU UUIDs (of whole GPUs, MIG parents and time-slice slots), MIG instance
-UUIDs, and disks by WWN or serial. Not compared: a NIC (the wire names it by PCI
-address or interface name, which repeat on every host of one model) and a disk known
-only by its PCI path or name (the same); placeholders of missing devices.
+UUIDs, disks by WWN or serial, and NICs by the identity the agent read from the card
+(`NicInfo.physical_id`: node GUID, permanent MAC or VPD serial; agent.nic_identity),
+bookable or not (the management NIC is the same host's too). Not compared: a NIC
+without one (an older agent sends none; its PCI address or interface name repeats on
+every host of one model) and a disk known only by its PCI path or name (the same);
+placeholders of missing devices.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ GPU_FORMS = frozenset({"gpu", "gpu.mig", "gpu.slot"})
 # Disk ids the agent derives from the disk itself (agent.sysfs._disk_id); `path:` and
 # `name:` ids name where a disk sits, not which disk it is.
 DISK_IDENTITIES = ("wwn:", "serial:")
+# NIC identities the agent reads from the card itself (agent.nic_identity); an `nic.vf`
+# atom carries its NIC's as the attribute `physicalId`.
+NIC_IDENTITIES = ("guid:", "mac:", "vpd:")
+NIC_ATTR = "physicalId"
 HOLD_PREFIX = "duplicateDevice"
 # The hold of a node an operator said is not the real one (`nodes.replace`).
 REPLACED_PREFIX = "replaced by node"
@@ -35,11 +42,20 @@ _SHOWN = 3  # devices named in a reason; the alert's details list them all
 
 def identities_of(inv: Inventory) -> dict[str, str]:
     """identity → the device id it was read from (`gpu:<uuid>`, `mig:<uuid>`,
-    `disk:<wwn or serial>`), for every device that is one device wherever it shows."""
+    `disk:<wwn or serial>`, `nic:<physical id>`), for every device that is one device
+    wherever it shows."""
     out: dict[str, str] = {}
     for atom in inv.atoms:
         out |= atom_identities(atom.cls, atom.device_id, atom.attrs)
+    for nic in inv.nics:
+        out |= _nic_identity(nic.physical_id)
     return out
+
+
+def _nic_identity(physical_id: object) -> dict[str, str]:
+    if isinstance(physical_id, str) and physical_id.startswith(NIC_IDENTITIES):
+        return {f"nic:{physical_id}": physical_id}
+    return {}
 
 
 def atom_identities(cls: str, device: str, attrs: Mapping[str, object]) -> dict[str, str]:
@@ -53,6 +69,8 @@ def atom_identities(cls: str, device: str, attrs: Mapping[str, object]) -> dict[
         return {f"gpu:{device}": device}
     if cls == "disk" and device.startswith(DISK_IDENTITIES):
         return {f"disk:{device}": device}
+    if cls == "nic.vf":
+        return _nic_identity(attrs.get(NIC_ATTR))
     return {}
 
 

@@ -23,6 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from coordinator.domain.physical_ids import (
     DISK_IDENTITIES,
     GPU_FORMS,
+    NIC_ATTR,
+    NIC_IDENTITIES,
     Collision,
     atom_identities,
 )
@@ -154,9 +156,12 @@ async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> 
     identity's primary key; a MIG instance shows its GPU's identity, which is enough."""
     a, d = schema.atoms.c, schema.device_identities.c
     is_disk = and_(a["class"] == "disk", or_(*(a.device_id.startswith(p) for p in DISK_IDENTITIES)))
+    nic_id = a.attrs[NIC_ATTR].as_string()
+    is_nic = and_(a["class"] == "nic.vf", or_(*(nic_id.startswith(p) for p in NIC_IDENTITIES)))
     identity = case(
         (a["class"].in_(sorted(GPU_FORMS)), literal("gpu:") + a.device_id),
         (is_disk, literal("disk:") + a.device_id),
+        (is_nic, literal("nic:") + nic_id),
         else_=None,
     )
     rows = await conn.execute(

@@ -131,8 +131,9 @@ nodes = Table(
 )
 
 # r0008: the one node that holds each physical device that is one device wherever it
-# shows (GPU and MIG UUIDs, disk WWNs and serials; `domain.physical_ids`). The primary
-# key settles two replicas registering one host under two node ids.
+# shows (GPU and MIG UUIDs, disk WWNs and serials, NIC card identities;
+# `domain.physical_ids`). The primary key settles two replicas registering one host
+# under two node ids.
 device_identities = Table(
     "device_identities",
     metadata,

@@ -358,6 +358,8 @@ def test_agent_inventory_prints_what_it_would_offer() -> None:
     offered = {a["attrs"].get("nic") for a in inv["atoms"] if a["class"] == "nic.vf"}
     for nic in inv["nics"]:  # the simulated host's management NIC is listed, not offered
         assert nic["bookable"] == (nic["name"] in offered), nic
+    # Each NIC names its card (issue 31): InfiniBand by node GUID, Ethernet by its MAC.
+    assert {n["physicalId"].split(":")[0] for n in inv["nics"]} == {"guid", "mac"}
     first = next(n["name"] for n in inv["nics"] if n["bookable"])
     managed = json.loads(inventory("-o", "json", "--management-nic", first).stdout)
     nic = next(n for n in managed["nics"] if n["name"] == first)
@@ -365,6 +367,7 @@ def test_agent_inventory_prints_what_it_would_offer() -> None:
     assert not any(a["attrs"].get("nic") == first for a in managed["atoms"])
     table = inventory("--management-nic", first)
     assert "GPUs (8):" in table.stdout and "no (management)" in table.stdout
+    assert inv["nics"][0]["physicalId"] in table.stdout
     assert "atoms it would offer: 1 node, 8 gpu" in table.stdout
     bad = inventory("-o", "yaml")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -95,6 +95,19 @@ def test_out_of_bounds_heartbeats_are_schema_errors(changes: dict[str, Any]) -> 
         Heartbeat.from_json(json.dumps(doc))
 
 
+@pytest.mark.parametrize("bad", ["mac:b8 ce", "vpd:S\x00", "vpd:é", "g" * 129])
+def test_a_nic_identity_out_of_bounds_is_a_schema_error_naming_it(bad: str) -> None:
+    """Blanks, NULs and non-ASCII would let one card read as two; over 128 is garbage."""
+    nic = {"name": "ens1", "pciAddress": "0000:17:00.0"}
+    ok = Inventory.from_json(json.dumps(_inv(nics=[nic | {"physicalId": "mac:b8:ce:f6:0:0:1"}])))
+    assert ok.nics[0].physical_id == "mac:b8:ce:f6:0:0:1"
+    older = Inventory.from_json(json.dumps(_inv(nics=[nic])))
+    assert older.nics[0].physical_id == ""  # an older agent: none, not compared
+    with pytest.raises(ValidationError) as caught:
+        Inventory.from_json(json.dumps(_inv(nics=[nic | {"physicalId": bad}])))
+    assert str(caught.value).endswith("at `$.nics[0].physicalId`")
+
+
 def test_a_use_list_says_how_many_processes_it_left_out_and_older_agents_still_pass() -> None:
     doc = json.loads(make_heartbeat(make_inventory("n1", POOL)).to_json())
     full = {"deviceId": "GPU-0", "processes": [{"pid": 1}] * 256, "processesOmitted": 45}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from agent.inventory import Identity, SharingRule, build_inventory
@@ -103,6 +104,18 @@ def test_vfs_are_bounded_by_the_nics_sriov_total(tmp_path: Path) -> None:
     lying = unchecked(inv, nics=tuple(short if n is nic else n for n in inv.nics))
     finding = untrue(lying)
     assert finding is not None and "sriov_total_vfs" in finding.message
+
+
+def test_a_vf_naming_another_cards_identity_is_refused(tmp_path: Path) -> None:
+    """An atom may carry only its own NIC's card identity (issue 31): else it could hold
+    or free an identity its host does not have."""
+    inv = agent_inventory("h100-sxm-8", tmp_path)
+    vf = next(a for a in inv.atoms if a.cls == "nic.vf")
+    assert str(vf.attrs["physicalId"]).startswith("guid:")
+    other = msgspec.structs.replace(vf, attrs={**vf.attrs, "physicalId": "mac:b8:ce:f6:0:0:1"})
+    finding = untrue(unchecked(inv, atoms=tuple(other if a is vf else a for a in inv.atoms)))
+    assert finding is not None and finding.reason == "unbacked_atom"
+    assert "NIC identity 'mac:b8:ce:f6:0:0:1'" in finding.message
 
 
 @pytest.mark.parametrize(

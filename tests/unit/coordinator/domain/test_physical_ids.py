@@ -6,6 +6,7 @@ from __future__ import annotations
 from coordinator.domain.node_replacement import HeldAtom, counterpart, plan
 from coordinator.domain.physical_ids import (
     Collision,
+    atom_identities,
     duplicate_device,
     hold_reason,
     identities_of,
@@ -15,8 +16,8 @@ from coordinator.domain.physical_ids import (
     replaced_reason,
 )
 from coordinator.domain.transitions import NodeFlags
-from shared.wire import Atom
-from tests.factories import backed, make_inventory, renamed
+from shared.wire import Atom, NicInfo
+from tests.factories import backed, make_inventory, renamed, unchecked
 
 
 def test_gpus_migs_slots_and_disks_by_serial_are_identities_nics_and_paths_are_not() -> None:
@@ -41,6 +42,36 @@ def test_gpus_migs_slots_and_disks_by_serial_are_identities_nics_and_paths_are_n
     }
     assert [is_physical_device(d) for d in ("GPU-1", "wwn:x", "serial:y")] == [True] * 3
     assert [is_physical_device(d) for d in ("", "0000:17:00.0", "path:x", "nic0")] == [False] * 4
+
+
+def test_a_nics_card_identity_is_one_wherever_it_shows_bookable_or_not() -> None:
+    """`NicInfo.physical_id` of every NIC, the management one included, and the
+    `physicalId` its atoms carry; none (an older agent) or an unknown form: not compared."""
+    nics = (
+        NicInfo(name="ens1", pci_address="0000:17:00.0", physical_id="guid:a088:c203:0:1"),
+        NicInfo(name="eno1", pci_address="0000:4b:00.0", physical_id="mac:b8:ce:f6:0:0:1",
+                bookable=False),
+        NicInfo(name="ens2", pci_address="0000:18:00.0", physical_id="vpd:MT1"),
+        NicInfo(name="ens3", pci_address="0000:19:00.0", physical_id="eui:1"),
+        NicInfo(name="ens4", pci_address="0000:1a:00.0"),
+    )  # fmt: skip
+    inv = make_inventory("n", "p", gpus=0)
+    atoms = tuple(
+        Atom(atom_id=f"n:nic:{n.pci_address}", cls="nic.vf", device_id=str(n.pci_address),
+             attrs={"physicalId": n.physical_id or None})
+        for n in nics if n.bookable
+    )  # fmt: skip
+    inv = unchecked(inv, atoms=(*inv.atoms, *atoms), nics=nics)
+
+    assert identities_of(inv) == {
+        "nic:guid:a088:c203:0:1": "guid:a088:c203:0:1",
+        "nic:mac:b8:ce:f6:0:0:1": "mac:b8:ce:f6:0:0:1",
+        "nic:vpd:MT1": "vpd:MT1",
+    }
+    assert atom_identities("nic.vf", "0000:18:00.0", {"physicalId": "vpd:MT1"}) == {
+        "nic:vpd:MT1": "vpd:MT1"
+    }
+    assert atom_identities("nic.vf", "0000:18:00.0", {"physicalId": None}) == {}
 
 
 def test_the_reason_names_every_other_node_and_at_most_three_devices_each() -> None:

@@ -2,22 +2,20 @@
 // of a UTC day in one pool (GET /api/capacity/calendar).
 
 import { call, clearProblem, get, problem, state } from "./api.js";
-import { DAY, h, put } from "./dom.js";
+import { dayWindow, h, put, utcDay } from "./dom.js";
 
 export async function calendarView(view) {
   const pools = await call("pools.list", { tenantId: state.tenant });
   const list = pools.pools || [];
-  const day = new Date().toISOString().slice(0, 10);
   const poolSel = h("select", { id: "cal-pool" }, list.map((p) => h("option", { value: p.poolId }, p.name)));
-  const dayInput = h("input", { id: "cal-day", type: "date", value: day, required: true });
+  const dayInput = h("input", { id: "cal-day", type: "date", value: utcDay(), required: true });
   const form = h("form", { class: "inline-form", id: "cal-form" },
     h("div", {}, h("label", { for: "cal-pool" }, "Pool"), poolSel),
     h("div", {}, h("label", { for: "cal-day" }, "Day (UTC)"), dayInput),
     h("button", { type: "submit" }, "Show"));
   const out = h("div", { id: "cal-out" });
   const show = async () => {
-    const from = `${dayInput.value}T00:00:00Z`;
-    const to = new Date(Date.parse(from) + DAY).toISOString().replace(".000Z", "Z");
+    const { from, to } = dayWindow(dayInput.value);
     const q = new URLSearchParams({ from, to, poolId: poolSel.value, tenantId: state.tenant });
     try {
       const cal = await get(`/api/capacity/calendar?${q}`);

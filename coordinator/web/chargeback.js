@@ -5,7 +5,7 @@
 // Plain SVG drawn here (no library, nothing fetched from elsewhere); colours by class.
 
 import { clearProblem, get, problem, state } from "./api.js";
-import { DAY, h, put } from "./dom.js";
+import { dayWindow, h, put, utcDay } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const QUARTER = 15 * 60_000;
@@ -92,15 +92,13 @@ export function chart(id, title, quarters) {
 
 // The page: a UTC day, the tenant's chart, and for an operator the fleet's.
 export async function chargebackView(view) {
-  const day = new Date().toISOString().slice(0, 10);
-  const dayInput = h("input", { id: "cb-day", type: "date", value: day, required: true });
+  const dayInput = h("input", { id: "cb-day", type: "date", value: utcDay(), required: true });
   const form = h("form", { class: "inline-form", id: "cb-form" },
     h("div", {}, h("label", { for: "cb-day" }, "Day (UTC)"), dayInput),
     h("button", { type: "submit" }, "Show"));
   const out = h("div", { id: "cb-out" });
   const show = async () => {
-    const from = `${dayInput.value}T00:00:00Z`;
-    const to = new Date(Date.parse(from) + DAY).toISOString().replace(".000Z", "Z");
+    const { from, to } = dayWindow(dayInput.value);
     try {
       const mine = await readConsumption({ from, to, tenantId: state.tenant });
       const charts = [chart("cb-tenant",

@@ -39,6 +39,13 @@ export const at = (ms, text = utc(ms)) => h("time", { datetime: new Date(ms).toI
 export const badge = (word, cls = word) => h("span", { class: `badge ${cls}` }, word);
 export const short = (id) => (id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id);
 export const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+// A UTC day (a date input's YYYY-MM-DD; today's by default) and its [from, to) as the API
+// takes them.
+export const utcDay = () => new Date().toISOString().slice(0, 10);
+export const dayWindow = (day) => {
+  const from = `${day}T00:00:00Z`;
+  return { from, to: new Date(Date.parse(from) + DAY).toISOString().replace(".000Z", "Z") };
+};
 // Element.append would write a left-out (null) part as the text "null".
 export const put = (parent, ...kids) => parent.append(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
 // Tables may be wider than a phone: they scroll inside their card, never the page.

@@ -44,13 +44,7 @@ class Counting(ApiClient):
 
 
 def _pages(client: ApiClient, method: str, key: str, body: dict[str, Any]) -> list[Any]:
-    found: list[Any] = []
-    while True:
-        page = client.call(method, body)
-        found += page[key]
-        if not page.get("nextCursor"):
-            return found
-        body = body | {"cursor": page["nextCursor"]}
+    return [item for page in client.pages(method, body) for item in page[key]]
 
 
 def per_node(client: ApiClient) -> int:

@@ -4,9 +4,11 @@
 // unused commitment and on-demand use (every tenant, unattributed use included).
 // Plain SVG drawn here (no library, nothing fetched from elsewhere); colours by class.
 
+import { clearProblem, get, problem, state } from "./api.js";
+import { dayWindow, h, put, utcDay } from "./dom.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 const QUARTER = 15 * 60_000;
-const DAY = 24 * 60 * 60_000;
 const MAX_PAGE = 3360; // the API's largest page: 35 days of quarters
 // The stacked parts of a quarter's bar, bottom up: covered + unused = reserved.
 export const PARTS = [
@@ -23,7 +25,7 @@ function s(tag, attrs = {}, ...children) {
 }
 
 // Every row of the window, following the pages.
-export async function readConsumption(get, params) {
+export async function readConsumption(params) {
   const rows = [];
   let cursor = null;
   do {
@@ -53,7 +55,7 @@ export function byQuarter(rows, from, to) {
 const round = (x) => Math.round(x * 100) / 100;
 
 // A stacked bar per quarter with a legend and a text summary (the figure's caption).
-export function chart(h, id, title, quarters) {
+export function chart(id, title, quarters) {
   const W = 960, H = 240, left = 44, bottom = 22, top = 8;
   const peak = Math.max(1, ...quarters.map((q) => q.coveredGb + q.unusedGb + q.onDemandGb));
   const scale = (H - top - bottom) / peak;
@@ -89,24 +91,22 @@ export function chart(h, id, title, quarters) {
 }
 
 // The page: a UTC day, the tenant's chart, and for an operator the fleet's.
-export async function chargebackView(view, { h, get, put, state, problem, clearProblem }) {
-  const day = new Date().toISOString().slice(0, 10);
-  const dayInput = h("input", { id: "cb-day", type: "date", value: day, required: true });
+export async function chargebackView(view) {
+  const dayInput = h("input", { id: "cb-day", type: "date", value: utcDay(), required: true });
   const form = h("form", { class: "inline-form", id: "cb-form" },
     h("div", {}, h("label", { for: "cb-day" }, "Day (UTC)"), dayInput),
     h("button", { type: "submit" }, "Show"));
   const out = h("div", { id: "cb-out" });
   const show = async () => {
-    const from = `${dayInput.value}T00:00:00Z`;
-    const to = new Date(Date.parse(from) + DAY).toISOString().replace(".000Z", "Z");
+    const { from, to } = dayWindow(dayInput.value);
     try {
-      const mine = await readConsumption(get, { from, to, tenantId: state.tenant });
-      const charts = [chart(h, "cb-tenant",
+      const mine = await readConsumption({ from, to, tenantId: state.tenant });
+      const charts = [chart("cb-tenant",
         `Tenant ${state.tenant}: GPU memory reserved against used, per 15 minutes of ${dayInput.value} (GB)`,
         byQuarter(mine, from, to))];
       if (state.operator) {
-        const fleet = await readConsumption(get, { from, to });
-        charts.push(chart(h, "cb-fleet",
+        const fleet = await readConsumption({ from, to });
+        charts.push(chart("cb-fleet",
           `Fleet: unused commitment and on-demand use, every tenant, per 15 minutes of ${dayInput.value} (GB)`,
           byQuarter(fleet, from, to)));
       }

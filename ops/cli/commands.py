@@ -129,8 +129,19 @@ def reservations_cmd(
     states = [s for s in state if s != "live"]
     if "live" in state:
         states += LIVE_STATES
-    body: dict[str, Any] = {"state": sorted(set(states))}
+    body = {"state": sorted(set(states))} | _filters(session, tenant, pool, project, from_, to)
+    session.show(views.reservations(session, body, limit))
+
+
+def _filters(
+    session: Session, tenant: str | None, pool: str | None, project: str | None,
+    from_: str | None, to: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """--tenant, --pool, --project, --from and --to as a listing's body: the tenant acted
+    for (none: an operator's every tenant), pool and project by name or id, the times
+    parsed; what was not given is left out."""
     who = session.tenant(tenant, required=False)
+    body: dict[str, Any] = {}
     pool = session.pool_id(who, pool)
     project = session.project_id(who, project)
     for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
@@ -140,7 +151,7 @@ def reservations_cmd(
         body["from"] = parse_when(from_)
     if to:
         body["to"] = parse_when(to)
-    session.show(views.reservations(session, body, limit))
+    return body
 
 
 @click.command("reservation")
@@ -193,18 +204,8 @@ def usage_cmd(
     FOCUS 1.2 chargeback rows."""
     if click.get_current_context().invoked_subcommand is not None:
         return
-    body: dict[str, Any] = {"byReservation": True} if by_reservation else {}
-    who = session.tenant(tenant, required=False)
-    pool = session.pool_id(who, pool)
-    project = session.project_id(who, project)
-    for key, value in (("tenantId", who), ("poolId", pool), ("projectId", project)):
-        if value:
-            body[key] = value
-    if from_:
-        body["from"] = parse_when(from_)
-    if to:
-        body["to"] = parse_when(to)
-    session.show(views.usage(session, body))
+    body = {"byReservation": True} if by_reservation else {}
+    session.show(views.usage(session, body | _filters(session, tenant, pool, project, from_, to)))
 
 
 @usage_cmd.command("export")

@@ -207,14 +207,8 @@ def _at_risk_preview(session: Session, node_id: str, off: bool) -> View:
     reservation booked on it (each is put at risk by maintenance, SPEC §5)."""
     node = session.call("nodes.get", {"nodeId": node_id})
     state = node["state"]["maintenance"]
-    found: list[dict[str, Any]] = []
-    query: dict[str, Any] = {"nodeId": node_id, "state": list(LIVE_STATES), "limit": 200}
-    while True:
-        page = session.call("reservations.list", query)
-        found += page["reservations"]
-        if not page.get("nextCursor"):
-            break
-        query["cursor"] = page["nextCursor"]
+    query = {"nodeId": node_id, "state": list(LIVE_STATES), "limit": 200}
+    found = [r for page in session.pages("reservations.list", query) for r in page["reservations"]]
     if off:
         verb = "out of maintenance" if state["value"] else "out of maintenance (it is not in it)"
         line = f"dry run: {node_id} → {verb}; {count(len(found), 'reservation')} on it"

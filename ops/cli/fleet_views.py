@@ -53,13 +53,7 @@ def _pages(
     body = body | {"limit": 1000}
     body |= {"tenantId": tenant} if tenant else {}
     body |= {"poolId": pool} if pool else {}
-    found: list[dict[str, Any]] = []
-    while True:
-        page = session.call(method, body)
-        found += page[field]
-        if not page.get("nextCursor"):
-            return found
-        body["cursor"] = page["nextCursor"]
+    return [item for page in session.pages(method, body) for item in page[field]]
 
 
 def list_nodes(session: Session, tenant: str | None, pool: str | None) -> list[dict[str, Any]]:

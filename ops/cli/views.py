@@ -289,13 +289,10 @@ def reservation_row(r: dict[str, Any], names: dict[str, str] | None = None) -> d
 
 def reservations(session: Session, body: dict[str, Any], limit: int) -> View:
     found: list[dict[str, Any]] = []
-    query = dict(body) | {"limit": min(limit, 200)}
-    while len(found) < limit:
-        page = session.call("reservations.list", query)
+    for page in session.pages("reservations.list", body | {"limit": min(limit, 200)}):
         found += page["reservations"]
-        if not page.get("nextCursor"):
+        if len(found) >= limit:
             break
-        query["cursor"] = page["nextCursor"]
     found = found[:limit]
     names = pool_names(session, body.get("tenantId")) if found else {}
     rows = [reservation_row(r, names) for r in found]

@@ -21,7 +21,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from ops.kit.errors import OpsError
@@ -122,6 +122,17 @@ class ApiClient:
         except ValueError:
             why = "the answer is not JSON: is it a gpufleet coordinator?"
             raise Unreachable(url, why) from None
+
+    def pages(self, method: str, body: dict[str, Any]) -> Iterator[Any]:
+        """Each page of a listing in turn, following `nextCursor` to the end (the async
+        client's `pages` is the same walk); a caller that has enough stops early."""
+        cursor: str | None = None
+        while True:
+            page = self.call(method, body | ({"cursor": cursor} if cursor else {}))
+            yield page
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return
 
     def download(self, method: str, body: dict[str, Any], out: BinaryIO) -> int:
         """POST a method that streams its answer (an export) and copy it to `out` as it

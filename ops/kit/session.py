@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,10 @@ class Session:
 
     def call(self, method: str, body: dict[str, Any]) -> Any:
         return self.client().call(method, body)
+
+    def pages(self, method: str, body: dict[str, Any]) -> Iterator[Any]:
+        """Each page of a listing in turn (`ApiClient.pages`)."""
+        return self.client().pages(method, body)
 
     def me(self) -> dict[str, Any]:
         if self._me is None:

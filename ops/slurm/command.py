@@ -102,14 +102,8 @@ def _texts(conf: SlurmConf) -> dict[str, str]:
 
 
 def _inventories(session: Session, pool_id: str) -> tuple[str, list[dict[str, Any]]]:
-    items: list[dict[str, Any]] = []
-    body: dict[str, Any] = {"poolId": pool_id, "limit": PAGE}
-    while True:
-        page = session.call("nodes.inventories", body)
-        items += page["nodes"]
-        if not page.get("nextCursor"):
-            return str(page["poolName"]), items
-        body["cursor"] = page["nextCursor"]
+    pages = list(session.pages("nodes.inventories", {"poolId": pool_id, "limit": PAGE}))
+    return str(pages[-1]["poolName"]), [n for page in pages for n in page["nodes"]]
 
 
 def _replace(path: Path, text: str) -> None:

@@ -1,10 +1,11 @@
 """What the `gpufleet` end-to-end tests share: the fleet they run against (`World`: a
 coordinator, its agents and NATS, two tenants, a booking; `running_fleet` and
-`two_tenants` set it up) and
-running the real command in it, piped (`piped`) or on a pty (`on_terminal`)."""
+`two_tenants` set it up) and running the real command in it, piped (`piped`, `json_of`
+for its JSON answer) or on a pty (`on_terminal`)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ops.kit.client import ApiClient
 from ops.kit.embedded_nats import EmbeddedNats
@@ -60,6 +62,13 @@ def piped(
     )  # fmt: skip
     assert "Traceback" not in p.stderr, p.stderr
     return Ran(p.returncode, p.stdout, p.stderr)
+
+
+def json_of(world: World, *args: str, key: str | None = None) -> Any:
+    """The command's answer piped, as JSON (which it prints when piped); it must succeed."""
+    ran = piped(world, *args, key=key)
+    assert ran.code == 0, (args, ran.err)
+    return json.loads(ran.out)
 
 
 def on_terminal(world: World, *args: str, key: str | None = None) -> Ran:

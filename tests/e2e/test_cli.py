@@ -21,6 +21,7 @@ import pytest
 from tests.e2e.cli_world import (
     BIN,
     World,
+    json_of,
     on_terminal,
     piped,
     running_fleet,
@@ -92,18 +93,18 @@ def test_views_are_json_when_piped_and_tables_on_a_terminal(world: World) -> Non
 
 
 def test_a_tenant_key_acts_for_its_tenant_without_naming_it(world: World) -> None:
-    acme = json.loads(piped(world, "reservations", key=world.acme_key).out)
+    acme = json_of(world, "reservations", key=world.acme_key)
     assert [r["reservationId"] for r in acme] == [world.reservation]
-    globex = json.loads(piped(world, "pools", key=world.globex_key).out)
+    globex = json_of(world, "pools", key=world.globex_key)
     assert [p["name"] for p in globex] == ["mixed"]
-    assert json.loads(piped(world, "reservations", key=world.globex_key).out) == []
+    assert json_of(world, "reservations", key=world.globex_key) == []
     # Another tenant's reservation is as absent as a missing one.
     other = piped(world, "reservation", world.reservation, key=world.globex_key)
     assert other.code == 1 and "404 NOT_FOUND" in other.err, other.err
     denied = piped(world, "tenants", key=world.globex_key)
     assert denied.code == 1 and "PERMISSION_DENIED" in denied.err
     # Generated commands fill in tenantId too.
-    summary = json.loads(piped(world, "api", "capacity.summary", key=world.acme_key).out)
+    summary = json_of(world, "api", "capacity.summary", key=world.acme_key)
     assert summary["tenantId"] == "acme"
 
 
@@ -300,7 +301,7 @@ def test_server_strings_reach_the_terminal_inert(world: World) -> None:
 
 
 def test_coordinator_logs_access_and_audit_lines_without_secrets(world: World) -> None:
-    made = json.loads(piped(world, "api", "apiKeys.create", "--tenant-id", "globex").out)
+    made = json_of(world, "api", "apiKeys.create", "--tenant-id", "globex")
     m = piped(world, "maintenance", "h100-a", "--reason", "audit me")
     assert m.code == 0, m
     piped(world, "maintenance", "h100-a", "--off")

@@ -16,7 +16,7 @@ import pytest
 
 from agent.sim.faults import write_faults
 from shared.rfc3339 import parse_ms
-from tests.e2e.cli_world import World, on_terminal, piped, running_fleet, two_tenants
+from tests.e2e.cli_world import World, json_of, on_terminal, piped, running_fleet, two_tenants
 from tests.e2e.fleet_procs import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -48,7 +48,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def test_summary_operator_shows_the_whole_fleet(day: World) -> None:
     """docs/operator.md's install check: `gpufleet summary operator` with the operator key."""
-    data = json.loads(piped(day, "summary", "operator").out)
+    data = json_of(day, "summary", "operator")
     assert {p["name"] for p in data["pools"]} == {"h100-east", "mixed"}, data
     assert data["byGpuModel"]["H100"]["total"] == 8, data
     # The mixed pool's A100s and L40S each have their totals, not one `other`.
@@ -61,7 +61,7 @@ def test_summary_operator_shows_the_whole_fleet(day: World) -> None:
     (row,) = [x for x in shown.out.splitlines() if x.startswith("other: ") and "L40S" in x]
     assert row.split()[-5:] == ["4", "4", "0", "0", "4"], row
     # A tenant named is still that tenant's view.
-    globex = json.loads(piped(day, "summary", "globex").out)
+    globex = json_of(day, "summary", "globex")
     assert [p["name"] for p in globex["pools"]] == ["mixed"]
 
 
@@ -73,7 +73,7 @@ def test_reserve_extend_and_release_from_flags(day: World) -> None:
     line = booked.out.strip()
     assert re.fullmatch(r"rsv_\w+ active: 2 gpu on h100-a, \S+ → \S+", line), line
     rid = line.split()[0]
-    got = json.loads(piped(day, "reservation", rid, key=key).out)
+    got = json_of(day, "reservation", rid, key=key)
     assert got["poolId"] == day.h100 and len(got["atoms"]) == 2
     # Piped: the API's answer, a lease and a window by --start/--end.
     leased = piped(day, "reserve", "-p", day.h100, "--start", "+1h", "--end", "+3h",
@@ -87,10 +87,10 @@ def test_reserve_extend_and_release_from_flags(day: World) -> None:
     # An operator names no tenant: the reservation's own is used.
     released = on_terminal(day, "release", rid)
     assert released.out.strip().startswith(f"{rid} → released"), released.out
-    gone = json.loads(piped(day, "release", made["reservationId"], key=key).out)
+    gone = json_of(day, "release", made["reservationId"], key=key)
     assert gone["state"] == "released"
     # Bad input: a clear error, nothing booked.
-    before = len(json.loads(piped(day, "reservations", "--state", "live").out))
+    before = len(json_of(day, "reservations", "--state", "live"))
     for args, said in (
         (["-d", "1h", "--end", "+2h"], "give --duration or --end"),
         (["-d", "1h", "-m", "A100"], "no GPU model 'A100' in that pool"),
@@ -99,7 +99,7 @@ def test_reserve_extend_and_release_from_flags(day: World) -> None:
         bad = piped(day, "reserve", "-p", "h100-east", *args, key=key)
         assert bad.code in (1, 2) and said in bad.err, (args, bad.err)
         assert len(bad.err.strip().splitlines()) == 1, bad.err
-    assert len(json.loads(piped(day, "reservations", "--state", "live").out)) == before
+    assert len(json_of(day, "reservations", "--state", "live")) == before
 
 
 def test_extend_moves_a_bookings_end_on_its_own_gpus(day: World) -> None:
@@ -107,7 +107,7 @@ def test_extend_moves_a_bookings_end_on_its_own_gpus(day: World) -> None:
     changed, and with --dry-run changes nothing; a booking of those GPUs after it makes
     it a one-line refusal, nothing changed."""
     key = day.acme_key
-    made = json.loads(piped(day, "reserve", "-p", "h100-east", "-d", "1h", key=key).out)
+    made = json_of(day, "reserve", "-p", "h100-east", "-d", "1h", key=key)
     rid, end = made["reservationId"], parse_ms(made["end"])
 
     op = day.fleet.operator()
@@ -127,7 +127,7 @@ def test_extend_moves_a_bookings_end_on_its_own_gpus(day: World) -> None:
     assert end_now() == end + 1_800_000
     # Piped: the API's answer; --until takes a time, here an hour after the first end.
     until = datetime.fromtimestamp((end + 3_600_000) / 1000, UTC).isoformat()
-    answer = json.loads(piped(day, "extend", rid, "--until", until, key=key).out)
+    answer = json_of(day, "extend", rid, "--until", until, key=key)
     assert (parse_ms(answer["previousEnd"]), parse_ms(answer["end"]), answer["dryRun"]) == (
         end + 1_800_000, end + 3_600_000, False,
     )  # fmt: skip
@@ -160,44 +160,36 @@ def test_maintenance_dry_run_lists_what_it_would_put_at_risk(day: World) -> None
                      r"changed", shown.out), shown.out  # fmt: skip
     held = [x for x in shown.out.splitlines() if day.reservation in x]
     assert len(held) == 1 and "h100-a" in held[0], shown.out
-    data = json.loads(piped(day, "maintenance", "h100-a", "--dry-run").out)
+    data = json_of(day, "maintenance", "h100-a", "--dry-run")
     assert data["dryRun"] is True and day.reservation in {
         r["reservationId"] for r in data["reservations"]
     }, data
     assert all(r["state"] in ("scheduled", "active", "noticed") for r in data["reservations"])
     # Nothing changed: the node is ready, the booking not at risk.
-    node = json.loads(piped(day, "node", "h100-a").out)
+    node = json_of(day, "node", "h100-a")
     assert node["status"] == "ready" and not node["state"]["maintenance"]["value"]
-    booking = json.loads(piped(day, "reservation", day.reservation).out)
+    booking = json_of(day, "reservation", day.reservation)
     assert booking.get("atRisk") is None, booking
     empty = on_terminal(day, "maintenance", "l40s-a", "--dry-run")
     assert "would put 0 reservations at risk" in empty.out and "no bookings on it" in empty.out
 
 
-def _reservation(day: World, rid: str) -> dict[str, Any]:
-    return dict(json.loads(piped(day, "reservation", rid).out))
-
-
 def test_reservations_show_since_when_a_booking_is_idle(day: World) -> None:
     """The fixture's booking runs nothing (until the next test runs a process on it)."""
-    wait_for(lambda: "idleSince" in _reservation(day, day.reservation), timeout=30,
+    wait_for(lambda: "idleSince" in json_of(day, "reservation", day.reservation), timeout=30,
              what="the booking judged idle")  # fmt: skip
-    since = _reservation(day, day.reservation)["idleSince"]
+    since = json_of(day, "reservation", day.reservation)["idleSince"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", since), since
     table = on_terminal(day, "reservations", "--state", "live")
     assert re.search(r"NODES\s+IDLE SINCE\s+AT RISK", table.out), table.out
     (row,) = [x for x in table.out.splitlines() if day.reservation in x]
     assert since[:19] in row, (since, row)
-    listed = json.loads(piped(day, "reservations", "--state", "live").out)
+    listed = json_of(day, "reservations", "--state", "live")
     assert {r["reservationId"]: r.get("idleSince") for r in listed}[day.reservation] == since
 
 
-def _node(day: World, node_id: str) -> dict[str, Any]:
-    return dict(json.loads(piped(day, "node", node_id).out))
-
-
 def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
-    atoms = _node(day, "h100-a")["atoms"]
+    atoms = json_of(day, "node", "h100-a")["atoms"]
     held = next(a for a in atoms if (a.get("heldBy") or {}).get("reservationId") == day.reservation)
     free = next(a for a in atoms if a["class"] == "gpu" and not a.get("heldBy"))
     write_faults(Path(day.tmp) / "faults.json", [
@@ -209,13 +201,13 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
     ])  # fmt: skip
 
     def users(atom_id: str) -> list[str]:
-        a = next(x for x in _node(day, "h100-a")["atoms"] if x["atomId"] == atom_id)
+        a = next(x for x in json_of(day, "node", "h100-a")["atoms"] if x["atomId"] == atom_id)
         return [u["owner"] for u in (a.get("use") or {}).get("users", [])]
 
     wait_for(lambda: users(free["atomId"]) == [POD] and users(held["atomId"]) != [],
              timeout=60, what="both processes seen")  # fmt: skip
     # In use now: no longer idle.
-    wait_for(lambda: "idleSince" not in _reservation(day, day.reservation), timeout=30,
+    wait_for(lambda: "idleSince" not in json_of(day, "reservation", day.reservation), timeout=30,
              what="the booking in use")  # fmt: skip
     try:
         node = on_terminal(day, "node", "h100-a")
@@ -228,11 +220,11 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
         assert "pool h100-east" in node.out  # the pool by name
 
         # gpus: every GPU of the fleet, filterable; unbooked use found at once.
-        every = json.loads(piped(day, "gpus").out)
+        every = json_of(day, "gpus")
         assert {g["nodeId"] for g in every} == {"h100-a", "a100-a", "l40s-a"}, every
-        unbooked = json.loads(piped(day, "gpus", "--state", "unbooked").out)
+        unbooked = json_of(day, "gpus", "--state", "unbooked")
         assert [g["atomId"] for g in unbooked] == [free["atomId"]], unbooked
-        l40s = json.loads(piped(day, "gpus", "-m", "l40s", "-p", "mixed").out)
+        l40s = json_of(day, "gpus", "-m", "l40s", "-p", "mixed")
         assert len(l40s) == 4 and {g["nodeId"] for g in l40s} == {"l40s-a"}, l40s
         table = on_terminal(day, "gpus", "--state", "held", "-l", "gpu.count=8")
         rows = [x for x in table.out.splitlines() if x.startswith("h100-a")]
@@ -248,9 +240,9 @@ def test_node_gpus_and_nodes_show_use_like_nvidia_smi(day: World) -> None:
         (h100,) = [x for x in nodes.out.splitlines() if x.startswith("h100-a")]
         assert re.search(r"\b8\s+2\s+6\s+2\b", h100), h100
         assert "l40s-a" not in nodes.out
-        only = json.loads(piped(day, "nodes", "-l", "gpu.count=4").out)
+        only = json_of(day, "nodes", "-l", "gpu.count=4")
         assert [n["nodeId"] for n in only] == ["l40s-a"], only
-        assert json.loads(piped(day, "nodes", "-s", "maintenance").out) == []
+        assert json_of(day, "nodes", "-s", "maintenance") == []
     finally:
         write_faults(Path(day.tmp) / "faults.json", [])
 
@@ -259,7 +251,7 @@ def test_node_and_gpus_name_a_containers_owner(day: World) -> None:
     """Issue 34: a process in a Docker container shows as `container:<name>`, here the
     hostname Docker gave it (the agent reads it from /proc/<pid>/environ), in the API,
     `node` on a terminal and `gpus` piped."""
-    atoms = _node(day, "h100-a")["atoms"]
+    atoms = json_of(day, "node", "h100-a")["atoms"]
     gpu = next(a for a in atoms if a["class"] == "gpu" and not a.get("heldBy"))
     write_faults(Path(day.tmp) / "faults.json", [
         {"kind": "process", "pid": 515, "gpu": gpu["attrs"]["gpuIndex"], "memory_mib": 1024,
@@ -267,7 +259,7 @@ def test_node_and_gpus_name_a_containers_owner(day: World) -> None:
     ])  # fmt: skip
 
     def users() -> list[dict[str, Any]]:
-        a = next(x for x in _node(day, "h100-a")["atoms"] if x["atomId"] == gpu["atomId"])
+        a = next(x for x in json_of(day, "node", "h100-a")["atoms"] if x["atomId"] == gpu["atomId"])
         return list((a.get("use") or {}).get("users", []))
 
     try:
@@ -287,7 +279,7 @@ def test_projects_are_issued_and_named_wherever_an_id_is_asked(day: World) -> No
     made = on_terminal(day, "projects", "create", "llm", key=key)
     assert re.fullmatch(r"project llm created for acme: prj_\w{26}", made.out.strip()), made.out
     pid = made.out.split()[-1]
-    listed = json.loads(piped(day, "projects", "list", key=key).out)
+    listed = json_of(day, "projects", "list", key=key)
     assert [(p["name"], p["projectId"]) for p in listed] == [("llm", pid)]
     table = on_terminal(day, "projects", "list")  # operator: every tenant's
     assert re.search(rf"^llm\s+{pid}\s+acme\b", table.out, re.M), table.out
@@ -300,7 +292,7 @@ def test_projects_are_issued_and_named_wherever_an_id_is_asked(day: World) -> No
     assert booked["projectId"] == pid, booked
     for args in (["reservations", "--project", "llm"],
                  ["api", "reservations.list", "--project-id", "llm"]):  # fmt: skip
-        found = json.loads(piped(day, *args, key=key).out)
+        found = json_of(day, *args, key=key)
         rows = found["reservations"] if isinstance(found, dict) else found
         assert [r["reservationId"] for r in rows] == [booked["reservationId"]], (args, found)
     assert piped(day, "usage", "--project", "llm", key=key).code == 0
@@ -315,8 +307,8 @@ def test_api_takes_pool_names_and_prints_tables_and_help_names_no_files(day: Wor
     assert rows.code == 0 and not rows.out.lstrip().startswith("{"), rows.out
     assert re.search(r"^RESOURCE\s+TOTAL\s+ALLOCATABLE", rows.out, re.M), rows.out
     assert f"poolId: {day.h100}" in rows.out
-    piped_json = json.loads(piped(day, "api", "capacity.byPool", "--tenant-id", "acme",
-                                  "--pool-id", "h100-east").out)  # fmt: skip
+    piped_json = json_of(day, "api", "capacity.byPool", "--tenant-id", "acme",
+                                  "--pool-id", "h100-east")  # fmt: skip
     assert piped_json["poolId"] == day.h100
     csv_out = piped(day, "api", "nodes.list", "-o", "csv").out.splitlines()
     assert csv_out[0].startswith("nodeId,") and len(csv_out) == 4, csv_out

@@ -12,10 +12,10 @@ import aiohttp
 import nats
 import pytest
 
-from coordinator.app import Coordinator, running_coordinator
+from coordinator.app import running_coordinator
 from shared.wire import Alert
 from tests.integration.conftest import Api, coordinator_settings
-from tests.integration.coordinator.services.use_agent import Agent, gpu, unit
+from tests.integration.coordinator.services.use_agent import Agent, gpu, unit, use_passes
 from tests.waiting import eventually
 
 
@@ -24,20 +24,6 @@ def _count(alerts: list[Alert], kind: str) -> int:
     that stops between publishing and marking an alert sent leaves it to the next), and
     a plain subscriber sees each publish; JetStream and every consumer dedupe by id."""
     return len({a.alert_id for a in alerts if a.kind == kind})
-
-
-async def _passes(c: Coordinator, n: int) -> None:
-    """Wait until `c` has made `n` more use passes as the leader."""
-    assert c.gpu_use is not None
-    watch, seen, last = c.gpu_use, [0], [c.gpu_use.lines]
-
-    async def made() -> bool:
-        if watch.lines is not last[0]:
-            last[0] = watch.lines
-            seen[0] += 1
-        return seen[0] >= n
-
-    await eventually(made, within_s=30)
 
 
 @pytest.mark.timeout(240)
@@ -76,7 +62,7 @@ async def test_a_new_leader_says_no_use_condition_again_and_ends_each_once(
 
         async def beating() -> None:
             while True:
-                await agent.beat(use_base=agent.version, use_version=agent.version)
+                await agent.beat_same_use()
                 await asyncio.sleep(0.2)
 
         beats = asyncio.create_task(beating())
@@ -93,7 +79,7 @@ async def test_a_new_leader_says_no_use_condition_again_and_ends_each_once(
             return b.leadership.is_leader
 
         await eventually(took_over, within_s=30)
-        await _passes(b, 10)  # well past idle_after_s (1 s) and many passes
+        await use_passes(b, 10, within_s=30)  # well past idle_after_s (1 s) and many passes
         assert _count(agent.alerts, "gpu.unbookedUse") == 1
         assert _count(agent.alerts, "reservation.idle") == 1
 
@@ -101,7 +87,7 @@ async def test_a_new_leader_says_no_use_condition_again_and_ends_each_once(
         await agent.report(gpu(free), gpu(held, (rid, "reservation"), util=90))
         await agent.wait_for("gpu.unbookedUseEnded")
         await agent.wait_for("reservation.inUse")
-        await _passes(b, 5)
+        await use_passes(b, 5, within_s=30)
         assert _count(agent.alerts, "gpu.unbookedUseEnded") == 1
         assert _count(agent.alerts, "reservation.inUse") == 1
         assert b.gpu_use is not None and b.gpu_use.idle == ()

@@ -19,7 +19,7 @@ from shared.clock import FakeClock
 from shared.wire import OwnerMemory, UseReport
 from tests.integration.conftest import Api, coordinator_settings
 from tests.integration.coordinator.api.test_intervals import iso
-from tests.integration.coordinator.services.test_use_alerts import Agent, gpu
+from tests.integration.coordinator.services.use_agent import Agent, gpu, use_passes
 from tests.waiting import eventually
 
 
@@ -69,18 +69,13 @@ async def _charged(ruled: Coordinator, clock: FakeClock, nc: nats.NATS, key: str
             node = watch.book.nodes.get(agent.inv.node_id)
             return node is not None and len(node.memory) == 2
 
-        await agent.beat(use_base=agent.version, use_version=agent.version)
+        await agent.beat_same_use()
         await eventually(held)
         start = clock.now_ms() - clock.now_ms() % Q
         for _ in range(12):  # passes 1 s apart, the node beating (reachable, use fresh)
             clock.advance(1_000)
-            await agent.beat(use_base=agent.version, use_version=agent.version)
-            mark = watch.lines
-
-            async def passed(mark: object = mark) -> bool:
-                return watch.lines is not mark
-
-            await eventually(passed)
+            await agent.beat_same_use()
+            await use_passes(ruled)
 
         async def rows() -> dict[str | None, float]:
             query = {"from": iso(start), "to": iso(start + 4 * Q)}

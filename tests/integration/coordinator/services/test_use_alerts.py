@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator
 from shared.clock import FakeClock
@@ -21,22 +19,18 @@ from tests.integration.coordinator.services.use_agent import (
     Agent,
     book_gpus,
     gpu,
+    metrics,
     on_the_bus,
+    samples,
     unit,
+    use_passes,
 )
 from tests.waiting import eventually
 
 
-async def _scrape(
-    session: aiohttp.ClientSession, c: Coordinator, key: str
-) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    async with session.get(f"{c.url}/metrics", headers={"Authorization": f"Bearer {key}"}) as r:
-        text = await r.text()
-    return {
-        (m.name, tuple(sorted(s.labels.items()))): s.value
-        for m in text_string_to_metric_families(text)
-        for s in m.samples
-    }
+def _series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A /metrics page's values by name and labels."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples(text)}
 
 
 def _labels(base: dict[str, str], **more: str) -> tuple[tuple[str, str], ...]:
@@ -105,12 +99,12 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         # the node reachable meanwhile), and in use again when a process works there.
         for _ in range(IDLE_AFTER_S // 2 + 1):
             clock.advance(2000)
-            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await agent.beat_same_use()
         (idle,) = await agent.wait_for("reservation.idle")
         assert (idle.reservation_id, idle.details["tenantId"]) == (rid2, "acme")
         # While it lasts the metrics say it too (the shipped rule fires on it).
         idle_series = ("reservation", rid2), ("tenant", "acme"), ("pool", pool), ("node", "n1")
-        scraped = await _scrape(session, used, key)
+        scraped = _series(await metrics(used, session, key))
         since = scraped[("gpufleet_reservation_idle_since_seconds", tuple(sorted(idle_series)))]
         assert since == idle.details["idleSince"] / 1000
         await agent.delta(gpu(g2, (rid2, "reservation"), util=90))
@@ -119,7 +113,7 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
             # The agent's heartbeats go on meanwhile, as a real agent's do.
             if not any(a.kind == "reservation.inUse" for a in agent.alerts):
                 clock.advance(2000)
-                await agent.beat(use_base=agent.version, use_version=agent.version)
+                await agent.beat_same_use()
                 await asyncio.sleep(0.2)
             return any(a.kind == "reservation.inUse" for a in agent.alerts)
 
@@ -138,14 +132,8 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         # What the ledger accounts: r1 used its GPU the whole time at 80 %, r2 only at
         # the end; the pod's GPU was used unbooked.
         clock.advance(2000)
-        await agent.beat(use_base=agent.version, use_version=agent.version)
-        assert used.gpu_use is not None
-        mark = used.gpu_use.lines
-
-        async def accounted() -> bool:
-            return used.gpu_use is not None and used.gpu_use.lines is not mark
-
-        await eventually(accounted)
+        await agent.beat_same_use()
+        await use_passes(used)
         report = await api.ok("usage.report", {"byReservation": True})
         rows = {r["reservationId"]: r for r in report["byReservation"]}
         assert set(rows) == {rid1, rid2}
@@ -179,15 +167,7 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         assert by_tenant[free]["processes"] == 1 and by_tenant[free]["users"] == []
 
         # The metrics: who holds and who uses each GPU, by UUID.
-        async with session.get(
-            f"{used.url}/metrics", headers={"Authorization": f"Bearer {key}"}
-        ) as resp:
-            text = await resp.text()
-        series = {
-            (m.name, tuple(sorted(s.labels.items()))): s.value
-            for m in text_string_to_metric_families(text)
-            for s in m.samples
-        }
+        series = _series(await metrics(used, session, key))
         base = {"node": "n1", "pool": pool}
         assert series[("gpufleet_gpu_in_use", _labels(base, UUID=free))] == 1
         foreign_user = _labels(
@@ -256,18 +236,13 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
         ]  # fmt: skip
         # A few more passes: nothing said again while the same owners run.
         for _ in range(3):
-            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await agent.beat_same_use()
             await asyncio.sleep(0.1)
         assert sum(a.kind == "gpu.foreignUse" for a in agent.alerts) == 3
         # The metrics say the same: the pod is foreign on the GPU it does not hold.
-        async with session.get(
-            f"{used.url}/metrics", headers={"Authorization": f"Bearer {key}"}
-        ) as resp:
-            text = await resp.text()
         matches = {
             (s.labels["user_kind"], s.labels["user"]): s.labels["match"]
-            for m in text_string_to_metric_families(text)
-            for s in m.samples
+            for s in samples(await metrics(used, session, key))
             if s.name == "gpufleet_gpu_user_info" and s.labels["UUID"] == g0
         }
         assert matches == {
@@ -283,6 +258,6 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
             ("unknown", ""), ("pod", "pod-7"), ("slurm", "42"),
         }  # fmt: skip
         for _ in range(3):
-            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await agent.beat_same_use()
             await asyncio.sleep(0.1)
         assert [a.kind for a in agent.alerts].count("gpu.foreignUseEnded") == 3

@@ -19,7 +19,6 @@ import string
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.app import Coordinator
 from coordinator.domain.gpu_use_join import Policy
@@ -27,46 +26,21 @@ from coordinator.domain.gpu_use_owners import MAX_OWNERS_PER_UNIT
 from shared.clock import FakeClock
 from shared.ids import new_reservation_id
 from shared.wire import DeviceHealth, DeviceUse, ProcessUse
-from tests.integration.coordinator.services.use_agent import Agent, book_gpus, gpu, on_the_bus
+from tests.integration.coordinator.services.use_agent import (
+    Agent,
+    book_gpus,
+    gpu,
+    metrics,
+    on_the_bus,
+    pass_after,
+    samples,
+    unit,
+)
 from tests.waiting import eventually
 
 
 def _fake(i: int) -> DeviceUse:
     return DeviceUse(device_id=f"GPU-fake-{i}", processes=(ProcessUse(pid=i),))
-
-
-async def _pass_after(c: Coordinator, agent: Agent) -> None:
-    """Wait until the coordinator holds the agent's latest use, then for a use pass
-    that saw it."""
-    watch = c.gpu_use
-    assert watch is not None
-
-    async def held() -> bool:
-        node = watch.book.nodes.get(agent.inv.node_id)
-        return node is not None and node.version == agent.version
-
-    await eventually(held)
-    # Two passes: the first may have begun before the use arrived.
-    for _ in range(2):
-        await _next_pass(c)
-
-
-async def _next_pass(c: Coordinator) -> None:
-    watch = c.gpu_use
-    assert watch is not None
-    mark = watch.lines
-
-    async def passed() -> bool:
-        return watch.lines is not mark
-
-    await eventually(passed)
-
-
-async def _metrics(c: Coordinator, session: aiohttp.ClientSession, key: str) -> str:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with session.get(f"{c.url}/metrics", headers=headers) as resp:
-        assert resp.status == 200
-        return await resp.text()
 
 
 async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock) -> None:
@@ -86,10 +60,10 @@ async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock)
             return used.ingest.dropped["unknown_device"] == 21
 
         await eventually(counted)
-        await _pass_after(used, agent)
+        await pass_after(used, agent)
         clock.advance(2000)
-        await agent.beat(use_base=agent.version, use_version=agent.version)
-        await _pass_after(used, agent)
+        await agent.beat_same_use()
+        await pass_after(used, agent)
 
         assert used.gpu_use is not None
         assert set(used.gpu_use.book.nodes["n1"].devices) == {real}
@@ -101,19 +75,17 @@ async def test_a_host_cannot_invent_devices(used: Coordinator, clock: FakeClock)
         # The real GPU's unbooked use is accounted, nothing else: one bucket.
         buckets = await used.ledger.gpu_use.buckets(0, clock.now_ms() + 1)
         assert len(buckets) == 1 and buckets[0].used_ms > 0
-        text = await _metrics(used, session, key)
+        text = await metrics(used, session, key)
         assert "GPU-fake" not in text
         uuids = {
             s.labels["UUID"]
-            for m in text_string_to_metric_families(text)
-            for s in m.samples
-            if m.name.startswith("gpufleet_gpu_") and "UUID" in s.labels
+            for s in samples(text)
+            if s.name.startswith("gpufleet_gpu_") and "UUID" in s.labels
         }
         assert uuids == {"GPU-n1-0", "GPU-n1-1"}
         dropped = {
             s.labels["reason"]: s.value
-            for m in text_string_to_metric_families(text)
-            for s in m.samples
+            for s in samples(text)
             if s.name == "gpufleet_ingest_dropped_total"
         }
         assert dropped["unknown_device"] == 21
@@ -140,7 +112,7 @@ async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_a
         pool = agent.inv.pool_id
         r = await book_gpus(api, pool, 1)
         rid = str(r["reservationId"])
-        g = str(r["atoms"][0]["atomId"]).split(":gpu:", 1)[1]
+        g = unit(r)
         (spare,) = {"GPU-n1-0", "GPU-n1-1"} - {g}
         # A real alert first: the other GPU turns unhealthy.
         await agent.beat(devices=(DeviceHealth(device_id=spare, status="unhealthy"),))
@@ -152,10 +124,10 @@ async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_a
         for _ in range(rewrites):
             names = [_made_up() if i % 2 else new_reservation_id() for i in range(250)]
             await agent.report(gpu(g, own, *((n, "reservation") for n in names)))
-            await _pass_after(used, agent)
+            await pass_after(used, agent)
             # The processes exit; the next ones are new.
             await agent.report(gpu(g, own))
-            await _pass_after(used, agent)
+            await pass_after(used, agent)
         burst = Policy().unit_alert_burst
         said = [a for a in agent.alerts if a.kind == "gpu.foreignUse"]
         assert len(said) == burst
@@ -168,28 +140,25 @@ async def test_processes_naming_made_up_reservations_make_a_bounded_handful_of_a
         # one alert counting every start held.
         names = [_made_up() for _ in range(250)]
         await agent.report(gpu(g, own, *((n, "reservation") for n in names)))
-        await _pass_after(used, agent)
+        await pass_after(used, agent)
         clock.advance(Policy().unit_alert_every_ms)
-        await agent.beat(use_base=agent.version, use_version=agent.version)
+        await agent.beat_same_use()
         (summed,) = [
             a for a in await agent.wait_for("gpu.foreignUse", burst + 1) if "repeats" in a.details
         ]
         assert summed.details["repeats"] == rewrites - burst + 1
         for _ in range(3):
-            await agent.beat(use_base=agent.version, use_version=agent.version)
+            await agent.beat_same_use()
             await asyncio.sleep(0.1)
         assert sum(a.kind == "gpu.foreignUse" for a in agent.alerts) == burst + 1
         events = await used.ledger.catalog.events("n1")
         assert sum(e.kind == "gpu.foreignUse" for e in events) == burst + 1
         # What the metrics say of the GPU stays bounded too.
         await agent.report(gpu(g, own, *((_made_up(), "reservation") for _ in range(250))))
-        await _pass_after(used, agent)
-        text = await _metrics(used, session, key)
+        await pass_after(used, agent)
+        text = await metrics(used, session, key)
         users = [
-            s
-            for m in text_string_to_metric_families(text)
-            for s in m.samples
-            if s.name == "gpufleet_gpu_user_info" and s.labels["UUID"] == g
+            s for s in samples(text) if s.name == "gpufleet_gpu_user_info" and s.labels["UUID"] == g
         ]
         assert 1 <= len(users) <= MAX_OWNERS_PER_UNIT
         # The real alert is still in the console's feed, for the operator and the tenant.

@@ -1,6 +1,8 @@
-"""The bus side of one simulated agent (`Agent`) and the set-up the use tests share
-(`on_the_bus`: the operator's API session and a NATS connection to a running
-coordinator), for the use tests here and in tests/integration/coordinator/app."""
+"""The bus side of one simulated agent (`Agent`) and what the use tests share: the
+set-up (`on_the_bus`: the operator's API session and a NATS connection to a running
+coordinator), waiting for the coordinator's use passes (`use_passes`, `pass_after`) and
+reading its metrics (`metrics`, `samples`), for the use tests here and in
+tests/integration/coordinator/app."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any, NamedTuple
 
 import aiohttp
 import nats
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from coordinator.app import Coordinator
 from shared.subjects import Subjects
@@ -90,6 +94,10 @@ class Agent:
         await self.nc.publish(self.subjects.heartbeat(hb.pool_id, hb.node_id), hb.to_json())
         await self.nc.flush()
 
+    async def beat_same_use(self) -> None:
+        """A heartbeat saying the node's use is still the version it last sent."""
+        await self.beat(use_base=self.version, use_version=self.version)
+
     async def delta(self, *devices: DeviceUse, base: int | None = None) -> None:
         """A heartbeat carrying these devices' new use on top of `base` (ours by default)."""
         base = self.version if base is None else base
@@ -103,7 +111,7 @@ class Agent:
             sent_at=0, use_version=self.version, devices=devices,
         )  # fmt: skip
         await self.nc.publish(self.subjects.use(report.pool_id, report.node_id), report.to_json())
-        await self.beat(use_base=self.version, use_version=self.version)
+        await self.beat_same_use()
 
     async def wait_for(self, kind: str, count: int = 1) -> list[Alert]:
         async def arrived() -> bool:
@@ -125,3 +133,45 @@ def unit(reservation: dict[str, object]) -> str:
     atoms = reservation["atoms"]
     assert isinstance(atoms, list)
     return str(atoms[0]["atomId"]).split(":gpu:", 1)[1]
+
+
+async def use_passes(c: Coordinator, n: int = 1, within_s: float = 10.0) -> None:
+    """Wait until `c` has made `n` more use passes (as the leader: only it makes them)."""
+    watch = c.gpu_use
+    assert watch is not None
+    seen, last = 0, watch.lines
+
+    async def made() -> bool:
+        nonlocal seen, last
+        if watch.lines is not last:
+            seen, last = seen + 1, watch.lines
+        return seen >= n
+
+    await eventually(made, within_s=within_s)
+
+
+async def pass_after(c: Coordinator, agent: Agent) -> None:
+    """Wait until `c` holds the agent's latest use, then for a use pass that saw it."""
+    watch = c.gpu_use
+    assert watch is not None
+
+    async def held() -> bool:
+        node = watch.book.nodes.get(agent.inv.node_id)
+        return node is not None and node.version == agent.version
+
+    await eventually(held)
+    # Two passes: the first may have begun before the use arrived.
+    await use_passes(c, 2)
+
+
+async def metrics(c: Coordinator, session: aiohttp.ClientSession, key: str) -> str:
+    """The coordinator's /metrics page as `key` reads it."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with session.get(f"{c.url}/metrics", headers=headers) as resp:
+        assert resp.status == 200
+        return await resp.text()
+
+
+def samples(text: str) -> list[Sample]:
+    """Every sample of a /metrics page."""
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]

@@ -4,7 +4,12 @@ what stands in the way of the time it adds.
 A booking keeps its devices: extending it asks whether the very atoms (and node
 resources) it holds are free for `[old end, new end)` — against every other booking's
 claims in that window (`claims.conflicts`, the rule the placer and the database apply),
-the nodes' scalar capacity and the pool's memory — never where else it might go.
+the nodes' scalar capacity and the pool's memory — never where else it might go. The
+added time is judged as a create of those devices over it would be: none on a node out
+of service (unreachable, maintenance or held there for a pool move, provisioning or
+held for its shape, unhealthy), none on an atom gone unhealthy (the placer never gives
+one). A whole-node booking takes its node's every device, faulty ones too, as when it
+was booked: a faulty GPU on an allocatable node leaves it at risk, not refused.
 Moving the end earlier (not past now) frees time and needs no check. Pure: the window's
 snapshot, the booking's own node resources and `now` are passed in.
 """
@@ -67,6 +72,7 @@ def blockers(
     each as `{nodeId, atomId | resource, reason}`; [] when nothing does. Other bookings
     are never named (they may be another tenant's)."""
     nodes = {n.node_id: n for n in snap.nodes}
+    whole = {b.node_id for b in res.atoms if b.cls == "node"}
     found: list[dict[str, Any]] = []
     for booked in res.atoms:
         node = nodes.get(booked.node_id)
@@ -78,6 +84,9 @@ def blockers(
         atom = next((a for a in node.atoms if a.atom_id == booked.atom_id), None)
         if atom is None:
             found.append(where | {"reason": "no longer one of its node's devices"})
+            continue
+        if not atom.healthy and booked.node_id not in whole:
+            found.append(where | {"reason": "its device is unhealthy"})
             continue
         held = snap.held.get(node.node_id) or ()
         if any(

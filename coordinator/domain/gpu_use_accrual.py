@@ -17,7 +17,10 @@ each for its own slots and weighted by its own processes' utilization where they
 one; a process none of its holders owns (no owner, a pod, a foreign reservation) is
 split evenly among the holders with no process of their own. A holder with neither is
 credited nothing. The part of [a, b) no booking covers goes to the unbooked bucket
-(reservation ""). So, for every reservation, used ≤ booked, and weighted ≤ used.
+(reservation "") of the tenant its processes' owners belong to at that pass
+(`unbooked_tenant`): a bucket is keyed by tenant too, so two tenants taking one unbooked
+GPU in turn within an hour each have their own time, never the first one's. So, for
+every reservation, used ≤ booked, and weighted ≤ used.
 
 Amounts are integer unit-milliseconds, rounded down.
 """
@@ -43,11 +46,12 @@ class AccrualKey:
     node_id: str
     unit: str
     resource: str
+    # The reservation's tenant; of unbooked use, its owners' (UNATTRIBUTED: nobody's).
+    tenant_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class AccrualWho:
-    tenant_id: str  # "" for unbooked use
     pool_id: str
     project_id: str | None
 
@@ -111,10 +115,10 @@ def _credit(
     credit = shares({h.reservation_id for h in present}, use) if shared else {}
     for h in present:
         part, h_util = credit.get(h.reservation_id, (0.0, None)) if shared else (1.0, util)
-        key = AccrualKey(hour, h.reservation_id, node_id, unit, h.resource)
+        key = AccrualKey(hour, h.reservation_id, node_id, unit, h.resource, h.tenant_id)
         add(
             key,
-            AccrualWho(h.tenant_id, h.pool_id, h.project_id),
+            AccrualWho(h.pool_id, h.project_id),
             length * part / len(h.units),
             h_util,
         )
@@ -123,8 +127,8 @@ def _credit(
 def unbooked_tenant(use: DeviceUse, tenant_of: Mapping[str, str]) -> str:
     """The tenant a unit's unbooked time is charged to (on demand): the one tenant its
     processes' owners' reservations belong to, else nobody ("": unattributed, kept
-    apart). A unit whose processes belong to several tenants is unattributed, never
-    counted for two: its bucket has one key per hour and node."""
+    apart). A unit whose processes belong to several tenants at once is unattributed,
+    never counted for two; tenants that follow one another each have their own time."""
     tenants = {
         tenant_of.get(p.owner, UNATTRIBUTED) if p.owner_kind == "reservation" else UNATTRIBUTED
         for p in use.processes
@@ -174,8 +178,8 @@ def accrue(
                     _credit(add, hour, node_id, unit, use, util, present, hi - lo)
                 spans = ((h.start, h.end) for h in holders)
                 free = (end - start) - _covered_length(spans, start, end)
-                key = AccrualKey(hour, UNBOOKED, node_id, unit, "gpu")
-                add(key, AccrualWho(tenant, pool_id, None), free, util)
+                key = AccrualKey(hour, UNBOOKED, node_id, unit, "gpu", tenant)
+                add(key, AccrualWho(pool_id, None), free, util)
     return out
 
 

@@ -121,6 +121,7 @@ class UnitLine:
     holders: tuple[str, ...]  # reservation ids
     users: tuple[str, ...]  # owners of its processes ("" when unknown)
     owner_kinds: tuple[str, ...]
+    owner_names: tuple[str, ...]  # each process's owner's readable name ("" unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +281,11 @@ def _foreign_use(
         else None,
         "pids": [p.pid for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)],
     }
-    mine = [p for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)]
-    names = sorted({p.owner_name for p in mine} - {""})
-    if names:
-        details["ownerName"] = names[0]  # a pod's namespace/name, a job's user
+    name = first_name(
+        p.owner_name for p in use.processes if (p.owner_kind, p.owner) == (kind, owner)
+    )
+    if name:
+        details["ownerName"] = name  # a pod's namespace/name, a job's user
     reason = f"a process of {who} on a GPU held by {', '.join(ids)}"
     return reason, owner if is_reservation else None, details
 
@@ -395,6 +397,13 @@ def _foreign_end(
         "the process no longer runs on the GPU, or its holders changed",
         device_id=unit, reservation_id=owner if is_reservation else None, details=details,
     )  # fmt: skip
+
+
+def first_name(names: Iterable[str]) -> str:
+    """One owner's readable name from its processes' (a pod's `namespace/name`, a job's
+    user, a container's name; a process may not know it): the first known one in sort
+    order, so the same processes always give the same name; "" when none knows it."""
+    return min(set(names) - {""}, default="")
 
 
 def _owner_list(use: DeviceUse) -> list[dict[str, Any]]:
@@ -523,6 +532,7 @@ def unit_lines(
                     node_id, pools.get(node_id, ""), uuid, bool(d.processes), d.sm_util,
                     holders, tuple(p.owner for p in d.processes),
                     tuple(p.owner_kind for p in d.processes),
+                    tuple(p.owner_name for p in d.processes),
                 )
             )  # fmt: skip
     return tuple(out)

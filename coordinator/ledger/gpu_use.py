@@ -324,7 +324,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
     rows = [
         {
             "hour": k.hour, "reservation_id": k.reservation_id, "node_id": k.node_id,
-            "unit": k.unit, "resource": k.resource, "tenant_id": v.who.tenant_id,
+            "unit": k.unit, "resource": k.resource, "tenant_id": k.tenant_id,
             "pool_id": v.who.pool_id, "project_id": v.who.project_id,
             "used_ms": v.used_ms, "weighted_ms": v.weighted_ms, "unknown_ms": v.unknown_ms,
             "idle_ms": v.idle_ms,
@@ -334,7 +334,7 @@ async def _add_buckets(conn: AsyncConnection, accrued: Mapping[AccrualKey, Accru
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(schema.gpu_use)
     stmt = stmt.on_conflict_do_update(
-        index_elements=["hour", "reservation_id", "node_id", "unit", "resource"],
+        index_elements=["hour", "reservation_id", "node_id", "unit", "resource", "tenant_id"],
         set_={
             "used_ms": schema.gpu_use.c.used_ms + stmt.excluded.used_ms,
             "weighted_ms": schema.gpu_use.c.weighted_ms + stmt.excluded.weighted_ms,
@@ -367,6 +367,6 @@ async def _set_conditions(
         )  # fmt: skip
 
 
-def _order(k: AccrualKey) -> tuple[int, str, str, str, str]:
+def _order(k: AccrualKey) -> tuple[int, str, str, str, str, str]:
     # One order for every writer: two passes never wait on each other's rows crosswise.
-    return (k.hour, k.reservation_id, k.node_id, k.unit, k.resource)
+    return (k.hour, k.reservation_id, k.node_id, k.unit, k.resource, k.tenant_id)

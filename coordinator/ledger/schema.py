@@ -355,7 +355,9 @@ pool_versions = Table(
 # Revision 0003: alerts written in the same transaction as the transition they report
 # (the outbox), published to JetStream by the leader and marked sent once acknowledged.
 # r0006: used and utilization-weighted unit-ms per hour, reservation ("" for use no
-# booking covered), node and unit (GPU or MIG UUID) (`coordinator.domain.gpu_use_accrual`).
+# booking covered), node and unit (GPU or MIG UUID) (`coordinator.domain.gpu_use_accrual`);
+# r0015: and tenant (of unbooked use: its owners', "" unattributed), so two tenants'
+# unbooked use of one GPU in one hour are two buckets.
 gpu_use = Table(
     "gpu_use",
     metadata,
@@ -364,7 +366,7 @@ gpu_use = Table(
     Column("node_id", String(128), primary_key=True),
     Column("unit", String(128), primary_key=True),
     Column("resource", String(16), primary_key=True),
-    Column("tenant_id", String(128), nullable=False),
+    Column("tenant_id", String(128), primary_key=True),
     Column("pool_id", String(57), nullable=False),
     Column("project_id", String(56), nullable=True),
     Column("used_ms", BigInteger, nullable=False),

@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 from coordinator.domain.census import Census
 from coordinator.domain.consumption import Consumption
 from coordinator.domain.gpu_use_conditions import IdleLine
-from coordinator.domain.gpu_use_join import UnitLine
+from coordinator.domain.gpu_use_join import UnitLine, first_name
 from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import NODE_STATUSES, RollupRow
 from procs.build import revision
@@ -203,8 +203,9 @@ def _use(lines: Sequence[UnitLine]) -> Iterable[Metric]:
     users = GaugeMetricFamily(
         "gpufleet_gpu_user_info",
         "Who holds and who uses a GPU (value 1): one series per owner of its processes"
-        " (`user` empty when none runs); `reservation` the holders, comma-separated",
-        labels=["UUID", "node", "pool", "reservation", "user", "user_kind", "match"],
+        " (`user` empty when none runs), `user_name` its readable name where known;"
+        " `reservation` the holders, comma-separated",
+        labels=["UUID", "node", "pool", "reservation", "user", "user_kind", "user_name", "match"],
     )
     for line in lines:
         base = [line.uuid, line.node_id, line.pool_id]
@@ -212,11 +213,16 @@ def _use(lines: Sequence[UnitLine]) -> Iterable[Metric]:
         if line.sm_util is not None:
             util.add_metric(base, line.sm_util / 100)
         holders = ",".join(line.holders)
-        owners = sorted(set(zip(line.users, line.owner_kinds, strict=True)))
-        if not owners:
-            users.add_metric([*base, holders, "", "", "idle"], 1)
-        for owner, kind in owners:
-            users.add_metric([*base, holders, owner, kind, user_match(line, owner, kind)], 1)
+        # Still one series per owner (the join bounds a unit's owners): its processes may
+        # name it differently, or not at all; `first_name` picks one, always the same.
+        names: dict[tuple[str, str], list[str]] = {}
+        for owner, kind, name in zip(line.users, line.owner_kinds, line.owner_names, strict=True):
+            names.setdefault((owner, kind), []).append(name)
+        if not names:
+            users.add_metric([*base, holders, "", "", "", "idle"], 1)
+        for (owner, kind), named in sorted(names.items()):
+            match = user_match(line, owner, kind)
+            users.add_metric([*base, holders, owner, kind, first_name(named), match], 1)
     yield in_use
     yield util
     yield users

@@ -179,9 +179,11 @@ async def renew(ctx: CallContext, body: RenewInput) -> out.ReservationOut:
 )  # fmt: skip
 async def extend(ctx: CallContext, body: ExtendInput) -> out.ExtendedReservation:
     """Move a live reservation's end, keeping its devices: later only where those same
-    devices are free for the added time (409 CAPACITY_NOT_AVAILABLE naming what blocks
-    them) and its quotas have room (409 QUOTA_EXCEEDED); earlier, never past now. The
-    same end again changes nothing; dryRun decides and changes nothing."""
+    devices are free for the added time and in service now, as a create would take them
+    (409 CAPACITY_NOT_AVAILABLE naming what blocks them: booked then, its node out of
+    service, the device unhealthy) and its quotas have room (409 QUOTA_EXCEEDED);
+    earlier, never past now. The same end again changes nothing; dryRun decides and
+    changes nothing."""
     moved = await ctx.services.reservations.extend(
         body.tenant_id, body.reservation_id, body.end, dry_run=body.dry_run
     )

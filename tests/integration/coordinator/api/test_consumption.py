@@ -6,6 +6,8 @@ written by a read."""
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
 import aiohttp
@@ -13,8 +15,12 @@ import aiohttp
 from coordinator.domain.consumption import MemoryAccrued, MemoryKey
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.ledger import Ledger
+from coordinator.services.gpu_use_watch import GpuUseWatch
 from coordinator.services.node_records import record_inventory
+from shared.subjects import Subjects
+from shared.wire import DeviceUse, ProcessUse, UseReport
 from tests.factories import make_inventory
+from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.integration.conftest import Api, Served
 from tests.integration.coordinator.api.test_intervals import T0, iso
 
@@ -173,6 +179,71 @@ async def test_device_bookings_split_booked_hours_into_used_and_unused(served: S
     assert status == 403, body
     status, body = await api.call("usage.consumption", {"from": S + H, "to": S}, key=keys["acme"])
     assert status == 400 and body["error"]["code"] == "INVALID_INPUT", body
+
+
+async def test_each_tenant_s_unbooked_time_on_one_gpu_in_one_hour_is_its_own(
+    served: Served,
+) -> None:
+    """A GPU nobody booked runs acme's process, then beta's, then acme's again, all in
+    one hour, through the use pass on a fake clock (written every minute): each tenant is
+    charged its own minute on demand. (Before: the hour's one bucket per GPU kept the
+    first tenant, so acme was charged all two minutes and beta nothing.)"""
+    keys = await _fleet(served)
+    pool, clock = keys["pool"], served.clock
+    owners, booked = {}, set()
+    for tenant in ("acme", "beta"):
+        answer = await served.api.ok(
+            "reservations.create",
+            {"tenantId": tenant, "poolId": pool, "devices": [{"class": "gpu", "count": 1}],
+             "start": S, "duration": "2h", "idempotencyKey": tenant},
+            keys[tenant],
+        )  # fmt: skip
+        owners[tenant] = answer["reservationId"]
+        booked |= {a["atomId"] for a in answer["atoms"]}
+    inv = make_inventory("n0", pool, memory_gib=512)
+    free = next(a.device_id for a in inv.atoms if a.cls == "gpu" and a.atom_id not in booked)
+    watch = GpuUseWatch(
+        served.ledger, Subjects("t"), clock, RecordingPublisher(), RecordingAlerts(),
+        reachable=lambda _: True, max_gap_ms=60_000, flush_ms=60_000,
+    )  # fmt: skip
+    watch.on_inventory(inv)
+    clock.advance(S - clock.now_ms())
+    # Each pass credits the 10 s before it to what runs at it: acme 30 s, beta 60 s
+    # (over a write), acme 30 s.
+    for i in range(13):
+        tenant = "beta" if 4 <= i <= 9 else "acme"
+        proc = ProcessUse(pid=1, owner=owners[tenant], owner_kind="reservation")
+        busy = DeviceUse(device_id=free, sm_util=50, processes=(proc,))
+        watch.on_report(
+            UseReport(node_id="n0", pool_id=pool, boot_id="b", sent_at=0, use_version=1,
+                      devices=(busy,))
+        )  # fmt: skip
+        await watch.tick()
+        clock.advance(10_000)
+    clock.advance(2 * H)
+    status, body = await served.api.call("usage.consumption", {"from": S, "to": S + H})
+    assert status == 200, body
+    assert body["onDemand"] == [
+        {"tenantId": "acme", "poolId": pool, "usedHours": 0.016667},
+        {"tenantId": "beta", "poolId": pool, "usedHours": 0.016667},
+    ]
+    status, mine = await served.api.call(
+        "usage.consumption", {"tenantId": "beta", "from": S, "to": S + H}, key=keys["beta"]
+    )
+    assert status == 200 and mine["onDemand"] == body["onDemand"][1:], mine
+    # The FOCUS export charges the same: each tenant its own minute at the on-demand price.
+    async with served.api.session.post(
+        f"{served.api.base}/api/compute/usage/export",
+        json={"from": S, "to": S + H},
+        headers={"Authorization": f"Bearer {served.api.operator_key}"},
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        rows = list(csv.DictReader(io.StringIO(await resp.text())))
+    assert sorted(
+        (r["SubAccountId"], r["ConsumedQuantity"])
+        for r in rows
+        if r["ConsumedUnit"] == "GPU-Hours" and not r["CapacityReservationId"]
+    ) == [("acme", "0.0166666667"), ("beta", "0.0166666667")]
 
 
 async def test_an_unknown_client_gets_401(served: Served) -> None:

@@ -172,15 +172,15 @@ async def test_device_bookings_are_rows_per_hour_used_and_unused(served: Served)
     m = 60_000
     await served.ledger.gpu_use.record(
         {
-            AccrualKey(S, rid, "n0", atom, "gpu"): Accrued(
-                AccrualWho("acme", pool, None), 30 * m, 30 * m // 2, 0, 10 * m
+            AccrualKey(S, rid, "n0", atom, "gpu", "acme"): Accrued(
+                AccrualWho(pool, None), 30 * m, 30 * m // 2, 0, 10 * m
             ),
-            AccrualKey(S, "", "n0", "GPU-other", "gpu"): Accrued(
-                AccrualWho("", pool, None), 15 * m, 15 * m, 0, 0
+            AccrualKey(S, "", "n0", "GPU-other", "gpu", ""): Accrued(
+                AccrualWho(pool, None), 15 * m, 15 * m, 0, 0
             ),
             # beta's process on a GPU no booking held: beta's use on demand.
-            AccrualKey(S, "", "n0", "GPU-third", "gpu"): Accrued(
-                AccrualWho("beta", pool, None), 6 * m, 6 * m, 0, 0
+            AccrualKey(S, "", "n0", "GPU-third", "gpu", "beta"): Accrued(
+                AccrualWho(pool, None), 6 * m, 6 * m, 0, 0
             ),
         },
         [],

@@ -106,9 +106,9 @@ async def test_a_report_window_sums_whole_hours_and_prorates_the_cut_ones(
     ledger = await Ledger.open(database_url)
     try:
         t0 = 500 * HOUR_MS
-        who = AccrualWho("", POOL, None)
+        who = AccrualWho(POOL, None)
         for h in range(3):
-            key = AccrualKey(t0 + h * HOUR_MS, "", NODE, "GPU-0", "gpu")
+            key = AccrualKey(t0 + h * HOUR_MS, "", NODE, "GPU-0", "gpu", "")
             await ledger.gpu_use.record({key: Accrued(who, 40 * 60_000, 20 * 60_000)}, [], [])
         start, end, now = t0 + HOUR_MS // 2, t0 + 5 * HOUR_MS // 2, t0 + 10 * HOUR_MS
         summed = await ledger.gpu_use.summed(start, min(end, now))

@@ -496,13 +496,55 @@ async def test_0006_adds_gpu_use_to_a_filled_database_at_0005(
             assert row.pop("duplicate_hold") is None  # r0008
         assert after == before
         ledger = Ledger(db)
-        key = AccrualKey(0, "rsv_1", "n1", "GPU-1", "gpu")
+        key = AccrualKey(0, "rsv_1", "n1", "GPU-1", "gpu", "acme")
         for _ in range(2):
-            await ledger.gpu_use.record(
-                {key: Accrued(AccrualWho("acme", "p1", None), 1000, 500)}, [], []
-            )
+            await ledger.gpu_use.record({key: Accrued(AccrualWho("p1", None), 1000, 500)}, [], [])
         (bucket,) = await ledger.gpu_use.buckets(0, 3_600_000)
         assert (bucket.reservation_id, bucket.used_ms, bucket.weighted_ms) == ("rsv_1", 2000, 1000)
+    finally:
+        await db.dispose()
+
+
+async def test_0015_keys_use_by_tenant_too_on_a_filled_database_at_0013(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unbooked use per tenant (issue 35): the buckets written before are kept as they
+    are, the key is the schema module's (tenant included), and two tenants' unbooked use
+    of one GPU in one hour then lands in two buckets, each added to in place."""
+    db = await _numbered(database_url, 5)
+    try:
+        monkeypatch.setattr(migrations, "SCRIPT_LOCATION", _scripts_up_to(tmp_path, "0013"))
+        assert (await db.migrate())[-1] == "0013"
+        row = {
+            "hour": 0, "reservation_id": "", "node_id": "n1", "unit": "GPU-1",
+            "resource": "gpu", "tenant_id": "acme", "pool_id": "p1", "project_id": None,
+            "used_ms": 1000, "weighted_ms": 500, "unknown_ms": 0, "idle_ms": 100,
+        }  # fmt: skip
+        async with db.transaction() as conn:
+            await conn.execute(
+                ledger_schema.gpu_use.insert(), [row, row | {"reservation_id": "rsv_1"}]
+            )
+        async with db.read() as conn:
+            before = await conn.run_sync(numbered_ledger.dump, ["gpu_use"])
+        monkeypatch.undo()
+        later = await db.migrate()
+        assert "0015" in later and later == CHAIN[CHAIN.index("0013") + 1 :]
+        async with db.read() as conn:
+            assert await conn.run_sync(numbered_ledger.dump, ["gpu_use"]) == before
+            key = await conn.run_sync(lambda c: inspect(c).get_pk_constraint("gpu_use"))
+        assert (
+            key["constrained_columns"]
+            == [c.name for c in ledger_schema.gpu_use.primary_key.columns]
+            == ["hour", "reservation_id", "node_id", "unit", "resource", "tenant_id"]
+        )
+        ledger = Ledger(db)
+        for tenant in ("acme", "beta", "beta"):
+            key_of = AccrualKey(0, "", "n1", "GPU-1", "gpu", tenant)
+            await ledger.gpu_use.record({key_of: Accrued(AccrualWho("p1", None), 10, 5)}, [], [])
+        got = await ledger.gpu_use.buckets(0, 3_600_000)
+        assert sorted((b.reservation_id, b.tenant_id, b.used_ms) for b in got) == [
+            ("", "acme", 1010), ("", "beta", 20), ("rsv_1", "acme", 1000),
+        ]  # fmt: skip
     finally:
         await db.dispose()
 

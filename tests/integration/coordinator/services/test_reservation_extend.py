@@ -10,10 +10,11 @@ from coordinator.domain.errors import CapacityNotAvailable, InvalidInput, NotFou
 from coordinator.domain.model import Quota
 from coordinator.domain.reservation import Reservation
 from coordinator.ledger import Ledger
-from coordinator.services.node_records import record_inventory
+from coordinator.services.node_records import record_heartbeat, record_inventory
 from coordinator.services.reservations import Created
 from shared.ids import new_pool_id
-from tests.factories import make_inventory
+from shared.wire import DeviceHealth
+from tests.factories import make_heartbeat, make_inventory
 from tests.integration.coordinator.services.test_services import HOUR, World
 
 
@@ -129,3 +130,57 @@ async def test_an_ended_booking_cannot_move(world: World) -> None:
     await world.reservations.release("acme", one.reservation_id)
     with pytest.raises(InvalidInput, match="no longer live"):
         await world.reservations.extend("acme", one.reservation_id, one.end + HOUR)
+
+
+async def _sick(world: World, *devices: str) -> None:
+    """Node n1 reports these GPUs unhealthy (the others healthy again)."""
+    inv = make_inventory("n1", world.pool_id, gpus=4)
+    faults = tuple(DeviceHealth(device_id=d, status="unhealthy") for d in devices)
+    await record_heartbeat(world.ledger, make_heartbeat(inv, devices=faults), world.clock.now_ms())
+
+
+async def test_time_on_a_gpu_gone_unhealthy_or_a_held_node_is_refused(world: World) -> None:
+    """An extension is judged as a create of the same devices over the added time: a
+    GPU gone unhealthy is one the placer never gives, so more time on it is refused
+    (CAPACITY_NOT_AVAILABLE naming the atom), as is any time on a node in maintenance;
+    nothing changes, and giving time back still goes."""
+    two = await _book(world, 2, "two")
+    sick = two.atoms[0]
+    await _sick(world, sick.atom_id.split(":gpu:", 1)[1])
+    with pytest.raises(CapacityNotAvailable) as refused:
+        await world.reservations.extend("acme", two.reservation_id, two.end + HOUR)
+    assert refused.value.details["blocked"] == [
+        {"nodeId": "n1", "atomId": sick.atom_id, "reason": "its device is unhealthy"}
+    ]
+    with pytest.raises(CapacityNotAvailable):  # a dry run says the same
+        await world.reservations.extend("acme", two.reservation_id, two.end + HOUR, dry_run=True)
+    stored = await _stored(world, two)
+    assert stored.end == two.end and stored.at_risk is not None
+    assert stored.at_risk.reason == "unhealthy"
+    shorter = await world.reservations.extend("acme", two.reservation_id, two.end - 60_000)
+    assert (await _stored(world, two)).end == shorter.reservation.end == two.end - 60_000
+    # Healthy again: it grows; then its node goes into maintenance: refused again.
+    await _sick(world)
+    grown = await world.reservations.extend("acme", two.reservation_id, two.end + HOUR)
+    assert grown.reservation.end == two.end + HOUR
+    await world.maintenance.set("n1", True, "swap PSU", "ops")
+    with pytest.raises(CapacityNotAvailable) as held:
+        await world.reservations.extend("acme", two.reservation_id, two.end + 2 * HOUR)
+    assert {(b["atomId"], b["reason"]) for b in held.value.details["blocked"]} == {
+        (a.atom_id, "its node is maintenance") for a in two.atoms
+    }
+    assert (await _stored(world, two)).end == two.end + HOUR
+
+
+async def test_a_whole_node_with_a_faulty_gpu_is_extended_at_risk_as_it_was_booked(
+    world: World,
+) -> None:
+    """A whole-node booking takes the node's faulty devices too (a create books it, at
+    risk): its extension goes through the same way, and the answer says it is at risk."""
+    await _sick(world, "GPU-n1-3")
+    whole = await _book(world, 1, "whole", devices=[{"class": "node", "count": 1}])
+    assert whole.at_risk is not None and whole.at_risk.reason == "unhealthy"
+    moved = await world.reservations.extend("acme", whole.reservation_id, whole.end + HOUR)
+    assert moved.reservation.end == whole.end + HOUR
+    assert moved.reservation.at_risk is not None
+    assert moved.reservation.at_risk.reason == "unhealthy"

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.app import Coordinator
 from shared.clock import FakeClock
-from shared.wire import USE_KINDS, UseReport
+from shared.wire import USE_KINDS, DeviceUse, ProcessUse, UseReport
 from tests.factories import make_inventory
 from tests.integration.coordinator.services.use_agent import (
     IDLE_AFTER_S,
@@ -171,12 +171,14 @@ async def test_every_use_kind_reaches_a_nats_subscriber_and_the_ledger_accounts_
         base = {"node": "n1", "pool": pool}
         assert series[("gpufleet_gpu_in_use", _labels(base, UUID=free))] == 1
         foreign_user = _labels(
-            base, UUID=g1, reservation=rid1, user=rid2, user_kind="reservation", match="foreign"
-        )
+            base, UUID=g1, reservation=rid1, user=rid2, user_kind="reservation", user_name="",
+            match="foreign",
+        )  # fmt: skip
         assert series[("gpufleet_gpu_user_info", foreign_user)] == 1
         pod = _labels(
-            base, UUID=free, reservation="", user="pod-7", user_kind="pod", match="unbooked"
-        )
+            base, UUID=free, reservation="", user="pod-7", user_kind="pod", user_name="",
+            match="unbooked",
+        )  # fmt: skip
         assert series[("gpufleet_gpu_user_info", pod)] == 1
         # r2 works again: no longer idle.
         assert not any(name == "gpufleet_reservation_idle_since_seconds" for name, _ in series)
@@ -261,3 +263,30 @@ async def test_a_pod_or_a_job_on_a_booked_gpu_is_foreign_and_the_holder_s_own_is
             await agent.beat_same_use()
             await asyncio.sleep(0.1)
         assert [a.kind for a in agent.alerts].count("gpu.foreignUseEnded") == 3
+
+
+async def test_the_user_series_name_each_owner_once(used: Coordinator) -> None:
+    """`gpufleet_gpu_user_info` says who runs on a GPU by name too (`user_name`: a pod's
+    namespace/name, a job's user, a container's name, as `nodes.get` gives `ownerName`),
+    still one series per owner: two processes of one pod, one of them unnamed, are one
+    series with the pod's name."""
+    async with on_the_bus(used) as (nc, session, api, key):
+        agent = await Agent.registered(used, nc, api, gpus=1)
+        procs = (
+            ProcessUse(pid=1, owner="pod-7", owner_kind="pod", owner_name="ml/train-0"),
+            ProcessUse(pid=2, owner="pod-7", owner_kind="pod"),
+            ProcessUse(pid=3, owner="c0ffee", owner_kind="container", owner_name="web-1"),
+            ProcessUse(pid=4, owner="42", owner_kind="slurm", owner_name="alice"),
+        )
+        await agent.report(DeviceUse(device_id="GPU-n1-0", sm_util=60, processes=procs))
+        await agent.wait_for("gpu.unbookedUse")
+        users = {
+            (s.labels["user_kind"], s.labels["user"], s.labels["user_name"]): s.labels["match"]
+            for s in samples(await metrics(used, session, key))
+            if s.name == "gpufleet_gpu_user_info" and s.labels["UUID"] == "GPU-n1-0"
+        }
+        assert users == {
+            ("pod", "pod-7", "ml/train-0"): "unbooked",
+            ("container", "c0ffee", "web-1"): "unbooked",
+            ("slurm", "42", "alice"): "unbooked",
+        }

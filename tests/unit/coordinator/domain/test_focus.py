@@ -125,11 +125,11 @@ def test_unbooked_use_is_its_owners_one_tenant_else_nobodys() -> None:
 
     tenant_of = {"rsv-a": "acme", "rsv-a2": "acme", "rsv-b": "beta"}
     window = {"n1": (T0, T0 + 60_000)}
-    key = AccrualKey(T0 - T0 % HOUR_MS, UNBOOKED, "n1", "GPU-0", "gpu")
     for owners, tenant in ((("rsv-a", "rsv-a2"), "acme"), (("rsv-a", "rsv-b"), ""),
                            (("rsv-gone",), "")):  # fmt: skip
         got = accrue(use(*owners), [], {"n1": "pool"}, window, tenant_of=tenant_of)
-        assert got[key].who.tenant_id == tenant and got[key].used_ms == 60_000
+        key = AccrualKey(T0 - T0 % HOUR_MS, UNBOOKED, "n1", "GPU-0", "gpu", tenant)
+        assert list(got) == [key] and got[key].used_ms == 60_000
     # Reported per tenant and pool, the unattributed apart.
     hour = T0 - T0 % HOUR_MS
     buckets = [

@@ -30,7 +30,7 @@ def _span(h: Hold) -> UsageSpan:
 
 def _buckets(total: dict[AccrualKey, Accrued]) -> list[UseHour]:
     return [
-        UseHour(k.hour, k.reservation_id, v.who.tenant_id, v.who.pool_id, v.who.project_id,
+        UseHour(k.hour, k.reservation_id, k.tenant_id, v.who.pool_id, v.who.project_id,
                k.resource, v.used_ms, v.weighted_ms, v.unknown_ms)
         for k, v in total.items()
     ]  # fmt: skip

@@ -41,8 +41,8 @@ def test_a_sole_holder_is_credited_the_unit_s_use_whoever_runs_it() -> None:
         {"n1": {"GPU-0": pod}}, [_hold("r1", 0, 2 * H)], {"n1": "p1"}, {"n1": (H, H + 1000)}
     )
     assert out == {
-        AccrualKey(H, "r1", "n1", "GPU-0", "gpu"): Accrued(
-            AccrualWho("acme", "p1", "prj"), used_ms=1000, weighted_ms=500
+        AccrualKey(H, "r1", "n1", "GPU-0", "gpu", "acme"): Accrued(
+            AccrualWho("p1", "prj"), used_ms=1000, weighted_ms=500
         )
     }
 
@@ -60,7 +60,7 @@ def test_the_stretches_of_one_pass_add_up_in_their_bucket() -> None:
     }
     out = accrue(uses, holds, {"n1": "p1"}, {"n1": (0, 999)}, idle_util_percent=10)
     low, unknown, at = (
-        out[AccrualKey(0, "r1", "n1", u, "gpu.slot")] for u in ("GPU-0", "GPU-1", "GPU-2")
+        out[AccrualKey(0, "r1", "n1", u, "gpu.slot", "acme")] for u in ("GPU-0", "GPU-1", "GPU-2")
     )
     assert (low.used_ms, low.weighted_ms, low.unknown_ms, low.idle_ms) == (999, 49, 0, 999)
     assert (unknown.used_ms, unknown.weighted_ms, unknown.unknown_ms) == (999, 0, 999)
@@ -72,18 +72,18 @@ def test_one_used_millisecond_counts_and_the_unbooked_rest_is_the_union_s_comple
     out = accrue(
         {"n1": {"GPU-0": _use("GPU-0", 50)}}, [_hold("r1", 0, H)], {"n1": "p1"}, {"n1": (0, 1)}
     )
-    assert out[AccrualKey(0, "r1", "n1", "GPU-0", "gpu")].used_ms == 1
+    assert out[AccrualKey(0, "r1", "n1", "GPU-0", "gpu", "acme")].used_ms == 1
     holds = [_hold("r1", 0, 600), _hold("r2", 100, 200), _hold("r3", 500, 900)]
     out = accrue(
         {"n1": {"GPU-0": _use("GPU-0", 50, "", "unknown")}}, holds, {"n1": "p1"}, {"n1": (0, 1000)}
     )
-    free = out[AccrualKey(0, UNBOOKED, "n1", "GPU-0", "gpu")]
-    assert (free.who, free.used_ms) == (AccrualWho("", "p1", None), 100)
+    free = out[AccrualKey(0, UNBOOKED, "n1", "GPU-0", "gpu", "")]
+    assert (free.who, free.used_ms) == (AccrualWho("p1", None), 100)
 
 
 def test_passes_merged_keep_and_add_their_idle_time() -> None:
-    who = AccrualWho("acme", "p1", None)
-    key = AccrualKey(0, "r1", "n1", "GPU-0", "gpu")
+    who = AccrualWho("p1", None)
+    key = AccrualKey(0, "r1", "n1", "GPU-0", "gpu", "acme")
     into: dict[AccrualKey, Accrued] = {}
     merge(into, {key: Accrued(who, 100, 10, 0, 40)})
     merge(into, {key: Accrued(who, 100, 10, 0, 30)})
@@ -95,4 +95,25 @@ def test_a_unit_without_a_process_accrues_nothing_and_the_next_one_still_does() 
     uses = {"n1": {"GPU-0": idle, "GPU-1": _use("GPU-1", 50)}}
     holds = [_hold("r1", 0, H), _hold("r1", 0, H, unit="GPU-1")]
     out = accrue(uses, holds, {"n1": "p1"}, {"n1": (0, 1000)})
-    assert list(out) == [AccrualKey(0, "r1", "n1", "GPU-1", "gpu")]
+    assert list(out) == [AccrualKey(0, "r1", "n1", "GPU-1", "gpu", "acme")]
+
+
+def test_tenants_taking_an_unbooked_gpu_in_turn_each_have_their_own_time() -> None:
+    """Within one hour acme's process, then beta's, on a GPU nobody booked: a bucket
+    each (the tenant is part of the key), kept apart when passes are merged before a
+    write; their processes at once are nobody's (never counted for two)."""
+    tenant_of = {"ra": "acme", "rb": "beta"}
+    into: dict[AccrualKey, Accrued] = {}
+    for owner, window in (("ra", (0, 1000)), ("rb", (1000, 3000)), ("ra", (3000, 3500))):
+        uses = {"n1": {"GPU-0": _use("GPU-0", 50, owner)}}
+        merge(into, accrue(uses, [], {"n1": "p1"}, {"n1": window}, tenant_of=tenant_of))
+    assert {k.tenant_id: v.used_ms for k, v in into.items()} == {"acme": 1500, "beta": 2000}
+    both = DeviceUse(
+        device_id="GPU-0",
+        sm_util=50,
+        processes=tuple(
+            ProcessUse(pid=i, owner=o, owner_kind="reservation") for i, o in enumerate(tenant_of)
+        ),
+    )
+    out = accrue({"n1": {"GPU-0": both}}, [], {"n1": "p1"}, {"n1": (0, 10)}, tenant_of=tenant_of)
+    assert [(k.tenant_id, v.used_ms) for k, v in out.items()] == [("", 10)]

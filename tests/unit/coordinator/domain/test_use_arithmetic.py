@@ -77,16 +77,16 @@ def test_use_totals_add_used_and_weighted_and_keep_unknown_weight_unknown() -> N
 
 
 def test_merged_passes_add_up_and_never_share_their_counters() -> None:
-    who = AccrualWho("t", "p", None)
-    k1 = AccrualKey(0, "r1", "n1", "GPU-0", "gpu")
-    k2 = AccrualKey(0, UNBOOKED, "n1", "GPU-1", "gpu")
+    who = AccrualWho("p", None)
+    k1 = AccrualKey(0, "r1", "n1", "GPU-0", "gpu", "t")
+    k2 = AccrualKey(0, UNBOOKED, "n1", "GPU-1", "gpu", "")
     first = {k1: Accrued(who, 10, 5, 1)}
     into: dict[AccrualKey, Accrued] = {}
     merge(into, first)
     first[k1].used_ms += 100  # the pass's own counter: what was merged stays
-    merge(into, {k1: Accrued(who, 3, 2, 4), k2: Accrued(AccrualWho("", "p", None), 7, 6, 0)})
+    merge(into, {k1: Accrued(who, 3, 2, 4), k2: Accrued(who, 7, 6, 0)})
     got = {k: (v.who, v.used_ms, v.weighted_ms, v.unknown_ms) for k, v in into.items()}
-    assert got == {k1: (who, 13, 7, 5), k2: (AccrualWho("", "p", None), 7, 6, 0)}
+    assert got == {k1: (who, 13, 7, 5), k2: (who, 7, 6, 0)}
 
 
 def test_a_cut_hour_counts_by_the_reservation_s_own_unit_time_in_it() -> None:

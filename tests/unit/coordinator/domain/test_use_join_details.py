@@ -111,9 +111,9 @@ def test_the_metrics_see_each_unit_of_the_nodes_judged() -> None:
     }
     assert unit_lines(uses, holds, {NODE: POOL}) == (
         UnitLine(NODE, POOL, "GPU-0", True, 70, ("rsv-a", "rsv-b"), ("rsv-a", "p"),
-                 ("reservation", "pod")),
-        UnitLine(NODE, POOL, "GPU-1", False, 0, (), (), ()),
-        UnitLine("n2", "", "GPU-9", False, None, (), (), ()),
+                 ("reservation", "pod"), ("", "")),
+        UnitLine(NODE, POOL, "GPU-1", False, 0, (), (), (), ()),
+        UnitLine("n2", "", "GPU-9", False, None, (), (), (), ()),
     )  # fmt: skip
 
 

@@ -54,7 +54,7 @@ from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
 from procs.log_throttle import LogThrottle
-from procs.nats import NatsSettings
+from procs.nats import NatsSettings, host_port
 from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
 from shared.clock import Clock
 from shared.subjects import Subjects
@@ -169,8 +169,7 @@ class Publisher:
     def server(self) -> str:
         """host:port of the server this agent is connected to ("" when none)."""
         nc = self._nc
-        url = nc.connected_url if nc is not None else None
-        return url.netloc if url is not None else ""
+        return host_port(nc.connected_url) if nc is not None else ""
 
     @property
     def latest(self) -> AgentState | None:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from nats.aio.client import Client
 
 from procs.log_throttle import LogThrottle
+from procs.nats import host_port
 
 Hook = Callable[[], None]
 
@@ -45,8 +46,7 @@ PROBE_PATIENCE_S = 600
 
 def server_of(nc: Client) -> str:
     """host:port of the server `nc` is on ("?" when none); never the URL's credentials."""
-    url = nc.connected_url
-    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+    return host_port(nc.connected_url) or "?"
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

@@ -18,8 +18,8 @@ The file's modification time is when the agent last knew it current (agent.booki
 set at each write, and by `confirm` after each heartbeat that echoed its etag reached the
 server, a touch of the inode, not a rewrite.
 
-Also `write_atomically` and `read_stamped`, the state file mechanics the inventory file
-(agent.inventory_file) shares, and `read_state` / `read_held`: what `gpufleet-agent
+Also `write_atomically` and `read_stamped`, the state file mechanics the GPU map file
+(agent.gpu_map_file) shares, and `read_state` / `read_held`: what `gpufleet-agent
 bookings` / `env` (and anything else on the host) read, with clear errors for a missing
 or unreadable file.
 """

@@ -40,13 +40,12 @@ import msgspec
 
 from agent.bookings import read_held
 from agent.bookings_trust import Held, StaleStateFile, span, trust
-from agent.config import Settings
+from agent.config import DEFAULT_CONFIG, Settings, readable
 from agent.errors import CONFIG, AgentError, NotLive, exit_status
 from procs.settings import ConfigError, load
 from shared.wire import NodeBooking, NodeBookings
 
 PLACEHOLDER_POOL = "pool_" + "0" * 26
-DEFAULT_CONFIG = Path("/etc/gpufleet/agent.toml")  # systemd/gpufleet-agent.service's
 USAGE = (
     "usage: gpufleet-agent bookings [--json] [agent settings flags]\n"
     "       gpufleet-agent env RSV_ID [--max-age SECONDS] [agent settings flags]"
@@ -144,7 +143,7 @@ def main(argv: Sequence[str], env: Mapping[str, str], default_config: Path = DEF
     if command == "env" and not words:
         print(USAGE, file=sys.stderr)
         return CONFIG
-    if not _names_config(rest, env) and default_config.exists():
+    if not _names_config(rest, env) and readable(default_config):
         env = {**env, Settings.config_env: str(default_config)}
     try:
         settings = load(Settings, rest, env, defaults={"pool_id": PLACEHOLDER_POOL})

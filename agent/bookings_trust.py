@@ -1,6 +1,6 @@
 """Whether a command may trust one of the agent's state files (`vouch`): it must be this
 node's, and the agent must have confirmed it lately. `gpufleet-agent env` so trusts the
-bookings file (`trust`), `gres-uuids` the inventory file (agent.inventory_file).
+bookings file (`trust`), `gres-uuids` the GPU map file (agent.gpu_map_file).
 
 The file holds the `NodeBookings` message as received; its modification time is when
 the agent last knew it current: the agent writes it on receipt and touches it after each

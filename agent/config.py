@@ -8,6 +8,7 @@ and the model disagree.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -26,6 +27,10 @@ from shared.ids import NODE_ID_PATTERN, POOL_ID_PATTERN
 from shared.wire import IDLE_UTIL_PERCENT, DeviceClass
 
 __all__ = ["ConfigError", "HealthSettings", "Settings", "ShareSetting"]
+
+# The daemon's TOML file (systemd/gpufleet-agent.service's): the one-shot commands read
+# it when nothing names another and this user may read it.
+DEFAULT_CONFIG = Path("/etc/gpufleet/agent.toml")
 
 LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]
 LabelValue = Annotated[str, Meta(max_length=256)]
@@ -63,6 +68,15 @@ def _label_text(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()}
     return value
+
+
+def readable(path: Path) -> bool:
+    """Whether this user may read the file at `path`. A job's user may not even look
+    into the role's /etc/gpufleet (0750), which Path.exists raises for (Python 3.11)."""
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:
+        return False
 
 
 def _matches(pattern: str) -> Any:
@@ -236,6 +250,15 @@ class Settings(SettingsModel, frozen=True):
         Path,
         Meta(description="where the agent keeps its state (systemd's `StateDirectory=`)"),
     ] = Path("/var/lib/gpufleet-agent")
+    runtime_dir: Annotated[
+        Path,
+        Meta(
+            description=(
+                "where the agent writes what every user on the host may read: `gpus.json`,"
+                " the GPU map `gres-uuids` reads (systemd's `RuntimeDirectory=`, 0755)"
+            )
+        ),
+    ] = Path("/run/gpufleet-agent")
     bookings_file: Annotated[
         Path | None,
         Meta(
@@ -250,8 +273,8 @@ class Settings(SettingsModel, frozen=True):
         Annotated[float, Meta(gt=0, le=30 * 86400)] | None,
         Meta(
             description=(
-                "`gpufleet-agent env` and `gres-uuids` refuse (exit 3) bookings or an"
-                " inventory the agent last confirmed longer ago than this"
+                "`gpufleet-agent env` and `gres-uuids` refuse (exit 3) bookings or a"
+                " GPU map the agent last confirmed longer ago than this"
             ),
         ),
         Option(aliases=("--max-age",), default_doc="misses × interval_s + 5 s (20 s)"),

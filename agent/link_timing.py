@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from procs.nats import host_port
+
 # Floors of the link probe, for very short intervals: a loaded host must not take its
 # own slowness for a dead server and hop between servers.
 MIN_PROBE_EVERY_S = 0.25
@@ -52,7 +54,7 @@ class ServerRotation:
         self._tried.clear()
 
     def __call__(self, servers: list[Any], server_info: dict[str, Any]) -> tuple[Any, float]:
-        names = [s.uri.netloc for s in servers]
+        names = [host_port(s.uri) for s in servers]  # as the publisher names its server
         delay = 0.0
         if all(name in self._tried for name in names):
             self._tried.clear()

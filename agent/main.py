@@ -28,10 +28,10 @@ from agent.cgroup_memory import CgroupMemory
 from agent.config import Settings
 from agent.errors import AgentError, exit_status
 from agent.feature_file import FeatureFile
+from agent.gpu_map_file import FILE_NAME as GPU_MAP_FILE
+from agent.gpu_map_file import GpuMapFile
 from agent.health import HealthPolicy
 from agent.inventory import Identity
-from agent.inventory_file import FILE_NAME as INVENTORY_FILE
-from agent.inventory_file import InventoryFile
 from agent.liveness import agent_boot_id, check_interval
 from agent.nvml import NvmlLike, real_nvml
 from agent.owners import ProcOwners
@@ -223,7 +223,7 @@ async def run(
             ),
             memory=CgroupMemory(root),
         )
-        kept = InventoryFile(settings.state_dir / INVENTORY_FILE, clock)
+        kept = GpuMapFile(settings.runtime_dir / GPU_MAP_FILE, clock)
         log.info(
             "agent %s starting: node %s pool %s, %s, every %.1fs",
             boot_id[:8],
@@ -244,9 +244,9 @@ async def run(
 
 
 def _sink(
-    publisher: Publisher, features: FeatureFile | None, kept: InventoryFile, clock: Clock
+    publisher: Publisher, features: FeatureFile | None, kept: GpuMapFile, clock: Clock
 ) -> Callable[[AgentState], None]:
-    """Where each poll's state goes: the publisher, the inventory file (for
+    """Where each poll's state goes: the publisher, the GPU map file (for
     `gpufleet-agent gres-uuids`), and the NFD feature file when set."""
 
     def update(state: AgentState) -> None:

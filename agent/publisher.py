@@ -18,14 +18,16 @@ hang when a GPU falls off the bus), heartbeats keep flowing but report the node
 
 A hung server (stopped, wedged, its host swapping) closes nothing, and nats-py's own
 pings take tens of seconds to notice, longer than the coordinator waits before marking
-the node unreachable. So the link is probed: a PING round trip (`flush`) every
-`LinkTiming.probe_every_s`, and after each heartbeat; no PONG within `probe_timeout_s`
+the node unreachable. So the link is probed with the probe every gpufleet process runs
+(`procs.nats_link.LinkProbe`): a PING round trip every `LinkTiming.probe_every_s`, and
+after each heartbeat; no PONG within `probe_timeout_s`, and nothing else arriving,
 means the server is dead to us, and the client reconnects (`force_reconnect`) to
-another server of the cluster (`ServerRotation` tries the one just left last). Both are
-derived from the coordinator's detection window (misses × interval) so that the agent is
-heard again within a third of it. A heartbeat counts as sent (its `seq` used up) only
-once the server has answered the PING after it; one lost with a hung server is sent
-again, same `seq`, on the new link.
+another server of the cluster (`ServerRotation` tries the one just left last); a PONG
+late behind messages still arriving is a busy link, kept. Both times are derived from
+the coordinator's detection window (misses × interval) so that the agent is heard again
+within a third of it. A heartbeat counts as sent (its `seq` used up) only once the
+server has answered the PING after it; one lost with a hung server is sent again, same
+`seq`, on the new link.
 
 NATS errors are never quiet: permission violations (this agent's user may not publish
 or subscribe what it tries), authorization failures and failed publishes are logged at
@@ -54,8 +56,9 @@ from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
 from procs.log_throttle import LogThrottle
-from procs.nats import NatsSettings
+from procs.nats import NatsSettings, host_port
 from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
+from procs.nats_link import LinkProbe
 from shared.clock import Clock
 from shared.subjects import Subjects
 from shared.wire import (
@@ -97,6 +100,8 @@ class PublisherStats:
     reconnects: int = 0
     # Probes (or heartbeats) the server did not answer in time: links taken as dead.
     dead_links: int = 0
+    # Probes answered late on a link that kept delivering: kept, not taken as dead.
+    late_probes: int = 0
     # NATS errors by kind (`error_kind`, and "publish"); their sum is `busErrors`.
     errors: dict[str, int] = field(default_factory=dict)
 
@@ -131,6 +136,7 @@ class Publisher:
         self._boot_id = boot_id
         self._interval_s = interval_s
         self.link = LinkTiming.for_window(interval_s, misses)
+        self._probe = LinkProbe(log, timeout_s=self.link.probe_timeout_s)
         self._rotation = ServerRotation()
         self._throttle = LogThrottle(log, every_s=WARN_EVERY_S)
         self._clock = clock
@@ -169,8 +175,7 @@ class Publisher:
     def server(self) -> str:
         """host:port of the server this agent is connected to ("" when none)."""
         nc = self._nc
-        url = nc.connected_url if nc is not None else None
-        return url.netloc if url is not None else ""
+        return host_port(nc.connected_url) if nc is not None else ""
 
     @property
     def latest(self) -> AgentState | None:
@@ -243,37 +248,21 @@ class Publisher:
     async def _watch_link(self, nc: Client) -> None:
         while not self._closing:
             await asyncio.sleep(self.link.probe_every_s)
-            await self._answered(nc)
+            await self._probe.probe(nc)
+            self._count_probes()
 
     async def _answered(self, nc: Client) -> bool:
         """Whether the server answers a PING in time: everything written before it has
-        reached the server. When it does not, the link is taken as dead and the client
-        reconnects to another server."""
-        if not nc.is_connected:
-            return False
-        server = self.server
+        reached the server. When it does not and nothing else arrives, the link is taken
+        as dead and the client reconnects to another server."""
         try:
-            # nats-py annotates the timeout as int; it is used as a float.
-            await nc.flush(timeout=self.link.probe_timeout_s)  # type: ignore[arg-type]
-        except nats.errors.FlushTimeoutError:
-            if not nc.is_connected or self.server != server:
-                # nats-py noticed too and is reconnecting, or another probe (the periodic
-                # one and the one after a heartbeat both wait on a hung server) has left
-                # it already: leaving the good link again would cost a reconnect that
-                # tries the hung server first, past the detection window.
-                return False
-            self.stats.dead_links += 1
-            log.warning(
-                "no answer from NATS at %s within %.1fs: leaving it for another server",
-                server,
-                self.link.probe_timeout_s,
-            )
-            await nc.force_reconnect()
-            return False
-        except nats.errors.Error as exc:  # closed or reconnecting meanwhile
-            log.debug("nats probe: %s", exc or type(exc).__name__)
-            return False
-        return True
+            return await self._probe.answered(nc)
+        finally:
+            self._count_probes()
+
+    def _count_probes(self) -> None:
+        self.stats.dead_links = self._probe.failures
+        self.stats.late_probes = self._probe.late
 
     async def _close(self, nc: Client) -> None:
         self._closing = True
@@ -436,6 +425,7 @@ class Publisher:
         self._count(kind, "NATS refused this agent (%s): %s", kind, exc or type(exc).__name__)
 
     async def _on_disconnected(self) -> None:
+        self._probe.reset()
         if self._closing:
             return
         log.warning("disconnected from nats; keeping only the latest state")

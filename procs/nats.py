@@ -13,11 +13,12 @@ import re
 import ssl
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
 from msgspec import Meta
 
+from procs.redact import redact
 from procs.settings.model import ConfigError, Option, SettingsGroup
 from shared.subjects import DEFAULT_PREFIX, Subjects
 
@@ -93,21 +94,40 @@ _URL = re.compile(r"^(nats|tls|ws|wss)://[^\s/,]+/?$")
 
 def split_servers(value: str) -> list[str]:
     """The seeds of a `nats_url` setting, in the order given; ValueError names the first
-    one that is not a `nats://host:port` URL."""
+    one that is not a `nats://host:port` URL (its credentials redacted: the message is
+    printed and logged)."""
     servers = [part.strip() for part in value.split(",")]
     if not any(servers):
         raise ValueError("no NATS server URL given")
     for url in servers:
         if not _URL.match(url):
-            raise ValueError(f"{url!r} is not a nats://host:port URL")
+            raise ValueError(f"{redact(url)!r} is not a nats://host:port URL")
         parts = urlsplit(url)
         try:
             port = parts.port  # urllib refuses a port that is not 0..65535
         except ValueError:
-            raise ValueError(f"{url!r} has no valid port") from None
+            raise ValueError(f"{redact(url)!r} has no valid port") from None
         if not parts.hostname or port == 0:
-            raise ValueError(f"{url!r} needs a host and a port other than 0")
+            raise ValueError(f"{redact(url)!r} needs a host and a port other than 0")
     return servers
+
+
+class _Url(Protocol):
+    """A parsed URL (urllib's, as nats-py keeps its servers')."""
+
+    @property
+    def hostname(self) -> str | None: ...
+
+    @property
+    def port(self) -> int | None: ...
+
+
+def host_port(url: _Url | None) -> str:
+    """`host:port` of a server URL ("" when none): how a process names the NATS server it
+    is on, never with the URL's credentials (`procs.redact` for a URL as given)."""
+    if url is None or not url.hostname:
+        return ""
+    return f"{url.hostname}:{url.port}"
 
 
 def _readable(value: str | None) -> None:
@@ -135,7 +155,8 @@ class NatsSettings(SettingsGroup, frozen=True):
         Meta(
             description=(
                 "NATS server URL; a comma-separated list of seeds (any one live seed is enough to "
-                "start; the rest of the cluster is learnt from it)"
+                "start; the rest of the cluster is learnt from it); a `user:password@` in it is "
+                "never logged (`nats_credentials` keeps it out of the settings too)"
             )
         ),
         Option(check=split_servers),

@@ -16,6 +16,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from procs.nats import NatsSettings
+from procs.redact import redact
 
 # What a failed first connect raises: no server answered, not in time, or refused us.
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, nats.errors.Error)
@@ -66,7 +67,7 @@ async def connect(
             if log is not None:
                 log.warning(
                     "NATS at %s not reachable (%s); retrying in %.1fs",
-                    ",".join(servers), exc, delay,
+                    redact(",".join(servers)), exc, delay,
                 )  # fmt: skip
             await asyncio.sleep(delay)
             delay = min(delay * 2, retry.max_s)

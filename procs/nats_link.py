@@ -1,6 +1,8 @@
 """The NATS link probe every gpufleet process that must notice a hung server runs: the
-coordinator's bus, the alert forwarder and the Slurm bridge (moved here from the
-coordinator's bus, issue 34, so that the three judge a link the same way).
+coordinator's bus, the alert forwarder, the Slurm bridge (moved here from the
+coordinator's bus, issue 34, so that they judge a link the same way) and the agent,
+which also asks after each heartbeat whether the server has it (`answered`: a PING of
+its own, judged the same way when it goes unanswered).
 
 A half-open link (TCP stalls without closing, a server stopped with SIGSTOP) closes
 nothing, so nobody tells the client: `LinkProbe.probe` round-trips a PING, and when no
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from nats.aio.client import Client
 
 from procs.log_throttle import LogThrottle
+from procs.nats import host_port
 
 Hook = Callable[[], None]
 
@@ -45,8 +48,12 @@ PROBE_PATIENCE_S = 600
 
 def server_of(nc: Client) -> str:
     """host:port of the server `nc` is on ("?" when none); never the URL's credentials."""
-    url = nc.connected_url
-    return f"{url.hostname}:{url.port}" if url is not None and url.hostname else "?"
+    return host_port(nc.connected_url) or "?"
+
+
+def _link_of(nc: Client) -> int:
+    """Which link of `nc` this is: nats-py counts its reconnects."""
+    return int(nc.stats["reconnects"])
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
@@ -70,8 +77,9 @@ class LinkProbe:
         self._backlog = backlog
         self.failures = 0  # links taken as dead, by the probe or `take_dead`
         self.late = 0  # probes answered late on a link that kept delivering
-        self._probing: asyncio.Future[None] | None = None
-        self._bytes = 0
+        self._probing: asyncio.Future[None] | None = None  # the newest PING out
+        self._bytes = 0  # bytes received when the probe last looked
+        self._link = 0  # `_link_of` when `_probing` was sent
         self._throttle = LogThrottle(log)
 
     def reset(self) -> None:
@@ -86,22 +94,56 @@ class LinkProbe:
             return False
         if self._probing is None or self._probing.done():
             self._bytes = nc.stats["in_bytes"]
-            # nats-py cancels a PONG's future when flush's timeout passes, and a PONG
-            # that comes after that breaks its read loop (nats-py 2.16 `_process_pong`
-            # sets the cancelled future's result), dropping the link and all the server
-            # holds for us. So its timeout is a long one, and ours only stops waiting.
-            self._probing = asyncio.ensure_future(nc.flush(timeout=PROBE_PATIENCE_S))
-            self._probing.add_done_callback(_retrieve)
-        done, _ = await asyncio.wait({self._probing}, timeout=self.timeout_s)
+            self._probing = self._ping(nc)
+        ping, link = self._probing, self._link
+        done, _ = await asyncio.wait({ping}, timeout=self.timeout_s)
         if done:
-            if self._probing.exception() is not None:
+            if ping.exception() is not None and self._probing is ping:
                 # A flush that failed: the connection closed or reconnected meanwhile.
                 self._probing = None
             return False
-        if not nc.is_connected:
-            return False  # nats-py noticed first and is already on it
         received, self._bytes = self._bytes, nc.stats["in_bytes"]
-        if self._bytes != received:
+        return await self._unanswered(nc, self._bytes != received, link)
+
+    async def answered(self, nc: Client) -> bool:
+        """Whether the server answers a PING sent now within `timeout_s`: everything
+        written before it has reached the server (the agent counts a heartbeat as sent
+        only then). No answer is judged as `probe` judges one: late while messages
+        keep arriving, else the link is taken as dead."""
+        if not nc.is_connected:
+            return False
+        received, link = nc.stats["in_bytes"], _link_of(nc)
+        ping = self._ping(nc)
+        # The newest PING: its PONG comes after every earlier one's (nats-py matches
+        # them in order), so the periodic probe may wait on it too.
+        self._probing, self._bytes = ping, received
+        done, _ = await asyncio.wait({ping}, timeout=self.timeout_s)
+        if done:
+            return ping.exception() is None
+        await self._unanswered(nc, nc.stats["in_bytes"] != received, link)
+        return False
+
+    def _ping(self, nc: Client) -> asyncio.Future[None]:
+        """A PING on `nc`, its PONG awaited without a timeout that nats-py would act on.
+        nats-py cancels a PONG's future when flush's timeout passes, and a PONG that
+        comes after that breaks its read loop (nats-py 2.16 `_process_pong` sets the
+        cancelled future's result): the link then reads nothing more, silently, until
+        nats-py's own pings give up on it. So its timeout is a long one, and ours only
+        stops waiting."""
+        self._link = _link_of(nc)
+        ping = asyncio.ensure_future(nc.flush(timeout=PROBE_PATIENCE_S))
+        ping.add_done_callback(_retrieve)
+        return ping
+
+    async def _unanswered(self, nc: Client, arrived: bool, link: int) -> bool:
+        """A PING on link `link` (`_link_of`) not answered in time: late when bytes
+        `arrived` meanwhile, else the link taken as dead; True when it was."""
+        if not nc.is_connected or _link_of(nc) != link:
+            # nats-py noticed first and is on it, or another probe (a periodic one and
+            # one after a write both wait on a hung server) has left that link already:
+            # leaving the new one would cost a reconnect for nothing.
+            return False
+        if arrived:
             # Alive, and we are behind reading it: the PONG waits behind messages.
             self.late += 1
             self._throttle.warning(

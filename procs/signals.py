@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 from procs import logs
 from procs.nats import CredentialsError
+from procs.redact import redact
 from procs.settings import ConfigError
 from procs.systemd import sd_notify
 
@@ -66,7 +67,7 @@ def serve(
     start: Callable[[], D],
     stopped: Callable[[D], None],
     env: Mapping[str, str],
-    say: Callable[[str], str] = str,
+    say: Callable[[str], str] = redact,
 ) -> int:
     """An ops daemon's life: logs set up, the daemon built by `start` (a setting it
     cannot use: `prog: why` on stderr through `say`, exit 2), then run until SIGTERM or

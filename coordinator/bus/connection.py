@@ -45,7 +45,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
 from procs.log_throttle import LogThrottle
-from procs.nats import NatsSettings
+from procs.nats import NatsSettings, host_port
 from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe
 
@@ -126,11 +126,9 @@ class Bus:
 
     @property
     def connected_server(self) -> str:
-        """host:port of the server this connection is on now ("" when none)."""
-        nc = self.nc
-        if nc is None or nc.connected_url is None:
-            return ""
-        return nc.connected_url.netloc
+        """host:port of the server this connection is on now ("" when none), never the
+        URL's credentials: it is logged and shown."""
+        return host_port(self.nc.connected_url) if self.nc is not None else ""
 
     def cluster_size(self) -> int:
         """How many servers the connected one says its cluster has (itself included): 1
@@ -171,7 +169,7 @@ class Bus:
             with contextlib.suppress(OSError):
                 await asyncio.wait_for(writer.wait_closed(), timeout)
         if not line.startswith(b"INFO "):
-            raise nats.errors.Error(f"no INFO from NATS at {url.netloc}: {line[:40]!r}")
+            raise nats.errors.Error(f"no INFO from NATS at {host_port(url)}: {line[:40]!r}")
         info = json.loads(line[5:])
         self.server_info = info if isinstance(info, dict) else {}
 

@@ -18,6 +18,7 @@ from coordinator.domain.liveness import LivenessTracker
 from coordinator.tasks.outbox_relay import OutboxRelay
 from coordinator.tasks.shutdown import bounded
 from coordinator.wiring.ledger import Store
+from procs.redact import redact
 from procs.settings import ConfigError
 from shared.clock import Clock
 from shared.subjects import Subjects
@@ -42,19 +43,19 @@ def check_bus_security(bus: Bus, settings: CoordinatorSettings) -> None:
         if not bus.tls and not _loopback(settings.nats.url):
             log.warning(
                 "NATS at %s is not on this host and not TLS: passwords cross the network in clear",
-                settings.nats.url,
+                redact(settings.nats.url),
             )
         return
     if settings.insecure_bus:
         log.warning(
             "NATS at %s requires no credentials (insecure_bus is set): anyone who can"
             " reach it can forge heartbeats and inventories",
-            settings.nats.url,
+            redact(settings.nats.url),
         )
         return
     raise ConfigError(
         "nats_url",
-        f"NATS at {settings.nats.url} lets anyone connect without credentials, so anyone"
+        f"NATS at {redact(settings.nats.url)} lets anyone connect without credentials, so anyone"
         " could forge node heartbeats and inventories: run it with per-agent credentials"
         " (`gpufleet nats-auth`) and give `nats_credentials`, or pass `--insecure-bus`",
     )

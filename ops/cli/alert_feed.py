@@ -13,6 +13,7 @@ from typing import Any
 from ops.kit.errors import OpsError
 from ops.kit.server_text import shown
 from procs.nats import CredentialsError, NatsSettings
+from procs.redact import redact
 from shared.streams import stream_name
 from shared.subjects import Subjects
 
@@ -65,7 +66,7 @@ async def _connect(feed: Feed) -> Any:
     except Exception as exc:
         last = seen[-1] if seen and isinstance(exc, NoServersError) else exc
         why = str(last) or type(last).__name__
-        raise FeedError(f"{feed.nats.url}: cannot connect to NATS ({why})") from None
+        raise FeedError(f"{redact(feed.nats.url)}: cannot connect to NATS ({why})") from None
 
 
 async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
@@ -87,7 +88,7 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
             info = await nc.jetstream(timeout=5).stream_info(stream)
         except Exception as exc:
             raise FeedError(
-                f"{feed.nats.url}: no alert stream {stream} ({exc or type(exc).__name__}); "
+                f"{redact(feed.nats.url)}: no alert stream {stream} ({exc or type(exc).__name__}); "
                 "is --subject-prefix the coordinator's?"
             ) from None
         shown = 0
@@ -107,7 +108,7 @@ async def follow(feed: Feed, show: Callable[[dict[str, Any]], None]) -> int:
                         shown += 1
             except (nats.errors.Error, TimeoutError) as exc:
                 raise FeedError(
-                    f"{feed.nats.url}: cannot read {stream} ({exc or type(exc).__name__})"
+                    f"{redact(feed.nats.url)}: cannot read {stream} ({exc or type(exc).__name__})"
                 ) from None
         while feed.count is None or shown < feed.count:
             try:

@@ -7,11 +7,12 @@ Two nodes: sim-a as `gpufleet slurm conf --socket-per-gpu` writes it (core-bound
 reservations, `cores+qos`), and n2 without that layout (reserved whole, `nodes+qos`).
 acme books 4 GPUs and globex 2 on sim-a, and globex 2 on n2 in a second booking. Each
 booking gets its QOS `gpufleet-<id>` (GrpTRES its GPUs) allowed to its user or
-account, before its reservation. Each booked job gets its count; a job asking more
-than booked is refused (sim-a: no cores for it) or never starts (n2: `QOSGrpGRES`,
-though the node is free); a job outside gets only the unbooked GPUs. Released while
-its job runs, a booking's reservation ends that job and its QOS is gone; a QOS made by
-hand is never touched; a fresh reading (the bridge after kill -9) plans nothing more.
+account, before its reservation; the daemon reads them with one sacctmgr a pass.
+Each booked job gets its count; a job asking more than booked is refused (sim-a: no
+cores for it) or never starts (n2: `QOSGrpGRES`, though the node is free); a job
+outside gets only the unbooked GPUs. Released while its job runs, a booking's
+reservation ends that job and its QOS is gone; a QOS made by hand is never touched; a
+fresh reading (the bridge after kill -9) plans nothing more.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError
 from ops.slurm.bridge.settings import BridgeSettings
 from ops.slurm.conf import Options, render
 from tests.slurm_accounting import require_slurmdbd
-from tests.slurm_cluster import SlurmCluster, SlurmConfig, node_line, two_socket_h100_host
+from tests.slurm_cluster import (
+    SlurmCluster,
+    SlurmConfig,
+    node_line,
+    tool_path,
+    two_socket_h100_host,
+)
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -210,15 +217,23 @@ async def test_each_booking_s_qos_holds_its_jobs_and_goes_with_the_booking(
 
     # The daemon: `cores+qos` while sacctmgr answers; slurmdbd gone, it says so, plans
     # no QOS (deletes none) and is no longer in step; the QOS stay in the database.
+    # Each pass reads the QOS and their associations with one sacctmgr (its runs logged).
+    runs = cluster.root / "sacctmgr.log"
+    logged = cluster.root / "sacctmgr-logged"
+    logged.write_text(f'#!/bin/sh\necho "$*" >> {runs}\nexec {tool_path("sacctmgr")} "$@"\n')
+    logged.chmod(0o755)
     daemon = SlurmBridge(BridgeSettings(
         coordinator_key="unused", slurm_conf=str(cluster.conf_path), gpu_tres="cores",
-        scontrol_timeout_s=30,
+        scontrol_timeout_s=30, sacctmgr=str(logged),
     ))  # fmt: skip
     state, in_step = await daemon.with_qos(await daemon.scontrol.state())
     assert in_step and state.qos is not None and "gpufleet-rsv_globex" in state.qos
+    assert state.qos["gpufleet-rsv_globex"].accounts == {ACCOUNT}  # the associations too
+    assert runs.read_text().splitlines() == ["-n -P"]
     assert 'gpufleet_slurm_bridge_mechanism{mechanism="cores+qos"} 1.0' in _metrics(daemon)
     cluster.stop_slurmdbd()
     state, in_step = await daemon.with_qos(await daemon.scontrol.state())
     assert not in_step and state.qos is None
+    assert len(runs.read_text().splitlines()) == 2
     assert 'gpufleet_slurm_bridge_mechanism{mechanism="cores"} 1.0' in _metrics(daemon)
     assert 'gpufleet_slurm_bridge_failures_total{kind="qos.read"} 1.0' in _metrics(daemon)

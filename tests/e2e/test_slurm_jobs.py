@@ -116,15 +116,15 @@ def test_the_task_prolog_gives_a_mig_job_mig_uuids(
     gres = "".join(f"{x}\n" for x in conf.gres.splitlines() if x.startswith("NodeName="))
     line = next(x for x in conf.nodes.splitlines() if x.startswith("NodeName="))
     slurm_cluster.start(SlurmConfig(nodes=[line], gres_conf=gres, extra=[f"TaskProlog={PROLOG}"]))
-    # The agent daemon on the simulated host (no NATS needed to poll) keeps its inventory
-    # in its state directory; the prolog's agent settings name that directory and no
+    # The agent daemon on the simulated host (no NATS needed to poll) keeps its GPU map
+    # in its runtime directory; the prolog's agent settings name that directory and no
     # simulated NVML, so the UUIDs can only come from the daemon's file.
-    state = tmp_path / "state"
-    state.mkdir()  # as systemd's StateDirectory= would
+    run = tmp_path / "run"
+    run.mkdir()  # as systemd's RuntimeDirectory= would
     agent = Path(sys.executable).parent / "gpufleet-agent"
     daemon = subprocess.Popen(
         [str(agent), "--pool-id", "pool_" + "1" * 26, "--node-id", "a100-m", "--simulate",
-         "a100-mig-8", "--state-dir", str(state), "--interval", "1",
+         "a100-mig-8", "--runtime-dir", str(run), "--interval", "1",
          "--nats-url", f"nats://127.0.0.1:{free_port()}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -132,8 +132,8 @@ def test_the_task_prolog_gives_a_mig_job_mig_uuids(
     whole = {g.uuid: g.index for g in inv.gpus if not g.mig_enabled}
     config = tmp_path / "agent.toml"
     try:
-        wait_for((state / "inventory.json").exists, timeout=60, what="the inventory file")
-        config.write_text(f'node_id = "a100-m"\nstate_dir = "{state}"\n')
+        wait_for((run / "gpus.json").exists, timeout=60, what="the GPU map file")
+        config.write_text(f'node_id = "a100-m"\nruntime_dir = "{run}"\n')
         small = _visible(slurm_cluster, config, "gpu:a100_1g.10gb:2")  # Slurm's: indexes 6,7
         assert len(small) == 2 and all(migs.get(u, (0, ""))[1] == "1g.10gb" for u in small)
         [big] = _visible(slurm_cluster, config, "gpu:a100_3g.40gb:1")
@@ -143,7 +143,7 @@ def test_the_task_prolog_gives_a_mig_job_mig_uuids(
     finally:
         stop(daemon)
     # No daemon's file (an agent not started yet): gres-uuids reads the simulated NVML.
-    config.write_text(f'node_id = "a100-m"\nsimulate = "a100-mig-8"\nstate_dir = "{tmp_path}"\n')
+    config.write_text(f'node_id = "a100-m"\nsimulate = "a100-mig-8"\nruntime_dir = "{tmp_path}"\n')
     [big] = _visible(slurm_cluster, config, "gpu:a100_3g.40gb:1")
     assert migs[big] == (0, "3g.40gb")
 

@@ -44,6 +44,7 @@ from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
 from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
+from procs.redact import redact
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
 from procs.systemd import sd_notify
@@ -195,7 +196,7 @@ class SlurmBridge:
                     self._refused("nats", "check nats_credentials; retrying", exc)
                 else:
                     self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
-                                          ",".join(self._servers), exc)  # fmt: skip
+                                          redact(",".join(self._servers)), exc)  # fmt: skip
             await asyncio.sleep(_RETRY_S)
 
     def _options(self, nc: Client) -> dict[str, object]:

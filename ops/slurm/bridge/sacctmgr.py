@@ -6,10 +6,14 @@ A QOS is gpufleet's by name and description (`QOS_DESCRIPTION`); the only change
 bridge makes to an association is adding or removing one of its own QOS in the QOS list
 of a booking's users and accounts, so that where `AccountingStorageEnforce` has `qos`
 their jobs may run under it. Slurm drops a deleted QOS from every association itself.
-Parsing and argv building are pure functions; `Sacctmgr` runs them."""
+Both listings come from one sacctmgr per pass (`read_argv`, `READ_COMMANDS`): its
+interactive mode takes the two `show` commands on stdin, with `version` between them to
+say where the first listing ends. Parsing and argv building are pure functions;
+`Sacctmgr` runs them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ops.slurm.bridge.model import (
@@ -30,8 +34,35 @@ _NO_ASSOCIATION = (
     "; a booking's Slurm user or account has no association in slurmdbd "
     "(sacctmgr add user/account), or gpufleet's users/accounts mapping names it wrongly"
 )
-QOS_FORMAT = ("-n", "-P", "show", "qos", "format=name,grptres,description")
-ASSOC_FORMAT = ("-n", "-P", "show", "assoc", "format=user,account,qos")
+QOS_FORMAT = ("show", "qos", "format=name,grptres,description")
+ASSOC_FORMAT = ("show", "assoc", "format=user,account,qos")
+# One sacctmgr (no header, `|`-separated) reads both: the commands on its stdin, in its
+# interactive mode. It exits non-zero when slurmdbd cannot be reached, as one-shot.
+READ_ARGV = ("-n", "-P")
+READ_COMMANDS = "\n".join((" ".join(QOS_FORMAT), "version", " ".join(ASSOC_FORMAT), ""))
+# Interactive sacctmgr prompts (`sacctmgr: `, echoing each command where it has
+# readline); `version` answers `slurm-wlm 22.05.8` (Debian) or `slurm 23.11.1`.
+_PROMPT = "sacctmgr: "
+_VERSION = re.compile(r"^slurm\S* \d")
+
+
+class ListingError(ValueError):
+    """sacctmgr's answer to READ_COMMANDS is not the two listings."""
+
+
+def split_listings(out: str) -> tuple[str, str]:
+    """sacctmgr's answer to READ_COMMANDS as the `show qos` and `show assoc` listings:
+    the lines before and after the version, prompts and echoed commands left out
+    (every listing line has a `|`, they have none)."""
+    lines = [line.removeprefix(_PROMPT) for line in out.splitlines()]
+    marker = next((i for i, line in enumerate(lines) if _VERSION.match(line)), None)
+    if marker is None:
+        raise ListingError(f"no version line between its listings: {out[:200]!r}")
+
+    def listing(part: list[str]) -> str:
+        return "".join(line + "\n" for line in part if "|" in line)
+
+    return listing(lines[:marker]), listing(lines[marker + 1 :])
 
 
 def parse_qos(qos_text: str, assoc_text: str) -> dict[str, SlurmQos]:
@@ -113,10 +144,13 @@ class Sacctmgr:
         self._runner = Scontrol(config)
 
     async def qos(self) -> Mapping[str, SlurmQos]:
-        """Every QOS; SlurmError when accounting cannot be read (no slurmdbd, or none
-        configured)."""
-        qos = await self._runner.run(*QOS_FORMAT)
-        return parse_qos(qos, await self._runner.run(*ASSOC_FORMAT))
+        """Every QOS, from one sacctmgr; SlurmError when accounting cannot be read (no
+        slurmdbd, or none configured)."""
+        out = await self._runner.run(*READ_ARGV, stdin=READ_COMMANDS)
+        try:
+            return parse_qos(*split_listings(out))
+        except ListingError as exc:
+            raise SlurmError(f"sacctmgr: {exc}") from None
 
     async def apply(self, action: QosAction) -> None:
         for argv in qos_argvs(action):

@@ -213,16 +213,20 @@ class Scontrol:
     def program(self) -> str:
         return os.path.basename(self.config.path)
 
-    async def run(self, *args: str) -> str:
+    async def run(self, *args: str, stdin: str | None = None) -> str:
+        """The program's output for `args` (and `stdin`, when given: commands for an
+        interactive mode); SlurmError for a non-zero exit or no answer in time."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.config.path, *args, env=self._env,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
         except OSError as exc:
             raise SlurmError(f"cannot run {self.config.path}: {exc}") from None
+        given = None if stdin is None else stdin.encode()
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.config.timeout_s)
+            out, err = await asyncio.wait_for(proc.communicate(given), self.config.timeout_s)
         except TimeoutError:
             await _kill(proc)
             raise SlurmError(f"{self.program} {' '.join(args[:2])}: no answer in "

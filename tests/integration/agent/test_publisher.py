@@ -1,12 +1,13 @@
 """The publisher alone against a real nats-server: inventory on hash change, immediate
 heartbeats on health change, `unmonitored` when polling stalls, a hung server of a
-cluster left for another well inside one detection window, and the bookings etag said
-confirmed only for heartbeats the server answered."""
+cluster left for another well inside one detection window, a busy link kept, and the
+bookings etag said confirmed only for heartbeats the server answered."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypeVar
@@ -292,3 +293,63 @@ async def test_the_bookings_etag_is_confirmed_only_by_heartbeats_the_server_answ
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_busy_link_is_kept_and_reads_on_after_its_late_answer(nats_url: str) -> None:
+    """The agent probes its link as every gpufleet process does (`procs.nats_link`): on
+    a starved host the PONG queues behind what the server holds for the agent (here
+    20,000 bookings messages); a probe answered late while messages keep arriving is a
+    busy link, not a dead one: no reconnect (which would drop what the server holds),
+    every message handled, and the late PONG leaves the link reading what comes next
+    (nats-py 2.16 stops its read loop for a PONG that comes after a flush timed out)."""
+    pool = new_pool_id()
+    subjects = Subjects(f"t{secrets.token_hex(4)}")
+    handled = [0]
+    pub = Publisher(
+        nats=NatsSettings(url=nats_url), subjects=subjects, pool_id=pool, node_id="n1",
+        boot_id="boot-1", interval_s=0.3, clock=CLOCK,
+        on_bookings=lambda _: handled.__setitem__(0, handled[0] + 1),
+    )  # fmt: skip
+    task = asyncio.create_task(pub.run(), name="publisher")
+    sender = await nats.connect(nats_url)
+    loop = asyncio.get_running_loop()
+    try:
+        pub.update(state(pool, vcpu=8))
+
+        async def heard() -> bool:
+            return pub.stats.heartbeats >= 2
+
+        await eventually(heard)
+        count, payload = 20_000, b"x" * 300
+        for _ in range(count):
+            await sender.publish(subjects.bookings(pool, "n1"), payload)
+        await sender.flush()
+        # Each turn of the event loop costs 50 ms: the socket is read slowly, for a few
+        # probe timeouts (0.5 s each at this interval).
+        until = loop.time() + 3.0
+        while loop.time() < until:
+            time.sleep(0.05)  # noqa: ASYNC251 - blocking is the point: a starved loop
+            await asyncio.sleep(0)
+        assert (pub.stats.reconnects, pub.stats.dead_links) == (0, 0)
+        assert pub.stats.late_probes >= 1
+
+        async def all_handled() -> bool:
+            return handled[0] == count
+
+        await eventually(all_handled, within_s=30)
+        for _ in range(1000):
+            await sender.publish(subjects.bookings(pool, "n1"), payload)
+        await sender.flush()
+        count += 1000
+        await eventually(all_handled, within_s=10)
+        beats = pub.stats.heartbeats
+
+        async def beating() -> bool:
+            return pub.stats.heartbeats >= beats + 3
+
+        await eventually(beating, within_s=10)
+        assert (pub.stats.reconnects, pub.stats.dead_links) == (0, 0)
+    finally:
+        await sender.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ops.slurm.bridge.model import (
     Action,
     CreateQos,
@@ -23,7 +25,7 @@ from ops.slurm.bridge.model import (
     UpdateQos,
 )
 from ops.slurm.bridge.planner import Policy, plan
-from ops.slurm.bridge.sacctmgr import parse_qos, qos_argvs
+from ops.slurm.bridge.sacctmgr import ListingError, parse_qos, qos_argvs, split_listings
 
 NOW_MS = 1_800_000_000_000
 NOW_S = NOW_MS // 1000
@@ -151,3 +153,24 @@ def test_sacctmgr_listings_parse_as_slurm_prints_them() -> None:
     assert mine.grp_tres == "gres/gpu:h100=2,gres/gpu=2"
     # bob may use it under one account of two: not yet allowed everywhere.
     assert mine.users == {"root"} and mine.accounts == {"acme"}
+
+
+# Slurm 22.05's answer (Debian, with readline) to the bridge's one read: each command
+# echoed after the prompt, `version` between the listings.
+READ_ANSWER = (
+    "sacctmgr: show qos format=name,grptres,description\nnormal||Normal QOS default\n"
+    "gpufleet-x|cpu=1|gpufleet booking\nsacctmgr: version\nslurm-wlm 22.05.8\n"
+    "sacctmgr: show assoc format=user,account,qos\n|root|normal\nroot|root|normal\n"
+    "sacctmgr: \n"
+)
+
+
+def test_one_sacctmgr_answer_splits_into_both_listings() -> None:
+    qos, assoc = split_listings(READ_ANSWER)
+    assert qos == "normal||Normal QOS default\ngpufleet-x|cpu=1|gpufleet booking\n"
+    assert assoc == "|root|normal\nroot|root|normal\n"
+    # Without readline: the prompt before each answer, no echo; a newer version line.
+    bare = "sacctmgr: normal||Normal QOS default\nsacctmgr: slurm 23.11.1\nsacctmgr: |root|normal\n"
+    assert split_listings(bare) == ("normal||Normal QOS default\n", "|root|normal\n")
+    with pytest.raises(ListingError, match="no version line"):
+        split_listings("normal||Normal QOS default\n")

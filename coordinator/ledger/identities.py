@@ -147,11 +147,15 @@ async def held_by(conn: AsyncConnection, node_id: str) -> dict[str, str]:
     return {identity: device_id for identity, device_id in rows.all()}
 
 
-async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> set[str]:
-    """Of the nodes `nodes` selects (a condition on `schema.atoms`), those whose live
-    atoms show a device another node holds (`atom_identities`): the placer turns them away
-    (`NodeSlot.duplicate_of`), so the rollup counts them held too. One join on the
-    identity's primary key; a MIG instance shows its GPU's identity, which is enough."""
+async def shown_elsewhere(
+    conn: AsyncConnection, nodes: ColumnElement[bool]
+) -> dict[str, list[Collision]]:
+    """The one rule for a node that shows a device another node holds: of the nodes
+    `nodes` selects (a condition on `schema.atoms`), each whose live atoms show an
+    identity (`atom_identities`) another node holds, with those devices and holders.
+    The placer turns such a node away (`NodeSlot.duplicate_of`) and a node change holds
+    it (`coordinator.services.node_records`). One join on the identity's primary key; a
+    MIG instance shows its GPU's identity, which is enough to find it."""
     a, d = schema.atoms.c, schema.device_identities.c
     is_disk = and_(a["class"] == "disk", or_(*(a.device_id.startswith(p) for p in DISK_IDENTITIES)))
     identity = case(
@@ -160,13 +164,16 @@ async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> 
         else_=None,
     )
     rows = await conn.execute(
-        select(a.node_id, a["class"], a.device_id, a.attrs, d.identity)
+        select(a.node_id, a["class"], a.device_id, a.attrs, d.identity, d.node_id)
         .select_from(schema.atoms.join(schema.device_identities, d.identity == identity))
         .where(nodes & a.retired.is_(False) & (d.node_id != a.node_id))
     )
     # Only colliding atoms come back (as good as none); a missing device is not shown.
+    found: dict[str, set[Collision]] = {}
+    for node_id, cls, device_id, attrs, held, holder in rows.all():
+        shown = atom_identities(cls, device_id or "", attrs or {})
+        if held in shown:
+            found.setdefault(node_id, set()).add(Collision(held, shown[held], holder))
     return {
-        node_id
-        for node_id, cls, device_id, attrs, held in rows.all()
-        if held in atom_identities(cls, device_id or "", attrs or {})
+        node_id: sorted(cs, key=lambda c: (c.holder, c.identity)) for node_id, cs in found.items()
     }

@@ -1,11 +1,12 @@
 """Who holds each physical device (`schema.device_identities`, `domain.physical_ids`).
 
 One row per identity names its one holder. Registering claims a node's identities with
-an insert that skips the taken ones (`ON CONFLICT DO NOTHING`), then reads who holds
-them: on PostgreSQL the primary key makes a second replica's insert of the same identity
-wait for the first transaction and then find it taken, so two replicas registering one
-host under two node ids cannot both hold it (no read-then-write race). Rows go in
-identity order, so two such transactions cannot deadlock. SQLite has one writer.
+an insert that skips the taken ones (`ON CONFLICT DO NOTHING`, returning those it
+inserted), then reads who holds the others: on PostgreSQL the primary key makes a
+second replica's insert of the same identity wait for the first transaction and then
+find it taken, so two replicas registering one host under two node ids cannot both hold
+it (no read-then-write race). Rows go in identity order, so two such transactions
+cannot deadlock. SQLite has one writer.
 
 A holder gives a device up to a node that reports it when the holder is neither live
 (reachable) nor holding a booking that has not ended: a reimaged host that came back
@@ -16,8 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, delete, literal, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    bindparam,
+    case,
+    delete,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.physical_ids import (
@@ -46,14 +58,40 @@ async def holders(conn: AsyncConnection, identities: Sequence[str]) -> dict[str,
     return out
 
 
-async def _insert_missing(conn: AsyncConnection, rows: list[dict[str, object]]) -> None:
+# One statement for a batch's rows on PostgreSQL: three arrays, not a parameter set per
+# row (registering 10,000 eight-GPU nodes claims 80,000 identities).
+_PG_INSERT = text(
+    "INSERT INTO device_identities (identity, node_id, device_id, since)"
+    " SELECT i, n, d, CAST(:since AS BIGINT) FROM unnest(CAST(:identities AS VARCHAR[]),"
+    " CAST(:nodes AS VARCHAR[]), CAST(:devices AS VARCHAR[])) WITH ORDINALITY AS u(i, n, d, k)"
+    " ORDER BY k ON CONFLICT (identity) DO NOTHING RETURNING identity, node_id"
+)
+
+
+async def _insert_missing(conn: AsyncConnection, rows: list[dict[str, object]]) -> dict[str, str]:
+    """Insert the rows whose identity nobody holds, in their order; returns identity →
+    node of those inserted (the others are someone's already: read them back)."""
     if not rows:
-        return
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(schema.device_identities).on_conflict_do_nothing(
-        index_elements=["identity"]
-    )
-    await conn.execute(stmt, rows)
+        return {}
+    if conn.dialect.name == "postgresql":
+        result = await conn.execute(
+            _PG_INSERT,
+            {
+                "identities": [r["identity"] for r in rows],
+                "nodes": [r["node_id"] for r in rows],
+                "devices": [r["device_id"] for r in rows],
+                "since": rows[0]["since"],
+            },
+        )
+    else:
+        d = schema.device_identities.c
+        stmt = (
+            sqlite.insert(schema.device_identities)
+            .on_conflict_do_nothing(index_elements=["identity"])
+            .returning(d.identity, d.node_id)
+        )
+        result = await conn.execute(stmt, rows)
+    return {identity: node_id for identity, node_id in result.all()}
 
 
 async def _bound(conn: AsyncConnection, node_ids: Iterable[str], now: int) -> set[str]:
@@ -101,9 +139,9 @@ async def claim(
         ),
         key=lambda r: (str(r["identity"]), str(r["node_id"])),
     )
-    await _insert_missing(conn, rows)
+    inserted = await _insert_missing(conn, rows)
     identities = sorted({str(r["identity"]) for r in rows})
-    holder_of = await holders(conn, identities)
+    holder_of = inserted | await holders(conn, [i for i in identities if i not in inserted])
     lost = [r for r in rows if holder_of.get(str(r["identity"])) != r["node_id"]]
     if not lost:
         return {}
@@ -149,11 +187,15 @@ async def held_by(conn: AsyncConnection, node_id: str) -> dict[str, str]:
     return {identity: device_id for identity, device_id in rows.all()}
 
 
-async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> set[str]:
-    """Of the nodes `nodes` selects (a condition on `schema.atoms`), those whose live
-    atoms show a device another node holds (`atom_identities`): the placer turns them away
-    (`NodeSlot.duplicate_of`), so the rollup counts them held too. One join on the
-    identity's primary key; a MIG instance shows its GPU's identity, which is enough."""
+async def shown_elsewhere(
+    conn: AsyncConnection, nodes: ColumnElement[bool]
+) -> dict[str, list[Collision]]:
+    """The one rule for a node that shows a device another node holds: of the nodes
+    `nodes` selects (a condition on `schema.atoms`), each whose live atoms show an
+    identity (`atom_identities`) another node holds, with those devices and holders.
+    The placer turns such a node away (`NodeSlot.duplicate_of`) and a node change holds
+    it (`coordinator.services.node_records`). One join on the identity's primary key; a
+    MIG instance shows its GPU's identity, which is enough to find it."""
     a, d = schema.atoms.c, schema.device_identities.c
     is_disk = and_(a["class"] == "disk", or_(*(a.device_id.startswith(p) for p in DISK_IDENTITIES)))
     nic_id = a.attrs[NIC_ATTR].as_string()
@@ -165,13 +207,16 @@ async def duplicate_nodes(conn: AsyncConnection, nodes: ColumnElement[bool]) -> 
         else_=None,
     )
     rows = await conn.execute(
-        select(a.node_id, a["class"], a.device_id, a.attrs, d.identity)
+        select(a.node_id, a["class"], a.device_id, a.attrs, d.identity, d.node_id)
         .select_from(schema.atoms.join(schema.device_identities, d.identity == identity))
         .where(nodes & a.retired.is_(False) & (d.node_id != a.node_id))
     )
     # Only colliding atoms come back (as good as none); a missing device is not shown.
+    found: dict[str, set[Collision]] = {}
+    for node_id, cls, device_id, attrs, held, holder in rows.all():
+        shown = atom_identities(cls, device_id or "", attrs or {})
+        if held in shown:
+            found.setdefault(node_id, set()).add(Collision(held, shown[held], holder))
     return {
-        node_id
-        for node_id, cls, device_id, attrs, held in rows.all()
-        if held in atom_identities(cls, device_id or "", attrs or {})
+        node_id: sorted(cs, key=lambda c: (c.holder, c.identity)) for node_id, cs in found.items()
     }

@@ -97,6 +97,14 @@ class NodeWriter:
         self._new_atoms: list[dict[str, object]] = []
         self._new_events: list[dict[str, object]] = []
         self._new_views: list[NodeView] = []
+        # Nodes whose identities a claim of this change judged (`claim_identities`).
+        self._judged: set[str] = set()
+        # Every transition saved here, per node, in order (the caller's outcome).
+        self.saved: dict[str, list[Transition]] = {}
+
+    def flags(self, node_id: str) -> NodeFlags | None:
+        """The node's flags as this change has them now (None: no such node)."""
+        return self._current.get(node_id)
 
     async def _pool_exists(self, pool_id: str) -> bool:
         known = self._pools.get(pool_id)
@@ -184,6 +192,7 @@ class NodeWriter:
             )
         )  # fmt: skip
         self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
+        self.saved.setdefault(inv.node_id, []).extend(transitions)
         if self.alerts_of is not None:
             self._new_alerts += self.alerts_of(inv.node_id, after.pool_id, transitions)
         self._current[inv.node_id] = after
@@ -217,6 +226,7 @@ class NodeWriter:
         `InventoryRefused`, or whatever the block raised), that node's writes are undone
         and the change set goes on as if it had not been tried."""
         current, changed, written = self._current.get(node_id), self.changed, len(self.written)
+        saved = list(self.saved.get(node_id, ()))
         try:
             async with self._conn.begin_nested():
                 yield
@@ -227,6 +237,7 @@ class NodeWriter:
                 self._current[node_id] = current
             self.changed = changed
             del self.written[written:]  # rolled back with the savepoint
+            self.saved[node_id] = saved
             if isinstance(exc, IntegrityError | DataError):
                 raise InventoryRefused(str(exc.orig)) from None
             raise
@@ -242,7 +253,23 @@ class NodeWriter:
         """Record the physical identities each node's inventory shows (nodeId →
         {identity: deviceId}); per node, those another node holds and keeps
         (`coordinator.ledger.identities`)."""
+        self._judged.update(wanted)
         return await identities.claim(self._conn, self._now, wanted)
+
+    async def unheld_duplicates(self) -> dict[str, list[Collision]]:
+        """Of this change's nodes that no claim here judged and no duplicate-device hold
+        holds, those showing a device another node holds, with the collisions
+        (`identities.shown_elsewhere`): one read, none when every node was judged."""
+        ids = sorted(
+            node_id
+            for node_id, flags in self._current.items()
+            if node_id not in self._judged and not flags.duplicate_hold
+        )
+        if not ids:
+            return {}
+        return await identities.shown_elsewhere(
+            self._conn, among(self._conn, schema.atoms.c.node_id, ids)
+        )
 
     async def transfer_identities(self, old: str, new: str) -> None:
         """What `old` holds becomes `new`'s, and `old`'s atoms are retired: its devices
@@ -478,6 +505,7 @@ class NodeWriter:
             )
             if self.alerts_of is not None:
                 await self.write_alerts(self.alerts_of(node_id, after.pool_id, transitions))
+            self.saved.setdefault(node_id, []).extend(transitions)
         self._current[node_id] = after
         self.changed = self.changed or bool(transitions)
 

@@ -21,7 +21,7 @@ from coordinator.domain.transitions import (
     DeviceFlags,
     NodeFlags,
 )
-from coordinator.ledger import pool_memory, schema
+from coordinator.ledger import identities, pool_memory, schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import Database
 from coordinator.ledger.node_writer import NodeWriter
@@ -125,6 +125,16 @@ class NodeRepo:
         async with self._db.read() as conn:
             rows = await conn.execute(select(n.node_id).where(cond).order_by(n.node_id))
             return list(rows.scalars().all())
+
+    async def unheld_duplicates(self) -> list[str]:
+        """Nodes that show a device another node holds and no duplicate-device hold
+        holds (`identities.shown_elsewhere`): as good as none, but a ledger upgraded
+        while two ids of one host were registered has them."""
+        n, a = schema.nodes.c, schema.atoms.c
+        unheld = select(n.node_id).where(n.duplicate_hold.is_(None) | (n.duplicate_hold == ""))
+        async with self._db.read() as conn:
+            found = await identities.shown_elsewhere(conn, a.node_id.in_(unheld))
+        return sorted(found)
 
     async def pending_moves(self) -> list[str]:
         """Nodes held in their pool while a reported pool move waits."""

@@ -18,7 +18,6 @@ from coordinator.domain.reservation import LIVE, AtRisk
 from coordinator.domain.risk import AtomCondition, RiskChange, assess, atom_risk
 from coordinator.domain.transitions import POOL_CHANGE_PENDING
 from coordinator.ledger import schema
-from coordinator.ledger.identities import duplicate_nodes
 
 
 def at_risk_from_json(value: Any) -> AtRisk | None:
@@ -75,15 +74,12 @@ async def refresh_risk(conn: AsyncConnection, node_ids: list[str], now: int) -> 
             )
         ).all()
     }
-    # Counted as the rollup counts them (`rollups.load_node_views`): held while they
-    # show a device another node holds.
-    duplicates = await duplicate_nodes(conn, a.node_id.in_(sorted(nodes)))
     per_reservation: dict[str, dict[str, str | None]] = {}
     node_of: dict[str, str] = {}
     for row in booked:
         node_of[row.atom_id] = row.node_id
         per_reservation.setdefault(row.reservation_id, {})[row.atom_id] = _reason(
-            nodes.get(row.node_id), atoms.get(row.atom_id), row.node_id in duplicates
+            nodes.get(row.node_id), atoms.get(row.atom_id)
         )
     changes: list[RiskChange] = []
     writes: list[dict[str, Any]] = []
@@ -109,14 +105,14 @@ async def refresh_risk(conn: AsyncConnection, node_ids: list[str], now: int) -> 
     return changes
 
 
-def _reason(node: Any, atom: Any, duplicate: bool) -> str | None:
+def _reason(node: Any, atom: Any) -> str | None:
     if node is None:
         return None
     state = NodeState(
         reachable=bool(node.reachable),
         health=node.health,
         maintenance=bool(node.maintenance),
-        provisioning=bool(node.provisioning) or duplicate,
+        provisioning=bool(node.provisioning),
     )
     held = node.pending_pool_id is not None and node.maintenance_reason == POOL_CHANGE_PENDING
     return atom_risk(

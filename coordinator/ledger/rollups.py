@@ -42,7 +42,6 @@ from coordinator.domain.states import atom_bucket, node_bucket
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among
 from coordinator.ledger.database import lock_pool
-from coordinator.ledger.identities import duplicate_nodes
 from coordinator.ledger.snapshot import bump
 from shared.counts import COUNT_COLUMNS
 
@@ -86,8 +85,9 @@ async def load_node_views(
     conn: AsyncConnection, pool_id: str | None = None, node_ids: Iterable[str] | None = None
 ) -> list[NodeView]:
     """Nodes with their live atoms, of one pool or of the given node ids. A node that
-    shows a device another node holds counts as provisioning, held or not (two ids of
-    one host both admitted): the placer never offers it, so capacity does not either."""
+    shows a device another node holds is counted by its flags: the node change that
+    finds it holds it in provisioning (`identities.shown_elsewhere`), so no read here
+    judges it again."""
     n, a = schema.nodes.c, schema.atoms.c
     node_cond: ColumnElement[bool]
     atom_cond: ColumnElement[bool]
@@ -112,7 +112,6 @@ async def load_node_views(
         atoms_by_node[row.node_id].append(
             AtomView(row.atom_id, row.node_id, row[2], row.device_id, row.health)
         )
-    duplicates = await duplicate_nodes(conn, atom_cond)
     return [
         NodeView(
             node_id=row.node_id,
@@ -121,7 +120,7 @@ async def load_node_views(
                 reachable=bool(row.reachable),
                 health=row.health,
                 maintenance=bool(row.maintenance),
-                provisioning=bool(row.provisioning) or row.node_id in duplicates,
+                provisioning=bool(row.provisioning),
             ),
             atoms=tuple(atoms_by_node[row.node_id]),
             vcpu=row.vcpu,
@@ -142,13 +141,12 @@ async def allocatable_scope(conn: AsyncConnection, pool_id: str) -> tuple[list[s
             n.pool_id == pool_id
         )
     )
-    duplicates = await duplicate_nodes(conn, a.pool_id == pool_id)
     states = {
         row.node_id: NodeState(
             reachable=bool(row.reachable),
             health=row.health,
             maintenance=bool(row.maintenance),
-            provisioning=bool(row.provisioning) or row.node_id in duplicates,
+            provisioning=bool(row.provisioning),
         )
         for row in node_rows.all()
     }

@@ -13,11 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.claims import NODE_DEVICE
 from coordinator.domain.model import NodeState
-from coordinator.domain.physical_ids import atom_identities
 from coordinator.domain.placement_model import AtomSlot, NodeSlot, healthy_counts
 from coordinator.domain.pool_cache import HeldAtom, HeldScalar
 from coordinator.ledger import schema
-from coordinator.ledger.identities import holders
+from coordinator.ledger.identities import shown_elsewhere
 from shared.cliques import peer_sets
 
 _FAULTY = ("unhealthy", "unmonitored")
@@ -82,14 +81,13 @@ async def load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...
         .where((a.pool_id == pool_id) & (a.retired.is_(False)))
         .order_by(a.atom_id)
     )
-    shown: dict[str, set[str]] = defaultdict(set)  # node → identities its atoms show
     for atom_id, node_id, cls, health, attrs, device_id in atom_rows.all():
         peers = links.get(node_id, {}).get(device_id) if cls == "gpu" else None
         atoms[node_id].append(
             AtomSlot(atom_id, cls, health not in _FAULTY, dict(attrs or {}), device_id or "", peers)
         )
-        shown[node_id].update(atom_identities(cls, device_id or "", attrs or {}))
-    duplicate_of = await _duplicates(conn, pool_id, shown)
+    found = await shown_elsewhere(conn, a.pool_id == pool_id)
+    duplicate_of = {node_id: tuple(sorted({c.holder for c in cs})) for node_id, cs in found.items()}
     return tuple(
         NodeSlot(
             node_id=row.node_id,
@@ -110,27 +108,6 @@ async def load_nodes(conn: AsyncConnection, pool_id: str) -> tuple[NodeSlot, ...
         )
         for row in node_rows
     )
-
-
-async def _duplicates(
-    conn: AsyncConnection, pool_id: str, shown: Mapping[str, set[str]]
-) -> dict[str, tuple[str, ...]]:
-    """node → the other nodes that hold identities it shows. What the pool's own nodes
-    hold is one indexed read; only identities they do not hold (as good as never) are
-    looked up one by one."""
-    d, n = schema.device_identities.c, schema.nodes.c
-    rows = await conn.execute(
-        select(d.identity, d.node_id)
-        .select_from(schema.device_identities.join(schema.nodes, n.node_id == d.node_id))
-        .where(n.pool_id == pool_id)
-    )
-    own = {identity: node_id for identity, node_id in rows.all()}
-    elsewhere = sorted({i for node_id, ids in shown.items() for i in ids if own.get(i) != node_id})
-    held = await holders(conn, elsewhere) if elsewhere else {}
-    return {
-        node_id: tuple(sorted({held[i] for i in ids if held.get(i, node_id) != node_id}))
-        for node_id, ids in shown.items()
-    }
 
 
 async def load_bookings(

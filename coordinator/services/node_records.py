@@ -54,10 +54,52 @@ async def _changing(ledger: Ledger, node_ids: Iterable[str], now: int) -> AsyncI
         change.alerts_of = lambda node_id, pool_id, ts: alerts_for(node_id, pool_id, ts, now)
         change.risk_alerts_of = lambda risks: risk_alerts(risks, now)
         yield change
+        await _hold_duplicates(change)
+
+
+async def _hold_duplicates(change: NodeWriter) -> None:
+    """Hold each node of the change that shows a device another node holds and is not
+    held for it yet, whatever brought it here (an old id back by heartbeat alone after
+    a new id took its devices, a ledger upgraded with two ids of one host registered):
+    the reason and the `node.duplicateDevice` alert an inventory's collision gives. A
+    node whose inventory this change recorded was judged by its claim already."""
+    for node_id, collisions in sorted((await change.unheld_duplicates()).items()):
+        flags = change.flags(node_id)
+        assert flags is not None  # a node of this change
+        after = physical_ids.judged(flags, physical_ids.hold_reason(collisions))
+        transitions = (
+            *node_transitions(flags, after),
+            *physical_ids.duplicate_device(flags, after, collisions),
+        )
+        await change.save(node_id, after, transitions)
+
+
+async def hold_duplicates(ledger: Ledger, now: int) -> list[NodeOutcome]:
+    """Hold every node that shows a device another node holds and no hold holds yet
+    (the coordinator's start and its rollup rebuild call this): the nodes a ledger
+    upgraded with two ids of one host registered has, which no change has judged."""
+    found = await ledger.nodes.unheld_duplicates()
+    if not found:
+        return []
+    async with _changing(ledger, found, now) as change:
+        pass  # the change's own end holds them
+    return _with_risks(
+        [NodeOutcome(n, f.pool_id, ()) for n in found if (f := change.flags(n)) is not None],
+        change,
+    )
 
 
 def _one(change: NodeWriter, node_id: str, pool_id: str, ts: Sequence[Transition]) -> NodeOutcome:
-    return NodeOutcome(node_id, pool_id, tuple(ts), tuple(change.risks), tuple(change.written))
+    return NodeOutcome(
+        node_id, pool_id, _saved(change, node_id, ts), tuple(change.risks), tuple(change.written)
+    )
+
+
+def _saved(change: NodeWriter, node_id: str, ts: Sequence[Transition]) -> tuple[Transition, ...]:
+    """The node's transitions: those the change saved (a hold its end added included),
+    else the caller's."""
+    saved = change.saved.get(node_id)
+    return tuple(saved) if saved is not None else tuple(ts)
 
 
 def _with_risks(out: list[NodeOutcome], change: NodeWriter) -> list[NodeOutcome]:
@@ -70,7 +112,12 @@ def _with_risks(out: list[NodeOutcome], change: NodeWriter) -> list[NodeOutcome]
     for a in change.written:
         alerts.setdefault(a.node_id, []).append(a)
     merged = [
-        replace(c, risks=tuple(risks.pop(c.node_id, ())), alerts=tuple(alerts.pop(c.node_id, ())))
+        replace(
+            c,
+            transitions=_saved(change, c.node_id, c.transitions),
+            risks=tuple(risks.pop(c.node_id, ())),
+            alerts=tuple(alerts.pop(c.node_id, ())),
+        )
         for c in out
     ]
     merged += [

@@ -44,6 +44,7 @@ from coordinator.services.capacity_signal import CapacitySignal
 from coordinator.services.node_records import (
     NotRecorded,
     UntrueInventory,
+    hold_duplicates,
     record_duplicate_id,
     record_heartbeat,
     record_inventories,
@@ -449,6 +450,16 @@ class NodeWatch:
             await self.bus.publish(self.subjects.inventory_request(pool_id, node_id), b"{}")
         except Exception as exc:
             log.warning("could not ask %s for its inventory: %s", node_id, exc)
+
+    async def hold_duplicates(self) -> None:
+        """Hold, with their alerts, the nodes no change has judged that show a device
+        another node holds (`node_records.hold_duplicates`): at start, before the
+        rollup is served, and before each rebuild."""
+        now = self.clock.now_ms()
+        held = await hold_duplicates(self.ledger, now)
+        if held:
+            log.warning("%d nodes show devices other nodes hold: held in provisioning", len(held))
+            await alerting.publish(self.alerts, held, now)
 
     async def flush_last_seen(self) -> None:
         batch = self.tracker.take_unflushed()

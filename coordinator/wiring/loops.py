@@ -52,6 +52,7 @@ async def loops_context(
         return run
 
     async def rebuild() -> None:
+        await nodes.hold_duplicates()
         drift = await ledger.rebuild_all(clock.now_ms())
         running.drift_total[0] += drift
         if drift:

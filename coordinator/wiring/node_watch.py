@@ -109,7 +109,9 @@ async def node_watch_context(
     ingest_ref.append(ingest)
     await nodes.load()
     await use.load()
-    # Serve only a rollup rebuilt from the ledger: after a crash it is the truth.
+    # Serve only a rollup rebuilt from the ledger: after a crash it is the truth. Nodes
+    # no change has judged (a ledger upgraded with two ids of one host) are held first.
+    await nodes.hold_duplicates()
     drift = await ledger.rebuild_all(clock.now_ms())
     if drift:
         log.warning("startup rebuild corrected %d rollup rows", drift)

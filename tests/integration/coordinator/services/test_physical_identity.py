@@ -7,17 +7,20 @@ names both nodes, until an operator says which node is real."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from coordinator.app import running_coordinator
 from coordinator.domain.claims import Claim, claim_rows, form_of, merged_rows
 from coordinator.domain.errors import InvalidInput, NotFound
 from coordinator.domain.placer import DUPLICATE_DEVICES
 from coordinator.ledger import Database, Ledger
 from coordinator.ledger.device_claims import insert_claims
 from coordinator.services.node_records import (
+    hold_duplicates,
     record_heartbeat,
     record_inventories,
     record_inventory,
@@ -25,9 +28,10 @@ from coordinator.services.node_records import (
     replace_node,
 )
 from coordinator.services.reservations import Created, Refused
-from shared.wire import Atom, Inventory
+from shared.clock import FakeClock
+from shared.wire import Alert, Atom, Inventory
 from tests.factories import backed, make_heartbeat, make_inventory, renamed
-from tests.integration.conftest import Served
+from tests.integration.conftest import Served, coordinator_settings
 from tests.rig import Rig
 
 
@@ -127,14 +131,118 @@ async def test_a_dead_unbooked_holder_gives_its_devices_up(ledger: Ledger) -> No
     assert await _held(ledger, "b") == ""
     assert isinstance(await rig.reservations.create(rig.request(pool, "k", gpus=8)), Created)
     # The old id coming back now collides with the new one, which is live: back by a
-    # heartbeat alone (no inventory yet), it shows GPUs it no longer holds and is not
-    # offered; then its inventory holds it.
+    # heartbeat alone (no inventory yet), it shows GPUs it no longer holds and is held
+    # for them; its inventory keeps it held.
     await record_reachability(ledger, ["a"], True, now)
+    assert "node b" in await _held(ledger, "a")
     again = await rig.reservations.create(rig.request(pool, "k2", gpus=8))
-    assert isinstance(again, Refused) and DUPLICATE_DEVICES in again.error.message
+    assert isinstance(again, Refused)
     await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
     assert "node b" in await _held(ledger, "a")
     assert (await rig.row(pool, "gpu")).allocatable == 8
+
+
+HELD_BY_B = "duplicateDevice: GPU-a-0, GPU-a-1, GPU-a-2 and 5 more held by node b"
+
+
+async def _as_upgraded(database_url: str, *more: str) -> None:
+    """Every node unheld, as revision 0008 leaves a ledger (`more`: other statements)."""
+    db = Database(database_url)
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
+            for statement in more:
+                await conn.execute(text(statement))
+    finally:
+        await db.dispose()
+
+
+def _duplicate_alerts(alerts: Sequence[Alert]) -> list[Alert]:
+    return [x for x in alerts if x.kind == "node.duplicateDevice"]
+
+
+async def test_an_old_id_back_by_heartbeat_alone_is_held_with_its_reason_and_alert(
+    ledger: Ledger,
+) -> None:
+    """The old id of a reimaged host comes back by heartbeat alone (no inventory) after
+    a new id took its devices: it is held as an inventory's collision holds a node, its
+    reason saying which node holds what, and one alert names both nodes (before: counted
+    held, but no reason on the node and no alert)."""
+    rig = await Rig.open(ledger)
+    pool = await rig.pool(nodes=0)
+    now = rig.clock.now_ms()
+    a = make_inventory("a", pool, gpus=8)
+    await record_inventory(ledger, a, now)
+    await record_reachability(ledger, ["a"], False, now)
+    await record_inventory(ledger, renamed(a, "b"), now)
+
+    (back,) = await record_reachability(ledger, ["a"], True, now)
+
+    assert await _held(ledger, "a") == HELD_BY_B
+    (alert,) = _duplicate_alerts(back.alerts)
+    assert (alert.node_id, alert.details["otherNodeIds"]) == ("a", ["b"])
+    assert alert.details["devices"] == [f"GPU-a-{i}" for i in range(8)]
+    assert ("node.provisioning", HELD_BY_B) in [(t.kind, t.reason) for t in back.transitions]
+    gpu = await rig.row(pool, "gpu")
+    assert (gpu.allocatable, gpu.provisioning) == (8, 8)
+    # Said once: its next change and its inventory keep the hold without a new alert.
+    again = await record_reachability(ledger, ["a"], False, now)
+    assert not _duplicate_alerts([x for o in again for x in o.alerts])
+    later = await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
+    assert not _duplicate_alerts(later.alerts)
+    assert await _held(ledger, "a") == HELD_BY_B
+    assert await _held(ledger, "b") == ""
+    assert await ledger.rebuild_all(now) == 0
+
+
+async def test_an_upgraded_ledger_holds_the_id_that_lost_its_devices_when_it_starts(
+    database_url: str, nats_url: str, clock: FakeClock
+) -> None:
+    """A ledger upgraded while two ids of one host were registered (revision 0008 gives
+    each device to the lowest node id and holds nobody): the coordinator's start holds
+    the other id with the reason, one alert naming both nodes and a node event, before
+    it serves the rollup (before: counted held, nothing said)."""
+    ledger = await Ledger.open(database_url)
+    try:
+        rig = await Rig.open(ledger)
+        pool = await rig.pool(nodes=0)
+        now = rig.clock.now_ms()
+        b = make_inventory("b", pool, gpus=8)
+        await record_inventory(ledger, b, now)
+        await record_inventory(ledger, renamed(b, "c"), now)
+        # Nothing was said of it before the upgrade.
+        await _as_upgraded(
+            database_url,
+            "DELETE FROM alert_outbox",
+            "DELETE FROM node_events WHERE kind = 'node.duplicateDevice'",
+        )
+        await ledger.rebuild_all(now)
+    finally:
+        await ledger.close()
+
+    async with running_coordinator(coordinator_settings(database_url, nats_url), clock) as c:
+        node = await c.ledger.catalog.node("c")
+        assert node is not None and node.state.provisioning
+        assert node.duplicate_hold == (
+            "duplicateDevice: GPU-b-0, GPU-b-1, GPU-b-2 and 5 more held by node b"
+        )
+        gpu = {r.resource: r for r in (await c.ledger.rollup([pool]))[pool]}["gpu"]
+        assert (gpu.allocatable, gpu.provisioning) == (8, 8)
+        events = [e.kind for e in await c.ledger.catalog.events("c")]
+        assert events.count("node.duplicateDevice") == 1
+        assert (await c.ledger.catalog.node("b")).duplicate_hold == ""  # type: ignore[union-attr]
+    db = Database(database_url)
+    try:
+        async with db.read() as conn:
+            payloads = (await conn.execute(text("SELECT payload FROM alert_outbox"))).scalars()
+            (alert,) = _duplicate_alerts([Alert.from_json(p) for p in payloads])
+    finally:
+        await db.dispose()
+    assert (alert.node_id, alert.details["otherNodeIds"]) == ("c", ["b"])
+    # A second start finds nothing more to say.
+    async with running_coordinator(coordinator_settings(database_url, nats_url), clock) as c:
+        events = [e.kind for e in await c.ledger.catalog.events("c")]
+        assert events.count("node.duplicateDevice") == 1
 
 
 async def test_two_replicas_registering_one_host_under_two_ids_offer_it_once(
@@ -350,26 +458,18 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     ledger: Ledger, database_url: str
 ) -> None:
     """Two node ids of one host both admitted (as a ledger upgraded while both were
-    registered could have them until the next inventory): preview and create offer only
-    the node that holds the GPUs and say why the other was turned away; no GPU is booked
-    twice, and a create past the two is refused for capacity (before, the database's
-    claim check refused it: 503, retry)."""
+    registered has them until the coordinator starts and holds the second): preview and
+    create offer only the node that holds the GPUs and say why the other was turned
+    away; no GPU is booked twice, and a create past the two is refused for capacity
+    (before, the database's claim check refused it: 503, retry)."""
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
     now = rig.clock.now_ms()
     a = make_inventory("a", pool, gpus=2)
     await record_inventory(ledger, a, now)
     await record_inventory(ledger, renamed(a, "b"), now)
-    db = Database(database_url)
-    try:
-        async with db.transaction() as conn:  # as if both were admitted
-            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
-    finally:
-        await db.dispose()
+    await _as_upgraded(database_url)
     await ledger.rebuild_all(now)
-    # Capacity agrees with the placer: 2 physical GPUs, the second id's copies held.
-    gpu = await rig.row(pool, "gpu")
-    assert (gpu.allocatable, gpu.provisioning, gpu.available) == (2, 2, 2)
 
     ask = rig.request(pool, "p", gpus=2)
     seen = await ledger.bookings.preview(pool, ask.placement, now, now + 3_600_000, now, 0)
@@ -383,8 +483,14 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     refused = made[2]
     assert isinstance(refused, Refused) and refused.error.code == "CAPACITY_NOT_AVAILABLE"
     assert DUPLICATE_DEVICES in str(refused.error.message), refused.error
+    # What the coordinator's start does: the second id held; capacity agrees with the
+    # placer, 2 physical GPUs, the second id's copies held.
+    (held,) = await hold_duplicates(ledger, now)
+    assert held.node_id == "b" and "node a" in await _held(ledger, "b")
     gpu = await rig.row(pool, "gpu")
-    assert (gpu.allocatable, gpu.allocated + gpu.reserved, gpu.available) == (2, 2, 0)
+    assert (gpu.allocatable, gpu.provisioning, gpu.allocated + gpu.reserved) == (2, 2, 2)
+    assert gpu.available == 0
+    assert await hold_duplicates(ledger, now) == []
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -392,9 +498,10 @@ async def test_a_booked_node_showing_devices_another_id_holds_is_held_in_capacit
     ledger: Ledger, database_url: str
 ) -> None:
     """Two ids of one host both admitted, the holder being the unbooked one (a ledger
-    upgraded while both were registered): the booked id counts as provisioning in the
-    rollup, its booking leaves the booked columns and its reservation is at risk, as
-    with any node held in provisioning (before: 4 allocatable GPUs for 2, not at risk)."""
+    upgraded while both were registered): held when the coordinator starts, the booked
+    id counts as provisioning in the rollup, its booking leaves the booked columns and
+    its reservation is at risk, as with any node held in provisioning (before: 4
+    allocatable GPUs for 2, not at risk)."""
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
     now = rig.clock.now_ms()
@@ -403,15 +510,13 @@ async def test_a_booked_node_showing_devices_another_id_holds_is_held_in_capacit
     made = await rig.reservations.create(rig.request(pool, "k1"))
     assert isinstance(made, Created)
     await record_inventory(ledger, renamed(a, "b"), now)
-    db = Database(database_url)
-    try:
-        async with db.transaction() as conn:
-            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
-            await conn.execute(text("UPDATE device_identities SET node_id = 'b'"))
-    finally:
-        await db.dispose()
+    await _as_upgraded(database_url, "UPDATE device_identities SET node_id = 'b'")
     await ledger.rebuild_all(now)
 
+    (held,) = await hold_duplicates(ledger, now)
+    assert held.node_id == "a" and "node b" in await _held(ledger, "a")
+    (alert,) = _duplicate_alerts(held.alerts)
+    assert alert.details["otherNodeIds"] == ["b"]
     gpu = await rig.row(pool, "gpu")
     assert (gpu.allocatable, gpu.provisioning, gpu.allocated + gpu.reserved) == (2, 2, 0)
     await record_reachability(ledger, ["a"], False, now)

@@ -163,6 +163,8 @@ class Draft:
         the quotas (its bookings themselves are added to the pool by whoever drafts on
         it, `SnapshotDraft.add`)."""
         res = decision.reservation
+        if res.tenant_id not in self.quotas:
+            return  # nothing counts it: `quota_verdict` reads `pending` for quotas only
         for h in decision.atoms:
             self.pending.setdefault((res.tenant_id, h.cls), []).append(
                 Commitment(h.start, h.end, 1)

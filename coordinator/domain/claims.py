@@ -105,11 +105,16 @@ def form_of(atom_ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(atom_ids)).encode()).hexdigest()[:32]
 
 
+# The node's own rows: the same for every claim, made once.
+_NODE_EXCLUSIVE = (ClaimRow(NODE_DEVICE, WHOLE, True, NODE_FORM),)
+_NODE_SHARED = ClaimRow(NODE_DEVICE, WHOLE, False, NODE_FORM)
+
+
 def claim_rows(claim: Claim, form: str) -> tuple[ClaimRow, ...]:
     """The rows that stand for `claim` on a device whose current partition is `form`."""
     if claim.device is None:
-        return (ClaimRow(NODE_DEVICE, WHOLE, True, NODE_FORM),)
-    node = ClaimRow(NODE_DEVICE, WHOLE, False, NODE_FORM)
+        return _NODE_EXCLUSIVE
+    node = _NODE_SHARED
     if claim.part is None:
         return node, ClaimRow(claim.device, WHOLE, True, form)
     return (

@@ -150,7 +150,7 @@ class FreeCounts:
         self._sorted: dict[tuple[Key, int, int, int], _Irregular] = {}
 
     def _count(self, key: Key, node: NodeSlot) -> int:
-        return free_among(node, self._claims(node.node_id), set(key[0]), key[1])
+        return free_among(node, self._claims(node.node_id), key[0], key[1])
 
     def index(self, key: Key, refusal: Refusal) -> _Index:
         found = self._indexes.get(key)

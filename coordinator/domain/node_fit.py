@@ -345,7 +345,7 @@ def free_count(node: NodeSlot, snap: PoolSnapshot, classes: set[str], ignore_spo
 
 
 def free_among(
-    node: NodeSlot, held: tuple[HeldClaim, ...], classes: set[str], ignore_spot: bool
+    node: NodeSlot, held: tuple[HeldClaim, ...], classes: Set[str], ignore_spot: bool
 ) -> int:
     """Free healthy atoms of `classes` under `held`: the node's healthy count less what
     the claims take, so an unbooked node costs one lookup."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -130,7 +131,7 @@ class NodeSlot:
             found = self._forms[device] = form_of(a.atom_id for a in self.by_device.get(device, ()))
         return found
 
-    def healthy(self, classes: set[str]) -> int:
+    def healthy(self, classes: AbstractSet[str]) -> int:
         if self.healthy_by_class is not None:
             return sum(self.healthy_by_class.get(c, 0) for c in classes)
         return sum(1 for a in self.atoms if a.healthy and a.cls in classes)

@@ -199,8 +199,11 @@ class PoolCache:
             # Sorted runs plus a new one: timsort merges them.
             self.ends.sort()
             self.starts.sort()
-        for (start, end), outside in self.outside.items():
-            outside.update(h.node_id for h in held if h.end <= start or h.start >= end)
+        if self.outside:
+            for (start, end), outside in self.outside.items():
+                for h in held:
+                    if h.end <= start or h.start >= end:
+                        outside.add(h.node_id)
         if self.counts is not None:
             self.counts.touch(
                 touched, {n: [(h.start, h.end) for h in new] for n, new in touched.items()}

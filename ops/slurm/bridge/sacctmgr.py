@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ops.kit.errors import OpsError
 from ops.slurm.bridge.model import (
     QOS_DESCRIPTION,
     CreateQos,
@@ -46,7 +47,7 @@ _PROMPT = "sacctmgr: "
 _VERSION = re.compile(r"^slurm\S* \d")
 
 
-class ListingError(ValueError):
+class ListingError(OpsError):
     """sacctmgr's answer to READ_COMMANDS is not the two listings."""
 
 

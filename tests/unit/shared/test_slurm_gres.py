@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.gres_command import gres_gpus
+from agent.gpu_map_file import gres_gpus
 from ops.slurm.conf import Options, nodes_from_api, render
 from shared.slurm_gres import GresGpu, GresIndexError, GresMig, gres_devices, uuids_for
 from tests.unit.agent.test_inventory import inventory_of

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
 
 import aiohttp
@@ -297,15 +296,3 @@ def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
 
     start = partial(AlertForwarder, settings)
     return run_daemon("gpufleet alerts", settings.log_level, start, stopped, env, redact)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`gpufleet-alerts`; click exits with the command's status."""
-    from ops.forwarder.command import alerts_cli
-
-    alerts_cli.main(argv, prog_name="gpufleet-alerts")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -443,15 +442,3 @@ def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
 
     start = partial(SlurmBridge, settings)
     return run_daemon("gpufleet-slurm-bridge", settings.log_level, start, stopped, env)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`gpufleet-slurm-bridge`; click exits with the command's status."""
-    from ops.slurm.bridge.command import bridge_cmd
-
-    bridge_cmd.main(argv, prog_name="gpufleet-slurm-bridge")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

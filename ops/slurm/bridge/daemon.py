@@ -41,7 +41,7 @@ from ops.slurm.bridge.sacctmgr import Sacctmgr, qos_argvs
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
-from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
+from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
@@ -128,6 +128,8 @@ def _hint(refusal: str) -> str:
 
 
 class SlurmBridge:
+    _nc: Client | None = None  # once connected (`connect`)
+
     def __init__(self, settings: BridgeSettings) -> None:
         settings.check()
         self.s = settings
@@ -184,30 +186,32 @@ class SlurmBridge:
             log.warning("NATS: %s", exc)
 
     async def connect(self) -> Client:
-        """Connected to NATS, retried until it is; a refused user is an ERROR."""
-        while True:
-            nc = Client()
-            try:
-                return await connect(self.s.nats, self._options(nc), retry=ONCE, client=nc)
-            except CONNECT_ERRORS as exc:
-                if _nats_refusal(exc):
-                    self._refused("nats", "check nats_credentials; retrying", exc)
-                else:
-                    self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
-                                          ",".join(self._servers), exc)  # fmt: skip
-            await asyncio.sleep(_RETRY_S)
+        """Connected to NATS, retried until it is (`procs.nats_connect`, every
+        `_RETRY_S`); a refused user is an ERROR, an unreachable server a warning, each
+        once a minute at most."""
 
-    def _options(self, nc: Client) -> dict[str, object]:
+        def failed(exc: BaseException) -> None:
+            if _nats_refusal(exc):
+                self._refused("nats", "check nats_credentials; retrying", exc)
+            else:
+                self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
+                                      ",".join(self._servers), exc)  # fmt: skip
+
+        retry = Retry(first_s=_RETRY_S, max_s=_RETRY_S)
+        self._nc = await connect(self.s.nats, self._options(), retry=retry, on_failure=failed)
+        return self._nc
+
+    def _options(self) -> dict[str, object]:
         on_error = self.on_nats_error
 
         async def on_disconnect() -> None:
             self.link.reset()
-            if not nc.is_closed:  # closing is no news
+            if self._nc is not None and not self._nc.is_closed:  # closing is no news
                 log.warning("disconnected from NATS")
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
-            log.info("reconnected to NATS at %s", server_of(nc))
+            log.info("reconnected to NATS at %s", server_of(self._nc) if self._nc else "?")
 
         return dict(
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,

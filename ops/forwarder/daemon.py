@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import aiohttp
@@ -56,7 +56,6 @@ from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
-from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -160,7 +159,7 @@ class AlertForwarder:
     def _server(self) -> str:
         return server_of(self.nc) if self.nc is not None else "?"
 
-    async def run(self, notify_socket: str | None = None) -> None:
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later.
         `/metrics` is served meanwhile when `metrics_port` is set."""
         async with contextlib.AsyncExitStack() as stack:
@@ -168,9 +167,9 @@ class AlertForwarder:
                 self.metrics_port = await stack.enter_async_context(
                     self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
                 )
-            await self._forward(notify_socket)
+            await self._forward(ready)
 
-    async def _forward(self, notify_socket: str | None) -> None:
+    async def _forward(self, ready: Callable[[], None] | None) -> None:
         nc = await self._connect()
         try:
             stream = stream_name(self.s.nats.subject_prefix)
@@ -193,7 +192,8 @@ class AlertForwarder:
                 stream, self.s.durable, len(self.alertmanagers), len(self.webhooks),
                 sum(1 for _ in self.conditions.firing()), "no" if seen is None else seen,
             )  # fmt: skip
-            sd_notify("READY=1", notify_socket)
+            if ready is not None:
+                ready()  # systemd: READY=1
             self.ready.set()
             timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
             try:

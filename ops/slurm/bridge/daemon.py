@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -45,7 +45,6 @@ from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
-from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -361,7 +360,7 @@ class SlurmBridge:
             with contextlib.suppress(Exception):
                 await (msg.ack() if ok else msg.in_progress())
 
-    async def run(self, notify_socket: str | None = None) -> None:
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
         timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
         async with contextlib.AsyncExitStack() as stack:
             # /metrics first: a NATS user refused at connect shows there too.
@@ -377,7 +376,7 @@ class SlurmBridge:
                 async with asyncio.TaskGroup() as tasks:
                     probe = self.link.run(lambda: nc, self.s.nats.probe_interval_s)
                     probing = tasks.create_task(probe, name="nats-link-probe")
-                    await self._follow(nc, view, notify_socket)
+                    await self._follow(nc, view, ready)
                     probing.cancel()
             finally:
                 with contextlib.suppress(Exception):
@@ -394,7 +393,7 @@ class SlurmBridge:
             wait_s=self.s.fetch_wait_s, on_mismatch=self.metrics.consumer_mismatches.inc,
         )  # fmt: skip
 
-    async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
+    async def _follow(self, nc: Client, view: LedgerView, ready: Callable[[], None] | None) -> None:
         source = self.source(nc)
         # Bound beside the passes: a NATS user refused the consumer (an ERROR, counted)
         # leaves the bridge on its resync, still keeping Slurm in step.
@@ -415,7 +414,8 @@ class SlurmBridge:
                     elif not self.ready.is_set():
                         log.info("in step with the ledger; following %s (consumer %s)",
                                  source.spec.stream, self.s.durable)  # fmt: skip
-                        sd_notify("READY=1", notify_socket)
+                        if ready is not None:
+                            ready()  # systemd: READY=1
                         self.ready.set()
                 if not self.ready.is_set():
                     continue

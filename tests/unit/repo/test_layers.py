@@ -418,3 +418,43 @@ def test_shared_is_the_wire_contract_without_io() -> None:
         for found in _io_in_shared(path)
     ]
     assert wrong == []
+
+
+# --- procs: the process plumbing, declared once ---------------------------------------
+
+# What only procs/ calls: systemd's word, the root logger's set-up, signal handlers.
+PLUMBING_CALLS = {"sd_notify", "basicConfig", "add_signal_handler", "remove_signal_handler"}
+
+
+def _plumbing_calls(path: Path) -> list[str]:
+    return [
+        f"{chain[-1]}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        for chain in [_chain(node.func)]
+        if chain and chain[-1] in PLUMBING_CALLS
+    ]
+
+
+def test_the_plumbing_rule_finds_a_daemon_of_its_own(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import logging\n\n\ndef main(loop, sock):\n"
+        "    logging.basicConfig(level=logging.ERROR)\n"
+        "    loop.add_signal_handler(15, loop.stop)\n"
+        "    sd_notify('STOPPING=1', sock)\n"
+    )
+    assert _plumbing_calls(planted) == ["basicConfig:5", "add_signal_handler:6", "sd_notify:7"]
+
+
+@pytest.mark.parametrize("package", ["shared", "agent", "coordinator", "ops"])
+def test_only_procs_runs_a_daemon(package: str) -> None:
+    """One run-until-signalled (`procs.signals`) for the coordinator, the agent and both
+    ops daemons: none of them notifies systemd, sets up logging or handles a signal
+    itself."""
+    wrong = [
+        (path.relative_to(ROOT), call)
+        for path in _modules(package)
+        for call in _plumbing_calls(path)
+    ]
+    assert wrong == []

@@ -43,8 +43,7 @@ from agent.sysfs import read_host, read_ports
 from agent.xid import XidTable
 from procs import logs
 from procs.settings import ConfigError, load
-from procs.signals import on_stop_signals
-from procs.systemd import sd_notify
+from procs.signals import Systemd, on_stop_signals, run_daemon
 from shared.clock import Clock, SystemClock
 from shared.subjects import Subjects
 
@@ -64,12 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agent import inventory_report  # one-shot: never loaded by the daemon
 
         # What NVML could not read is in the report itself (health, NVML line).
-        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+        logs.configure(logging.ERROR)
         return inventory_report.main(args[1:], os.environ)
     if args[:1] == ["gres-uuids"]:
         from agent import gres_command  # one-shot, for Slurm's TaskProlog
 
-        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+        logs.configure(logging.ERROR)
         return gres_command.main(args, os.environ)
     if args[:1] in (["bookings"], ["env"]):
         from agent import bookings_command  # one-shot: reads the state file, no NATS
@@ -79,9 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load(Settings, argv, os.environ)
     except ConfigError as exc:
         return exit_status(exc)
-    logs.configure(settings.log_level)
     try:
-        return asyncio.run(run(settings, notify_socket=os.environ.get("NOTIFY_SOCKET")))
+        return run_daemon(
+            lambda systemd: run(settings, systemd=systemd), settings.log_level, os.environ
+        )
     # The credentials file (read when the publisher starts), the profile, NVML.
     except (ConfigError, AgentError) as exc:
         return exit_status(exc)
@@ -138,7 +138,7 @@ async def run(
     stop: asyncio.Event | None = None,
     clock: Clock | None = None,
     install_signals: bool = True,
-    notify_socket: str | None = None,
+    systemd: Systemd | None = None,
 ) -> int:
     from agent.publisher import Publisher
 
@@ -174,7 +174,7 @@ async def run(
         interval_s=settings.interval_s,
         misses=settings.misses,
         clock=clock,
-        on_ready=lambda: _ready(notify_socket),
+        on_ready=lambda: _ready(systemd),
         on_bookings=bookings.on_message,
         bookings_etag=lambda: bookings.etag,
         idle_util_percent=settings.idle_util_percent,
@@ -235,7 +235,7 @@ async def run(
         try:
             return await _supervise(
                 settings, poller, _sink(publisher, features, kept, clock), publisher, stop,
-                install_signals, notify_socket,
+                install_signals, systemd,
             )  # fmt: skip
         finally:
             await asyncio.to_thread(watcher.stop)
@@ -258,11 +258,12 @@ def _sink(
     return update
 
 
-def _ready(notify_socket: str | None) -> None:
+def _ready(systemd: Systemd | None) -> None:
     """Connected and the first inventory is out: tell systemd, and give back the heap
     that start-up (flags, profile, schema builds, the first inventory) freed but glibc
     keeps, about 1 MB of the 40 MB footprint budget (bench/agent_bench.py)."""
-    sd_notify("READY=1", notify_socket)
+    if systemd is not None:
+        systemd.ready()
     gc.collect()
     try:
         trim = ctypes.CDLL(None).malloc_trim  # glibc only; elsewhere nothing to give back
@@ -284,14 +285,12 @@ async def _supervise(
     publisher: Publisher,
     stop: asyncio.Event,
     install_signals: bool,
-    notify_socket: str | None,
+    systemd: Systemd | None,
 ) -> int:
-    loop = asyncio.get_running_loop()
     signals = contextlib.ExitStack()
     if install_signals:  # SIGUSR1: let go of NVML for a GPU reset/driver reload; SIGUSR2: resume
-        signals.enter_context(on_stop_signals(stop.set))
-        loop.add_signal_handler(signal.SIGUSR1, poller.request_release)
-        loop.add_signal_handler(signal.SIGUSR2, poller.request_resume)
+        also = {signal.SIGUSR1: poller.request_release, signal.SIGUSR2: poller.request_resume}
+        signals.enter_context(on_stop_signals(stop.set, systemd, also))
     tasks = [
         asyncio.create_task(poller.run(settings.interval_s, sink), name="agent-poll"),
         asyncio.create_task(publisher.run(), name="agent-publish"),
@@ -306,13 +305,12 @@ async def _supervise(
                 log.error("%s ended: %r", task.get_name(), exc)
                 code = 1
     finally:
-        sd_notify("STOPPING=1", notify_socket)
+        if systemd is not None:
+            systemd.stopping()  # before the tasks wind down, whatever ended them
         for task in [stopper, *tasks]:
             task.cancel()
         await asyncio.gather(stopper, *tasks, return_exceptions=True)
         signals.close()
-        for sig in (signal.SIGUSR1, signal.SIGUSR2) if install_signals else ():
-            loop.remove_signal_handler(sig)
     return code
 
 

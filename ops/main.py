@@ -11,6 +11,8 @@ one line naming the URL, the code and the failing field; exit 1 (API or connecti
 2 (usage).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 from collections.abc import Mapping, Sequence

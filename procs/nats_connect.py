@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,13 @@ async def connect(
     retry: Retry = Retry(),
     log: logging.Logger | None = None,
     client: Client | None = None,
+    on_failure: Callable[[BaseException], None] | None = None,
 ) -> Client:
     """A connected client (`client`, or a new one each try) for the servers of `nats`,
     with its credentials (read now: CredentialsError names `nats_credentials`) and TLS,
-    and the process's `options` (nats-py's keywords). A failed try is logged at warning
-    on `log`; ValueError when `nats.url` holds no server URL."""
+    and the process's `options` (nats-py's keywords). A failed try that is retried goes
+    to `on_failure` (a process that words its own: refused or unreachable, throttled),
+    else is logged at warning on `log`; ValueError when `nats.url` holds no server URL."""
     servers = nats.servers
     options = {**nats.client_options(), **options}
     delay = retry.first_s
@@ -64,7 +66,9 @@ async def connect(
         except retry.errors as exc:
             if retry.attempts and tried >= retry.attempts:
                 raise
-            if log is not None:
+            if on_failure is not None:
+                on_failure(exc)
+            elif log is not None:
                 log.warning(
                     "NATS at %s not reachable (%s); retrying in %.1fs",
                     redact(",".join(servers)), exc, delay,

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ops.cli import daily, focus_parquet, views
+from ops.cli import daily, fleet_views, focus_parquet, views
 from ops.cli.answers import show_answer
 from ops.cli.api_commands import api_group, call_cmd
 from ops.cli.flags import parse_when
@@ -68,7 +68,7 @@ def nodes_cmd(
     (FREE) and running a process (BUSY); every pool the key sees, or one."""
     wanted = parse_labels(labels)
     who = session.tenant(tenant, required=False)
-    session.show(views.nodes(session, who, session.pool_id(who, pool), state, wanted))
+    session.show(fleet_views.nodes(session, who, session.pool_id(who, pool), state, wanted))
 
 
 @click.command("gpus")

@@ -13,9 +13,12 @@ import click
 
 from ops.cli.views import (
     USE_COLUMNS,
+    _gpus,
+    _why,
     atom_order,
     device_name,
     holder_text,
+    pool_names,
     use_cells,
 )  # fmt: skip
 from ops.kit.output import Column, Section, View
@@ -87,6 +90,45 @@ def gpu_counts(units: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
         c["free"] += 1 if u["state"] == "free" else 0
         c["busy"] += 1 if (u.get("use") or {}).get("inUse") else 0
     return counts
+
+
+def nodes(
+    session: Session, tenant: str | None, pool: str | None, states: tuple[str, ...] = (),
+    labels: dict[str, str] | None = None,
+) -> View:  # fmt: skip
+    found = [
+        n for n in list_nodes(session, tenant, pool)
+        if (not states or n["status"] in states) and has_labels(n, labels or {})
+    ]  # fmt: skip
+    # Counted from the fleet's GPU list: a few requests, not one per node.
+    counts = gpu_counts(list_gpus(session, tenant, pool, wanted=labels))
+    none = {"used": 0, "free": 0, "busy": 0}
+    names = pool_names(session, tenant)
+    rows = [
+        {
+            "nodeId": n["nodeId"], "pool": names.get(n["poolId"], n["poolId"]),
+            "poolId": n["poolId"], "status": n["status"],
+            "health": n["state"]["health"]["value"], "gpus": _gpus(n["atoms"]),
+            "nics": n["atoms"].get("nic.vf", 0), "disks": n["atoms"].get("disk", 0),
+            "lastSeen": n["lastSeen"], "hostname": n["hostname"],
+            "profile": n["profileId"],
+            "why": _why(n),
+        }
+        | counts.get(n["nodeId"], none)
+        for n in found
+    ]  # fmt: skip
+    columns = [
+        Column("nodeId", "NODE"), Column("pool", "POOL"), Column("status", "STATUS"),
+        Column("health", "HEALTH"), Column("gpus", "GPUS", right=True),
+        Column("used", "USED", right=True), Column("free", "FREE", right=True),
+        Column("busy", "BUSY", right=True),
+        Column("nics", "NICS", right=True, wide=True),
+        Column("disks", "DISKS", right=True, wide=True),
+        Column("lastSeen", "LAST SEEN", time=True), Column("hostname", "HOSTNAME", wide=True),
+        Column("profile", "PROFILE", wide=True),
+        Column("poolId", "POOL ID", wide=True), Column("why", "WHY"),
+    ]  # fmt: skip
+    return View(found, [Section(columns, rows, empty="no nodes")])
 
 
 def models_matching(given: str, known: Iterable[str]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ops.cli import views
+from ops.cli import fleet_views, views
 from ops.kit.output import Column, Printer, Section, View, format_time, with_times
 from ops.kit.session import Session
 from shared.counts import COUNT_COLUMNS
@@ -21,7 +21,7 @@ def frame(session: Session, tenant: str | None, pool: str | None) -> View:
     for p in chosen:
         gpu = views.pool_row(p, "gpu")
         summary_rows.append({"pool": p["name"]} | {c: gpu.get(c, 0) for c in COUNT_COLUMNS})
-    nodes = views.nodes(session, tenant, pool_id)
+    nodes = fleet_views.nodes(session, tenant, pool_id)
     columns = [Column("pool", "POOL")] + [
         Column(c, views.SHORT_HEADERS.get(c, c.upper()), right=True) for c in COUNT_COLUMNS
     ]

@@ -99,47 +99,6 @@ def _why(n: dict[str, Any]) -> str:
     return "; ".join([*maintenance, *s["health"]["reasons"]])
 
 
-def nodes(
-    session: Session, tenant: str | None, pool: str | None, states: tuple[str, ...] = (),
-    labels: dict[str, str] | None = None,
-) -> View:  # fmt: skip
-    from ops.cli import fleet_views
-
-    found = [
-        n for n in fleet_views.list_nodes(session, tenant, pool)
-        if (not states or n["status"] in states) and fleet_views.has_labels(n, labels or {})
-    ]  # fmt: skip
-    # Counted from the fleet's GPU list: a few requests, not one per node.
-    counts = fleet_views.gpu_counts(fleet_views.list_gpus(session, tenant, pool, wanted=labels))
-    none = {"used": 0, "free": 0, "busy": 0}
-    names = pool_names(session, tenant)
-    rows = [
-        {
-            "nodeId": n["nodeId"], "pool": names.get(n["poolId"], n["poolId"]),
-            "poolId": n["poolId"], "status": n["status"],
-            "health": n["state"]["health"]["value"], "gpus": _gpus(n["atoms"]),
-            "nics": n["atoms"].get("nic.vf", 0), "disks": n["atoms"].get("disk", 0),
-            "lastSeen": n["lastSeen"], "hostname": n["hostname"],
-            "profile": n["profileId"],
-            "why": _why(n),
-        }
-        | counts.get(n["nodeId"], none)
-        for n in found
-    ]  # fmt: skip
-    columns = [
-        Column("nodeId", "NODE"), Column("pool", "POOL"), Column("status", "STATUS"),
-        Column("health", "HEALTH"), Column("gpus", "GPUS", right=True),
-        Column("used", "USED", right=True), Column("free", "FREE", right=True),
-        Column("busy", "BUSY", right=True),
-        Column("nics", "NICS", right=True, wide=True),
-        Column("disks", "DISKS", right=True, wide=True),
-        Column("lastSeen", "LAST SEEN", time=True), Column("hostname", "HOSTNAME", wide=True),
-        Column("profile", "PROFILE", wide=True),
-        Column("poolId", "POOL ID", wide=True), Column("why", "WHY"),
-    ]  # fmt: skip
-    return View(found, [Section(columns, rows, empty="no nodes")])
-
-
 def device_name(atom: dict[str, Any]) -> str:
     a, cls = atom["attrs"], atom["class"]
     if cls == "node":

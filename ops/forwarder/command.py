@@ -5,6 +5,8 @@ naming the field. Light to import: the forwarder itself is loaded only to run.""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 
 import click
 
@@ -12,7 +14,7 @@ from ops.forwarder.settings import ForwarderSettings
 from ops.kit.redact import redact
 from procs.settings.commands import package_version, settings_from, settings_options
 
-__all__ = ["alerts_cli", "forward_cmd"]
+__all__ = ["alerts_cli", "forward_cmd", "main"]
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -44,3 +46,13 @@ def alerts_cli() -> None:
 
 
 alerts_cli.add_command(forward_cmd)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gpufleet-alerts`; click exits with the command's status."""
+    alerts_cli.main(argv, prog_name="gpufleet-alerts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import aiohttp
@@ -57,7 +56,6 @@ from procs.nats_connect import RECONNECT_FOREVER, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
-from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -161,7 +159,7 @@ class AlertForwarder:
     def _server(self) -> str:
         return server_of(self.nc) if self.nc is not None else "?"
 
-    async def run(self, notify_socket: str | None = None) -> None:
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Forward until cancelled; messages not yet acknowledged are redelivered later.
         `/metrics` is served meanwhile when `metrics_port` is set."""
         async with contextlib.AsyncExitStack() as stack:
@@ -169,9 +167,9 @@ class AlertForwarder:
                 self.metrics_port = await stack.enter_async_context(
                     self.metrics.serving(self.s.metrics_host, self.s.metrics_port)
                 )
-            await self._forward(notify_socket)
+            await self._forward(ready)
 
-    async def _forward(self, notify_socket: str | None) -> None:
+    async def _forward(self, ready: Callable[[], None] | None) -> None:
         nc = await self._connect()
         try:
             stream = stream_name(self.s.nats.subject_prefix)
@@ -194,7 +192,8 @@ class AlertForwarder:
                 stream, self.s.durable, len(self.alertmanagers), len(self.webhooks),
                 sum(1 for _ in self.conditions.firing()), "no" if seen is None else seen,
             )  # fmt: skip
-            sd_notify("READY=1", notify_socket)
+            if ready is not None:
+                ready()  # systemd: READY=1
             self.ready.set()
             timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
             try:
@@ -297,15 +296,3 @@ def serve(settings: ForwarderSettings, env: Mapping[str, str]) -> int:
 
     start = partial(AlertForwarder, settings)
     return run_daemon("gpufleet alerts", settings.log_level, start, stopped, env, redact)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`gpufleet-alerts`; click exits with the command's status."""
-    from ops.forwarder.command import alerts_cli
-
-    alerts_cli.main(argv, prog_name="gpufleet-alerts")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

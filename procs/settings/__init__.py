@@ -1,6 +1,7 @@
 """Settings from a model, the same way for every gpufleet process, split by concern:
 `model` (the declaration, `build`, `ConfigError`), `sources` (file, env and flags in
 precedence), `flags` (the command line, parsed without click where it can be),
+`startup` (a daemon's `load`: its argv, without click or else with it),
 `commands` (the flags as click options: `settings_options`, `settings_from`, a daemon's
 `command`) and `docs` (the docs' settings table). The names every process uses are
 here, none of them click's: a daemon that starts normally never loads click."""
@@ -8,7 +9,7 @@ here, none of them click's: a daemon that starts normally never loads click."""
 from __future__ import annotations
 
 from procs.settings.docs import DocTable, markdown_table, with_table
-from procs.settings.flags import FlagSpec, config_help, flag_specs, parse_flags
+from procs.settings.flags import FlagSpec, config_help, flag_specs
 from procs.settings.model import (
     CONFIG_ENV,
     ENV_PREFIX,
@@ -24,7 +25,8 @@ from procs.settings.model import (
     nest,
     outer_fields,
 )
-from procs.settings.sources import from_sources, load
+from procs.settings.sources import from_sources
+from procs.settings.startup import load, parse_flags
 
 __all__ = [
     "CONFIG_ENV",

@@ -1,15 +1,11 @@
 """A settings model's command line: one flag per field (name, type, help, choices) and
-`--config`, described once as `FlagSpec`s. `parse_flags` parses a daemon's own argv
-without click when every argument is a plain, valid flag (the daemon's steady memory:
-click is about 1 MB of it, bench/agent_bench.py); anything else — `-h`, an unknown flag,
-a bad choice, a missing value — is handed to click (`procs.settings.commands`), which
-parses it, or prints its help or usage message and exits: the answer is click's either
-way (tests/unit/procs/test_flags.py). Unset flags are never recorded, so they never hide
-an env or file value."""
+`--config`, described once as `FlagSpec`s, and `plain_flags`, which reads a daemon's own
+argv without click when every argument is a plain, valid flag (`procs.settings.startup`
+hands anything else to click). Unset flags are never recorded, so they never hide an
+env or file value."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,19 +69,6 @@ def config_help(model: type[SettingsModel]) -> str:
 
 HELP_OPTIONS = ("-h", "--help")
 CONFIG_SPEC = FlagSpec("config", ("--config",), "", "value", metavar="PATH")
-
-
-def parse_flags(model: type[SettingsModel], argv: Sequence[str] | None) -> dict[str, Any]:
-    """The flags given in `argv` (default: the process's), by field name. `-h` prints the
-    help and exits 0; a flag that does not parse exits 2 with click's usage message."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    given = plain_flags(model, args)
-    if given is not None:
-        return given
-    # Help, or something only click may judge and word. Only then is click loaded.
-    from procs.settings.commands import parse_with_click
-
-    return parse_with_click(model, args)
 
 
 def plain_flags(model: type[SettingsModel], args: Sequence[str]) -> dict[str, Any] | None:

@@ -1,19 +1,19 @@
 """Where settings come from, in precedence: flags > `GPUFLEET_*` env > the TOML file
 named by `--config` (or the model's config variable) > defaults. Nothing here reads
-the process environment: `main` passes it in. The one I/O is reading the config file
-the caller names. A group's fields (`nats.url`) are read by their outside names
-(`--nats-url`, `GPUFLEET_NATS_URL`, `nats_url = …`) and, in the file, as the group's
-table too (`[nats]`, `url = …`); `nest` puts them in the group."""
+the process environment or its argv: `load` (`procs.settings.startup`) passes them
+in. The one I/O is reading the config file the caller names. A group's fields
+(`nats.url`) are read by their outside names (`--nats-url`, `GPUFLEET_NATS_URL`,
+`nats_url = …`) and, in the file, as the group's table too (`[nats]`, `url = …`);
+`nest` puts them in the group."""
 
 from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_origin
 
-from procs.settings.flags import parse_flags
 from procs.settings.model import (
     ENV_PREFIX,
     NESTED,
@@ -32,18 +32,6 @@ from procs.settings.model import (
     nest,
     outer_fields,
 )
-
-
-def load(
-    model: type[M],
-    argv: Sequence[str] | None,
-    env: Mapping[str, str],
-    defaults: Mapping[str, Any] | None = None,
-) -> M:
-    """The settings for this process. Bad flags exit 2 and `-h` prints the help (click);
-    bad values raise ConfigError naming the field. `defaults` sit below every source (a
-    one-shot command may fill in what only the daemon needs)."""
-    return from_sources(model, parse_flags(model, argv), env, defaults)
 
 
 def from_sources(

@@ -430,6 +430,11 @@ class HttpServer:
         self.host = host
         self.port = port
 
+    @property
+    def app(self) -> web.Application:
+        """The application served (its services: `app[SERVICES]`)."""
+        return self._runner.app
+
     async def start(self) -> None:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, backlog=1024)

@@ -5,13 +5,15 @@ import: the daemon is loaded only to run."""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 
 import click
 
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.settings.commands import package_version, settings_from, settings_options
 
-__all__ = ["bridge_cmd"]
+__all__ = ["bridge_cmd", "main"]
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -30,3 +32,13 @@ def bridge_cmd(ctx: click.Context) -> None:
     code = serve(settings, os.environ)
     if code:
         raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gpufleet-slurm-bridge`; click exits with the command's status."""
+    bridge_cmd.main(argv, prog_name="gpufleet-slurm-bridge")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -42,12 +41,11 @@ from ops.slurm.bridge.sacctmgr import Sacctmgr, qos_argvs
 from ops.slurm.bridge.scontrol import Scontrol, ScontrolConfig, SlurmError, action_argv
 from ops.slurm.bridge.settings import BridgeSettings
 from procs.log_throttle import LogThrottle
-from procs.nats_connect import CONNECT_ERRORS, ONCE, RECONNECT_FOREVER, connect
+from procs.nats_connect import RECONNECT_FOREVER, Retry, connect
 from procs.nats_link import MAX_OUTSTANDING_PINGS, PING_INTERVAL_S, LinkProbe, server_of
 from procs.redact import redact
 from procs.settings import ConfigError
 from procs.signals import serve as run_daemon
-from procs.systemd import sd_notify
 from shared.streams import stream_name
 from shared.subjects import Subjects
 from shared.wire import Alert
@@ -130,6 +128,8 @@ def _hint(refusal: str) -> str:
 
 
 class SlurmBridge:
+    _nc: Client | None = None  # once connected (`connect`)
+
     def __init__(self, settings: BridgeSettings) -> None:
         settings.check()
         self.s = settings
@@ -186,30 +186,32 @@ class SlurmBridge:
             log.warning("NATS: %s", exc)
 
     async def connect(self) -> Client:
-        """Connected to NATS, retried until it is; a refused user is an ERROR."""
-        while True:
-            nc = Client()
-            try:
-                return await connect(self.s.nats, self._options(nc), retry=ONCE, client=nc)
-            except CONNECT_ERRORS as exc:
-                if _nats_refusal(exc):
-                    self._refused("nats", "check nats_credentials; retrying", exc)
-                else:
-                    self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
-                                          redact(",".join(self._servers)), exc)  # fmt: skip
-            await asyncio.sleep(_RETRY_S)
+        """Connected to NATS, retried until it is (`procs.nats_connect`, every
+        `_RETRY_S`); a refused user is an ERROR, an unreachable server a warning, each
+        once a minute at most."""
 
-    def _options(self, nc: Client) -> dict[str, object]:
+        def failed(exc: BaseException) -> None:
+            if _nats_refusal(exc):
+                self._refused("nats", "check nats_credentials; retrying", exc)
+            else:
+                self._outages.warning("nats", "NATS at %s not reachable (%s); retrying",
+                                      redact(",".join(self._servers)), exc)  # fmt: skip
+
+        retry = Retry(first_s=_RETRY_S, max_s=_RETRY_S)
+        self._nc = await connect(self.s.nats, self._options(), retry=retry, on_failure=failed)
+        return self._nc
+
+    def _options(self) -> dict[str, object]:
         on_error = self.on_nats_error
 
         async def on_disconnect() -> None:
             self.link.reset()
-            if not nc.is_closed:  # closing is no news
+            if self._nc is not None and not self._nc.is_closed:  # closing is no news
                 log.warning("disconnected from NATS")
 
         async def on_reconnect() -> None:
             self._dirty = True  # a gap: whatever happened meanwhile is in the ledger
-            log.info("reconnected to NATS at %s", server_of(nc))
+            log.info("reconnected to NATS at %s", server_of(self._nc) if self._nc else "?")
 
         return dict(
             name="gpufleet-slurm-bridge", **RECONNECT_FOREVER, reconnect_time_wait=0.5,
@@ -359,7 +361,7 @@ class SlurmBridge:
             with contextlib.suppress(Exception):
                 await (msg.ack() if ok else msg.in_progress())
 
-    async def run(self, notify_socket: str | None = None) -> None:
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
         timeout = aiohttp.ClientTimeout(total=self.s.http_timeout_s)
         async with contextlib.AsyncExitStack() as stack:
             # /metrics first: a NATS user refused at connect shows there too.
@@ -375,7 +377,7 @@ class SlurmBridge:
                 async with asyncio.TaskGroup() as tasks:
                     probe = self.link.run(lambda: nc, self.s.nats.probe_interval_s)
                     probing = tasks.create_task(probe, name="nats-link-probe")
-                    await self._follow(nc, view, notify_socket)
+                    await self._follow(nc, view, ready)
                     probing.cancel()
             finally:
                 with contextlib.suppress(Exception):
@@ -392,7 +394,7 @@ class SlurmBridge:
             wait_s=self.s.fetch_wait_s, on_mismatch=self.metrics.consumer_mismatches.inc,
         )  # fmt: skip
 
-    async def _follow(self, nc: Client, view: LedgerView, notify_socket: str | None) -> None:
+    async def _follow(self, nc: Client, view: LedgerView, ready: Callable[[], None] | None) -> None:
         source = self.source(nc)
         # Bound beside the passes: a NATS user refused the consumer (an ERROR, counted)
         # leaves the bridge on its resync, still keeping Slurm in step.
@@ -413,7 +415,8 @@ class SlurmBridge:
                     elif not self.ready.is_set():
                         log.info("in step with the ledger; following %s (consumer %s)",
                                  source.spec.stream, self.s.durable)  # fmt: skip
-                        sd_notify("READY=1", notify_socket)
+                        if ready is not None:
+                            ready()  # systemd: READY=1
                         self.ready.set()
                 if not self.ready.is_set():
                     continue
@@ -444,15 +447,3 @@ def serve(settings: BridgeSettings, env: Mapping[str, str]) -> int:
 
     start = partial(SlurmBridge, settings)
     return run_daemon("gpufleet-slurm-bridge", settings.log_level, start, stopped, env)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`gpufleet-slurm-bridge`; click exits with the command's status."""
-    from ops.slurm.bridge.command import bridge_cmd
-
-    bridge_cmd.main(argv, prog_name="gpufleet-slurm-bridge")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

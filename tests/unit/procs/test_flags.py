@@ -93,7 +93,7 @@ def test_a_daemon_that_starts_normally_never_loads_click() -> None:
 
 
 def test_help_is_still_clicks(capsys: pytest.CaptureFixture[str]) -> None:
-    from procs.settings.flags import parse_flags
+    from procs.settings.startup import parse_flags
 
     with pytest.raises(SystemExit) as exit_:
         parse_flags(Settings, ["--help"])

@@ -153,16 +153,31 @@ def _ledger_writes() -> tuple[set[tuple[str, str]], dict[str, str]]:
 
 def _api_ledger_writes(path: Path) -> list[str]:
     writes, repos = _ledger_writes()
+    tree = ast.parse(path.read_text())
+    # A name bound to the ledger or a part of it (`repo = ctx.ledger.pools`) stands for
+    # that chain: `repo.create` is `ctx.ledger.pools.create`.
+    held = {
+        target.id: chain
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+        for chain in [_chain(node.value)]
+        if "ledger" in chain
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        chain = _chain(node) if isinstance(node, ast.Attribute) else []
+    for node in ast.walk(tree):
+        written = _chain(node) if isinstance(node, ast.Attribute) else []
+        chain = written
+        if written and written[0] in held and "ledger" not in written:
+            chain = [*held[written[0]], *written[1:]]
         if "ledger" not in chain:
             continue
         rest = chain[len(chain) - chain[::-1].index("ledger") :]
         if len(rest) == 1 and ("Ledger", rest[0]) in writes:
-            found.append(".".join(chain))
+            found.append(".".join(written))
         elif len(rest) == 2 and (repos.get(rest[0], ""), rest[1]) in writes:
-            found.append(".".join(chain))
+            found.append(".".join(written))
     return found
 
 
@@ -171,6 +186,20 @@ def test_the_ledger_write_rule_tells_a_write_from_a_read() -> None:
     assert {("PoolRepo", "create"), ("ApiKeyRepo", "ensure"), ("Ledger", "transaction")} <= writes
     assert not {("PoolRepo", "get"), ("ApiKeyRepo", "authenticate")} & writes
     assert repos["pools"] == "PoolRepo"
+
+
+def test_the_ledger_write_rule_follows_a_repository_held_in_a_name(tmp_path: Path) -> None:
+    """A repository (or the ledger) taken into a local name first is still the ledger."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "async def create(ctx, q):\n"
+        "    repo = ctx.ledger.pools\n"
+        "    await repo.create(q)\n"
+        "    ledger = ctx.ledger\n"
+        "    await ledger.pools.archive(q)\n"
+        "    await ledger.pools.get(q)\n"
+    )
+    assert _api_ledger_writes(planted) == ["repo.create", "ledger.pools.archive"]
 
 
 def test_the_api_reads_the_ledger_but_writes_only_through_services() -> None:
@@ -253,11 +282,12 @@ def test_the_cycle_check_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_import_circles_in_the_coordinator() -> None:
+@pytest.mark.parametrize("package", ["shared", "procs", "agent", "coordinator", "ops"])
+def test_no_import_circles(package: str) -> None:
     """A package imports itself through a package `__init__` (`coordinator.api.methods`)
-    too; an import only for type checking still counts: it is a dependency a reader
-    follows."""
-    assert _cycles(_module_graph("coordinator")) == []
+    too; an import inside a function, or only for type checking, still counts: it is a
+    dependency a reader follows. (Between packages the layers above rule circles out.)"""
+    assert _cycles(_module_graph(package)) == []
 
 
 def test_the_api_groups_point_one_way() -> None:
@@ -347,30 +377,84 @@ def test_an_ops_tool_imports_only_the_kit_shared_and_itself(room: str) -> None:
 
 # --- shared: the wire contract only ---------------------------------------------------
 
-# Libraries that mean a command line, files, sockets, a network or a process: plumbing,
-# which lives in procs/.
+# Libraries that mean a command line, files, sockets, a network, the standard streams or
+# a process: plumbing, which lives in procs/.
 NOT_IN_SHARED = {
     "aiohttp", "asyncio", "click", "http", "io", "logging", "nats", "pathlib", "shutil",
-    "signal", "socket", "sqlalchemy", "ssl", "subprocess", "tempfile", "tomllib", "urllib",
+    "signal", "socket", "sqlalchemy", "ssl", "subprocess", "sys", "tempfile", "tomllib",
+    "urllib",
 }  # fmt: skip
 OS_PURE = {"urandom"}  # os without files: randomness for ids
 
 
+# Built-ins that read or write a file or a terminal.
+IO_BUILTINS = {"open", "print", "input", "breakpoint"}
+
+
+def _io_in_shared(path: Path) -> list[str]:
+    wrong = [module for module in _imports(path) if module.split(".")[0] in NOT_IN_SHARED]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "os" and node.attr not in OS_PURE:
+                wrong.append(f"os.{node.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in IO_BUILTINS:
+                wrong.append(f"{node.func.id}()")
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            wrong += [f"os.{a.name}" for a in node.names if a.name not in OS_PURE]
+    return wrong
+
+
+def test_the_no_io_rule_sees_the_standard_streams(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("import sys\n\n\ndef say(x):\n    sys.stdout.write(x)\n    print(x)\n")
+    assert _io_in_shared(planted) == ["sys", "print()"]
+
+
 def test_shared_is_the_wire_contract_without_io() -> None:
-    wrong = []
-    for path in _modules("shared"):
-        tree = ast.parse(path.read_text())
-        for module in _imports(path):
-            if module.split(".")[0] in NOT_IN_SHARED:
-                wrong.append((path.relative_to(ROOT), module))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                if node.value.id == "os" and node.attr not in OS_PURE:
-                    wrong.append((path.relative_to(ROOT), f"os.{node.attr}"))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                if node.func.id == "open":
-                    wrong.append((path.relative_to(ROOT), "open()"))
-            if isinstance(node, ast.ImportFrom) and node.module == "os":
-                wrong += [(path.relative_to(ROOT), f"os.{a.name}") for a in node.names
-                          if a.name not in OS_PURE]  # fmt: skip
+    wrong = [
+        (path.relative_to(ROOT), found)
+        for path in _modules("shared")
+        for found in _io_in_shared(path)
+    ]
+    assert wrong == []
+
+
+# --- procs: the process plumbing, declared once ---------------------------------------
+
+# What only procs/ calls: systemd's word, the root logger's set-up, signal handlers.
+PLUMBING_CALLS = {"sd_notify", "basicConfig", "add_signal_handler", "remove_signal_handler"}
+
+
+def _plumbing_calls(path: Path) -> list[str]:
+    return [
+        f"{chain[-1]}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        for chain in [_chain(node.func)]
+        if chain and chain[-1] in PLUMBING_CALLS
+    ]
+
+
+def test_the_plumbing_rule_finds_a_daemon_of_its_own(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import logging\n\n\ndef main(loop, sock):\n"
+        "    logging.basicConfig(level=logging.ERROR)\n"
+        "    loop.add_signal_handler(15, loop.stop)\n"
+        "    sd_notify('STOPPING=1', sock)\n"
+    )
+    assert _plumbing_calls(planted) == ["basicConfig:5", "add_signal_handler:6", "sd_notify:7"]
+
+
+@pytest.mark.parametrize("package", ["shared", "agent", "coordinator", "ops"])
+def test_only_procs_runs_a_daemon(package: str) -> None:
+    """One run-until-signalled (`procs.signals`) for the coordinator, the agent and both
+    ops daemons: none of them notifies systemd, sets up logging or handles a signal
+    itself."""
+    wrong = [
+        (path.relative_to(ROOT), call)
+        for path in _modules(package)
+        for call in _plumbing_calls(path)
+    ]
     assert wrong == []

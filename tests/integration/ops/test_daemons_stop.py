@@ -1,5 +1,5 @@
 """The alert forwarder and the Slurm bridge stop promptly when cancelled (what SIGTERM
-does to them, `ops.signal_run`), busy or not: the forwarder with its nats-server hung
+does to them, `procs.signals`), busy or not: the forwarder with its nats-server hung
 (SIGSTOP), the bridge mid-pass on a coordinator that never answers and with its
 nats-server hung. What each does on the way out is bounded: the hand-back of alerts it
 holds waits out its open pull (`fetch_wait_s`), then one flush."""

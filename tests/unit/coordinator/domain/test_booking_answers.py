@@ -6,6 +6,8 @@ partition a decided booking holds in the cache."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coordinator.domain.booking import (
     LOCKED_OUT,
     BookingRequest,
@@ -281,3 +283,22 @@ def test_a_booking_made_here_claims_its_whole_gpu_once_the_gpu_is_repartitioned(
         assert isinstance(decide(draft(view), ask_slot("rsv-2", cls)), NotPlaced), cls
         later = ask_slot("rsv-2", cls, start=NOW + HOUR)
         assert isinstance(decide(draft(view), later), Decision), cls
+
+
+def test_a_booking_on_a_replaced_gpu_does_not_hold_the_gpu_now_at_its_index() -> None:
+    """n0's GPU 0 is booked, then replaced: the atom `n0:gpu:0` now names another
+    GPU. The booking claims the GPU it was made on, which the node no longer has; the
+    new GPU is bookable over the same hour."""
+    view = pool(node("n0", gpus=1))
+    d = draft(view)
+    out = decide(d, ask(1))
+    assert isinstance(out, Decision)
+    booked(view, d, out)
+    new = AtomSlot("n0:gpu:0", "gpu", True, {"index": 0}, "GPU-new")
+    after = replace(node("n0", gpus=1), atoms=(new,))
+    cache = view.cache
+    cache.nodes, cache.current, cache.by_id = (after,), {new.atom_id: ("n0", new)}, {"n0": after}
+    cache.reset()
+    again = decide(draft(view), ask(1, rid="rsv-2"))
+    assert isinstance(again, Decision)
+    assert [a.atom_id for a in again.reservation.atoms] == ["n0:gpu:0"]

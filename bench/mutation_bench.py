@@ -71,6 +71,11 @@ TESTS = (
     "tests/unit/coordinator/domain/test_use_join_details.py",
     "tests/unit/coordinator/domain/test_use_accrual_keys.py",
     "tests/unit/coordinator/domain/test_use_report_edges.py",
+    # Chargeback's and the FOCUS export's arithmetic and the use gate run the use
+    # modules too (unbooked use per tenant, owners' memory beside GPU use).
+    "tests/unit/coordinator/domain/test_consumption.py",
+    "tests/unit/coordinator/domain/test_focus.py",
+    "tests/unit/coordinator/domain/test_use_gate.py",
 )
 # A pytest plugin for the scratch tree, loaded before any test module: the property
 # tests' hypothesis settings inherit its profile, which skips shrinking (a mutant is

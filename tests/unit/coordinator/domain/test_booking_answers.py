@@ -1,9 +1,12 @@
 """What a booking decision and a preview answer carry besides where a request goes
 (issue 31's mutation run): the reservation as the request describes it, the scalar
 bookings and claim rows written for it, the rollup delta, the quota verdict's scope,
-the explanation of a refusal, and preemption with GPUs in unbooked use."""
+the explanation of a refusal, preemption with GPUs in unbooked use, and the device and
+partition a decided booking holds in the cache."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from coordinator.domain.booking import (
     LOCKED_OUT,
@@ -227,3 +230,75 @@ def test_a_booking_takes_an_idle_gpu_before_one_in_unbooked_use_and_says_when_it
     assert isinstance(second, Decision)
     assert [a.node_id for a in second.reservation.atoms] == ["n0"]
     assert len(second.placement.warnings) == 1 and "n0:gpu:0" in second.placement.warnings[0]
+
+
+def sliced(slots: int) -> NodeSlot:
+    """n0 with one GPU, time-sliced into `slots` slots (slot k's atom id is the same
+    whatever the number of slots: it outlives a repartition)."""
+    atoms = tuple(
+        AtomSlot(f"n0:gpu.slot:0:{k}", "gpu.slot", True, {"sharing": "timeslice"}, "GPU-n0-0")
+        for k in range(slots)
+    )
+    return NodeSlot("n0", READY, {}, "std", 1, atoms, {"vcpu": 64, "memoryGiB": 512})
+
+
+def ask_slot(rid: str, cls: str = "gpu.slot", start: int = NOW) -> BookingRequest:
+    placement = PlacementRequest(devices=(DeviceRequest(cls, 1),))
+    return BookingRequest(
+        tenant_id="acme", pool_id="pool-1", project_id=None, placement=placement,
+        start=start, duration_ms=HOUR, lease_seconds=None, resources={cls: 1},
+        gang=None, notice_ms=NOTICE, reservation_id=rid,
+    )  # fmt: skip
+
+
+def test_the_other_slot_of_a_gpu_stays_bookable_beside_a_slot_booked_in_the_batch() -> None:
+    view = pool(sliced(2))
+    d = draft(view)
+    first = decide(d, ask_slot("rsv-1"))
+    assert isinstance(first, Decision)
+    booked(view, d, first)
+    second = decide(d, ask_slot("rsv-2"))
+    assert isinstance(second, Decision)
+    taken = {a.atom_id for out in (first, second) for a in out.reservation.atoms}
+    assert taken == {"n0:gpu.slot:0:0", "n0:gpu.slot:0:1"}
+
+
+def test_a_booking_made_here_claims_its_whole_gpu_once_the_gpu_is_repartitioned() -> None:
+    """Slot 0 of 2 is booked and kept in the cache; the GPU is then sliced in 4 (slot 0
+    keeps its atom id) and the nodes reloaded. The booking holds capacity of the old
+    partition, which the new one does not say: it claims the whole GPU until it ends,
+    as its claim rows do in the database. Likewise once its atom is gone altogether."""
+    for after in (sliced(4), node("n0", gpus=1)):
+        view = pool(sliced(2))
+        d = draft(view)
+        out = decide(d, ask_slot("rsv-1"))
+        assert isinstance(out, Decision)
+        booked(view, d, out)
+        cache = view.cache
+        cache.nodes = (after,)
+        cache.current = {a.atom_id: ("n0", a) for a in after.atoms}
+        cache.by_id = {"n0": after}
+        cache.reset()  # what a reload of the nodes does (`SnapshotCache._fresh`)
+        cls = after.atoms[0].cls
+        assert isinstance(decide(draft(view), ask_slot("rsv-2", cls)), NotPlaced), cls
+        later = ask_slot("rsv-2", cls, start=NOW + HOUR)
+        assert isinstance(decide(draft(view), later), Decision), cls
+
+
+def test_a_booking_on_a_replaced_gpu_does_not_hold_the_gpu_now_at_its_index() -> None:
+    """n0's GPU 0 is booked, then replaced: the atom `n0:gpu:0` now names another
+    GPU. The booking claims the GPU it was made on, which the node no longer has; the
+    new GPU is bookable over the same hour."""
+    view = pool(node("n0", gpus=1))
+    d = draft(view)
+    out = decide(d, ask(1))
+    assert isinstance(out, Decision)
+    booked(view, d, out)
+    new = AtomSlot("n0:gpu:0", "gpu", True, {"index": 0}, "GPU-new")
+    after = replace(node("n0", gpus=1), atoms=(new,))
+    cache = view.cache
+    cache.nodes, cache.current, cache.by_id = (after,), {new.atom_id: ("n0", new)}, {"n0": after}
+    cache.reset()
+    again = decide(draft(view), ask(1, rid="rsv-2"))
+    assert isinstance(again, Decision)
+    assert [a.atom_id for a in again.reservation.atoms] == ["n0:gpu:0"]

@@ -1,12 +1,21 @@
 """The coordinator's book of use (SPEC §10): deltas apply only on the version held, a
-full report replaces everything, and a heartbeat without use changes nothing."""
+full report replaces everything, a heartbeat without use changes nothing, and owners'
+host memory is kept per owner, each peak counted at one pass."""
 
 from __future__ import annotations
 
 import msgspec
 
 from coordinator.domain.gpu_use_book import Applied, GpuUseBook, atom_units, inventory_units
-from shared.wire import DeviceUse, Heartbeat, NodeHealth, ProcessUse, UseReport
+from shared.wire import (
+    MAX_OWNER_MEMORY,
+    DeviceUse,
+    Heartbeat,
+    NodeHealth,
+    OwnerMemory,
+    ProcessUse,
+    UseReport,
+)
 from tests.factories import make_inventory
 
 
@@ -136,3 +145,57 @@ def test_the_book_keeps_each_node_s_pool_and_freshness_and_counts_what_it_applie
     # The answer to a request for a report, at the version held, is applied.
     book.on_report(_report(5, OTHER), 60)
     assert book.nodes["n1"].devices == {"GPU-1": OTHER} and book.reports == 2
+
+
+def _mem(owner: str, current: int, peak: int = 0) -> OwnerMemory:
+    return OwnerMemory(owner_kind="slurm", owner=owner, current_mib=current, peak_mib=peak)
+
+
+def _taken(book: GpuUseBook) -> dict[str, tuple[int, int]]:
+    return {m.owner: (m.current_mib, m.peak_mib) for m in book.nodes["n1"].take_memory()}
+
+
+def test_owners_memory_is_kept_per_owner_and_each_peak_counts_at_one_pass() -> None:
+    """Issue 35: a report and the deltas after it keep each owner's host memory; an
+    entry of 0 MiB says the owner is gone; a pass takes each owner's memory now with
+    the most it held since the last pass, and the next pass sees that peak no more."""
+    book = _book()
+    book.on_report(msgspec.structs.replace(_report(1), memory=(_mem("7", 100, 300),)), 0)
+    delta = (_mem("7", 50, 120), _mem("8", 10, 10))
+    book.on_heartbeat(msgspec.structs.replace(_hb(1, 2), memory=delta), 10)
+    assert _taken(book) == {"7": (50, 300), "8": (10, 10)}
+    assert _taken(book) == {"7": (50, 50), "8": (10, 10)}  # the peak was counted
+    gone = (_mem("8", 0, 0), _mem("9", 0, 0))  # "9" was never held: nothing to drop
+    book.on_heartbeat(msgspec.structs.replace(_hb(2, 3), memory=gone), 20)
+    assert _taken(book) == {"7": (50, 50)}
+    # An owner whose memory fell to 0 but peaked since the last pass still counts.
+    book.on_heartbeat(msgspec.structs.replace(_hb(3, 4), memory=(_mem("7", 0, 80),)), 30)
+    assert _taken(book) == {"7": (0, 80)}
+
+
+def test_a_report_of_the_same_boot_keeps_the_peaks_no_pass_took_yet() -> None:
+    book = _book()
+    book.on_report(msgspec.structs.replace(_report(1), memory=(_mem("7", 10, 500),)), 0)
+    book.on_report(msgspec.structs.replace(_report(2), memory=(_mem("7", 10, 20),)), 10)
+    assert _taken(book) == {"7": (10, 500)}
+    book.on_report(msgspec.structs.replace(_report(3), memory=(_mem("7", 10, 600),)), 20)
+    # A new boot: what the old one held is not this boot's use.
+    rebooted = msgspec.structs.replace(_report(1, boot="b2"), memory=(_mem("7", 10, 20),))
+    book.on_report(rebooted, 30)
+    assert _taken(book) == {"7": (10, 20)}
+
+
+def test_a_node_holds_no_more_owners_than_the_wire_allows() -> None:
+    """A sender past `MAX_OWNER_MEMORY` owners gets no more kept; the owners held are
+    still updated, and an owner gone frees its place."""
+    book = _book()
+    full = tuple(_mem(str(i), 1) for i in range(MAX_OWNER_MEMORY))
+    book.on_report(msgspec.structs.replace(_report(1), memory=full), 0)
+    more = (_mem("new", 5), _mem("0", 7))
+    book.on_heartbeat(msgspec.structs.replace(_hb(1, 2), memory=more), 10)
+    held = _taken(book)
+    assert len(held) == MAX_OWNER_MEMORY and "new" not in held and held["0"] == (7, 7)
+    swap = (_mem("1", 0), _mem("new", 5))
+    book.on_heartbeat(msgspec.structs.replace(_hb(2, 3), memory=swap), 20)
+    held = _taken(book)
+    assert len(held) == MAX_OWNER_MEMORY and "1" not in held and held["new"] == (5, 5)

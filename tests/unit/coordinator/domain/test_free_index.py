@@ -311,18 +311,21 @@ def test_bookings_added_beside_a_window_keep_its_counts_and_one_inside_moves_the
     held = _Reads(pool.held(10, 20))
     order = counts.window(pool.irregular(10, 20), 10, 20)
 
-    def listed() -> list[tuple[int, str]]:
-        return [(f, n) for f, n, _ in order.candidates(_gpu_key(), _refusal, held, 1)[2]]
+    def listed() -> tuple[int, list[tuple[int, str]]]:
+        _, few, found = order.candidates(_gpu_key(), _refusal, held, 1)
+        return few, [(f, n) for f, n, _ in found]
 
-    assert listed() == [(4, "a"), (4, "b")] and held.reads["a"] == 1
+    assert listed() == (0, [(4, "a"), (4, "b")]) and held.reads["a"] == 1
+    # The last of these leaves `a` no GPU free under all its bookings, all 4 in the
+    # window: still a candidate, not one of the nodes with too few.
     for start, end, gpu in ((20, 30, 1), (0, 10, 2), (25, 35, 3)):
         pool.book("a", start, end, gpu)
         counts.touch(["a"], {"a": [(start, end)]})
-        assert listed() == [(4, "a"), (4, "b")] and held.reads["a"] == 1
+        assert listed() == (0, [(4, "a"), (4, "b")]) and held.reads["a"] == 1
     pool.book("a", 15, 25, 1)
     counts.touch(["a"], {"a": [(15, 25)]})
     held.update(pool.held(10, 20))
-    assert listed() == [(3, "a"), (4, "b")] and held.reads["a"] == 2
+    assert listed() == (0, [(3, "a"), (4, "b")]) and held.reads["a"] == 2
 
 
 def test_a_window_with_many_irregular_nodes_of_each_kind_lists_every_fitting_one() -> None:

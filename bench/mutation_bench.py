@@ -76,6 +76,8 @@ TESTS = (
     "tests/unit/coordinator/domain/test_consumption.py",
     "tests/unit/coordinator/domain/test_focus.py",
     "tests/unit/coordinator/domain/test_use_gate.py",
+    # The snapshot cache forks the kept free counts for each batch (`FreeCounts.fork`).
+    "tests/unit/coordinator/domain/test_pool_cache.py",
 )
 # A pytest plugin for the scratch tree, loaded before any test module: the property
 # tests' hypothesis settings inherit its profile, which skips shrinking (a mutant is

@@ -110,6 +110,10 @@ def test_gpus_are_linked_by_the_link_matrix_else_by_a_shared_clique_label() -> N
     assert not gpu("G4", None, "c1").linked(unmatrixed)
     assert not gpu("G5", None, None).linked(gpu("G6", None, None))
     assert not gpu("G5", None, None).linked(unmatrixed)
+    # An empty label is no clique (an agent that found no NVLink): two such GPUs
+    # without a matrix are not linked.
+    assert gpu("G7", None, "").clique is None
+    assert not gpu("G7", None, "").linked(gpu("G8", None, ""))
 
 
 def test_a_loaded_nodes_healthy_count_comes_from_its_kept_counts() -> None:

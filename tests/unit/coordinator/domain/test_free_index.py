@@ -211,3 +211,170 @@ def test_irregular_nodes_are_counted_once_per_window_until_touched() -> None:
     counts.touch(["a"])
     list(counts.window(frozenset({"a", "b"}), 0, 10).candidates(_gpu_key(), _refusal, held, 1)[2])
     assert held.reads == {"a": 2, "b": 1}
+
+
+# A pool's bookings as the window tests below keep them: nodeId → (start, end, GPU).
+Gpus = dict[str, list[tuple[int, int, int]]]
+
+
+class _Pool:
+    """GPU nodes and their bookings, counted by the kept counts and afresh."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.nodes = {n: gpu_node(n, gpus=size) for n, size in sizes.items()}
+        self.booked: Gpus = {n: [] for n in sizes}
+
+    def claims(self, node_id: str, start: int = -1, end: int = 10**9) -> tuple[HeldClaim, ...]:
+        gpus = self.nodes[node_id].atoms[1:]
+        return tuple(
+            HeldClaim(gpus[g].atom_id, gpus[g].claim, Holder(f"r{s}-{g}", False))
+            for s, e, g in self.booked[node_id]
+            if s < end and e > start
+        )
+
+    def book(self, node_id: str, start: int, end: int, gpu: int) -> None:
+        self.booked[node_id].append((start, end, gpu))
+
+    def counts(self) -> FreeCounts:
+        return FreeCounts(tuple(self.nodes.values()), self.claims)
+
+    def held(self, start: int, end: int) -> dict[str, tuple[HeldClaim, ...]]:
+        return {n: self.claims(n, start, end) for n in self.nodes}
+
+    def irregular(self, start: int, end: int) -> frozenset[str]:
+        return frozenset(
+            n
+            for n, spans in self.booked.items()
+            for s, e, _ in spans
+            if not (s < end and e > start)
+        )
+
+    def listed(
+        self, counts: FreeCounts, start: int, end: int, need: int
+    ) -> tuple[int, list[tuple[int, str]]]:
+        order = counts.window(self.irregular(start, end), start, end)
+        _, few, found = order.candidates(_gpu_key(), _refusal, self.held(start, end), need)
+        return few, [(f, n) for f, n, _ in found]
+
+    def recount(self, start: int, end: int, need: int) -> tuple[int, list[tuple[int, str]]]:
+        counted = sorted(
+            (free_among(node, self.claims(n, start, end), {"gpu"}, False), n)
+            for n, node in self.nodes.items()
+        )
+        return sum(1 for c in counted if c[0] < need), [c for c in counted if c[0] >= need]
+
+
+def _irregular_pool(each: int) -> _Pool:
+    """For the window [10, 20) and a need of 2, `each` irregular nodes of every kind: `r`
+    (fewer than 2 free under all its bookings, 3 in the window), `b` (3 free under all,
+    4 in the window), `f` (fewer than 2 in the window too); and regular nodes `g`."""
+    pool = _Pool(
+        {
+            **{f"r{i:02}": 3 for i in range(each)},
+            **{f"b{i:02}": 4 for i in range(each)},
+            **{f"f{i:02}": 2 for i in range(each)},
+            **{f"g{i}": 4 for i in range(3)},
+        }
+    )
+    for i in range(each):
+        pool.book(f"r{i:02}", 20, 30, 0)
+        pool.book(f"r{i:02}", 0, 10, 1)
+        pool.book(f"b{i:02}", 30, 40, i % 4)
+        pool.book(f"f{i:02}", 10, 20, 0)
+        pool.book(f"f{i:02}", 25, 35, 1)
+    for i in range(3):
+        pool.book(f"g{i}", 5, 15, i)
+    return pool
+
+
+def test_touching_many_nodes_recounts_each_whichever_kept_its_count() -> None:
+    # A batch's bookings touch many nodes at once, some whose count did not move (a
+    # booking outside every counted class): each of the others shows its new count.
+    pool = _Pool({f"n{i:02}": 2 for i in range(20)})
+    counts = pool.counts()
+    counts.index(_gpu_key(), _refusal)
+    for i in range(1, 20, 2):
+        pool.book(f"n{i:02}", 0, 10, 0)
+    counts.touch(pool.nodes)
+    assert counts.index(_gpu_key(), _refusal).order == (
+        pool.counts().index(_gpu_key(), _refusal).order
+    )
+
+
+def test_bookings_added_beside_a_window_keep_its_counts_and_one_inside_moves_them() -> None:
+    """Windows are half-open: a booking that ends when the window starts, or starts when
+    it ends, leaves the window's counts as they are (not read again); one inside it is
+    counted in."""
+    pool = _Pool({"a": 4, "b": 4})
+    pool.book("a", 30, 40, 0)  # irregular for [10, 20)
+    counts = pool.counts()
+    held = _Reads(pool.held(10, 20))
+    order = counts.window(pool.irregular(10, 20), 10, 20)
+
+    def listed() -> tuple[int, list[tuple[int, str]]]:
+        _, few, found = order.candidates(_gpu_key(), _refusal, held, 1)
+        return few, [(f, n) for f, n, _ in found]
+
+    assert listed() == (0, [(4, "a"), (4, "b")]) and held.reads["a"] == 1
+    # The last of these leaves `a` no GPU free under all its bookings, all 4 in the
+    # window: still a candidate, not one of the nodes with too few.
+    for start, end, gpu in ((20, 30, 1), (0, 10, 2), (25, 35, 3)):
+        pool.book("a", start, end, gpu)
+        counts.touch(["a"], {"a": [(start, end)]})
+        assert listed() == (0, [(4, "a"), (4, "b")]) and held.reads["a"] == 1
+    pool.book("a", 15, 25, 1)
+    counts.touch(["a"], {"a": [(15, 25)]})
+    held.update(pool.held(10, 20))
+    assert listed() == (0, [(3, "a"), (4, "b")]) and held.reads["a"] == 2
+
+
+def test_a_window_with_many_irregular_nodes_of_each_kind_lists_every_fitting_one() -> None:
+    # More new irregular nodes than are inserted one by one are sorted in at once.
+    pool = _irregular_pool(20)
+    counts = pool.counts()
+    for need in (2, 2, 1, 3):
+        assert pool.listed(counts, 10, 20, need) == pool.recount(10, 20, need)
+
+
+def test_a_node_that_is_no_longer_irregular_for_a_window_is_listed_once() -> None:
+    # The caller's bookings replaced wholesale (the kept counts unmoved): a node whose
+    # booking now lies inside the window is no longer irregular, and counts once.
+    pool = _irregular_pool(3)
+    counts = pool.counts()
+    assert pool.listed(counts, 10, 20, 2) == pool.recount(10, 20, 2)
+    pool.booked["b01"] = [(10, 20, 1)]
+    pool.booked["r00"] = [(10, 20, 0), (12, 18, 1)]
+    assert pool.listed(counts, 10, 20, 2) == pool.recount(10, 20, 2)
+
+
+def test_a_pool_asked_about_more_windows_than_it_keeps_answers_each_one() -> None:
+    pool = _irregular_pool(2)
+    counts = pool.counts()
+    windows = [(10, 20 + i) for i in range(40)]
+    for start, end in [*windows, *windows[:3]]:
+        assert pool.listed(counts, start, end, 2) == pool.recount(start, end, 2)
+
+
+def test_the_eligible_nodes_of_a_window_are_known_before_any_candidate_is_asked_for() -> None:
+    down = gpu_node("d", state=replace(READY, reachable=False))
+    counts = FreeCounts((gpu_node("a"), down, gpu_node("b")), lambda n: ())
+    eligible = counts.window(frozenset(), 0, 10).eligible(_gpu_key(), _refusal)
+    assert [n.node_id for n in eligible] == ["a", "b"]
+
+
+def test_a_fork_of_sorted_windows_moves_apart_from_its_origin() -> None:
+    """A batch drafts on a fork: bookings it adds inside a window (on irregular nodes of
+    every kind) show in the fork's candidates and never in the origin's."""
+    pool = _irregular_pool(3)
+    counts = pool.counts()
+    before = pool.recount(10, 20, 2)
+    assert pool.listed(counts, 10, 20, 2) == before
+    origin = {n: list(spans) for n, spans in pool.booked.items()}
+    twin = counts.fork(pool.claims)
+    added = {"f00": (12, 18, 1), "r01": (10, 20, 2), "b02": (15, 16, 0), "g0": (10, 20, 3)}
+    for node_id, (start, end, gpu) in added.items():
+        pool.book(node_id, start, end, gpu)
+    twin.touch(added, {n: [(s, e)] for n, (s, e, _) in added.items()})
+    assert pool.listed(twin, 10, 20, 2) == pool.recount(10, 20, 2) != before
+    pool.booked = origin
+    assert pool.listed(counts, 10, 20, 2) == before

@@ -288,3 +288,19 @@ def test_trailing_zeros_keep_a_time_on_the_grid() -> None:
         Interval(NOW + HOUR, NOW + HOUR + INTERVAL_MS, 8)
     ]
     assert parse_window(on, T2, grid=True) == (NOW + HOUR, NOW + HOUR + 2 * INTERVAL_MS)
+
+
+def test_a_time_off_the_millisecond_grid_does_not_hide_the_problems_of_later_intervals() -> None:
+    """All problems, one per line: an interval whose time has no exact value is judged
+    no further, and the intervals after it still are (a duplicate, a lead too short)."""
+    off = "2030-01-01T01:00:00.0000001Z"
+    assert refusal(
+        {"intervals": [iv(off, T1), iv(T0, T1), iv(T0, T1), iv("2030-01-01T00:15:00Z")]}
+    ) == "\n".join(
+        [
+            "intervals[0].startsAt: not aligned to a 15-minute UTC boundary",
+            "intervals[2].startsAt: duplicate interval in this request",
+            "intervals[3].endsAt: must be startsAt + 15 minutes (enumerate longer spans)",
+            "intervals[3].startsAt: must be at least 30 minutes from now",
+        ]
+    )

@@ -7,12 +7,8 @@ without one (an older agent) or with a form the ledger does not know is not comp
 
 from __future__ import annotations
 
-import asyncio
-
-from sqlalchemy import text
-
 from coordinator.domain.placer import DUPLICATE_DEVICES
-from coordinator.ledger import Database, Ledger
+from coordinator.ledger import Ledger
 from coordinator.services.node_records import (
     hold_duplicates,
     record_inventory,
@@ -22,6 +18,11 @@ from coordinator.services.node_records import (
 from coordinator.services.reservations import Created, Refused
 from shared.wire import Atom, Inventory, NicInfo
 from tests.factories import make_inventory, renamed, unchecked
+from tests.integration.coordinator.services.duplicate_hosts import (
+    as_upgraded,
+    hold_reason,
+    registered_twice_at_once,
+)
 from tests.rig import Rig
 
 NIC = [{"class": "nic.vf", "count": 1}]
@@ -49,13 +50,6 @@ def host(node_id: str, pool: str, ids: list[str], *, gpus: int = 0,
     return unchecked(inv, atoms=(*inv.atoms, *atoms), nics=tuple(nics))
 
 
-async def _held(ledger: Ledger, node_id: str) -> str:
-    node = await ledger.catalog.node(node_id)
-    assert node is not None
-    assert node.state.provisioning == bool(node.duplicate_hold), node_id
-    return node.duplicate_hold
-
-
 async def test_one_nic_under_two_node_ids_is_held_and_not_offered(ledger: Ledger) -> None:
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
@@ -67,7 +61,7 @@ async def test_one_nic_under_two_node_ids_is_held_and_not_offered(ledger: Ledger
 
     changes = await record_inventory(ledger, renamed(a, "b"), now)
 
-    reason = await _held(ledger, "b")
+    reason = await hold_reason(ledger, "b")
     assert reason == (
         "duplicateDevice: guid:a088:c203:0001:0002, mac:b8:ce:f6:00:00:01 held by node a"
     )
@@ -77,7 +71,7 @@ async def test_one_nic_under_two_node_ids_is_held_and_not_offered(ledger: Ledger
     nic = await rig.row(pool, "nic.vf")
     assert (nic.allocatable, nic.provisioning, nic.available) == (2, 2, 0)
     assert isinstance(await rig.reservations.create(rig.request(pool, "k2", devices=NIC)), Refused)
-    assert await _held(ledger, "a") == ""
+    assert await hold_reason(ledger, "a") == ""
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -90,7 +84,7 @@ async def test_the_management_nic_alone_says_it_is_the_same_host(ledger: Ledger)
 
     await record_inventory(ledger, host("b", pool, [], gpus=1, management="vpd:MT2231X01"), now)
 
-    assert await _held(ledger, "b") == "duplicateDevice: vpd:MT2231X01 held by node a"
+    assert await hold_reason(ledger, "b") == "duplicateDevice: vpd:MT2231X01 held by node a"
     assert (await rig.row(pool, "gpu")).allocatable == 1
 
 
@@ -106,7 +100,7 @@ async def test_nics_without_an_identity_the_ledger_knows_are_not_compared(
     await record_inventory(ledger, host("x", pool, ["mac:b8:ce:f6:00:00:0a", *same]), now)
     await record_inventory(ledger, host("y", pool, ["mac:b8:ce:f6:00:00:0b", *same]), now)
 
-    assert await _held(ledger, "x") == "" and await _held(ledger, "y") == ""
+    assert await hold_reason(ledger, "x") == "" and await hold_reason(ledger, "y") == ""
     assert (await rig.row(pool, "nic.vf")).available == 6
 
 
@@ -122,16 +116,16 @@ async def test_a_dead_unbooked_holder_gives_its_nic_up_and_coming_back_is_not_of
 
     await record_inventory(ledger, renamed(a, "b"), now)
 
-    assert await _held(ledger, "b") == ""
+    assert await hold_reason(ledger, "b") == ""
     assert isinstance(await rig.reservations.create(rig.request(pool, "k", devices=NIC)), Created)
     # The old id back by a heartbeat alone shows a NIC the new one holds: held for it
     # (as for GPUs), so not offered.
     await record_reachability(ledger, ["a"], True, now)
-    assert "node b" in await _held(ledger, "a")
+    assert "node b" in await hold_reason(ledger, "a")
     again = await rig.reservations.create(rig.request(pool, "k2", devices=NIC))
     assert isinstance(again, Refused)
     await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
-    assert "node b" in await _held(ledger, "a")
+    assert "node b" in await hold_reason(ledger, "a")
 
 
 async def test_the_placer_never_offers_a_nic_another_node_id_holds(
@@ -145,12 +139,7 @@ async def test_the_placer_never_offers_a_nic_another_node_id_holds(
     a = host("a", pool, ["guid:a088:c203:0001:0002"])
     await record_inventory(ledger, a, now)
     await record_inventory(ledger, renamed(a, "b"), now)
-    db = Database(database_url)
-    try:
-        async with db.transaction() as conn:
-            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
-    finally:
-        await db.dispose()
+    await as_upgraded(database_url)
     await ledger.rebuild_all(now)
 
     ask = rig.request(pool, "p", devices=NIC)
@@ -163,7 +152,7 @@ async def test_the_placer_never_offers_a_nic_another_node_id_holds(
     assert [x.node_id for x in made[0].reservation.atoms] == ["a"]
     # What the coordinator's start does: the second id held for the NIC; capacity agrees.
     (held,) = await hold_duplicates(ledger, now)
-    assert held.node_id == "b" and "node a" in await _held(ledger, "b")
+    assert held.node_id == "b" and "node a" in await hold_reason(ledger, "b")
     nic = await rig.row(pool, "nic.vf")
     assert (nic.allocatable, nic.provisioning, nic.available) == (1, 1, 0)
     assert await ledger.rebuild_all(now) == 0
@@ -178,13 +167,13 @@ async def test_replace_moves_a_nic_booking_and_lets_the_new_node_go(ledger: Ledg
     booked = await rig.reservations.create(rig.request(pool, "k1", devices=NIC))
     assert isinstance(booked, Created)
     await record_inventory(ledger, renamed(a, "b"), now)
-    assert "mac:b8:ce:f6:00:00:99" in await _held(ledger, "b")
+    assert "mac:b8:ce:f6:00:00:99" in await hold_reason(ledger, "b")
 
     done = await replace_node(ledger, "a", "b", "ops", now)
 
     assert (done.moved, done.ended) == ((booked.reservation.reservation_id,), ())
-    assert await _held(ledger, "b") == ""
-    assert await _held(ledger, "a") == "replaced by node b"
+    assert await hold_reason(ledger, "b") == ""
+    assert await hold_reason(ledger, "a") == "replaced by node b"
     moved = await ledger.reservations.get(booked.reservation.reservation_id, None)
     assert [x.atom_id for x in moved.atoms] == ["b:nic:0000:17:00.0"]
     assert isinstance(await rig.reservations.create(rig.request(pool, "k2", devices=NIC)), Refused)
@@ -197,19 +186,8 @@ async def test_two_replicas_registering_one_hosts_nics_under_two_ids_offer_them_
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
     now = rig.clock.now_ms()
-    other = await Ledger.open(database_url)
     hosts = [host(f"h{k}", pool, [f"mac:b8:ce:f6:00:01:{k:02x}"]) for k in range(6)]
-    try:
-        await asyncio.gather(
-            *(record_inventory(ledger, inv, now) for inv in hosts),
-            *(record_inventory(other, renamed(inv, f"{inv.node_id}-again"), now) for inv in hosts),
-        )
-    finally:
-        await other.close()
-
-    for inv in hosts:
-        held = [await _held(ledger, n) for n in (inv.node_id, f"{inv.node_id}-again")]
-        assert sorted(bool(h) for h in held) == [False, True], held
+    await registered_twice_at_once(ledger, database_url, hosts, now)
     nic = await rig.row(pool, "nic.vf")
     assert (nic.allocatable, nic.provisioning) == (6, 6)
     assert await ledger.rebuild_all(now) == 0

@@ -6,7 +6,6 @@ names both nodes, until an operator says which node is real."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -32,14 +31,12 @@ from shared.clock import FakeClock
 from shared.wire import Alert, Atom, Inventory
 from tests.factories import backed, make_heartbeat, make_inventory, renamed
 from tests.integration.conftest import Served, coordinator_settings
+from tests.integration.coordinator.services.duplicate_hosts import (
+    as_upgraded,
+    hold_reason,
+    registered_twice_at_once,
+)
 from tests.rig import Rig
-
-
-async def _held(ledger: Ledger, node_id: str) -> str:
-    node = await ledger.catalog.node(node_id)
-    assert node is not None
-    assert node.state.provisioning == bool(node.duplicate_hold), node_id
-    return node.duplicate_hold
 
 
 async def test_one_gpu_under_two_node_ids_is_offered_once(ledger: Ledger) -> None:
@@ -53,7 +50,7 @@ async def test_one_gpu_under_two_node_ids_is_offered_once(ledger: Ledger) -> Non
 
     changes = await record_inventory(ledger, renamed(a, "b"), now)
 
-    reason = await _held(ledger, "b")
+    reason = await hold_reason(ledger, "b")
     assert "node a" in reason and "GPU-a-0" in reason
     (alert,) = [x for x in changes.alerts if x.kind == "node.duplicateDevice"]
     assert alert.node_id == "b" and alert.details["otherNodeIds"] == ["a"]
@@ -66,9 +63,9 @@ async def test_one_gpu_under_two_node_ids_is_offered_once(ledger: Ledger) -> Non
     # Neither the agent saying it is provisioned nor its next inventory lets it go.
     await record_heartbeat(ledger, make_heartbeat(renamed(a, "b"), seq=2), now)
     await record_inventory(ledger, renamed(a, "b", sent_at=5), now)
-    assert await _held(ledger, "b") == reason
+    assert await hold_reason(ledger, "b") == reason
     assert isinstance(await rig.reservations.create(rig.request(pool, "k3")), Refused)
-    assert await _held(ledger, "a") == ""
+    assert await hold_reason(ledger, "a") == ""
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -92,10 +89,10 @@ async def test_a_batch_holds_a_second_id_and_every_kind_of_device(ledger: Ledger
 
     assert all(not hasattr(o, "error") for o in out)
     for node_id in ("b", "b2", "c"):
-        assert "node a" in await _held(ledger, node_id), node_id
-    assert "MIG-a-0" in await _held(ledger, "b")
-    assert "serial:S123" in await _held(ledger, "c")
-    assert await _held(ledger, "a") == ""
+        assert "node a" in await hold_reason(ledger, node_id), node_id
+    assert "MIG-a-0" in await hold_reason(ledger, "b")
+    assert "serial:S123" in await hold_reason(ledger, "c")
+    assert await hold_reason(ledger, "a") == ""
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -113,7 +110,7 @@ async def test_identities_that_repeat_on_every_host_are_not_compared(ledger: Led
 
     await record_inventories(ledger, [host("x"), host("y")], now)
 
-    assert await _held(ledger, "x") == "" and await _held(ledger, "y") == ""
+    assert await hold_reason(ledger, "x") == "" and await hold_reason(ledger, "y") == ""
 
 
 async def test_a_dead_unbooked_holder_gives_its_devices_up(ledger: Ledger) -> None:
@@ -128,33 +125,21 @@ async def test_a_dead_unbooked_holder_gives_its_devices_up(ledger: Ledger) -> No
 
     await record_inventory(ledger, renamed(a, "b"), now)
 
-    assert await _held(ledger, "b") == ""
+    assert await hold_reason(ledger, "b") == ""
     assert isinstance(await rig.reservations.create(rig.request(pool, "k", gpus=8)), Created)
     # The old id coming back now collides with the new one, which is live: back by a
     # heartbeat alone (no inventory yet), it shows GPUs it no longer holds and is held
     # for them; its inventory keeps it held.
     await record_reachability(ledger, ["a"], True, now)
-    assert "node b" in await _held(ledger, "a")
+    assert "node b" in await hold_reason(ledger, "a")
     again = await rig.reservations.create(rig.request(pool, "k2", gpus=8))
     assert isinstance(again, Refused)
     await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
-    assert "node b" in await _held(ledger, "a")
+    assert "node b" in await hold_reason(ledger, "a")
     assert (await rig.row(pool, "gpu")).allocatable == 8
 
 
 HELD_BY_B = "duplicateDevice: GPU-a-0, GPU-a-1, GPU-a-2 and 5 more held by node b"
-
-
-async def _as_upgraded(database_url: str, *more: str) -> None:
-    """Every node unheld, as revision 0008 leaves a ledger (`more`: other statements)."""
-    db = Database(database_url)
-    try:
-        async with db.transaction() as conn:
-            await conn.execute(text("UPDATE nodes SET provisioning = false, duplicate_hold = NULL"))
-            for statement in more:
-                await conn.execute(text(statement))
-    finally:
-        await db.dispose()
 
 
 def _duplicate_alerts(alerts: Sequence[Alert]) -> list[Alert]:
@@ -178,7 +163,7 @@ async def test_an_old_id_back_by_heartbeat_alone_is_held_with_its_reason_and_ale
 
     (back,) = await record_reachability(ledger, ["a"], True, now)
 
-    assert await _held(ledger, "a") == HELD_BY_B
+    assert await hold_reason(ledger, "a") == HELD_BY_B
     (alert,) = _duplicate_alerts(back.alerts)
     assert (alert.node_id, alert.details["otherNodeIds"]) == ("a", ["b"])
     assert alert.details["devices"] == [f"GPU-a-{i}" for i in range(8)]
@@ -190,8 +175,8 @@ async def test_an_old_id_back_by_heartbeat_alone_is_held_with_its_reason_and_ale
     assert not _duplicate_alerts([x for o in again for x in o.alerts])
     later = await record_inventory(ledger, renamed(a, "a", sent_at=9), now)
     assert not _duplicate_alerts(later.alerts)
-    assert await _held(ledger, "a") == HELD_BY_B
-    assert await _held(ledger, "b") == ""
+    assert await hold_reason(ledger, "a") == HELD_BY_B
+    assert await hold_reason(ledger, "b") == ""
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -211,7 +196,7 @@ async def test_an_upgraded_ledger_holds_the_id_that_lost_its_devices_when_it_sta
         await record_inventory(ledger, b, now)
         await record_inventory(ledger, renamed(b, "c"), now)
         # Nothing was said of it before the upgrade.
-        await _as_upgraded(
+        await as_upgraded(
             database_url,
             "DELETE FROM alert_outbox",
             "DELETE FROM node_events WHERE kind = 'node.duplicateDevice'",
@@ -251,19 +236,8 @@ async def test_two_replicas_registering_one_host_under_two_ids_offer_it_once(
     rig = await Rig.open(ledger)
     pool = await rig.pool(nodes=0)
     now = rig.clock.now_ms()
-    other = await Ledger.open(database_url)
-    try:
-        hosts = [make_inventory(f"h{k}", pool, gpus=4) for k in range(6)]
-        await asyncio.gather(
-            *(record_inventory(ledger, inv, now) for inv in hosts),
-            *(record_inventory(other, renamed(inv, f"{inv.node_id}-again"), now) for inv in hosts),
-        )
-    finally:
-        await other.close()
-
-    for inv in hosts:
-        held = [await _held(ledger, n) for n in (inv.node_id, f"{inv.node_id}-again")]
-        assert sorted(bool(h) for h in held) == [False, True], held
+    hosts = [make_inventory(f"h{k}", pool, gpus=4) for k in range(6)]
+    await registered_twice_at_once(ledger, database_url, hosts, now)
     gpu = await rig.row(pool, "gpu")
     assert (gpu.allocatable, gpu.provisioning) == (24, 24)
     assert await ledger.rebuild_all(now) == 0
@@ -285,8 +259,8 @@ async def test_replace_moves_the_old_nodes_bookings_and_lets_the_new_one_go(
     done = await replace_node(ledger, "a", "b", "acme/k1", now)
 
     assert (done.moved, done.ended) == ((rid,), ())
-    assert await _held(ledger, "b") == ""
-    assert await _held(ledger, "a") == "replaced by node b"
+    assert await hold_reason(ledger, "b") == ""
+    assert await hold_reason(ledger, "a") == "replaced by node b"
     assert [t.kind for t in done.new.transitions] == ["node.provisioned"]
     assert [(t.kind, t.reason) for t in done.old.transitions] == [
         ("node.replaced", "replaced by node b"),
@@ -304,7 +278,7 @@ async def test_replace_moves_the_old_nodes_bookings_and_lets_the_new_one_go(
     assert isinstance(await rig.reservations.create(rig.request(pool, "k2")), Refused)
     # The retired node's agent publishing again stays held, as replaced.
     await record_inventory(ledger, renamed(a, "a", sent_at=7), now)
-    assert await _held(ledger, "a") == "replaced by node b"
+    assert await hold_reason(ledger, "a") == "replaced by node b"
     assert await ledger.rebuild_all(now) == 0
 
 
@@ -319,8 +293,8 @@ async def test_replacing_the_newcomer_keeps_the_old_node(ledger: Ledger) -> None
     done = await replace_node(ledger, "b", "a", "acme/k1", now)
 
     assert (done.moved, done.ended, done.new.transitions) == ((), (), ())
-    assert await _held(ledger, "a") == ""
-    assert await _held(ledger, "b") == "replaced by node a"
+    assert await hold_reason(ledger, "a") == ""
+    assert await hold_reason(ledger, "b") == "replaced by node a"
     assert isinstance(await rig.reservations.create(rig.request(pool, "k", gpus=8)), Created)
 
 
@@ -359,7 +333,7 @@ async def test_replace_refuses_one_node_twice_and_unknown_nodes(ledger: Ledger) 
         await replace_node(ledger, node, node, "ops", rig.clock.now_ms())
     with pytest.raises(NotFound):
         await replace_node(ledger, node, "nope", "ops", rig.clock.now_ms())
-    assert await _held(ledger, node) == ""
+    assert await hold_reason(ledger, node) == ""
 
 
 async def test_operators_see_the_hold_and_replace_over_http(served: Served) -> None:
@@ -468,7 +442,7 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     a = make_inventory("a", pool, gpus=2)
     await record_inventory(ledger, a, now)
     await record_inventory(ledger, renamed(a, "b"), now)
-    await _as_upgraded(database_url)
+    await as_upgraded(database_url)
     await ledger.rebuild_all(now)
 
     ask = rig.request(pool, "p", gpus=2)
@@ -486,7 +460,7 @@ async def test_the_placer_never_offers_a_gpu_another_node_id_holds(
     # What the coordinator's start does: the second id held; capacity agrees with the
     # placer, 2 physical GPUs, the second id's copies held.
     (held,) = await hold_duplicates(ledger, now)
-    assert held.node_id == "b" and "node a" in await _held(ledger, "b")
+    assert held.node_id == "b" and "node a" in await hold_reason(ledger, "b")
     gpu = await rig.row(pool, "gpu")
     assert (gpu.allocatable, gpu.provisioning, gpu.allocated + gpu.reserved) == (2, 2, 2)
     assert gpu.available == 0
@@ -510,11 +484,11 @@ async def test_a_booked_node_showing_devices_another_id_holds_is_held_in_capacit
     made = await rig.reservations.create(rig.request(pool, "k1"))
     assert isinstance(made, Created)
     await record_inventory(ledger, renamed(a, "b"), now)
-    await _as_upgraded(database_url, "UPDATE device_identities SET node_id = 'b'")
+    await as_upgraded(database_url, "UPDATE device_identities SET node_id = 'b'")
     await ledger.rebuild_all(now)
 
     (held,) = await hold_duplicates(ledger, now)
-    assert held.node_id == "a" and "node b" in await _held(ledger, "a")
+    assert held.node_id == "a" and "node b" in await hold_reason(ledger, "a")
     (alert,) = _duplicate_alerts(held.alerts)
     assert alert.details["otherNodeIds"] == ["b"]
     gpu = await rig.row(pool, "gpu")

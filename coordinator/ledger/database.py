@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -299,8 +300,12 @@ async def unavailable_on_lost_connection() -> AsyncIterator[None]:
 
 
 def _sqlite_busy(exc: OperationalError) -> bool:
-    """SQLite's "database is locked": another connection holds the write lock."""
-    return getattr(exc.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
+    """SQLite's "database is locked", in any of its forms: another connection holds the
+    write lock (SQLITE_BUSY), or another process is rebuilding the WAL index after a
+    crash or a last close (SQLITE_BUSY_RECOVERY); Python reports the extended code, so
+    only its low byte says busy."""
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
 def _enforce_foreign_keys(conn: Connection, on: bool) -> None:

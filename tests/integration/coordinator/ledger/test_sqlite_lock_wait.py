@@ -1,12 +1,15 @@
 """A SQLite writer waits for another session's write lock as long as it always did (up
-to 30 s: a coordinator migrating the same file holds it for seconds), but the wait is
-the event loop's, not the driver thread's: a cancelled writer leaves at once (see
-tests/integration/coordinator/app/test_coordinator_stops_busy.py for the whole coordinator)."""
+to 30 s: a coordinator migrating the same file holds it for seconds), whichever kind of
+busy SQLite reports (another writer, or another process recovering the WAL index), but
+the wait is the event loop's, not the driver thread's: a cancelled writer leaves at once
+(see tests/integration/coordinator/app/test_coordinator_stops_busy.py for the whole
+coordinator)."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -47,6 +50,47 @@ async def test_a_writer_waits_out_a_lock_held_longer_than_one_try(
     started = time.monotonic()
     await ledger.tenants.create("acme", "Acme", NOW)
     assert time.monotonic() - started >= held_s
+    assert [t.tenant_id for t in await ledger.tenants.list()] == ["acme"]
+
+
+# Another process rebuilding the WAL index: it holds SQLite's recovery lock (byte 122 of
+# the `-shm` file: the shared-memory lock area starts at 120, the recovery lock is its
+# third) with the index header invalid, as a process does while it reads a large WAL
+# after a crash or a last close. Everyone else meanwhile gets SQLITE_BUSY_RECOVERY.
+_RECOVERING = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 122)
+os.pwrite(fd, bytes(136), 0)
+print("recovering", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+async def test_a_writer_waits_out_another_process_recovering_the_wal(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """A coordinator starting while another process (the one that just stopped, or a
+    second replica) recovers the file's WAL index waits for it, as for a write lock;
+    before, its migration failed at once with "database is locked" (a flaky start of
+    the coordinator on a loaded machine)."""
+    held_s = 10 * SQLITE_BUSY_SLICE_MS / 1000
+    shm = tmp_path / "ledger.db-shm"
+    assert shm.exists()
+    other = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RECOVERING, str(shm), str(held_s), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert other.stdout is not None
+        assert await asyncio.wait_for(other.stdout.readline(), 30) == b"recovering\n"
+        started = time.monotonic()
+        await ledger.tenants.create("acme", "Acme", NOW)
+        assert time.monotonic() - started >= held_s / 2
+        assert await asyncio.wait_for(other.wait(), 30) == 0
+    finally:
+        if other.returncode is None:
+            other.kill()
+            await other.wait()
     assert [t.tenant_id for t in await ledger.tenants.list()] == ["acme"]
 
 

@@ -39,8 +39,10 @@ from fleet import inventory, postgres_database, postgres_reachable
 from report import Goal, write
 
 from coordinator.api.http.context import Services
+from coordinator.config import CoordinatorSettings
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger, schema
+from coordinator.runtime.heap import HeapGenerations
 from coordinator.services.node_records import record_inventories
 from coordinator.services.reservations import Created, CreateRequest
 from shared.clock import SystemClock
@@ -49,6 +51,7 @@ from shared.ids import new_pool_id
 HERE = Path(__file__).resolve().parent
 HOUR = 3_600_000
 CLIENTS = (1, 8, 32)
+HEAP_REFRESH_S = CoordinatorSettings().heap_refresh_s
 
 
 def request(
@@ -69,8 +72,9 @@ def pct(values: list[float], q: float) -> float:
 
 @asynccontextmanager
 async def fleet(url: str, nodes: int) -> AsyncIterator[tuple[Services, str, int]]:
-    """A ledger with `nodes` 8-GPU nodes in one pool, half of every node's GPUs booked."""
-    ledger = await Ledger.open(url)
+    """A ledger with `nodes` 8-GPU nodes in one pool, half of every node's GPUs booked,
+    its heap kept as the coordinator keeps it (`runtime.heap`, the default interval)."""
+    ledger = await Ledger.open(url, heap=HeapGenerations(int(HEAP_REFRESH_S * 1000)))
     try:
         services = Services(ledger, SystemClock())
         now = services.clock.now_ms()
@@ -254,6 +258,8 @@ async def run_backend(url: str, nodes: int, n_previews: int, each: int) -> dict[
         # The 32-client rate against bare commits measured in turns with it (issue 30).
         runs[32], bare = await creates_and_bare(services, pool, now, 32, each)
         rates = {c: run["per_s"] for c, run in runs.items()}
+        # What a full collector pass walks (tracked, not frozen) and what it skips.
+        walked, frozen = len(gc.get_objects()), gc.get_freeze_count()
         doubles = await double_bookings(services.ledger)
     return {
         "nodes": nodes,
@@ -268,6 +274,8 @@ async def run_backend(url: str, nodes: int, n_previews: int, each: int) -> dict[
         "create_gc_ms": {str(c): run["gc_ms"] for c, run in runs.items()},
         "create_gc_full_passes": {str(c): run["gc_full_passes"] for c, run in runs.items()},
         "create_32_over_bare": round(rates[32] / bare, 2),
+        "gc_walked_objects": walked,
+        "gc_frozen_objects": frozen,
         "double_bookings": doubles,
     }
 
@@ -342,7 +350,8 @@ async def main() -> int:
         print(f"{backend}: reservations.create per s by clients: {r['create_per_s']}")
         print(
             f"{backend}: commit group mean size {r['create_batch_mean']}, collector pauses"
-            f" (ms) {r['create_gc_ms']}, full passes {r['create_gc_full_passes']}"
+            f" (ms) {r['create_gc_ms']}, full passes {r['create_gc_full_passes']}; a full"
+            f" pass walks {r['gc_walked_objects']:,} objects, {r['gc_frozen_objects']:,} frozen"
         )
         goals += [
             Goal(

@@ -309,6 +309,18 @@ class CoordinatorSettings(SettingsModel, frozen=True):
     idempotency_purge_interval_s: Annotated[
         float, Meta(gt=0, le=86400, description="seconds between purges of old idempotency records")
     ] = 600.0
+    heap_refresh_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=86400,
+            description=(
+                "after a pool's cache is reloaded its objects are frozen out of the garbage "
+                "collector's full pass; at most this many seconds apart the heap is unfrozen and "
+                "collected whole, freeing what died among them (0: freeze nothing)"
+            ),
+        ),
+    ] = 300.0
     alert_stream_max_msgs: Annotated[
         int, Meta(ge=1, description="alerts kept in the JetStream stream")
     ] = 100000

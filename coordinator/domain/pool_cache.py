@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any
+from weakref import ref
 
 from coordinator.domain.claims import form_of, stale_claim
 from coordinator.domain.free_index import FreeCounts
@@ -154,7 +155,7 @@ class PoolCache:
             asked=set(),
         )
         if self.counts is not None:
-            fork.counts = self.counts.fork(fork.all_claims)
+            fork.counts = self.counts.fork(_ClaimsOf(fork))
         return fork
 
     def add(self, atoms: list[HeldAtom], scalars: list[HeldScalar]) -> None:
@@ -248,7 +249,7 @@ class PoolCache:
 
     def free_counts(self) -> FreeCounts:
         if self.counts is None:
-            self.counts = FreeCounts(self.nodes, self.all_claims)
+            self.counts = FreeCounts(self.nodes, _ClaimsOf(self))
         return self.counts
 
     def irregular(self, start: int, end: int) -> AbstractSet[str]:
@@ -293,6 +294,24 @@ class PoolCache:
                 )
             )
         return rows
+
+
+class _ClaimsOf:
+    """A cache's `all_claims` for its free counts, held weakly: a bound method would
+    make cache and counts a cycle, and a replaced cache (a reload, an adopted draft)
+    would wait for the collector's full pass instead of going at once, which the
+    process may keep from walking long-lived objects (`runtime.heap`)."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache: PoolCache) -> None:
+        self._cache = ref(cache)
+
+    def __call__(self, node_id: str) -> tuple[HeldClaim, ...]:
+        cache = self._cache()
+        if cache is None:  # counts live inside their cache: never seen
+            raise ReferenceError("free counts outlived their pool cache")
+        return cache.all_claims(node_id)
 
 
 class PoolView:

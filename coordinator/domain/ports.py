@@ -13,3 +13,12 @@ class AlertSink(Protocol):
 
 class Publisher(Protocol):
     async def publish(self, subject: str, payload: bytes) -> None: ...
+
+
+class Heap(Protocol):
+    """What the process does with its heap when a pool cache is reloaded and when the
+    caches go (`coordinator.runtime.heap`)."""
+
+    def reloaded(self, now: int) -> None: ...
+
+    def release(self) -> None: ...

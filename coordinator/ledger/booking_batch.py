@@ -95,8 +95,11 @@ class BookingBatch:
 
     async def write(self) -> None:
         """Write what the batch booked; the cache adopts the draft after the commit."""
-        pool, pool_id = self._pool, self._draft.pool_id
+        pool, pool_id, snapshots = self._pool, self._draft.pool_id, self._snapshots
         booked = self.booked > 0
         # Even with nothing booked the draft is worth keeping: the claims it resolved.
-        self._after_commit(lambda: self._snapshots.adopt(pool_id, pool, booked))
+        # Not `self` in the hook: the unit of work's hook list would hold this batch,
+        # which holds the list, and the replaced pool cache would wait in that cycle
+        # for the collector's full pass (`runtime.heap`).
+        self._after_commit(lambda: snapshots.adopt(pool_id, pool, booked))
         await write_decisions(self._conn, pool_id, self._decisions, self._draft.now)

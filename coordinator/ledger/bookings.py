@@ -152,7 +152,10 @@ class BookingWriter:
         if not noticed:
             pool_id, version = r.pool_id, view.version + 1
             atoms, scalars = list(decided.atoms), list(decided.scalars)
-            self._after_commit(lambda: self._snapshots.committed(pool_id, version, atoms, scalars))
+            # Not `self` in the hook: the unit of work's hook list would hold this
+            # writer, which holds the list, a cycle only the full pass frees.
+            snapshots = self._snapshots
+            self._after_commit(lambda: snapshots.committed(pool_id, version, atoms, scalars))
         # Otherwise the victims' bookings were cut short: the cache reloads.
         return Booked(decided.reservation, noticed, decided.placement.warnings)
 

@@ -13,6 +13,7 @@ from coordinator.domain.consumption import consumption
 from coordinator.domain.idempotency import Recorded
 from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import RollupRow
+from coordinator.domain.ports import Heap
 from coordinator.ledger import idempotency, schema
 from coordinator.ledger.booked_spans import BookedSpanRepo
 from coordinator.ledger.bookings import BookingRepo
@@ -43,8 +44,9 @@ from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
 
 
 class Ledger:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, heap: Heap | None = None) -> None:
         self._db = db
+        self._heap = heap
         self.tenants = TenantRepo(db)
         self.keys = ApiKeyRepo(db)
         self.projects = ProjectRepo(db)
@@ -53,7 +55,7 @@ class Ledger:
         self.catalog = Catalog(db)
         self.gpus = GpuListing(db)
         self.quotas = QuotaRepo(db)
-        self.snapshots = SnapshotCache()
+        self.snapshots = SnapshotCache(heap)
         self.bookings = BookingRepo(db, self.snapshots)
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)
@@ -68,17 +70,23 @@ class Ledger:
         self.node_bookings = NodeBookingRepo(db)
 
     @classmethod
-    async def open(cls, url: str, *, application_name: str = "") -> Ledger:
+    async def open(
+        cls, url: str, *, application_name: str = "", heap: Heap | None = None
+    ) -> Ledger:
+        """The ledger at `url`, migrated; `heap`: told when a pool cache is reloaded
+        (the coordinator keeps those objects out of the collector's full pass)."""
         db = Database(url, application_name=application_name)
         try:
             await db.migrate()
         except BaseException:
             await db.dispose()
             raise
-        return cls(db)
+        return cls(db, heap)
 
     async def close(self) -> None:
         await self._db.dispose()
+        if self._heap is not None:
+            self._heap.release()
 
     @property
     def dialect(self) -> str:

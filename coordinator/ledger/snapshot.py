@@ -24,6 +24,7 @@ from coordinator.domain.pool_cache import (
     SnapshotDraft,
     build_snapshot,
 )
+from coordinator.domain.ports import Heap
 from coordinator.domain.states import node_bucket
 from coordinator.ledger.snapshot_loader import bump, load_bookings, load_nodes, versions
 
@@ -33,9 +34,12 @@ KEEP_ENDED_MS = 5 * 60 * 1000
 
 
 class SnapshotCache:
-    def __init__(self) -> None:
+    def __init__(self, heap: Heap | None = None) -> None:
         self._pools: dict[str, PoolCache] = {}
         self.reloads = 0
+        # Told of each reload: a reloaded pool's objects are long-lived, and the
+        # process may keep them out of the collector's full pass (`runtime.heap`).
+        self.heap = heap
 
     async def snapshot(
         self,
@@ -62,6 +66,7 @@ class SnapshotCache:
     async def _fresh(self, conn: AsyncConnection, pool_id: str, now: int) -> PoolCache:
         cache = self._pools.setdefault(pool_id, PoolCache())
         nodes_v, bookings_v = await versions(conn, pool_id)
+        reloads = self.reloads
         if cache.nodes_version != nodes_v:
             cache.nodes = await load_nodes(conn, pool_id)
             cache.current = {a.atom_id: (n.node_id, a) for n in cache.nodes for a in n.atoms}
@@ -83,6 +88,8 @@ class SnapshotCache:
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v
             self.reloads += 1
+        if self.reloads != reloads and self.heap is not None:
+            self.heap.reloaded(now)
         return cache
 
     def committed(

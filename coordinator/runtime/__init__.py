@@ -1,1 +1,1 @@
-"""Process plumbing of a coordinator: logs, metrics, the GC pause."""
+"""Process plumbing of a coordinator: logs, metrics, the GC pause, the heap's generations."""

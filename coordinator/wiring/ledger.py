@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from coordinator.config import CoordinatorSettings
 from coordinator.ledger import Leadership, Ledger
+from coordinator.runtime.heap import HeapGenerations
 from coordinator.tasks.idempotency_purge import IdempotencyPurge
 from coordinator.tasks.shutdown import bounded
 from procs.settings import ConfigError
@@ -38,7 +39,9 @@ async def ledger_context(
 ) -> AsyncIterator[Store]:
     async with AsyncExitStack() as stack:
         ledger = await Ledger.open(
-            settings.effective_database_url, application_name=f"gpufleet-coordinator {replica}"
+            settings.effective_database_url,
+            application_name=f"gpufleet-coordinator {replica}",
+            heap=HeapGenerations(int(settings.heap_refresh_s * 1000)),
         )
         stack.push_async_callback(bounded("ledger", ledger.close))
         # Built first: a retention below the SPEC's 24 h is refused before anything runs.

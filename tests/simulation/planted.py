@@ -30,6 +30,7 @@ from coordinator.domain import booking, claims, gpu_use_accrual
 from coordinator.domain.gpu_use_join import Hold
 from coordinator.domain.placement_model import AtomSlot, HeldClaim, PoolSnapshot
 from coordinator.domain.pool_cache import PoolCache
+from coordinator.domain.ports import Heap
 from coordinator.ledger import Database, Ledger
 from coordinator.ledger.bookings import BookingRepo
 from coordinator.ledger.pool_memory import PoolMemory
@@ -91,9 +92,9 @@ class ForgetfulSnapshots(SnapshotCache):
 
 
 class PlantedLedger(Ledger):
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        self.snapshots = ForgetfulSnapshots()
+    def __init__(self, db: Database, heap: Heap | None = None) -> None:
+        super().__init__(db, heap)
+        self.snapshots = ForgetfulSnapshots(heap)
         self.bookings = BookingRepo(db, self.snapshots)
 
 

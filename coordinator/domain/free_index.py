@@ -59,8 +59,6 @@ class _Irregular:
 
     # Irregular nodes classified (eligible or not).
     seen: set[str] = field(default_factory=set)
-    # Eligible, kept count below `need` and as few in the window: how many.
-    few: int = 0
     # Eligible, kept count below `need` but at least `need` in the window: (window
     # count, nodeId), ascending.
     ready: list[tuple[int, str]] = field(default_factory=list)
@@ -72,9 +70,7 @@ class _Irregular:
     where: dict[str, tuple[int, bool] | None] = field(default_factory=dict)
 
     def copy(self) -> _Irregular:
-        return _Irregular(
-            set(self.seen), self.few, list(self.ready), list(self.bounds), dict(self.where)
-        )
+        return _Irregular(set(self.seen), list(self.ready), list(self.bounds), dict(self.where))
 
     def drop(self, node_id: str) -> None:
         """The node's counts moved: it is classified again when next asked for."""
@@ -86,7 +82,6 @@ class _Irregular:
             return
         value, ready = found
         if value == _FEW:
-            self.few -= 1
             return
         kept = self.ready if ready else self.bounds
         del kept[bisect_left(kept, (value, node_id))]
@@ -101,7 +96,7 @@ class _Irregular:
         """Add the irregular nodes not classified yet (all of them after one left:
         the caller's bookings were replaced wholesale)."""
         if not self.seen <= irregular:
-            self.seen, self.few, self.ready, self.bounds, self.where = set(), 0, [], [], {}
+            self.seen, self.ready, self.bounds, self.where = set(), [], [], {}
         new = irregular - self.seen
         if not new:
             return
@@ -118,7 +113,6 @@ class _Irregular:
             else:
                 counted = count(node_id)[0]
                 if counted < need:
-                    self.few += 1
                     where[node_id] = (_FEW, False)
                 else:
                     ready.append((counted, node_id))

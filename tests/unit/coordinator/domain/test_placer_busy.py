@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from coordinator.domain.booking import preview
 from coordinator.domain.node_fit import busy_allocatable
-from coordinator.domain.placement_model import PoolSnapshot
+from coordinator.domain.placement_model import (
+    AtomSlot,
+    DeviceRequest,
+    NodeSlot,
+    PlacementRequest,
+    PoolSnapshot,
+)
 from coordinator.domain.placer import place
 from tests.unit.coordinator.domain.test_placer import book, gpus, node
 
@@ -60,3 +66,19 @@ def test_preview_warns_and_the_rollup_counts_allocatable_busy_gpus() -> None:
     # The faulty GPU is not allocatable, whatever runs on it.
     assert busy_allocatable(snap.nodes, busy) == 1
     assert busy_allocatable(snap.nodes, frozenset()) == 0
+
+
+def test_a_mig_instance_in_unbooked_use_goes_after_the_idle_one_on_its_gpu() -> None:
+    """Use is reported per MIG instance: its `uuid` attribute, else its atom id's last
+    part. The instance in use is taken last, whichever way it is named, and the other
+    instance on the same GPU is not."""
+    atoms = (
+        AtomSlot("a:gpu.mig:MIG-a-0", "gpu.mig", True, {"uuid": "MIG-a-0"}, "GPU-a-0"),
+        AtomSlot("a:gpu.mig:MIG-a-1", "gpu.mig", True, {}, "GPU-a-0"),
+    )
+    snap = PoolSnapshot((NodeSlot("a", node("a").state, {}, "std", 1, atoms, {"vcpu": 8}),))
+    one = PlacementRequest(devices=(DeviceRequest("gpu.mig", 1),))
+    for busy_uuid, idle in (("MIG-a-0", "a:gpu.mig:MIG-a-1"), ("MIG-a-1", "a:gpu.mig:MIG-a-0")):
+        taken = place(one, snap, busy={("a", busy_uuid)})
+        assert [x.atom_id for x in taken.candidates[0].atoms] == [idle], busy_uuid
+        assert taken.warnings == ()

@@ -82,3 +82,20 @@ def test_a_mig_instance_in_unbooked_use_goes_after_the_idle_one_on_its_gpu() -> 
         taken = place(one, snap, busy={("a", busy_uuid)})
         assert [x.atom_id for x in taken.candidates[0].atoms] == [idle], busy_uuid
         assert taken.warnings == ()
+
+
+def test_a_whole_node_with_a_gpu_in_unbooked_use_goes_last_and_is_named() -> None:
+    snap = PoolSnapshot((node("a", gpus=2), node("b", gpus=2)))
+    busy = {("a", "GPU-a-1")}
+    whole = place(gpus(1, binding="node"), snap, busy=busy)
+    assert [c.node_id for c in whole.candidates] == ["b", "a"]
+    assert whole.warnings == () and whole.candidates[1].busy == ("a:gpu:1",)
+    only = place(gpus(1, binding="node"), PoolSnapshot((node("a", gpus=2),)), busy=busy)
+    (warning,) = only.warnings
+    assert "a:gpu:1" in warning and "node a" in warning
+
+
+def test_a_gang_takes_the_nodes_without_a_gpu_in_unbooked_use_first() -> None:
+    nodes = (node("a", gpus=2), node("b", gpus=2), node("c", gpus=2))
+    gang = place(gpus(2, gang_size=2), PoolSnapshot(nodes), busy={("a", "GPU-a-0")})
+    assert sorted(c.node_id for c in gang.chosen) == ["b", "c"] and gang.warnings == ()

@@ -57,7 +57,6 @@ class _Metric:
 
     def __init__(self, req: PlacementRequest) -> None:
         self.filtered: Counter[str] = Counter()
-        self.eligible = False  # whether any node passed `_refusal`
         self.best = [0] * len(req.devices)
         self.group_best = 0
         self.scalar_best: dict[str, int] = {}
@@ -91,7 +90,6 @@ def _eligible(node: NodeSlot, req: PlacementRequest, metric: _Metric) -> bool:
     if reason is not None:
         metric.filtered[reason] += 1
         return False
-    metric.eligible = True
     return True
 
 
@@ -107,7 +105,7 @@ def _fit(view: NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | 
         scalars_free = all(view.scalar_free[r] >= c for r, c in node.capacity.items())
         if view.blocked or not scalars_free:
             return None, None, PARTLY_BOOKED
-        memory = node.capacity.get("memoryGiB", 0)
+        memory = node.capacity["memoryGiB"]
         if view.pool_memory_free is not None and memory > view.pool_memory_free:
             return None, None, POOL_MEMORY
         devices, index, reason = view.pick_devices(req)
@@ -280,12 +278,12 @@ def _place_one(
             view = NodeView(node, snap, ignore_spot)
             turned_away.append((view, _fit(view, req)[2]))
     # Refusals were counted as eligible nodes were found; these are the eligible ones.
-    metric.eligible = bool(turned_away)
+    any_eligible = bool(turned_away)
     group = clique_group(req)
     for view, reason in turned_away:
         metric.filtered[reason] += 1
         metric.observe(view, req, group)
-    shortfalls, reason = _shortfalls(req, snap, metric, group)
+    shortfalls, reason = _shortfalls(req, snap, metric, group, any_eligible)
     return Placement(False, shortfalls=shortfalls, reason=reason, filtered=dict(metric.filtered))
 
 
@@ -386,12 +384,13 @@ def _summary(filtered: Counter[str]) -> str:
 
 
 def _shortfalls(
-    req: PlacementRequest, snap: PoolSnapshot, metric: _Metric, group: list[int]
+    req: PlacementRequest, snap: PoolSnapshot, metric: _Metric, group: list[int], any_eligible: bool
 ) -> tuple[tuple[Shortfall, ...], str]:
-    """The answer to "why not", read off what filtering recorded."""
+    """The answer to "why not", read off what filtering recorded (`any_eligible`:
+    whether any node passed `_refusal`)."""
     if not snap.nodes:
         reason = "the pool has no nodes"
-    elif not metric.eligible:
+    elif not any_eligible:
         if metric.filtered[PROFILE_MISMATCH]:
             reason = f"no allocatable node with profile {req.profile_id}"
         else:
@@ -412,7 +411,7 @@ def _shortfalls(
     out: list[Shortfall] = []
     for i, d in enumerate(req.devices):
         available = metric.best[i]
-        if not metric.eligible:
+        if not any_eligible:
             why = reason
         elif available < d.count:
             kind = "NVLink-connected " if nvlink(d, req) else ""

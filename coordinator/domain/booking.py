@@ -110,9 +110,10 @@ class OverQuota:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A booking decided: the reservation, the spot reservations it notices (at
-    `preempt_at`), its bookings and claim rows, and what it adds to the rollup's
-    booked columns (`recount_all`: victims were cut short, recount instead)."""
+    """A booking decided: the reservation, the placement it books (the best node
+    alone, or a gang's members), the spot reservations it notices (at `preempt_at`), its
+    bookings and claim rows, and what it adds to the rollup's booked columns
+    (`recount_all`: victims were cut short, recount instead)."""
 
     reservation: Reservation
     placement: Placement
@@ -193,7 +194,7 @@ def decide(draft: Draft, r: BookingRequest, *, may_preempt: bool = True) -> Outc
         if r.placement.spot:
             return NotPlaced(placement, None)
         if not may_preempt:
-            if place(r.placement, snap, ignore_spot=True, limit=1, explain=False).fits:
+            if _best(r.placement, snap, ignore_spot=True).fits:
                 return Deferred(PREEMPTS)
             return NotPlaced(placement, None)
         plan = preempting(draft.pool, r.placement, start, r.duration_ms, now, r.notice_ms, r.busy)
@@ -256,21 +257,31 @@ def preempting(
     """For a regular request that does not fit: where it would go if it started at
     preemptAt and the spot reservations still holding what it takes were noticed.
     None when even preempting every spot booking would not make room."""
-    # Only whether they fit is asked of these placements: none of them is explained.
-    first = place(
-        req, pool.snapshot(start, start + duration_ms), ignore_spot=True, limit=1, explain=False
-    )
-    if not first.fits:
+    if not _best(req, pool.snapshot(start, start + duration_ms), ignore_spot=True).fits:
         return None
     moved_start = max(start, now + notice_ms)
     snap = pool.snapshot(moved_start, moved_start + duration_ms)
     # Spot reservations that end before preemptAt need no notice.
-    placement = place(req, snap, limit=1, explain=False, busy=busy)
+    placement = _best(req, snap, busy=busy)
     if placement.fits:
         return placement, frozenset(), moved_start
-    placement = place(req, snap, ignore_spot=True, limit=1, explain=False, busy=busy)
+    placement = _best(req, snap, ignore_spot=True, busy=busy)
     victims = frozenset().union(*(pick.victims for pick in placement.chosen))
     return placement, victims, moved_start
+
+
+def _best(
+    req: PlacementRequest,
+    snap: PoolSnapshot,
+    *,
+    ignore_spot: bool = False,
+    busy: BusyUnits = frozenset(),
+) -> Placement:
+    """What a booking takes of `snap` (or only whether `req` fits there): the best node
+    alone (every member of a gang), as the placer stops at the first node that fits, which
+    is the best, as it tries them in packing order; a placement that does not fit is not
+    explained, as only a booking's first placement (`decide`) is ever shown."""
+    return place(req, snap, ignore_spot=ignore_spot, limit=1, explain=False, busy=busy)
 
 
 def quota_verdict(

@@ -36,7 +36,6 @@ Candidate = tuple[int, str, NodeSlot]
 _WINDOWS = 32
 # More new irregular nodes than this are sorted in at once, fewer inserted one by one.
 _INSERT_IN_PLACE = 16
-_FEW = -1  # `_Irregular.where`: an irregular node with fewer than `need` free
 
 
 @dataclass
@@ -59,37 +58,27 @@ class _Irregular:
 
     # Irregular nodes classified (eligible or not).
     seen: set[str] = field(default_factory=set)
-    # Eligible, kept count below `need` and as few in the window: how many.
-    few: int = 0
     # Eligible, kept count below `need` but at least `need` in the window: (window
     # count, nodeId), ascending.
     ready: list[tuple[int, str]] = field(default_factory=list)
     # Eligible, kept count at least `need` (a lower bound of the window's): (kept,
     # nodeId), ascending; counted in the window lazily, as candidates are asked for.
     bounds: list[tuple[int, str]] = field(default_factory=list)
-    # nodeId → where it went: `_FEW`, or its value in `ready` (True) or `bounds`
-    # (False); None when it is not eligible.
-    where: dict[str, tuple[int, bool] | None] = field(default_factory=dict)
+    # nodeId → its value in `ready` (True) or `bounds` (False), for the nodes in either
+    # (an ineligible node, or one with too few free in the window, is only `seen`).
+    where: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     def copy(self) -> _Irregular:
-        return _Irregular(
-            set(self.seen), self.few, list(self.ready), list(self.bounds), dict(self.where)
-        )
+        return _Irregular(set(self.seen), list(self.ready), list(self.bounds), dict(self.where))
 
     def drop(self, node_id: str) -> None:
         """The node's counts moved: it is classified again when next asked for."""
-        if node_id not in self.seen:
-            return
         self.seen.discard(node_id)
-        found = self.where.pop(node_id)
-        if found is None:
-            return
-        value, ready = found
-        if value == _FEW:
-            self.few -= 1
-            return
-        kept = self.ready if ready else self.bounds
-        del kept[bisect_left(kept, (value, node_id))]
+        found = self.where.pop(node_id, None)
+        if found is not None:
+            value, ready = found
+            kept = self.ready if ready else self.bounds
+            del kept[bisect_left(kept, (value, node_id))]
 
     def classify(
         self,
@@ -101,7 +90,7 @@ class _Irregular:
         """Add the irregular nodes not classified yet (all of them after one left:
         the caller's bookings were replaced wholesale)."""
         if not self.seen <= irregular:
-            self.seen, self.few, self.ready, self.bounds, self.where = set(), 0, [], [], {}
+            self.seen, self.ready, self.bounds, self.where = set(), [], [], {}
         new = irregular - self.seen
         if not new:
             return
@@ -111,16 +100,13 @@ class _Irregular:
         for node_id in new:
             kept = free.get(node_id)
             if kept is None:
-                where[node_id] = None
-            elif kept >= need:
+                continue
+            if kept >= need:
                 bounds.append((kept, node_id))
                 where[node_id] = (kept, False)
             else:
                 counted = count(node_id)[0]
-                if counted < need:
-                    self.few += 1
-                    where[node_id] = (_FEW, False)
-                else:
+                if counted >= need:
                     ready.append((counted, node_id))
                     where[node_id] = (counted, True)
         self.seen |= new

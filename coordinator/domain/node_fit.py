@@ -324,10 +324,11 @@ class NodeView:
         for resource, amount in resources:
             if amount <= 0:
                 continue
-            free = self.scalar_free.get(resource, 0)
+            # A loaded node's capacity names each scalar a request may ask for.
+            free = self.scalar_free[resource]
             if free < amount:
                 return frozenset(out), resource
-            spot = self.scalar_spot.get(resource, {})
+            spot = self.scalar_spot[resource]
             missing = amount - free + sum(a for r, a in spot.items() if r not in out)
             for rid, held in sorted(spot.items(), key=lambda x: (-x[1], x[0])):
                 if missing <= 0:

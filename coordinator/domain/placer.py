@@ -57,7 +57,6 @@ class _Metric:
 
     def __init__(self, req: PlacementRequest) -> None:
         self.filtered: Counter[str] = Counter()
-        self.eligible = 0
         self.best = [0] * len(req.devices)
         self.group_best = 0
         self.scalar_best: dict[str, int] = {}
@@ -68,7 +67,7 @@ class _Metric:
         if len(group) > 1:
             self.group_best = max(self.group_best, view.largest_clique(req, group))
         for resource, _ in req.resources:
-            free = view.scalar_free.get(resource, 0)
+            free = view.scalar_free[resource]
             self.scalar_best[resource] = max(self.scalar_best.get(resource, 0), free)
 
 
@@ -91,7 +90,6 @@ def _eligible(node: NodeSlot, req: PlacementRequest, metric: _Metric) -> bool:
     if reason is not None:
         metric.filtered[reason] += 1
         return False
-    metric.eligible += 1
     return True
 
 
@@ -107,7 +105,7 @@ def _fit(view: NodeView, req: PlacementRequest) -> tuple[NodePick | None, int | 
         scalars_free = all(view.scalar_free[r] >= c for r, c in node.capacity.items())
         if view.blocked or not scalars_free:
             return None, None, PARTLY_BOOKED
-        memory = node.capacity.get("memoryGiB", 0)
+        memory = node.capacity["memoryGiB"]
         if view.pool_memory_free is not None and memory > view.pool_memory_free:
             return None, None, POOL_MEMORY
         devices, index, reason = view.pick_devices(req)
@@ -158,8 +156,8 @@ def place(
     busy: BusyUnits = frozenset(),
 ) -> Placement:
     """Where `req` goes in `snap`, or (`explain`) why it goes nowhere; without
-    `explain` a placement that does not fit carries no shortfalls (a caller that only
-    asks whether it fits). `busy`: GPUs in unbooked use, taken last."""
+    `explain` a placement that does not fit says only that (a caller that only asks
+    whether it fits). `busy`: GPUs in unbooked use, taken last."""
     short = _pool_short(req, snap)
     if short is not None:
         resource, free, asked = short
@@ -208,8 +206,12 @@ def _place_one(
         order = snap.order
         classes = {d.cls for d in req.devices}
         key = (frozenset(classes), ignore_spot, req.profile_id, req.profile_version)
+
+        def refusal(node: NodeSlot) -> str | None:
+            return _refusal(node, req)
+
         refused, few, counted = order.candidates(
-            key, lambda n: _refusal(n, req), snap.held, sum(d.count for d in req.devices)
+            key, refusal, snap.held, sum(d.count for d in req.devices)
         )
         metric.filtered.update(refused)
         if few:
@@ -217,7 +219,7 @@ def _place_one(
             metric.filtered[few_reason] += few
 
         def few_nodes() -> Iterable[NodeSlot]:
-            return order.eligible(key, lambda n: _refusal(n, req))
+            return order.eligible(key, refusal)
     else:
         # The score is a function of one number per node (free atoms of the requested
         # classes, or the node's size for whole nodes), so trying nodes in that order
@@ -263,7 +265,7 @@ def _place_one(
             filtered = filtered + Counter(reason for _, reason in turned_away)
         return Placement(True, tuple(ranked), victims=ranked[0].victims, filtered=dict(filtered))
     if not explain:
-        return Placement(False, filtered=dict(metric.filtered))
+        return Placement(False)
     # Nothing fits, so every eligible node was tried or counted out: explain from the
     # nodes tried, judging only those counted out now (what each lacks, in its words).
     if few_reason:
@@ -271,15 +273,17 @@ def _place_one(
     tried = {view.node.node_id for view, _ in turned_away}
     for node in few_nodes():
         if node.node_id not in tried:
-            view = NodeView(node, snap, ignore_spot, busy)
+            # GPUs in unbooked use are free: they change which atoms a fit takes, never
+            # whether the node fits or what it has free.
+            view = NodeView(node, snap, ignore_spot)
             turned_away.append((view, _fit(view, req)[2]))
     # Refusals were counted as eligible nodes were found; these are the eligible ones.
-    metric.eligible = len(turned_away)
+    any_eligible = bool(turned_away)
     group = clique_group(req)
     for view, reason in turned_away:
         metric.filtered[reason] += 1
         metric.observe(view, req, group)
-    shortfalls, reason = _shortfalls(req, snap, metric, group)
+    shortfalls, reason = _shortfalls(req, snap, metric, group, any_eligible)
     return Placement(False, shortfalls=shortfalls, reason=reason, filtered=dict(metric.filtered))
 
 
@@ -370,7 +374,8 @@ def _place_gang(
 
 
 def _memory(members: Iterable[NodePick]) -> int:
-    return sum(dict(m.resources).get("memoryGiB", 0) for m in members)
+    # Only whole-node members are weighed, whose resources are their node's capacity.
+    return sum(dict(m.resources)["memoryGiB"] for m in members)
 
 
 def _summary(filtered: Counter[str]) -> str:
@@ -379,12 +384,13 @@ def _summary(filtered: Counter[str]) -> str:
 
 
 def _shortfalls(
-    req: PlacementRequest, snap: PoolSnapshot, metric: _Metric, group: list[int]
+    req: PlacementRequest, snap: PoolSnapshot, metric: _Metric, group: list[int], any_eligible: bool
 ) -> tuple[tuple[Shortfall, ...], str]:
-    """The answer to "why not", read off what filtering recorded."""
+    """The answer to "why not", read off what filtering recorded (`any_eligible`:
+    whether any node passed `_refusal`)."""
     if not snap.nodes:
         reason = "the pool has no nodes"
-    elif not metric.eligible:
+    elif not any_eligible:
         if metric.filtered[PROFILE_MISMATCH]:
             reason = f"no allocatable node with profile {req.profile_id}"
         else:
@@ -405,7 +411,7 @@ def _shortfalls(
     out: list[Shortfall] = []
     for i, d in enumerate(req.devices):
         available = metric.best[i]
-        if not metric.eligible:
+        if not any_eligible:
             why = reason
         elif available < d.count:
             kind = "NVLink-connected " if nvlink(d, req) else ""
@@ -426,7 +432,9 @@ def _shortfalls(
 def _node_level_message(req: PlacementRequest, metric: _Metric, key: str) -> str:
     if key.startswith("too little free "):
         resource = key.removeprefix("too little free ")
-        asked = dict(req.resources).get(resource, 0)
-        best = metric.scalar_best.get(resource, 0)
+        # Only a requested resource is short on a node, and every node turned away was
+        # observed for each requested resource.
+        asked = dict(req.resources)[resource]
+        best = metric.scalar_best[resource]
         return f"at most {best} {resource} free on one node in the window, {asked} asked"
     return key

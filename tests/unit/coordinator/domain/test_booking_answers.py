@@ -302,3 +302,17 @@ def test_a_booking_on_a_replaced_gpu_does_not_hold_the_gpu_now_at_its_index() ->
     again = decide(draft(view), ask(1, rid="rsv-2"))
     assert isinstance(again, Decision)
     assert [a.atom_id for a in again.reservation.atoms] == ["n0:gpu:0"]
+
+
+def test_a_decision_s_placement_names_only_the_node_it_books() -> None:
+    """Two nodes fit alike: the decision's placement is what is booked, the first node in
+    packing order alone, whether the request fits as asked, after the notice once the spot
+    bookings on both nodes end, or by preempting them."""
+    for spot_end in (None, NOW + 60_000, NOW + 4 * HOUR):
+        view = pool(node("n0", gpus=1), node("n1", gpus=1))
+        if spot_end is not None:
+            view.add([hold("n0:gpu:0", "s0", spot_end), hold("n1:gpu:0", "s1", spot_end)], [])
+        out = decide(draft(view), ask())
+        assert isinstance(out, Decision), spot_end
+        assert [p.node_id for p in out.placement.candidates] == ["n0"], spot_end
+        assert out.victims == (("s0",) if spot_end == NOW + 4 * HOUR else ()), spot_end

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from coordinator.domain.placement_model import PoolSnapshot, Shortfall
 from coordinator.domain.placer import GANG_MEMORY, place
-from tests.unit.coordinator.domain.test_placer import book, gpus, node
+from tests.unit.coordinator.domain.test_placer import READY, book, gpus, node
 
 
 def test_a_gang_takes_the_best_packed_rack_and_skips_nodes_without_the_label() -> None:
@@ -161,3 +161,14 @@ def test_a_whole_node_gang_short_of_nodes_says_so_not_memory() -> None:
     failed = place(gang, replace(PoolSnapshot(nodes), pool_free={"memoryGiB": 4096}))
     assert failed.fits is False
     assert failed.reason == "needs 2 nodes in one rack, best rack r1 has 1"
+
+
+def test_a_gang_counts_the_nodes_it_may_not_use() -> None:
+    """A node in maintenance is no member: the gang goes on the two others, and when it
+    is one node short the answer counts the node turned away under its reason."""
+    held = node("m", state=replace(READY, maintenance=True))
+    snap = PoolSnapshot((node("a", gpus=2), held, node("b", gpus=2)))
+    fits = place(gpus(2, gang_size=2), snap)
+    assert sorted(c.node_id for c in fits.chosen) == ["a", "b"]
+    failed = place(gpus(2, gang_size=3), snap)
+    assert not failed.fits and failed.filtered == {"not allocatable: maintenance": 1}

@@ -180,3 +180,16 @@ def test_a_whole_node_needs_the_pools_uncommitted_memory() -> None:
     snap = replace(PoolSnapshot((node("a", memory=1024),)), pool_free={"memoryGiB": 512})
     failed = place(gpus(1, binding="node"), snap)
     assert not failed.fits
+
+
+def test_two_one_gpu_entries_under_nvlink_all_share_one_clique() -> None:
+    """Request-wide `nvlink-all` binds every GPU entry together, one GPU each included:
+    with one free GPU left in each clique the request fits nowhere, and with a clique
+    free both come from it."""
+    two = PlacementRequest(
+        devices=(DeviceRequest("gpu", 1), DeviceRequest("gpu", 1)), topology="nvlink-all"
+    )
+    snap = book(PoolSnapshot((node("a", gpus=4, cliques=2),)), ["a:gpu:1", "a:gpu:2"], "r")
+    assert not place(two, snap).fits
+    picked = place(two, book(PoolSnapshot((node("a", gpus=4, cliques=2),)), ["a:gpu:1"], "r"))
+    assert {a.attrs["nvlinkClique"] for a in picked.candidates[0].atoms} == {"a-c1"}

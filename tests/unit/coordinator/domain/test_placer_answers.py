@@ -344,3 +344,14 @@ def test_a_node_showing_devices_another_node_holds_is_never_offered() -> None:
     indexed = place(gpus(1), replace(snap, order=order))
     assert [c.node_id for c in indexed.candidates] == ["a"]
     assert indexed.filtered == {placer.DUPLICATE_DEVICES: 1}
+
+
+def test_a_node_without_a_scalar_takes_no_request_for_one() -> None:
+    """The fixture's nodes have no 1 GiB hugepages, and nothing holds any: a request for
+    one fits nowhere, and says the most any node has free is 0."""
+    snap = PoolSnapshot((node("a"),))
+    failed = place(replace(gpus(1), resources=(("hugepages1Gi", 1),)), snap)
+    assert not failed.fits
+    assert failed.shortfalls[0].reason == (
+        "at most 0 hugepages1Gi free on one node in the window, 1 asked"
+    )

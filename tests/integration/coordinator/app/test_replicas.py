@@ -105,6 +105,18 @@ async def test_two_replicas_one_leader_failover_and_safe_bookings(
             )
             return "n2" in await _events(b, "node.unreachable")
 
+        # n1 announces its 15 s window to the new leader before the startup window is
+        # skipped: n1's last word (the 1 s interval) is seconds old by now, so zeroing
+        # first let a sweep mark n1 before the first poll's heartbeat arrived.
+        await nc.publish(
+            s.heartbeat(pool, "n1"),
+            make_heartbeat(n1, seq, devices=sick, interval_ms=5000).to_json(),
+        )
+
+        async def n1_heard() -> bool:
+            return b.tracker.nodes["n1"].interval_ms == 5000
+
+        await eventually(n1_heard)
         for node in b.tracker.nodes.values():
             node.quiet_until = 0  # past the startup window, as in production after 15 s
         # 15 s after n2's last word at the earliest; generous, since a loaded machine

@@ -19,7 +19,6 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +43,7 @@ from agent.xid import XidTable
 from procs import logs
 from procs.settings import ConfigError, load
 from procs.signals import Systemd, on_stop_signals, run_daemon
+from procs.version import __version__
 from shared.clock import Clock, SystemClock
 from shared.subjects import Subjects
 
@@ -103,13 +103,6 @@ def _subcommand_help(name: str) -> str:
         " (gpufleet-agent --help); settings are read from --config or GPUFLEET_CONFIG,"
         " else /etc/gpufleet/agent.toml."
     )
-
-
-def _version() -> str:
-    try:
-        return metadata.version("gpufleet")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 @contextlib.contextmanager
@@ -187,7 +180,7 @@ async def run(
             node_id=settings.node_id,
             pool_id=settings.pool_id,
             hostname=socket.gethostname(),
-            agent_version=_version(),
+            agent_version=__version__,
             profile_id=settings.profile_id or (profile.id if profile else None),
             profile_version=settings.profile_version or (profile.version if profile else None),
             labels=settings.label_pairs,

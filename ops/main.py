@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 
 import click
 
@@ -31,20 +30,14 @@ from ops.kit.session import Session
 from ops.natsauth.command import nats_auth_cmd
 from ops.slurm.command import slurm_group
 from procs.settings.commands import settings_from, settings_options
+from procs.version import __version__
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def version() -> str:
-    try:
-        return metadata.version("gpufleet")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
 @click.group(context_settings=CONTEXT, help=__doc__)
 @settings_options(CliSettings, only=CliSettings.API_FLAGS)
-@click.version_option(version(), "--version", prog_name="gpufleet")
+@click.version_option(__version__, "--version", prog_name="gpufleet")
 @output_options
 @click.pass_context
 def cli(ctx: click.Context) -> None:

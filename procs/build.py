@@ -1,9 +1,9 @@
-"""Which build is running: gpufleet's installed version and the git revision it was
-built from, for `gpufleet_build_info`. Never runs git: a host may have none. The
-revision comes from the install's own record (PEP 610 `direct_url.json`, which pip and
-uv write for an install from a git URL), else from the `REVISION` file beside this
-module (written by `scripts/bootstrap-venv` from the checkout, and by whoever builds a
-package), else "unknown"."""
+"""Which build is running: the git revision gpufleet was built from, for
+`gpufleet_build_info` (its version is `procs.version`). Never runs git: a host may have
+none. The revision comes from the install's own record (PEP 610 `direct_url.json`, which
+pip and uv write for an install from a git URL), else from the `REVISION` file beside
+this module (written by `scripts/bootstrap-venv` from the checkout, and by whoever builds
+a package), else "unknown"."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ from pathlib import Path
 REVISION_FILE = Path(__file__).with_name("REVISION")
 UNKNOWN = "unknown"
 _SHA = re.compile(r"[0-9a-f]{7,64}")
-
-
-def version() -> str:
-    """gpufleet's installed version ("0+unknown" when not installed)."""
-    try:
-        return metadata.version("gpufleet")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def _from_install() -> str | None:

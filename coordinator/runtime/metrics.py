@@ -22,7 +22,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -41,6 +40,7 @@ from coordinator.domain.gpu_use_join import UnitLine, first_name
 from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import NODE_STATUSES, RollupRow
 from procs.build import revision
+from procs.version import __version__
 from shared.counts import COUNT_COLUMNS
 from shared.wire import ALERT_KINDS
 
@@ -86,13 +86,6 @@ def pool_parts(row: RollupRow) -> dict[str, int]:
 
 # Read once: the build does not change while it runs.
 _REVISION = revision()
-
-
-def _version() -> str:
-    try:
-        return metadata.version("gpufleet")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass
@@ -327,7 +320,7 @@ class _Collector(Collector):
             "gpufleet_build_info", "The running coordinator's version (value 1)",
             labels=["version", "revision", "python_version"],
         )  # fmt: skip
-        build.add_metric([_version(), _REVISION, platform.python_version()], 1)
+        build.add_metric([__version__, _REVISION, platform.python_version()], 1)
         yield build
         if self.census is not None:
             yield from _fleet(self.census, s)

@@ -12,7 +12,8 @@ import click
 
 from ops.forwarder.settings import ForwarderSettings
 from ops.kit.redact import redact
-from procs.settings.commands import package_version, settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
+from procs.version import __version__
 
 __all__ = ["alerts_cli", "forward_cmd", "main"]
 
@@ -20,7 +21,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.command("forward", context_settings=CONTEXT)
-@click.version_option(package_version(), "--version", prog_name="gpufleet-alerts")
+@click.version_option(__version__, "--version", prog_name="gpufleet-alerts")
 @settings_options(ForwarderSettings)
 @click.pass_context
 def forward_cmd(ctx: click.Context) -> None:
@@ -40,7 +41,7 @@ def forward_cmd(ctx: click.Context) -> None:
 
 
 @click.group("gpufleet-alerts", context_settings=CONTEXT)
-@click.version_option(package_version(), "--version", prog_name="gpufleet-alerts")
+@click.version_option(__version__, "--version", prog_name="gpufleet-alerts")
 def alerts_cli() -> None:
     """The gpufleet alert forwarder (the same as `gpufleet alerts forward`)."""
 

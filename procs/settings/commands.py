@@ -14,6 +14,7 @@ import click
 from procs.settings.flags import HELP_OPTIONS, FlagSpec, config_help, flag_specs
 from procs.settings.model import ConfigError, M, SettingsModel
 from procs.settings.sources import from_sources
+from procs.version import __version__
 
 # click's ctx.meta (shared by a command and its subcommands): the settings flags given, by
 # model, then by field name; `gpufleet --config A alerts forward --config B` reads A for
@@ -93,22 +94,12 @@ def settings_from(ctx: click.Context, model: type[M], env: Mapping[str, str]) ->
         raise click.UsageError(f"config error: {exc}") from None
 
 
-def package_version() -> str:
-    """gpufleet's installed version ("0+unknown" when not installed)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("gpufleet")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
 def version_option(prog: str) -> click.Option:
     """`--version`: prints `PROG, version X` and exits 0 (click's wording)."""
 
     def show(ctx: click.Context, _: click.Parameter, value: bool) -> None:
         if value and not ctx.resilient_parsing:
-            click.echo(f"{prog}, version {package_version()}")
+            click.echo(f"{prog}, version {__version__}")
             ctx.exit()
 
     return click.Option(

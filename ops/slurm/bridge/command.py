@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import click
 
 from ops.slurm.bridge.settings import BridgeSettings
-from procs.settings.commands import package_version, settings_from, settings_options
+from procs.settings.commands import settings_from, settings_options
+from procs.version import __version__
 
 __all__ = ["bridge_cmd", "main"]
 
@@ -19,7 +20,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.command("gpufleet-slurm-bridge", context_settings=CONTEXT)
-@click.version_option(package_version(), "--version", prog_name="gpufleet-slurm-bridge")
+@click.version_option(__version__, "--version", prog_name="gpufleet-slurm-bridge")
 @settings_options(BridgeSettings)
 @click.pass_context
 def bridge_cmd(ctx: click.Context) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from procs.version import __version__
+
 BIN = Path(sys.executable).parent
 COMMANDS = [
     ["gpufleet"],
@@ -28,5 +30,11 @@ def test_every_command_answers_version(argv: list[str]) -> None:
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout == f"{argv[0]}, version {metadata.version('gpufleet')}\n"
+    assert ran.stdout == f"{argv[0]}, version {__version__}\n"
     assert ran.stderr == ""
+
+
+def test_the_installed_version_is_the_one_declared_in_code() -> None:
+    """pyproject.toml takes the version from `procs.version`, so what pip or uv record
+    for the install is what every process says without reading that record."""
+    assert metadata.version("gpufleet") == __version__

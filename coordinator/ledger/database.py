@@ -158,6 +158,20 @@ class Database:
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SLICE_MS}")
             cur.close()
 
+        @event.listens_for(sync_engine, "invalidate")
+        def _on_invalidate(dbapi_conn: Any, _record: Any, _exc: BaseException | None) -> None:
+            # A connection is invalidated when its work is cancelled (by `connect`, or by
+            # SQLAlchemy itself when a statement is interrupted), then closed. SQLite
+            # keeps a connection closed while a statement of it lives (the cancelled
+            # cursor, in the cancelled task's traceback) as a zombie that holds its
+            # transaction's write lock until that statement is gone: every writer in
+            # the process waits and fails "locked". So end the transaction first;
+            # SQLite's rollback is local and cannot hang as a server's can.
+            try:
+                dbapi_conn.rollback()
+            except Exception as exc:  # the close that follows is what must happen
+                log.debug("rollback of an invalidated SQLite connection: %r", exc)
+
         @event.listens_for(sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
             # Readers take no lock in WAL mode; writers take it at BEGIN.

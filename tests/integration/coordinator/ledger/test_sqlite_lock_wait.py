@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from coordinator.ledger import Ledger
-from coordinator.ledger.database import SQLITE_BUSY_SLICE_MS
+from coordinator.ledger.database import SQLITE_BUSY_SLICE_MS, Database
+from tests.waiting import eventually
 
 NOW = 1_800_000_000_000
 
@@ -106,3 +108,56 @@ async def test_a_writer_waiting_for_the_lock_is_cancelled_within_a_try(
     assert done, "the writer did not leave within 5 s of its cancel"
     assert writer.cancelled()
     assert time.monotonic() - started < 5
+
+
+# Runs for a second or so in the driver's thread: a statement still being stepped.
+_SLOW_READ = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000)"
+    " SELECT count(*) FROM c"
+)
+
+
+def _writable(path: Path) -> bool:
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
+async def test_a_write_cancelled_mid_statement_frees_the_file_while_its_task_lives(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """A loop cancelled at shutdown in the middle of a statement of a write transaction,
+    its task still referenced (a stopped coordinator keeps its loops' tasks, and each
+    task its cancellation's traceback, which holds the statement's cursor): the file is
+    writable as soon as the task has ended. Before, the connection was dropped without
+    a rollback, SQLite kept it as a zombie holding the write lock for as long as that
+    cursor lived, and the next coordinator started in the process failed "database is
+    locked" after waiting 30 s."""
+    path = tmp_path / "ledger.db"
+    db = Database(f"sqlite:///{path}")
+    try:
+
+        async def write() -> None:
+            async with db.transaction() as conn:
+                await conn.execute(text(_SLOW_READ))
+
+        task = asyncio.create_task(write())
+
+        async def locked() -> bool:
+            return not _writable(path)
+
+        await eventually(locked)  # the transaction holds the write lock
+        await asyncio.sleep(0.2)  # its statement is running in the driver's thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert _writable(path)
+        assert task.cancelled()  # still referenced here, as a stopped coordinator does
+    finally:
+        await db.dispose()

@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from coordinator.ledger import Ledger
 from coordinator.ledger.database import SQLITE_BUSY_SLICE_MS, Database
-from tests.waiting import eventually
 
 NOW = 1_800_000_000_000
 
@@ -110,13 +111,6 @@ async def test_a_writer_waiting_for_the_lock_is_cancelled_within_a_try(
     assert time.monotonic() - started < 5
 
 
-# Runs for a second or so in the driver's thread: a statement still being stepped.
-_SLOW_READ = (
-    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000)"
-    " SELECT count(*) FROM c"
-)
-
-
 def _writable(path: Path) -> bool:
     probe = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
@@ -141,23 +135,34 @@ async def test_a_write_cancelled_mid_statement_frees_the_file_while_its_task_liv
     locked" after waiting 30 s."""
     path = tmp_path / "ledger.db"
     db = Database(f"sqlite:///{path}")
+    # A statement that stays in the driver's thread until the test lets it go.
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_: object) -> int:
+        entered.set()
+        release.wait(30)
+        return 1
+
+    @event.listens_for(db.engine.sync_engine, "connect")
+    def _hold_function(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.create_function("hold", 1, hold)
+
     try:
 
         async def write() -> None:
             async with db.transaction() as conn:
-                await conn.execute(text(_SLOW_READ))
+                await conn.execute(text("SELECT hold(1)"))
 
         task = asyncio.create_task(write())
-
-        async def locked() -> bool:
-            return not _writable(path)
-
-        await eventually(locked)  # the transaction holds the write lock
-        await asyncio.sleep(0.2)  # its statement is running in the driver's thread
+        assert await asyncio.to_thread(entered.wait, 30)  # mid-statement, lock held
+        assert not _writable(path)
         task.cancel()
+        await asyncio.sleep(0.05)  # the cancel reaches the task while the statement runs
+        release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert _writable(path)
         assert task.cancelled()  # still referenced here, as a stopped coordinator does
     finally:
+        release.set()
         await db.dispose()

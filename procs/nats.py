@@ -112,8 +112,8 @@ def split_servers(value: str) -> list[str]:
     return servers
 
 
-class _Url(Protocol):
-    """A parsed URL (urllib's, as nats-py keeps its servers')."""
+class ServerUrl(Protocol):
+    """A parsed server URL (urllib's, as nats-py and `procs.natsproto` keep theirs)."""
 
     @property
     def hostname(self) -> str | None: ...
@@ -122,7 +122,7 @@ class _Url(Protocol):
     def port(self) -> int | None: ...
 
 
-def host_port(url: _Url | None) -> str:
+def host_port(url: ServerUrl | None) -> str:
     """`host:port` of a server URL ("" when none): how a process names the NATS server it
     is on, never with the URL's credentials (`procs.redact` for a URL as given)."""
     if url is None or not url.hostname:

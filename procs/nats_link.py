@@ -109,22 +109,25 @@ class LinkProbe:
         self._probing = None
 
     async def probe(self, nc: NatsLink | None) -> bool:
-        """Round-trip a PING on `nc`; True when the link was taken as dead (and nats-py
-        told to reconnect). A PONG still on its way is waited for by the next probe
+        """Round-trip a PING on `nc`; True when the link was taken as dead (and the
+        client told to reconnect). A PONG still on its way is waited for by the next probe
         (one PING out at a time)."""
         if nc is None or not nc.is_connected:
             return False
         if self._probing is None or self._probing.done():
             self._bytes = nc.stats["in_bytes"]
             self._probing = self._ping(nc)
-        ping, link = self._probing, self._link
+        # What had arrived when this wait began, kept here: an `answered` meanwhile
+        # moves `_bytes` to its own start, and a window cut short that way may see no
+        # bytes on a busy link whose reads come in bursts (the agent's client).
+        ping, link, received = self._probing, self._link, self._bytes
         done, _ = await asyncio.wait({ping}, timeout=self.timeout_s)
         if done:
             if ping.exception() is not None and self._probing is ping:
                 # A flush that failed: the connection closed or reconnected meanwhile.
                 self._probing = None
             return False
-        received, self._bytes = self._bytes, nc.stats["in_bytes"]
+        self._bytes = nc.stats["in_bytes"]
         return await self._unanswered(nc, self._bytes != received, link)
 
     async def answered(self, nc: NatsLink) -> bool:

@@ -1,7 +1,8 @@
 """Opening one link to one server: TCP, the server's INFO, TLS when the server or the
 URL asks for it (or the client was given a TLS context: it then refuses clear text),
-CONNECT, and a PING whose PONG says the server took us (an `-ERR` instead says why not:
-a refused password is an `AuthorizationError`).
+CONNECT (with the client's credentials, else the URL's), and a PING whose PONG says the
+server took us (an `-ERR` instead says why not: a refused password is an
+`AuthorizationError`).
 
 The whole of it runs under one deadline (`asyncio.timeout`, not `wait_for`: Python
 3.11's `wait_for` can lose a connection that completes just as it is cancelled, and the
@@ -14,6 +15,7 @@ import asyncio
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult, unquote
 
 import msgspec
 
@@ -77,7 +79,7 @@ def _refusal(text: str) -> ServerError:
     return ServerError(text)
 
 
-def connect_command(hello: Hello, info: dict[str, Any], tls: bool) -> bytes:
+def connect_command(hello: Hello, info: dict[str, Any], tls: bool, url: SplitResult) -> bytes:
     fields: dict[str, Any] = {
         "verbose": False,
         "pedantic": False,
@@ -90,8 +92,19 @@ def connect_command(hello: Hello, info: dict[str, Any], tls: bool) -> bytes:
         "echo": True,
     }
     nonce = info.get("nonce")
-    fields.update(hello.credentials.connect_fields(nonce if isinstance(nonce, str) else None))
+    given = hello.credentials.connect_fields(nonce if isinstance(nonce, str) else None)
+    fields.update(given or url_credentials(url))
     return b"CONNECT " + msgspec.json.encode(fields) + b"\r\nPING\r\n"
+
+
+def url_credentials(url: SplitResult) -> dict[str, Any]:
+    """What a URL's `user:password@` (or a lone `token@`) says, as nats-py reads it;
+    used only when no credentials were given otherwise."""
+    if not url.username:
+        return {}
+    if url.password is None:
+        return {"auth_token": unquote(url.username)}
+    return {"user": unquote(url.username), "pass": unquote(url.password)}
 
 
 async def _greet(
@@ -106,7 +119,7 @@ async def _greet(
     if tls:
         context = hello.tls or ssl.create_default_context()
         await writer.start_tls(context, server_hostname=server.host)
-    writer.write(connect_command(hello, info, tls))
+    writer.write(connect_command(hello, info, tls, server.uri))
     await writer.drain()
     while True:
         op = await _next_op(reader, parser)

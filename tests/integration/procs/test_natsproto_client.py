@@ -52,7 +52,7 @@ def options(url: str, events: Events | None = None, **kw: object) -> ClientOptio
         "servers": [url],
         "name": "natsproto-test",
         "reconnect_time_wait_s": 0.1,
-        "connect_timeout_s": 2.0,
+        "connect_timeout_s": 5.0,  # a loaded machine, a server just started
         "error_cb": events.error,
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,

@@ -11,7 +11,6 @@ closes the socket and fails every flush still waiting on this link."""
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,7 +99,7 @@ class Link:
                 if not data:
                     break
                 self._parser.feed(data)
-        except (OSError, ssl.SSLError, NatsError) as exc:
+        except Exception as exc:  # whatever ends the link, the client reconnects (and says why)
             self.error = self.error or exc
         finally:
             self.open = False

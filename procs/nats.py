@@ -4,8 +4,9 @@ process probes its link, `procs.nats_link`), the server list it is given (one UR
 comma-separated seeds, `split_servers`), its credentials file (`auth_options`: a NATS
 JWT `.creds` file is handed to nats-py as is; anything else must be the user/password
 TOML that `gpufleet nats-auth` writes) and its client TLS (`tls_context`). The
-connection itself is `procs.nats_connect` (this module does not import nats-py, so
-settings models and the CLI stay light)."""
+connection itself is `procs.nats_connect` (nats-py), or for the agent its own client
+`procs.natsproto` (`procs.natsproto.configure`); this module imports neither, so
+settings models and the CLI stay light."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The agent's own NATS client (`procs.natsproto`) against a real nats-server: publish
 and subscribe, requests answered both ways with nats-py on the other side, a password
 taken and one refused, TLS, a server restarted (reconnected, subscriptions resumed), a
-forced reconnect, a flush given up on a hung server that leaves the link reading, and
-`close` leaving no task and no socket behind in any state."""
+forced reconnect, a flush given up on a hung server that leaves the link reading, a
+link left when its pings go unanswered, and `close` leaving no task and no socket behind
+in any state (pytest's filterwarnings=error turns an unclosed socket into a failure)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from procs.natsproto import (
     Msg,
     NotConnectedError,
 )
+from procs.natsproto.link import StaleConnectionError
 from tests.waiting import eventually
 
 
@@ -285,3 +287,29 @@ async def test_a_flush_given_up_on_a_hung_server_leaves_the_link_reading(
             await client.publish("natsproto.late", b"still reading")
             assert (await inbox.get()).data == b"still reading"
             assert client.stats["reconnects"] == 0
+
+
+async def test_a_server_that_answers_no_pings_is_left_and_found_again(tmp_path: Path) -> None:
+    """The client's own pings: `max_outstanding_pings` without a PONG end the link (the
+    old socket closed), and the client reconnects once the server answers again."""
+    with EmbeddedNats(store_dir=str(tmp_path / "js")) as server:
+        events = Events()
+        opts = options(server.url, events, ping_interval_s=0.2, max_outstanding_pings=2)
+        async with connected(opts) as client:
+            await client.flush(5)
+            server.pause()
+            try:
+
+                async def lost() -> bool:
+                    return not client.is_connected
+
+                await eventually(lost, within_s=10)
+            finally:
+                server.resume()
+
+            async def back() -> bool:
+                return client.is_connected and "reconnected" in events.log
+
+            await eventually(back, within_s=20)
+            assert any(isinstance(e, StaleConnectionError) for e in events.errors)
+            await client.flush(5)

@@ -193,7 +193,7 @@ class Client:
     def _on_info(self, info: dict[str, Any]) -> None:
         self._info = info
         link = self._link
-        self._pool.learn(info, link is not None and link.url.scheme == "tls")
+        self._pool.learn(info, link is not None and link.tls)
 
     # -- writing ----------------------------------------------------------------------------
 

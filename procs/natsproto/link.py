@@ -56,6 +56,7 @@ class Link:
         name: str,
     ) -> None:
         self.url = url
+        self.tls = opened.tls
         self.info = opened.info
         self._reader = opened.reader
         self._writer = opened.writer

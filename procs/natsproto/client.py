@@ -95,11 +95,6 @@ class Client:
         link = self._link
         return link.url if link is not None and link.open else None
 
-    @property
-    def server_info(self) -> dict[str, Any]:
-        """The last INFO a server sent."""
-        return self._info
-
     # -- connecting -------------------------------------------------------------------------
 
     async def connect(self, *, forever: bool = False) -> None:

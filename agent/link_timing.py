@@ -1,6 +1,7 @@
 """The agent's NATS link, timed: how often it is probed and how long an answer may take
 (`LinkTiming`, from the coordinator's detection window), and which server a reconnect
-goes to (`ServerRotation`). Pure: `agent.publisher`, the only nats importer, uses them."""
+goes to (`ServerRotation`). Pure: `agent.publisher`, the agent's only NATS user, uses
+them."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class LinkTiming:
 
 
 class ServerRotation:
-    """nats-py's `reconnect_to_server_handler`: which server the next reconnect attempt
+    """The client's `reconnect_to_server_handler` (`procs.natsproto.servers.Chooser`, the
+    hook nats-py has by that name): which server the next reconnect attempt
     goes to, and after how long. Servers not yet tried since the link was lost come
     first, in the pool's (shuffled) order, and the server just left comes last: a hung
     one still accepts TCP connections and would cost a whole connect timeout. Once every

@@ -1,4 +1,4 @@
-"""The agent's NATS side (the only module that imports nats): inventory, heartbeats, use.
+"""The agent's NATS side (the only module that speaks NATS): inventory, heartbeats, use.
 
 The poller hands over its latest `AgentState` with `update()`, which never blocks; this
 module's own task publishes it. Inventory goes out at start, whenever its hash changes,
@@ -16,7 +16,7 @@ connection gets that. Every network wait has a timeout. If polling stalls (NVML 
 hang when a GPU falls off the bus), heartbeats keep flowing but report the node
 `unmonitored` instead of repeating a stale "healthy".
 
-A hung server (stopped, wedged, its host swapping) closes nothing, and nats-py's own
+A hung server (stopped, wedged, its host swapping) closes nothing, and the client's own
 pings take tens of seconds to notice, longer than the coordinator waits before marking
 the node unreachable. So the link is probed with the probe every gpufleet process runs
 (`procs.nats_link.LinkProbe`): a PING round trip every `LinkTiming.probe_every_s`, and
@@ -34,10 +34,14 @@ or subscribe what it tries), authorization failures and failed publishes are log
 WARNING, at most once per kind per `WARN_EVERY_S`, and counted in `bus_errors`, which
 every heartbeat carries (`busErrors`).
 
-Its `NatsSettings` say where and as whom (`procs.nats_connect`): the credentials file
-is either a NATS JWT `.creds` file (decentralised auth) or the user/password file that
-`gpufleet nats-auth` writes (`user = "…"`, `password = "…"`), read once at the first
+Its `NatsSettings` say where and as whom (`procs.natsproto.configure`): the credentials
+file is either a NATS JWT `.creds` file (decentralised auth) or the user/password file
+that `gpufleet nats-auth` writes (`user = "…"`, `password = "…"`), read once at the first
 connect (a new file takes a restart: the Ansible handler's).
+
+The client is the agent's own (`procs.natsproto`), not nats-py: nats-py costs the agent
+about 1.3 MB itself, brings `importlib.metadata` for its version, and imports aiohttp
+(about 11 MB) wherever that is importable (issue 30 point 7, bench/agent_bench.py).
 """
 
 from __future__ import annotations
@@ -46,19 +50,17 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
-import nats.errors
-from nats.aio.client import Client
 
 from agent.link_timing import RECONNECT_WAIT_S, LinkTiming, ServerRotation
 from agent.state import AgentState
 from agent.use_changes import UseChanges, UseDelta
 from procs.log_throttle import LogThrottle
 from procs.nats import NatsSettings, host_port
-from procs.nats_connect import ONCE, RECONNECT_FOREVER, connect
 from procs.nats_link import LinkProbe
+from procs.natsproto import AuthorizationError, Client, Msg
+from procs.natsproto.configure import client_options
 from shared.clock import Clock
 from shared.subjects import Subjects
 from shared.wire import (
@@ -80,8 +82,7 @@ def error_kind(exc: BaseException) -> str | None:
     """The kind of a NATS client error this agent counts, None for the rest (connection
     attempts failing while a server is away: the disconnect is logged already)."""
     text = str(exc).lower()
-    # A refused password at reconnect comes as a plain Error naming the violation.
-    if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in text:
+    if isinstance(exc, AuthorizationError) or "authorization violation" in text:
         return "authorization"
     if "permissions violation" in text:
         return "permissions"
@@ -189,32 +190,32 @@ class Publisher:
         self._wake.set()
 
     async def run(self) -> None:
-        """Connect (retrying forever, nats-py reconnects after that) and publish until
-        cancelled."""
-        nc = Client()
-        self._nc = nc
-        try:
-            options = dict(
+        """Connect (retrying forever; the client reconnects by itself after that) and
+        publish until cancelled."""
+        nc = Client(
+            client_options(
+                self._nats,
                 name=f"gpufleet-agent {self._node_id}",
-                **RECONNECT_FOREVER,
-                reconnect_time_wait=int(RECONNECT_WAIT_S),
+                reconnect_time_wait_s=RECONNECT_WAIT_S,
                 reconnect_to_server_handler=self._rotation,
-                connect_timeout=int(max(1, self._timeout_s)),
-                # nats-py's own pings only back up the probe (`_watch_link`).
-                ping_interval=10,
+                connect_timeout_s=max(1.0, self._timeout_s),
+                # The client's own pings only back up the probe (`_watch_link`).
+                ping_interval_s=10,
                 max_outstanding_pings=3,
                 error_cb=self._on_error,
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
             )
-            # One try: with max_reconnect_attempts=-1, nats-py keeps trying itself.
-            await connect(self._nats, options, retry=ONCE, client=nc)
+        )
+        self._nc = nc
+        try:
+            await nc.connect(forever=True)
             self._rotation.connected(self.server)
             log.info("connected to %s", self.server or "?")
-            await nc.subscribe(self.req_subject, cb=self._on_request)
-            await nc.subscribe(self.use_req_subject, cb=self._on_use_request)
+            await nc.subscribe(self.req_subject, self._on_request)
+            await nc.subscribe(self.use_req_subject, self._on_use_request)
             if self._on_bookings is not None:
-                await nc.subscribe(self.bookings_subject, cb=self._on_bookings_msg)
+                await nc.subscribe(self.bookings_subject, self._on_bookings_msg)
             loops = [
                 asyncio.create_task(self._watch_link(nc), name="nats-link-probe"),
                 asyncio.create_task(self._publish_loop(), name="nats-publish"),
@@ -224,9 +225,9 @@ class Publisher:
                 for task in done:
                     task.result()  # they only end by raising
             finally:
-                # Python 3.11's wait_for (nats-py's flush waits with it) drops a
-                # cancellation that lands just as what it waits for completes; a loop
-                # that missed its cancel still stops at its next turn.
+                # Python 3.11's wait_for drops a cancellation that lands just as what it
+                # waits for completes; a loop that missed its cancel still stops at its
+                # next turn.
                 self._closing = True
                 self._wake.set()
                 for task in loops:
@@ -389,9 +390,9 @@ class Publisher:
             kind, msg + " (NATS errors so far: %d)", *args, self.stats.bus_errors
         )
 
-    # -- callbacks from nats-py -------------------------------------------------------------
+    # -- callbacks from the client (its dispatcher task) -----------------------------------
 
-    async def _on_request(self, msg: Any) -> None:
+    async def _on_request(self, msg: Msg) -> None:
         self.stats.requests += 1
         self._need_inventory = True
         self._wake.set()
@@ -402,7 +403,7 @@ class Publisher:
             except Exception as exc:
                 self._count("publish", "inventory reply failed: %s", exc or type(exc).__name__)
 
-    async def _on_use_request(self, msg: Any) -> None:
+    async def _on_use_request(self, msg: Msg) -> None:
         self.stats.use_requests += 1
         full = self._use.full()
         if msg.reply:
@@ -412,7 +413,7 @@ class Publisher:
                 self._count("publish", "use reply failed: %s", exc or type(exc).__name__)
         await self._send_use(full)
 
-    async def _on_bookings_msg(self, msg: Any) -> None:
+    async def _on_bookings_msg(self, msg: Msg) -> None:
         if self._on_bookings is not None:
             self._on_bookings(msg.data)
 

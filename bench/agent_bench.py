@@ -20,8 +20,9 @@ same venv that imports the agent's modules and sleeps.
 Two contrasts at the first interval, reported beside the goals (the "before"): the same
 venv without its bytecode (every module compiled at each start: an install that skipped
 compiling, run by a user who cannot write it), and the same venv once aiohttp is
-importable (a shared venv: nats-py imports aiohttp whenever it can). Prints a table and
-writes bench/results/agent.json.
+importable (a shared venv: nats-py imports aiohttp whenever it can; the agent, on its
+own client, `procs/natsproto`, no longer loads nats-py, and that row shows it stays
+so). Prints a table and writes bench/results/agent.json.
 
     .venv/bin/python bench/agent_bench.py [--seconds 30] [--intervals 5,0.5]
 """

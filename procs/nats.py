@@ -4,8 +4,9 @@ process probes its link, `procs.nats_link`), the server list it is given (one UR
 comma-separated seeds, `split_servers`), its credentials file (`auth_options`: a NATS
 JWT `.creds` file is handed to nats-py as is; anything else must be the user/password
 TOML that `gpufleet nats-auth` writes) and its client TLS (`tls_context`). The
-connection itself is `procs.nats_connect` (this module does not import nats-py, so
-settings models and the CLI stay light)."""
+connection itself is `procs.nats_connect` (nats-py), or for the agent its own client
+`procs.natsproto` (`procs.natsproto.configure`); this module imports neither, so
+settings models and the CLI stay light."""
 
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def split_servers(value: str) -> list[str]:
     return servers
 
 
-class _Url(Protocol):
-    """A parsed URL (urllib's, as nats-py keeps its servers')."""
+class ServerUrl(Protocol):
+    """A parsed server URL (urllib's, as nats-py and `procs.natsproto` keep theirs)."""
 
     @property
     def hostname(self) -> str | None: ...
@@ -122,7 +123,7 @@ class _Url(Protocol):
     def port(self) -> int | None: ...
 
 
-def host_port(url: _Url | None) -> str:
+def host_port(url: ServerUrl | None) -> str:
     """`host:port` of a server URL ("" when none): how a process names the NATS server it
     is on, never with the URL's credentials (`procs.redact` for a URL as given)."""
     if url is None or not url.hostname:

@@ -21,18 +21,21 @@ delivers nothing is taken as dead.
 
 A caller that sees the link dead by other means (a JetStream consumer that holds
 messages and hands none over) calls `take_dead` with its reason.
+
+The probe speaks to a `NatsLink`: the few members it uses, which nats-py's `Client` (the
+coordinator, the forwarder, the bridge) and the agent's own `procs.natsproto.Client`
+both have. This module imports neither.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-
-from nats.aio.client import Client
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from procs.log_throttle import LogThrottle
-from procs.nats import host_port
+from procs.nats import ServerUrl, host_port
 
 Hook = Callable[[], None]
 
@@ -46,12 +49,31 @@ MAX_OUTSTANDING_PINGS = 30
 PROBE_PATIENCE_S = 600
 
 
-def server_of(nc: Client) -> str:
+class NatsLink(Protocol):
+    """A NATS client as the probe sees it: connected or not, on which server, how many
+    bytes it has received and how many times it reconnected (`stats`), a PING round
+    trip (`flush`) and a move to another server (`force_reconnect`)."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    @property
+    def connected_url(self) -> ServerUrl | None: ...
+
+    @property
+    def stats(self) -> Mapping[str, int]: ...
+
+    async def flush(self, timeout: int) -> None: ...  # noqa: ASYNC109 - nats-py's
+
+    async def force_reconnect(self) -> None: ...
+
+
+def server_of(nc: NatsLink) -> str:
     """host:port of the server `nc` is on ("?" when none); never the URL's credentials."""
     return host_port(nc.connected_url) or "?"
 
 
-def _link_of(nc: Client) -> int:
+def _link_of(nc: NatsLink) -> int:
     """Which link of `nc` this is: nats-py counts its reconnects."""
     return int(nc.stats["reconnects"])
 
@@ -86,26 +108,29 @@ class LinkProbe:
         """The link went down: a PONG still awaited would be the old link's."""
         self._probing = None
 
-    async def probe(self, nc: Client | None) -> bool:
-        """Round-trip a PING on `nc`; True when the link was taken as dead (and nats-py
-        told to reconnect). A PONG still on its way is waited for by the next probe
+    async def probe(self, nc: NatsLink | None) -> bool:
+        """Round-trip a PING on `nc`; True when the link was taken as dead (and the
+        client told to reconnect). A PONG still on its way is waited for by the next probe
         (one PING out at a time)."""
         if nc is None or not nc.is_connected:
             return False
         if self._probing is None or self._probing.done():
             self._bytes = nc.stats["in_bytes"]
             self._probing = self._ping(nc)
-        ping, link = self._probing, self._link
+        # What had arrived when this wait began, kept here: an `answered` meanwhile
+        # moves `_bytes` to its own start, and a window cut short that way may see no
+        # bytes on a busy link whose reads come in bursts (the agent's client).
+        ping, link, received = self._probing, self._link, self._bytes
         done, _ = await asyncio.wait({ping}, timeout=self.timeout_s)
         if done:
             if ping.exception() is not None and self._probing is ping:
                 # A flush that failed: the connection closed or reconnected meanwhile.
                 self._probing = None
             return False
-        received, self._bytes = self._bytes, nc.stats["in_bytes"]
+        self._bytes = nc.stats["in_bytes"]
         return await self._unanswered(nc, self._bytes != received, link)
 
-    async def answered(self, nc: Client) -> bool:
+    async def answered(self, nc: NatsLink) -> bool:
         """Whether the server answers a PING sent now within `timeout_s`: everything
         written before it has reached the server (the agent counts a heartbeat as sent
         only then). No answer is judged as `probe` judges one: late while messages
@@ -123,7 +148,7 @@ class LinkProbe:
         await self._unanswered(nc, nc.stats["in_bytes"] != received, link)
         return False
 
-    def _ping(self, nc: Client) -> asyncio.Future[None]:
+    def _ping(self, nc: NatsLink) -> asyncio.Future[None]:
         """A PING on `nc`, its PONG awaited without a timeout that nats-py would act on.
         nats-py cancels a PONG's future when flush's timeout passes, and a PONG that
         comes after that breaks its read loop (nats-py 2.16 `_process_pong` sets the
@@ -135,7 +160,7 @@ class LinkProbe:
         ping.add_done_callback(_retrieve)
         return ping
 
-    async def _unanswered(self, nc: Client, arrived: bool, link: int) -> bool:
+    async def _unanswered(self, nc: NatsLink, arrived: bool, link: int) -> bool:
         """A PING on link `link` (`_link_of`) not answered in time: late when bytes
         `arrived` meanwhile, else the link taken as dead; True when it was."""
         if not nc.is_connected or _link_of(nc) != link:
@@ -157,8 +182,8 @@ class LinkProbe:
         await self.take_dead(nc, f"no answer from NATS within {self.timeout_s:.1f}s")
         return True
 
-    async def take_dead(self, nc: Client, reason: str) -> None:
-        """Count the link as dead, say why and where, and have nats-py reconnect."""
+    async def take_dead(self, nc: NatsLink, reason: str) -> None:
+        """Count the link as dead, say why and where, and have the client reconnect."""
         self._probing = None  # its PONG will never come: the next link has its own
         self.failures += 1
         where = server_of(nc)
@@ -168,7 +193,7 @@ class LinkProbe:
         if nc.is_connected:
             await nc.force_reconnect()
 
-    async def run(self, nc: Callable[[], Client | None], interval_s: float) -> None:
+    async def run(self, nc: Callable[[], NatsLink | None], interval_s: float) -> None:
         """Probe the client `nc()` gives every `interval_s` until cancelled."""
         while True:
             await asyncio.sleep(interval_s)

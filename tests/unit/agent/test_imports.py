@@ -1,14 +1,15 @@
-"""The agent process imports none of pydantic, aiohttp or SQLAlchemy (SPEC §8), with no
-import-system tricks: its entry modules are imported in a fresh interpreter of a venv
-that holds only what `pip install gpufleet[agent]` puts on a GPU host. That holds only
-in a venv of the agent's own: where aiohttp is importable nats-py imports it (about
-11 MB, bench/README.md), which the probe here must see, and the role's locked
-requirements must not bring it."""
+"""The agent process imports none of pydantic, aiohttp or SQLAlchemy (SPEC §8), and not
+nats-py either (issue 30 point 7: its own client, `procs.natsproto`, saves about 5 MB),
+with no import-system tricks: its entry modules are imported in a fresh interpreter of
+a venv that holds only what `pip install gpufleet[agent]` puts on a GPU host, and of
+the development venv, where aiohttp is importable (nats-py imports it whenever it can:
+about 11 MB, bench/README.md). The role's locked requirements must not bring aiohttp."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ ENTRY = (
     "agent.inventory_report",
     "agent.gres_command",
 )
-HEAVY = ("pydantic", "aiohttp", "sqlalchemy")
+HEAVY = ("pydantic", "aiohttp", "sqlalchemy", "nats")
 PROBE = """
 import importlib, json, sys
 for name in {entry!r}:
@@ -39,10 +40,10 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules if m.split(".")[0
 ROLE_REQUIREMENTS = ROOT / "ansible/roles/gpufleet_agent/files/requirements.txt"
 
 
-def _probe(python: Path) -> set[str]:
-    """The heavy packages the agent's entry modules load under `python`."""
+def _probe(python: Path, entry: tuple[str, ...] = ENTRY) -> set[str]:
+    """The heavy packages the `entry` modules (the agent's) load under `python`."""
     done = subprocess.run(
-        [str(python), "-c", PROBE.format(entry=ENTRY, heavy=HEAVY)],
+        [str(python), "-c", PROBE.format(entry=entry, heavy=HEAVY)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -72,6 +73,11 @@ def test_the_agent_imports_no_pydantic(loaded: set[str]) -> None:
     assert "pydantic" not in loaded
 
 
+def test_the_agent_imports_no_nats_py(loaded: set[str]) -> None:
+    """nats-py stays installed (the base install's other processes use it) but unloaded."""
+    assert "nats" not in loaded
+
+
 def test_the_roles_locked_requirements_bring_no_aiohttp_or_sqlalchemy() -> None:
     """What the gpufleet_agent role installs on a host (the lock's export)."""
     names = {
@@ -83,7 +89,10 @@ def test_the_roles_locked_requirements_bring_no_aiohttp_or_sqlalchemy() -> None:
     assert not names & {"aiohttp", "sqlalchemy"}
 
 
-def test_where_aiohttp_is_importable_the_agent_loads_it(tmp_path: Path) -> None:
-    """Why the agent needs a venv of its own, and proof that the probe above can fail."""
-    python = host_venv(tmp_path / "venv", also=["aiohttp"])
-    assert "aiohttp" in _probe(python)
+def test_where_aiohttp_is_importable_the_agent_still_loads_neither_it_nor_nats_py() -> None:
+    """A venv shared with the coordinator (here the development one, which has aiohttp):
+    the agent loads the same as on a host; importing nats-py there loads aiohttp, so the
+    probe can see both."""
+    python = Path(sys.executable)
+    assert not _probe(python)
+    assert {"nats", "aiohttp"} <= _probe(python, ("nats",))

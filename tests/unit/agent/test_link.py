@@ -1,15 +1,14 @@
-"""Which server the agent reconnects to after a link is lost (`ServerRotation`, nats-py's
-reconnect handler) and how fast it gives up on a silent one (`LinkTiming`)."""
+"""Which server the agent reconnects to after a link is lost (`ServerRotation`, its
+client's reconnect handler) and how fast it gives up on a silent one (`LinkTiming`)."""
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
-from nats.aio.client import Server
+from urllib.parse import urlsplit
 
 from agent.link_timing import LinkTiming, ServerRotation
+from procs.natsproto import Server
 
-POOL = [Server(uri=urlparse(f"nats://10.0.0.{i}:4222")) for i in (1, 2, 3)]
+POOL = [Server(uri=urlsplit(f"nats://10.0.0.{i}:4222")) for i in (1, 2, 3)]
 
 
 def picks(rotation: ServerRotation, n: int) -> list[tuple[str, float]]:

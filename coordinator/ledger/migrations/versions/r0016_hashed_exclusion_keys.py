@@ -56,8 +56,7 @@ CONSTRAINTS = (
     (
         "device_claims",
         "device_claims_one_form",
-        f"EXCLUDE USING gist ({NODE_DEVICE} WITH =, form WITH <>, {DURING})"
-        " WHERE (device <> '')",
+        f"EXCLUDE USING gist ({NODE_DEVICE} WITH =, form WITH <>, {DURING}) WHERE (device <> '')",
     ),
     (
         "device_claims",

@@ -27,13 +27,15 @@ ENTRY = (
     "agent.inventory_report",
     "agent.gres_command",
 )
-HEAVY = ("pydantic", "aiohttp", "sqlalchemy", "nats")
+# Packages, or one module (importlib.metadata: email, zipfile and csv with it, ~3 MB).
+HEAVY = ("pydantic", "aiohttp", "sqlalchemy", "nats", "importlib.metadata")
 PROBE = """
 import importlib, json, sys
 for name in {entry!r}:
     importlib.import_module(name)
 heavy = {heavy!r}
-print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}})))
+found = {{h for m in sys.modules for h in heavy if (m + ".").startswith(h + ".")}}
+print(json.dumps(sorted(found)))
 """
 
 
@@ -76,6 +78,12 @@ def test_the_agent_imports_no_pydantic(loaded: set[str]) -> None:
 def test_the_agent_imports_no_nats_py(loaded: set[str]) -> None:
     """nats-py stays installed (the base install's other processes use it) but unloaded."""
     assert "nats" not in loaded
+
+
+def test_the_agent_does_not_read_its_install_metadata(loaded: set[str]) -> None:
+    """Its version is declared in code (`procs.version`); nothing it loads imports
+    importlib.metadata (nats-py did, for its own version)."""
+    assert "importlib.metadata" not in loaded
 
 
 def test_the_roles_locked_requirements_bring_no_aiohttp_or_sqlalchemy() -> None:

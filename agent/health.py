@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from agent.burst_window import CounterWindow
 from agent.readings import GpuCounters, XidEvent
 from agent.xid import XidTable
 from shared.wire import DeviceHealth, HealthStatus, NodeHealth
@@ -120,8 +121,8 @@ class DeviceState:
     reset_reason: str = ""  # a reset-class XID: held until a reset is seen
     reset_status: HealthStatus = "unhealthy"
     away: bool = False  # gone (unreadable, NVML down) since the reset-class XID
-    # Recent cumulative counter samples, for burst rates: (name, value, at).
-    baselines: tuple[tuple[str, int, float], ...] = ()
+    # Recent samples of each cumulative counter, for burst rates.
+    baselines: Mapping[str, CounterWindow] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -290,11 +291,11 @@ def _apply_xids(
 
 
 def _bursts(
-    samples: tuple[tuple[str, int, float], ...],
+    windows: Mapping[str, CounterWindow],
     c: GpuCounters,
     now: float,
     policy: HealthPolicy,
-) -> tuple[tuple[tuple[str, int, float], ...], list[Finding]]:
+) -> tuple[Mapping[str, CounterWindow], list[Finding]]:
     """Counter increases over the last RATE_WINDOW_S (against the newest sample at least
     that old, else the oldest kept) above the policy's limits. A counter that went down
     (the GPU was reset) starts over."""
@@ -309,19 +310,14 @@ def _bursts(
     if c.pcie_replays is not None:
         current["pcie_replay"] = c.pcie_replays
     out: list[Finding] = []
-    kept: list[tuple[str, int, float]] = []
+    kept: dict[str, CounterWindow] = {}
     for name, value in sorted(current.items()):
-        mine = [(v, at) for n, v, at in samples if n == name and v <= value]
-        old = [x for x in mine if x[1] <= now - RATE_WINDOW_S]
-        base = old[-1] if old else (mine[0] if mine else (value, now))
+        window = windows.get(name) or CounterWindow.empty()
+        kept[name], base, since = window.advance(value, now, RATE_WINDOW_S)
         per_min, label = limits[name]
-        if value - base[0] > per_min:
-            out.append(("degraded", f"{label}: {value - base[0]} in {now - base[1]:.0f} s"))
-        # Keep the window, plus the newest sample older than it as the next baseline.
-        recent = [x for x in mine if x[1] > now - RATE_WINDOW_S]
-        kept += [(name, v, at) for v, at in ([old[-1]] if old else []) + recent]
-        kept.append((name, value, now))
-    return tuple(kept), out
+        if value - base > per_min:
+            out.append(("degraded", f"{label}: {value - base} in {now - since:.0f} s"))
+    return MappingProxyType(kept), out
 
 
 def _step(old: DeviceState, raw: list[Finding], now: float, policy: HealthPolicy) -> DeviceState:

@@ -68,7 +68,7 @@ async def main(nodes: int, runs: int) -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = runner.addresses[0][1]  # the port the OS gave: aiohttp's public API
         client = Counting(f"http://127.0.0.1:{port}", key, timeout_s=60)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, client.call, "tenants.create", {"tenantId": "acme"})

@@ -263,7 +263,10 @@ def test_node_and_gpus_name_a_containers_owner(day: World) -> None:
         return list((a.get("use") or {}).get("users", []))
 
     try:
-        wait_for(lambda: users() != [], timeout=60, what="the container's process seen")
+        # Wait for this process, not any: the test before may leave its pod's process on
+        # the same GPU until the agent's next report drops it.
+        wait_for(lambda: [u["pid"] for u in users()] == [515], timeout=60,
+                 what="the container's process seen")  # fmt: skip
         assert users() == [{"pid": 515, "owner": "c" * 64, "ownerKind": "container",
                             "ownerName": "trainer"}]  # fmt: skip
         shown = on_terminal(day, "node", "h100-a")

@@ -47,16 +47,18 @@ from coordinator.ledger.quotas import QuotaLockMissed, TenantLocks
 from coordinator.ledger.reservations import end_bookings, reservation_from_row
 from coordinator.ledger.risk import at_risk_json
 from coordinator.ledger.rollups import apply_booked_delta, refresh_booked
-from coordinator.ledger.snapshot import SnapshotCache, bump
+from coordinator.ledger.snapshot import PoolView, SnapshotCache, bump
+from coordinator.ledger.version_peek import VersionPeek
 
 # Bookings end before this; commitments are read from `now` to here.
 _FOREVER = 2**62
 
 
 class BookingRepo:
-    def __init__(self, db: Database, snapshots: SnapshotCache) -> None:
+    def __init__(self, db: Database, snapshots: SnapshotCache, peek: VersionPeek) -> None:
         self._db = db
         self._snapshots = snapshots
+        self._peek = peek
 
     async def preview(
         self,
@@ -68,8 +70,7 @@ class BookingRepo:
         notice_ms: int,
         busy: BusyUnits = frozenset(),
     ) -> Preview:
-        async with self._db.read() as conn:
-            view = await self._snapshots.view(conn, pool_id, now)
+        view = await self._view(pool_id, now)
         return preview(view, req, start, end, now, notice_ms, busy)
 
     async def unbooked_busy(self, pool_id: str, busy: BusyUnits, now: int) -> int:
@@ -77,10 +78,18 @@ class BookingRepo:
         node_ids = {node_id for node_id, _ in busy}
         if not node_ids:
             return 0
-        async with self._db.read() as conn:
-            view = await self._snapshots.view(conn, pool_id, now)
+        view = await self._view(pool_id, now)
         nodes = [view.cache.by_id[n] for n in sorted(node_ids) if n in view.cache.by_id]
         return busy_allocatable(nodes, busy)
+
+    async def _view(self, pool_id: str, now: int) -> PoolView:
+        """The pool as the database holds it: from the cache when its counters, peeked
+        without a pool connection, are current (SQLite), else read."""
+        view = self._snapshots.current(pool_id, self._peek.read(pool_id))
+        if view is not None:
+            return view
+        async with self._db.read() as conn:
+            return await self._snapshots.view(conn, pool_id, now)
 
 
 async def load_draft(

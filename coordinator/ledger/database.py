@@ -180,9 +180,14 @@ class Database:
             else:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    @property
+    def sqlite_path(self) -> str | None:
+        """The SQLite database's file (or `:memory:`); None on PostgreSQL."""
+        return self.engine.url.database if self.dialect == "sqlite" else None
+
     async def migrate(self) -> list[str]:
         """Bring the schema to the newest revision in one transaction (see `migrations`)."""
-        async with _one_migrator(self.engine.url.database if self.dialect == "sqlite" else None):
+        async with _one_migrator(self.sqlite_path):
             return await self._migrate()
 
     async def _migrate(self) -> list[str]:

@@ -41,6 +41,7 @@ from coordinator.ledger.shapes import ShapeRepo
 from coordinator.ledger.snapshot import SnapshotCache
 from coordinator.ledger.tenants import ApiKeyRepo, TenantRepo
 from coordinator.ledger.unit_of_work import UnitOfWork, unit_of_work
+from coordinator.ledger.version_peek import VersionPeek
 
 
 class Ledger:
@@ -56,7 +57,8 @@ class Ledger:
         self.gpus = GpuListing(db)
         self.quotas = QuotaRepo(db)
         self.snapshots = SnapshotCache(heap)
-        self.bookings = BookingRepo(db, self.snapshots)
+        self._peek = VersionPeek(db.sqlite_path)
+        self.bookings = BookingRepo(db, self.snapshots, self._peek)
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)
         self.listing = ReservationListing(db)
@@ -84,6 +86,7 @@ class Ledger:
         return cls(db, heap)
 
     async def close(self) -> None:
+        self._peek.close()
         await self._db.dispose()
         if self._heap is not None:
             self._heap.release()

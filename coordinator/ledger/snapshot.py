@@ -5,8 +5,10 @@ Loading 9,000 atoms with their JSON attributes costs tens of milliseconds, so th
 snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) and the
 live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
 its counter; a reader compares counters (one primary-key read) and reloads only the part
-that moved (`snapshot_loader`, the SQL). Inside a booking transaction the counters are
-read after the pool lock is taken, so the placer sees exactly what the database holds.
+that moved (`snapshot_loader`, the SQL). On a SQLite file a preview peeks at the counters
+on its own thread first (`version_peek`) and, when they match, reads nothing more.
+Inside a booking transaction the counters are read after the pool lock is taken, so the
+placer sees exactly what the database holds.
 What is held in memory, and the window's view of it, is `domain.pool_cache` (pure);
 a batch's `SnapshotDraft` is adopted once the batch has committed.
 """
@@ -57,6 +59,16 @@ class SnapshotCache:
         """The pool as the database holds it, for any window (read, or decide under the
         pool lock without adding to it)."""
         return PoolView(await self._fresh(conn, pool_id, now))
+
+    def current(self, pool_id: str, versions: tuple[int, int] | None) -> PoolView | None:
+        """The pool's view without a read, if the cache holds exactly `versions` (the
+        counters as just read by `VersionPeek`); None if it must read."""
+        cache = self._pools.get(pool_id)
+        if versions is None or cache is None:
+            return None
+        if (cache.nodes_version, cache.bookings_version) != versions:
+            return None
+        return PoolView(cache)
 
     async def draft(self, conn: AsyncConnection, pool_id: str, now: int) -> SnapshotDraft:
         """A private copy of the pool as the database holds it, to which a batch of

@@ -40,7 +40,7 @@ def _versions_select() -> Select[Any]:
 # Built once: every booking bumps, and every read under the snapshot cache reads the
 # counters; building each statement and its cache key again cost more than running it.
 _BUMPS = {(n, b): _bump_update(n, b) for n in (False, True) for b in (False, True) if n or b}
-_VERSIONS = _versions_select()
+VERSIONS_SELECT = _versions_select()
 
 
 async def bump(
@@ -54,7 +54,7 @@ async def bump(
 
 
 async def versions(conn: AsyncConnection, pool_id: str) -> tuple[int, int]:
-    row = (await conn.execute(_VERSIONS, {"w_pool": pool_id})).first()
+    row = (await conn.execute(VERSIONS_SELECT, {"w_pool": pool_id})).first()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 

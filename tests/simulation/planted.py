@@ -90,12 +90,16 @@ class ForgetfulSnapshots(SnapshotCache):
     async def view(self, conn: AsyncConnection, pool_id: str, now: int) -> PoolView:
         return _ForgetfulView((await super().view(conn, pool_id, now)).cache)
 
+    def current(self, pool_id: str, versions: tuple[int, int] | None) -> PoolView | None:
+        view = super().current(pool_id, versions)
+        return None if view is None else _ForgetfulView(view.cache)
+
 
 class PlantedLedger(Ledger):
     def __init__(self, db: Database, heap: Heap | None = None) -> None:
         super().__init__(db, heap)
         self.snapshots = ForgetfulSnapshots(heap)
-        self.bookings = BookingRepo(db, self.snapshots)
+        self.bookings = BookingRepo(db, self.snapshots, self._peek)
 
 
 def _claims_ignore_partitions(monkeypatch: pytest.MonkeyPatch) -> None:

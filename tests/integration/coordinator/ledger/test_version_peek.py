@@ -1,0 +1,128 @@
+"""A preview whose pool cache is current reads the pool's version counters without a
+pool connection on SQLite (issue 30 point 8: the driver thread's round trip was most of
+a preview's p99), and still sees at once what any other ledger on the database wrote."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from coordinator.domain.booking import Booked
+from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
+from coordinator.ledger import Ledger
+from coordinator.ledger.version_peek import VersionPeek
+from coordinator.services.node_records import record_inventory
+from shared.ids import new_pool_id
+from tests.integration.coordinator.ledger.test_snapshot_claims import (
+    book,
+    booking,
+    inventory,
+    whole,
+)
+
+NOW = 1_700_000_000_000
+HOUR = 3_600_000
+TWO = PlacementRequest(devices=(DeviceRequest("gpu", 2),))
+
+
+@pytest.fixture
+async def second(database_url: str) -> AsyncIterator[Ledger]:
+    """Another coordinator's ledger on the same database."""
+    led = await Ledger.open(database_url)
+    try:
+        yield led
+    finally:
+        await led.close()
+
+
+async def _two_gpu_pool(ledger: Ledger) -> str:
+    await ledger.tenants.create("acme", "Acme", NOW)
+    pool = new_pool_id()
+    await ledger.pools.create(pool, "p", "acme", None, NOW)
+    await record_inventory(ledger, inventory(pool, [whole(0), whole(1)]), NOW)
+    return pool
+
+
+async def _fits(ledger: Ledger, pool: str) -> bool:
+    return (await ledger.bookings.preview(pool, TWO, NOW, NOW + HOUR, NOW, 120_000)).placement.fits
+
+
+@contextmanager
+def _statements() -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+
+async def test_a_preview_sees_at_once_what_another_ledger_booked(
+    ledger: Ledger, second: Ledger
+) -> None:
+    pool = await _two_gpu_pool(ledger)
+    assert await _fits(ledger, pool) and await _fits(ledger, pool)  # the cache is warm
+    assert isinstance(await book(second, booking(pool, "gpu", 2), NOW), Booked)
+    assert not await _fits(ledger, pool)  # no read in between, no wait
+    assert not await _fits(ledger, pool)
+
+
+async def test_a_current_preview_runs_no_statement_on_a_pool_connection(
+    ledger: Ledger,
+) -> None:
+    pool = await _two_gpu_pool(ledger)
+    assert await _fits(ledger, pool)
+    with _statements() as seen:
+        for _ in range(5):
+            assert await _fits(ledger, pool)
+    if ledger.dialect == "sqlite":
+        assert seen == []
+    else:  # one primary-key read of the counters each, over the network as before
+        assert len(seen) == 5, seen
+
+
+def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.db"
+    peek = VersionPeek(str(missing))
+    assert peek.read("pool") is None and not missing.exists()
+
+    path = tmp_path / "ledger.db"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute(
+        "CREATE TABLE pool_versions (pool_id TEXT PRIMARY KEY, nodes_version INTEGER,"
+        " bookings_version INTEGER)"
+    )
+    writer.execute("INSERT INTO pool_versions VALUES ('p', 3, 7)")
+    peek = VersionPeek(str(path))
+    try:
+        assert peek.read("p") == (3, 7)
+        assert peek.read("other") == (0, 0)  # a pool never written: the counters' start
+        # A writer in the middle of a transaction: the peek answers what is committed.
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE pool_versions SET bookings_version = 8")
+        assert peek.read("p") == (3, 7)
+        writer.execute("COMMIT")
+        assert peek.read("p") == (3, 8)
+        # The connection is the opening thread's; another thread gets None, not an error.
+        answers: list[object] = []
+        thread = threading.Thread(target=lambda: answers.append(peek.read("p")))
+        thread.start()
+        thread.join()
+        assert answers == [None]
+    finally:
+        peek.close()
+        writer.close()
+    assert VersionPeek(None).read("p") is None
+    assert VersionPeek(":memory:").read("p") is None

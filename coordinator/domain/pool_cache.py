@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 from weakref import ref
 
@@ -65,38 +66,50 @@ _Row = tuple[int, int, str, HeldClaim]  # (start, end, reservationId, claim)
 
 @dataclass(frozen=True, slots=True)
 class _NodeClaims:
+    """One node's claims, ascending by start (stable: in the order they were added), so
+    that a window reads only those starting before it ends. A pool whose nodes hold
+    bookings for weeks ahead otherwise scanned each node's every claim for every count
+    (issue 30 point 8: 32-client creates 7x slower with 20 future days booked)."""
+
     rows: tuple[_Row, ...]
-    claims: tuple[HeldClaim, ...]
+    starts: tuple[int, ...]  # the rows' starts, for bisect
+    claims: tuple[HeldClaim, ...]  # the rows' claims, in the rows' order
     latest_start: int
     earliest_end: int
 
     def extended(self, rows: list[_Row]) -> _NodeClaims:
-        """These claims and `rows` after them."""
+        """These claims and `rows` (after them where they start alike)."""
         if not rows:
             return self
-        starts = [r[0] for r in rows]
+        # Two sorted runs (the new ones usually sorted already): timsort merges them.
+        merged = sorted((*self.rows, *rows), key=_row_start)
         ends = [r[1] for r in rows]
         if self.rows:
-            starts.append(self.latest_start)
             ends.append(self.earliest_end)
         return _NodeClaims(
-            self.rows + tuple(rows),
-            self.claims + tuple(r[3] for r in rows),
-            max(starts),
+            tuple(merged),
+            tuple(r[0] for r in merged),
+            tuple(r[3] for r in merged),
+            merged[-1][0],
             min(ends),
         )
 
     def window(self, start: int, end: int, ignore: frozenset[str]) -> tuple[HeldClaim, ...]:
         if not ignore and self.latest_start < end and self.earliest_end > start:
             return self.claims  # all of them overlap: the usual case, answered at once
+        before = bisect_left(self.starts, end)  # the rest start at or after `end`
         return tuple(
             held
-            for s, e, rid, held in self.rows
-            if s < end and e > start and not (ignore and rid in ignore)
+            for s, e, rid, held in islice(self.rows, before)
+            if e > start and not (ignore and rid in ignore)
         )
 
 
-_NO_CLAIMS = _NodeClaims((), (), 0, 0)
+def _row_start(row: _Row) -> int:
+    return row[0]
+
+
+_NO_CLAIMS = _NodeClaims((), (), (), 0, 0)
 
 
 @dataclass

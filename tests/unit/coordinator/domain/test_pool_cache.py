@@ -100,3 +100,31 @@ def test_what_is_kept_up_to_date_as_bookings_are_added_is_what_a_reload_gives(
         start = NOW + at * HOUR
         assert cache.irregular(start, start + HOUR) == again.irregular(start, start + HOUR)
         assert free_gpus(cache, start, start + HOUR) == free_gpus(again, start, start + HOUR)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(1, 6)), max_size=16),
+    st.integers(0, 45),
+    st.integers(1, 8),
+    st.sets(st.integers(0, 15), max_size=3),
+)
+def test_a_window_of_a_nodes_claims_is_every_booking_overlapping_it(
+    added: list[tuple[int, int, int]], at: int, hours: int, ignored: set[int]
+) -> None:
+    """Claims kept sorted by start (a window reads only those starting before its end)
+    still give every overlapping booking not ignored, each once, for any window."""
+    cache = pool(node("n0")).cache
+    for k, (gpu, start, length) in enumerate(added):
+        if k % 3 == 0:
+            cache.claims("n0")  # resolved, then extended by the bookings after it
+        cache.add([held("n0", gpu, f"r{k}", NOW + start * HOUR, length)], [])
+    start, end = NOW + at * HOUR, NOW + (at + hours) * HOUR
+    ignore = frozenset(f"r{k}" for k in ignored)
+    found = cache.claims("n0").window(start, end, ignore)
+    expected = [
+        (h.atom_id, h.reservation_id)
+        for h in cache.by_node.get("n0", ())
+        if h.start < end and h.end > start and h.reservation_id not in ignore
+    ]
+    assert sorted((c.atom_id, c.holder.reservation_id) for c in found) == sorted(expected)

@@ -1,10 +1,14 @@
 """Raw SQL on a test's database, for tests that check what the ledger stored beneath
-its public surface (the ledger's own connection is private to it)."""
+its public surface (the ledger's own connection is private to it), and the statements
+the ledger sends, for tests of how many it costs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, event
 
 from coordinator.ledger import Database
 
@@ -16,3 +20,18 @@ async def database(url: str) -> AsyncIterator[Database]:
         yield db
     finally:
         await db.dispose()
+
+
+@contextmanager
+def statements() -> Iterator[list[str]]:
+    """Every statement any engine of this process sends while inside, in order."""
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)

@@ -5,16 +5,13 @@ each node). Disclosure to tenants is in test_tenant_privacy.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import msgspec
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from coordinator.services.node_records import record_inventory
 from shared.wire import Inventory
+from tests.database import statements
 from tests.factories import make_inventory
 from tests.integration.conftest import Served
 
@@ -146,28 +143,14 @@ async def test_a_bad_cursor_or_filter_is_refused(served: Served) -> None:
         assert status == 400, (body, answer)
 
 
-@contextmanager
-def _statements() -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
-
-
 async def test_the_statements_a_page_costs_do_not_grow_with_nodes(served: Served) -> None:
     pools = await _fleet(served, nodes=2)
-    with _statements() as small:
+    with statements() as small:
         assert len((await served.api.ok("gpus.list", {"limit": 1000}))["gpus"]) == 9
     now = served.clock.now_ms()
     for i in range(2, 40):
         await record_inventory(served.ledger, make_inventory(f"h{i:02}", pools["alpha"], gpus=2),
                                now)  # fmt: skip
-    with _statements() as large:
+    with statements() as large:
         assert len((await served.api.ok("gpus.list", {"limit": 1000}))["gpus"]) == 85
     assert len(large) == len(small) <= 8, large

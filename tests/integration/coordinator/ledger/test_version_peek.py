@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
 
 from coordinator.domain.booking import Booked
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
@@ -20,6 +17,7 @@ from coordinator.ledger import Ledger
 from coordinator.ledger.version_peek import VersionPeek
 from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
+from tests.database import statements
 from tests.integration.coordinator.ledger.test_snapshot_claims import (
     book,
     booking,
@@ -54,20 +52,6 @@ async def _fits(ledger: Ledger, pool: str) -> bool:
     return (await ledger.bookings.preview(pool, TWO, NOW, NOW + HOUR, NOW, 120_000)).placement.fits
 
 
-@contextmanager
-def _statements() -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
-
-
 async def test_a_preview_sees_at_once_what_another_ledger_booked(
     ledger: Ledger, second: Ledger
 ) -> None:
@@ -83,7 +67,7 @@ async def test_a_current_preview_runs_no_statement_on_a_pool_connection(
 ) -> None:
     pool = await _two_gpu_pool(ledger)
     assert await _fits(ledger, pool)
-    with _statements() as seen:
+    with statements() as seen:
         for _ in range(5):
             assert await _fits(ledger, pool)
     if ledger.dialect == "sqlite":

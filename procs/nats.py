@@ -1,18 +1,19 @@
 """How every gpufleet process reaches NATS: its settings, declared once (`NatsSettings`,
 nested as `nats` in each process's settings model; `ProbedNatsSettings` where the
 process probes its link, `procs.nats_link`), the server list it is given (one URL or
-comma-separated seeds, `split_servers`), its credentials file (`auth_options`: a NATS
-JWT `.creds` file is handed to nats-py as is; anything else must be the user/password
-TOML that `gpufleet nats-auth` writes) and its client TLS (`tls_context`). The
-connection itself is `procs.nats_connect` (nats-py), or for the agent its own client
-`procs.natsproto` (`procs.natsproto.configure`); this module imports neither, so
-settings models and the CLI stay light."""
+comma-separated seeds, `split_servers`), who it is to the servers (`read_identity`: a
+NATS JWT `.creds` file, kept as its path, or the user/password TOML that `gpufleet
+nats-auth` writes, read into a `NatsIdentity` that either client takes) and its client
+TLS (`tls_context`). The connection itself is `procs.nats_connect` (nats-py), or for
+the agent its own client `procs.natsproto` (`procs.natsproto.configure`); this module
+imports neither, so settings models and the CLI stay light."""
 
 from __future__ import annotations
 
 import re
 import ssl
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
@@ -47,33 +48,56 @@ def parse_credentials(text: str, where: str = "credentials") -> tuple[str, str]:
     return user, password
 
 
-def connect_options(text: str, path: str, where: str) -> dict[str, Any]:
-    """nats-py connect keyword arguments for the credentials file at `path`."""
+@dataclass(frozen=True)
+class NatsIdentity:
+    """Who a process is to NATS, as its credentials file says: a NATS JWT `.creds` file
+    (its path: clients read it at each connect, so a rotated file is picked up), or a
+    user and password, with the inbox prefix its replies must use where `gpufleet
+    nats-auth` gave it one; nothing at all without a file."""
+
+    creds_path: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    inbox_prefix: str | None = None
+
+    def nats_py(self) -> dict[str, Any]:
+        """nats-py's connect keyword arguments for this identity."""
+        if self.creds_path is not None:
+            return {"user_credentials": self.creds_path}
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options.update(user=self.user, password=self.password)
+        if self.inbox_prefix is not None:
+            options["inbox_prefix"] = self.inbox_prefix
+        return options
+
+
+def identity_of(text: str, path: str, where: str) -> NatsIdentity:
+    """The identity in the credentials file at `path`, whose content is `text`."""
     if JWT_CREDS_MARKER in text:
-        return {"user_credentials": path}
+        return NatsIdentity(creds_path=path)
     user, password = parse_credentials(text, where)
-    options: dict[str, Any] = {"user": user, "password": password}
     # A user allowed replies only under a prefix of its own (`gpufleet nats-auth`
     # writes it for readers and forwarders) must ask for them there.
     prefix = tomllib.loads(text).get("inbox_prefix")
-    if prefix is not None:
-        if not isinstance(prefix, str) or not re.fullmatch(r"[^\s.*>]+", prefix):
-            raise CredentialsError(f"{where}: inbox_prefix must be one subject token")
-        options["inbox_prefix"] = prefix
-    return options
+    if prefix is not None and (
+        not isinstance(prefix, str) or not re.fullmatch(r"[^\s.*>]+", prefix)
+    ):
+        raise CredentialsError(f"{where}: inbox_prefix must be one subject token")
+    return NatsIdentity(user=user, password=password, inbox_prefix=prefix)
 
 
-def auth_options(path: str | None, where: str = "nats_credentials") -> dict[str, Any]:
-    """nats-py connect options for the credentials file at `path` (none: {}), read now;
+def read_identity(path: str | None, where: str = "nats_credentials") -> NatsIdentity:
+    """The identity in the credentials file at `path` (none: anonymous), read now;
     CredentialsError names `where` when it cannot be read or is not a credentials file."""
     if not path:
-        return {}
+        return NatsIdentity()
     try:
         with open(path) as fh:
             text = fh.read()
     except OSError as exc:
         raise CredentialsError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
-    return connect_options(text, path, where)
+    return identity_of(text, path, where)
 
 
 def tls_context(
@@ -139,7 +163,7 @@ def _readable(value: str | None) -> None:
 def _credentials(value: str | None) -> None:
     """A credentials file is read at start, so that a bad one is a bad setting."""
     if value is not None:
-        auth_options(value, value)
+        read_identity(value, value)
 
 
 def _subject_prefix(value: str) -> None:
@@ -204,7 +228,7 @@ class NatsSettings(SettingsGroup, frozen=True):
     def client_options(self) -> dict[str, Any]:
         """nats-py's connect options for these settings: credentials (read now) and TLS;
         CredentialsError names `nats_credentials`."""
-        options = auth_options(self.credentials)
+        options = read_identity(self.credentials).nats_py()
         tls = tls_context(self.tls_ca, self.tls_cert, self.tls_key)
         if tls is not None:
             options["tls"] = tls

@@ -231,7 +231,7 @@ def render_cluster_configs(
 
 
 def credentials_text(user: str, password: str, inbox_prefix: str | None = None) -> str:
-    """The TOML `procs.nats.auth_options` reads; `inbox_prefix`: where the user's
+    """The TOML `procs.nats.read_identity` reads; `inbox_prefix`: where the user's
     replies must arrive (its permissions allow no other inbox)."""
     text = (
         "# NATS credentials for gpufleet (written by `gpufleet nats-auth`); keep secret.\n"

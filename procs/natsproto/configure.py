@@ -1,5 +1,5 @@
-"""A gpufleet process's `NatsSettings` as this client's options: the seeds, the
-credentials file read now (`procs.nats.auth_options`: a JWT `.creds` file, or the
+"""A gpufleet process's `NatsSettings` as this client's options: the seeds, who the
+process is (`procs.nats.read_identity`, read now: a JWT `.creds` file, or the
 user/password TOML `gpufleet nats-auth` writes; CredentialsError names
 `nats_credentials`) and the client TLS context (`procs.nats.tls_context`)."""
 
@@ -7,19 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from procs.nats import NatsSettings, auth_options, tls_context
+from procs.nats import NatsIdentity, NatsSettings, read_identity, tls_context
 from procs.natsproto.auth import Credentials
 from procs.natsproto.client import ClientOptions
 
 
-def credentials_for(options: dict[str, Any]) -> Credentials:
-    """`auth_options`' nats-py keywords as Credentials. Its `inbox_prefix` has no use
-    here: this client sends no requests, so it never subscribes to an inbox."""
-    if "user_credentials" in options:
-        return Credentials(creds_path=str(options["user_credentials"]))
-    if "user" in options:
-        return Credentials(user=options["user"], password=options["password"])
-    return Credentials()
+def credentials_for(identity: NatsIdentity) -> Credentials:
+    """The identity as this client's Credentials. Its `inbox_prefix` has no use here:
+    this client sends no requests, so it never subscribes to an inbox."""
+    return Credentials(
+        user=identity.user, password=identity.password, creds_path=identity.creds_path
+    )
 
 
 def client_options(settings: NatsSettings, **options: Any) -> ClientOptions:
@@ -27,7 +25,7 @@ def client_options(settings: NatsSettings, **options: Any) -> ClientOptions:
     timings: `ClientOptions`' fields); ValueError when the URL holds no server."""
     return ClientOptions(
         servers=settings.servers,
-        credentials=credentials_for(auth_options(settings.credentials)),
+        credentials=credentials_for(read_identity(settings.credentials)),
         tls=tls_context(settings.tls_ca, settings.tls_cert, settings.tls_key),
         **options,
     )

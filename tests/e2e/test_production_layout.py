@@ -43,7 +43,7 @@ from agent.sim.faults import write_faults
 from ops.kit.client import ApiClient
 from ops.kit.embedded_nats import free_port
 from ops.kit.keys import new_key
-from procs.nats import connect_options
+from procs.nats import identity_of
 from shared.streams import stream_name
 from tests.e2e import layout
 from tests.e2e.fleet_procs import BIN, stop
@@ -374,7 +374,7 @@ def _feed(driver: Any) -> list[tuple[str, str]]:
 
 
 def _creds(path: Path) -> dict[str, Any]:
-    return connect_options(path.read_text(), str(path), path.name)
+    return identity_of(path.read_text(), str(path), path.name).nats_py()
 
 
 # -- NATS as the reader -------------------------------------------------------------------

@@ -15,7 +15,7 @@ import yaml
 from ops.forwarder.daemon import AlertForwarder
 from ops.forwarder.settings import ForwarderSettings
 from ops.kit.nats_users import inbox_prefix
-from procs.nats import connect_options, parse_credentials
+from procs.nats import identity_of, parse_credentials
 from procs.settings import from_sources
 from tests.unit.ansible.test_lint import ansible_env, tool
 
@@ -126,8 +126,8 @@ def test_the_forwarder_connects_as_the_user_that_owns_its_durable(tmp_path: Path
     creds = (etc / "alerts-nats.creds").read_text()
     assert parse_credentials(creds) == ("forwarder:fwd-1", "its-own")
     # Its replies under the inbox prefix its NATS permissions allow (issue 32).
-    options = connect_options(creds, "alerts-nats.creds", "nats_credentials")
-    assert options["inbox_prefix"] == inbox_prefix("forwarder:fwd-1")
+    found = identity_of(creds, "alerts-nats.creds", "nats_credentials")
+    assert found.inbox_prefix == inbox_prefix("forwarder:fwd-1")
 
 
 def test_the_role_defaults_render_a_config_without_labels_or_ca(tmp_path: Path) -> None:

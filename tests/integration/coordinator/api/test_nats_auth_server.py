@@ -34,7 +34,7 @@ from ops.kit.nats_bundle import AuthBundle, build, write_bundle
 from ops.kit.nats_users import AgentNode, agent_user, bcrypt_hasher, forwarder_user, reader_user
 from ops.kit.stream_reader import read_stream
 from ops.main import run as cli_run
-from procs.nats import NatsSettings, auth_options
+from procs.nats import NatsSettings, read_identity
 from shared.ids import new_pool_id
 from shared.streams import stream_name
 from shared.subjects import Subjects
@@ -70,7 +70,7 @@ class Secured:
         # As every gpufleet process connects: with the options its credentials file gives.
         return await nats.connect(
             self.server.url,
-            **auth_options(str(self.creds_file(user))),
+            **read_identity(str(self.creds_file(user))).nats_py(),
             error_cb=on_error,
             allow_reconnect=False,
         )

@@ -21,7 +21,13 @@ from ops.kit.nats_server_config import credentials_text, parse_server_arg
 from ops.kit.nats_users import AgentNode, NatsAuthError, agent_user
 from ops.main import run as cli_run
 from ops.natsauth.command import nodes_from_json
-from procs.nats import CredentialsError, auth_options, connect_options, parse_credentials
+from procs.nats import (
+    CredentialsError,
+    NatsIdentity,
+    identity_of,
+    parse_credentials,
+    read_identity,
+)
 from procs.settings import ConfigError, load
 from shared.ids import new_pool_id
 from shared.subjects import Subjects
@@ -146,31 +152,34 @@ def test_readers_get_no_consumers_and_a_forwarder_only_the_one_named_after_it() 
     assert "t.alert.>" not in fwd.permissions.publish
     assert "_INBOX.>" not in bundle.authorization.replace('"_INBOX.>"]', "", 1)  # coordinator's
     # Each one's credentials file says where its replies must arrive.
-    assert auth_options_of(bundle.credentials("forwarder:fwd-b"))["inbox_prefix"] == (
+    assert identity(bundle.credentials("forwarder:fwd-b")).nats_py()["inbox_prefix"] == (
         "_INBOX_forwarder:fwd-b"
     )
-    assert "inbox_prefix" not in auth_options_of(bundle.credentials("coordinator"))
+    assert "inbox_prefix" not in identity(bundle.credentials("coordinator")).nats_py()
 
 
-def auth_options_of(text: str) -> dict[str, object]:
-    return connect_options(text, "x.creds", "nats_credentials")
+def identity(text: str) -> NatsIdentity:
+    return identity_of(text, "x.creds", "nats_credentials")
 
 
 def test_every_process_reads_the_credentials_file_the_generator_writes(tmp_path: Path) -> None:
     creds = tmp_path / "a.creds"
     creds.write_text(credentials_text('agent:p:"n"', 'pa"ss\\word'))
     assert parse_credentials(creds.read_text()) == ('agent:p:"n"', 'pa"ss\\word')
-    assert auth_options(str(creds)) == {"user": 'agent:p:"n"', "password": 'pa"ss\\word'}
+    found = read_identity(str(creds))
+    assert found == NatsIdentity(user='agent:p:"n"', password='pa"ss\\word')
+    assert found.nats_py() == {"user": 'agent:p:"n"', "password": 'pa"ss\\word'}
+    assert 'pa"ss' not in repr(found)  # a password never reaches a log
     # A NATS JWT .creds file goes to nats-py as it is.
     jwt = tmp_path / "nsc.creds"
     jwt.write_text("-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n")
-    assert auth_options(str(jwt)) == {"user_credentials": str(jwt)}
+    assert read_identity(str(jwt)).nats_py() == {"user_credentials": str(jwt)}
     junk = tmp_path / "junk"
     junk.write_text("user = 1\n")
     with pytest.raises(CredentialsError, match="nats_credentials: needs user and password"):
-        auth_options(str(junk))
+        read_identity(str(junk))
     with pytest.raises(CredentialsError, match="cannot read"):
-        auth_options(str(tmp_path / "missing"))
+        read_identity(str(tmp_path / "missing"))
     # Every process says it as a bad setting (exit 2), naming the field.
     with pytest.raises(ConfigError, match=r"nats_credentials: .*junk: needs user and password"):
         load(Settings, ["--pool-id", new_pool_id(), "--nats-credentials", str(junk)], {})

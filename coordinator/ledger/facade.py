@@ -57,7 +57,7 @@ class Ledger:
         self.gpus = GpuListing(db)
         self.quotas = QuotaRepo(db)
         self.snapshots = SnapshotCache(heap)
-        self._peek = VersionPeek(db.sqlite_path)
+        self._peek = VersionPeek(db)
         self.bookings = BookingRepo(db, self.snapshots, self._peek)
         self.reservations = ReservationRepo(db)
         self.intervals = IntervalRepo(db)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sqlalchemy.dialects import sqlite
 
+from coordinator.ledger.database import Database
 from coordinator.ledger.snapshot_loader import VERSIONS_SELECT
 
 log = logging.getLogger(__name__)
@@ -36,22 +37,27 @@ class VersionPeek:
     """`read(pool_id)`: the pool's (nodes_version, bookings_version) as committed, or
     None where this cannot answer at once (see the module's docstring)."""
 
-    def __init__(self, path: str | None) -> None:
-        self._path = path if path and path != ":memory:" else None
+    def __init__(self, db: Database) -> None:
+        # Only kept: the file is looked up at the first read (a ledger's repositories
+        # touch nothing of the database before they are used).
+        self._db = db
+        self._off = False
         self._conn: sqlite3.Connection | None = None
-        self.reads = 0  # answered here (tests and benchmarks read it)
 
     def read(self, pool_id: str) -> tuple[int, int] | None:
-        if self._path is None:
+        if self._off:
             return None
         try:
             if self._conn is None:
-                self._conn = _open(self._path)
+                path = self._db.sqlite_path
+                if not path or path == ":memory:":
+                    self._off = True
+                    return None
+                self._conn = _open(path)
             row = self._conn.execute(_SQL, (pool_id,)).fetchone()
         except sqlite3.Error as exc:
             log.debug("pool versions not peeked (%r); reading through the pool", exc)
             return None
-        self.reads += 1
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def close(self) -> None:

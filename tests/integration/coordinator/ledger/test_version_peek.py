@@ -14,6 +14,7 @@ import pytest
 from coordinator.domain.booking import Booked
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
+from coordinator.ledger.database import Database
 from coordinator.ledger.version_peek import VersionPeek
 from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
@@ -78,7 +79,7 @@ async def test_a_current_preview_runs_no_statement_on_a_pool_connection(
 
 def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> None:
     missing = tmp_path / "gone.db"
-    peek = VersionPeek(str(missing))
+    peek = VersionPeek(Database(f"sqlite:///{missing}"))
     assert peek.read("pool") is None and not missing.exists()
 
     path = tmp_path / "ledger.db"
@@ -89,7 +90,7 @@ def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> N
         " bookings_version INTEGER)"
     )
     writer.execute("INSERT INTO pool_versions VALUES ('p', 3, 7)")
-    peek = VersionPeek(str(path))
+    peek = VersionPeek(Database(f"sqlite:///{path}"))
     try:
         assert peek.read("p") == (3, 7)
         assert peek.read("other") == (0, 0)  # a pool never written: the counters' start
@@ -108,5 +109,5 @@ def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> N
     finally:
         peek.close()
         writer.close()
-    assert VersionPeek(None).read("p") is None
-    assert VersionPeek(":memory:").read("p") is None
+    assert VersionPeek(Database("postgresql://u@127.0.0.1:1/none")).read("p") is None
+    assert VersionPeek(Database("sqlite:///:memory:")).read("p") is None

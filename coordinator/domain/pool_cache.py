@@ -8,7 +8,7 @@ it decides is added. Pure: `coordinator.ledger.snapshot` fills it from the datab
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any
 from weakref import ref
 
+from coordinator.domain.booking_spans import BookingSpans
 from coordinator.domain.claims import form_of, stale_claim
 from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.placement_model import (
@@ -27,9 +28,6 @@ from coordinator.domain.placement_model import (
     PoolSnapshot,
 )
 
-# Up to this many new bookings are inserted into the sorted bounds one by one (a
-# booking's few atoms: each batch member indexes its own); more are sorted in.
-_INSERT_IN_PLACE = 64
 # Windows whose irregular nodes are kept (`PoolCache.outside`).
 _KEPT_WINDOWS = 32
 
@@ -127,17 +125,16 @@ class PoolCache:
     resolved: dict[str, _NodeClaims] = field(default_factory=dict)
     atoms: list[HeldAtom] = field(default_factory=list)
     scalars: list[HeldScalar] = field(default_factory=list)
-    # (end, nodeId) and (start, nodeId) of every atom booking, ascending: the nodes with
-    # a booking outside a window, whose kept free counts do not hold for it.
-    ends: list[tuple[int, str]] = field(default_factory=list)
-    starts: list[tuple[int, str]] = field(default_factory=list)
+    # When each atom booking starts and ends: the nodes with a booking outside a window,
+    # whose kept free counts do not hold for it.
+    spans: BookingSpans = field(default_factory=BookingSpans)
     # Per-node free counts under all bookings (`free_index`); None until first asked for
     # after nodes or bookings were (re)loaded.
     counts: FreeCounts | None = None
     # Copy on write: a fork shares the lists above with the cache it was forked from
     # until either adds to them. `owned` names the nodes whose `by_node` list this cache
-    # made itself since the last fork; `owns_lists`, whether `atoms`, `scalars`, `ends`
-    # and `starts` are its own.
+    # made itself since the last fork; `owns_lists`, whether `atoms`, `scalars` and
+    # `spans` are its own.
     owned: set[str] = field(default_factory=set)
     owns_lists: bool = True
     # (start, end) → the nodes with a booking outside that window (`irregular`), for
@@ -175,7 +172,7 @@ class PoolCache:
         """New bookings of this process's (pinned to their devices, `pinned`)."""
         if not self.owns_lists:
             self.atoms, self.scalars = list(self.atoms), list(self.scalars)
-            self.ends, self.starts = list(self.ends), list(self.starts)
+            self.spans = self.spans.copy()
             self.owns_lists = True
         pinned = [self.pinned(h) for h in atoms]
         self.atoms.extend(pinned)
@@ -187,16 +184,9 @@ class PoolCache:
         shared with another cache: `add` copies what is)."""
         touched: dict[str, list[HeldAtom]] = {}
         held = list(atoms)
-        # A few new bookings (one reservation of a batch) go in place; a reload sorts.
-        few = len(held) <= _INSERT_IN_PLACE
         for h in held:
             touched.setdefault(h.node_id, []).append(h)
-            if few:
-                insort(self.ends, (h.end, h.node_id))
-                insort(self.starts, (h.start, h.node_id))
-            else:
-                self.ends.append((h.end, h.node_id))
-                self.starts.append((h.start, h.node_id))
+        self.spans.add((h.start, h.end, h.node_id) for h in held)
         for node_id, new in touched.items():
             mine = self.by_node.get(node_id)
             if mine is None or node_id not in self.owned:
@@ -209,10 +199,6 @@ class PoolCache:
             found = self.resolved.get(node_id)
             if found is not None:
                 self.resolved[node_id] = found.extended(self._rows(new))
-        if not few:
-            # Sorted runs plus a new one: timsort merges them.
-            self.ends.sort()
-            self.starts.sort()
         if self.outside:
             for (start, end), outside in self.outside.items():
                 for h in held:
@@ -273,9 +259,7 @@ class PoolCache:
         if found is None:
             if len(self.outside) >= _KEPT_WINDOWS:
                 del self.outside[next(iter(self.outside))]
-            ended = self.ends[: bisect_left(self.ends, (start + 1,))]
-            later = self.starts[bisect_left(self.starts, (end,)) :]
-            found = self.outside[(start, end)] = {n for _, n in ended} | {n for _, n in later}
+            found = self.outside[(start, end)] = self.spans.outside(start, end)
         return found
 
     def claims(self, node_id: str) -> _NodeClaims:

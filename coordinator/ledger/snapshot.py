@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.domain.booking_spans import BookingSpans
 from coordinator.domain.placement_model import PoolSnapshot
 from coordinator.domain.pool_cache import (
     HeldAtom,
@@ -95,7 +96,7 @@ class SnapshotCache:
             # Keep bookings that ended a little before now: a request placed a moment
             # after its `start` was fixed must still see them.
             cache.atoms, cache.scalars = await load_bookings(conn, pool_id, now - KEEP_ENDED_MS)
-            cache.by_node, cache.ends, cache.starts = {}, [], []
+            cache.by_node, cache.spans = {}, BookingSpans()
             cache.reset()
             cache.index(cache.atoms)
             cache.bookings_version = bookings_v

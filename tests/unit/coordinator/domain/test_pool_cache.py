@@ -48,7 +48,7 @@ def test_a_fork_and_its_cache_never_see_each_others_additions() -> None:
     # The cache adds after the fork (a booking committed alone): the fork is unmoved.
     cache.add([held("n1", 1, "r2")], [])
     assert [h.reservation_id for h in fork.by_node["n1"]] == ["r1"]
-    assert len(fork.atoms) == 3 and len(fork.ends) == 3
+    assert len(fork.atoms) == 3 and len(fork.spans) == 3
     assert free_gpus(fork) == {"n1": 1}
     assert free_gpus(cache) == {"n0": 1, "n1": 1}
 

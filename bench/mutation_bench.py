@@ -1,11 +1,11 @@
 """Mutation testing of the domain (issue 23; issue 31 added the booking decision and the
 use accounting): mutmut mutates coordinator/domain/{placer,placement_model,node_fit,
 claims,free_index,intervals,liveness,booking,booked_hours,gpu_use_accrual,gpu_use_join,
-gpu_use_book,gpu_use_report}.py one change at a time and runs the fast unit tests that
-cover each mutated function; a mutant the tests still pass on ("survived") is a
-behaviour no fast test pins down. Prints killed and survived, lists the survivors (with
-their diffs in the JSON), and writes bench/results/mutation.json. Goal: at least 95 % of
-the mutants killed (issue 31).
+gpu_use_units,gpu_use_book,gpu_use_report}.py one change at a time and runs the fast
+unit tests that cover each mutated function; a mutant the tests still pass on
+("survived") is a behaviour no fast test pins down. Prints killed and survived, lists the
+survivors (with their diffs in the JSON), and writes bench/results/mutation.json. Goal:
+at least 95 % of the mutants killed (issue 31).
 
     .venv/bin/python bench/mutation_bench.py [--modules placer,claims] [--jobs 2]
         [--timeout 7200] [--keep]
@@ -40,8 +40,8 @@ DOMAIN = "coordinator/domain"
 MODULES = (
     "placer", "placement_model", "node_fit", "claims", "free_index", "intervals", "liveness",
     # Issue 31: the booking decision and the use accounting.
-    "booking", "booked_hours", "gpu_use_accrual", "gpu_use_join", "gpu_use_book",
-    "gpu_use_report",
+    "booking", "booked_hours", "gpu_use_accrual", "gpu_use_join", "gpu_use_units",
+    "gpu_use_book", "gpu_use_report",
 )  # fmt: skip
 # The fast unit tests that exercise those modules (seconds in all, no database, no NATS):
 # mutmut maps each test to the functions it runs and runs only those per mutant.

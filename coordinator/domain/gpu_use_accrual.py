@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from coordinator.domain.consumption import UNATTRIBUTED
-from coordinator.domain.gpu_use_join import Hold, covers, shares, utilization
+from coordinator.domain.gpu_use_units import Hold, covers, shares, utilization
 from shared.wire import IDLE_UTIL_PERCENT, DeviceUse
 
 HOUR_MS = 3_600_000

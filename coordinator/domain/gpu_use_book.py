@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
+from coordinator.domain.gpu_use_units import GPU_CLASSES, unit_of
 from shared.wire import MAX_OWNER_MEMORY, DeviceUse, Heartbeat, Inventory, OwnerMemory, UseReport
 
 # An atom as `atom_units` reads it: (class, atom id, device id, attributes).

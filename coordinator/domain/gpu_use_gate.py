@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from coordinator.domain.gpu_use_join import Policy, UseTransition
+from coordinator.domain.gpu_use_join import UseTransition
+from coordinator.domain.gpu_use_units import Policy
 from coordinator.domain.intervals import format_time
 
 UNIT_KINDS = frozenset({"gpu.unbookedUse", "gpu.foreignUse"})

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Set
 from operator import attrgetter
 
 from coordinator.domain.claims import Claim, conflicts
-from coordinator.domain.gpu_use_join import unit_of
+from coordinator.domain.gpu_use_units import unit_of
 from coordinator.domain.placement_model import (
     AtomSlot,
     DeviceRequest,

@@ -17,7 +17,7 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Row, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
+from coordinator.domain.gpu_use_units import GPU_CLASSES, unit_of
 from coordinator.domain.model import AtomRecord, Holder, NodeRecord
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among

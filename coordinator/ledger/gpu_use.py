@@ -20,8 +20,8 @@ from coordinator.domain.consumption import MemoryAccrued, MemoryKey
 from coordinator.domain.gpu_use_accrual import HOUR_MS, AccrualKey, Accrued
 from coordinator.domain.gpu_use_book import AtomRow, atom_units
 from coordinator.domain.gpu_use_conditions import OpenCondition
-from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.gpu_use_report import UseHour
+from coordinator.domain.gpu_use_units import COVERING_CLASSES, GPU_CLASSES, Hold, unit_of
 from coordinator.domain.model import NewNodeEvent
 from coordinator.ledger import schema
 from coordinator.ledger.bulk import among

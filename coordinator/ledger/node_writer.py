@@ -1,7 +1,7 @@
 """One transaction's changes to some nodes (`NodeWriter`): new nodes registered in
 bulk, a known node's change in its own savepoint, flags and transitions saved with their
 node events and outbox alerts. `NodeRepo.change` opens one and settles the rollup and
-at-risk flags when it ends.
+at-risk flags when it ends. What those rows hold is `node_rows`'.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 import msgspec
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,28 +31,16 @@ from coordinator.domain.transitions import (
 from coordinator.ledger import identities, node_moves, pool_memory, schema
 from coordinator.ledger.bulk import among, insert_rows
 from coordinator.ledger.database import lock_pool
+from coordinator.ledger.node_rows import (
+    event_row,
+    flag_values,
+    inventory_values,
+    new_atom_row,
+    new_node_row,
+    replace_atoms,
+)
 from coordinator.ledger.outbox import OutboxWriter
 from shared.wire import Alert, Inventory
-
-
-def _inventory_values(inv: Inventory, now: int) -> dict[str, object]:
-    """The node row's columns an inventory describes (not its flags)."""
-    return {
-        "pool_id": inv.pool_id,
-        "hostname": inv.hostname,
-        "boot_id": inv.boot_id,
-        "labels": dict(inv.labels),
-        "profile_id": inv.profile_id,
-        "profile_version": inv.profile_version,
-        "inventory_hash": inv.inventory_hash,
-        "inventory": msgspec.to_builtins(inv),
-        "last_seen": now,
-        "vcpu": inv.scalars.vcpu,
-        "memory_gib": inv.scalars.memory_gib,
-        "hugepages_1gi": inv.scalars.hugepages_1gi,
-        "updated_at": now,
-    }
-
 
 # How the caller words transitions and risk changes as alerts (services/alerting.py).
 AlertsOf = Callable[[str, str, Sequence[Transition]], Sequence[Alert]]
@@ -147,43 +135,13 @@ class NodeWriter:
     def register(self, inv: Inventory, after: NodeFlags, transitions: Sequence[Transition]) -> None:
         """Queue a new node (admitted by `admit`) with its flags and transitions."""
         now = self._now
-        self._new_nodes.append(
-            _inventory_values(inv, now)
-            | {
-                "node_id": inv.node_id,
-                "reachable": after.reachable,
-                "reachable_since": now,
-                "health": after.health,
-                "health_reasons": list(after.health_reasons),
-                "health_since": now,
-                "provisioning": after.provisioning,
-                "maintenance": after.maintenance,
-                "maintenance_reason": after.maintenance_reason,
-                "maintenance_by": after.maintenance_by,
-                "maintenance_since": now if after.maintenance else None,
-                "shape_hold": after.shape_hold or None,
-                "duplicate_hold": after.duplicate_hold or None,
-                "created_at": now,
-            }
-        )
+        self._new_nodes.append(new_node_row(inv, after, now))
         views = []
         for atom in inv.atoms:
             health = after.device(atom.device_id) if atom.device_id else HEALTHY_DEVICE
             view = AtomView(atom.atom_id, inv.node_id, atom.cls, atom.device_id, health.status)
             views.append(view)
-            self._new_atoms.append(
-                {
-                    "atom_id": atom.atom_id,
-                    "node_id": inv.node_id,
-                    "pool_id": inv.pool_id,
-                    "class": atom.cls,
-                    "device_id": atom.device_id,
-                    "attrs": dict(atom.attrs),
-                    "retired": False,
-                    "health": health.status,
-                    "health_reasons": list(health.reasons),
-                }
-            )
+            self._new_atoms.append(new_atom_row(inv, atom, health))
         state = NodeState(after.reachable, after.health, after.maintenance, after.provisioning)
         self._new_views.append(
             NodeView(
@@ -191,7 +149,7 @@ class NodeWriter:
                 inv.scalars.memory_gib, inv.scalars.hugepages_1gi,
             )
         )  # fmt: skip
-        self._new_events += [_event(inv.node_id, after.pool_id, t, now) for t in transitions]
+        self._new_events += [event_row(inv.node_id, after.pool_id, t, now) for t in transitions]
         self.saved.setdefault(inv.node_id, []).extend(transitions)
         if self.alerts_of is not None:
             self._new_alerts += self.alerts_of(inv.node_id, after.pool_id, transitions)
@@ -368,7 +326,7 @@ class NodeWriter:
         if not await self._pool_exists(inv.pool_id):
             raise UnknownPool(f"unknown pool {inv.pool_id}")
         now = self._now
-        values = _inventory_values(inv, now) | {"pool_id": pool_id}
+        values = inventory_values(inv, now) | {"pool_id": pool_id}
         current = self._current.get(inv.node_id)
         if current is None:
             fresh = NodeFlags(pool_id)
@@ -393,7 +351,7 @@ class NodeWriter:
             await self._conn.execute(
                 update(schema.nodes).where(n.node_id == inv.node_id).values(**values)
             )
-        await self._replace_atoms(inv, pool_id)
+        await replace_atoms(self._conn, inv, pool_id)
         devices = {
             a.device_id: current.devices.get(a.device_id, HEALTHY_DEVICE)
             for a in inv.atoms
@@ -404,86 +362,14 @@ class NodeWriter:
         )
         self.changed = True
 
-    async def _replace_atoms(self, inv: Inventory, pool_id: str) -> None:
-        a = schema.atoms.c
-        current = {
-            row.atom_id
-            for row in (
-                await self._conn.execute(select(a.atom_id).where(a.node_id == inv.node_id))
-            ).all()
-        }
-        seen: set[str] = set()
-        inserts: list[dict[str, object]] = []
-        updates: list[dict[str, object]] = []
-        for atom in inv.atoms:
-            values: dict[str, object] = {
-                "pool_id": pool_id,
-                "class": atom.cls,
-                "device_id": atom.device_id,
-                "attrs": dict(atom.attrs),
-                "retired": False,
-            }
-            seen.add(atom.atom_id)
-            if atom.atom_id in current:
-                updates.append({"b_atom_id": atom.atom_id, **values})
-            else:
-                # Healthy until `save` writes the device's health with its transition.
-                inserts.append(
-                    {"atom_id": atom.atom_id, "node_id": inv.node_id}
-                    | values
-                    | {"health": "healthy", "health_reasons": []}
-                )
-        if inserts:
-            await self._conn.execute(schema.atoms.insert(), inserts)
-        if updates:
-            stmt = (
-                update(schema.atoms)
-                .where(a.atom_id == bindparam("b_atom_id"))
-                .values({k: bindparam(k) for k in updates[0] if k != "b_atom_id"})
-            )
-            await self._conn.execute(stmt, updates)
-        gone = current - seen
-        if gone:
-            await self._conn.execute(
-                update(schema.atoms).where(a.atom_id.in_(gone)).values(retired=True)
-            )
-
     async def save(self, node_id: str, after: NodeFlags, transitions: Sequence[Transition]) -> None:
         """Persist a node's flags and record each transition as a node event."""
         n, a = schema.nodes.c, schema.atoms.c
         cur = self._current[node_id]
         now = self._now
-        values: dict[str, object] = {}
-        if cur.reachable != after.reachable:
-            values |= {"reachable": after.reachable, "reachable_since": now}
-        if cur.health != after.health:
-            values |= {"health": after.health, "health_since": now}
-        if cur.health_reasons != after.health_reasons:
-            values["health_reasons"] = list(after.health_reasons)
-        if cur.provisioning != after.provisioning:
-            values["provisioning"] = after.provisioning
-        if cur.maintenance != after.maintenance:
-            values |= {
-                "maintenance": after.maintenance,
-                "maintenance_since": now if after.maintenance else None,
-            }
-        if (cur.maintenance_reason, cur.maintenance_by) != (
-            after.maintenance_reason,
-            after.maintenance_by,
-        ):
-            values |= {
-                "maintenance_reason": after.maintenance_reason,
-                "maintenance_by": after.maintenance_by,
-            }
-        if cur.pending_pool != after.pending_pool:
-            values["pending_pool_id"] = after.pending_pool
-        if cur.shape_hold != after.shape_hold:
-            values["shape_hold"] = after.shape_hold or None
-        if cur.duplicate_hold != after.duplicate_hold:
-            values["duplicate_hold"] = after.duplicate_hold or None
+        values = flag_values(cur, after, now)
         if cur.pool_id != after.pool_id:
             # A pending move done: the node and its atoms join the new pool together.
-            values["pool_id"] = after.pool_id
             await self._conn.execute(
                 update(schema.atoms).where(a.node_id == node_id).values(pool_id=after.pool_id)
             )
@@ -501,22 +387,10 @@ class NodeWriter:
         if transitions:
             await self._conn.execute(
                 schema.node_events.insert(),
-                [_event(node_id, after.pool_id, t, now) for t in transitions],
+                [event_row(node_id, after.pool_id, t, now) for t in transitions],
             )
             if self.alerts_of is not None:
                 await self.write_alerts(self.alerts_of(node_id, after.pool_id, transitions))
             self.saved.setdefault(node_id, []).extend(transitions)
         self._current[node_id] = after
         self.changed = self.changed or bool(transitions)
-
-
-def _event(node_id: str, pool_id: str, t: Transition, now: int) -> dict[str, object]:
-    return {
-        "node_id": node_id,
-        "pool_id": pool_id,
-        "kind": t.kind,
-        "reason": t.reason,
-        "by": t.by,
-        "at": now,
-        "device_id": t.device_id,
-    }

@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 from coordinator.domain.census import Census
 from coordinator.domain.consumption import Consumption
 from coordinator.domain.gpu_use_conditions import IdleLine
-from coordinator.domain.gpu_use_join import UnitLine, first_name
+from coordinator.domain.gpu_use_units import UnitLine, first_name
 from coordinator.domain.intervals import INTERVAL_MS
 from coordinator.domain.model import NODE_STATUSES, RollupRow
 from procs.build import revision

@@ -13,13 +13,13 @@ from coordinator.domain.booked_hours import HOUR_MS, UsageSpan
 from coordinator.domain.consumption import Consumption, MemoryKey, consumption
 from coordinator.domain.focus import Commitments, Place, place
 from coordinator.domain.focus_devices import DeviceHour, gpu_share, mean_share
-from coordinator.domain.gpu_use_join import COVERING_CLASSES
 from coordinator.domain.gpu_use_report import (
     ReservationUse,
     UnbookedUse,
     UseHour,
     reservation_use,
 )
+from coordinator.domain.gpu_use_units import COVERING_CLASSES
 from coordinator.ledger import Ledger
 
 

@@ -49,17 +49,9 @@ from coordinator.domain.gpu_use_accrual import AccrualKey, Accrued, accrue, merg
 from coordinator.domain.gpu_use_book import Applied, GpuUseBook, inventory_units
 from coordinator.domain.gpu_use_conditions import IdleLine, changes, idle_lines, state_of
 from coordinator.domain.gpu_use_gate import Gate, gate
-from coordinator.domain.gpu_use_join import (
-    JoinState,
-    Policy,
-    UnitLine,
-    UseTransition,
-    covers,
-    join,
-    unbooked_units,
-    unit_lines,
-)
+from coordinator.domain.gpu_use_join import JoinState, UseTransition, join
 from coordinator.domain.gpu_use_owners import RESERVATION_ID, reservation_owners, vetted
+from coordinator.domain.gpu_use_units import Policy, UnitLine, covers, unbooked_units, unit_lines
 from coordinator.domain.model import NewNodeEvent
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.domain.tenant_rules import NO_RULES, TenantRules

@@ -1,25 +1,23 @@
 """Node state service: turns ingested heartbeats and inventories into ledger writes and
 alerts.
 
-The ingest callbacks only touch memory (the liveness tracker and a few pending maps);
-the methods the loops in `coordinator.tasks` drive do the I/O: `write_pending` applies
-inventories and health transitions (rare, written at once), `flush_last_seen` writes
-liveness in one batch, `sweep` marks silent nodes unreachable (or, when that would be a
-large fraction of the fleet at once, holds it as the coordinator's own outage: logged
-at warning and counted in `outage_holds`). Heartbeats the tracker ignores (an older
-`seq`, the other host of a duplicate node id) are dropped and counted like bad
-messages; a duplicate id is recorded as the node's `node.duplicateId` event and
-published. Each write is one unit of
-work from `coordinator.services.node_records`; its transitions go out through
-`coordinator.services.alerting`.
+The ingest callbacks only touch memory (the liveness tracker and a few pending maps:
+`coordinator.services.node_ingest`, which `NodeWatch` extends); the methods the loops in
+`coordinator.tasks` drive do the I/O: `write_pending` applies inventories and health
+transitions (rare, written at once), `flush_last_seen` writes liveness in one batch,
+`sweep` marks silent nodes unreachable (or, when that would be a large fraction of the
+fleet at once, holds it as the coordinator's own outage: logged at warning and counted
+in `outage_holds`). A duplicate id is recorded as the node's `node.duplicateId` event
+and published. Each write is one unit of work from `coordinator.services.node_records`;
+its transitions go out through `coordinator.services.alerting`.
 
 Failure is isolated per node: an inventory or transition the ledger refuses is logged
 with the node id and counted (`rejected`, and as the ingest drop `ledger_rejected`);
 the rest of the batch is still written, health recording never stops.
 
 Unknown nodes cost bounded memory and bounded work: at most `MAX_UNKNOWN_PER_PASS`
-are handled per pass (the rest dropped as `unknown_flood`), inventory requests go out
-at most `INVENTORY_REQUESTS_PER_S` a second in all and once per node per
+(`node_ingest`) are handled per pass (the rest dropped as `unknown_flood`), inventory
+requests go out at most `INVENTORY_REQUESTS_PER_S` a second in all and once per node per
 `INVENTORY_REQUEST_EVERY_MS`, and the table of recent requests is pruned.
 
 When the coordinator falls behind — more than `backlog_limit` messages wait unread,
@@ -32,15 +30,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from coordinator.domain.errors import CoordinatorError, UnknownPool
-from coordinator.domain.liveness import APPLIED, LivenessTracker, NodeLiveness
+from coordinator.domain.liveness import LivenessTracker, NodeLiveness
 from coordinator.domain.ports import AlertSink, Publisher
 from coordinator.ledger import Ledger, LedgerUnavailable, NotLeader
 from coordinator.runtime.gc_pause import gc_paused
 from coordinator.services import alerting
 from coordinator.services.capacity_signal import CapacitySignal
+from coordinator.services.node_ingest import MAX_UNKNOWN_PER_PASS, NodeIngest, UseSink
 from coordinator.services.node_records import (
     NotRecorded,
     UntrueInventory,
@@ -54,7 +53,7 @@ from coordinator.services.node_records import (
 from procs.log_throttle import LogThrottle
 from shared.clock import Clock
 from shared.subjects import Subjects
-from shared.wire import Heartbeat, Inventory, UseReport
+from shared.wire import Heartbeat, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,6 @@ INVENTORY_REQUEST_EVERY_MS = 5000
 # Inventories recorded per unit of work when many arrive at once (a fleet booting).
 INVENTORY_BATCH = 500
 INVENTORY_REQUESTS_PER_S = 200
-MAX_UNKNOWN_PER_PASS = 1000
 POOL_REFRESH_EVERY_MS = 1000
 # The table of recent inventory requests never holds more than this many nodes: it is
 # pruned past MAX_UNKNOWN_PER_PASS, and only a window's worth of requests are recent.
@@ -74,24 +72,16 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class UseSink(Protocol):
-    """Where the use that heartbeats and reports carry goes (`services.gpu_use_watch`):
-    each answers how many devices it dropped as not in the node's inventory."""
-
-    def on_heartbeat(self, hb: Heartbeat) -> int: ...
-
-    def on_report(self, report: UseReport) -> int: ...
-
-    def on_inventory(self, inv: Inventory) -> None: ...
-
-
 def _keep(pending: dict[K, V], taken: dict[K, V]) -> None:
     """Put back what a failed write took; what arrived meanwhile is newer and stays."""
     for key, value in taken.items():
         pending.setdefault(key, value)
 
 
-class NodeWatch:
+class NodeWatch(NodeIngest):
+    """The node watch: the ingest callbacks (`NodeIngest`) and the loops that write what
+    they left (this class)."""
+
     def __init__(
         self,
         ledger: Ledger,
@@ -107,34 +97,19 @@ class NodeWatch:
         backlog_limit: int = 10_000,
         use: UseSink | None = None,
     ) -> None:
-        # Use rides on heartbeats the tracker accepted, and reports of known nodes only.
-        self.use = use
+        super().__init__(tracker, subjects, clock, drop, is_leader, use, LogThrottle(log))
         self.backlog = backlog
         self.backlog_limit = backlog_limit
         self._behind = False
         self._rearm_due = False  # messages were lost since the last sweep (`fell_behind`)
         self.capacity = capacity or CapacitySignal()
-        self.is_leader = is_leader
-        # Inventories that arrived while another replica led (and probably wrote them).
-        self._seen_as_follower: set[str] = set()
         self.ledger = ledger
-        self.tracker = tracker
-        self.subjects = subjects
-        self.clock = clock
         self.bus = bus
         self.alerts = alerts
-        self._drop = drop
-        self._inventories: dict[str, Inventory] = {}
-        self._health_dirty: dict[str, Heartbeat] = {}
-        self._came_back: dict[str, str] = {}
-        self._unknown: dict[str, str] = {}
         self._inv_requested: dict[str, int] = {}
         self._known_pools: set[str] = set()
-        self._duplicates: dict[str, tuple[str, str]] = {}
-        self._throttle = LogThrottle(log)
-        # Sweeps held as our own outage; heartbeats whose interval was out of bounds.
+        # Sweeps held as our own outage.
         self.outage_holds = 0
-        self.interval_clamped = 0
         # Writes the ledger refused (one node's bad data); episodes of falling behind.
         self.rejected = 0
         self.behind_episodes = 0
@@ -158,81 +133,7 @@ class NodeWatch:
             )
         self._known_pools = {p.pool_id for p in await self.ledger.pools.list_all()}
 
-    # -- ingest callbacks: memory only ---------------------------------------------------
-
-    def on_heartbeat(self, hb: Heartbeat) -> None:
-        outcome = self.tracker.on_heartbeat(hb, self.clock.now_ms())
-        if outcome is APPLIED:
-            # The common case: only last-seen moved (and, from agents that report it,
-            # what the GPUs run).
-            if hb.use_version and self.use is not None:
-                self._use_heartbeat(hb)
-            return
-        if not outcome.known:
-            self._note_unknown(hb)
-            return
-        if outcome.duplicate is not None:
-            self._duplicates[hb.node_id] = outcome.duplicate
-        if outcome.ignored is not None:
-            self._drop(outcome.ignored, self.subjects.heartbeat(hb.pool_id, hb.node_id))
-            return
-        if outcome.interval_clamped:
-            self.interval_clamped += 1
-            self._throttle.warning(
-                "interval",
-                "node %s announces a %d ms interval, outside [%d, %d] ms: judged by %d ms",
-                hb.node_id,
-                hb.interval_ms,
-                self.tracker.min_interval_ms,
-                self.tracker.max_interval_ms,
-                self.tracker.clamp(hb.interval_ms),
-            )
-        if outcome.health_changed:
-            self._health_dirty[hb.node_id] = hb
-        if outcome.came_back:
-            self._came_back[hb.node_id] = hb.pool_id
-        if outcome.needs_inventory:
-            self._note_unknown(hb)
-        elif hb.use_version and self.use is not None:
-            self._use_heartbeat(hb)
-
-    def _use_heartbeat(self, hb: Heartbeat) -> None:
-        assert self.use is not None
-        unknown = self.use.on_heartbeat(hb)
-        if unknown:
-            subject = self.subjects.heartbeat(hb.pool_id, hb.node_id)
-            self._unknown_devices(hb.node_id, unknown, subject)
-
-    def _unknown_devices(self, node_id: str, count: int, subject: str) -> None:
-        """A message named devices its node's inventory does not have: they were dropped
-        (the rest of it applied); counted once per message, logged with the node."""
-        self._drop("unknown_device", subject)
-        self._throttle.warning(
-            "unknown_device",
-            "node %s: use of %d device(s) its inventory does not have, dropped",
-            node_id,
-            count,
-        )
-
-    def on_use_report(self, report: UseReport) -> None:
-        subject = self.subjects.use(report.pool_id, report.node_id)
-        if self.use is None:
-            return
-        if report.node_id not in self.tracker.nodes:
-            self._drop("unknown_node", subject)
-            return
-        if self.tracker.is_rival(report.node_id, report.boot_id, self.clock.now_ms()):
-            self._drop("duplicate_id", subject)
-            return
-        unknown = self.use.on_report(report)
-        if unknown:
-            self._unknown_devices(report.node_id, unknown, subject)
-
-    def _note_unknown(self, hb: Heartbeat) -> None:
-        if hb.node_id in self._unknown or len(self._unknown) < MAX_UNKNOWN_PER_PASS:
-            self._unknown[hb.node_id] = hb.pool_id
-        else:
-            self._drop("unknown_flood", self.subjects.heartbeat(hb.pool_id, hb.node_id))
+    # -- ingest callbacks: memory only (the rest are `NodeIngest`'s) ---------------------
 
     def fell_behind(self) -> None:
         """Messages were lost on our side (slow consumer): nobody's silence counts
@@ -247,31 +148,6 @@ class NodeWatch:
         # (thousands a second when behind), and rearming on each made falling behind
         # worse. The sweep, the only judge of the quiet windows, rearms first thing.
         self._rearm_due = True
-
-    def on_inventory(self, inv: Inventory) -> None:
-        if self.tracker.is_rival(inv.node_id, inv.boot_id, self.clock.now_ms()):
-            # The other host of a duplicate id must not rewrite this node's devices.
-            self._drop("duplicate_id", self.subjects.inventory(inv.pool_id, inv.node_id))
-            return
-        self._inventories[inv.node_id] = inv
-        if not self.is_leader():
-            # The leader records it; a follower only keeps its tracker warm for takeover.
-            self._seen_as_follower.add(inv.node_id)
-            self._track(inv, self.clock.now_ms())
-
-    def _track(self, inv: Inventory, now: int) -> None:
-        node = self.tracker.nodes.get(inv.node_id)
-        if node is None:
-            node = NodeLiveness(inv.node_id, inv.pool_id, now, 5000)
-            self.tracker.nodes[inv.node_id] = node
-        node.pool_id = inv.pool_id
-        node.inventory_hash = inv.inventory_hash
-        node.health = inv.health.status
-        node.devices = frozenset(inv.devices)
-        node.provisioning = inv.provisioning
-        node.last_seen = now
-        if self.use is not None:
-            self.use.on_inventory(inv)
 
     # -- loops -----------------------------------------------------------------------------
 

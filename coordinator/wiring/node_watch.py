@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from coordinator.bus.ingest import Ingest
 from coordinator.config import CoordinatorSettings, load_tenant_rules
-from coordinator.domain.gpu_use_join import Policy
+from coordinator.domain.gpu_use_units import Policy
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.domain.rate_limit import RateLimiter
 from coordinator.domain.tenant_rules import NO_RULES, TenantRules, unknown_tenants

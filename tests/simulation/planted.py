@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain import booking, claims, gpu_use_accrual
-from coordinator.domain.gpu_use_join import Hold
+from coordinator.domain.gpu_use_units import Hold
 from coordinator.domain.placement_model import AtomSlot, HeldClaim, PoolSnapshot
 from coordinator.domain.pool_cache import PoolCache
 from coordinator.domain.ports import Heap

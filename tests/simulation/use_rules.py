@@ -25,7 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from coordinator.domain.gpu_use_join import COVERING_CLASSES, GPU_CLASSES, unit_of
+from coordinator.domain.gpu_use_units import COVERING_CLASSES, GPU_CLASSES, unit_of
 from coordinator.services.gpu_use_watch import GpuUseWatch
 from shared.subjects import Subjects
 from shared.wire import DeviceUse, Inventory, ProcessUse, UseReport

@@ -22,7 +22,7 @@ from coordinator.api.shapes.fields import PoolId, TenantId
 from coordinator.domain.disclosure import event_seen, use_seen
 from coordinator.domain.errors import NotFound
 from coordinator.domain.gpu_use_book import NodeUse
-from coordinator.domain.gpu_use_join import GPU_CLASSES, unit_of
+from coordinator.domain.gpu_use_units import GPU_CLASSES, unit_of
 from coordinator.domain.model import AtomRecord, AtomView, Holder, NodeEvent, NodeRecord
 from coordinator.domain.states import atom_bucket, node_status
 from shared.ids import NODE_ID_PATTERN

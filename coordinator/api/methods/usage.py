@@ -15,8 +15,8 @@ from coordinator.api.shapes import outputs as out
 from coordinator.api.shapes.base import ApiInput
 from coordinator.api.shapes.fields import EpochMs, PoolId, ProjectId, TenantId
 from coordinator.domain.booked_hours import HOUR_MS, MAX_WINDOW_MS, UsageRow, usage_rows
-from coordinator.domain.gpu_use_join import COVERING_CLASSES
 from coordinator.domain.gpu_use_report import reservation_use, use_totals
+from coordinator.domain.gpu_use_units import COVERING_CLASSES
 
 DEFAULT_WINDOW_MS = 30 * 24 * HOUR_MS
 

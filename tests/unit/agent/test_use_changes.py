@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.use_changes import HEARTBEAT_BUDGET, UTIL_HOLD_S, UseChanges, UseDelta, settle
-from coordinator.domain.gpu_use_join import Policy, busy
+from coordinator.domain.gpu_use_units import Policy, busy
 from shared.wire import DeviceUse, Heartbeat, NodeHealth, ProcessUse
 from tests.unit.agent.test_usage import RSV, Host, booked
 

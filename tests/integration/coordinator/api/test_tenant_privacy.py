@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.api.app import build_app
 from coordinator.api.http.alert_feed import AlertFeed
 from coordinator.api.http.context import Services
-from coordinator.domain.gpu_use_join import Policy
+from coordinator.domain.gpu_use_units import Policy
 from coordinator.ledger import Ledger
 from coordinator.services.gpu_use_watch import GpuUseWatch
 from coordinator.services.node_records import record_inventory

@@ -19,7 +19,7 @@ import pytest
 from coordinator.app import running_coordinator
 from coordinator.domain.liveness import LivenessTracker
 from coordinator.ledger import Ledger
-from coordinator.services import node_watch
+from coordinator.services import node_ingest, node_watch
 from coordinator.services.node_watch import NodeWatch
 from ops.kit.keys import new_key
 from procs.settings import ConfigError
@@ -102,7 +102,7 @@ async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: R
     for i in range(20_000):
         forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"forged-{i}")
         rig.service.on_heartbeat(forged)
-    assert len(rig.service._unknown) <= node_watch.MAX_UNKNOWN_PER_PASS
+    assert len(rig.service._unknown) <= node_ingest.MAX_UNKNOWN_PER_PASS
     for _ in range(5):
         await rig.service.write_pending()
     # Inventory requests are capped per second in all, not one per forged id.
@@ -110,7 +110,7 @@ async def test_a_flood_of_unknown_nodes_costs_bounded_memory_and_requests(rig: R
     assert sum(1 for r, _ in rig.drops if r == "unknown_flood") >= 19_000
     # The table of recent requests is pruned once they are old.
     rig.clock.advance(node_watch.INVENTORY_REQUEST_EVERY_MS + 1)
-    for i in range(node_watch.MAX_UNKNOWN_PER_PASS):
+    for i in range(node_ingest.MAX_UNKNOWN_PER_PASS):
         forged = msgspec.structs.replace(make_heartbeat(inv, 1), node_id=f"later-{i}")
         rig.service.on_heartbeat(forged)
     await rig.service.write_pending()

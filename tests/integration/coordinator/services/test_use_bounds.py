@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 
 from coordinator.app import Coordinator
-from coordinator.domain.gpu_use_join import Policy
 from coordinator.domain.gpu_use_owners import MAX_OWNERS_PER_UNIT
+from coordinator.domain.gpu_use_units import Policy
 from shared.clock import FakeClock
 from shared.ids import new_reservation_id
 from shared.wire import DeviceHealth, DeviceUse, ProcessUse

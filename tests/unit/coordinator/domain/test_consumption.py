@@ -25,8 +25,8 @@ from coordinator.domain.consumption import (
     totals,
 )
 from coordinator.domain.gpu_use_accrual import accrue
-from coordinator.domain.gpu_use_join import Hold
 from coordinator.domain.gpu_use_report import UseHour, reservation_use
+from coordinator.domain.gpu_use_units import Hold
 from coordinator.domain.intervals import INTERVAL_MS as Q
 from coordinator.domain.tenant_rules import parse_tenant_rules
 from shared.wire import DeviceUse, OwnerMemory, ProcessUse

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from coordinator.domain.booked_hours import UsageSpan
 from coordinator.domain.gpu_use_accrual import HOUR_MS, UNBOOKED, AccrualKey, Accrued, accrue
-from coordinator.domain.gpu_use_join import Hold
 from coordinator.domain.gpu_use_report import UseHour, reservation_use
+from coordinator.domain.gpu_use_units import Hold
 from shared.wire import DeviceUse, ProcessUse
 
 UNITS = ("GPU-0", "GPU-1", "GPU-2", "GPU-3")

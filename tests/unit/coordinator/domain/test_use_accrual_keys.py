@@ -13,7 +13,7 @@ from coordinator.domain.gpu_use_accrual import (
     accrue,
     merge,
 )
-from coordinator.domain.gpu_use_join import Hold
+from coordinator.domain.gpu_use_units import Hold
 from shared.wire import DeviceUse, ProcessUse
 
 H = HOUR_MS

@@ -5,7 +5,8 @@ the starts held meanwhile are said then, each counting them. Use is a condition 
 from __future__ import annotations
 
 from coordinator.domain.gpu_use_gate import gate
-from coordinator.domain.gpu_use_join import Policy, UseTransition
+from coordinator.domain.gpu_use_join import UseTransition
+from coordinator.domain.gpu_use_units import Policy
 
 POLICY = Policy(unit_alert_burst=2, unit_alert_every_ms=60_000)
 

@@ -9,15 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from coordinator.domain.gpu_use_conditions import changes, key_of, state_of
-from coordinator.domain.gpu_use_join import (
-    Hold,
-    Idle,
-    JoinState,
-    Policy,
-    UseTransition,
-    join,
-    unbooked_units,
-)
+from coordinator.domain.gpu_use_join import Idle, JoinState, UseTransition, join
+from coordinator.domain.gpu_use_units import Hold, Policy, unbooked_units
 from shared.clock import FakeClock
 from shared.wire import DeviceUse, ProcessUse
 

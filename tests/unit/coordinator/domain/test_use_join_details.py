@@ -5,17 +5,8 @@ nodes not judged."""
 
 from __future__ import annotations
 
-from coordinator.domain.gpu_use_join import (
-    Hold,
-    Idle,
-    JoinState,
-    Policy,
-    UnitLine,
-    join,
-    shares,
-    unit_lines,
-    utilization,
-)
+from coordinator.domain.gpu_use_join import Idle, JoinState, join
+from coordinator.domain.gpu_use_units import Hold, Policy, UnitLine, shares, unit_lines, utilization
 from shared.wire import DeviceUse, ProcessUse
 from tests.unit.coordinator.domain.test_use_join import NODE, POLICY, POOL, hold, proc, run, use
 

@@ -54,11 +54,13 @@ class VersionPeek:
                     self._off = True
                     return None
                 self._conn = _open(path)
-            row = self._conn.execute(_SQL, (pool_id,)).fetchone()
+            # All rows (one at most): the statement runs to its end and ends its read
+            # snapshot here; one left open would hold back every WAL checkpoint.
+            rows = self._conn.execute(_SQL, (pool_id,)).fetchall()
         except sqlite3.Error as exc:
             log.debug("pool versions not peeked (%r); reading through the pool", exc)
             return None
-        return (int(row[0]), int(row[1])) if row else (0, 0)
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -100,6 +100,9 @@ def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> N
         assert peek.read("p") == (3, 7)
         writer.execute("COMMIT")
         assert peek.read("p") == (3, 8)
+        # A peek keeps no read snapshot open: a checkpoint empties the WAL past it.
+        busy, _, _ = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
         # The connection is the opening thread's; another thread gets None, not an error.
         answers: list[object] = []
         thread = threading.Thread(target=lambda: answers.append(peek.read("p")))

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 from weakref import ref
 
@@ -80,7 +81,7 @@ class _NodeClaims:
         if not rows:
             return self
         # Two sorted runs (the new ones usually sorted already): timsort merges them.
-        merged = sorted((*self.rows, *rows), key=_row_start)
+        merged = sorted((*self.rows, *rows), key=itemgetter(0))
         ends = [r[1] for r in rows]
         if self.rows:
             ends.append(self.earliest_end)
@@ -101,10 +102,6 @@ class _NodeClaims:
             for s, e, rid, held in islice(self.rows, before)
             if e > start and not (ignore and rid in ignore)
         )
-
-
-def _row_start(row: _Row) -> int:
-    return row[0]
 
 
 _NO_CLAIMS = _NodeClaims((), (), (), 0, 0)

@@ -16,8 +16,9 @@ it calls the node unreachable) plus one re-send period, 20 s with the defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from agent.errors import CONFIG, NOT_LIVE, AgentError
 from shared.wire import BOOKINGS_RESEND_MS, NodeBookings
@@ -37,8 +38,7 @@ class StaleStateFile(AgentError, ValueError):
     status = NOT_LIVE
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(msgspec.Struct, frozen=True):
     """The state file's content, and when the agent last confirmed it (ms, this host)."""
 
     path: Path

@@ -10,11 +10,11 @@ as arrays (issue 30 point 7, bench/agent_bench.py). Pure; a window is never chan
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class CounterWindow:
+class CounterWindow(msgspec.Struct, frozen=True):
     """Samples oldest first: `values[i]` read at `times[i]` (monotonic seconds)."""
 
     values: array[int]

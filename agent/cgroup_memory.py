@@ -26,9 +26,10 @@ from __future__ import annotations
 import grp
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from agent.owners import MAX_ENVIRON, owner_from_path
 from shared.wire import MAX_OWNER_MEMORY, DeviceUse, OwnerKind, OwnerMemory
@@ -47,8 +48,7 @@ class OwnerMemoryReader(Protocol):
     def read(self, use: Sequence[DeviceUse]) -> tuple[OwnerMemory, ...]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Proc:
+class _Proc(msgspec.Struct, frozen=True):
     """What one process says of where its memory is: its cgroup directory (relative to
     the cgroup mount, "" when none can be read), whether it is v2, its Slurm account and
     its unix group."""
@@ -59,8 +59,7 @@ class _Proc:
     group: str
 
 
-@dataclass(slots=True)
-class _Held:
+class _Held(msgspec.Struct):
     current: int = 0
     peak: int = 0
     account: str = ""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -110,8 +109,7 @@ class GpuMapFile:
             self._throttle.warning("write", "cannot write the GPU map file %s: %s", self.path, exc)
 
 
-@dataclass(frozen=True, slots=True)
-class HeldGpuMap:
+class HeldGpuMap(msgspec.Struct, frozen=True):
     """The file's GPU map, and when the agent last confirmed it (ms, this host)."""
 
     path: Path

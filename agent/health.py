@@ -28,8 +28,9 @@ Time is an argument (`now`, monotonic seconds), so tests drive it with a fake cl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+import msgspec
 
 from agent.burst_window import CounterWindow
 from agent.readings import GpuCounters, XidEvent
@@ -98,9 +99,8 @@ def fabric_findings(mask: int, summary: int | None) -> list[Finding]:
     return out
 
 
-@dataclass(frozen=True)
-class HealthPolicy:
-    xids: XidTable = field(default_factory=XidTable)
+class HealthPolicy(msgspec.Struct, frozen=True):
+    xids: XidTable = msgspec.field(default_factory=XidTable)
     recover_after_s: float = 60.0
     xid_hold_s: float = 300.0
     retired_pages_limit: int = 60
@@ -111,8 +111,7 @@ class HealthPolicy:
     nvlink_errors_per_min: float = 1.0
 
 
-@dataclass(frozen=True)
-class DeviceState:
+class DeviceState(msgspec.Struct, frozen=True):
     status: HealthStatus = "healthy"
     reasons: tuple[str, ...] = ()
     clear_since: float | None = None  # when the raw condition last became better
@@ -122,13 +121,14 @@ class DeviceState:
     reset_status: HealthStatus = "unhealthy"
     away: bool = False  # gone (unreadable, NVML down) since the reset-class XID
     # Recent samples of each cumulative counter, for burst rates.
-    baselines: Mapping[str, CounterWindow] = field(default_factory=lambda: MappingProxyType({}))
+    baselines: Mapping[str, CounterWindow] = msgspec.field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
-@dataclass(frozen=True)
-class HealthState:
-    devices: Mapping[str, DeviceState] = field(default_factory=lambda: MappingProxyType({}))
-    node: NodeHealth = field(default_factory=lambda: NodeHealth(status="healthy"))
+class HealthState(msgspec.Struct, frozen=True):
+    devices: Mapping[str, DeviceState] = msgspec.field(default_factory=lambda: MappingProxyType({}))
+    node: NodeHealth = msgspec.field(default_factory=lambda: NodeHealth(status="healthy"))
     # XIDs no GPU could be named for: (held until, reason), kept at node level.
     orphans: tuple[tuple[float, str], ...] = ()
 
@@ -220,7 +220,7 @@ def evaluate(
         # Nothing is known about the GPUs: keep their last states, flag the node. A reset
         # may happen meanwhile (driver reload, operator reset while NVML is released).
         kept = {
-            d: replace(s, away=True) if s.reset_reason else s
+            d: msgspec.structs.replace(s, away=True) if s.reset_reason else s
             for d, s in prev.devices.items()
             if d not in extra
         }
@@ -256,7 +256,9 @@ def evaluate(
             raw.insert(0, (held.reset_status, f"{held.reset_reason}: held until a GPU reset"))
         if now < held.xid_until:
             raw.insert(0, ("unhealthy", held.xid_reason))
-        devices[c.uuid] = replace(_step(held, raw, now, policy), baselines=baselines)
+        devices[c.uuid] = msgspec.structs.replace(
+            _step(held, raw, now, policy), baselines=baselines
+        )
     for device_id, found in extra.items():
         old = prev.devices.get(device_id, DeviceState())
         devices[device_id] = _step(old, list(found), now, policy)
@@ -272,21 +274,21 @@ def _apply_xids(
     # is back (only trusted where the driver has no recovery action field).
     if s.reset_reason and not (c.lost or c.unreadable):
         if c.recovery_action == 0 or (c.recovery_action is None and s.away):
-            s = replace(s, reset_reason="", reset_status="unhealthy", away=False)
+            s = msgspec.structs.replace(s, reset_reason="", reset_status="unhealthy", away=False)
     elif s.reset_reason:
-        s = replace(s, away=True)
+        s = msgspec.structs.replace(s, away=True)
     for event in events:
         cls = policy.xids.classify(event.xid)
         text = policy.xids.describe(event.xid)
         if cls == "fault":
-            s = replace(
+            s = msgspec.structs.replace(
                 s, xid_until=max(s.xid_until, event.at + policy.xid_hold_s), xid_reason=text
             )
         elif cls in ("reset", "reset_degraded", "recovery"):
             status: HealthStatus = "degraded" if cls == "reset_degraded" else "unhealthy"
             if s.reset_reason and _RANK[s.reset_status] > _RANK[status]:
                 status = s.reset_status
-            s = replace(s, reset_reason=text, reset_status=status, away=False)
+            s = msgspec.structs.replace(s, reset_reason=text, reset_status=status, away=False)
     return s
 
 
@@ -327,12 +329,12 @@ def _step(old: DeviceState, raw: list[Finding], now: float, policy: HealthPolicy
             status = level
     reasons = tuple(r for _, r in raw)
     if _RANK[status] >= _RANK[old.status]:
-        return replace(old, status=status, reasons=reasons, clear_since=None)
+        return msgspec.structs.replace(old, status=status, reasons=reasons, clear_since=None)
     # Better than reported: wait until it has stayed better for recover_after_s.
     since = old.clear_since if old.clear_since is not None else now
     if now - since >= policy.recover_after_s:
-        return replace(old, status=status, reasons=reasons, clear_since=None)
-    return replace(old, clear_since=since)
+        return msgspec.structs.replace(old, status=status, reasons=reasons, clear_since=None)
+    return msgspec.structs.replace(old, clear_since=since)
 
 
 def _node(

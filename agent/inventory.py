@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
@@ -48,8 +47,7 @@ log = logging.getLogger(__name__)
 _HASH_EXCLUDE = ("sentAt", "bootId", "inventoryHash", "health", "devices")
 
 
-@dataclass(frozen=True)
-class SharingRule:
+class SharingRule(msgspec.Struct, frozen=True):
     """GPUs (by UUID, index, or `all`) offered as `replicas` time-slice or MPS slots."""
 
     gpus: tuple[str, ...]
@@ -60,8 +58,7 @@ class SharingRule:
         return "all" in self.gpus or gpu.uuid in self.gpus or str(gpu.index) in self.gpus
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(msgspec.Struct, frozen=True):
     node_id: str
     pool_id: str
     hostname: str = ""

@@ -5,8 +5,9 @@ them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from procs.nats import host_port
 
@@ -18,8 +19,7 @@ MIN_PROBE_TIMEOUT_S = 0.5
 RECONNECT_WAIT_S = 2.0
 
 
-@dataclass(frozen=True)
-class LinkTiming:
+class LinkTiming(msgspec.Struct, frozen=True):
     """How often the link is probed and how long an answer may take. The coordinator
     marks a node unreachable after misses × interval of silence; a dead link is noticed
     within probe_every_s + probe_timeout_s = 3/5 of a third of that window, and the rest

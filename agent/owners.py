@@ -32,8 +32,9 @@ import os
 import pwd
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
 
 from agent.container_names import container_name
 from shared.wire import OwnerKind
@@ -58,8 +59,7 @@ _CONTAINER = re.compile(rf"^(?:(?:docker|cri-containerd|crio|libpod)-)?({_HEX}{{
 _UNIT = re.compile(r"^([^/]{1,250}\.service)$")
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(msgspec.Struct, frozen=True):
     kind: OwnerKind
     id: str = ""
     name: str = ""  # readable, where cheap: a pod's `<namespace>/<name>`, a job's user,
@@ -198,8 +198,10 @@ class ProcOwners:
         if owner is None:
             return UNKNOWN
         if owner.kind == "container":
-            return replace(owner, name=container_name(self._host, owner.id, environ)[:MAX_OWNER])
-        return replace(owner, name=_name_of(base, owner, environ)[:MAX_OWNER])
+            return msgspec.structs.replace(
+                owner, name=container_name(self._host, owner.id, environ)[:MAX_OWNER]
+            )
+        return msgspec.structs.replace(owner, name=_name_of(base, owner, environ)[:MAX_OWNER])
 
 
 def _name_of(base: str, owner: Owner, environ: bytes | None) -> str:

@@ -21,7 +21,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -116,7 +115,7 @@ class Poller:
         now = self._clock.monotonic()
         shown = snap
         if snap.error is not None and self._last_good is not None:
-            shown = replace(self._last_good, error=snap.error, counters=())
+            shown = msgspec.structs.replace(self._last_good, error=snap.error, counters=())
         shown = reconcile(shown, host.gpu_pci, self._expected.get("gpu", 0))
         # Rebuilding the same inventory every poll is most of the agent's CPU; readings
         # are plain values, so equality says whether anything changed.

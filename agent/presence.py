@@ -11,7 +11,7 @@ adds `missing-expected-<k>` stand-ins. Each stand-in has counters saying `unread
 
 from __future__ import annotations
 
-from dataclasses import replace
+import msgspec
 
 from agent.readings import GpuCounters, GpuReading, NvmlSnapshot
 
@@ -27,10 +27,10 @@ def reconcile(
     free = [p for p in sorted(pci_gpus) if p not in accounted]
     standins = sorted((g for g in gpus if g.uuid.startswith(NVML_STANDIN)), key=lambda g: g.index)
     for gpu, address in zip(standins, free, strict=False):
-        renamed = replace(gpu, uuid=f"missing-pci-{address}", pci_bus_id=address)
+        renamed = msgspec.structs.replace(gpu, uuid=f"missing-pci-{address}", pci_bus_id=address)
         gpus[gpus.index(gpu)] = renamed
         old = counters.pop(gpu.uuid)
-        counters[renamed.uuid] = replace(old, uuid=renamed.uuid)
+        counters[renamed.uuid] = msgspec.structs.replace(old, uuid=renamed.uuid)
     next_index = max((g.index for g in gpus), default=-1) + 1
     for address in free[len(standins) :]:
         why = f"on the PCI bus at {address} but not enumerated by NVML"
@@ -44,7 +44,7 @@ def reconcile(
         next_index += 1
     if len(gpus) == len(snap.gpus) and not standins:
         return snap
-    return replace(
+    return msgspec.structs.replace(
         snap,
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
         counters=tuple(sorted(counters.values(), key=lambda c: c.index)),

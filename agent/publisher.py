@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -89,8 +88,7 @@ def error_kind(exc: BaseException) -> str | None:
     return None
 
 
-@dataclass
-class PublisherStats:
+class PublisherStats(msgspec.Struct):
     heartbeats: int = 0
     inventories: int = 0
     requests: int = 0
@@ -104,7 +102,7 @@ class PublisherStats:
     # Probes answered late on a link that kept delivering: kept, not taken as dead.
     late_probes: int = 0
     # NATS errors by kind (`error_kind`, and "publish"); their sum is `busErrors`.
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def bus_errors(self) -> int:

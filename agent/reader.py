@@ -17,9 +17,9 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any, TypeVar
 
+import msgspec
 import pynvml
 
 from agent.errors import AgentError
@@ -188,7 +188,7 @@ class NvmlReader:
                     pci_bus_id="",
                 )
             read.add(last.uuid)
-            gpus.append(replace(last, missing=why))
+            gpus.append(msgspec.structs.replace(last, missing=why))
             counters.append(
                 GpuCounters(index=index, uuid=last.uuid, lost=why == LOST, unreadable=why)
             )
@@ -196,7 +196,7 @@ class NvmlReader:
             if uuid not in read:
                 why = "no longer enumerated by NVML"
                 problems.append(f"gpu {last.index} ({uuid}): {why}")
-                gpus.append(replace(last, missing=why))
+                gpus.append(msgspec.structs.replace(last, missing=why))
                 counters.append(GpuCounters(index=last.index, uuid=uuid, unreadable=why))
         for problem in problems:
             self._note(problem)
@@ -250,7 +250,7 @@ class NvmlReader:
             fabric_clique=clique,
         )
         ctr = self._read_counters(index, uuid, handle)
-        return gpu, replace(
+        return gpu, msgspec.structs.replace(
             ctr,
             fabric=fabric,
             fabric_health=fabric_health,

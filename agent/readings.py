@@ -7,11 +7,10 @@ be read is `None`; `problems` says why, once, in words an operator can act on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class MigReading:
+class MigReading(msgspec.Struct, frozen=True):
     uuid: str
     gpu_instance_id: int
     compute_instance_id: int
@@ -19,8 +18,7 @@ class MigReading:
     memory_mib: int
 
 
-@dataclass(frozen=True)
-class GpuReading:
+class GpuReading(msgspec.Struct, frozen=True):
     index: int
     uuid: str
     name: str
@@ -41,8 +39,7 @@ class GpuReading:
     missing: str | None = None
 
 
-@dataclass(frozen=True)
-class NvmlSnapshot:
+class NvmlSnapshot(msgspec.Struct, frozen=True):
     """One full NVML read. `error` is set when NVML itself is unusable (node unmonitored)."""
 
     driver_version: str | None = None
@@ -57,8 +54,7 @@ class NvmlSnapshot:
     generation: int = 0
 
 
-@dataclass(frozen=True)
-class GpuCounters:
+class GpuCounters(msgspec.Struct, frozen=True):
     """Health inputs polled from one GPU; `None` means the GPU does not support that
     counter, which is never a fault by itself."""
 
@@ -94,15 +90,13 @@ class GpuCounters:
     fabric_health: tuple[int, int | None] | None = None  # (healthMask, healthSummary)
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(msgspec.Struct, frozen=True):
     uuid: str
     xid: int
     at: float
 
 
-@dataclass(frozen=True)
-class NicReading:
+class NicReading(msgspec.Struct, frozen=True):
     name: str
     pci_address: str | None
     speed_mbps: int | None
@@ -117,8 +111,7 @@ class NicReading:
     physical_id: str = ""
 
 
-@dataclass(frozen=True)
-class DiskReading:
+class DiskReading(msgspec.Struct, frozen=True):
     name: str
     size_bytes: int
     rotational: bool
@@ -129,8 +122,7 @@ class DiskReading:
     boot: bool = False  # holds /, /boot or /boot/efi
 
 
-@dataclass(frozen=True)
-class HostReading:
+class HostReading(msgspec.Struct, frozen=True):
     """What sysfs and procfs say about the host outside the GPUs."""
 
     vcpu: int = 0

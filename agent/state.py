@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from shared.wire import DeviceHealth, DeviceUse, Inventory, NodeHealth, OwnerMemory
 
 
-@dataclass(frozen=True)
-class AgentState:
+class AgentState(msgspec.Struct, frozen=True):
     inventory: Inventory
     health: NodeHealth
     devices: tuple[DeviceHealth, ...]

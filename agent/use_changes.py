@@ -28,7 +28,6 @@ only the version. Pure: the publisher does the sending, and calls `sent` once it
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -42,8 +41,7 @@ MEMORY_STEP_MIB = 256
 MemoryKey = tuple[str, str]  # an owner: (kind, id)
 
 
-@dataclass(frozen=True)
-class UseDelta:
+class UseDelta(msgspec.Struct, frozen=True):
     """The changes from version `base` to `version`, and the whole state at `version`."""
 
     base: int
@@ -51,11 +49,10 @@ class UseDelta:
     devices: tuple[DeviceUse, ...]
     state: Mapping[str, DeviceUse]
     memory: tuple[OwnerMemory, ...] = ()
-    memory_state: Mapping[MemoryKey, OwnerMemory] = field(default_factory=dict)
+    memory_state: Mapping[MemoryKey, OwnerMemory] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class UsePlan:
+class UsePlan(msgspec.Struct, frozen=True):
     """A heartbeat with its use fields set; `report`, when set, is to be sent first as a
     `UseReport`; `inline` is what the heartbeat brings the coordinator to once sent."""
 

@@ -23,8 +23,9 @@ removes any code from every acting class. Codes in no list are `other`: logged o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 XidClass = Literal[
     "reset", "reset_degraded", "recovery", "fault", "application", "informational", "other"
@@ -74,8 +75,7 @@ DEFAULT_FAULT_XIDS: dict[int, str] = {
 }
 
 
-@dataclass(frozen=True)
-class XidTable:
+class XidTable(msgspec.Struct, frozen=True):
     added: frozenset[int] = frozenset()
     ignored: frozenset[int] = frozenset()
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import ssl
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
+import msgspec
 from msgspec import Meta
 
 from procs.redact import redact
@@ -48,8 +48,7 @@ def parse_credentials(text: str, where: str = "credentials") -> tuple[str, str]:
     return user, password
 
 
-@dataclass(frozen=True)
-class NatsIdentity:
+class NatsIdentity(msgspec.Struct, frozen=True):
     """Who a process is to NATS, as its credentials file says: a NATS JWT `.creds` file
     (its path: clients read it at each connect, so a rotated file is picked up), or a
     user and password, with the inbox prefix its replies must use where `gpufleet
@@ -57,8 +56,14 @@ class NatsIdentity:
 
     creds_path: str | None = None
     user: str | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None = None
     inbox_prefix: str | None = None
+
+    def __repr__(self) -> str:  # never the password, in a log or a traceback
+        return (
+            f"NatsIdentity(creds_path={self.creds_path!r}, user={self.user!r}, "
+            f"inbox_prefix={self.inbox_prefix!r})"
+        )
 
     def nats_py(self) -> dict[str, Any]:
         """nats-py's connect keyword arguments for this identity."""

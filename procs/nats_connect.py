@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client
 
@@ -25,8 +25,7 @@ CONNECT_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError, nats.e
 RECONNECT_FOREVER: dict[str, Any] = {"allow_reconnect": True, "max_reconnect_attempts": -1}
 
 
-@dataclass(frozen=True)
-class Retry:
+class Retry(msgspec.Struct, frozen=True):
     """The first connect: tried `attempts` times (0: until cancelled), `first_s` apart,
     the wait doubling up to `max_s`; only `errors` are retried."""
 
@@ -37,13 +36,14 @@ class Retry:
 
 
 ONCE = Retry(attempts=1)
+FOREVER = Retry()  # until cancelled, 1 s apart
 
 
 async def connect(
     nats: NatsSettings,
     options: Mapping[str, Any],
     *,
-    retry: Retry = Retry(),
+    retry: Retry = FOREVER,
     log: logging.Logger | None = None,
     client: Client | None = None,
     on_failure: Callable[[BaseException], None] | None = None,

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 # Words in NVML's model names that say nothing about the GPU (NVIDIA H100 80GB HBM3).
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
@@ -43,8 +44,7 @@ def short_model(name: str) -> str:
     return token(first).lower()
 
 
-@dataclass(frozen=True)
-class GresMig:
+class GresMig(msgspec.Struct, frozen=True):
     """One MIG instance of a GPU, as its inventory names it."""
 
     profile: str
@@ -53,8 +53,7 @@ class GresMig:
     uuid: str = ""
 
 
-@dataclass(frozen=True)
-class GresGpu:
+class GresGpu(msgspec.Struct, frozen=True):
     """One GPU as its inventory names it; `missing`: NVML cannot read it (left out)."""
 
     index: int
@@ -65,8 +64,7 @@ class GresGpu:
     missing: bool = False
 
 
-@dataclass(frozen=True)
-class GresDevice:
+class GresDevice(msgspec.Struct, frozen=True):
     """One gres.conf line: a whole GPU (`mig` None) or one MIG instance of it."""
 
     gres_type: str

@@ -7,9 +7,9 @@ with them; nothing outside the simulator reads a handle's inside.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pynvml
 
 from agent.sim.faults import Faults
@@ -66,22 +66,19 @@ def nvml_bus_id(pci: str) -> bytes:
     return f"{int(domain, 16):08X}:{rest.upper()}".encode()
 
 
-@dataclass(frozen=True)
-class SimGpu:
+class SimGpu(msgspec.Struct, frozen=True):
     spec: GpuSpec
     uuid: str
 
 
-@dataclass(frozen=True)
-class SimMig:
+class SimMig(msgspec.Struct, frozen=True):
     gpu: SimGpu
     slot: int
     profile: str
     uuid: str
 
 
-@dataclass(frozen=True)
-class SimEvent:
+class SimEvent(msgspec.Struct, frozen=True):
     device: Any
     eventType: int  # pynvml's field names
     eventData: int
@@ -89,10 +86,9 @@ class SimEvent:
     computeInstanceId: int = 0
 
 
-@dataclass
-class SimEventSet:
+class SimEventSet(msgspec.Struct):
     generation: int
-    gpus: set[int] = field(default_factory=set)
+    gpus: set[int] = msgspec.field(default_factory=set)
 
 
 def struct_of(arg: Any) -> Any:

@@ -53,9 +53,10 @@ import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+import msgspec
 
 from agent.errors import AgentError
 from agent.sim.workload import Workload, WorkloadError, parse_workload
@@ -110,8 +111,7 @@ _INT_FIELDS = (
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 
-@dataclass(frozen=True)
-class Fault:
+class Fault(msgspec.Struct, frozen=True):
     kind: str
     gpu: int | None = None
     xid: int = 0
@@ -132,8 +132,7 @@ class Fault:
     workload: Workload | None = None  # `process` entries
 
 
-@dataclass(frozen=True)
-class Faults:
+class Faults(msgspec.Struct, frozen=True):
     items: tuple[Fault, ...] = ()
 
     def on(self, kind: str, gpu: int | None = None) -> tuple[Fault, ...]:

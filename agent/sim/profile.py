@@ -16,10 +16,11 @@ adds IPoIB child interfaces, both over the NIC's own PCI function; an `[expected
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from agent.errors import AgentError
 from shared.wire import DEVICE_CLASSES
@@ -29,8 +30,7 @@ class ProfileError(AgentError, ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class GpuSpec:
+class GpuSpec(msgspec.Struct, frozen=True):
     index: int
     name: str
     memory_mib: int
@@ -41,8 +41,7 @@ class GpuSpec:
     mig_profiles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class NicSpec:
+class NicSpec(msgspec.Struct, frozen=True):
     name: str
     pci_bus_id: str
     model: str
@@ -55,8 +54,7 @@ class NicSpec:
     ipoib_children: int = 0
 
 
-@dataclass(frozen=True)
-class DiskSpec:
+class DiskSpec(msgspec.Struct, frozen=True):
     name: str
     size_bytes: int
     model: str
@@ -64,8 +62,7 @@ class DiskSpec:
     boot: bool = False
 
 
-@dataclass(frozen=True)
-class HostProfile:
+class HostProfile(msgspec.Struct, frozen=True):
     id: str
     version: int
     description: str

@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from agent.errors import AgentError
 from agent.sim.profile import GpuSpec
@@ -45,8 +46,7 @@ class WorkloadError(AgentError, ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Curve:
+class Curve(msgspec.Struct, frozen=True):
     shape: str = "constant"
     level: float = 0.0  # constant
     start: float = 0.0  # ramp: `from`
@@ -73,8 +73,7 @@ class Curve:
         return value
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(msgspec.Struct, frozen=True):
     pid: int
     gpus: tuple[int, ...]
     memory_mib: int = 0

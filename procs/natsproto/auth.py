@@ -9,8 +9,9 @@ picked up by the next reconnect; the seed is held only while it signs."""
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from procs.natsproto.errors import NatsError
 
@@ -22,8 +23,7 @@ class CredentialsFileError(NatsError):
     """A `.creds` file that cannot be read or holds no user JWT or no seed."""
 
 
-@dataclass(frozen=True)
-class Credentials:
+class Credentials(msgspec.Struct, frozen=True):
     """How the client authenticates: nothing, a user and password, or a `.creds` file."""
 
     user: str | None = None

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult
+
+import msgspec
 
 from procs.natsproto.auth import Credentials
 from procs.natsproto.errors import ClosedError, NatsError, NotConnectedError, ServerError
@@ -43,11 +44,10 @@ from procs.natsproto.subscription import (
 VERSION = "1.0"  # what CONNECT says this client is (nats-server logs it)
 
 
-@dataclass(frozen=True)
-class ClientOptions:
+class ClientOptions(msgspec.Struct, frozen=True):
     servers: list[str]
     name: str = "gpufleet"
-    credentials: Credentials = field(default_factory=Credentials)
+    credentials: Credentials = msgspec.field(default_factory=Credentials)
     tls: ssl.SSLContext | None = None
     connect_timeout_s: float = 2.0
     reconnect_time_wait_s: float = 2.0

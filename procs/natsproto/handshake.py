@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, unquote
 
@@ -29,18 +28,16 @@ READ_CHUNK = 64 * 1024
 CLOSE_WAIT_S = 1.0
 
 
-@dataclass(frozen=True)
-class Hello:
+class Hello(msgspec.Struct, frozen=True):
     """What CONNECT says besides credentials."""
 
     name: str
     version: str
-    credentials: Credentials = field(default_factory=Credentials)
+    credentials: Credentials = msgspec.field(default_factory=Credentials)
     tls: ssl.SSLContext | None = None
 
 
-@dataclass
-class Opened:
+class Opened(msgspec.Struct):
     """A link the server took: its streams, its INFO, and the parser holding whatever
     the server sent after its PONG."""
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult
+
+import msgspec
 
 from procs.natsproto.errors import (
     AuthorizationError,
@@ -35,8 +36,7 @@ class StaleConnectionError(NatsError):
     """No PONG to `max_outstanding` PINGs in a row."""
 
 
-@dataclass(frozen=True)
-class LinkEvents:
+class LinkEvents(msgspec.Struct, frozen=True):
     """What the link hands back to its client as it reads."""
 
     on_msg: Callable[[Msg], None]

@@ -8,7 +8,6 @@ handshake stops at its PONG) and the rest is there for whoever reads on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -20,36 +19,30 @@ from procs.natsproto.errors import ProtocolError
 MAX_CONTROL_LINE = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Info:
+class Info(msgspec.Struct, frozen=True):
     fields: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Msg:
+class Msg(msgspec.Struct, frozen=True):
     subject: str
     sid: int
     reply: str
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Ping:
+class Ping(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Pong:
+class Pong(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Ok:
+class Ok(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Err:
+class Err(msgspec.Struct, frozen=True):
     text: str
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
+
+import msgspec
 
 DEFAULT_PORT = 4222
 
 
-@dataclass(frozen=True)
-class Server:
+class Server(msgspec.Struct, frozen=True):
     """One server of the pool; `uri` is urllib's, as nats-py's servers have it."""
 
     uri: SplitResult

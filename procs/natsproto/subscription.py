@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Msg:
+class Msg(msgspec.Struct, frozen=True):
     """A message as a subscription callback gets it; `respond` answers on `reply`."""
 
     subject: str
@@ -37,8 +37,7 @@ ErrorCallback = Callable[[Exception], Awaitable[None]]
 EventCallback = Callable[[], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(msgspec.Struct, frozen=True):
     sid: int
     subject: str
     callback: MsgCallback

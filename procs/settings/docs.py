@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -83,8 +82,7 @@ def _default_doc(field: Field) -> str:
     return f"`{default}`"
 
 
-@dataclass(frozen=True)
-class DocTable:
+class DocTable(msgspec.Struct, frozen=True):
     """`model`'s table in the docs page `page`, between markers that say how to
     regenerate it (`python -m <module> <page>`)."""
 

@@ -7,9 +7,10 @@ env or file value."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from procs.settings.model import (
     SettingsModel,
@@ -22,8 +23,7 @@ from procs.settings.model import (
 )
 
 
-@dataclass(frozen=True)
-class FlagSpec:
+class FlagSpec(msgspec.Struct, frozen=True):
     """The command-line flag of one field: `switch` is --x/--no-x, `repeat` takes one item
     each time."""
 

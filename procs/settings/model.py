@@ -15,7 +15,6 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -39,8 +38,7 @@ class ConfigError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(msgspec.Struct, frozen=True):
     """How a field looks outside the model: on the command line, in the env, in the docs,
     and the checks its type cannot say.
 
@@ -105,8 +103,7 @@ class SettingsGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         name (`nats_tls_key`)."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     """One field of a settings model, as this module reads its declaration."""
 
     name: str  # a group's field: its outside name (`nats_url`)
@@ -165,8 +162,8 @@ def outer_fields(model: type[msgspec.Struct]) -> Iterator[Field]:
         for inner in fields(kind):
             option = inner.option
             if field.option.command is not None and option.command is None:
-                option = replace(option, command=field.option.command)
-            yield replace(
+                option = msgspec.structs.replace(option, command=field.option.command)
+            yield msgspec.structs.replace(
                 inner,
                 name=option.outer or prefix + inner.name,
                 option=option,

@@ -5,9 +5,9 @@ under 1 KiB, and use requests answered with the whole state."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import nats
 from nats.aio.msg import Msg
 
@@ -174,7 +174,7 @@ async def test_an_agent_with_its_own_credentials_may_send_and_be_asked_for_use(
         await nc.subscribe(subjects.use(pool, "gpu-a"), cb=seen.use)
         await nc.flush()
         pub = publisher_for(server, tmp_path / "agent.creds", pool, "gpu-a")
-        pub.update(dataclasses.replace(state(pool, "gpu-a"), use=devices))
+        pub.update(msgspec.structs.replace(state(pool, "gpu-a"), use=devices))
         task = asyncio.create_task(pub.run(), name="publisher")
         try:
             first = await asyncio.wait_for(seen.reports.get(), PATIENCE_S)

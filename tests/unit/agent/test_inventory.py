@@ -270,7 +270,7 @@ def test_two_readings_of_one_pci_function_give_no_duplicate_atoms() -> None:
         sriov_num_vfs=2,
         vfs=("0000:01:00.1", "0000:01:00.2"),
     )
-    rep = NicReading(**{**nic.__dict__, "name": "eth5"})
+    rep = msgspec.structs.replace(nic, name="eth5")
     inv = build_inventory(
         Identity(node_id="n1", pool_id=POOL),
         NvmlSnapshot(),

@@ -73,13 +73,17 @@ class Curve(msgspec.Struct, frozen=True):
         return value
 
 
+# A login session's scope: where a process the fault file places nowhere runs.
+DEFAULT_CGROUP = "0::/user.slice/user-1000.slice/session-1.scope"
+
+
 class Workload(msgspec.Struct, frozen=True):
     pid: int
     gpus: tuple[int, ...]
     memory_mib: int = 0
     mig: int | None = None
     env: tuple[tuple[str, str], ...] = ()
-    cgroup: str = "0::/user.slice/user-1000.slice/session-1.scope"
+    cgroup: str = DEFAULT_CGROUP
     comm: str = "python"
     util: Curve = Curve()
     mps: bool = False  # an MPS client: listed by the MPS call, not the compute one
@@ -113,7 +117,7 @@ def parse_workload(entry: dict[str, Any], where: str) -> Workload:
         memory_mib=int(entry.get("memory_mib") or 0),
         mig=entry.get("mig"),
         env=tuple(sorted(env.items())),
-        cgroup=str(entry.get("cgroup", Workload.cgroup)),
+        cgroup=str(entry.get("cgroup", DEFAULT_CGROUP)),
         comm=str(entry.get("comm", "python")),
         util=_curve(entry.get("util", {"shape": "constant", "level": 0}), f"{where}.util"),
         mps=bool(entry.get("mps", False)),

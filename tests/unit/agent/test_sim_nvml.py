@@ -167,3 +167,11 @@ def test_new_fault_kinds_name_their_missing_fields() -> None:
 def test_device_index_of_a_handle() -> None:
     nvml = started("l40s-pcie-4")
     assert nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetHandleByIndex(3)) == 3
+
+
+def test_a_process_without_a_cgroup_runs_in_a_login_session() -> None:
+    """The default cgroup is a path (a Struct's class attribute is not its default: the
+    simulated host memory of every such process was looked up under a bogus path)."""
+    (fault,) = parse_faults({"faults": [{"kind": "process", "pid": 7, "gpus": [0]}]}).items
+    assert fault.workload is not None
+    assert fault.workload.cgroup == "0::/user.slice/user-1000.slice/session-1.scope"

@@ -84,8 +84,8 @@ class BookingRepo:
 
     async def _view(self, pool_id: str, now: int) -> PoolView:
         """The pool as the database holds it: from the cache when its counters, peeked
-        without a pool connection, are current (SQLite), else read."""
-        view = self._snapshots.current(pool_id, self._peek.read(pool_id))
+        without a pooled connection (`version_peek`), are current, else read."""
+        view = self._snapshots.current(pool_id, await self._peek.fetch(pool_id))
         if view is not None:
             return view
         async with self._db.read() as conn:

@@ -86,7 +86,7 @@ class Ledger:
         return cls(db, heap)
 
     async def close(self) -> None:
-        self._peek.close()
+        await self._peek.close()
         await self._db.dispose()
         if self._heap is not None:
             self._heap.release()

@@ -5,8 +5,8 @@ Loading 9,000 atoms with their JSON attributes costs tens of milliseconds, so th
 snapshot cache keeps, per pool, the nodes and atoms (keyed by `nodes_version`) and the
 live bookings (keyed by `bookings_version`). Every transaction that changes either bumps
 its counter; a reader compares counters (one primary-key read) and reloads only the part
-that moved (`snapshot_loader`, the SQL). On a SQLite file a preview peeks at the counters
-on its own thread first (`version_peek`) and, when they match, reads nothing more.
+that moved (`snapshot_loader`, the SQL). A preview peeks at the counters without a pooled
+connection first (`version_peek`) and, when they match, reads nothing more.
 Inside a booking transaction the counters are read after the pool lock is taken, so the
 placer sees exactly what the database holds.
 What is held in memory, and the window's view of it, is `domain.pool_cache` (pure);

@@ -1,24 +1,28 @@
 """A preview whose pool cache is current reads the pool's version counters without a
-pool connection on SQLite (issue 30 point 8: the driver thread's round trip was most of
-a preview's p99), and still sees at once what any other ledger on the database wrote."""
+pooled connection (issue 30 point 8: on SQLite the driver thread's hand-over, on
+PostgreSQL the checkout's round trips, were most of a preview's p99), and still sees at
+once what any other ledger on the database wrote, whatever becomes of the peek."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from coordinator.domain.booking import Booked
 from coordinator.domain.placement_model import DeviceRequest, PlacementRequest
 from coordinator.ledger import Ledger
-from coordinator.ledger.database import Database
+from coordinator.ledger.database import Database, normalize_url
 from coordinator.ledger.version_peek import VersionPeek
 from coordinator.services.node_records import record_inventory
 from shared.ids import new_pool_id
-from tests.database import statements
+from tests.database import checkouts, statements
 from tests.integration.coordinator.ledger.test_snapshot_claims import (
     book,
     booking,
@@ -63,21 +67,87 @@ async def test_a_preview_sees_at_once_what_another_ledger_booked(
     assert not await _fits(ledger, pool)
 
 
-async def test_a_current_preview_runs_no_statement_on_a_pool_connection(
-    ledger: Ledger,
-) -> None:
+async def test_a_current_preview_takes_no_pooled_connection(ledger: Ledger) -> None:
     pool = await _two_gpu_pool(ledger)
-    assert await _fits(ledger, pool)
-    with statements() as seen:
+    assert await _fits(ledger, pool)  # the cache is warm (PostgreSQL's peek connected)
+    with statements() as seen, checkouts() as taken:
         for _ in range(5):
             assert await _fits(ledger, pool)
+    assert taken == []
     if ledger.dialect == "sqlite":
         assert seen == []
-    else:  # one primary-key read of the counters each, over the network as before
-        assert len(seen) == 5, seen
+    else:  # the counters' primary-key read alone, each over the network
+        assert len(seen) == 5 and all("pool_versions" in s for s in seen), seen
 
 
-def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> None:
+async def test_previews_at_once_all_see_what_another_ledger_booked(
+    ledger: Ledger, second: Ledger
+) -> None:
+    """One peek at a time: the previews that find it in use read through the pool."""
+    pool = await _two_gpu_pool(ledger)
+    assert all(await asyncio.gather(*(_fits(ledger, pool) for _ in range(8))))
+    assert isinstance(await book(second, booking(pool, "gpu", 2), NOW), Booked)
+    assert not any(await asyncio.gather(*(_fits(ledger, pool) for _ in range(8))))
+
+
+async def _postgres(database_url: str, sql: str, hold_s: float = 0) -> None:
+    """`sql` in a transaction of a connection of the test's own, held `hold_s`."""
+    engine = create_async_engine(normalize_url(database_url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(sql))
+            await asyncio.sleep(hold_s)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_peek_connection_that_broke_reads_through_the_pool_and_reopens(
+    ledger: Ledger, second: Ledger, database_url: str
+) -> None:
+    if ledger.dialect != "postgresql":
+        pytest.skip("the kept connection is PostgreSQL's")
+    pool = await _two_gpu_pool(ledger)
+    assert await _fits(ledger, pool)
+    # Every other session of the test's database ends, the peek's among them, as when
+    # the server restarts or a proxy drops an idle connection.
+    await _postgres(
+        database_url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )  # fmt: skip
+    assert isinstance(await book(second, booking(pool, "gpu", 2), NOW), Booked)
+    assert not await _fits(ledger, pool)  # through the pool: it sees the booking
+    with checkouts() as taken:
+        assert not await _fits(ledger, pool)  # the peek connects again...
+        assert not await _fits(ledger, pool)  # ...once
+    assert len(taken) == 1
+
+
+async def test_a_peek_that_waits_too_long_gives_way_to_the_pool(
+    ledger: Ledger, database_url: str
+) -> None:
+    if ledger.dialect != "postgresql":
+        pytest.skip("the kept connection is PostgreSQL's")
+    pool = await _two_gpu_pool(ledger)
+    assert await _fits(ledger, pool)
+    # A lock that even a read waits for (as DDL takes): the peek gives up after its
+    # second, the preview waits on a pooled connection for the lock like any read, and
+    # the abandoned peek's connection is dropped, not reused mid-answer.
+    locker = asyncio.create_task(
+        _postgres(database_url, "LOCK TABLE pool_versions IN ACCESS EXCLUSIVE MODE", 1.5)
+    )
+    try:
+        await asyncio.sleep(0.2)
+        assert await _fits(ledger, pool)
+    finally:
+        await locker
+    with checkouts() as taken:
+        assert await _fits(ledger, pool)
+        assert await _fits(ledger, pool)
+    assert len(taken) == 1
+
+
+async def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> None:
     missing = tmp_path / "gone.db"
     peek = VersionPeek(Database(f"sqlite:///{missing}"))
     assert peek.read("pool") is None and not missing.exists()
@@ -110,7 +180,7 @@ def test_the_peek_never_makes_a_file_nor_waits_for_a_writer(tmp_path: Path) -> N
         thread.join()
         assert answers == [None]
     finally:
-        peek.close()
+        await peek.close()
         writer.close()
     assert VersionPeek(Database("postgresql://u@127.0.0.1:1/none")).read("p") is None
     assert VersionPeek(Database("sqlite:///:memory:")).read("p") is None

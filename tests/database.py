@@ -4,8 +4,8 @@ the ledger sends and the pooled connections it takes, for tests of how many it c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, Pool, event
@@ -23,30 +23,25 @@ async def database(url: str) -> AsyncIterator[Database]:
 
 
 @contextmanager
-def statements() -> Iterator[list[str]]:
-    """Every statement any engine of this process sends while inside, in order."""
-    seen: list[str] = []
+def _recorded(target: Any, name: str, pick: Callable[..., Any]) -> Iterator[list[Any]]:
+    """What `pick` takes from each `name` event of `target` while inside, in order."""
+    seen: list[Any] = []
 
-    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        seen.append(statement)
+    def record(*args: Any) -> None:
+        seen.append(pick(*args))
 
-    event.listen(Engine, "before_cursor_execute", count)
+    event.listen(target, name, record)
     try:
         yield seen
     finally:
-        event.remove(Engine, "before_cursor_execute", count)
+        event.remove(target, name, record)
 
 
-@contextmanager
-def checkouts() -> Iterator[list[Any]]:
+def statements() -> AbstractContextManager[list[str]]:
+    """Every statement any engine of this process sends while inside, in order."""
+    return _recorded(Engine, "before_cursor_execute", lambda conn, cursor, sql, *rest: sql)
+
+
+def checkouts() -> AbstractContextManager[list[Any]]:
     """Every connection any pool of this process hands out while inside."""
-    taken: list[Any] = []
-
-    def count(dbapi_conn: Any, *rest: Any) -> None:
-        taken.append(dbapi_conn)
-
-    event.listen(Pool, "checkout", count)
-    try:
-        yield taken
-    finally:
-        event.remove(Pool, "checkout", count)
+    return _recorded(Pool, "checkout", lambda dbapi_conn, *rest: dbapi_conn)

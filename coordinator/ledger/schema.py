@@ -256,8 +256,8 @@ bookings = Table(
 )
 
 # r0002: what each booking claims on its physical devices (`coordinator.domain.claims`).
-# On PostgreSQL three exclusion constraints (not declared here: metadata cannot carry
-# them) refuse two claims on one device's capacity for overlapping time.
+# On PostgreSQL two exclusion constraints (not declared here: metadata cannot carry
+# them; r0017) refuse two claims on one device's capacity for overlapping time.
 device_claims = Table(
     "device_claims",
     metadata,

@@ -197,10 +197,10 @@ async def test_a_fresh_and_an_upgraded_database_have_the_same_schema(
     if database_url.startswith("postgresql"):
         assert [c[1] for c in fresh["<exclusion constraints>"]] == [
             "bookings_no_overlap",
-            "device_claims_exclusive",
-            "device_claims_one_form",
-            "device_claims_physical",  # r0008: one GPU under two node ids
-            "device_claims_shared",
+            # r0017: exclusive and shared rows of one device part
+            "device_claims_capacity",
+            # r0017: one form of a device; a physical one on one node (r0008)
+            "device_claims_device",
         ]
         assert "btree_gist" in fresh["<extensions>"]
 

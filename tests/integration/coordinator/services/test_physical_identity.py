@@ -381,15 +381,20 @@ async def test_claims_compare_physical_devices_across_node_ids(database_url: str
     await db.migrate()
     gpu = Claim("GPU-a-0")
 
-    async def write(rid: str, node_id: str, c: Claim, start: int = 0, end: int = 10) -> None:
+    async def write(
+        rid: str, node_id: str, c: Claim, start: int = 0, end: int = 10, form_node: str = ""
+    ) -> None:
+        form = form_of([f"{form_node or node_id}:gpu:{c.device}"])
         async with db.transaction() as conn:
-            rows = merged_rows(claim_rows(c, form_of([f"{node_id}:gpu:{c.device}"])))
+            rows = merged_rows(claim_rows(c, form))
             await insert_claims(conn, rid, start, end, {node_id: rows})
 
     try:
         await write("r1", "a", gpu)
         with pytest.raises(IntegrityError):
             await write("r2", "b", gpu, 5, 15)
+        with pytest.raises(IntegrityError):  # the node differs, whatever the form says
+            await write("r2", "b", gpu, 5, 15, form_node="a")
         with pytest.raises(IntegrityError):
             await write("r2", "b", Claim("GPU-a-0", "b:gpu.mig:MIG-1"), 5, 15)
         await write("r3", "b", gpu, 10, 20)  # after it: fine

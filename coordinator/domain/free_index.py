@@ -254,7 +254,6 @@ class WindowOrder:
         fits never looks at the rest."""
         index = self._counts.index(key, refusal)
         nodes = self._counts.nodes()
-        classes, ignore_spot = set(key[0]), key[1]
         free = index.free
         # An irregular node's kept count takes every claim of the node, in the window or
         # not: a lower bound of its count in the window. So only those kept below `need`
@@ -266,13 +265,7 @@ class WindowOrder:
         counted = self._counts.counted_in(key, self._start, self._end)
 
         def count(node_id: str) -> tuple[int, str]:
-            found = counted.get(node_id)
-            if found is None:
-                held_there = held.get(node_id) or ()
-                found = counted[node_id] = free_among(
-                    nodes[node_id], held_there, classes, ignore_spot
-                )
-            return found, node_id
+            return self._count(counted, held, key, node_id), node_id
 
         kept = self._counts.sorted_in(key, self._start, self._end, need)
         kept.classify(self._irregular, free, need, count)
@@ -304,7 +297,31 @@ class WindowOrder:
 
         return index.refused, few, merge(regular(), fitting())
 
-    def eligible(self, key: Key, refusal: Refusal) -> Iterator[NodeSlot]:
-        """Every node `refusal` let through under `key`, as `candidates` found them."""
+    def eligible(
+        self, key: Key, refusal: Refusal, held: Mapping[str, tuple[HeldClaim, ...]]
+    ) -> Iterator[tuple[int, NodeSlot]]:
+        """Every node `refusal` let through under `key`, as `candidates` found them,
+        with its free atoms of the key's classes in the window (the counts `candidates`
+        kept, or counted now)."""
         nodes = self._counts.nodes()
-        return (nodes[n] for n in self._counts.index(key, refusal).free)
+        index = self._counts.index(key, refusal)
+        counted = self._counts.counted_in(key, self._start, self._end)
+        for node_id, kept in index.free.items():
+            if node_id in self._irregular:
+                kept = self._count(counted, held, key, node_id)
+            yield kept, nodes[node_id]
+
+    def _count(
+        self,
+        counted: dict[str, int],
+        held: Mapping[str, tuple[HeldClaim, ...]],
+        key: Key,
+        node_id: str,
+    ) -> int:
+        """An irregular node's free atoms of the key's classes in the window, kept."""
+        found = counted.get(node_id)
+        if found is None:
+            node = self._counts.nodes()[node_id]
+            held_there = held.get(node_id) or ()
+            found = counted[node_id] = free_among(node, held_there, key[0], key[1])
+        return found

@@ -178,7 +178,8 @@ class NodeOrder(Protocol):
         self,
         key: tuple[frozenset[str], bool, str | None, int | None],
         refusal: Callable[[NodeSlot], str | None],
-    ) -> Iterator[NodeSlot]: ...
+        held: Mapping[str, tuple[HeldClaim, ...]],
+    ) -> Iterator[tuple[int, NodeSlot]]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -358,8 +358,8 @@ def test_a_pool_asked_about_more_windows_than_it_keeps_answers_each_one() -> Non
 def test_the_eligible_nodes_of_a_window_are_known_before_any_candidate_is_asked_for() -> None:
     down = gpu_node("d", state=replace(READY, reachable=False))
     counts = FreeCounts((gpu_node("a"), down, gpu_node("b")), lambda n: ())
-    eligible = counts.window(frozenset(), 0, 10).eligible(_gpu_key(), _refusal)
-    assert [n.node_id for n in eligible] == ["a", "b"]
+    eligible = counts.window(frozenset(), 0, 10).eligible(_gpu_key(), _refusal, {})
+    assert [(free, n.node_id) for free, n in eligible] == [(8, "a"), (8, "b")]
 
 
 def test_a_fork_of_sorted_windows_moves_apart_from_its_origin() -> None:

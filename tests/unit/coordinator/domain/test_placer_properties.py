@@ -1,18 +1,20 @@
 """Properties of the placer over random small pools, random holds (on current forms, on
 forms that no longer exist, on whole nodes; spot or not) and random requests: what it
 returns is free of conflicting claims, NVLink picks are pairwise linked, it notices
-exactly the spot holders it needs, and a single-entry request that some node could take
-is never refused."""
+exactly the spot holders it needs, a single-entry request that some node could take
+is never refused, and a refusal says what every node alone would say."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from itertools import combinations
 
-from hypothesis import event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from coordinator.domain.claims import WHOLE_NODE, Claim, conflicts, stale_claim
+from coordinator.domain.free_index import FreeCounts
 from coordinator.domain.model import NodeState
 from coordinator.domain.placement_model import (
     AtomSlot,
@@ -204,3 +206,40 @@ def test_a_single_entry_that_some_node_can_take_is_placed(
             break
     event(f"possible={possible} nvlink={nvlink} count={entry.count}")
     assert place(req, world.snap, ignore_spot=ignore_spot).fits == possible
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    world=worlds(), entry=entries, wide=st.booleans(), ignore_spot=st.booleans(),
+    indexed=st.booleans(), later=st.booleans(),
+)  # fmt: skip
+def test_a_refusal_answers_as_each_node_alone_would(
+    world: World,
+    entry: DeviceRequest,
+    wide: bool,
+    ignore_spot: bool,
+    indexed: bool,
+    later: bool,
+) -> None:
+    """Nodes counted out are judged only while one could have more free than a node
+    already judged; the answer must still be what judging every node gives: each
+    node's reason counted, and the most any one node has free. (`later`: every node
+    also holds a whole-node booking after the window, so the free index's kept counts
+    are 0 and only the window's own counts are true.)"""
+    req = PlacementRequest(devices=(entry,), topology="nvlink-all" if wide else "any")
+    snap = world.snap
+    if indexed:
+        after = (HeldClaim("node", WHOLE_NODE, Holder("later", False)),) if later else ()
+        counts = FreeCounts(snap.nodes, lambda n: (*snap.held.get(n, ()), *after))
+        irregular = frozenset(n.node_id for n in snap.nodes) if later else frozenset()
+        snap = replace(snap, order=counts.window(irregular, 0, 1))
+    refused = place(req, snap, ignore_spot=ignore_spot)
+    assume(not refused.fits)
+    alone = [
+        place(req, PoolSnapshot((n,), held={n.node_id: snap.held.get(n.node_id, ())}),
+              ignore_spot=ignore_spot)
+        for n in snap.nodes
+    ]  # fmt: skip
+    event(f"nodes={len(alone)} indexed={indexed}")
+    assert refused.filtered == dict(sum((Counter(a.filtered) for a in alone), Counter()))
+    assert refused.shortfalls[0].available == max(a.shortfalls[0].available for a in alone)

@@ -303,7 +303,7 @@ def _judge_few(
     more free than one already judged; the rest are counted under the reason judged."""
     # GPUs in unbooked use are free: they change which atoms a fit takes, never whether
     # the node fits or what it has free (so no `busy` here).
-    if len(req.devices) != 1 or req.resources or len(few) < 2:
+    if len(req.devices) != 1 or req.resources:
         for _, node in few:
             view = NodeView(node, snap, ignore_spot)
             metric.filtered[_fit(view, req)[2]] += 1

@@ -9,11 +9,14 @@ thousands of ids renders one bind parameter per id (a statement the server plans
 for every length).
 
 `insert_many` is for the small batches of a booking (a reservation, its bookings and
-claim rows, its idempotency record: ~8 rows a booking): one executemany of a statement
-compiled once per table and columns, with the values as the driver takes them. The same
-rows through SQLAlchemy's parameter processing cost ~3,000 Python bytecodes a booking,
-a sixth of its whole create. Errors are SQLAlchemy's as for any statement (a clash is
-an `IntegrityError`), which COPY's are not.
+claim rows, its idempotency record: ~8 rows a booking): one statement compiled once per
+table and columns, with the values as the driver takes them — on PostgreSQL one
+`INSERT ... SELECT * FROM unnest($1::type[], ...)` with a column array per parameter, on
+SQLite one executemany. The same rows through SQLAlchemy's parameter processing cost
+~3,000 Python bytecodes a booking, a sixth of its whole create; and an executemany on
+PostgreSQL runs the INSERT once per row (64 claim rows: 3.6 ms at the median against
+3.1 ms as one unnest statement, alternating, same transaction shape). Errors are
+SQLAlchemy's as for any statement (a clash is an `IntegrityError`), which COPY's are not.
 """
 
 from __future__ import annotations
@@ -79,15 +82,29 @@ _STATEMENTS: dict[tuple[str, str, frozenset[str]], tuple[str, tuple[str, ...]]] 
 def _statement(
     conn: AsyncConnection, table: Table, keys: frozenset[str]
 ) -> tuple[str, tuple[str, ...]]:
-    found = _STATEMENTS.get((conn.dialect.name, table.name, keys))
+    dialect = conn.dialect
+    found = _STATEMENTS.get((dialect.name, table.name, keys))
     if found is None:
-        compiled = (
-            table.insert().values({k: bindparam(k) for k in keys}).compile(dialect=conn.dialect)
-        )
-        # Positional paramstyles (SQLite's `?`, asyncpg's `$n`) list the binds in order.
-        order = tuple(compiled.positiontup or ())
+        if dialect.name == "postgresql":
+            order = tuple(sorted(keys))
+            quote = dialect.identifier_preparer.quote
+            arrays = ", ".join(
+                f"${n}::{table.c[k].type.compile(dialect=dialect)}[]"
+                for n, k in enumerate(order, 1)
+            )
+            sql = (
+                f"INSERT INTO {dialect.identifier_preparer.format_table(table)}"
+                f" ({', '.join(quote(k) for k in order)}) SELECT * FROM unnest({arrays})"
+            )
+        else:
+            compiled = (
+                table.insert().values({k: bindparam(k) for k in keys}).compile(dialect=dialect)
+            )
+            # Positional paramstyles (SQLite's `?`) list the binds in order.
+            order = tuple(compiled.positiontup or ())
+            sql = compiled.string
         assert set(order) == keys, order
-        found = _STATEMENTS[(conn.dialect.name, table.name, keys)] = (compiled.string, order)
+        found = _STATEMENTS[(dialect.name, table.name, keys)] = (sql, order)
     return found
 
 
@@ -112,4 +129,8 @@ async def insert_many(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
                 out[i] = json_dumps(out[i])
             encoded.append(tuple(out))
         values = encoded
-    await conn.exec_driver_sql(sql, values)
+    if conn.dialect.name == "postgresql":
+        # One execution; each parameter is one column's values.
+        await conn.exec_driver_sql(sql, tuple(map(list, zip(*values, strict=True))))
+    else:
+        await conn.exec_driver_sql(sql, values)

@@ -12,8 +12,9 @@ before any pool lock (one lock order: tenant, then pools sorted, then reservatio
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Select, bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.domain.booking import OverQuota
@@ -27,6 +28,30 @@ EVERY_POOL = ""  # the pool_id column of a tenant-wide quota
 # A key space of its own for advisory locks on tenants (pool locks use the one-key form,
 # whose space PostgreSQL keeps apart from the two-key form).
 _TENANT_LOCK_SPACE = 1
+
+
+def _tenant_wide_select() -> Select[Any]:
+    q = schema.quotas.c
+    return (
+        select(q.tenant_id)
+        .where(q.tenant_id.in_(bindparam("w_tenants", expanding=True)))
+        .where(q.pool_id == EVERY_POOL)
+        .distinct()
+    )
+
+
+def _of_tenants_select() -> Select[Any]:
+    q = schema.quotas.c
+    return select(q.tenant_id, q.pool_id, q.resource, q.limit).where(
+        q.tenant_id.in_(bindparam("w_tenants", expanding=True))
+        & q.pool_id.in_(bindparam("w_pools", expanding=True))
+    )
+
+
+# Built once: every batch of creates runs both (building a statement and its cache key
+# again for each cost about what running it did).
+_TENANT_WIDE = _tenant_wide_select()
+_OF_TENANTS = _of_tenants_select()
 
 
 class QuotaLockMissed(Exception):
@@ -63,12 +88,7 @@ class TenantLocks:
         wanted = sorted(set(tenant_ids) - self._held)
         if not wanted:
             return
-        q = schema.quotas.c
-        rows = await self._conn.execute(
-            select(q.tenant_id)
-            .where(q.tenant_id.in_(wanted) & (q.pool_id == EVERY_POOL))
-            .distinct()
-        )
+        rows = await self._conn.execute(_TENANT_WIDE, {"w_tenants": wanted})
         for tenant_id in sorted(row[0] for row in rows.all()):
             await self._conn.exec_driver_sql(
                 f"SELECT pg_advisory_xact_lock({_TENANT_LOCK_SPACE}, hashtext($1))", (tenant_id,)
@@ -145,11 +165,8 @@ async def commitments(
 
 async def of_tenants(conn: AsyncConnection, tenant_ids: Iterable[str], pool_id: str) -> list[Quota]:
     """Every quota of these tenants that bookings in `pool_id` count against."""
-    q = schema.quotas.c
     rows = await conn.execute(
-        select(q.tenant_id, q.pool_id, q.resource, q.limit).where(
-            q.tenant_id.in_(sorted(set(tenant_ids))) & q.pool_id.in_([EVERY_POOL, pool_id])
-        )
+        _OF_TENANTS, {"w_tenants": sorted(set(tenant_ids)), "w_pools": [EVERY_POOL, pool_id]}
     )
     found = [Quota(row[0], row[1] or None, row[2], int(row[3])) for row in rows.all()]
     return sorted(found, key=lambda qu: (qu.tenant_id, qu.resource, qu.pool_id is None))

@@ -71,7 +71,7 @@ async def run_backend(url: str, nodes: int, each: int) -> dict[str, Any]:
         def count(*_: object) -> None:
             statements[0] += 1
 
-        event.listen(ledger._db.engine.sync_engine, "before_cursor_execute", count)
+        event.listen(ledger.database.engine.sync_engine, "before_cursor_execute", count)
         # Warm: the snapshot cache loaded, statements compiled, a few commit groups.
         await creates(services, pool, now, 32, 4)
         await bare_commits(ledger, now - 5, 20)

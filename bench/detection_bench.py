@@ -88,7 +88,7 @@ async def main() -> int:
                 row["node"]: row["lastSent"] for row in map(json.loads, out.decode().splitlines())
             }
             e = schema.node_events.c
-            async with c.ledger._db.read() as conn:
+            async with c.ledger.database.read() as conn:
                 events = (
                     await conn.execute(
                         select(e.node_id, e.at).where(

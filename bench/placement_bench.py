@@ -174,7 +174,7 @@ async def creates(
 
 
 async def double_bookings(ledger: Ledger) -> int:
-    async with ledger._db.read() as conn:
+    async with ledger.database.read() as conn:
         rows = (await conn.execute(select(schema.bookings))).all()
     spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for row in rows:
@@ -190,7 +190,7 @@ async def double_bookings(ledger: Ledger) -> int:
 async def bare_commits(ledger: Ledger, now: int, n: int = 200) -> float:
     t0 = time.perf_counter()
     for i in range(n):
-        async with ledger._db.transaction() as conn:
+        async with ledger.database.transaction() as conn:
             await conn.execute(
                 schema.idempotency.insert().values(
                     tenant_id="bench", endpoint="bare", key=f"{now}-{i}", body_hash="x",

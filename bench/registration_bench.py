@@ -80,7 +80,7 @@ async def run_backend(db: str, nats_url: str, nodes: int) -> dict[str, Any]:
         await c.ledger.pools.create(pool, "bench", "bench", None, 1)
         # Baseline: the same number of bare rows in one transaction.
         t0 = time.perf_counter()
-        async with c.ledger._db.transaction() as conn:
+        async with c.ledger.database.transaction() as conn:
             await conn.execute(
                 schema.idempotency.insert(),
                 [
@@ -100,7 +100,7 @@ async def run_backend(db: str, nats_url: str, nodes: int) -> dict[str, Any]:
         register_s = time.perf_counter() - t0
         tracked_now = len(c.tracker.nodes)
         if tracked_now < nodes:
-            async with c.ledger._db.read() as conn:
+            async with c.ledger.database.read() as conn:
                 rows = (await conn.execute(select(func.count()).select_from(schema.nodes))).scalar()
             print(f"registration: {tracked_now} of {nodes} nodes tracked after {STALL_S:g} s,"
                   f" {rows} node rows recorded")  # fmt: skip

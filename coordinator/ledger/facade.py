@@ -95,6 +95,13 @@ class Ledger:
     def dialect(self) -> str:
         return self._db.dialect
 
+    @property
+    def database(self) -> Database:
+        """The store below the repositories, for benchmarks and tests that time or
+        inspect it directly (a bare commit as a baseline, every booking row); the
+        coordinator itself goes through the repositories and units of work."""
+        return self._db
+
     async def migrate(self) -> list[str]:
         """Apply the migrations not yet applied; returns their numbers."""
         return await self._db.migrate()

@@ -39,7 +39,7 @@ async def _same_answer(ledger: Ledger, pool: str, rng: random.Random) -> int:
         end = start + rng.randrange(1, 4) * HOUR
         cls = rng.choice(["gpu", "gpu", "gpu.mig"])
         req = PlacementRequest(devices=(DeviceRequest(cls, rng.randrange(1, 5)),))
-        async with ledger._db.read() as conn:
+        async with ledger.database.read() as conn:
             snap = await ledger.snapshots.snapshot(conn, pool, start, end, NOW)
         assert snap.order is not None
         for ignore_spot in (False, True):

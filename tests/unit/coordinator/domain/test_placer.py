@@ -160,6 +160,20 @@ def test_a_regular_request_that_only_fits_by_preempting_spot_names_its_victims()
     assert len(one.victims) == 1
 
 
+def test_a_refusal_with_spot_ignored_counts_spot_held_gpus_as_free() -> None:
+    """What a refusal says a node has free, when spot holders may be preempted, includes
+    the GPUs they hold: the most free node and the one counted out after it alike."""
+    snap = PoolSnapshot((node("a", gpus=2), node("b", gpus=1)))
+    snap = book(snap, ["a:gpu:0", "b:gpu:0"], "spot-1", spot=True)
+    for devices in [(DeviceRequest("gpu", 3),), (DeviceRequest("gpu", 3), DeviceRequest("gpu", 1))]:
+        refused = place(PlacementRequest(devices=devices), snap, ignore_spot=True)
+        assert not refused.fits
+        assert refused.shortfalls[0].available == 2
+        assert sum(refused.filtered.values()) == 2
+    blind = place(gpus(3), snap)
+    assert blind.shortfalls[0].available == 1
+
+
 def test_node_profile_filter() -> None:
     snap = PoolSnapshot((node("a"),))
     assert place(replace(gpus(1), profile_id="std", profile_version=1), snap).fits

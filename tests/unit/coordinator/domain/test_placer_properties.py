@@ -210,12 +210,13 @@ def test_a_single_entry_that_some_node_can_take_is_placed(
 
 @settings(max_examples=400, deadline=None)
 @given(
-    world=worlds(), entry=entries, wide=st.booleans(), ignore_spot=st.booleans(),
-    indexed=st.booleans(), later=st.booleans(),
+    world=worlds(), entry=entries, second=st.none() | entries, wide=st.booleans(),
+    ignore_spot=st.booleans(), indexed=st.booleans(), later=st.booleans(),
 )  # fmt: skip
 def test_a_refusal_answers_as_each_node_alone_would(
     world: World,
     entry: DeviceRequest,
+    second: DeviceRequest | None,
     wide: bool,
     ignore_spot: bool,
     indexed: bool,
@@ -223,10 +224,12 @@ def test_a_refusal_answers_as_each_node_alone_would(
 ) -> None:
     """Nodes counted out are judged only while one could have more free than a node
     already judged; the answer must still be what judging every node gives: each
-    node's reason counted, and the most any one node has free. (`later`: every node
-    also holds a whole-node booking after the window, so the free index's kept counts
-    are 0 and only the window's own counts are true.)"""
-    req = PlacementRequest(devices=(entry,), topology="nvlink-all" if wide else "any")
+    node's reason counted, and the most any one node has free of each entry. (`later`:
+    every node also holds a whole-node booking after the window, so the free index's
+    kept counts are 0 and only the window's own counts are true. `second`: a request of
+    two entries, whose counted-out nodes are all judged.)"""
+    devices = (entry,) if second is None else (entry, second)
+    req = PlacementRequest(devices=devices, topology="nvlink-all" if wide else "any")
     snap = world.snap
     if indexed:
         after = (HeldClaim("node", WHOLE_NODE, Holder("later", False)),) if later else ()
@@ -242,4 +245,21 @@ def test_a_refusal_answers_as_each_node_alone_would(
     ]  # fmt: skip
     event(f"nodes={len(alone)} indexed={indexed}")
     assert refused.filtered == dict(sum((Counter(a.filtered) for a in alone), Counter()))
-    assert refused.shortfalls[0].available == max(a.shortfalls[0].available for a in alone)
+    assert [s.available for s in refused.shortfalls] == [
+        max(a.shortfalls[i].available for a in alone) for i in range(len(refused.shortfalls))
+    ]
+    # Each node is one refusal: a count off by one per node would pass the sums above
+    # (each node alone is judged by the same code).
+    assert sum(refused.filtered.values()) == len(snap.nodes)
+    # Ignoring spot holders is the same pool without them, not spot-blind counting
+    # followed by spot-aware judging.
+    if ignore_spot:
+        unspotted = replace(
+            snap,
+            held={n: tuple(h for h in hs if not h.holder.spot) for n, hs in snap.held.items()},
+            order=None,
+        )
+        plain = place(req, unspotted, ignore_spot=False)
+        assert (plain.fits, plain.filtered, plain.shortfalls) == (
+            False, refused.filtered, refused.shortfalls,
+        )  # fmt: skip

@@ -172,11 +172,15 @@ class NodeView:
             self.scalar_free[resource] = max(0, capacity - used)
             self.scalar_spot[resource] = spot_amounts
 
-    def _pool(self, d: DeviceRequest, taken: dict[str | None, list[Claim]]) -> list[AtomSlot]:
-        """Free atoms matching `d` that do not collide with what the request took."""
+    def _pool(
+        self, entries: list[DeviceRequest], taken: dict[str | None, list[Claim]]
+    ) -> list[AtomSlot]:
+        """Free atoms matching any of `entries` that do not collide with what the request
+        took."""
         out = []
+        only = entries[0] if len(entries) == 1 else None
         for a in self.free:
-            if not matches(a, d):
+            if not (matches(a, only) if only else any(matches(a, d) for d in entries)):
                 continue
             if taken and (
                 taken.get(None) or any(conflicts(a.claim, c) for c in taken.get(a.claim.device, ()))
@@ -286,10 +290,11 @@ class NodeView:
             if chosen is None:
                 return None, group[0], "too few NVLink-connected free gpu for the whole request"
             take(chosen)
-        for i, d in enumerate(req.devices):
-            if joint and i in group:
-                continue
-            pool = self._pool(d, taken)
+        rest = [(i, d) for i, d in enumerate(req.devices) if not (joint and i in group)]
+        # What the clique took, for matching the rest together should one by one fail.
+        before = (len(picked), {k: list(v) for k, v in taken.items()}) if len(rest) > 1 else None
+        for i, d in rest:
+            pool = self._pool([d], taken)
             if nvlink(d, req) and d.count > 1:
                 got = self._best_clique([(i, d)], pool)
                 if got is None:
@@ -298,9 +303,28 @@ class NodeView:
             else:
                 chosen = self._choose(pool, d.count)
                 if len(chosen) < d.count:
-                    return None, i, _short_key(d, req)
+                    if before is None or (
+                        (together := self._match_apart(rest, req, before[1])) is None
+                    ):
+                        return None, i, _short_key(d, req)
+                    return [*picked[: before[0]], *together], None, ""
             take(chosen)
         return picked, None, ""
+
+    def _match_apart(
+        self,
+        entries: list[tuple[int, DeviceRequest]],
+        req: PlacementRequest,
+        taken: dict[str | None, list[Claim]],
+    ) -> list[AtomSlot] | None:
+        """Atoms for every slot of these entries at once, where taking them one entry
+        after another ran short: an earlier entry may have taken the atom only a later
+        one's selector admits (any GPU, then an H100, of one H100 and one A100). Matched
+        as a clique's entries are (`_assign`); entries that want their own NVLink clique
+        are left to the entry-by-entry answer."""
+        if any(nvlink(d, req) and d.count > 1 for _, d in entries):
+            return None
+        return self._assign(entries, self._pool([d for _, d in entries], taken))
 
     def most_free(self, d: DeviceRequest, req: PlacementRequest) -> int:
         """Free atoms matching `d` on the node, or its largest NVLink clique of them."""

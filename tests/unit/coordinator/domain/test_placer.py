@@ -174,6 +174,25 @@ def test_a_refusal_with_spot_ignored_counts_spot_held_gpus_as_free() -> None:
     assert blind.shortfalls[0].available == 1
 
 
+def test_an_entry_for_any_gpu_leaves_the_one_a_later_entry_selects() -> None:
+    """One H100 and one A100 on a node; asked for one GPU of any model and one H100, in
+    that order: the first entry must not take the only H100 (entries are matched to
+    atoms together, as a clique's are, when taking them one after another fails)."""
+    base = node("a", gpus=2)
+    atoms = list(base.atoms)
+    for i, model in ((1, "H100"), (2, "A100")):
+        atoms[i] = replace(atoms[i], attrs={**atoms[i].attrs, "model": model})
+    snap = PoolSnapshot((replace(base, atoms=tuple(atoms)),))
+    h100 = DeviceRequest("gpu", 1, selector=(("model", ("H100",)),))
+    for devices in [(DeviceRequest("gpu", 1), h100), (h100, DeviceRequest("gpu", 1))]:
+        result = place(PlacementRequest(devices=devices), snap)
+        assert result.fits, result.reason
+        assert {a.atom_id for a in result.chosen[0].atoms} == {"a:gpu:0", "a:gpu:1"}
+    # Two H100s asked of a node with one is still refused, and says which entry is short.
+    refused = place(PlacementRequest(devices=(DeviceRequest("gpu", 1), h100, h100)), snap)
+    assert not refused.fits
+
+
 def test_node_profile_filter() -> None:
     snap = PoolSnapshot((node("a"),))
     assert place(replace(gpus(1), profile_id="std", profile_version=1), snap).fits

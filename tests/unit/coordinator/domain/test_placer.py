@@ -193,6 +193,43 @@ def test_an_entry_for_any_gpu_leaves_the_one_a_later_entry_selects() -> None:
     assert not refused.fits
 
 
+def _models(n: NodeSlot, *models: str) -> NodeSlot:
+    gpus_of = [a for a in n.atoms if a.cls == "gpu"]
+    named = {
+        a.atom_id: replace(a, attrs={**a.attrs, "model": m})
+        for a, m in zip(gpus_of, models, strict=True)
+    }
+    return replace(n, atoms=tuple(named.get(a.atom_id, a) for a in n.atoms))
+
+
+def test_entries_matched_together_keep_counts_cliques_and_what_a_clique_took() -> None:
+    h100 = (("model", ("H100",)),)
+    # Two of any model, then two H100s, of two H100s and two A100s.
+    snap = PoolSnapshot((_models(node("a", gpus=4), "H100", "H100", "A100", "A100"),))
+    two = (DeviceRequest("gpu", 2), DeviceRequest("gpu", 2, selector=h100))
+    assert len(place(PlacementRequest(devices=two), snap).chosen[0].atoms) == 4
+    # An entry asking for an NVLink clique of one GPU is any one GPU.
+    snap = PoolSnapshot((_models(node("b", gpus=2), "H100", "A100"),))
+    one = (DeviceRequest("gpu", 1, topology="nvlink-all"), DeviceRequest("gpu", 1, selector=h100))
+    assert place(PlacementRequest(devices=one), snap).fits
+    # The request's clique took both H100s of one clique; of the other clique (an H100
+    # and an A100) the rest must leave the H100 to the entry that names it, and never
+    # take again what the clique took.
+    snap = PoolSnapshot((_models(node("c", gpus=4, cliques=2), "H100", "H100", "H100", "A100"),))
+    req = PlacementRequest(
+        devices=(
+            DeviceRequest("gpu", 2, selector=h100),
+            DeviceRequest("gpu", 1, topology="any"),
+            DeviceRequest("gpu", 1, selector=h100, topology="any"),
+        ),
+        topology="nvlink-all",
+    )
+    result = place(req, snap)
+    assert result.fits, result.reason
+    atoms = [a.atom_id for a in result.chosen[0].atoms]
+    assert sorted(atoms) == ["c:gpu:0", "c:gpu:1", "c:gpu:2", "c:gpu:3"]
+
+
 def test_node_profile_filter() -> None:
     snap = PoolSnapshot((node("a"),))
     assert place(replace(gpus(1), profile_id="std", profile_version=1), snap).fits

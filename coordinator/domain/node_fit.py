@@ -291,8 +291,7 @@ class NodeView:
                 return None, group[0], "too few NVLink-connected free gpu for the whole request"
             take(chosen)
         rest = [(i, d) for i, d in enumerate(req.devices) if not (joint and i in group)]
-        # What the clique took, for matching the rest together should one by one fail.
-        before = (len(picked), {k: list(v) for k, v in taken.items()}) if len(rest) > 1 else None
+        clique_took = len(picked)
         for i, d in rest:
             pool = self._pool([d], taken)
             if nvlink(d, req) and d.count > 1:
@@ -303,11 +302,10 @@ class NodeView:
             else:
                 chosen = self._choose(pool, d.count)
                 if len(chosen) < d.count:
-                    if before is None or (
-                        (together := self._match_apart(rest, req, before[1])) is None
-                    ):
+                    kept = picked[:clique_took]
+                    if (together := self._match_apart(rest, req, kept)) is None:
                         return None, i, _short_key(d, req)
-                    return [*picked[: before[0]], *together], None, ""
+                    return [*kept, *together], None, ""
             take(chosen)
         return picked, None, ""
 
@@ -315,15 +313,19 @@ class NodeView:
         self,
         entries: list[tuple[int, DeviceRequest]],
         req: PlacementRequest,
-        taken: dict[str | None, list[Claim]],
+        kept: list[AtomSlot],
     ) -> list[AtomSlot] | None:
-        """Atoms for every slot of these entries at once, where taking them one entry
-        after another ran short: an earlier entry may have taken the atom only a later
-        one's selector admits (any GPU, then an H100, of one H100 and one A100). Matched
-        as a clique's entries are (`_assign`); entries that want their own NVLink clique
-        are left to the entry-by-entry answer."""
-        if any(nvlink(d, req) and d.count > 1 for _, d in entries):
+        """Atoms for every slot of these entries at once, beside `kept` (what the
+        request's clique took), where taking them one entry after another ran short: an
+        earlier entry may have taken the atom only a later one's selector admits (any
+        GPU, then an H100, of one H100 and one A100). Matched as a clique's entries are
+        (`_assign`); entries that want their own NVLink clique are left to the
+        entry-by-entry answer."""
+        if len(entries) < 2 or any(nvlink(d, req) and d.count > 1 for _, d in entries):
             return None
+        taken: dict[str | None, list[Claim]] = defaultdict(list)
+        for a in kept:
+            taken[a.claim.device].append(a.claim)
         return self._assign(entries, self._pool([d for _, d in entries], taken))
 
     def most_free(self, d: DeviceRequest, req: PlacementRequest) -> int:
